@@ -1,0 +1,124 @@
+// QueryClusterStatus, RequestShutdown: one request/reply with the
+// coordinator over a private socket, no registration.
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "ductile/admin.h"
+#include "proto/codec.h"
+#include "proto/ductile.pb.h"
+#include "transport/message.h"
+
+namespace ductile {
+namespace {
+
+Result<wire::Header> AskCoordinator(const std::string& address,
+                                    const wire::Header& request,
+                                    int64_t timeout_ms) {
+  zmq::context_t context(1);
+  zmq::socket_t socket = MakeDealer(context, "");
+  RETURN_IF_ERROR(Connect(socket, address));
+  OutMessage out;
+  out.AddString(request.SerializeAsString());
+  RETURN_IF_ERROR(SendMessage(socket, std::move(out)));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count();
+    if (left <= 0) {
+      return DeadlineExceededError("no answer from the coordinator at " +
+                                   address + " within " +
+                                   std::to_string(timeout_ms) + " ms");
+    }
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    RETURN_IF_ERROR(Poll(items, left));
+    InMessage message;
+    bool got = false;
+    RETURN_IF_ERROR(ReceiveMessage(socket, &message, &got));
+    if (!got) continue;
+    wire::Header reply;
+    RETURN_IF_ERROR(ParseHeader(message.frame(0), &reply));
+    if (reply.type() != wire::CONTROL_REPLY || reply.seq() != request.seq()) {
+      continue;
+    }
+    RETURN_IF_ERROR(StatusFromWire(reply));
+    return reply;
+  }
+}
+
+}  // namespace
+
+Result<ClusterStatus> QueryClusterStatus(const std::string& address,
+                                         int64_t timeout_ms) {
+  wire::Header request;
+  request.set_type(wire::STATUS);
+  request.set_seq(1);
+  Result<wire::Header> reply = AskCoordinator(address, request, timeout_ms);
+  RETURN_IF_ERROR(reply.status());
+  const wire::ClusterState& c = reply->cluster();
+  ClusterStatus status;
+  status.epoch = c.epoch();
+  status.num_slots = c.num_slots();
+  status.expected_servers = c.expected_servers();
+  for (const auto& t : c.tables()) status.tables.push_back(t);
+  for (const auto& m : c.members()) {
+    MemberStatus s;
+    s.id = m.id();
+    s.role = m.role() == wire::ROLE_SERVER ? "server" : "worker";
+    s.address = m.address();
+    s.last_heartbeat_ms_ago = m.last_heartbeat_ms_ago();
+    s.alive = m.alive();
+    s.finished = m.finished();
+    s.slots = m.slots();
+    const auto& k = m.counters();
+    s.counters = {k.requests(),  k.pushes(),   k.pulls(),
+                  k.duplicates(), k.redirects(), k.errors(),
+                  k.bytes_in(),  k.bytes_out(), k.keys_stored()};
+    status.members.push_back(s);
+  }
+  return status;
+}
+
+Status RequestShutdown(const std::string& address, int64_t timeout_ms) {
+  wire::Header request;
+  request.set_type(wire::SHUTDOWN);
+  request.set_seq(1);
+  return AskCoordinator(address, request, timeout_ms).status();
+}
+
+std::string FormatClusterStatus(const ClusterStatus& status) {
+  std::ostringstream os;
+  os << "epoch " << status.epoch << ", " << status.num_slots << " slots, "
+     << status.expected_servers << " servers expected\n";
+  os << "tables:";
+  for (const auto& t : status.tables) os << " " << t;
+  if (status.tables.empty()) os << " (none)";
+  os << "\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-4s %-7s %-6s %-9s %6s %10s %10s %10s %6s %6s %8s  %s\n",
+                "id", "role", "alive", "hb_ago", "slots", "requests",
+                "pushes", "pulls", "dups", "errors", "keys", "address");
+  os << line;
+  for (const auto& m : status.members) {
+    const bool server = m.role == "server";
+    std::snprintf(
+        line, sizeof(line), "%-4d %-7s %-6s %7lldms %6s %10s %10s %10s %6s %6s %8s  %s\n",
+        m.id, m.role.c_str(),
+        m.finished ? "done" : (m.alive ? "yes" : "NO"),
+        static_cast<long long>(m.last_heartbeat_ms_ago),
+        server ? std::to_string(m.slots).c_str() : "-",
+        server ? std::to_string(m.counters.requests).c_str() : "-",
+        server ? std::to_string(m.counters.pushes).c_str() : "-",
+        server ? std::to_string(m.counters.pulls).c_str() : "-",
+        server ? std::to_string(m.counters.duplicates).c_str() : "-",
+        server ? std::to_string(m.counters.errors).c_str() : "-",
+        server ? std::to_string(m.counters.keys_stored).c_str() : "-",
+        m.address.c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace ductile

@@ -1,0 +1,696 @@
+#include "client/client_impl.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "elastic/slot_map.h"
+#include "glog/logging.h"
+#include "proto/codec.h"
+#include "proto/table_config.h"
+#include "transport/endpoint.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+// A request with no reply for this long is sent again with the same
+// sequence number (servers drop the duplicate if the first one arrived).
+constexpr milliseconds kResendAfter{5000};
+// Back-off before re-routing a request a server could not take yet.
+constexpr milliseconds kRetryAfter{20};
+// Values of at least this many bytes per key go out as one frame per key,
+// read in place, rather than gathered into one buffer.
+constexpr uint64_t kFramePerKeyBytes = 16384;
+// How often deadlines and resends are checked while requests are open.
+constexpr milliseconds kTimerPeriod{10};
+
+int64_t RandomClientId() {
+  std::random_device rd;
+  const uint64_t hi = rd(), lo = rd();
+  return static_cast<int64_t>(((hi << 32) | lo) >> 2) + 1;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.connect_timeout_ms < 1 || options.request_timeout_ms < 1) {
+    return InvalidArgumentError("timeouts must be >= 1 ms");
+  }
+  auto client = std::make_unique<ClientImpl>(options);
+  RETURN_IF_ERROR(client->Init());
+  return std::unique_ptr<Client>(std::move(client));
+}
+
+Handle Client::PushTensorAsync(const Tensor& t, std::span<const float> values) {
+  return PushAsync(t.table, t.keys, values, t.lengths);
+}
+
+Handle Client::PullTensorAsync(const Tensor& t, std::span<float> out) {
+  return PullAsync(t.table, t.keys, out, t.lengths);
+}
+
+ClientImpl::ClientImpl(const ClientOptions& options)
+    : options_(options), client_id_(RandomClientId()) {}
+
+ClientImpl::~ClientImpl() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stop_.store(true);
+  }
+  wakeup_.Signal();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status ClientImpl::Init() {
+  coordinator_ = MakeDealer(context_, "");
+  RETURN_IF_ERROR(ductile::Connect(coordinator_, options_.coordinator_address));
+  RebuildPollItems();
+  thread_ = std::thread([this] { Run(); });
+
+  wire::Header reg;
+  reg.set_type(wire::REGISTER);
+  reg.set_role(options_.register_as_worker ? wire::ROLE_WORKER
+                                           : wire::ROLE_OBSERVER);
+  Result<wire::Header> reply = Control(reg, options_.connect_timeout_ms);
+  if (!reply.ok()) {
+    if (reply.status().code() == StatusCode::kDeadlineExceeded) {
+      return DeadlineExceededError(
+          "coordinator at " + options_.coordinator_address +
+          " did not admit this client within " +
+          std::to_string(options_.connect_timeout_ms) +
+          " ms (is it running, and have all its servers registered?)");
+    }
+    return reply.status();
+  }
+  worker_id_ = options_.register_as_worker ? reply->member_id() : -1;
+  num_workers_ = reply->num_workers();
+  for (const auto& table : reply->tables()) {
+    RETURN_IF_ERROR(RememberTable(table));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- callers
+
+Status ClientImpl::RememberTable(const wire::TableConfig& config) {
+  std::lock_guard<std::mutex> lock(tables_mu_);
+  tables_[config.id()] = config;
+  return Status::Ok();
+}
+
+Result<wire::TableConfig> ClientImpl::LookupTable(TableId table) {
+  std::lock_guard<std::mutex> lock(tables_mu_);
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    return NotFoundError("unknown table id " + std::to_string(table) +
+                         " (create it with CreateTable or look it up with "
+                         "GetTable first)");
+  }
+  return it->second;
+}
+
+Result<wire::Header> ClientImpl::Control(wire::Header request,
+                                         int64_t timeout_ms) {
+  auto op = std::make_shared<ControlOperation>();
+  op->request = std::move(request);
+  op->deadline = SteadyClock::now() + milliseconds(timeout_ms);
+  op->Hold();
+  Enqueue(op);
+  RETURN_IF_ERROR(op->Wait());
+  Status s = StatusFromWire(op->reply);
+  if (!s.ok()) return s;
+  return op->reply;
+}
+
+Result<TableId> ClientImpl::CreateTable(const TableOptions& options) {
+  RETURN_IF_ERROR(ValidateTableOptions(options));
+  wire::Header request;
+  request.set_type(wire::CREATE_TABLE);
+  *request.mutable_table() = ToWire(options, 0);
+  Result<wire::Header> reply = Control(request, options_.request_timeout_ms);
+  RETURN_IF_ERROR(reply.status());
+  RETURN_IF_ERROR(RememberTable(reply->table()));
+  return reply->table().id();
+}
+
+Result<TableInfo> ClientImpl::GetTable(const std::string& name) {
+  wire::Header request;
+  request.set_type(wire::GET_TABLE);
+  request.set_name(name);
+  Result<wire::Header> reply = Control(request, options_.request_timeout_ms);
+  RETURN_IF_ERROR(reply.status());
+  RETURN_IF_ERROR(RememberTable(reply->table()));
+  return TableInfo{reply->table().id(), FromWire(reply->table())};
+}
+
+Result<Tensor> ClientImpl::RegisterTensor(const TableOptions& options,
+                                          uint64_t num_floats,
+                                          uint32_t chunk_floats) {
+  if (num_floats == 0) return InvalidArgumentError("tensor has no floats");
+  if (chunk_floats == 0) return InvalidArgumentError("chunk_floats is 0");
+  TableOptions table = options;
+  table.value_width = 0;
+  Result<TableId> id = CreateTable(table);
+  RETURN_IF_ERROR(id.status());
+  Tensor t;
+  t.table = *id;
+  t.num_floats = num_floats;
+  t.chunk_floats = chunk_floats;
+  for (uint64_t offset = 0, k = 0; offset < num_floats;
+       offset += chunk_floats, ++k) {
+    t.keys.push_back(k);
+    t.lengths.push_back(
+        static_cast<uint32_t>(std::min<uint64_t>(chunk_floats, num_floats - offset)));
+  }
+  return t;
+}
+
+Handle ClientImpl::PushAsync(TableId table, std::span<const Key> keys,
+                             std::span<const float> values,
+                             std::span<const uint32_t> lengths) {
+  auto op = std::make_shared<DataOperation>();
+  op->type = wire::PUSH;
+  op->table = table;
+  op->keys = keys;
+  op->values = values;
+  op->lengths = lengths;
+  return SubmitData(std::move(op));
+}
+
+Handle ClientImpl::PullAsync(TableId table, std::span<const Key> keys,
+                             std::span<float> out,
+                             std::span<const uint32_t> lengths) {
+  auto op = std::make_shared<DataOperation>();
+  op->type = wire::PULL;
+  op->table = table;
+  op->keys = keys;
+  op->out = out;
+  op->lengths = lengths;
+  return SubmitData(std::move(op));
+}
+
+Handle ClientImpl::PushPullAsync(TableId table, std::span<const Key> keys,
+                                 std::span<const float> values,
+                                 std::span<float> out,
+                                 std::span<const uint32_t> lengths) {
+  auto op = std::make_shared<DataOperation>();
+  op->type = wire::PUSH_PULL;
+  op->table = table;
+  op->keys = keys;
+  op->values = values;
+  op->out = out;
+  op->lengths = lengths;
+  return SubmitData(std::move(op));
+}
+
+Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
+  op->Hold();  // the dispatcher's hold, dropped once every part is out
+  Result<wire::TableConfig> table = LookupTable(op->table);
+  if (!table.ok()) {
+    op->Release(table.status());
+    return Handle(op);
+  }
+  op->width = table->value_width();
+  const bool push = op->type != wire::PULL;
+  const bool pull = op->type != wire::PUSH;
+  Result<uint64_t> total = CheckRequestShape(
+      op->keys, op->lengths, op->width,
+      push ? op->values.size() : op->out.size(), push ? "values" : "out");
+  if (total.ok() && push && pull && op->out.size() != op->values.size()) {
+    total = InvalidArgumentError("out has " + std::to_string(op->out.size()) +
+                                 " floats, values has " +
+                                 std::to_string(op->values.size()));
+  }
+  if (total.ok() && *total * sizeof(float) > options_.max_message_bytes) {
+    total = InvalidArgumentError(
+        "request of " + std::to_string(*total * sizeof(float)) +
+        " bytes of values is over max_message_bytes (" +
+        std::to_string(options_.max_message_bytes) + ")");
+  }
+  if (!total.ok()) {
+    op->Release(total.status());
+    return Handle(op);
+  }
+  if (op->width == 0) {
+    op->offsets.resize(op->keys.size());
+    uint64_t offset = 0;
+    for (size_t i = 0; i < op->keys.size(); ++i) {
+      op->offsets[i] = offset;
+      offset += op->lengths[i];
+    }
+  } else if (!op->lengths.empty()) {
+    op->lengths = {};  // equal to the width: no need to send them
+  }
+  op->clock = clock_.load();
+  op->deadline = SteadyClock::now() + milliseconds(options_.request_timeout_ms);
+  Enqueue(op);
+  return Handle(op);
+}
+
+void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!stop_.load()) {
+      queue_.push_back(std::move(op));
+      op = nullptr;
+    }
+  }
+  if (op) {
+    op->Release(CancelledError("client is shutting down"));
+    return;
+  }
+  wakeup_.Signal();
+}
+
+Status ClientImpl::Barrier(int64_t timeout_ms) {
+  if (worker_id_ < 0) {
+    return FailedPreconditionError("Barrier() needs a client registered as a "
+                                   "worker");
+  }
+  if (timeout_ms < 0) timeout_ms = options_.request_timeout_ms;
+  wire::Header request;
+  request.set_type(wire::BARRIER);
+  request.set_member_id(worker_id_);
+  Result<wire::Header> reply = Control(request, timeout_ms);
+  if (reply.status().code() == StatusCode::kDeadlineExceeded) {
+    return DeadlineExceededError("barrier not reached by every worker within " +
+                                 std::to_string(timeout_ms) + " ms");
+  }
+  return reply.status();
+}
+
+Status ClientImpl::Finish() {
+  if (worker_id_ < 0) return Status::Ok();
+  wire::Header request;
+  request.set_type(wire::FINISH);
+  request.set_member_id(worker_id_);
+  return Control(request, options_.request_timeout_ms).status();
+}
+
+// -------------------------------------------------------------- I/O thread
+
+void ClientImpl::RebuildPollItems() {
+  poll_items_.clear();
+  poll_servers_.clear();
+  poll_items_.push_back(wakeup_.PollItem());
+  poll_items_.push_back({coordinator_.handle(), 0, ZMQ_POLLIN, 0});
+  for (auto& [id, conn] : servers_) {
+    poll_items_.push_back({conn.socket.handle(), 0, ZMQ_POLLIN, 0});
+    poll_servers_.push_back(id);
+  }
+}
+
+void ClientImpl::Run() {
+  InMessage message;
+  auto next_timers = SteadyClock::now();
+  while (!stop_.load()) {
+    const bool busy = !parts_.empty() || !controls_.empty();
+    Status s = Poll(poll_items_, busy ? kTimerPeriod.count() : -1);
+    if (!s.ok()) {
+      LOG(ERROR) << "client I/O thread: " << s;
+      break;
+    }
+    if (poll_items_[0].revents & ZMQ_POLLIN) wakeup_.Drain();
+    std::deque<std::shared_ptr<internal::Operation>> batch;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      batch.swap(queue_);
+    }
+    for (auto& op : batch) Dispatch(op);
+
+    bool got = true;
+    while (got && ReceiveMessage(coordinator_, &message, &got).ok() && got) {
+      HandleControlReply(message);
+    }
+    // Replies may install routing and so add sockets: iterate over a copy
+    // of the server ids, looking each socket up again.
+    const std::vector<int32_t> ids = poll_servers_;
+    for (int32_t id : ids) {
+      auto it = servers_.find(id);
+      if (it == servers_.end()) continue;
+      got = true;
+      while (got && ReceiveMessage(it->second.socket, &message, &got).ok() &&
+             got) {
+        HandleDataReply(message);
+      }
+    }
+    const auto now = SteadyClock::now();
+    if (now >= next_timers) {
+      HandleTimers();
+      next_timers = now + kTimerPeriod;
+    }
+  }
+  FailAll(CancelledError("client closed"));
+  coordinator_.close();
+  servers_.clear();
+}
+
+void ClientImpl::FailAll(const Status& status) {
+  std::deque<std::shared_ptr<internal::Operation>> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    batch.swap(queue_);
+  }
+  for (auto& op : batch) op->Release(status);
+  auto parts = std::move(parts_);
+  parts_.clear();
+  for (auto& [seq, part] : parts) part.op->Release(status);
+  auto controls = std::move(controls_);
+  controls_.clear();
+  for (auto& [seq, op] : controls) op->Release(status);
+}
+
+void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
+  if (auto control = std::dynamic_pointer_cast<ControlOperation>(op)) {
+    const uint64_t seq = next_seq_++;
+    control->request.set_seq(seq);
+    OutMessage out;
+    out.AddString(control->request.SerializeAsString());
+    Status s = SendMessage(coordinator_, std::move(out));
+    if (!s.ok()) {
+      control->Release(s);
+      return;
+    }
+    controls_[seq] = control;
+    return;
+  }
+  auto data = std::static_pointer_cast<DataOperation>(op);
+  SplitAndSend(data, nullptr);
+  data->Release();  // the dispatcher's hold
+}
+
+void ClientImpl::SplitAndSend(const std::shared_ptr<DataOperation>& op,
+                              const std::vector<uint32_t>* subset) {
+  const size_t n = subset ? subset->size() : op->keys.size();
+  if (n == 0) return;
+  const int32_t num_slots = routing_.num_slots();
+  if (num_slots <= 0) {
+    op->Fail(UnavailableError("no routing table"));
+    return;
+  }
+  auto key_index = [&](size_t j) -> uint32_t {
+    return subset ? (*subset)[j] : static_cast<uint32_t>(j);
+  };
+  auto owner = [&](uint32_t i) {
+    return routing_.slot_owner(SlotOf(op->table, op->keys[i], num_slots));
+  };
+  // Group key indices by owning server (usually one group per server).
+  std::map<int32_t, std::vector<uint32_t>> groups;
+  const int32_t first = owner(key_index(0));
+  bool single = true;
+  for (size_t j = 1; j < n && single; ++j) single = owner(key_index(j)) == first;
+  if (single && !subset) {
+    Part part;
+    part.op = op;
+    part.server = first;
+    part.begin = 0;
+    part.end = n;
+    const uint64_t seq = next_seq_++;
+    part.seq = seq;
+    op->Hold();
+    open_seqs_.insert(seq);
+    SendPart(parts_.emplace(seq, std::move(part)).first->second);
+    return;
+  }
+  for (size_t j = 0; j < n; ++j) {
+    const uint32_t i = key_index(j);
+    groups[owner(i)].push_back(i);
+  }
+  for (auto& [server, indices] : groups) {
+    Part part;
+    part.op = op;
+    part.server = server;
+    if (indices.back() - indices.front() + 1 == indices.size()) {
+      part.begin = indices.front();
+      part.end = indices.back() + 1;
+    } else {
+      part.indices = std::move(indices);
+    }
+    const uint64_t seq = next_seq_++;
+    part.seq = seq;
+    op->Hold();
+    open_seqs_.insert(seq);
+    SendPart(parts_.emplace(seq, std::move(part)).first->second);
+  }
+}
+
+uint64_t ClientImpl::DoneBelow() const {
+  return open_seqs_.empty() ? next_seq_ : *open_seqs_.begin();
+}
+
+void ClientImpl::SendPart(Part& part) {
+  DataOperation& op = *part.op;
+  const uint64_t seq = part.seq;
+  ServerConnection* conn = ConnectionTo(part.server);
+  if (conn == nullptr) {
+    FinishPart(seq, UnavailableError("routing names server " +
+                                     std::to_string(part.server) +
+                                     " but gives no address for it"));
+    return;
+  }
+  const size_t count = part.size();
+  const bool contiguous = part.indices.empty();
+  const bool push = op.type != wire::PULL;
+  const bool variable = op.width == 0;
+  uint64_t floats = 0;
+  for (size_t j = 0; j < count; ++j) floats += op.length(part.index(j));
+
+  wire::Header header;
+  header.set_type(op.type);
+  header.set_seq(seq);
+  header.set_client_id(client_id_);
+  header.set_table_id(op.table);
+  header.set_epoch(routing_.epoch());
+  header.set_clock(op.clock);
+  header.set_num_keys(static_cast<uint32_t>(count));
+  header.set_has_lengths(variable);
+  header.set_done_below(DoneBelow());
+  const bool per_key_frames =
+      push && !contiguous && count > 1 &&
+      floats * sizeof(float) / count >= kFramePerKeyBytes;
+  if (push) header.set_values_frames(per_key_frames ? count : 1);
+
+  std::shared_ptr<DataOperation> op_ref = part.op;
+  auto borrow = [&](OutMessage& out, const void* data, size_t bytes) {
+    op_ref->Hold();
+    out.AddBorrowed(data, bytes, [op_ref] { op_ref->Release(); });
+  };
+  OutMessage out;
+  out.AddString(header.SerializeAsString());
+  if (contiguous) {
+    borrow(out, op.keys.data() + part.begin, count * sizeof(Key));
+    if (push) {
+      borrow(out, op.values.data() + op.offset(part.begin),
+             floats * sizeof(float));
+    }
+    if (variable) {
+      borrow(out, op.lengths.data() + part.begin, count * sizeof(uint32_t));
+    }
+  } else {
+    std::vector<Key> keys(count);
+    for (size_t j = 0; j < count; ++j) keys[j] = op.keys[part.index(j)];
+    out.AddCopy(keys.data(), keys.size() * sizeof(Key));
+    if (push && per_key_frames) {
+      for (size_t j = 0; j < count; ++j) {
+        const size_t i = part.index(j);
+        borrow(out, op.values.data() + op.offset(i),
+               op.length(i) * sizeof(float));
+      }
+    } else if (push) {
+      std::vector<float> values;
+      values.reserve(floats);
+      for (size_t j = 0; j < count; ++j) {
+        const size_t i = part.index(j);
+        const float* v = op.values.data() + op.offset(i);
+        values.insert(values.end(), v, v + op.length(i));
+      }
+      out.AddOwned(std::move(values));
+    }
+    if (variable) {
+      std::vector<uint32_t> lengths(count);
+      for (size_t j = 0; j < count; ++j) lengths[j] = op.lengths[part.index(j)];
+      out.AddCopy(lengths.data(), lengths.size() * sizeof(uint32_t));
+    }
+  }
+  part.retry_at = {};
+  part.resend_at = SteadyClock::now() + kResendAfter;
+  Status s = SendMessage(conn->socket, std::move(out));
+  if (!s.ok()) FinishPart(seq, s);
+}
+
+void ClientImpl::FinishPart(uint64_t seq, const Status& status) {
+  auto it = parts_.find(seq);
+  if (it == parts_.end()) return;
+  std::shared_ptr<DataOperation> op = std::move(it->second.op);
+  parts_.erase(it);
+  open_seqs_.erase(seq);
+  op->Release(status);
+}
+
+void ClientImpl::HandleDataReply(InMessage& message) {
+  wire::Header header;
+  if (message.frames.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+    LOG(WARNING) << "client: unreadable reply from a server, dropped";
+    return;
+  }
+  auto it = parts_.find(header.seq());
+  if (it == parts_.end() || it->second.retry_at != SteadyTime{}) {
+    return;  // late reply to a request that already finished or was re-routed
+  }
+  Part& part = it->second;
+  const Status status = StatusFromWire(header);
+  if (header.moved() || status.code() == StatusCode::kUnavailable) {
+    // Not applied: re-route the keys (under the newer table if the server
+    // sent one) with fresh sequence numbers.
+    const bool newer = header.has_routing() &&
+                       header.routing().epoch() > routing_.epoch();
+    if (newer) InstallRouting(header.routing());
+    else RequestRouting();
+    open_seqs_.erase(part.seq);
+    part.retry_at = SteadyClock::now() + (newer ? milliseconds(0) : kRetryAfter);
+    if (newer) HandleTimers();
+    return;
+  }
+  if (!status.ok()) {
+    return FinishPart(header.seq(),
+                      Status(status.code(), "server " +
+                                                std::to_string(part.server) +
+                                                ": " + status.message()));
+  }
+  DataOperation& op = *part.op;
+  if (op.type != wire::PUSH) {
+    uint64_t floats = 0;
+    for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
+    if (message.frames.size() != 2 ||
+        message.frames[1].size() != floats * sizeof(float)) {
+      return FinishPart(
+          header.seq(),
+          InternalError("server " + std::to_string(part.server) +
+                        " sent a pull reply of the wrong size"));
+    }
+    const float* values = static_cast<const float*>(message.frames[1].data());
+    if (part.indices.empty()) {
+      std::memcpy(op.out.data() + op.offset(part.begin), values,
+                  floats * sizeof(float));
+    } else {
+      for (size_t j = 0; j < part.size(); ++j) {
+        const size_t i = part.index(j);
+        std::memcpy(op.out.data() + op.offset(i), values,
+                    op.length(i) * sizeof(float));
+        values += op.length(i);
+      }
+    }
+  }
+  FinishPart(header.seq(), Status::Ok());
+}
+
+void ClientImpl::HandleTimers() {
+  const auto now = SteadyClock::now();
+  std::vector<uint64_t> expired, resend, reroute;
+  for (auto& [seq, part] : parts_) {
+    if (now >= part.op->deadline) {
+      expired.push_back(seq);
+    } else if (part.retry_at != SteadyTime{}) {
+      if (now >= part.retry_at) reroute.push_back(seq);
+    } else if (now >= part.resend_at) {
+      resend.push_back(seq);
+    }
+  }
+  for (uint64_t seq : expired) {
+    const Part& part = parts_.at(seq);
+    std::string where = "server " + std::to_string(part.server);
+    auto conn = servers_.find(part.server);
+    if (conn != servers_.end()) where += " (" + conn->second.address + ")";
+    FinishPart(seq, DeadlineExceededError(
+                        "no reply from " + where + " within " +
+                        std::to_string(options_.request_timeout_ms) + " ms"));
+  }
+  for (uint64_t seq : resend) {
+    VLOG(1) << "client: resending request " << seq;
+    SendPart(parts_.at(seq));
+  }
+  for (uint64_t seq : reroute) {
+    auto it = parts_.find(seq);
+    Part part = std::move(it->second);
+    parts_.erase(it);
+    std::vector<uint32_t> indices(part.size());
+    for (size_t j = 0; j < part.size(); ++j) indices[j] = part.index(j);
+    SplitAndSend(part.op, &indices);
+    part.op->Release();  // the old part's hold, after the new parts took theirs
+  }
+  for (auto it = controls_.begin(); it != controls_.end();) {
+    if (now >= it->second->deadline) {
+      it->second->Release(DeadlineExceededError(
+          "no answer from the coordinator at " + options_.coordinator_address));
+      it = controls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ClientImpl::HandleControlReply(InMessage& message) {
+  wire::Header header;
+  if (message.frames.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+    LOG(WARNING) << "client: unreadable message from the coordinator, dropped";
+    return;
+  }
+  if (header.has_routing()) InstallRouting(header.routing());
+  if (header.type() != wire::CONTROL_REPLY) return;
+  auto it = controls_.find(header.seq());
+  if (it == controls_.end()) return;
+  std::shared_ptr<ControlOperation> op = std::move(it->second);
+  controls_.erase(it);
+  op->reply = std::move(header);
+  op->Release();
+}
+
+void ClientImpl::RequestRouting() {
+  const auto now = SteadyClock::now();
+  if (now - routing_requested_at_ < kRetryAfter) return;
+  routing_requested_at_ = now;
+  wire::Header get;
+  get.set_type(wire::GET_ROUTING);
+  OutMessage out;
+  out.AddString(get.SerializeAsString());
+  SendMessage(coordinator_, std::move(out)).IgnoreError();
+}
+
+void ClientImpl::InstallRouting(const wire::RoutingTable& routing) {
+  if (routing.epoch() <= routing_.epoch()) return;
+  if (routing.num_slots() <= 0 ||
+      routing.slot_owner_size() != routing.num_slots()) {
+    LOG(WARNING) << "client: ignoring malformed routing table";
+    return;
+  }
+  routing_ = routing;
+  bool changed = false;
+  for (const auto& server : routing.servers()) {
+    const std::string address =
+        ChooseAddress(server.tcp_address(), server.ipc_address(),
+                      server.host_id(), options_.prefer_ipc);
+    auto it = servers_.find(server.id());
+    if (it != servers_.end() && it->second.address == address) continue;
+    ServerConnection conn{address, MakeDealer(context_, "")};
+    Status s = ductile::Connect(conn.socket, address);
+    if (!s.ok()) {
+      LOG(WARNING) << "client: cannot connect to server " << server.id()
+                   << ": " << s;
+      continue;
+    }
+    servers_.insert_or_assign(server.id(), std::move(conn));
+    changed = true;
+  }
+  if (changed) RebuildPollItems();
+}
+
+ClientImpl::ServerConnection* ClientImpl::ConnectionTo(int32_t server) {
+  auto it = servers_.find(server);
+  return it == servers_.end() ? nullptr : &it->second;
+}
+
+}  // namespace ductile

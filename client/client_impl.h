@@ -1,0 +1,166 @@
+// The client library (implements ductile::Client).
+//
+// Threads: caller threads validate a call, build an operation and queue it;
+// one I/O thread (Run) owns every socket and the routing table, splits each
+// operation into one request per server, sends, matches replies, resends on
+// "routing changed" or "unavailable" answers, and fails requests past their
+// deadline. Caller threads never touch a socket.
+#ifndef DUCTILE_CLIENT_CLIENT_IMPL_H_
+#define DUCTILE_CLIENT_CLIENT_IMPL_H_
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+#include <zmq.hpp>
+
+#include "client/operation.h"
+#include "ductile/client.h"
+#include "proto/ductile.pb.h"
+#include "transport/message.h"
+#include "transport/wakeup.h"
+
+namespace ductile {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// A push, pull or push-pull call: borrows the caller's spans.
+struct DataOperation : internal::Operation {
+  wire::MessageType type = wire::PUSH;
+  TableId table = 0;
+  uint32_t width = 0;  // 0: variable, see offsets
+  std::span<const Key> keys;
+  std::span<const float> values;
+  std::span<float> out;
+  std::span<const uint32_t> lengths;
+  std::vector<uint64_t> offsets;  // variable width: float offset of key i
+  int64_t clock = 0;
+  SteadyTime deadline;
+
+  uint64_t offset(size_t i) const { return width ? i * width : offsets[i]; }
+  uint32_t length(size_t i) const { return width ? width : lengths[i]; }
+};
+
+// A request to the coordinator; `reply` is filled before completion.
+struct ControlOperation : internal::Operation {
+  wire::Header request;
+  wire::Header reply;
+  SteadyTime deadline;
+};
+
+class ClientImpl final : public Client {
+ public:
+  explicit ClientImpl(const ClientOptions& options);
+  ~ClientImpl() override;
+
+  // Starts the I/O thread and registers; waits for the routing table.
+  Status Init();
+
+  Result<TableId> CreateTable(const TableOptions& options) override;
+  Result<TableInfo> GetTable(const std::string& name) override;
+  Handle PushAsync(TableId table, std::span<const Key> keys,
+                   std::span<const float> values,
+                   std::span<const uint32_t> lengths) override;
+  Handle PullAsync(TableId table, std::span<const Key> keys,
+                   std::span<float> out,
+                   std::span<const uint32_t> lengths) override;
+  Handle PushPullAsync(TableId table, std::span<const Key> keys,
+                       std::span<const float> values, std::span<float> out,
+                       std::span<const uint32_t> lengths) override;
+  Result<Tensor> RegisterTensor(const TableOptions& options,
+                                uint64_t num_floats,
+                                uint32_t chunk_floats) override;
+  int64_t Clock() override { return clock_.fetch_add(1) + 1; }
+  int64_t clock() const override { return clock_.load(); }
+  Status Barrier(int64_t timeout_ms) override;
+  Status Finish() override;
+  int32_t worker_id() const override { return worker_id_; }
+  int32_t num_workers() const override { return num_workers_; }
+
+ private:
+  // One request to one server: the keys of `op` at `indices` (or the
+  // contiguous range [begin, end) when indices is empty).
+  struct Part {
+    std::shared_ptr<DataOperation> op;
+    int32_t server = -1;
+    uint64_t seq = 0;
+    size_t begin = 0, end = 0;
+    std::vector<uint32_t> indices;
+    SteadyTime retry_at{};   // waiting for a retry (not in flight) if set
+    SteadyTime resend_at{};  // resend the same seq if silent until then
+    size_t size() const { return indices.empty() ? end - begin : indices.size(); }
+    size_t index(size_t j) const { return indices.empty() ? begin + j : indices[j]; }
+  };
+  struct ServerConnection {
+    std::string address;
+    zmq::socket_t socket;
+  };
+
+  Handle SubmitData(std::shared_ptr<DataOperation> op);
+  Result<wire::Header> Control(wire::Header request, int64_t timeout_ms);
+  void Enqueue(std::shared_ptr<internal::Operation> op);
+  Status RememberTable(const wire::TableConfig& config);
+  Result<wire::TableConfig> LookupTable(TableId table);
+
+  // I/O thread.
+  void Run();
+  void Dispatch(const std::shared_ptr<internal::Operation>& op);
+  void SplitAndSend(const std::shared_ptr<DataOperation>& op,
+                    const std::vector<uint32_t>* subset);
+  void SendPart(Part& part);
+  void HandleDataReply(InMessage& message);
+  void HandleControlReply(InMessage& message);
+  void HandleTimers();
+  void InstallRouting(const wire::RoutingTable& routing);
+  void RequestRouting();
+  ServerConnection* ConnectionTo(int32_t server);
+  void RebuildPollItems();
+  void FinishPart(uint64_t seq, const Status& status);
+  uint64_t DoneBelow() const;
+  void FailAll(const Status& status);
+
+  // Constant after construction.
+  const ClientOptions options_;
+  const int64_t client_id_;
+
+  // Set by Init(), then constant.
+  int32_t worker_id_ = -1;
+  int32_t num_workers_ = 0;
+
+  std::atomic<int64_t> clock_{0};
+  std::atomic<bool> stop_{false};
+  Wakeup wakeup_;
+
+  std::mutex queue_mu_;
+  std::deque<std::shared_ptr<internal::Operation>> queue_;  // guarded
+
+  std::mutex tables_mu_;
+  std::map<TableId, wire::TableConfig> tables_;  // guarded by tables_mu_
+
+  // Owned by the I/O thread.
+  zmq::context_t context_{1};
+  zmq::socket_t coordinator_;
+  wire::RoutingTable routing_;
+  std::map<int32_t, ServerConnection> servers_;
+  std::vector<zmq::pollitem_t> poll_items_;
+  std::vector<int32_t> poll_servers_;  // server id of poll_items_[2 + i]
+  uint64_t next_seq_ = 1;
+  std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
+  std::set<uint64_t> open_seqs_;  // seqs that may still be (re)sent
+  std::unordered_map<uint64_t, std::shared_ptr<ControlOperation>> controls_;
+  std::vector<std::shared_ptr<DataOperation>> waiting_for_routing_;
+  SteadyTime routing_requested_at_{};
+
+  std::thread thread_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_CLIENT_CLIENT_IMPL_H_

@@ -1,0 +1,42 @@
+#include "client/operation.h"
+
+#include "ductile/client.h"
+
+namespace ductile {
+namespace internal {
+
+void Operation::Fail(const Status& status) {
+  if (status.ok()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status_.ok()) status_ = status;
+  failed_.store(true, std::memory_order_release);
+}
+
+void Operation::Release(const Status& status) {
+  Fail(status);
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+Status Operation::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
+  return status_;
+}
+
+}  // namespace internal
+
+Handle::Handle(std::shared_ptr<internal::Operation> op) : op_(std::move(op)) {}
+
+Status Handle::Wait() const {
+  if (!op_) return FailedPreconditionError("Wait() on an empty Handle");
+  return op_->Wait();
+}
+
+bool Handle::done() const { return !op_ || op_->done(); }
+
+}  // namespace ductile

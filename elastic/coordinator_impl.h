@@ -1,0 +1,114 @@
+// The coordinator (implements ductile::Coordinator).
+//
+// Threads: one loop thread (Run) owns the socket and all membership state.
+// Other threads reach that state only through RunOnLoop(), which queues a
+// task for the loop and waits for its result.
+#ifndef DUCTILE_ELASTIC_COORDINATOR_IMPL_H_
+#define DUCTILE_ELASTIC_COORDINATOR_IMPL_H_
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "ductile/coordinator.h"
+#include "proto/ductile.pb.h"
+#include "transport/message.h"
+#include "transport/wakeup.h"
+
+namespace ductile {
+
+class CoordinatorImpl final : public Coordinator {
+ public:
+  explicit CoordinatorImpl(const CoordinatorOptions& options);
+  ~CoordinatorImpl() override;
+
+  Status Init();
+
+  Status Wait() override;
+  void Stop() override;
+  std::string address() const override { return address_; }
+  Status MoveSlot(int32_t slot, int32_t server_id) override;
+
+ private:
+  using Time = std::chrono::steady_clock::time_point;
+  struct Member {
+    int32_t id = -1;
+    wire::Role role = wire::ROLE_UNKNOWN;
+    std::string identity;  // ZeroMQ routing id of its socket
+    wire::ServerEndpoint endpoint;
+    Time last_seen;
+    bool finished = false;
+    wire::Counters counters;
+  };
+  // A request answered later (registration before routing, barrier, table
+  // creation in progress).
+  struct Waiter {
+    std::string identity;
+    uint64_t seq = 0;
+  };
+  struct PendingTable {
+    wire::TableConfig config;
+    std::set<int32_t> awaiting;  // servers that have not acked
+    std::vector<Waiter> waiters;
+    Time deadline;
+  };
+
+  void Run();
+  void Handle(InMessage& message);
+  void HandleRegister(const std::string& identity, const wire::Header& h);
+  void HandleCreateTable(const std::string& identity, const wire::Header& h);
+  void HandleTableAck(const wire::Header& h);
+  void HandleBarrier(const std::string& identity, const wire::Header& h);
+  void HandleFinish(const std::string& identity, const wire::Header& h);
+  void CheckTimeouts();
+  void MaybeAssignSlots();
+  void MaybeReleaseBarrier();
+  void MaybeShutDown();
+  void BeginShutdown();
+  void PublishRouting();
+  void FillRegistration(const Member& member, wire::Header* reply) const;
+  wire::ClusterState State() const;
+  Member* FindByIdentity(const std::string& identity);
+  void Send(const std::string& identity, const wire::Header& header);
+  void ReplyStatus(const std::string& identity, uint64_t seq, const Status& s);
+  int32_t LiveWorkersNeeded() const;
+
+  const CoordinatorOptions options_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+  std::string address_;
+  std::thread thread_;
+  Wakeup wakeup_;
+  std::atomic<bool> stop_{false};
+
+  std::mutex tasks_mu_;
+  std::deque<std::function<void()>> tasks_;  // guarded by tasks_mu_
+
+  // Owned by the loop thread.
+  std::map<int32_t, Member> servers_;
+  std::map<int32_t, Member> workers_;
+  std::map<std::string, Time> observers_;  // identity -> last seen
+  std::vector<Waiter> waiting_for_routing_;
+  wire::RoutingTable routing_;
+  std::map<std::string, wire::TableConfig> tables_;  // by name
+  std::map<std::string, PendingTable> pending_tables_;  // by name
+  uint32_t next_table_id_ = 1;
+  uint64_t next_seq_ = 1;
+  int32_t next_worker_id_ = 0;
+  std::vector<std::pair<Waiter, int32_t>> barrier_;  // (waiter, worker id)
+  bool shutting_down_ = false;
+  Time shutdown_at_{};
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_COORDINATOR_IMPL_H_

@@ -1,0 +1,43 @@
+// Cluster inspection and control from outside a job (`ductile status`).
+#ifndef DUCTILE_ADMIN_H_
+#define DUCTILE_ADMIN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ductile/server.h"
+#include "ductile/status.h"
+
+namespace ductile {
+
+struct MemberStatus {
+  int32_t id = -1;
+  std::string role;      // "server" or "worker"
+  std::string address;   // servers: tcp address
+  int64_t last_heartbeat_ms_ago = 0;
+  bool alive = false;
+  bool finished = false;  // workers: called Finish()
+  int32_t slots = 0;      // servers: slots owned
+  ServerCounters counters;  // servers: as of the last heartbeat
+};
+
+struct ClusterStatus {
+  uint64_t epoch = 0;
+  int32_t num_slots = 0;
+  int32_t expected_servers = 0;
+  std::vector<MemberStatus> members;
+  std::vector<std::string> tables;
+};
+
+// Asks the coordinator at `address` for the cluster's state.
+Result<ClusterStatus> QueryClusterStatus(const std::string& address,
+                                         int64_t timeout_ms);
+// Asks the coordinator to shut the whole cluster down.
+Status RequestShutdown(const std::string& address, int64_t timeout_ms);
+// A human-readable table of `status`.
+std::string FormatClusterStatus(const ClusterStatus& status);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ADMIN_H_

@@ -1,0 +1,187 @@
+// The worker's side of ductile: push gradients, pull parameters.
+//
+// A Client connects to the coordinator, learns the routing table (which
+// server owns which key), and talks to every server directly. It is
+// thread-safe: any number of threads may call it at once. Its replies are
+// handled on one background I/O thread that the Client owns; no user code
+// runs there.
+//
+// Example (a worker's training loop):
+//
+//   ductile::ClientOptions options;
+//   options.coordinator_address = "tcp://127.0.0.1:7000";
+//   auto client = ductile::Client::Connect(options);
+//   if (!client.ok()) { std::cerr << client.status() << "\n"; return 1; }
+//   ductile::TableOptions table;
+//   table.name = "weights"; table.value_width = 4;
+//   table.rule = ductile::UpdateRule::kSgd; table.learning_rate = 0.1f;
+//   auto id = (*client)->CreateTable(table);
+//   std::vector<ductile::Key> keys = {1, 7, 42};   // strictly increasing
+//   std::vector<float> grad(keys.size() * 4, 0.5f), weights(keys.size() * 4);
+//   RETURN_IF_ERROR((*client)->Push(*id, keys, grad));
+//   RETURN_IF_ERROR((*client)->Pull(*id, keys, weights));
+//   (*client)->Clock();
+//
+// Keys in one call must be strictly increasing. Values are laid out key after
+// key: key i's vector starts at the sum of the widths of keys 0..i-1.
+// Asynchronous calls borrow the caller's spans: they must stay valid, and
+// `out` untouched, until the Handle is done.
+#ifndef DUCTILE_CLIENT_H_
+#define DUCTILE_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ductile/status.h"
+#include "ductile/table.h"
+
+namespace ductile {
+
+namespace internal {
+class Operation;
+}  // namespace internal
+
+// Completion of an asynchronous call. Copyable; all copies see the same
+// operation. Wait() may be called from any thread, any number of times.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<internal::Operation> op);
+
+  // Blocks until the operation finishes; returns its status.
+  Status Wait() const;
+  // True once the operation finished (Wait() would not block).
+  bool done() const;
+
+ private:
+  std::shared_ptr<internal::Operation> op_;
+};
+
+struct ClientOptions {
+  // Coordinator's address, "tcp://host:port" or "ipc:///path".
+  std::string coordinator_address = "tcp://127.0.0.1:7000";
+  // How long Connect() waits for the coordinator and a complete routing
+  // table (all servers registered). 1 ms - 1 day.
+  int64_t connect_timeout_ms = 60000;
+  // How long one call waits for all of its replies before it fails with
+  // kDeadlineExceeded naming the servers that did not answer.
+  int64_t request_timeout_ms = 60000;
+  // Talk to servers on the same host over ipc:// (faster than tcp loopback).
+  bool prefer_ipc = true;
+  // Largest request this client builds, in bytes; larger calls are rejected
+  // with kInvalidArgument before anything is sent. Servers enforce their own
+  // limit too.
+  uint64_t max_message_bytes = 1ull << 30;
+  // When true the client registers as a worker (gets a worker id, counts in
+  // barriers and cluster shutdown). Tools such as `ductile status` use false.
+  bool register_as_worker = true;
+};
+
+// A dense tensor stored as fixed-size chunks (one key each) spread over the
+// servers. Made by Client::RegisterTensor.
+struct Tensor {
+  TableId table = 0;
+  uint64_t num_floats = 0;
+  uint32_t chunk_floats = 0;
+  std::vector<Key> keys;          // 0 .. number of chunks - 1
+  std::vector<uint32_t> lengths;  // floats per chunk; the last may be short
+};
+
+struct TableInfo {
+  TableId id = 0;
+  TableOptions options;
+};
+
+class Client {
+ public:
+  // Connects, registers and waits for the routing table.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  virtual ~Client() = default;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Creates a table on every server (or returns the existing one's id when
+  // a table of this name exists with equal options).
+  virtual Result<TableId> CreateTable(const TableOptions& options) = 0;
+  // Looks a table up by name (kNotFound if none).
+  virtual Result<TableInfo> GetTable(const std::string& name) = 0;
+
+  // Applies `values` to `keys` with the table's update rule. `lengths`
+  // (floats per key) is required for variable-width tables and optional
+  // (must equal the width) for fixed-width ones.
+  virtual Handle PushAsync(TableId table, std::span<const Key> keys,
+                           std::span<const float> values,
+                           std::span<const uint32_t> lengths = {}) = 0;
+  // Reads the current values of `keys` into `out`. A key never written reads
+  // as the table's initializer (for variable-width tables, `lengths` gives
+  // the width a new key is created with).
+  virtual Handle PullAsync(TableId table, std::span<const Key> keys,
+                           std::span<float> out,
+                           std::span<const uint32_t> lengths = {}) = 0;
+  // Push, then pull the updated values, in one round trip per server.
+  virtual Handle PushPullAsync(TableId table, std::span<const Key> keys,
+                               std::span<const float> values,
+                               std::span<float> out,
+                               std::span<const uint32_t> lengths = {}) = 0;
+
+  Status Push(TableId table, std::span<const Key> keys,
+              std::span<const float> values,
+              std::span<const uint32_t> lengths = {}) {
+    return PushAsync(table, keys, values, lengths).Wait();
+  }
+  Status Pull(TableId table, std::span<const Key> keys, std::span<float> out,
+              std::span<const uint32_t> lengths = {}) {
+    return PullAsync(table, keys, out, lengths).Wait();
+  }
+  Status PushPull(TableId table, std::span<const Key> keys,
+                  std::span<const float> values, std::span<float> out,
+                  std::span<const uint32_t> lengths = {}) {
+    return PushPullAsync(table, keys, values, out, lengths).Wait();
+  }
+
+  // Dense tensors: a variable-width table named `options.name` holding
+  // `num_floats` floats in chunks of `chunk_floats` (one key per chunk).
+  // options.value_width is ignored. All workers registering the same name
+  // share the tensor.
+  virtual Result<Tensor> RegisterTensor(const TableOptions& options,
+                                        uint64_t num_floats,
+                                        uint32_t chunk_floats = 32768) = 0;
+  Handle PushTensorAsync(const Tensor& t, std::span<const float> values);
+  Handle PullTensorAsync(const Tensor& t, std::span<float> out);
+  Status PushTensor(const Tensor& t, std::span<const float> values) {
+    return PushTensorAsync(t, values).Wait();
+  }
+  Status PullTensor(const Tensor& t, std::span<float> out) {
+    return PullTensorAsync(t, out).Wait();
+  }
+
+  // Advances this worker's clock by one and returns the new value. Pushes
+  // made after the c-th call carry timestamp c.
+  virtual int64_t Clock() = 0;
+  virtual int64_t clock() const = 0;
+
+  // Blocks until every live worker has called Barrier() the same number of
+  // times, or `timeout_ms` passes (kDeadlineExceeded); -1 = the request
+  // timeout.
+  virtual Status Barrier(int64_t timeout_ms = -1) = 0;
+
+  // Tells the coordinator this worker is finished. When every worker has
+  // finished, the coordinator shuts the cluster down.
+  virtual Status Finish() = 0;
+
+  // Worker id assigned by the coordinator (-1 when not registered as one).
+  virtual int32_t worker_id() const = 0;
+  // Number of workers registered when this client connected.
+  virtual int32_t num_workers() const = 0;
+
+ protected:
+  Client() = default;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_CLIENT_H_

@@ -1,0 +1,61 @@
+// The coordinator (membership manager): one per cluster.
+//
+// It registers servers and workers and gives them ids, assigns slots evenly
+// to servers once the expected number has registered, publishes the routing
+// table (slot -> server) with an epoch that grows on every change, creates
+// tables on every server, runs barriers, records heartbeats and each server's
+// counters, and shuts the cluster down when every worker has finished.
+// It runs on one thread of its own; all methods are thread-safe.
+#ifndef DUCTILE_COORDINATOR_H_
+#define DUCTILE_COORDINATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ductile/status.h"
+
+namespace ductile {
+
+struct CoordinatorOptions {
+  // Where to listen: "tcp://host:port" (port 0 picks a free one) or
+  // "ipc:///path".
+  std::string bind_address = "tcp://127.0.0.1:7000";
+  // Servers to wait for before slots are assigned and workers admitted. >= 1.
+  int32_t num_servers = 1;
+  // Workers in the job; the cluster shuts down when this many have
+  // finished. 0: shut down once every worker that registered has finished.
+  int32_t num_workers = 0;
+  // Slots keys hash into; fixed for the cluster's life. 1 - 1048576.
+  int32_t num_slots = 4096;
+  // A member silent this long is reported as not alive by `status`.
+  int64_t heartbeat_timeout_ms = 5000;
+};
+
+class Coordinator {
+ public:
+  static Result<std::unique_ptr<Coordinator>> Start(
+      const CoordinatorOptions& options);
+
+  virtual ~Coordinator() = default;
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Blocks until the cluster has shut down (or Stop()).
+  virtual Status Wait() = 0;
+  virtual void Stop() = 0;
+  // The address it listens on (with the real port when 0 was asked).
+  virtual std::string address() const = 0;
+
+  // Moves one slot's ownership to another server and publishes the new
+  // routing table (epoch + 1). Only the routing moves: the slot's keys are
+  // not copied (resharding with data movement builds on this).
+  virtual Status MoveSlot(int32_t slot, int32_t server_id) = 0;
+
+ protected:
+  Coordinator() = default;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_COORDINATOR_H_

@@ -1,0 +1,96 @@
+// A parameter server: owns a share of the slots, stores their keys'
+// values and optimizer state, and applies pushes.
+//
+// A Server runs one request thread of its own: requests are validated and
+// applied there, in arrival order, so no lock is taken on the hot path.
+// Start() returns once the server has registered with the coordinator.
+// All methods are thread-safe.
+//
+// Example (embedding a server with a user update rule):
+//
+//   ductile::ServerOptions options;
+//   options.coordinator_address = "tcp://127.0.0.1:7000";
+//   options.custom_rules["clipped_add"] = {
+//       [](std::span<float> w, std::span<const float> g, std::span<float>) {
+//         for (size_t i = 0; i < w.size(); ++i)
+//           w[i] += std::clamp(g[i], -1.0f, 1.0f);
+//       }};
+//   auto server = ductile::Server::Start(options);
+//   if (!server.ok()) return 1;
+//   (*server)->Wait().IgnoreError();  // until the cluster shuts down
+#ifndef DUCTILE_SERVER_H_
+#define DUCTILE_SERVER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ductile/status.h"
+#include "ductile/table.h"
+
+namespace ductile {
+
+struct ServerOptions {
+  // Coordinator's address, "tcp://host:port" or "ipc:///path".
+  std::string coordinator_address = "tcp://127.0.0.1:7000";
+  // Interface to listen on and to advertise to peers.
+  std::string host = "127.0.0.1";
+  // TCP port to listen on; 0 picks a free one.
+  int port = 0;
+  // Also listen on an ipc:// socket in `ipc_dir`, which clients on the same
+  // host use instead of tcp.
+  bool enable_ipc = true;
+  std::string ipc_dir = "/tmp";
+  // Ask the coordinator for this server id (-1: let it choose).
+  int32_t requested_id = -1;
+  // Largest request accepted, in bytes (header + keys + values + lengths).
+  // Larger ones get a kInvalidArgument reply; ones far larger (over 2x) are
+  // dropped by the transport and the connection reset.
+  uint64_t max_message_bytes = 1ull << 30;
+  // Interval between heartbeats to the coordinator. 10 ms - 60 s.
+  int64_t heartbeat_interval_ms = 500;
+  // How long Start() waits for the coordinator to answer.
+  int64_t connect_timeout_ms = 60000;
+  // User update rules, usable by tables created with UpdateRule::kCustom.
+  std::map<std::string, CustomRule> custom_rules;
+};
+
+// Request counters of one server, as reported by `ductile status`.
+struct ServerCounters {
+  uint64_t requests = 0;        // data requests received
+  uint64_t pushes = 0;          // push and push-pull requests applied
+  uint64_t pulls = 0;           // pull and push-pull requests answered
+  uint64_t duplicates = 0;      // resent requests recognised, not re-applied
+  uint64_t redirects = 0;       // "routing changed" answers
+  uint64_t errors = 0;          // malformed or refused requests
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  uint64_t keys_stored = 0;
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
+
+  virtual ~Server() = default;  // stops the server if still running
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Blocks until the server stops (coordinator's shutdown or Stop()).
+  virtual Status Wait() = 0;
+  // Asks the request thread to stop; returns at once.
+  virtual void Stop() = 0;
+
+  virtual int32_t id() const = 0;
+  // The tcp address peers reach this server at.
+  virtual std::string address() const = 0;
+  virtual ServerCounters counters() const = 0;
+
+ protected:
+  Server() = default;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_H_

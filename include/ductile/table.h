@@ -1,0 +1,89 @@
+// Tables: what a server stores and how it applies pushes.
+//
+// A table is a map from 64-bit keys to float vectors. Its options fix the
+// vector width, the update rule applied to every push, and the initial value
+// of a key never written. Tables are created through Client::CreateTable
+// (any worker; creating the same name again with equal options returns the
+// same id, with different options fails with kAlreadyExists).
+#ifndef DUCTILE_TABLE_H_
+#define DUCTILE_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+namespace ductile {
+
+using Key = uint64_t;
+using TableId = uint32_t;
+
+// How a server combines a pushed vector `g` with the stored value `w`.
+// Part of the wire format: never renumber.
+enum class UpdateRule : int {
+  kAssign = 0,    // w = g
+  kAdd = 1,       // w += g
+  kSgd = 2,       // w -= lr * g
+  kMomentum = 3,  // v = momentum * v + g;  w -= lr * v
+  kAdaGrad = 4,   // h += g^2;  w -= lr * g / (sqrt(h) + epsilon)
+  kAdam = 5,      // bias-corrected Adam (Kingma & Ba), step count per key
+  kCustom = 6,    // a function registered on every server (ServerOptions)
+};
+
+// Initial value of every element of a key never written.
+enum class InitKind : int {
+  kZeros = 0,
+  kConstant = 1,  // `value`
+  kUniform = 2,   // U[low, high)
+  kNormal = 3,    // N(mean, stddev^2)
+};
+
+struct Initializer {
+  InitKind kind = InitKind::kZeros;
+  float value = 0.0f;
+  float low = -0.05f;
+  float high = 0.05f;
+  float mean = 0.0f;
+  float stddev = 0.01f;
+  // Random initializers are deterministic functions of (seed, table, key,
+  // element), so the value does not depend on which server holds the key.
+  uint64_t seed = 1;
+};
+
+struct TableOptions {
+  // Unique name, 1-128 characters of [A-Za-z0-9_.-].
+  std::string name;
+  // Floats per key. 0 makes a variable-width table: each key's width is set
+  // by its first push (with explicit lengths) and never changes.
+  uint32_t value_width = 1;
+  UpdateRule rule = UpdateRule::kAdd;
+  // Optimizer hyper-parameters (used by the rules named).
+  float learning_rate = 0.01f;  // kSgd, kMomentum, kAdaGrad, kAdam
+  float momentum = 0.9f;        // kMomentum
+  float beta1 = 0.9f;           // kAdam
+  float beta2 = 0.999f;         // kAdam
+  float epsilon = 1e-8f;        // kAdaGrad, kAdam
+  // kCustom: name of a rule registered in ServerOptions::custom_rules.
+  std::string custom_rule;
+  Initializer init;
+  // Reject pushes containing NaN or infinity with kInvalidArgument, leaving
+  // the table unchanged.
+  bool reject_non_finite = true;
+};
+
+// A user update rule. Called on the server's request thread with the
+// stored value, the pushed vector (same length) and the key's optimizer
+// state (state_floats_per_value * value.size() floats, zero-initialised).
+// It must not block and must not throw.
+using UpdateFunction = std::function<void(
+    std::span<float> value, std::span<const float> pushed,
+    std::span<float> state)>;
+
+struct CustomRule {
+  UpdateFunction apply;
+  uint32_t state_floats_per_value = 0;  // 0-4
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_TABLE_H_

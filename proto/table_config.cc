@@ -1,0 +1,114 @@
+#include "proto/table_config.h"
+
+#include <cmath>
+#include <string>
+
+#include "google/protobuf/util/message_differencer.h"
+
+namespace ductile {
+
+wire::TableConfig ToWire(const TableOptions& o, TableId id) {
+  wire::TableConfig c;
+  c.set_id(id);
+  c.set_name(o.name);
+  c.set_value_width(o.value_width);
+  c.set_rule(static_cast<int>(o.rule));
+  c.set_learning_rate(o.learning_rate);
+  c.set_momentum(o.momentum);
+  c.set_beta1(o.beta1);
+  c.set_beta2(o.beta2);
+  c.set_epsilon(o.epsilon);
+  c.set_custom_rule(o.custom_rule);
+  c.set_reject_non_finite(o.reject_non_finite);
+  auto* init = c.mutable_init();
+  init->set_kind(static_cast<int>(o.init.kind));
+  init->set_value(o.init.value);
+  init->set_low(o.init.low);
+  init->set_high(o.init.high);
+  init->set_mean(o.init.mean);
+  init->set_stddev(o.init.stddev);
+  init->set_seed(o.init.seed);
+  return c;
+}
+
+TableOptions FromWire(const wire::TableConfig& c) {
+  TableOptions o;
+  o.name = c.name();
+  o.value_width = c.value_width();
+  o.rule = static_cast<UpdateRule>(c.rule());
+  o.learning_rate = c.learning_rate();
+  o.momentum = c.momentum();
+  o.beta1 = c.beta1();
+  o.beta2 = c.beta2();
+  o.epsilon = c.epsilon();
+  o.custom_rule = c.custom_rule();
+  o.reject_non_finite = c.reject_non_finite();
+  o.init.kind = static_cast<InitKind>(c.init().kind());
+  o.init.value = c.init().value();
+  o.init.low = c.init().low();
+  o.init.high = c.init().high();
+  o.init.mean = c.init().mean();
+  o.init.stddev = c.init().stddev();
+  o.init.seed = c.init().seed();
+  return o;
+}
+
+Status ValidateTableOptions(const TableOptions& o) {
+  if (o.name.empty() || o.name.size() > 128) {
+    return InvalidArgumentError("table name must have 1-128 characters");
+  }
+  for (char ch : o.name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+                    ch == '-';
+    if (!ok) {
+      return InvalidArgumentError("table name '" + o.name +
+                                  "' may hold only [A-Za-z0-9_.-]");
+    }
+  }
+  if (o.value_width > (1u << 28)) {
+    return InvalidArgumentError("value_width " + std::to_string(o.value_width) +
+                                " is over the limit of 2^28 floats");
+  }
+  const int rule = static_cast<int>(o.rule);
+  if (rule < 0 || rule > static_cast<int>(UpdateRule::kCustom)) {
+    return InvalidArgumentError("unknown update rule " + std::to_string(rule));
+  }
+  if (o.rule == UpdateRule::kCustom && o.custom_rule.empty()) {
+    return InvalidArgumentError("rule kCustom needs custom_rule (a name)");
+  }
+  auto finite = [](float x) { return std::isfinite(x); };
+  if (!finite(o.learning_rate) || o.learning_rate < 0) {
+    return InvalidArgumentError("learning_rate must be finite and >= 0");
+  }
+  if (!finite(o.momentum) || o.momentum < 0 || o.momentum >= 1) {
+    return InvalidArgumentError("momentum must be in [0, 1)");
+  }
+  if (!finite(o.beta1) || o.beta1 < 0 || o.beta1 >= 1 || !finite(o.beta2) ||
+      o.beta2 < 0 || o.beta2 >= 1) {
+    return InvalidArgumentError("beta1 and beta2 must be in [0, 1)");
+  }
+  if (!finite(o.epsilon) || o.epsilon <= 0) {
+    return InvalidArgumentError("epsilon must be finite and > 0");
+  }
+  const int init = static_cast<int>(o.init.kind);
+  if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
+    return InvalidArgumentError("unknown initializer " + std::to_string(init));
+  }
+  if (o.init.kind == InitKind::kUniform && !(o.init.low < o.init.high)) {
+    return InvalidArgumentError("uniform initializer needs low < high");
+  }
+  if (o.init.kind == InitKind::kNormal && !(o.init.stddev >= 0)) {
+    return InvalidArgumentError("normal initializer needs stddev >= 0");
+  }
+  return Status::Ok();
+}
+
+bool SameTable(const wire::TableConfig& a, const wire::TableConfig& b) {
+  wire::TableConfig x = a, y = b;
+  x.set_id(0);
+  y.set_id(0);
+  return google::protobuf::util::MessageDifferencer::Equals(x, y);
+}
+
+}  // namespace ductile

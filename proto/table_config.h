@@ -1,0 +1,23 @@
+// TableOptions <-> wire::TableConfig, and validation of a table's options.
+#ifndef DUCTILE_PROTO_TABLE_CONFIG_H_
+#define DUCTILE_PROTO_TABLE_CONFIG_H_
+
+#include "ductile/status.h"
+#include "ductile/table.h"
+#include "proto/ductile.pb.h"
+
+namespace ductile {
+
+wire::TableConfig ToWire(const TableOptions& options, TableId id);
+TableOptions FromWire(const wire::TableConfig& config);
+
+// Checks names, widths, rule and hyper-parameters: a clear InvalidArgument
+// for anything a server could not honour.
+Status ValidateTableOptions(const TableOptions& options);
+
+// True when two configs describe the same table (ids aside).
+bool SameTable(const wire::TableConfig& a, const wire::TableConfig& b);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_PROTO_TABLE_CONFIG_H_

@@ -1,0 +1,85 @@
+#include "server/parameter_table.h"
+
+#include <cmath>
+#include <string>
+
+#include "server/initializer.h"
+
+namespace ductile {
+
+ParameterTable::ParameterTable(TableId id, const TableOptions& options,
+                               const CustomRule* custom)
+    : id_(id), options_(options), kernel_(options, custom) {}
+
+Status ParameterTable::CheckWidths(const DataFrames& request) const {
+  if (options_.value_width != 0) return Status::Ok();  // checked by the codec
+  const auto keys = request.keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it != entries_.end() && it->second.value.size() != request.length(i)) {
+      return InvalidArgumentError(
+          "key " + std::to_string(keys[i]) + " of table '" + options_.name +
+          "' has width " + std::to_string(it->second.value.size()) +
+          ", request says " + std::to_string(request.length(i)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParameterTable::CheckPush(const DataFrames& request) const {
+  RETURN_IF_ERROR(CheckWidths(request));
+  if (!options_.reject_non_finite) return Status::Ok();
+  const auto keys = request.keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto v = request.value(i);
+    // Summing is vectorisable and a single non-finite term makes it so.
+    float acc = 0.0f;
+    for (float x : v) acc += x * 0.0f;
+    if (!std::isfinite(acc)) {
+      return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
+                                  std::to_string(keys[i]) + " of table '" +
+                                  options_.name + "'; table left unchanged");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParameterTable::CheckPull(const DataFrames& request) const {
+  return CheckWidths(request);
+}
+
+ParameterTable::Entry& ParameterTable::FindOrCreate(Key key, uint32_t width) {
+  auto [it, inserted] = entries_.try_emplace(key);
+  if (inserted) {
+    it->second.value.resize(width);
+    InitializeValue(options_.init, id_, key, it->second.value);
+    it->second.state.assign(size_t{width} * kernel_.state_per_value(), 0.0f);
+  }
+  return it->second;
+}
+
+void ParameterTable::ApplyPush(const DataFrames& request) {
+  const auto keys = request.keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Entry& e = FindOrCreate(keys[i], request.length(i));
+    kernel_.Apply(e.value, request.value(i), e.state, &e.steps);
+  }
+}
+
+void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {
+  const auto keys = request.keys();
+  out->reserve(out->size() + request.total_floats());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Entry& e = FindOrCreate(keys[i], request.length(i));
+    out->insert(out->end(), e.value.begin(), e.value.end());
+  }
+}
+
+bool ParameterTable::Get(Key key, std::vector<float>* value) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return false;
+  *value = it->second.value;
+  return true;
+}
+
+}  // namespace ductile

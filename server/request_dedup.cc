@@ -1,0 +1,32 @@
+#include "server/request_dedup.h"
+
+#include <iterator>
+
+namespace ductile {
+
+void RequestDedup::Advance(int64_t client, uint64_t done_below) {
+  ClientWindow& w = clients_[client];
+  if (done_below <= w.done_below) return;
+  w.done_below = done_below;
+  for (auto it = w.applied.begin(); it != w.applied.end();) {
+    it = *it < done_below ? w.applied.erase(it) : std::next(it);
+  }
+}
+
+bool RequestDedup::IsDuplicate(int64_t client, uint64_t seq) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return false;
+  return seq < it->second.done_below || it->second.applied.count(seq) > 0;
+}
+
+void RequestDedup::MarkApplied(int64_t client, uint64_t seq) {
+  clients_[client].applied.insert(seq);
+}
+
+size_t RequestDedup::tracked() const {
+  size_t n = 0;
+  for (const auto& [client, w] : clients_) n += w.applied.size();
+  return n;
+}
+
+}  // namespace ductile

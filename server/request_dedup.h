@@ -1,0 +1,44 @@
+// Exactly-once application of requests that may be resent.
+//
+// Every data request carries (client id, sequence number) and the client's
+// "done below" mark: every request of that client with a smaller sequence
+// has completed, so it will never be resent.
+//
+// Invariants, per client:
+//   - done_below only grows;
+//   - applied holds exactly the applied sequences >= done_below.
+// A request is a duplicate iff its seq < done_below or seq is in applied.
+// Memory per client is bounded by the client's requests in flight.
+// Not thread-safe: owned by a server's request thread.
+#ifndef DUCTILE_SERVER_REQUEST_DEDUP_H_
+#define DUCTILE_SERVER_REQUEST_DEDUP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ductile {
+
+class RequestDedup {
+ public:
+  // Moves the client's done-below mark (and forgets what lies under it).
+  void Advance(int64_t client, uint64_t done_below);
+  // True if (client, seq) was applied before (or lies below the mark).
+  bool IsDuplicate(int64_t client, uint64_t seq) const;
+  // Records (client, seq) as applied.
+  void MarkApplied(int64_t client, uint64_t seq);
+
+  size_t tracked() const;
+
+ private:
+  struct ClientWindow {
+    uint64_t done_below = 0;
+    std::unordered_set<uint64_t> applied;
+  };
+  std::unordered_map<int64_t, ClientWindow> clients_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_REQUEST_DEDUP_H_

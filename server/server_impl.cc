@@ -1,0 +1,436 @@
+#include "server/server_impl.h"
+
+#include <unistd.h>
+
+#include <random>
+#include <utility>
+
+#include "elastic/slot_map.h"
+#include "glog/logging.h"
+#include "proto/codec.h"
+#include "proto/table_config.h"
+#include "transport/endpoint.h"
+
+namespace ductile {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string RandomIdentity(const char* role) {
+  std::random_device rd;
+  return std::string(role) + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(rd());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (options.heartbeat_interval_ms < 10 ||
+      options.heartbeat_interval_ms > 60000) {
+    return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return InvalidArgumentError("port must be in [0, 65535]");
+  }
+  auto server = std::make_unique<ServerImpl>(options);
+  RETURN_IF_ERROR(server->Init());
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+ServerImpl::ServerImpl(const ServerOptions& options) : options_(options) {}
+
+ServerImpl::~ServerImpl() {
+  Stop();
+  Wait().IgnoreError();
+  RemoveIpcFile(ipc_address_);
+}
+
+Status ServerImpl::Init() {
+  router_ = MakeRouter(context_, static_cast<int64_t>(options_.max_message_bytes));
+  const std::string port =
+      options_.port == 0 ? "*" : std::to_string(options_.port);
+  Result<std::string> bound = Bind(router_, "tcp://" + options_.host + ":" + port);
+  RETURN_IF_ERROR(bound.status());
+  tcp_address_ = *bound;
+  if (options_.enable_ipc) {
+    Result<std::string> ipc = Bind(router_, MakeIpcAddress(options_.ipc_dir, "server"));
+    RETURN_IF_ERROR(ipc.status());
+    ipc_address_ = *ipc;
+  }
+
+  coordinator_ = MakeDealer(context_, RandomIdentity("server"));
+  RETURN_IF_ERROR(Connect(coordinator_, options_.coordinator_address));
+  wire::Header reg;
+  reg.set_type(wire::REGISTER);
+  reg.set_role(wire::ROLE_SERVER);
+  reg.set_member_id(options_.requested_id);
+  reg.mutable_endpoint()->set_tcp_address(tcp_address_);
+  reg.mutable_endpoint()->set_ipc_address(ipc_address_);
+  reg.mutable_endpoint()->set_host_id(HostId());
+  RETURN_IF_ERROR(SendToCoordinator(reg));
+
+  // Wait for the registration reply.
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0) {
+      return DeadlineExceededError("no answer from coordinator at " +
+                                   options_.coordinator_address + " within " +
+                                   std::to_string(options_.connect_timeout_ms) +
+                                   " ms");
+    }
+    zmq::pollitem_t items[] = {{coordinator_.handle(), 0, ZMQ_POLLIN, 0}};
+    RETURN_IF_ERROR(Poll(items, left.count()));
+    InMessage msg;
+    bool got = false;
+    RETURN_IF_ERROR(ReceiveMessage(coordinator_, &msg, &got));
+    if (!got) continue;
+    wire::Header reply;
+    if (!ParseHeader(msg.frame(0), &reply).ok()) continue;
+    if (reply.type() != wire::CONTROL_REPLY) continue;
+    if (reply.status_code() != 0) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "coordinator refused registration: " +
+                        reply.status_message());
+    }
+    id_ = reply.member_id();
+    for (const auto& table : reply.tables()) {
+      Status s = CreateTable(table);
+      if (!s.ok()) {
+        return FailedPreconditionError("cannot host table '" + table.name() +
+                                       "': " + s.message());
+      }
+    }
+    if (reply.has_routing()) InstallRouting(reply.routing());
+    break;
+  }
+  LOG(INFO) << "server " << id_ << " listening on " << tcp_address_
+            << (ipc_address_.empty() ? "" : " and " + ipc_address_);
+  next_heartbeat_ = Clock::now();
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+Status ServerImpl::Wait() {
+  std::lock_guard<std::mutex> lock(wait_mu_);
+  if (thread_.joinable()) thread_.join();
+  return exit_status_;
+}
+
+void ServerImpl::Stop() {
+  stop_.store(true);
+  wakeup_.Signal();
+}
+
+ServerCounters ServerImpl::counters() const {
+  ServerCounters c;
+  c.requests = counters_.requests.load(std::memory_order_relaxed);
+  c.pushes = counters_.pushes.load(std::memory_order_relaxed);
+  c.pulls = counters_.pulls.load(std::memory_order_relaxed);
+  c.duplicates = counters_.duplicates.load(std::memory_order_relaxed);
+  c.redirects = counters_.redirects.load(std::memory_order_relaxed);
+  c.errors = counters_.errors.load(std::memory_order_relaxed);
+  c.bytes_in = counters_.bytes_in.load(std::memory_order_relaxed);
+  c.bytes_out = counters_.bytes_out.load(std::memory_order_relaxed);
+  c.keys_stored = counters_.keys_stored.load(std::memory_order_relaxed);
+  return c;
+}
+
+bool ServerImpl::DebugGet(TableId table, Key key, std::vector<float>* value) {
+  auto it = tables_.find(table);
+  return it != tables_.end() && it->second->Get(key, value);
+}
+
+void ServerImpl::Run() {
+  zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                             {coordinator_.handle(), 0, ZMQ_POLLIN, 0},
+                             wakeup_.PollItem()};
+  InMessage msg;
+  while (!stop_.load()) {
+    const auto now = Clock::now();
+    if (now >= next_heartbeat_) {
+      SendHeartbeat();
+      next_heartbeat_ = now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+    }
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             next_heartbeat_ - now).count() + 1;
+    Status s = Poll(items, wait_ms);
+    if (!s.ok()) {
+      exit_status_ = s;
+      break;
+    }
+    if (items[2].revents & ZMQ_POLLIN) wakeup_.Drain();
+    // Drain what is waiting, requests first; bounded so heartbeats go out.
+    for (int i = 0; i < 256; ++i) {
+      bool got = false;
+      s = ReceiveMessage(router_, &msg, &got);
+      if (!s.ok() || !got) break;
+      HandleRequest(msg);
+    }
+    while (true) {
+      bool got = false;
+      s = ReceiveMessage(coordinator_, &msg, &got);
+      if (!s.ok() || !got) break;
+      HandleCoordinator(msg);
+    }
+  }
+  LOG(INFO) << "server " << id_ << " stopped";
+}
+
+Status ServerImpl::SendToCoordinator(const wire::Header& header) {
+  OutMessage out;
+  out.AddString(header.SerializeAsString());
+  return SendMessage(coordinator_, std::move(out));
+}
+
+void ServerImpl::SendHeartbeat() {
+  wire::Header hb;
+  hb.set_type(wire::HEARTBEAT);
+  hb.set_member_id(id_);
+  const ServerCounters c = counters();
+  auto* wc = hb.mutable_counters();
+  wc->set_requests(c.requests);
+  wc->set_pushes(c.pushes);
+  wc->set_pulls(c.pulls);
+  wc->set_duplicates(c.duplicates);
+  wc->set_redirects(c.redirects);
+  wc->set_errors(c.errors);
+  wc->set_bytes_in(c.bytes_in);
+  wc->set_bytes_out(c.bytes_out);
+  wc->set_keys_stored(c.keys_stored);
+  SendToCoordinator(hb).IgnoreError();  // a lost heartbeat is not an error
+}
+
+void ServerImpl::InstallRouting(const wire::RoutingTable& routing) {
+  if (routing.epoch() <= routing_.epoch()) return;
+  routing_ = routing;
+  owned_slots_.assign(routing.num_slots(), 0);
+  for (int s = 0; s < routing.slot_owner_size(); ++s) {
+    owned_slots_[s] = routing.slot_owner(s) == id_ ? 1 : 0;
+  }
+  VLOG(1) << "server " << id_ << " routing epoch " << routing.epoch();
+}
+
+Status ServerImpl::CreateTable(const wire::TableConfig& config) {
+  auto it = tables_.find(config.id());
+  if (it != tables_.end()) {
+    if (SameTable(ToWire(it->second->options(), config.id()), config)) {
+      return Status::Ok();
+    }
+    return AlreadyExistsError("table id " + std::to_string(config.id()) +
+                              " exists with other options");
+  }
+  TableOptions options = FromWire(config);
+  RETURN_IF_ERROR(ValidateTableOptions(options));
+  const CustomRule* custom = nullptr;
+  if (options.rule == UpdateRule::kCustom) {
+    auto rule = options_.custom_rules.find(options.custom_rule);
+    if (rule == options_.custom_rules.end() || !rule->second.apply) {
+      return FailedPreconditionError("custom rule '" + options.custom_rule +
+                                     "' is not registered on server " +
+                                     std::to_string(id_));
+    }
+    if (rule->second.state_floats_per_value > 4) {
+      return InvalidArgumentError("custom rule state_floats_per_value > 4");
+    }
+    custom = &rule->second;
+  }
+  tables_[config.id()] =
+      std::make_unique<ParameterTable>(config.id(), options, custom);
+  return Status::Ok();
+}
+
+void ServerImpl::HandleCoordinator(InMessage& message) {
+  wire::Header header;
+  if (message.frames.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+    LOG(WARNING) << "server " << id_ << ": unreadable message from coordinator";
+    return;
+  }
+  if (header.has_routing()) InstallRouting(header.routing());
+  switch (header.type()) {
+    case wire::TABLE_CREATE: {
+      Status s = CreateTable(header.table());
+      wire::Header ack;
+      ack.set_type(wire::TABLE_CREATE_ACK);
+      ack.set_seq(header.seq());
+      ack.set_member_id(id_);
+      ack.set_status_code(static_cast<int>(s.code()));
+      ack.set_status_message(s.message());
+      SendToCoordinator(ack).IgnoreError();
+      break;
+    }
+    case wire::SHUTDOWN_NOTICE:
+      LOG(INFO) << "server " << id_ << ": cluster shutdown";
+      stop_.store(true);
+      break;
+    case wire::CONTROL_REPLY:
+      if (header.status_code() != 0) {
+        LOG(WARNING) << "server " << id_ << ": coordinator says: "
+                     << header.status_message();
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void ServerImpl::Reply(const zmq::message_t& identity,
+                       const wire::Header& header, std::vector<float>* values) {
+  OutMessage out;
+  out.AddCopy(identity.data(), identity.size());
+  out.AddString(header.SerializeAsString());
+  if (values != nullptr) out.AddOwned(std::move(*values));
+  counters_.bytes_out.fetch_add(out.bytes(), std::memory_order_relaxed);
+  Status s = SendMessage(router_, std::move(out));
+  if (!s.ok()) VLOG(1) << "reply dropped: " << s;
+}
+
+void ServerImpl::ReplyError(const zmq::message_t& identity, uint64_t seq,
+                            const Status& s) {
+  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  VLOG(1) << "server " << id_ << " refused request " << seq << ": " << s;
+  wire::Header h;
+  h.set_type(wire::DATA_REPLY);
+  h.set_seq(seq);
+  h.set_status_code(static_cast<int>(s.code()));
+  h.set_status_message(s.message());
+  Reply(identity, h, nullptr);
+}
+
+void ServerImpl::ReplyMoved(const zmq::message_t& identity, uint64_t seq) {
+  counters_.redirects.fetch_add(1, std::memory_order_relaxed);
+  wire::Header h;
+  h.set_type(wire::DATA_REPLY);
+  h.set_seq(seq);
+  h.set_moved(true);
+  h.set_status_code(static_cast<int>(StatusCode::kAborted));
+  h.set_status_message("routing changed: server " + std::to_string(id_) +
+                       " does not own every key's slot");
+  *h.mutable_routing() = routing_;
+  Reply(identity, h, nullptr);
+}
+
+void ServerImpl::HandleRequest(InMessage& message) {
+  counters_.requests.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_in.fetch_add(message.bytes(), std::memory_order_relaxed);
+  if (message.frames.size() < 2) {
+    // Not even a header: reply to the sender if it can be named.
+    if (!message.frames.empty()) {
+      ReplyError(message.frames[0], 0,
+                 InvalidArgumentError("message has no header frame"));
+    } else {
+      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  const zmq::message_t& identity = message.frames[0];
+  wire::Header header;
+  Status s = ParseHeader(message.frame(1), &header);
+  if (!s.ok()) return ReplyError(identity, 0, s);
+  const uint64_t seq = header.seq();
+  const auto type = header.type();
+  if (type != wire::PUSH && type != wire::PULL && type != wire::PUSH_PULL) {
+    return ReplyError(identity, seq,
+                      InvalidArgumentError("servers take push, pull and "
+                                           "push-pull requests, not type " +
+                                           std::to_string(type)));
+  }
+  if (message.bytes() > options_.max_message_bytes) {
+    return ReplyError(
+        identity, seq,
+        InvalidArgumentError("request of " + std::to_string(message.bytes()) +
+                             " bytes is over the server's limit of " +
+                             std::to_string(options_.max_message_bytes)));
+  }
+  if (routing_.epoch() == 0) {
+    return ReplyError(identity, seq,
+                      UnavailableError("server " + std::to_string(id_) +
+                                       " has no routing table yet"));
+  }
+  if (header.epoch() > routing_.epoch()) {
+    // The client has heard of a newer routing table than this server.
+    if (routing_requested_epoch_ < header.epoch()) {
+      routing_requested_epoch_ = header.epoch();
+      wire::Header get;
+      get.set_type(wire::GET_ROUTING);
+      get.set_member_id(id_);
+      SendToCoordinator(get).IgnoreError();
+    }
+    return ReplyError(identity, seq,
+                      UnavailableError("server " + std::to_string(id_) +
+                                       " is at routing epoch " +
+                                       std::to_string(routing_.epoch()) +
+                                       ", behind the request's " +
+                                       std::to_string(header.epoch())));
+  }
+  auto table_it = tables_.find(header.table_id());
+  if (table_it == tables_.end()) {
+    return ReplyError(identity, seq,
+                      NotFoundError("unknown table id " +
+                                    std::to_string(header.table_id())));
+  }
+  ParameterTable& table = *table_it->second;
+
+  ByteSpan frames[64];
+  std::vector<ByteSpan> many;
+  std::span<const ByteSpan> data_frames;
+  const size_t n_data = message.frames.size() - 2;
+  if (n_data <= 64) {
+    for (size_t i = 0; i < n_data; ++i) frames[i] = message.frame(i + 2);
+    data_frames = {frames, n_data};
+  } else {
+    many.reserve(n_data);
+    for (size_t i = 0; i < n_data; ++i) many.push_back(message.frame(i + 2));
+    data_frames = many;
+  }
+  DataFrames request;
+  const bool has_values = type != wire::PULL;
+  s = request.Parse(header, data_frames, table.options().value_width, has_values);
+  if (!s.ok()) return ReplyError(identity, seq, s);
+
+  const int32_t num_slots = routing_.num_slots();
+  for (Key key : request.keys()) {
+    if (!owned_slots_[SlotOf(table.id(), key, num_slots)]) {
+      return ReplyMoved(identity, seq);
+    }
+  }
+
+  table.clocks().Advance(static_cast<int32_t>(header.client_id()), header.clock());
+  wire::Header reply;
+  reply.set_type(wire::DATA_REPLY);
+  reply.set_seq(seq);
+  reply.set_epoch(routing_.epoch());
+  if (has_values) {
+    dedup_.Advance(header.client_id(), header.done_below());
+    if (dedup_.IsDuplicate(header.client_id(), seq)) {
+      counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
+      reply.set_duplicate(true);
+    } else {
+      s = table.CheckPush(request);
+      if (!s.ok()) return ReplyError(identity, seq, s);
+      const size_t before = table.size();
+      table.ApplyPush(request);
+      counters_.keys_stored.fetch_add(table.size() - before,
+                                      std::memory_order_relaxed);
+      dedup_.MarkApplied(header.client_id(), seq);
+      counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (type == wire::PUSH) return Reply(identity, reply, nullptr);
+
+  s = table.CheckPull(request);
+  if (!s.ok()) return ReplyError(identity, seq, s);
+  const size_t before = table.size();
+  std::vector<float> values;
+  table.Pull(request, &values);
+  counters_.keys_stored.fetch_add(table.size() - before,
+                                  std::memory_order_relaxed);
+  counters_.pulls.fetch_add(1, std::memory_order_relaxed);
+  reply.set_num_keys(request.keys().size());
+  reply.set_values_frames(1);
+  Reply(identity, reply, &values);
+}
+
+}  // namespace ductile

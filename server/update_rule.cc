@@ -1,0 +1,85 @@
+#include "server/update_rule.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace ductile {
+
+UpdateRuleKernel::UpdateRuleKernel(const TableOptions& options,
+                                   const CustomRule* custom)
+    : options_(options), custom_(custom) {
+  switch (options.rule) {
+    case UpdateRule::kMomentum:
+    case UpdateRule::kAdaGrad:
+      state_per_value_ = 1;
+      break;
+    case UpdateRule::kAdam:
+      state_per_value_ = 2;
+      break;
+    case UpdateRule::kCustom:
+      state_per_value_ = custom ? custom->state_floats_per_value : 0;
+      break;
+    default:
+      state_per_value_ = 0;
+  }
+}
+
+void UpdateRuleKernel::Apply(std::span<float> w, std::span<const float> g,
+                             std::span<float> state, int64_t* steps) const {
+  const size_t n = w.size();
+  float* __restrict wp = w.data();
+  const float* __restrict gp = g.data();
+  const float lr = options_.learning_rate;
+  ++*steps;
+  switch (options_.rule) {
+    case UpdateRule::kAssign:
+      std::memcpy(wp, gp, n * sizeof(float));
+      break;
+    case UpdateRule::kAdd:
+      for (size_t i = 0; i < n; ++i) wp[i] += gp[i];
+      break;
+    case UpdateRule::kSgd:
+      for (size_t i = 0; i < n; ++i) wp[i] -= lr * gp[i];
+      break;
+    case UpdateRule::kMomentum: {
+      float* __restrict v = state.data();
+      const float mu = options_.momentum;
+      for (size_t i = 0; i < n; ++i) {
+        v[i] = mu * v[i] + gp[i];
+        wp[i] -= lr * v[i];
+      }
+      break;
+    }
+    case UpdateRule::kAdaGrad: {
+      float* __restrict h = state.data();
+      const float eps = options_.epsilon;
+      for (size_t i = 0; i < n; ++i) {
+        h[i] += gp[i] * gp[i];
+        wp[i] -= lr * gp[i] / (std::sqrt(h[i]) + eps);
+      }
+      break;
+    }
+    case UpdateRule::kAdam: {
+      float* __restrict m = state.data();
+      float* __restrict v = state.data() + n;
+      const float b1 = options_.beta1, b2 = options_.beta2;
+      const float eps = options_.epsilon;
+      const double t = static_cast<double>(*steps);
+      const float c1 = static_cast<float>(1.0 - std::pow(b1, t));
+      const float c2 = static_cast<float>(1.0 - std::pow(b2, t));
+      for (size_t i = 0; i < n; ++i) {
+        m[i] = b1 * m[i] + (1 - b1) * gp[i];
+        v[i] = b2 * v[i] + (1 - b2) * gp[i] * gp[i];
+        const float m_hat = m[i] / c1;
+        const float v_hat = v[i] / c2;
+        wp[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+      }
+      break;
+    }
+    case UpdateRule::kCustom:
+      custom_->apply(w, g, state);
+      break;
+  }
+}
+
+}  // namespace ductile

@@ -1,0 +1,35 @@
+// The arithmetic of each update rule, on one key's vector.
+#ifndef DUCTILE_SERVER_UPDATE_RULE_H_
+#define DUCTILE_SERVER_UPDATE_RULE_H_
+
+#include <cstdint>
+#include <span>
+
+#include "ductile/table.h"
+
+namespace ductile {
+
+class UpdateRuleKernel {
+ public:
+  // `custom` is required for UpdateRule::kCustom and ignored otherwise; it
+  // must outlive the kernel.
+  UpdateRuleKernel(const TableOptions& options, const CustomRule* custom);
+
+  // Optimizer state floats kept per value float (momentum 1, AdaGrad 1,
+  // Adam 2, custom as registered).
+  uint32_t state_per_value() const { return state_per_value_; }
+
+  // w <- rule(w, g). `state` has state_per_value() * w.size() floats;
+  // `steps` counts updates of this key (Adam's bias correction).
+  void Apply(std::span<float> w, std::span<const float> g,
+             std::span<float> state, int64_t* steps) const;
+
+ private:
+  TableOptions options_;
+  const CustomRule* custom_;
+  uint32_t state_per_value_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_UPDATE_RULE_H_

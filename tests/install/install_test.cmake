@@ -1,0 +1,7 @@
+# Included from tests/CMakeLists.txt: installs the built library into a
+# temporary prefix and builds tests/install/ against it, as a user would.
+# Labelled `install` so sanitizer runs can leave it out (ctest -LE install).
+add_test(NAME install_find_package
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_install_test.sh
+                 ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+set_tests_properties(install_find_package PROPERTIES LABELS install TIMEOUT 300)

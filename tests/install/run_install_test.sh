@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs a built ductile into a temporary prefix, checks that the installed
+# headers include none of ductile's private dependencies, then configures,
+# builds and runs the outside project in tests/install/ against it.
+#
+#   run_install_test.sh <source-dir> <build-dir>
+#
+# Exits non-zero on any failure; the temporary prefix is always removed.
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 <source-dir> <build-dir>" >&2
+  exit 2
+fi
+source_dir=$1
+build_dir=$2
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ductile-install-test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+cmake --install "$build_dir" --prefix "$prefix"
+if [[ ! -f "$prefix/include/ductile/ductile.h" ]]; then
+  echo "FAIL: ductile/ductile.h was not installed under $prefix/include" >&2
+  exit 1
+fi
+
+# Public headers may include only the standard library and each other.
+private='(zmq|rocksdb|\.pb\.h|google/protobuf|glog|gflags)'
+if grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"][^>\"]*${private}" \
+     "$prefix/include"; then
+  echo "FAIL: installed headers include private dependencies (above)" >&2
+  exit 1
+fi
+if find "$prefix/include" -name 'zmq*.h*' -o -name '*.pb.h' | grep .; then
+  echo "FAIL: private headers were installed (above)" >&2
+  exit 1
+fi
+
+cmake -S "$source_dir/tests/install" -B "$tmp/build" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Make sure it found the copy just installed, not one elsewhere on the system.
+found=$(sed -n 's/^ductile_DIR:PATH=//p' "$tmp/build/CMakeCache.txt")
+if [[ "$found" != "$prefix"/* ]]; then
+  echo "FAIL: found ductile at '$found', not under $prefix" >&2
+  exit 1
+fi
+cmake --build "$tmp/build"
+
+lib=$(find "$prefix" -name 'libductile.so*' -print -quit)
+if [[ -z "$lib" ]]; then
+  echo "FAIL: no libductile.so under $prefix" >&2
+  exit 1
+fi
+LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  "$tmp/build/embed"
+echo "install test passed"

@@ -1,0 +1,9 @@
+# Tests of apps/fmnist_data and apps/logreg_model (see apps/models.cmake).
+# Included from tests/CMakeLists.txt after ductile_add_test is defined.
+# fmnist_data_test reads /usr/share/datasets/fashion-mnist (Debian package
+# dataset-fashion-mnist) and writes its own gzip files, hence ZLIB.
+ductile_add_test(fmnist_data_test)
+target_link_libraries(fmnist_data_test PRIVATE ductile_models ZLIB::ZLIB)
+
+ductile_add_test(logreg_model_test)
+target_link_libraries(logreg_model_test PRIVATE ductile_models)

@@ -1,0 +1,27 @@
+// Addresses: which transport to use between two processes.
+#ifndef DUCTILE_TRANSPORT_ENDPOINT_H_
+#define DUCTILE_TRANSPORT_ENDPOINT_H_
+
+#include <string>
+
+namespace ductile {
+
+// Identifies this host (hostname + boot id): processes with equal ids can
+// reach each other's ipc:// sockets.
+const std::string& HostId();
+
+// A fresh ipc:// endpoint path for a listener in `dir`, unique on this host.
+std::string MakeIpcAddress(const std::string& dir, const std::string& role);
+
+// Removes the socket file of an ipc:// address (no-op for others).
+void RemoveIpcFile(const std::string& address);
+
+// The address a client should use to reach a server: its ipc address when
+// both are on this host and ipc is preferred, else its tcp address.
+std::string ChooseAddress(const std::string& tcp_address,
+                          const std::string& ipc_address,
+                          const std::string& host_id, bool prefer_ipc);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_TRANSPORT_ENDPOINT_H_

@@ -1,0 +1,29 @@
+#include "transport/wakeup.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+#include "glog/logging.h"
+
+namespace ductile {
+
+Wakeup::Wakeup() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  PCHECK(fd_ >= 0) << "eventfd";  // out of file descriptors: unrecoverable
+}
+
+Wakeup::~Wakeup() { close(fd_); }
+
+void Wakeup::Signal() {
+  uint64_t one = 1;
+  // EAGAIN only when the counter is saturated: it is readable anyway.
+  [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof(one));
+}
+
+void Wakeup::Drain() {
+  uint64_t value;
+  [[maybe_unused]] ssize_t n = read(fd_, &value, sizeof(value));
+}
+
+}  // namespace ductile

@@ -335,9 +335,9 @@ void CoordinatorImpl::PublishRouting() {
   wire::Header update;
   update.set_type(wire::ROUTING_UPDATE);
   *update.mutable_routing() = routing_;
+  // Servers must know at once; clients learn lazily, from a server's
+  // "routing changed" answer, which keeps a routing change O(servers).
   for (const auto& [id, m] : servers_) Send(m.identity, update);
-  for (const auto& [id, m] : workers_) Send(m.identity, update);
-  for (const auto& [identity, seen] : observers_) Send(identity, update);
 }
 
 void CoordinatorImpl::HandleCreateTable(const std::string& identity,

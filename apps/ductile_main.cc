@@ -1,0 +1,229 @@
+// The `ductile` command: one binary, one subcommand per role.
+//
+//   ductile local        a whole cluster on this machine, running an app
+//   ductile coordinator  the membership manager
+//   ductile server       a parameter server
+//   ductile worker       a worker running a built-in app
+//   ductile status       members, epoch, slots and counters of a cluster
+//   ductile shutdown     stops a running cluster
+//
+// Flags are read here only, and copied into each component's Options.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apps/local_launcher.h"
+#include "apps/logreg_trainer.h"
+#include "ductile/ductile.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+
+// Cluster.
+DEFINE_string(coordinator, "tcp://127.0.0.1:7000",
+              "coordinator address (server, worker, status, shutdown)");
+DEFINE_string(listen, "tcp://127.0.0.1:7000",
+              "coordinator: address to listen on (port 0 picks one)");
+DEFINE_string(address_file, "",
+              "coordinator: write the address it listens on to this file");
+DEFINE_int32(servers, 2, "number of servers (coordinator, local)");
+DEFINE_int32(workers, 2, "number of workers (coordinator, local)");
+DEFINE_int32(slots, 4096, "coordinator: number of slots keys hash into");
+DEFINE_string(host, "127.0.0.1", "server: interface to listen on and advertise");
+DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
+DEFINE_int32(server_id, -1, "server: ask for this id (-1: any)");
+DEFINE_int64(timeout_ms, 60000, "request and connect timeout in milliseconds");
+DEFINE_bool(verbose, false, "local: show the cluster processes' INFO logs");
+
+// App.
+DEFINE_string(app, "fmnist-logreg", "built-in app the workers run");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
+              "directory with the Fashion-MNIST IDX gzip files");
+DEFINE_int32(epochs, 10, "training epochs");
+DEFINE_int32(batch_size, 64, "samples per worker per step");
+DEFINE_string(optimizer, "adam",
+              "server-side update rule: sgd, momentum, adagrad or adam");
+DEFINE_double(learning_rate, 0.001, "learning rate of --optimizer");
+DEFINE_double(l2, 0.0, "L2 weight decay");
+DEFINE_uint64(seed, 1, "data shuffling seed");
+DEFINE_int32(log_every, 100, "clocks between progress lines");
+DEFINE_int64(max_samples, 0, "stop after this many samples per worker (0: all)");
+DEFINE_double(min_accuracy, 0.0,
+              "fail when the final test accuracy is below this");
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: ductile <command> [--flags]\n"
+    "commands:\n"
+    "  local        run a cluster (coordinator, --servers, --workers) on this "
+    "machine and train --app\n"
+    "  coordinator  run the coordinator (--listen, --servers, --workers)\n"
+    "  server       run a parameter server (--coordinator, --host, --port)\n"
+    "  worker       run a worker of --app (--coordinator)\n"
+    "  status       print a running cluster's members and counters "
+    "(--coordinator)\n"
+    "  shutdown     stop a running cluster (--coordinator)\n"
+    "apps: fmnist-logreg\n"
+    "`ductile --help` lists every flag.";
+
+int Fail(const ductile::Status& s) {
+  std::fprintf(stderr, "ductile: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+std::string SelfPath() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string("ductile");
+}
+
+int RunCoordinator() {
+  ductile::CoordinatorOptions o;
+  o.bind_address = FLAGS_listen;
+  o.num_servers = FLAGS_servers;
+  o.num_workers = FLAGS_workers;
+  o.num_slots = FLAGS_slots;
+  auto coordinator = ductile::Coordinator::Start(o);
+  if (!coordinator.ok()) return Fail(coordinator.status());
+  if (!FLAGS_address_file.empty()) {
+    const std::string tmp = FLAGS_address_file + ".tmp";
+    std::ofstream(tmp) << (*coordinator)->address() << "\n";
+    if (std::rename(tmp.c_str(), FLAGS_address_file.c_str()) != 0) {
+      return Fail(ductile::UnavailableError("cannot write " + FLAGS_address_file));
+    }
+  }
+  std::fprintf(stderr, "coordinator listening on %s\n",
+               (*coordinator)->address().c_str());
+  ductile::Status s = (*coordinator)->Wait();
+  return s.ok() ? 0 : Fail(s);
+}
+
+int RunServer() {
+  ductile::ServerOptions o;
+  o.coordinator_address = FLAGS_coordinator;
+  o.host = FLAGS_host;
+  o.port = FLAGS_port;
+  o.requested_id = FLAGS_server_id;
+  o.connect_timeout_ms = FLAGS_timeout_ms;
+  auto server = ductile::Server::Start(o);
+  if (!server.ok()) return Fail(server.status());
+  ductile::Status s = (*server)->Wait();
+  return s.ok() ? 0 : Fail(s);
+}
+
+int RunWorker() {
+  if (FLAGS_app != "fmnist-logreg") {
+    return Fail(ductile::InvalidArgumentError("unknown --app '" + FLAGS_app +
+                                              "' (apps: fmnist-logreg)"));
+  }
+  ductile::ClientOptions o;
+  o.coordinator_address = FLAGS_coordinator;
+  o.connect_timeout_ms = FLAGS_timeout_ms;
+  o.request_timeout_ms = FLAGS_timeout_ms;
+  auto client = ductile::Client::Connect(o);
+  if (!client.ok()) return Fail(client.status());
+  ductile::apps::TrainerOptions t;
+  t.data_dir = FLAGS_data_dir;
+  t.epochs = FLAGS_epochs;
+  t.batch_size = FLAGS_batch_size;
+  const std::map<std::string, ductile::UpdateRule> optimizers = {
+      {"sgd", ductile::UpdateRule::kSgd},
+      {"momentum", ductile::UpdateRule::kMomentum},
+      {"adagrad", ductile::UpdateRule::kAdaGrad},
+      {"adam", ductile::UpdateRule::kAdam}};
+  auto optimizer = optimizers.find(FLAGS_optimizer);
+  if (optimizer == optimizers.end()) {
+    return Fail(ductile::InvalidArgumentError(
+        "unknown --optimizer '" + FLAGS_optimizer +
+        "' (sgd, momentum, adagrad, adam)"));
+  }
+  t.optimizer = optimizer->second;
+  t.learning_rate = static_cast<float>(FLAGS_learning_rate);
+  t.l2 = static_cast<float>(FLAGS_l2);
+  t.seed = FLAGS_seed;
+  t.log_every = FLAGS_log_every;
+  t.max_samples = FLAGS_max_samples;
+  t.min_accuracy = FLAGS_min_accuracy;
+  ductile::Status s = ductile::apps::RunLogRegWorker(**client, t);
+  // Tell the coordinator either way, so the cluster can shut down.
+  ductile::Status finish = (*client)->Finish();
+  if (!s.ok()) return Fail(s);
+  return finish.ok() ? 0 : Fail(finish);
+}
+
+int RunStatus() {
+  auto status = ductile::QueryClusterStatus(FLAGS_coordinator,
+                                            std::min<int64_t>(FLAGS_timeout_ms, 5000));
+  if (!status.ok()) return Fail(status.status());
+  std::printf("%s", ductile::FormatClusterStatus(*status).c_str());
+  return 0;
+}
+
+int RunShutdown() {
+  ductile::Status s = ductile::RequestShutdown(
+      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000));
+  return s.ok() ? 0 : Fail(s);
+}
+
+int RunLocal() {
+  ductile::apps::LocalClusterOptions o;
+  o.program = SelfPath();
+  o.num_servers = FLAGS_servers;
+  o.num_workers = FLAGS_workers;
+  const std::string log = FLAGS_verbose ? "--minloglevel=0" : "--minloglevel=1";
+  o.coordinator_flags = {log, "--slots=" + std::to_string(FLAGS_slots)};
+  o.server_flags = {log, "--host=127.0.0.1",
+                    "--timeout_ms=" + std::to_string(FLAGS_timeout_ms)};
+  o.worker_flags = {log};
+  for (const char* name : {"app", "data_dir", "epochs", "batch_size",
+                           "optimizer", "learning_rate", "l2", "seed", "log_every",
+                           "max_samples", "min_accuracy", "timeout_ms"}) {
+    std::string value;
+    gflags::GetCommandLineOption(name, &value);
+    o.worker_flags.push_back(std::string("--") + name + "=" + value);
+  }
+  ductile::Status s = ductile::apps::RunLocalCluster(o);
+  if (!s.ok()) return Fail(s);
+  std::fprintf(stderr, "ductile local: done\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(kUsage);
+  gflags::SetVersionString("0.1.0");
+  if (argc < 2 || argv[1][0] == '-') {
+    if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
+                      std::strcmp(argv[1], "--version") == 0)) {
+      gflags::ParseCommandLineFlags(&argc, &argv, true);
+    }
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
+  }
+  const std::string command = argv[1];
+  // Drop the subcommand so gflags sees only flags.
+  for (int i = 1; i + 1 < argc; ++i) argv[i] = argv[i + 1];
+  --argc;
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (argc > 1) {
+    std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s\n", argv[1], kUsage);
+    return 2;
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging("ductile");
+  if (command == "local") return RunLocal();
+  if (command == "coordinator") return RunCoordinator();
+  if (command == "server") return RunServer();
+  if (command == "worker") return RunWorker();
+  if (command == "status") return RunStatus();
+  if (command == "shutdown") return RunShutdown();
+  std::fprintf(stderr, "ductile: unknown command '%s'\n%s\n", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,186 @@
+// Multi-node behaviour in one process: many clients and threads pushing
+// and pulling across several servers.
+#include <atomic>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/test_cluster.h"
+
+namespace ductile {
+namespace {
+
+using testing::TestCluster;
+using testing::TestClusterOptions;
+
+TableOptions AddTable(const std::string& name, uint32_t width) {
+  TableOptions t;
+  t.name = name;
+  t.value_width = width;
+  t.rule = UpdateRule::kAdd;
+  return t;
+}
+
+TEST(Cluster, PushThenPullReturnsPushedValues) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(AddTable("w", 3));
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys = {1, 2, 5, 9, 100, 1000};
+  std::vector<float> values(keys.size() * 3);
+  std::iota(values.begin(), values.end(), 1.0f);
+  ASSERT_TRUE(client->Push(*table, keys, values).ok());
+  std::vector<float> out(values.size(), -1.0f);
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  EXPECT_EQ(out, values);
+}
+
+TEST(Cluster, KeysNeverWrittenReadAsTheInitializer) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  TableOptions t = AddTable("c", 4);
+  t.init.kind = InitKind::kConstant;
+  t.init.value = 2.5f;
+  auto table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys = {3, 4, 77};
+  std::vector<float> out(12, 0.0f);
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  for (float v : out) EXPECT_EQ(v, 2.5f);
+}
+
+TEST(Cluster, ConcurrentPushesFromManyThreadsAddUpExactly) {
+  TestCluster cluster;
+  constexpr int kClients = 3, kThreadsPerClient = 3, kRounds = 50;
+  constexpr int kKeys = 40;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int c = 0; c < kClients; ++c) clients.push_back(cluster.Connect());
+  auto table = clients[0]->CreateTable(AddTable("sum", 2));
+  ASSERT_TRUE(table.ok());
+  for (int c = 1; c < kClients; ++c) {
+    ASSERT_TRUE(clients[c]->CreateTable(AddTable("sum", 2)).ok());
+  }
+  std::vector<Key> keys(kKeys);
+  std::iota(keys.begin(), keys.end(), 10);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    for (int t = 0; t < kThreadsPerClient; ++t) {
+      threads.emplace_back([&, c, t] {
+        std::vector<float> values(kKeys * 2);
+        for (int i = 0; i < kKeys; ++i) {
+          values[2 * i] = 1.0f;
+          values[2 * i + 1] = static_cast<float>(c * 10 + t);
+        }
+        std::vector<Handle> handles;
+        for (int r = 0; r < kRounds; ++r) {
+          handles.push_back(clients[c]->PushAsync(*table, keys, values));
+          if (handles.size() == 8) {
+            for (auto& h : handles) failures += h.Wait().ok() ? 0 : 1;
+            handles.clear();
+          }
+        }
+        for (auto& h : handles) failures += h.Wait().ok() ? 0 : 1;
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::vector<float> out(kKeys * 2);
+  ASSERT_TRUE(clients[0]->Pull(*table, keys, out).ok());
+  float expected_second = 0;
+  for (int c = 0; c < kClients; ++c)
+    for (int t = 0; t < kThreadsPerClient; ++t)
+      expected_second += static_cast<float>(c * 10 + t) * kRounds;
+  for (int i = 0; i < kKeys; ++i) {
+    EXPECT_EQ(out[2 * i], kClients * kThreadsPerClient * kRounds) << i;
+    EXPECT_EQ(out[2 * i + 1], expected_second) << i;
+  }
+}
+
+TEST(Cluster, PushPullReturnsTheValueAfterThisPush) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  auto table = client->CreateTable(AddTable("pp", 1));
+  ASSERT_TRUE(table.ok());
+  std::vector<Key> keys = {7, 8};
+  std::vector<float> one = {1.0f, 2.0f}, out(2);
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_TRUE(client->PushPull(*table, keys, one, out).ok());
+    EXPECT_EQ(out[0], 1.0f * i);
+    EXPECT_EQ(out[1], 2.0f * i);
+  }
+}
+
+TEST(Cluster, DenseTensorRoundTripsAcrossServers) {
+  TestCluster cluster({.num_servers = 3});
+  auto client = cluster.Connect();
+  TableOptions t = AddTable("tensor", 0);
+  t.rule = UpdateRule::kAssign;
+  auto tensor = client->RegisterTensor(t, 100003, 4096);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  EXPECT_EQ(tensor->keys.size(), 25u);
+  std::vector<float> values(100003);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * i;
+  ASSERT_TRUE(client->PushTensor(*tensor, values).ok());
+  std::vector<float> out(values.size());
+  ASSERT_TRUE(client->PullTensor(*tensor, out).ok());
+  EXPECT_EQ(out, values);
+  // The chunks really are spread over every server.
+  int servers_with_keys = 0;
+  for (int i = 0; i < cluster.num_servers(); ++i) {
+    servers_with_keys += cluster.server(i).counters().keys_stored > 0;
+  }
+  EXPECT_EQ(servers_with_keys, 3);
+}
+
+TEST(Cluster, ClientRefreshesRoutingAndResendsWhenASlotMoves) {
+  TestCluster cluster({.num_servers = 2, .num_slots = 8});
+  auto client = cluster.Connect();
+  auto table = client->CreateTable(AddTable("moving", 1));
+  ASSERT_TRUE(table.ok());
+  // Find a key owned by server 0 and move its slot to server 1 behind the
+  // client's back: the client's next push goes to server 0, is answered
+  // "routing changed", and must land on server 1 exactly once.
+  std::vector<Key> key = {0};
+  std::vector<float> one = {1.0f}, out(1);
+  ASSERT_TRUE(client->Push(*table, key, one).ok());
+  const uint64_t before0 = cluster.server(0).counters().pushes;
+  const int owner = before0 > 0 ? 0 : 1;
+  const int other = 1 - owner;
+  for (int slot = 0; slot < 8; ++slot) {
+    ASSERT_TRUE(cluster.coordinator().MoveSlot(slot, other).ok());
+  }
+  ASSERT_TRUE(client->Push(*table, key, one).ok());
+  ASSERT_TRUE(client->Pull(*table, key, out).ok());
+  // Only the push made after the move is on the new owner: the slot moved
+  // without its data (data migration is a separate step).
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(cluster.server(other).counters().pushes, 1u);
+  EXPECT_EQ(cluster.server(owner).counters().pushes, 1u);
+  EXPECT_EQ(cluster.server(owner).counters().redirects, 1u);
+}
+
+TEST(Cluster, BarrierWaitsForEveryWorker) {
+  TestCluster cluster({.num_servers = 1, .num_workers = 3});
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(cluster.Connect());
+  std::atomic<int> passed{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      EXPECT_TRUE(clients[i]->Barrier().ok());
+      passed++;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(passed.load(), 0);  // the third worker has not arrived
+  EXPECT_TRUE(clients[2]->Barrier().ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(passed.load(), 2);
+}
+
+}  // namespace
+}  // namespace ductile

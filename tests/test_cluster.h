@@ -1,0 +1,68 @@
+// An in-process cluster for tests: a coordinator and servers in this
+// process, on loopback tcp and ipc, torn down by the destructor.
+#ifndef DUCTILE_TESTS_TEST_CLUSTER_H_
+#define DUCTILE_TESTS_TEST_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ductile/client.h"
+#include "ductile/coordinator.h"
+#include "ductile/server.h"
+#include "gtest/gtest.h"
+
+namespace ductile::testing {
+
+struct TestClusterOptions {
+  int num_servers = 2;
+  int num_workers = 0;  // 0: any
+  int num_slots = 64;
+  ServerOptions server;  // coordinator_address is filled in
+};
+
+class TestCluster {
+ public:
+  explicit TestCluster(const TestClusterOptions& options = {}) {
+    CoordinatorOptions c;
+    c.bind_address = "tcp://127.0.0.1:0";
+    c.num_servers = options.num_servers;
+    c.num_workers = options.num_workers;
+    c.num_slots = options.num_slots;
+    auto coordinator = Coordinator::Start(c);
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    for (int i = 0; i < options.num_servers; ++i) {
+      ServerOptions s = options.server;
+      s.coordinator_address = coordinator_->address();
+      auto server = Server::Start(s);
+      EXPECT_TRUE(server.ok()) << server.status();
+      servers_.push_back(std::move(*server));
+    }
+  }
+
+  std::string address() const { return coordinator_->address(); }
+  Coordinator& coordinator() { return *coordinator_; }
+  Server& server(int i) { return *servers_[i]; }
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+
+  std::unique_ptr<Client> Connect(bool as_worker = true,
+                                  int64_t request_timeout_ms = 20000) {
+    ClientOptions o;
+    o.coordinator_address = address();
+    o.register_as_worker = as_worker;
+    o.request_timeout_ms = request_timeout_ms;
+    o.connect_timeout_ms = 20000;
+    auto client = Client::Connect(o);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+ private:
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::unique_ptr<Server>> servers_;
+};
+
+}  // namespace ductile::testing
+
+#endif  // DUCTILE_TESTS_TEST_CLUSTER_H_

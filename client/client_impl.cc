@@ -27,6 +27,8 @@ constexpr milliseconds kRetryAfter{20};
 constexpr uint64_t kFramePerKeyBytes = 16384;
 // How often deadlines and resends are checked while requests are open.
 constexpr milliseconds kTimerPeriod{10};
+// How often a worker tells the coordinator it is alive.
+constexpr milliseconds kHeartbeatPeriod{1000};
 
 int64_t RandomClientId() {
   std::random_device rd;
@@ -307,9 +309,11 @@ void ClientImpl::RebuildPollItems() {
 void ClientImpl::Run() {
   InMessage message;
   auto next_timers = SteadyClock::now();
+  auto next_heartbeat = SteadyClock::now() + kHeartbeatPeriod;
   while (!stop_.load()) {
     const bool busy = !parts_.empty() || !controls_.empty();
-    Status s = Poll(poll_items_, busy ? kTimerPeriod.count() : -1);
+    Status s = Poll(poll_items_, busy ? kTimerPeriod.count()
+                                      : kHeartbeatPeriod.count());
     if (!s.ok()) {
       LOG(ERROR) << "client I/O thread: " << s;
       break;
@@ -342,6 +346,10 @@ void ClientImpl::Run() {
     if (now >= next_timers) {
       HandleTimers();
       next_timers = now + kTimerPeriod;
+    }
+    if (now >= next_heartbeat) {
+      SendHeartbeat();
+      next_heartbeat = now + kHeartbeatPeriod;
     }
   }
   FailAll(CancelledError("client closed"));
@@ -647,6 +655,17 @@ void ClientImpl::HandleControlReply(InMessage& message) {
   controls_.erase(it);
   op->reply = std::move(header);
   op->Release();
+}
+
+void ClientImpl::SendHeartbeat() {
+  const int32_t id = worker_id_.load();
+  if (id < 0) return;
+  wire::Header hb;
+  hb.set_type(wire::HEARTBEAT);
+  hb.set_member_id(id);
+  OutMessage out;
+  out.AddString(hb.SerializeAsString());
+  SendMessage(coordinator_, std::move(out)).IgnoreError();  // best effort
 }
 
 void ClientImpl::RequestRouting() {

@@ -118,6 +118,7 @@ class ClientImpl final : public Client {
   void HandleDataReply(InMessage& message);
   void HandleControlReply(InMessage& message);
   void HandleTimers();
+  void SendHeartbeat();
   void InstallRouting(const wire::RoutingTable& routing);
   void RequestRouting();
   ServerConnection* ConnectionTo(int32_t server);
@@ -130,8 +131,8 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   const int64_t client_id_;
 
-  // Set by Init(), then constant.
-  int32_t worker_id_ = -1;
+  // Set by Init(); the I/O thread reads worker_id_ for heartbeats.
+  std::atomic<int32_t> worker_id_{-1};
   int32_t num_workers_ = 0;
 
   std::atomic<int64_t> clock_{0};

@@ -1,0 +1,274 @@
+// The `ductile` command as a user runs it: real processes on loopback.
+// Every test bounds its waits and checks that no process of its cluster
+// is left behind.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// A child process with its stdout and stderr merged into one pipe.
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& args) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+    fcntl(fd_, F_SETFL, O_NONBLOCK);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return output_; }
+
+  // Reads output until `pattern` appears or `timeout` passes.
+  bool WaitFor(const std::string& pattern, std::chrono::seconds timeout) {
+    const auto deadline = SteadyClock::now() + timeout;
+    while (output_.find(pattern) == std::string::npos) {
+      if (SteadyClock::now() > deadline || !Read(100)) return false;
+    }
+    return true;
+  }
+
+  // Waits for exit (killing the process after `timeout`); returns the
+  // wait status, or -1 if it had to be killed.
+  int Wait(std::chrono::seconds timeout) {
+    const auto deadline = SteadyClock::now() + timeout;
+    while (true) {
+      Read(50);
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        while (Read(0)) {
+        }
+        return status;
+      }
+      if (SteadyClock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        exited_ = true;
+        return -1;
+      }
+    }
+  }
+
+ private:
+  // False on end of output.
+  bool Read(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return true;
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n > 0) output_.append(buf, n);
+    return n != 0;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool exited_ = false;
+  std::string output_;
+};
+
+int ExitCode(int status) {
+  return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Processes (other than this one) whose command line contains `marker`.
+std::vector<pid_t> ProcessesWith(const std::string& marker) {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  while (dirent* e = readdir(proc)) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == getpid()) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string cmd = ss.str();
+    for (char& c : cmd) c = c == '\0' ? ' ' : c;
+    if (cmd.find(marker) != std::string::npos) {
+      // Zombies still being reaped by their parent are not orphans.
+      std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+      std::string s;
+      std::getline(stat, s);
+      const auto close_paren = s.rfind(')');
+      if (close_paren != std::string::npos && close_paren + 2 < s.size() &&
+          s[close_paren + 2] == 'Z') {
+        continue;
+      }
+      found.push_back(pid);
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
+// Every cluster process of a test carries this in its command line (the
+// launcher forwards --timeout_ms to servers and workers).
+std::string UniqueTimeoutFlag() {
+  static int n = 0;
+  return "--timeout_ms=" + std::to_string(40000 + (getpid() % 1000) * 10 + n++);
+}
+
+// Waits (bounded) until no process carries `marker`.
+bool NoProcessesLeft(const std::string& marker) {
+  for (int i = 0; i < 100; ++i) {
+    if (ProcessesWith(marker).empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+const std::string kBinary = DUCTILE_BINARY;
+
+TEST(LocalCluster, TrainsLogisticRegressionAndReportsTestAccuracy) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--servers=2", "--workers=2", "--epochs=1",
+             "--max_samples=8000", "--log_every=20", marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  EXPECT_NE(p.output().find("samples/s"), std::string::npos) << p.output();
+  std::smatch m;
+  const std::string out = p.output();
+  ASSERT_TRUE(std::regex_search(out, m,
+                                std::regex("final test accuracy: ([0-9.]+)")))
+      << out;
+  // 8000 samples per worker is enough to be far above chance (0.1).
+  EXPECT_GT(std::stod(m[1]), 0.6) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, MissingDataFailsWithTheNameOfThePackage) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--data_dir=/nonexistent/fmnist", marker});
+  const int status = p.Wait(std::chrono::seconds(120));
+  EXPECT_NE(ExitCode(status), 0);
+  EXPECT_NE(status, -1) << "did not exit by itself: " << p.output();
+  EXPECT_NE(p.output().find("dataset-fashion-mnist"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, InterruptStopsEveryProcess) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--epochs=1000", "--log_every=10", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  kill(p.pid(), SIGINT);
+  const int status = p.Wait(std::chrono::seconds(60));
+  EXPECT_NE(status, -1) << "did not stop on SIGINT: " << p.output();
+  EXPECT_NE(ExitCode(status), 0);
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, AKilledServerStopsTheClusterWithAClearError) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--epochs=1000", "--log_every=10", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  pid_t server = -1;
+  for (pid_t pid : ProcessesWith(marker)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    if (cmd.find(std::string("server") + '\0') != std::string::npos) {
+      server = pid;
+      break;
+    }
+  }
+  ASSERT_GT(server, 0);
+  kill(server, SIGKILL);
+  const int status = p.Wait(std::chrono::seconds(60));
+  EXPECT_NE(status, -1) << "did not stop: " << p.output();
+  EXPECT_NE(ExitCode(status), 0);
+  EXPECT_NE(p.output().find("server"), std::string::npos) << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--epochs=1000", "--log_every=10",
+             "--slots=512", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  std::smatch m;
+  const std::string out = p.output();
+  ASSERT_TRUE(std::regex_search(out, m,
+                                std::regex("coordinator at (tcp://[0-9.:]+)")));
+  Process status({kBinary, "status", "--coordinator=" + m[1].str()});
+  ASSERT_EQ(ExitCode(status.Wait(std::chrono::seconds(30))), 0)
+      << status.output();
+  const std::string s = status.output();
+  EXPECT_NE(s.find("epoch 1, 512 slots"), std::string::npos) << s;
+  // Two servers with 256 slots each, two workers.
+  std::regex server_row("\\n\\d+\\s+server\\s+yes\\s+\\d+ms\\s+256\\s+(\\d+)");
+  int servers = 0;
+  for (std::sregex_iterator it(s.begin(), s.end(), server_row), end; it != end;
+       ++it) {
+    ++servers;
+  }
+  EXPECT_EQ(servers, 2) << s;
+  EXPECT_NE(s.find("logreg.params"), std::string::npos) << s;
+  kill(p.pid(), SIGINT);
+  p.Wait(std::chrono::seconds(60));
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
+  Process unknown({kBinary, "frobnicate"});
+  EXPECT_EQ(ExitCode(unknown.Wait(std::chrono::seconds(30))), 2);
+  EXPECT_NE(unknown.output().find("unknown command"), std::string::npos);
+
+  Process bad_flag({kBinary, "local", "--epochs=many"});
+  EXPECT_NE(ExitCode(bad_flag.Wait(std::chrono::seconds(30))), 0);
+  EXPECT_NE(bad_flag.output().find("epochs"), std::string::npos)
+      << bad_flag.output();
+
+  Process bad_app({kBinary, "local", "--app=resnet", UniqueTimeoutFlag()});
+  EXPECT_NE(ExitCode(bad_app.Wait(std::chrono::seconds(60))), 0);
+  EXPECT_NE(bad_app.output().find("unknown --app"), std::string::npos)
+      << bad_app.output();
+}
+
+TEST(Cli, StatusOfAMissingCoordinatorFailsWithinItsTimeout) {
+  Process p({kBinary, "status", "--coordinator=tcp://127.0.0.1:9",
+             "--timeout_ms=300"});
+  const int status = p.Wait(std::chrono::seconds(30));
+  EXPECT_NE(status, -1);
+  EXPECT_NE(ExitCode(status), 0);
+  EXPECT_NE(p.output().find("DeadlineExceeded"), std::string::npos)
+      << p.output();
+}
+
+}  // namespace

@@ -34,7 +34,8 @@ DEFINE_string(address_file, "",
 DEFINE_int32(servers, 2, "number of servers (coordinator, local)");
 DEFINE_int32(workers, 2, "number of workers (coordinator, local)");
 DEFINE_int32(slots, 4096, "coordinator: number of slots keys hash into");
-DEFINE_string(host, "127.0.0.1", "server: interface to listen on and advertise");
+DEFINE_string(host, "127.0.0.1",
+              "server: interface to listen on and advertise");
 DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
 DEFINE_int32(server_id, -1, "server: ask for this id (-1: any)");
 DEFINE_int64(timeout_ms, 60000, "request and connect timeout in milliseconds");
@@ -52,7 +53,8 @@ DEFINE_double(learning_rate, 0.001, "learning rate of --optimizer");
 DEFINE_double(l2, 0.0, "L2 weight decay");
 DEFINE_uint64(seed, 1, "data shuffling seed");
 DEFINE_int32(log_every, 100, "clocks between progress lines");
-DEFINE_int64(max_samples, 0, "stop after this many samples per worker (0: all)");
+DEFINE_int64(max_samples, 0,
+             "stop after this many samples per worker (0: all)");
 DEFINE_double(min_accuracy, 0.0,
               "fail when the final test accuracy is below this");
 
@@ -95,7 +97,8 @@ int RunCoordinator() {
     const std::string tmp = FLAGS_address_file + ".tmp";
     std::ofstream(tmp) << (*coordinator)->address() << "\n";
     if (std::rename(tmp.c_str(), FLAGS_address_file.c_str()) != 0) {
-      return Fail(ductile::UnavailableError("cannot write " + FLAGS_address_file));
+      return Fail(
+          ductile::UnavailableError("cannot write " + FLAGS_address_file));
     }
   }
   std::fprintf(stderr, "coordinator listening on %s\n",
@@ -158,8 +161,8 @@ int RunWorker() {
 }
 
 int RunStatus() {
-  auto status = ductile::QueryClusterStatus(FLAGS_coordinator,
-                                            std::min<int64_t>(FLAGS_timeout_ms, 5000));
+  auto status = ductile::QueryClusterStatus(
+      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000));
   if (!status.ok()) return Fail(status.status());
   std::printf("%s", ductile::FormatClusterStatus(*status).c_str());
   return 0;
@@ -181,9 +184,10 @@ int RunLocal() {
   o.server_flags = {log, "--host=127.0.0.1",
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms)};
   o.worker_flags = {log};
-  for (const char* name : {"app", "data_dir", "epochs", "batch_size",
-                           "optimizer", "learning_rate", "l2", "seed", "log_every",
-                           "max_samples", "min_accuracy", "timeout_ms"}) {
+  for (const char* name :
+       {"app", "data_dir", "epochs", "batch_size", "optimizer", "learning_rate",
+        "l2", "seed", "log_every", "max_samples", "min_accuracy",
+        "timeout_ms"}) {
     std::string value;
     gflags::GetCommandLineOption(name, &value);
     o.worker_flags.push_back(std::string("--") + name + "=" + value);
@@ -213,7 +217,8 @@ int main(int argc, char** argv) {
   --argc;
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) {
-    std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s\n", argv[1], kUsage);
+    std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s\n", argv[1],
+                 kUsage);
     return 2;
   }
   FLAGS_logtostderr = true;
@@ -224,6 +229,7 @@ int main(int argc, char** argv) {
   if (command == "worker") return RunWorker();
   if (command == "status") return RunStatus();
   if (command == "shutdown") return RunShutdown();
-  std::fprintf(stderr, "ductile: unknown command '%s'\n%s\n", command.c_str(), kUsage);
+  std::fprintf(stderr, "ductile: unknown command '%s'\n%s\n", command.c_str(),
+               kUsage);
   return 2;
 }

@@ -43,7 +43,8 @@ pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked) {
 }
 
 std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFEXITED(status))
+    return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     return std::string("signal ") + strsignal(WTERMSIG(status));
   }
@@ -58,7 +59,8 @@ class Supervisor {
   Status Start(const std::string& name, bool worker,
                const std::vector<std::string>& args) {
     const pid_t pid = Spawn(args, blocked_);
-    if (pid < 0) return UnavailableError("cannot start " + name + ": fork failed");
+    if (pid < 0)
+      return UnavailableError("cannot start " + name + ": fork failed");
     children_[pid] = {name, worker};
     return Status::Ok();
   }
@@ -101,7 +103,8 @@ class Supervisor {
     for (const auto& [pid, c] : children_) {
       if (!c.exited) kill(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
     }
-    const auto deadline = SteadyClock::now() + std::chrono::milliseconds(grace_ms);
+    const auto deadline =
+        SteadyClock::now() + std::chrono::milliseconds(grace_ms);
     while (!AllDone() && SteadyClock::now() < deadline) {
       Reap().IgnoreError();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -131,8 +134,10 @@ int WaitSignal(const sigset_t& set, int ms) {
 }  // namespace
 
 Status RunLocalCluster(const LocalClusterOptions& options) {
-  if (options.num_servers < 1) return InvalidArgumentError("--servers must be >= 1");
-  if (options.num_workers < 1) return InvalidArgumentError("--workers must be >= 1");
+  if (options.num_servers < 1)
+    return InvalidArgumentError("--servers must be >= 1");
+  if (options.num_workers < 1)
+    return InvalidArgumentError("--workers must be >= 1");
   // Signals are taken synchronously (sigtimedwait) by this thread.
   sigset_t set;
   sigemptyset(&set);
@@ -158,7 +163,9 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
 
   Supervisor supervisor(set);
   std::vector<std::string> args = {
-      options.program, "coordinator", "--listen=tcp://127.0.0.1:0",
+      options.program,
+      "coordinator",
+      "--listen=tcp://127.0.0.1:0",
       "--servers=" + std::to_string(options.num_servers),
       "--workers=" + std::to_string(options.num_workers),
       "--address_file=" + address_file};
@@ -183,9 +190,10 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       return CancelledError("interrupted");
     }
   }
-  std::fprintf(stderr, "ductile local: coordinator at %s, %d server(s), %d "
-               "worker(s)\n", address.c_str(), options.num_servers,
-               options.num_workers);
+  std::fprintf(stderr,
+               "ductile local: coordinator at %s, %d server(s), %d "
+               "worker(s)\n",
+               address.c_str(), options.num_servers, options.num_workers);
 
   for (int i = 0; i < options.num_servers; ++i) {
     std::vector<std::string> a = {options.program, "server",
@@ -218,14 +226,15 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     }
   }
   // Workers are done: the coordinator shuts the servers down by itself.
-  const auto grace = SteadyClock::now() +
-                     std::chrono::milliseconds(options.shutdown_grace_ms);
+  const auto grace =
+      SteadyClock::now() + std::chrono::milliseconds(options.shutdown_grace_ms);
   while (!supervisor.AllDone() && SteadyClock::now() < grace) {
     WaitSignal(set, 50);
     supervisor.Reap().IgnoreError();
   }
   if (!supervisor.AllDone()) {
-    std::fprintf(stderr, "ductile local: cluster did not shut down in time; "
+    std::fprintf(stderr,
+                 "ductile local: cluster did not shut down in time; "
                  "killing it\n");
   }
   supervisor.KillAll(0);

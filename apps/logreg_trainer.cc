@@ -19,7 +19,8 @@ double SecondsSince(SteadyClock::time_point t) {
 
 Status Validate(const TrainerOptions& o) {
   if (o.epochs < 1) return InvalidArgumentError("--epochs must be >= 1");
-  if (o.batch_size < 1) return InvalidArgumentError("--batch_size must be >= 1");
+  if (o.batch_size < 1)
+    return InvalidArgumentError("--batch_size must be >= 1");
   if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) {
     return InvalidArgumentError("--learning_rate must be a positive number");
   }
@@ -29,11 +30,16 @@ Status Validate(const TrainerOptions& o) {
 
 const char* RuleName(UpdateRule rule) {
   switch (rule) {
-    case UpdateRule::kSgd: return "sgd";
-    case UpdateRule::kMomentum: return "momentum";
-    case UpdateRule::kAdaGrad: return "adagrad";
-    case UpdateRule::kAdam: return "adam";
-    default: return "other";
+    case UpdateRule::kSgd:
+      return "sgd";
+    case UpdateRule::kMomentum:
+      return "momentum";
+    case UpdateRule::kAdaGrad:
+      return "adagrad";
+    case UpdateRule::kAdam:
+      return "adam";
+    default:
+      return "other";
   }
 }
 
@@ -44,10 +50,11 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
   const int rank = client.worker_id();
   const int world = client.num_workers();
   if (rank < 0 || world < 1 || rank >= world) {
-    return FailedPreconditionError(
-        "worker id " + std::to_string(rank) + " is outside the job's " +
-        std::to_string(world) + " workers (start the coordinator with "
-        "--workers)");
+    return FailedPreconditionError("worker id " + std::to_string(rank) +
+                                   " is outside the job's " +
+                                   std::to_string(world) +
+                                   " workers (start the coordinator with "
+                                   "--workers)");
   }
   const bool lead = rank == 0;
   Result<Dataset> train = LoadFashionMnist(options.data_dir, /*train=*/true);
@@ -72,12 +79,12 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
       (per_worker + options.batch_size - 1) / options.batch_size;
   const size_t total_steps = steps_per_epoch * options.epochs;
   if (lead) {
-    std::printf("training logistic regression on Fashion-MNIST: %zu train / "
-                "%zu test samples, %d worker(s), batch %d, %s lr %.3g, "
-                "%d epoch(s)\n",
-                train->num_samples, test->num_samples, world,
-                options.batch_size, RuleName(options.optimizer),
-                options.learning_rate, options.epochs);
+    std::printf(
+        "training logistic regression on Fashion-MNIST: %zu train / "
+        "%zu test samples, %d worker(s), batch %d, %s lr %.3g, "
+        "%d epoch(s)\n",
+        train->num_samples, test->num_samples, world, options.batch_size,
+        RuleName(options.optimizer), options.learning_rate, options.epochs);
     std::fflush(stdout);
   }
   const auto start = SteadyClock::now();
@@ -87,8 +94,8 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
   size_t step = 0;
   bool stop = false;
   for (int epoch = 0; epoch < options.epochs && !stop; ++epoch) {
-    const std::vector<size_t> indices = PartitionIndices(
-        train->num_samples, rank, world, options.seed, epoch);
+    const std::vector<size_t> indices =
+        PartitionIndices(train->num_samples, rank, world, options.seed, epoch);
     for (size_t begin = 0; begin < indices.size() && !stop;
          begin += options.batch_size) {
       const size_t end = std::min(indices.size(), begin + options.batch_size);
@@ -115,12 +122,12 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
         const double window_s = SecondsSince(window_start);
         const double elapsed = SecondsSince(start);
         const double eta = elapsed / step * (total_steps - step);
-        std::printf("[epoch %d/%d] clock %lld  loss %.4f  samples/s %.0f "
-                    "(all workers ~%.0f)  ETA %.0fs\n",
-                    epoch + 1, options.epochs,
-                    static_cast<long long>(client.clock()),
-                    window_loss / window_batches, window_samples / window_s,
-                    world * window_samples / window_s, stop ? 0.0 : eta);
+        std::printf(
+            "[epoch %d/%d] clock %lld  loss %.4f  samples/s %.0f "
+            "(all workers ~%.0f)  ETA %.0fs\n",
+            epoch + 1, options.epochs, static_cast<long long>(client.clock()),
+            window_loss / window_batches, window_samples / window_s,
+            world * window_samples / window_s, stop ? 0.0 : eta);
         std::fflush(stdout);
         window_start = SteadyClock::now();
         window_loss = 0;

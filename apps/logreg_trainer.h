@@ -17,14 +17,14 @@ namespace ductile::apps {
 
 struct TrainerOptions {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int epochs = 10;            // passes over the training set, >= 1
-  int batch_size = 64;        // samples per worker per step, >= 1
+  int epochs = 10;      // passes over the training set, >= 1
+  int batch_size = 64;  // samples per worker per step, >= 1
   // Server-side update rule: kSgd, kMomentum, kAdaGrad or kAdam.
   UpdateRule optimizer = UpdateRule::kAdam;
   float learning_rate = 0.001;  // step size of `optimizer` on the mean gradient
-  float l2 = 0.0f;            // L2 weight decay
-  uint64_t seed = 1;          // data shuffling
-  int log_every = 100;        // clocks between progress lines (worker 0)
+  float l2 = 0.0f;              // L2 weight decay
+  uint64_t seed = 1;            // data shuffling
+  int log_every = 100;          // clocks between progress lines (worker 0)
   // Stop after this many samples per worker (0 = no limit): short runs.
   int64_t max_samples = 0;
   // Fail (non-zero exit) when the final test accuracy is below this.

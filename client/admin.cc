@@ -1,10 +1,11 @@
 // QueryClusterStatus, RequestShutdown: one request/reply with the
 // coordinator over a private socket, no registration.
+#include "ductile/admin.h"
+
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 
-#include "ductile/admin.h"
 #include "proto/codec.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
@@ -73,9 +74,9 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.finished = m.finished();
     s.slots = m.slots();
     const auto& k = m.counters();
-    s.counters = {k.requests(),  k.pushes(),   k.pulls(),
+    s.counters = {k.requests(),   k.pushes(),    k.pulls(),
                   k.duplicates(), k.redirects(), k.errors(),
-                  k.bytes_in(),  k.bytes_out(), k.keys_stored()};
+                  k.bytes_in(),   k.bytes_out(), k.keys_stored()};
     status.members.push_back(s);
   }
   return status;
@@ -97,25 +98,26 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   if (status.tables.empty()) os << " (none)";
   os << "\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "%-4s %-7s %-6s %-9s %6s %10s %10s %10s %6s %6s %8s  %s\n",
-                "id", "role", "alive", "hb_ago", "slots", "requests",
-                "pushes", "pulls", "dups", "errors", "keys", "address");
+  std::snprintf(line, sizeof(line),
+                "%-4s %-7s %-6s %-9s %6s %10s %10s %10s %6s %6s %8s  %s\n",
+                "id", "role", "alive", "hb_ago", "slots", "requests", "pushes",
+                "pulls", "dups", "errors", "keys", "address");
   os << line;
   for (const auto& m : status.members) {
     const bool server = m.role == "server";
-    std::snprintf(
-        line, sizeof(line), "%-4d %-7s %-6s %7lldms %6s %10s %10s %10s %6s %6s %8s  %s\n",
-        m.id, m.role.c_str(),
-        m.finished ? "done" : (m.alive ? "yes" : "NO"),
-        static_cast<long long>(m.last_heartbeat_ms_ago),
-        server ? std::to_string(m.slots).c_str() : "-",
-        server ? std::to_string(m.counters.requests).c_str() : "-",
-        server ? std::to_string(m.counters.pushes).c_str() : "-",
-        server ? std::to_string(m.counters.pulls).c_str() : "-",
-        server ? std::to_string(m.counters.duplicates).c_str() : "-",
-        server ? std::to_string(m.counters.errors).c_str() : "-",
-        server ? std::to_string(m.counters.keys_stored).c_str() : "-",
-        m.address.c_str());
+    std::snprintf(line, sizeof(line),
+                  "%-4d %-7s %-6s %7lldms %6s %10s %10s %10s %6s %6s %8s  %s\n",
+                  m.id, m.role.c_str(),
+                  m.finished ? "done" : (m.alive ? "yes" : "NO"),
+                  static_cast<long long>(m.last_heartbeat_ms_ago),
+                  server ? std::to_string(m.slots).c_str() : "-",
+                  server ? std::to_string(m.counters.requests).c_str() : "-",
+                  server ? std::to_string(m.counters.pushes).c_str() : "-",
+                  server ? std::to_string(m.counters.pulls).c_str() : "-",
+                  server ? std::to_string(m.counters.duplicates).c_str() : "-",
+                  server ? std::to_string(m.counters.errors).c_str() : "-",
+                  server ? std::to_string(m.counters.keys_stored).c_str() : "-",
+                  m.address.c_str());
     os << line;
   }
   return os.str();

@@ -165,8 +165,8 @@ Result<Tensor> ClientImpl::RegisterTensor(const TableOptions& options,
   for (uint64_t offset = 0, k = 0; offset < num_floats;
        offset += chunk_floats, ++k) {
     t.keys.push_back(k);
-    t.lengths.push_back(
-        static_cast<uint32_t>(std::min<uint64_t>(chunk_floats, num_floats - offset)));
+    t.lengths.push_back(static_cast<uint32_t>(
+        std::min<uint64_t>(chunk_floats, num_floats - offset)));
   }
   return t;
 }
@@ -270,8 +270,9 @@ void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
 
 Status ClientImpl::Barrier(int64_t timeout_ms) {
   if (worker_id_ < 0) {
-    return FailedPreconditionError("Barrier() needs a client registered as a "
-                                   "worker");
+    return FailedPreconditionError(
+        "Barrier() needs a client registered as a "
+        "worker");
   }
   if (timeout_ms < 0) timeout_ms = options_.request_timeout_ms;
   wire::Header request;
@@ -312,8 +313,8 @@ void ClientImpl::Run() {
   auto next_heartbeat = SteadyClock::now() + kHeartbeatPeriod;
   while (!stop_.load()) {
     const bool busy = !parts_.empty() || !controls_.empty();
-    Status s = Poll(poll_items_, busy ? kTimerPeriod.count()
-                                      : kHeartbeatPeriod.count());
+    Status s = Poll(poll_items_,
+                    busy ? kTimerPeriod.count() : kHeartbeatPeriod.count());
     if (!s.ok()) {
       LOG(ERROR) << "client I/O thread: " << s;
       break;
@@ -387,12 +388,13 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
     return;
   }
   auto data = std::static_pointer_cast<DataOperation>(op);
-  SplitAndSend(data, nullptr);
+  SplitAndSend(data, nullptr, /*pull_only=*/false);
   data->Release();  // the dispatcher's hold
 }
 
 void ClientImpl::SplitAndSend(const std::shared_ptr<DataOperation>& op,
-                              const std::vector<uint32_t>* subset) {
+                              const std::vector<uint32_t>* subset,
+                              bool pull_only) {
   const size_t n = subset ? subset->size() : op->keys.size();
   if (n == 0) return;
   const int32_t num_slots = routing_.num_slots();
@@ -410,10 +412,12 @@ void ClientImpl::SplitAndSend(const std::shared_ptr<DataOperation>& op,
   std::map<int32_t, std::vector<uint32_t>> groups;
   const int32_t first = owner(key_index(0));
   bool single = true;
-  for (size_t j = 1; j < n && single; ++j) single = owner(key_index(j)) == first;
+  for (size_t j = 1; j < n && single; ++j)
+    single = owner(key_index(j)) == first;
   if (single && !subset) {
     Part part;
     part.op = op;
+    part.pull_only = pull_only;
     part.server = first;
     part.begin = 0;
     part.end = n;
@@ -431,6 +435,7 @@ void ClientImpl::SplitAndSend(const std::shared_ptr<DataOperation>& op,
   for (auto& [server, indices] : groups) {
     Part part;
     part.op = op;
+    part.pull_only = pull_only;
     part.server = server;
     if (indices.back() - indices.front() + 1 == indices.size()) {
       part.begin = indices.front();
@@ -462,13 +467,14 @@ void ClientImpl::SendPart(Part& part) {
   }
   const size_t count = part.size();
   const bool contiguous = part.indices.empty();
-  const bool push = op.type != wire::PULL;
+  const wire::MessageType type = part.pull_only ? wire::PULL : op.type;
+  const bool push = type != wire::PULL;
   const bool variable = op.width == 0;
   uint64_t floats = 0;
   for (size_t j = 0; j < count; ++j) floats += op.length(part.index(j));
 
   wire::Header header;
-  header.set_type(op.type);
+  header.set_type(type);
   header.set_seq(seq);
   header.set_client_id(client_id_);
   header.set_table_id(op.table);
@@ -554,20 +560,26 @@ void ClientImpl::HandleDataReply(InMessage& message) {
   if (header.moved() || status.code() == StatusCode::kUnavailable) {
     // Not applied: re-route the keys (under the newer table if the server
     // sent one) with fresh sequence numbers.
-    const bool newer = header.has_routing() &&
-                       header.routing().epoch() > routing_.epoch();
-    if (newer) InstallRouting(header.routing());
-    else RequestRouting();
+    const bool newer =
+        header.has_routing() && header.routing().epoch() > routing_.epoch();
+    if (newer)
+      InstallRouting(header.routing());
+    else
+      RequestRouting();
     open_seqs_.erase(part.seq);
-    part.retry_at = SteadyClock::now() + (newer ? milliseconds(0) : kRetryAfter);
+    // A duplicate push-pull was applied here before its slot moved: the
+    // new owner is only asked for the values.
+    if (header.duplicate()) part.pull_only = true;
+    part.retry_at =
+        SteadyClock::now() + (newer ? milliseconds(0) : kRetryAfter);
     if (newer) HandleTimers();
     return;
   }
   if (!status.ok()) {
-    return FinishPart(header.seq(),
-                      Status(status.code(), "server " +
-                                                std::to_string(part.server) +
-                                                ": " + status.message()));
+    return FinishPart(
+        header.seq(),
+        Status(status.code(), "server " + std::to_string(part.server) + ": " +
+                                  status.message()));
   }
   DataOperation& op = *part.op;
   if (op.type != wire::PUSH) {
@@ -575,10 +587,9 @@ void ClientImpl::HandleDataReply(InMessage& message) {
     for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
     if (message.frames.size() != 2 ||
         message.frames[1].size() != floats * sizeof(float)) {
-      return FinishPart(
-          header.seq(),
-          InternalError("server " + std::to_string(part.server) +
-                        " sent a pull reply of the wrong size"));
+      return FinishPart(header.seq(),
+                        InternalError("server " + std::to_string(part.server) +
+                                      " sent a pull reply of the wrong size"));
     }
     const float* values = static_cast<const float*>(message.frames[1].data());
     if (part.indices.empty()) {
@@ -627,7 +638,7 @@ void ClientImpl::HandleTimers() {
     parts_.erase(it);
     std::vector<uint32_t> indices(part.size());
     for (size_t j = 0; j < part.size(); ++j) indices[j] = part.index(j);
-    SplitAndSend(part.op, &indices);
+    SplitAndSend(part.op, &indices, part.pull_only);
     part.op->Release();  // the old part's hold, after the new parts took theirs
   }
   for (auto it = controls_.begin(); it != controls_.end();) {
@@ -697,8 +708,8 @@ void ClientImpl::InstallRouting(const wire::RoutingTable& routing) {
     ServerConnection conn{address, MakeDealer(context_, "")};
     Status s = ductile::Connect(conn.socket, address);
     if (!s.ok()) {
-      LOG(WARNING) << "client: cannot connect to server " << server.id()
-                   << ": " << s;
+      LOG(WARNING) << "client: cannot connect to server " << server.id() << ": "
+                   << s;
       continue;
     }
     servers_.insert_or_assign(server.id(), std::move(conn));

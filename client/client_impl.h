@@ -93,10 +93,16 @@ class ClientImpl final : public Client {
     uint64_t seq = 0;
     size_t begin = 0, end = 0;
     std::vector<uint32_t> indices;
+    // A push-pull whose push a server already applied: only pull.
+    bool pull_only = false;
     SteadyTime retry_at{};   // waiting for a retry (not in flight) if set
     SteadyTime resend_at{};  // resend the same seq if silent until then
-    size_t size() const { return indices.empty() ? end - begin : indices.size(); }
-    size_t index(size_t j) const { return indices.empty() ? begin + j : indices[j]; }
+    size_t size() const {
+      return indices.empty() ? end - begin : indices.size();
+    }
+    size_t index(size_t j) const {
+      return indices.empty() ? begin + j : indices[j];
+    }
   };
   struct ServerConnection {
     std::string address;
@@ -113,7 +119,7 @@ class ClientImpl final : public Client {
   void Run();
   void Dispatch(const std::shared_ptr<internal::Operation>& op);
   void SplitAndSend(const std::shared_ptr<DataOperation>& op,
-                    const std::vector<uint32_t>* subset);
+                    const std::vector<uint32_t>* subset, bool pull_only);
   void SendPart(Part& part);
   void HandleDataReply(InMessage& message);
   void HandleControlReply(InMessage& message);
@@ -154,7 +160,7 @@ class ClientImpl final : public Client {
   std::vector<int32_t> poll_servers_;  // server id of poll_items_[2 + i]
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
-  std::set<uint64_t> open_seqs_;  // seqs that may still be (re)sent
+  std::set<uint64_t> open_seqs_;              // seqs that may still be (re)sent
   std::unordered_map<uint64_t, std::shared_ptr<ControlOperation>> controls_;
   std::vector<std::shared_ptr<DataOperation>> waiting_for_routing_;
   SteadyTime routing_requested_at_{};

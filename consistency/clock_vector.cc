@@ -4,7 +4,7 @@
 
 namespace ductile {
 
-bool ClockVector::Advance(int32_t worker, int64_t clock) {
+bool ClockVector::Advance(int64_t worker, int64_t clock) {
   auto [it, inserted] = clocks_.try_emplace(worker, clock);
   if (!inserted) {
     if (clock <= it->second) return false;
@@ -15,14 +15,14 @@ bool ClockVector::Advance(int32_t worker, int64_t clock) {
   return min_clock_ != before;
 }
 
-bool ClockVector::Remove(int32_t worker) {
+bool ClockVector::Remove(int64_t worker) {
   if (clocks_.erase(worker) == 0) return false;
   const int64_t before = min_clock_;
   Recompute();
   return min_clock_ != before;
 }
 
-int64_t ClockVector::clock_of(int32_t worker) const {
+int64_t ClockVector::clock_of(int64_t worker) const {
   auto it = clocks_.find(worker);
   return it == clocks_.end() ? -1 : it->second;
 }
@@ -35,7 +35,8 @@ void ClockVector::Recompute() {
   min_clock_ = std::min_element(clocks_.begin(), clocks_.end(),
                                 [](const auto& a, const auto& b) {
                                   return a.second < b.second;
-                                })->second;
+                                })
+                   ->second;
 }
 
 }  // namespace ductile

@@ -16,18 +16,18 @@ class ClockVector {
  public:
   // Records that `worker` has reached `clock`. Returns true if the minimum
   // moved.
-  bool Advance(int32_t worker, int64_t clock);
+  bool Advance(int64_t worker, int64_t clock);
   // Stops tracking `worker` (it left or died). Returns true if the minimum
   // moved.
-  bool Remove(int32_t worker);
+  bool Remove(int64_t worker);
 
   int64_t min_clock() const { return min_clock_; }
-  int64_t clock_of(int32_t worker) const;
+  int64_t clock_of(int64_t worker) const;
   size_t size() const { return clocks_.size(); }
 
  private:
   void Recompute();
-  std::map<int32_t, int64_t> clocks_;
+  std::map<int64_t, int64_t> clocks_;
   int64_t min_clock_ = 0;
 };
 

@@ -85,24 +85,41 @@ Status CoordinatorImpl::MoveSlot(int32_t slot, int32_t server_id) {
     std::lock_guard<std::mutex> lock(tasks_mu_);
     tasks_.push_back([this, slot, server_id, result] {
       if (routing_.epoch() == 0) {
-        result->set_value(FailedPreconditionError("slots are not assigned yet"));
+        result->set_value(
+            FailedPreconditionError("slots are not assigned yet"));
       } else if (slot < 0 || slot >= routing_.num_slots()) {
-        result->set_value(InvalidArgumentError("no slot " + std::to_string(slot)));
+        result->set_value(
+            InvalidArgumentError("no slot " + std::to_string(slot)));
       } else if (servers_.count(server_id) == 0) {
-        result->set_value(NotFoundError("no server " + std::to_string(server_id)));
+        result->set_value(
+            NotFoundError("no server " + std::to_string(server_id)));
       } else {
         routing_.set_slot_owner(slot, server_id);
         routing_.set_epoch(routing_.epoch() + 1);
         PublishRouting();
-        result->set_value(Status::Ok());
+        // Answered once every server has installed the new epoch.
+        RoutingWaiter waiter{routing_.epoch(), {}, result};
+        for (const auto& [id, m] : servers_) {
+          if (server_epochs_[id] < routing_.epoch()) waiter.awaiting.insert(id);
+        }
+        if (waiter.awaiting.empty()) {
+          result->set_value(Status::Ok());
+        } else {
+          routing_waiters_.push_back(std::move(waiter));
+        }
       }
     });
   }
   wakeup_.Signal();
   if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-    return DeadlineExceededError("coordinator loop did not answer");
+    return DeadlineExceededError(
+        "not every server confirmed the new routing table within 10 s");
   }
-  return done.get();
+  try {
+    return done.get();
+  } catch (const std::future_error&) {  // the loop ended before answering
+    return CancelledError("coordinator stopped");
+  }
 }
 
 void CoordinatorImpl::Run() {
@@ -130,6 +147,10 @@ void CoordinatorImpl::Run() {
     }
     CheckTimeouts();
   }
+  for (RoutingWaiter& w : routing_waiters_) {
+    w.done->set_value(CancelledError("coordinator stopped"));
+  }
+  routing_waiters_.clear();
   LOG(INFO) << "coordinator stopped";
 }
 
@@ -194,6 +215,8 @@ void CoordinatorImpl::Handle(InMessage& message) {
       return HandleCreateTable(identity, h);
     case wire::TABLE_CREATE_ACK:
       return HandleTableAck(h);
+    case wire::ROUTING_ACK:
+      return HandleRoutingAck(h);
     case wire::GET_TABLE: {
       auto it = tables_.find(h.name());
       if (it == tables_.end()) {
@@ -222,10 +245,10 @@ void CoordinatorImpl::Handle(InMessage& message) {
       LOG(INFO) << "coordinator: shutdown requested";
       return BeginShutdown();
     default:
-      return ReplyStatus(identity, h.seq(),
-                         InvalidArgumentError(
-                             "the coordinator does not take message type " +
-                             std::to_string(h.type())));
+      return ReplyStatus(
+          identity, h.seq(),
+          InvalidArgumentError("the coordinator does not take message type " +
+                               std::to_string(h.type())));
   }
 }
 
@@ -256,9 +279,10 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
     case wire::ROLE_SERVER: {
       int32_t id = h.member_id();
       if (id >= 0 && servers_.count(id) && servers_[id].identity != identity) {
-        return ReplyStatus(identity, h.seq(),
-                           AlreadyExistsError("server id " + std::to_string(id) +
-                                              " is taken"));
+        return ReplyStatus(
+            identity, h.seq(),
+            AlreadyExistsError("server id " + std::to_string(id) +
+                               " is taken"));
       }
       if (id < 0) {
         id = 0;
@@ -310,7 +334,8 @@ void CoordinatorImpl::MaybeAssignSlots() {
   if (static_cast<int32_t>(servers_.size()) < options_.num_servers) return;
   std::vector<int32_t> ids;
   for (const auto& [id, m] : servers_) ids.push_back(id);
-  const std::vector<int32_t> owners = AssignSlotsEvenly(options_.num_slots, ids);
+  const std::vector<int32_t> owners =
+      AssignSlotsEvenly(options_.num_slots, ids);
   routing_.set_epoch(1);
   routing_.set_num_slots(options_.num_slots);
   routing_.clear_slot_owner();
@@ -396,10 +421,11 @@ void CoordinatorImpl::HandleTableAck(const wire::Header& h) {
     Status s = StatusFromWire(h);
     if (!s.ok()) {
       for (const Waiter& w : p.waiters) {
-        ReplyStatus(w.identity, w.seq,
-                    Status(s.code(), "server " + std::to_string(h.member_id()) +
-                                         " cannot create table '" +
-                                         p.config.name() + "': " + s.message()));
+        ReplyStatus(
+            w.identity, w.seq,
+            Status(s.code(), "server " + std::to_string(h.member_id()) +
+                                 " cannot create table '" + p.config.name() +
+                                 "': " + s.message()));
       }
       pending_tables_.erase(it);
       return;
@@ -418,6 +444,20 @@ void CoordinatorImpl::HandleTableAck(const wire::Header& h) {
     }
     pending_tables_.erase(it);
     return;
+  }
+}
+
+void CoordinatorImpl::HandleRoutingAck(const wire::Header& h) {
+  uint64_t& acked = server_epochs_[h.member_id()];
+  acked = std::max<uint64_t>(acked, h.epoch());
+  for (auto it = routing_waiters_.begin(); it != routing_waiters_.end();) {
+    if (acked >= it->epoch) it->awaiting.erase(h.member_id());
+    if (it->awaiting.empty()) {
+      it->done->set_value(Status::Ok());
+      it = routing_waiters_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
@@ -447,7 +487,8 @@ void CoordinatorImpl::MaybeReleaseBarrier() {
   std::set<int32_t> arrived;
   for (const auto& [w, id] : barrier_) arrived.insert(id);
   if (static_cast<int32_t>(arrived.size()) < LiveWorkersNeeded()) return;
-  for (const auto& [w, id] : barrier_) ReplyStatus(w.identity, w.seq, Status::Ok());
+  for (const auto& [w, id] : barrier_)
+    ReplyStatus(w.identity, w.seq, Status::Ok());
   barrier_.clear();
 }
 
@@ -501,10 +542,10 @@ void CoordinatorImpl::CheckTimeouts() {
     std::string missing;
     for (int32_t id : it->second.awaiting) missing += " " + std::to_string(id);
     for (const Waiter& w : it->second.waiters) {
-      ReplyStatus(w.identity, w.seq,
-                  DeadlineExceededError("servers" + missing +
-                                        " did not confirm table '" +
-                                        it->first + "'"));
+      ReplyStatus(
+          w.identity, w.seq,
+          DeadlineExceededError("servers" + missing +
+                                " did not confirm table '" + it->first + "'"));
     }
     it = pending_tables_.erase(it);
   }

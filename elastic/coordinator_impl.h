@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -55,6 +56,12 @@ class CoordinatorImpl final : public Coordinator {
     std::string identity;
     uint64_t seq = 0;
   };
+  // A caller waiting until every server has installed `epoch`.
+  struct RoutingWaiter {
+    uint64_t epoch = 0;
+    std::set<int32_t> awaiting;
+    std::shared_ptr<std::promise<Status>> done;
+  };
   struct PendingTable {
     wire::TableConfig config;
     std::set<int32_t> awaiting;  // servers that have not acked
@@ -67,6 +74,7 @@ class CoordinatorImpl final : public Coordinator {
   void HandleRegister(const std::string& identity, const wire::Header& h);
   void HandleCreateTable(const std::string& identity, const wire::Header& h);
   void HandleTableAck(const wire::Header& h);
+  void HandleRoutingAck(const wire::Header& h);
   void HandleBarrier(const std::string& identity, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void CheckTimeouts();
@@ -99,12 +107,14 @@ class CoordinatorImpl final : public Coordinator {
   std::map<std::string, Time> observers_;  // identity -> last seen
   std::vector<Waiter> waiting_for_routing_;
   wire::RoutingTable routing_;
-  std::map<std::string, wire::TableConfig> tables_;  // by name
+  std::map<std::string, wire::TableConfig> tables_;     // by name
   std::map<std::string, PendingTable> pending_tables_;  // by name
   uint32_t next_table_id_ = 1;
   uint64_t next_seq_ = 1;
   int32_t next_worker_id_ = 0;
   std::vector<std::pair<Waiter, int32_t>> barrier_;  // (waiter, worker id)
+  std::map<int32_t, uint64_t> server_epochs_;        // routing epoch each acked
+  std::vector<RoutingWaiter> routing_waiters_;
   bool shutting_down_ = false;
   Time shutdown_at_{};
 };

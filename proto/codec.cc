@@ -23,10 +23,9 @@ template <typename T>
 Status DataFrames::View(ByteSpan frame, size_t count, const char* what,
                         std::span<const T>* out) {
   if (frame.size() != count * sizeof(T)) {
-    return InvalidArgumentError(std::string(what) + " frame has " +
-                                std::to_string(frame.size()) +
-                                " bytes, expected " +
-                                std::to_string(count * sizeof(T)));
+    return InvalidArgumentError(
+        std::string(what) + " frame has " + std::to_string(frame.size()) +
+        " bytes, expected " + std::to_string(count * sizeof(T)));
   }
   if (count == 0) {
     *out = {};
@@ -50,14 +49,15 @@ Status DataFrames::Parse(const wire::Header& header,
   const size_t n = header.num_keys();
   const size_t values_frames = header.values_frames();
   if (!expect_values && values_frames != 0) {
-    return InvalidArgumentError("a pull carries no values, but header "
-                                "announces " + std::to_string(values_frames) +
-                                " value frames");
+    return InvalidArgumentError(
+        "a pull carries no values, but header "
+        "announces " +
+        std::to_string(values_frames) + " value frames");
   }
   if (expect_values && values_frames != 1 && values_frames != n) {
-    return InvalidArgumentError(
-        "values_frames must be 1 or num_keys (" + std::to_string(n) +
-        "), got " + std::to_string(values_frames));
+    return InvalidArgumentError("values_frames must be 1 or num_keys (" +
+                                std::to_string(n) + "), got " +
+                                std::to_string(values_frames));
   }
   if (expect_values && n == 0 && values_frames != 1) {
     return InvalidArgumentError("values_frames must be 1 for an empty push");
@@ -80,6 +80,12 @@ Status DataFrames::Parse(const wire::Header& header,
   if (header.has_lengths()) {
     RETURN_IF_ERROR(View(frames.back(), n, "lengths", &lengths_));
     for (size_t i = 0; i < n; ++i) {
+      if (lengths_[i] > kMaxValueFloats) {
+        return InvalidArgumentError(
+            "length of key " + std::to_string(keys_[i]) + " is " +
+            std::to_string(lengths_[i]) + " floats, over the limit of " +
+            std::to_string(kMaxValueFloats));
+      }
       if (value_width != 0 && lengths_[i] != value_width) {
         return InvalidArgumentError(
             "length of key " + std::to_string(keys_[i]) + " is " +
@@ -88,8 +94,7 @@ Status DataFrames::Parse(const wire::Header& header,
       }
     }
   } else if (value_width == 0) {
-    return InvalidArgumentError(
-        "variable-width table needs a lengths frame");
+    return InvalidArgumentError("variable-width table needs a lengths frame");
   }
   total_floats_ = 0;
   for (size_t i = 0; i < n; ++i) total_floats_ += length(i);
@@ -119,25 +124,31 @@ Result<uint64_t> CheckRequestShape(std::span<const Key> keys,
                                    const char* values_name) {
   for (size_t i = 1; i < keys.size(); ++i) {
     if (keys[i] <= keys[i - 1]) {
-      return InvalidArgumentError(
-          "keys must be strictly increasing; key[" + std::to_string(i) +
-          "] = " + std::to_string(keys[i]) + " follows " +
-          std::to_string(keys[i - 1]));
+      return InvalidArgumentError("keys must be strictly increasing; key[" +
+                                  std::to_string(i) +
+                                  "] = " + std::to_string(keys[i]) +
+                                  " follows " + std::to_string(keys[i - 1]));
     }
   }
   uint64_t total = 0;
   if (!lengths.empty()) {
     if (lengths.size() != keys.size()) {
-      return InvalidArgumentError(
-          "got " + std::to_string(lengths.size()) + " lengths for " +
-          std::to_string(keys.size()) + " keys");
+      return InvalidArgumentError("got " + std::to_string(lengths.size()) +
+                                  " lengths for " +
+                                  std::to_string(keys.size()) + " keys");
     }
     for (size_t i = 0; i < lengths.size(); ++i) {
-      if (value_width != 0 && lengths[i] != value_width) {
+      if (lengths[i] > kMaxValueFloats) {
         return InvalidArgumentError(
-            "length[" + std::to_string(i) + "] = " +
-            std::to_string(lengths[i]) + " but the table's width is " +
-            std::to_string(value_width));
+            "length[" + std::to_string(i) +
+            "] = " + std::to_string(lengths[i]) + " is over the limit of " +
+            std::to_string(kMaxValueFloats) + " floats per key");
+      }
+      if (value_width != 0 && lengths[i] != value_width) {
+        return InvalidArgumentError("length[" + std::to_string(i) +
+                                    "] = " + std::to_string(lengths[i]) +
+                                    " but the table's width is " +
+                                    std::to_string(value_width));
       }
       total += lengths[i];
     }

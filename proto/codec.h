@@ -22,6 +22,9 @@ namespace ductile {
 
 using ByteSpan = std::span<const uint8_t>;
 
+// Largest vector one key may hold, in floats (1 GiB).
+inline constexpr uint32_t kMaxValueFloats = 1u << 28;
+
 // Parses frame 0. Fails on garbage bytes or an unknown message type.
 Status ParseHeader(ByteSpan bytes, wire::Header* header);
 

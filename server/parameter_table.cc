@@ -36,9 +36,10 @@ Status ParameterTable::CheckPush(const DataFrames& request) const {
     float acc = 0.0f;
     for (float x : v) acc += x * 0.0f;
     if (!std::isfinite(acc)) {
-      return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
-                                  std::to_string(keys[i]) + " of table '" +
-                                  options_.name + "'; table left unchanged");
+      return InvalidArgumentError(
+          "non-finite value (NaN or Inf) pushed to key " +
+          std::to_string(keys[i]) + " of table '" + options_.name +
+          "'; table left unchanged");
     }
   }
   return Status::Ok();

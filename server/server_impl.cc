@@ -46,14 +46,17 @@ ServerImpl::~ServerImpl() {
 }
 
 Status ServerImpl::Init() {
-  router_ = MakeRouter(context_, static_cast<int64_t>(options_.max_message_bytes));
+  router_ =
+      MakeRouter(context_, static_cast<int64_t>(options_.max_message_bytes));
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);
-  Result<std::string> bound = Bind(router_, "tcp://" + options_.host + ":" + port);
+  Result<std::string> bound =
+      Bind(router_, "tcp://" + options_.host + ":" + port);
   RETURN_IF_ERROR(bound.status());
   tcp_address_ = *bound;
   if (options_.enable_ipc) {
-    Result<std::string> ipc = Bind(router_, MakeIpcAddress(options_.ipc_dir, "server"));
+    Result<std::string> ipc =
+        Bind(router_, MakeIpcAddress(options_.ipc_dir, "server"));
     RETURN_IF_ERROR(ipc.status());
     ipc_address_ = *ipc;
   }
@@ -76,10 +79,9 @@ Status ServerImpl::Init() {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - Clock::now());
     if (left.count() <= 0) {
-      return DeadlineExceededError("no answer from coordinator at " +
-                                   options_.coordinator_address + " within " +
-                                   std::to_string(options_.connect_timeout_ms) +
-                                   " ms");
+      return DeadlineExceededError(
+          "no answer from coordinator at " + options_.coordinator_address +
+          " within " + std::to_string(options_.connect_timeout_ms) + " ms");
     }
     zmq::pollitem_t items[] = {{coordinator_.handle(), 0, ZMQ_POLLIN, 0}};
     RETURN_IF_ERROR(Poll(items, left.count()));
@@ -91,9 +93,9 @@ Status ServerImpl::Init() {
     if (!ParseHeader(msg.frame(0), &reply).ok()) continue;
     if (reply.type() != wire::CONTROL_REPLY) continue;
     if (reply.status_code() != 0) {
-      return Status(StatusCode::kFailedPrecondition,
-                    "coordinator refused registration: " +
-                        reply.status_message());
+      return Status(
+          StatusCode::kFailedPrecondition,
+          "coordinator refused registration: " + reply.status_message());
     }
     id_ = reply.member_id();
     for (const auto& table : reply.tables()) {
@@ -152,10 +154,13 @@ void ServerImpl::Run() {
     const auto now = Clock::now();
     if (now >= next_heartbeat_) {
       SendHeartbeat();
-      next_heartbeat_ = now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+      next_heartbeat_ =
+          now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
     }
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             next_heartbeat_ - now).count() + 1;
+                             next_heartbeat_ - now)
+                             .count() +
+                         1;
     Status s = Poll(items, wait_ms);
     if (!s.ok()) {
       exit_status_ = s;
@@ -248,7 +253,14 @@ void ServerImpl::HandleCoordinator(InMessage& message) {
     LOG(WARNING) << "server " << id_ << ": unreadable message from coordinator";
     return;
   }
-  if (header.has_routing()) InstallRouting(header.routing());
+  if (header.has_routing()) {
+    InstallRouting(header.routing());
+    wire::Header ack;
+    ack.set_type(wire::ROUTING_ACK);
+    ack.set_member_id(id_);
+    ack.set_epoch(routing_.epoch());
+    SendToCoordinator(ack).IgnoreError();
+  }
   switch (header.type()) {
     case wire::TABLE_CREATE: {
       Status s = CreateTable(header.table());
@@ -267,8 +279,8 @@ void ServerImpl::HandleCoordinator(InMessage& message) {
       break;
     case wire::CONTROL_REPLY:
       if (header.status_code() != 0) {
-        LOG(WARNING) << "server " << id_ << ": coordinator says: "
-                     << header.status_message();
+        LOG(WARNING) << "server " << id_
+                     << ": coordinator says: " << header.status_message();
       }
       break;
     default:
@@ -299,12 +311,14 @@ void ServerImpl::ReplyError(const zmq::message_t& identity, uint64_t seq,
   Reply(identity, h, nullptr);
 }
 
-void ServerImpl::ReplyMoved(const zmq::message_t& identity, uint64_t seq) {
+void ServerImpl::ReplyMoved(const zmq::message_t& identity, uint64_t seq,
+                            bool duplicate) {
   counters_.redirects.fetch_add(1, std::memory_order_relaxed);
   wire::Header h;
   h.set_type(wire::DATA_REPLY);
   h.set_seq(seq);
   h.set_moved(true);
+  h.set_duplicate(duplicate);
   h.set_status_code(static_cast<int>(StatusCode::kAborted));
   h.set_status_message("routing changed: server " + std::to_string(id_) +
                        " does not own every key's slot");
@@ -367,9 +381,9 @@ void ServerImpl::HandleRequest(InMessage& message) {
   }
   auto table_it = tables_.find(header.table_id());
   if (table_it == tables_.end()) {
-    return ReplyError(identity, seq,
-                      NotFoundError("unknown table id " +
-                                    std::to_string(header.table_id())));
+    return ReplyError(
+        identity, seq,
+        NotFoundError("unknown table id " + std::to_string(header.table_id())));
   }
   ParameterTable& table = *table_it->second;
 
@@ -387,37 +401,54 @@ void ServerImpl::HandleRequest(InMessage& message) {
   }
   DataFrames request;
   const bool has_values = type != wire::PULL;
-  s = request.Parse(header, data_frames, table.options().value_width, has_values);
+  s = request.Parse(header, data_frames, table.options().value_width,
+                    has_values);
   if (!s.ok()) return ReplyError(identity, seq, s);
 
-  const int32_t num_slots = routing_.num_slots();
-  for (Key key : request.keys()) {
-    if (!owned_slots_[SlotOf(table.id(), key, num_slots)]) {
-      return ReplyMoved(identity, seq);
-    }
+  // Exactly-once comes first: a push this server has applied is
+  // acknowledged as a duplicate even if its slot has moved since.
+  const bool has_pull = type != wire::PUSH;
+  bool duplicate = false;
+  if (has_values) {
+    dedup_.Advance(header.client_id(), header.done_below());
+    duplicate = dedup_.IsDuplicate(header.client_id(), seq);
+    if (duplicate) counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
   }
-
-  table.clocks().Advance(static_cast<int32_t>(header.client_id()), header.clock());
   wire::Header reply;
   reply.set_type(wire::DATA_REPLY);
   reply.set_seq(seq);
   reply.set_epoch(routing_.epoch());
-  if (has_values) {
-    dedup_.Advance(header.client_id(), header.done_below());
-    if (dedup_.IsDuplicate(header.client_id(), seq)) {
-      counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
-      reply.set_duplicate(true);
-    } else {
-      s = table.CheckPush(request);
-      if (!s.ok()) return ReplyError(identity, seq, s);
-      const size_t before = table.size();
-      table.ApplyPush(request);
-      counters_.keys_stored.fetch_add(table.size() - before,
-                                      std::memory_order_relaxed);
-      dedup_.MarkApplied(header.client_id(), seq);
-      counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+  reply.set_duplicate(duplicate);
+  if (duplicate && !has_pull) return Reply(identity, reply, nullptr);
+
+  const int32_t num_slots = routing_.num_slots();
+  for (Key key : request.keys()) {
+    if (!owned_slots_[SlotOf(table.id(), key, num_slots)]) {
+      // For a duplicate push-pull the reply says so: the client then only
+      // pulls from the new owner.
+      return ReplyMoved(identity, seq, duplicate);
     }
   }
+  if (has_pull &&
+      request.total_floats() * sizeof(float) > options_.max_message_bytes) {
+    return ReplyError(
+        identity, seq,
+        InvalidArgumentError(
+            "pull of " + std::to_string(request.total_floats()) +
+            " floats is over the server's reply limit of " +
+            std::to_string(options_.max_message_bytes) + " bytes"));
+  }
+  if (has_values && !duplicate) {
+    s = table.CheckPush(request);
+    if (!s.ok()) return ReplyError(identity, seq, s);
+    const size_t before = table.size();
+    table.ApplyPush(request);
+    counters_.keys_stored.fetch_add(table.size() - before,
+                                    std::memory_order_relaxed);
+    dedup_.MarkApplied(header.client_id(), seq);
+    counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+  }
+  table.clocks().Advance(header.client_id(), header.clock());
   if (type == wire::PUSH) return Reply(identity, reply, nullptr);
 
   s = table.CheckPull(request);

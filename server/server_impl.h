@@ -54,8 +54,9 @@ class ServerImpl final : public Server {
   void HandleRequest(InMessage& message);
   void HandleCoordinator(InMessage& message);
   void SendHeartbeat();
-  void ReplyError(const zmq::message_t& identity, uint64_t seq, const Status& s);
-  void ReplyMoved(const zmq::message_t& identity, uint64_t seq);
+  void ReplyError(const zmq::message_t& identity, uint64_t seq,
+                  const Status& s);
+  void ReplyMoved(const zmq::message_t& identity, uint64_t seq, bool duplicate);
   void Reply(const zmq::message_t& identity, const wire::Header& header,
              std::vector<float>* values);
   void InstallRouting(const wire::RoutingTable& routing);

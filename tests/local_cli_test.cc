@@ -165,8 +165,8 @@ TEST(LocalCluster, TrainsLogisticRegressionAndReportsTestAccuracy) {
   EXPECT_NE(p.output().find("samples/s"), std::string::npos) << p.output();
   std::smatch m;
   const std::string out = p.output();
-  ASSERT_TRUE(std::regex_search(out, m,
-                                std::regex("final test accuracy: ([0-9.]+)")))
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex("final test accuracy: ([0-9.]+)")))
       << out;
   // 8000 samples per worker is enough to be far above chance (0.1).
   EXPECT_GT(std::stod(m[1]), 0.6) << out;
@@ -219,13 +219,13 @@ TEST(LocalCluster, AKilledServerStopsTheClusterWithAClearError) {
 
 TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
   const std::string marker = UniqueTimeoutFlag();
-  Process p({kBinary, "local", "--epochs=1000", "--log_every=10",
-             "--slots=512", marker});
+  Process p({kBinary, "local", "--epochs=1000", "--log_every=10", "--slots=512",
+             marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
   std::smatch m;
   const std::string out = p.output();
-  ASSERT_TRUE(std::regex_search(out, m,
-                                std::regex("coordinator at (tcp://[0-9.:]+)")));
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex("coordinator at (tcp://[0-9.:]+)")));
   Process status({kBinary, "status", "--coordinator=" + m[1].str()});
   ASSERT_EQ(ExitCode(status.Wait(std::chrono::seconds(30))), 0)
       << status.output();

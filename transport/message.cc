@@ -69,7 +69,8 @@ Status SendMessage(zmq::socket_t& socket, OutMessage&& message) {
   try {
     for (size_t i = 0; i < n; ++i) {
       auto flags = i + 1 < n ? zmq::send_flags::sndmore : zmq::send_flags::none;
-      auto sent = socket.send(message.frames_[i], flags | zmq::send_flags::dontwait);
+      auto sent =
+          socket.send(message.frames_[i], flags | zmq::send_flags::dontwait);
       if (!sent) {
         return UnavailableError("send would block (peer not connected?)");
       }
@@ -86,9 +87,9 @@ Status ReceiveMessage(zmq::socket_t& socket, InMessage* message, bool* got) {
   try {
     while (true) {
       zmq::message_t frame;
-      auto size = socket.recv(frame, message->frames.empty()
-                                         ? zmq::recv_flags::dontwait
-                                         : zmq::recv_flags::none);
+      auto size =
+          socket.recv(frame, message->frames.empty() ? zmq::recv_flags::dontwait
+                                                     : zmq::recv_flags::none);
       if (!size) return Status::Ok();  // EAGAIN: nothing waiting
       const bool more = frame.more();
       message->frames.push_back(std::move(frame));
@@ -147,7 +148,8 @@ Result<std::string> Bind(zmq::socket_t& socket, const std::string& address) {
 
 Status Poll(std::span<zmq::pollitem_t> items, int64_t timeout_ms) {
   try {
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+    zmq::poll(items.data(), items.size(),
+              std::chrono::milliseconds(timeout_ms));
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return Status::Ok();
     return ZmqError("poll", e);

@@ -13,12 +13,12 @@ namespace ductile {
 
 struct MemberStatus {
   int32_t id = -1;
-  std::string role;      // "server" or "worker"
-  std::string address;   // servers: tcp address
+  std::string role;     // "server" or "worker"
+  std::string address;  // servers: tcp address
   int64_t last_heartbeat_ms_ago = 0;
   bool alive = false;
-  bool finished = false;  // workers: called Finish()
-  int32_t slots = 0;      // servers: slots owned
+  bool finished = false;    // workers: called Finish()
+  int32_t slots = 0;        // servers: slots owned
   ServerCounters counters;  // servers: as of the last heartbeat
 };
 

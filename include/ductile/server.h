@@ -58,12 +58,12 @@ struct ServerOptions {
 
 // Request counters of one server, as reported by `ductile status`.
 struct ServerCounters {
-  uint64_t requests = 0;        // data requests received
-  uint64_t pushes = 0;          // push and push-pull requests applied
-  uint64_t pulls = 0;           // pull and push-pull requests answered
-  uint64_t duplicates = 0;      // resent requests recognised, not re-applied
-  uint64_t redirects = 0;       // "routing changed" answers
-  uint64_t errors = 0;          // malformed or refused requests
+  uint64_t requests = 0;    // data requests received
+  uint64_t pushes = 0;      // push and push-pull requests applied
+  uint64_t pulls = 0;       // pull and push-pull requests answered
+  uint64_t duplicates = 0;  // resent requests recognised, not re-applied
+  uint64_t redirects = 0;   // "routing changed" answers
+  uint64_t errors = 0;      // malformed or refused requests
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t keys_stored = 0;

@@ -132,10 +132,10 @@ class [[nodiscard]] Result {
 }  // namespace ductile
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                                  \
-  do {                                                         \
-    ::ductile::Status ductile_status_ = (expr);                \
-    if (!ductile_status_.ok()) return ductile_status_;         \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::ductile::Status ductile_status_ = (expr);        \
+    if (!ductile_status_.ok()) return ductile_status_; \
   } while (0)
 
 #endif  // DUCTILE_STATUS_H_

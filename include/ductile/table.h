@@ -75,9 +75,9 @@ struct TableOptions {
 // stored value, the pushed vector (same length) and the key's optimizer
 // state (state_floats_per_value * value.size() floats, zero-initialised).
 // It must not block and must not throw.
-using UpdateFunction = std::function<void(
-    std::span<float> value, std::span<const float> pushed,
-    std::span<float> state)>;
+using UpdateFunction =
+    std::function<void(std::span<float> value, std::span<const float> pushed,
+                       std::span<float> state)>;
 
 struct CustomRule {
   UpdateFunction apply;

@@ -1,0 +1,96 @@
+// Exactly-once bookkeeping: which (client, seq) pairs a server has applied.
+#include "server/request_dedup.h"
+
+#include "gtest/gtest.h"
+
+namespace ductile {
+namespace {
+
+TEST(RequestDedup, AnUnseenRequestIsNotADuplicate) {
+  RequestDedup dedup;
+  EXPECT_FALSE(dedup.IsDuplicate(1, 0));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 5));
+  EXPECT_EQ(dedup.tracked(), 0u);
+}
+
+TEST(RequestDedup, AnAppliedRequestIsADuplicateWhenResent) {
+  RequestDedup dedup;
+  dedup.MarkApplied(1, 5);
+  EXPECT_TRUE(dedup.IsDuplicate(1, 5));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 4));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 6));
+  EXPECT_EQ(dedup.tracked(), 1u);
+}
+
+TEST(RequestDedup, EverySeqBelowDoneBelowIsADuplicate) {
+  RequestDedup dedup;
+  dedup.Advance(1, 10);
+  // Below the mark: completed, so any copy is a resend, even one this
+  // server never saw applied (it may have gone to another server).
+  EXPECT_TRUE(dedup.IsDuplicate(1, 0));
+  EXPECT_TRUE(dedup.IsDuplicate(1, 9));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 10));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 11));
+}
+
+TEST(RequestDedup, AdvancingForgetsAppliedSeqsBelowTheMark) {
+  RequestDedup dedup;
+  dedup.MarkApplied(1, 5);
+  dedup.MarkApplied(1, 7);
+  dedup.MarkApplied(1, 12);
+  EXPECT_EQ(dedup.tracked(), 3u);
+  dedup.Advance(1, 10);
+  EXPECT_EQ(dedup.tracked(), 1u);  // only 12 is still remembered
+  EXPECT_TRUE(dedup.IsDuplicate(1, 5));
+  EXPECT_TRUE(dedup.IsDuplicate(1, 7));
+  EXPECT_TRUE(dedup.IsDuplicate(1, 12));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 11));
+  dedup.Advance(1, 13);
+  EXPECT_EQ(dedup.tracked(), 0u);
+  EXPECT_TRUE(dedup.IsDuplicate(1, 12));
+}
+
+TEST(RequestDedup, DoneBelowNeverMovesBackwards) {
+  RequestDedup dedup;
+  dedup.Advance(1, 10);
+  dedup.MarkApplied(1, 10);
+  // A late message carrying an older mark must not re-open seqs 4..9.
+  dedup.Advance(1, 4);
+  EXPECT_TRUE(dedup.IsDuplicate(1, 6));
+  EXPECT_TRUE(dedup.IsDuplicate(1, 10));
+  EXPECT_EQ(dedup.tracked(), 1u);
+}
+
+TEST(RequestDedup, ClientsAreTrackedSeparately) {
+  RequestDedup dedup;
+  dedup.MarkApplied(1, 5);
+  dedup.Advance(1, 100);
+  EXPECT_FALSE(dedup.IsDuplicate(2, 5));
+  EXPECT_FALSE(dedup.IsDuplicate(2, 50));
+  dedup.MarkApplied(2, 5);
+  EXPECT_TRUE(dedup.IsDuplicate(2, 5));
+  EXPECT_FALSE(dedup.IsDuplicate(2, 6));
+  // Negative and zero ids are ids like any other.
+  dedup.MarkApplied(-1, 3);
+  EXPECT_TRUE(dedup.IsDuplicate(-1, 3));
+  EXPECT_FALSE(dedup.IsDuplicate(0, 3));
+}
+
+TEST(RequestDedup, AnOlderSeqAppliedAfterANewerOneIsNotADuplicate) {
+  // A request re-split after a "moved" reply can reach a server after a
+  // later request of the same client: seq 7 lands first, then seq 5 (still
+  // open, so done_below stays at 5).
+  RequestDedup dedup;
+  dedup.Advance(1, 5);
+  EXPECT_FALSE(dedup.IsDuplicate(1, 7));
+  dedup.MarkApplied(1, 7);
+  dedup.Advance(1, 5);
+  EXPECT_FALSE(dedup.IsDuplicate(1, 5));
+  dedup.MarkApplied(1, 5);
+  EXPECT_TRUE(dedup.IsDuplicate(1, 5));
+  EXPECT_TRUE(dedup.IsDuplicate(1, 7));
+  EXPECT_FALSE(dedup.IsDuplicate(1, 6));
+}
+
+}  // namespace
+}  // namespace ductile

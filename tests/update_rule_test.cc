@@ -1,0 +1,368 @@
+// Update rules against hand-computed arithmetic, and the initializers'
+// determinism and distributions.
+#include "server/update_rule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/initializer.h"
+
+namespace ductile {
+namespace {
+
+constexpr double kTolerance = 1e-6;
+
+TableOptions Rule(UpdateRule rule) {
+  TableOptions t;
+  t.name = "t";
+  t.rule = rule;
+  return t;
+}
+
+// One key's value with its optimizer state, updated by a kernel.
+struct KeyState {
+  KeyState(const UpdateRuleKernel& kernel, std::vector<float> w)
+      : kernel(kernel),
+        value(std::move(w)),
+        state(value.size() * kernel.state_per_value(), 0.0f) {}
+  void Push(const std::vector<float>& g) {
+    ASSERT_EQ(g.size(), value.size());
+    kernel.Apply(value, g, state, &steps);
+  }
+  const UpdateRuleKernel& kernel;
+  std::vector<float> value;
+  std::vector<float> state;
+  int64_t steps = 0;
+};
+
+TEST(UpdateRuleKernel, KeepsTheDocumentedStateFloatsPerValue) {
+  EXPECT_EQ(
+      UpdateRuleKernel(Rule(UpdateRule::kAssign), nullptr).state_per_value(),
+      0u);
+  EXPECT_EQ(UpdateRuleKernel(Rule(UpdateRule::kAdd), nullptr).state_per_value(),
+            0u);
+  EXPECT_EQ(UpdateRuleKernel(Rule(UpdateRule::kSgd), nullptr).state_per_value(),
+            0u);
+  EXPECT_EQ(
+      UpdateRuleKernel(Rule(UpdateRule::kMomentum), nullptr).state_per_value(),
+      1u);
+  EXPECT_EQ(
+      UpdateRuleKernel(Rule(UpdateRule::kAdaGrad), nullptr).state_per_value(),
+      1u);
+  EXPECT_EQ(
+      UpdateRuleKernel(Rule(UpdateRule::kAdam), nullptr).state_per_value(), 2u);
+  CustomRule custom{
+      [](std::span<float>, std::span<const float>, std::span<float>) {}, 3};
+  EXPECT_EQ(
+      UpdateRuleKernel(Rule(UpdateRule::kCustom), &custom).state_per_value(),
+      3u);
+}
+
+TEST(UpdateRuleKernel, AssignReplacesTheValue) {
+  UpdateRuleKernel kernel(Rule(UpdateRule::kAssign), nullptr);
+  KeyState k(kernel, {1.0f, 2.0f});
+  k.Push({5.0f, -3.0f});  // w = g = [5, -3]
+  EXPECT_NEAR(k.value[0], 5.0, kTolerance);
+  EXPECT_NEAR(k.value[1], -3.0, kTolerance);
+  k.Push({0.5f, 0.25f});  // w = g = [0.5, 0.25]
+  EXPECT_NEAR(k.value[0], 0.5, kTolerance);
+  EXPECT_NEAR(k.value[1], 0.25, kTolerance);
+  EXPECT_EQ(k.steps, 2);
+}
+
+TEST(UpdateRuleKernel, AddAccumulatesThePushes) {
+  UpdateRuleKernel kernel(Rule(UpdateRule::kAdd), nullptr);
+  KeyState k(kernel, {1.0f, 2.0f});
+  k.Push({0.5f, -1.0f});  // [1 + 0.5, 2 - 1] = [1.5, 1]
+  EXPECT_NEAR(k.value[0], 1.5, kTolerance);
+  EXPECT_NEAR(k.value[1], 1.0, kTolerance);
+  k.Push({0.25f, 0.25f});  // [1.75, 1.25]
+  EXPECT_NEAR(k.value[0], 1.75, kTolerance);
+  EXPECT_NEAR(k.value[1], 1.25, kTolerance);
+  k.Push({-1.75f, 10.0f});  // [0, 11.25]
+  EXPECT_NEAR(k.value[0], 0.0, kTolerance);
+  EXPECT_NEAR(k.value[1], 11.25, kTolerance);
+}
+
+TEST(UpdateRuleKernel, SgdStepsAgainstTheGradientScaledByTheLearningRate) {
+  TableOptions t = Rule(UpdateRule::kSgd);
+  t.learning_rate = 0.1f;
+  UpdateRuleKernel kernel(t, nullptr);
+  KeyState k(kernel, {1.0f, -2.0f});
+  k.Push({2.0f, 4.0f});  // [1 - 0.1*2, -2 - 0.1*4] = [0.8, -2.4]
+  EXPECT_NEAR(k.value[0], 0.8, kTolerance);
+  EXPECT_NEAR(k.value[1], -2.4, kTolerance);
+  k.Push({-1.0f, 0.5f});  // [0.8 + 0.1, -2.4 - 0.05] = [0.9, -2.45]
+  EXPECT_NEAR(k.value[0], 0.9, kTolerance);
+  EXPECT_NEAR(k.value[1], -2.45, kTolerance);
+}
+
+TEST(UpdateRuleKernel, MomentumKeepsAVelocityPerValue) {
+  TableOptions t = Rule(UpdateRule::kMomentum);
+  t.learning_rate = 0.1f;
+  t.momentum = 0.9f;
+  UpdateRuleKernel kernel(t, nullptr);
+  KeyState k(kernel, {1.0f, 0.0f});
+  // Element 0: v = 0.9*0 + 1 = 1;            w = 1 - 0.1*1 = 0.9
+  // Element 1: v = 0.9*0 + 0 = 0;            w = 0
+  k.Push({1.0f, 0.0f});
+  EXPECT_NEAR(k.value[0], 0.9, kTolerance);
+  EXPECT_NEAR(k.value[1], 0.0, kTolerance);
+  EXPECT_NEAR(k.state[0], 1.0, kTolerance);
+  // Element 0: v = 0.9*1 + 1 = 1.9;          w = 0.9 - 0.19 = 0.71
+  // Element 1: v = 0.9*0 + 2 = 2;            w = 0 - 0.2 = -0.2
+  k.Push({1.0f, 2.0f});
+  EXPECT_NEAR(k.value[0], 0.71, kTolerance);
+  EXPECT_NEAR(k.value[1], -0.2, kTolerance);
+  // Element 0: v = 0.9*1.9 - 2 = -0.29;      w = 0.71 + 0.029 = 0.739
+  // Element 1: v = 0.9*2 + 0 = 1.8;          w = -0.2 - 0.18 = -0.38
+  k.Push({-2.0f, 0.0f});
+  EXPECT_NEAR(k.value[0], 0.739, kTolerance);
+  EXPECT_NEAR(k.value[1], -0.38, kTolerance);
+  EXPECT_NEAR(k.state[0], -0.29, kTolerance);
+  EXPECT_NEAR(k.state[1], 1.8, kTolerance);
+}
+
+TEST(UpdateRuleKernel, AdaGradScalesByTheRootOfSummedSquares) {
+  TableOptions t = Rule(UpdateRule::kAdaGrad);
+  t.learning_rate = 0.5f;
+  t.epsilon = 0.1f;  // large, so that its place in the formula shows
+  UpdateRuleKernel kernel(t, nullptr);
+  KeyState k(kernel, {1.0f});
+  // h = 4;  w = 1 - 0.5*2 / (sqrt(4) + 0.1) = 1 - 1/2.1 = 0.5238095
+  k.Push({2.0f});
+  EXPECT_NEAR(k.value[0], 0.5238095, kTolerance);
+  EXPECT_NEAR(k.state[0], 4.0, kTolerance);
+  // h = 5;  w = 0.5238095 - 0.5 / (2.2360680 + 0.1) = 0.5238095 - 0.2140349
+  //           = 0.3097747
+  k.Push({1.0f});
+  EXPECT_NEAR(k.value[0], 0.3097747, kTolerance);
+  // h = 9;  w = 0.3097747 + 1 / (3 + 0.1) = 0.3097747 + 0.3225806 = 0.6323553
+  k.Push({-2.0f});
+  EXPECT_NEAR(k.value[0], 0.6323553, kTolerance);
+  EXPECT_NEAR(k.state[0], 9.0, kTolerance);
+}
+
+TEST(UpdateRuleKernel, AdamIsBiasCorrectedWithAStepCountPerKey) {
+  TableOptions t = Rule(UpdateRule::kAdam);
+  t.learning_rate = 0.1f;
+  t.beta1 = 0.9f;
+  t.beta2 = 0.999f;
+  t.epsilon = 1e-8f;
+  UpdateRuleKernel kernel(t, nullptr);
+  KeyState k(kernel, {1.0f, 1.0f});
+  // Step 1, both elements: m_hat = g, v_hat = g^2, so w -= 0.1 * sign(g).
+  //   e0: g = 1     m = 0.1,    v = 0.001       w = 0.9
+  //   e1: g = -0.5  m = -0.05,  v = 0.00025     w = 1.1
+  k.Push({1.0f, -0.5f});
+  EXPECT_EQ(k.steps, 1);
+  EXPECT_NEAR(k.value[0], 0.9, kTolerance);
+  EXPECT_NEAR(k.value[1], 1.1, kTolerance);
+  // State layout: m for every element, then v for every element.
+  EXPECT_NEAR(k.state[0], 0.1, kTolerance);
+  EXPECT_NEAR(k.state[1], -0.05, kTolerance);
+  EXPECT_NEAR(k.state[2], 0.001, kTolerance);
+  EXPECT_NEAR(k.state[3], 0.00025, kTolerance);
+  // Step 2 (c1 = 1 - 0.9^2 = 0.19, c2 = 1 - 0.999^2 = 0.001999):
+  //   e0: g = 1  m = 0.19, v = 0.001999: m_hat = 1, v_hat = 1;  w = 0.8
+  //   e1: g = 2  m = 0.9*-0.05 + 0.2 = 0.155
+  //              v = 0.999*0.00025 + 0.001*4 = 0.00424975
+  //              m_hat = 0.155/0.19 = 0.8157895
+  //              v_hat = 0.00424975/0.001999 = 2.1259380
+  //              w = 1.1 - 0.1*0.8157895/1.4580597
+  //                = 1.1 - 0.0559503 = 1.04404965
+  k.Push({1.0f, 2.0f});
+  EXPECT_NEAR(k.value[0], 0.8, kTolerance);
+  EXPECT_NEAR(k.value[1], 1.0440496, kTolerance);
+  // Step 3 (c1 = 0.271, c2 = 0.002997001):
+  //   e0: g = -1    m = 0.171 - 0.1 = 0.071, v = 0.002997001
+  //                 m_hat = 0.2619926, v_hat = 1
+  //                 w = 0.8 - 0.02619926 = 0.7738007
+  //   e1: g = 0.25  m = 0.1395 + 0.025 = 0.1645
+  //                 v = 0.0042455003 + 0.0000625 = 0.0043080003
+  //                 m_hat = 0.6070111, v_hat = 1.4374370
+  //                 w = 1.04404965 - 0.1*0.6070111/1.1989316
+  //                   = 1.04404965 - 0.0506293 = 0.9934203
+  k.Push({-1.0f, 0.25f});
+  EXPECT_EQ(k.steps, 3);
+  EXPECT_NEAR(k.value[0], 0.7738007, kTolerance);
+  EXPECT_NEAR(k.value[1], 0.9934203, kTolerance);
+}
+
+TEST(UpdateRuleKernel, AdamCountsStepsPerKeyNotPerTable) {
+  TableOptions t = Rule(UpdateRule::kAdam);
+  t.learning_rate = 0.1f;
+  UpdateRuleKernel kernel(t, nullptr);
+  KeyState busy(kernel, {1.0f});
+  busy.Push({1.0f});
+  busy.Push({1.0f});
+  // A key's first update is bias-corrected as step 1 however many updates
+  // other keys have seen: w = 1 - 0.1 * sign(g).
+  KeyState fresh(kernel, {1.0f});
+  fresh.Push({-3.0f});
+  EXPECT_EQ(fresh.steps, 1);
+  EXPECT_NEAR(fresh.value[0], 1.1, kTolerance);
+}
+
+TEST(UpdateRuleKernel, CustomRuleGetsValuePushAndItsOwnState) {
+  // w = w/2 + g + s;  s += 1
+  CustomRule custom{
+      [](std::span<float> w, std::span<const float> g, std::span<float> s) {
+        ASSERT_EQ(w.size(), g.size());
+        ASSERT_EQ(s.size(), w.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+          w[i] = w[i] * 0.5f + g[i] + s[i];
+          s[i] += 1.0f;
+        }
+      },
+      1};
+  TableOptions t = Rule(UpdateRule::kCustom);
+  t.custom_rule = "halve_add";
+  UpdateRuleKernel kernel(t, &custom);
+  KeyState k(kernel, {2.0f, 4.0f});
+  k.Push({1.0f, 1.0f});  // [1 + 1 + 0, 2 + 1 + 0] = [2, 3]; s = [1, 1]
+  EXPECT_NEAR(k.value[0], 2.0, kTolerance);
+  EXPECT_NEAR(k.value[1], 3.0, kTolerance);
+  k.Push({0.0f, -1.0f});  // [1 + 0 + 1, 1.5 - 1 + 1] = [2, 1.5]; s = [2, 2]
+  EXPECT_NEAR(k.value[0], 2.0, kTolerance);
+  EXPECT_NEAR(k.value[1], 1.5, kTolerance);
+  EXPECT_NEAR(k.state[0], 2.0, kTolerance);
+  EXPECT_NEAR(k.state[1], 2.0, kTolerance);
+}
+
+// ---------------------------------------------------------------------------
+// InitializeValue.
+
+Initializer Uniform(float low, float high, uint64_t seed = 1) {
+  Initializer init;
+  init.kind = InitKind::kUniform;
+  init.low = low;
+  init.high = high;
+  init.seed = seed;
+  return init;
+}
+
+Initializer Normal(float mean, float stddev, uint64_t seed = 1) {
+  Initializer init;
+  init.kind = InitKind::kNormal;
+  init.mean = mean;
+  init.stddev = stddev;
+  init.seed = seed;
+  return init;
+}
+
+std::vector<float> Init(const Initializer& init, TableId table, Key key,
+                        size_t width) {
+  std::vector<float> v(width, -12345.0f);
+  InitializeValue(init, table, key, v);
+  return v;
+}
+
+TEST(InitializeValue, ZerosAndConstantFillEveryElement) {
+  Initializer zeros;
+  EXPECT_EQ(Init(zeros, 1, 7, 5), std::vector<float>(5, 0.0f));
+  Initializer constant;
+  constant.kind = InitKind::kConstant;
+  constant.value = -1.5f;
+  EXPECT_EQ(Init(constant, 1, 7, 5), std::vector<float>(5, -1.5f));
+}
+
+TEST(InitializeValue, IsDeterministicPerSeedTableAndKey) {
+  for (const Initializer& init : {Uniform(-1, 1), Normal(0, 1)}) {
+    EXPECT_EQ(Init(init, 3, 1000, 16), Init(init, 3, 1000, 16));
+    // Element i does not depend on the vector's length.
+    const std::vector<float> shorter = Init(init, 3, 1000, 4);
+    const std::vector<float> longer = Init(init, 3, 1000, 16);
+    EXPECT_TRUE(std::equal(shorter.begin(), shorter.end(), longer.begin()));
+  }
+}
+
+TEST(InitializeValue, DiffersBetweenKeysTablesAndSeeds) {
+  for (const Initializer& init : {Uniform(-1, 1), Normal(0, 1)}) {
+    const std::vector<float> base = Init(init, 3, 1000, 8);
+    EXPECT_NE(base, Init(init, 3, 1001, 8));
+    EXPECT_NE(base, Init(init, 4, 1000, 8));
+    Initializer reseeded = init;
+    reseeded.seed = 2;
+    EXPECT_NE(base, Init(reseeded, 3, 1000, 8));
+  }
+  // Elements of one key differ from each other too.
+  const std::vector<float> v = Init(Uniform(-1, 1), 0, 0, 8);
+  EXPECT_NE(v[0], v[1]);
+}
+
+TEST(InitializeValue, UniformStaysWithinLowAndHighExclusive) {
+  for (const auto& [low, high] : std::vector<std::pair<float, float>>{
+           {-0.05f, 0.05f}, {0.0f, 1.0f}, {-3.0f, -2.0f}}) {
+    const Initializer init = Uniform(low, high);
+    float lo = high, hi = low;
+    double sum = 0;
+    constexpr int kKeys = 1000, kWidth = 100;
+    for (Key key = 0; key < kKeys; ++key) {
+      for (float x : Init(init, 9, key, kWidth)) {
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
+        sum += x;
+      }
+    }
+    EXPECT_GE(lo, low);
+    EXPECT_LT(hi, high);
+    // 100k samples cover the range and centre on its middle (the standard
+    // error of the mean is (high - low) / sqrt(12 * 100000) < 0.001 * width).
+    const double width = high - low;
+    EXPECT_LT(lo, low + 0.01 * width);
+    EXPECT_GT(hi, high - 0.01 * width);
+    EXPECT_NEAR(sum / (kKeys * kWidth), (low + high) / 2.0, 0.01 * width);
+  }
+}
+
+// `low + float(u) * (high - low)` can round to exactly `high` when u is
+// close to 1 and high's ulp is coarser than (high - low) * 2^-24; with
+// [1000, 1001) about 1 draw in 30000 did. The initializer clamps below high.
+TEST(InitializeValue, UniformNeverReturnsHighEvenWhereFloatRoundingWould) {
+  {
+    const Initializer init = Uniform(1000.0f, 1001.0f);
+    for (Key key = 0; key < 1000; ++key) {
+      const std::vector<float> v = Init(init, 9, key, 100);
+      for (size_t i = 0; i < v.size(); ++i) {
+        ASSERT_GE(v[i], 1000.0f) << "key " << key << " element " << i;
+        ASSERT_LT(v[i], 1001.0f) << "key " << key << " element " << i;
+      }
+    }
+  }
+  {
+    const std::vector<float> v = Init(Uniform(1.0f, 2.0f), 9, 65472, 100);
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_LT(v[i], 2.0f) << "element " << i;
+    }
+  }
+}
+
+TEST(InitializeValue, NormalHasTheRequestedMeanAndStddev) {
+  const Initializer init = Normal(0.5f, 2.0f, 77);
+  constexpr int kKeys = 1000, kWidth = 100;
+  constexpr double kN = kKeys * kWidth;
+  double sum = 0, sum_sq = 0;
+  int within_one_sd = 0;
+  for (Key key = 0; key < kKeys; ++key) {
+    for (float x : Init(init, 2, key, kWidth)) {
+      sum += x;
+      sum_sq += double{x} * x;
+      within_one_sd += std::abs(x - 0.5) < 2.0;
+    }
+  }
+  const double mean = sum / kN;
+  const double stddev = std::sqrt(sum_sq / kN - mean * mean);
+  // Standard errors: mean 2/sqrt(1e5) = 0.0063, stddev 2/sqrt(2e5) = 0.0045;
+  // the bounds are about eight of them.
+  EXPECT_NEAR(mean, 0.5, 0.05);
+  EXPECT_NEAR(stddev, 2.0, 0.04);
+  // Gaussian shape, not just two moments: 68.27% within one stddev.
+  EXPECT_NEAR(within_one_sd / kN, 0.6827, 0.01);
+}
+
+}  // namespace
+}  // namespace ductile

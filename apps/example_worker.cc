@@ -1,8 +1,9 @@
-// A minimal ductile worker: run a coordinator and a server, then this.
+// A minimal ductile worker. Start a coordinator and a server (both use
+// tcp://127.0.0.1:7000 by default), then this:
 //
-//   build/apps/ductile coordinator --listen=tcp://127.0.0.1:7000 --servers=1
-//   --workers=1 & build/apps/ductile server --coordinator=tcp://127.0.0.1:7000
-//   & build/apps/example_worker tcp://127.0.0.1:7000
+//   build/apps/ductile coordinator --servers=1 --workers=1 &
+//   build/apps/ductile server &
+//   build/apps/example_worker tcp://127.0.0.1:7000
 #include <cstdio>
 #include <vector>
 

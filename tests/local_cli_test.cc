@@ -155,6 +155,7 @@ bool NoProcessesLeft(const std::string& marker) {
 }
 
 const std::string kBinary = DUCTILE_BINARY;
+const std::string kExampleWorker = DUCTILE_EXAMPLE_WORKER;
 
 TEST(LocalCluster, TrainsLogisticRegressionAndReportsTestAccuracy) {
   const std::string marker = UniqueTimeoutFlag();
@@ -269,6 +270,36 @@ TEST(Cli, StatusOfAMissingCoordinatorFailsWithinItsTimeout) {
   EXPECT_NE(ExitCode(status), 0);
   EXPECT_NE(p.output().find("DeadlineExceeded"), std::string::npos)
       << p.output();
+}
+
+TEST(Cli, TheReadmeExampleRunsAgainstACoordinatorAndAServer) {
+  char dir[] = "/tmp/ductile-example-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string address_file = std::string(dir) + "/address";
+  Process coordinator({kBinary, "coordinator", "--listen=tcp://127.0.0.1:0",
+                       "--servers=1", "--workers=1",
+                       "--address_file=" + address_file});
+  std::string address;
+  for (int i = 0; i < 600 && address.empty(); ++i) {
+    std::ifstream in(address_file);
+    std::getline(in, address);
+    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::remove(address_file.c_str());
+  rmdir(dir);
+  ASSERT_FALSE(address.empty()) << coordinator.output();
+  Process server({kBinary, "server", "--coordinator=" + address});
+  Process worker({kExampleWorker, address});
+  EXPECT_EQ(ExitCode(worker.Wait(std::chrono::seconds(60))), 0)
+      << worker.output();
+  EXPECT_NE(worker.output().find("after 10 SGD steps: -1.00"),
+            std::string::npos)
+      << worker.output();
+  // The worker finished, so the coordinator shuts the cluster down.
+  EXPECT_EQ(ExitCode(server.Wait(std::chrono::seconds(60))), 0)
+      << server.output();
+  EXPECT_EQ(ExitCode(coordinator.Wait(std::chrono::seconds(60))), 0)
+      << coordinator.output();
 }
 
 }  // namespace

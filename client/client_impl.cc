@@ -254,9 +254,11 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
 }
 
 void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
+  bool was_empty = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (!stop_.load()) {
+      was_empty = queue_.empty();
       queue_.push_back(std::move(op));
       op = nullptr;
     }
@@ -265,7 +267,8 @@ void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
     op->Release(CancelledError("client is shutting down"));
     return;
   }
-  wakeup_.Signal();
+  // A non-empty queue has been signalled already and not yet taken.
+  if (was_empty) wakeup_.Signal();
 }
 
 Status ClientImpl::Barrier(int64_t timeout_ms) {

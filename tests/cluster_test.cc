@@ -1,5 +1,6 @@
 // Multi-node behaviour in one process: many clients and threads pushing
 // and pulling across several servers.
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 #include <thread>
@@ -180,6 +181,80 @@ TEST(Cluster, BarrierWaitsForEveryWorker) {
   EXPECT_TRUE(clients[2]->Barrier().ok());
   for (auto& t : threads) t.join();
   EXPECT_EQ(passed.load(), 2);
+}
+
+TEST(Cluster, EmbeddedServersApplyAUserUpdateRule) {
+  TestClusterOptions options;
+  options.num_servers = 2;
+  // w += clamp(g, -1, 1), counting updates in the state.
+  options.server.custom_rules["clipped_add"] = {
+      [](std::span<float> w, std::span<const float> g, std::span<float> st) {
+        for (size_t i = 0; i < w.size(); ++i) {
+          w[i] += std::clamp(g[i], -1.0f, 1.0f);
+          st[i] += 1.0f;
+        }
+      },
+      1};
+  TestCluster cluster(options);
+  auto client = cluster.Connect();
+  TableOptions t = AddTable("clipped", 2);
+  t.rule = UpdateRule::kCustom;
+  t.custom_rule = "clipped_add";
+  auto table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys = {1, 2, 3, 4, 5, 6};
+  std::vector<float> g(12, 5.0f), out(12);
+  g[1] = -0.25f;
+  ASSERT_TRUE(client->Push(*table, keys, g).ok());
+  ASSERT_TRUE(client->Push(*table, keys, g).ok());
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], -0.5f);
+  EXPECT_EQ(out[11], 2.0f);
+}
+
+TEST(Cluster, ATableNamingAnUnregisteredRuleIsRefused) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  TableOptions t = AddTable("nope", 1);
+  t.rule = UpdateRule::kCustom;
+  t.custom_rule = "not_registered";
+  auto table = client->CreateTable(t);
+  ASSERT_FALSE(table.ok());
+  EXPECT_EQ(table.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(table.status().message().find("not_registered"), std::string::npos)
+      << table.status();
+}
+
+TEST(Cluster, ASilentServerMakesRequestsFailWithItsNameNotHang) {
+  TestCluster cluster({.num_servers = 1});
+  auto client = cluster.Connect(true, /*request_timeout_ms=*/300);
+  auto table = client->CreateTable(AddTable("silent", 1));
+  ASSERT_TRUE(table.ok());
+  cluster.server(0).Stop();  // stops answering; its socket stays open
+  ASSERT_TRUE(cluster.server(0).Wait().ok());
+  std::vector<Key> keys = {1};
+  std::vector<float> v = {1.0f};
+  Status s = client->Push(*table, keys, v);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("server 0"), std::string::npos) << s;
+}
+
+TEST(Cluster, BadArgumentsAreRefusedBeforeAnythingIsSent) {
+  TestCluster cluster({.num_servers = 1});
+  auto client = cluster.Connect();
+  auto table = client->CreateTable(AddTable("args", 2));
+  ASSERT_TRUE(table.ok());
+  std::vector<Key> unsorted = {3, 1};
+  std::vector<float> four(4), three(3);
+  EXPECT_EQ(client->Push(*table, unsorted, four).code(),
+            StatusCode::kInvalidArgument);
+  std::vector<Key> sorted = {1, 3};
+  EXPECT_EQ(client->Push(*table, sorted, three).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Pull(*table + 100, sorted, four).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(cluster.server(0).counters().requests, 0u);
 }
 
 }  // namespace

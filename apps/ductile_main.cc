@@ -51,6 +51,11 @@ DEFINE_string(optimizer, "adam",
               "server-side update rule: sgd, momentum, adagrad or adam");
 DEFINE_double(learning_rate, 0.001, "learning rate of --optimizer");
 DEFINE_double(l2, 0.0, "L2 weight decay");
+DEFINE_string(consistency, "async",
+              "consistency model of the job's tables: bsp, ssp or async");
+DEFINE_int32(staleness, 3, "SSP staleness bound s (with --consistency=ssp)");
+DEFINE_string(bsp_combine, "mean",
+              "BSP: combine a clock's pushes by their mean or sum");
 DEFINE_uint64(seed, 1, "data shuffling seed");
 DEFINE_int32(log_every, 100, "clocks between progress lines");
 DEFINE_int64(max_samples, 0,
@@ -147,6 +152,24 @@ int RunWorker() {
         "' (sgd, momentum, adagrad, adam)"));
   }
   t.optimizer = optimizer->second;
+  if (FLAGS_consistency == "bsp") {
+    t.consistency.mode = ductile::ConsistencyMode::kBsp;
+  } else if (FLAGS_consistency == "ssp") {
+    t.consistency.mode = ductile::ConsistencyMode::kSsp;
+  } else if (FLAGS_consistency != "async") {
+    return Fail(ductile::InvalidArgumentError(
+        "unknown --consistency '" + FLAGS_consistency + "' (bsp, ssp, async)"));
+  }
+  if (FLAGS_staleness < 0) {
+    return Fail(ductile::InvalidArgumentError("--staleness must be >= 0"));
+  }
+  t.consistency.staleness = FLAGS_staleness;
+  if (FLAGS_bsp_combine == "sum") {
+    t.consistency.combine = ductile::BspCombine::kSum;
+  } else if (FLAGS_bsp_combine != "mean") {
+    return Fail(ductile::InvalidArgumentError(
+        "unknown --bsp_combine '" + FLAGS_bsp_combine + "' (mean, sum)"));
+  }
   t.learning_rate = static_cast<float>(FLAGS_learning_rate);
   t.l2 = static_cast<float>(FLAGS_l2);
   t.seed = FLAGS_seed;
@@ -186,8 +209,8 @@ int RunLocal() {
   o.worker_flags = {log};
   for (const char* name :
        {"app", "data_dir", "epochs", "batch_size", "optimizer", "learning_rate",
-        "l2", "seed", "log_every", "max_samples", "min_accuracy",
-        "timeout_ms"}) {
+        "l2", "consistency", "staleness", "bsp_combine", "seed", "log_every",
+        "max_samples", "min_accuracy", "timeout_ms"}) {
     std::string value;
     gflags::GetCommandLineOption(name, &value);
     o.worker_flags.push_back(std::string("--") + name + "=" + value);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "apps/fmnist_data.h"
@@ -43,6 +44,17 @@ const char* RuleName(UpdateRule rule) {
   }
 }
 
+std::string ConsistencyLabel(const Consistency& c) {
+  switch (c.mode) {
+    case ConsistencyMode::kSsp:
+      return "ssp(" + std::to_string(c.staleness) + ")";
+    case ConsistencyMode::kBsp:
+      return c.combine == BspCombine::kSum ? "bsp(sum)" : "bsp(mean)";
+    default:
+      return "async";
+  }
+}
+
 }  // namespace
 
 Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
@@ -68,6 +80,7 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
   table.rule = options.optimizer;
   table.learning_rate = options.learning_rate;
   table.init.kind = InitKind::kZeros;
+  table.consistency = options.consistency;
   Result<Tensor> params_tensor =
       client.RegisterTensor(table, model.num_params(), /*chunk_floats=*/1024);
   RETURN_IF_ERROR(params_tensor.status());
@@ -81,9 +94,10 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
   if (lead) {
     std::printf(
         "training logistic regression on Fashion-MNIST: %zu train / "
-        "%zu test samples, %d worker(s), batch %d, %s lr %.3g, "
+        "%zu test samples, %d worker(s), %s, batch %d, %s lr %.3g, "
         "%d epoch(s)\n",
-        train->num_samples, test->num_samples, world, options.batch_size,
+        train->num_samples, test->num_samples, world,
+        ConsistencyLabel(options.consistency).c_str(), options.batch_size,
         RuleName(options.optimizer), options.learning_rate, options.epochs);
     std::fflush(stdout);
   }
@@ -146,8 +160,13 @@ Status RunLogRegWorker(Client& client, const TrainerOptions& options) {
   if (lead) {
     RETURN_IF_ERROR(client.PullTensor(*params_tensor, params));
     const double accuracy = model.Accuracy(params, *test);
-    std::printf("final test accuracy: %.4f after %zu steps per worker, %.1fs\n",
-                accuracy, step, SecondsSince(start));
+    const ClientStats stats = client.stats();
+    std::printf(
+        "final test accuracy: %.4f after %zu steps per worker, %.1fs "
+        "(worker 0: blocked %.1fs on the staleness bound, max "
+        "staleness %lld)\n",
+        accuracy, step, SecondsSince(start), stats.blocked_us / 1e6,
+        static_cast<long long>(stats.max_staleness()));
     std::fflush(stdout);
     if (accuracy < options.min_accuracy) {
       return FailedPreconditionError(

@@ -23,6 +23,7 @@ struct TrainerOptions {
   UpdateRule optimizer = UpdateRule::kAdam;
   float learning_rate = 0.001;  // step size of `optimizer` on the mean gradient
   float l2 = 0.0f;              // L2 weight decay
+  Consistency consistency;      // of the parameter table
   uint64_t seed = 1;            // data shuffling
   int log_every = 100;          // clocks between progress lines (worker 0)
   // Stop after this many samples per worker (0 = no limit): short runs.

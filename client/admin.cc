@@ -98,26 +98,50 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   if (status.tables.empty()) os << " (none)";
   os << "\n";
   char line[512];
-  std::snprintf(line, sizeof(line),
-                "%-4s %-7s %-6s %-9s %6s %10s %10s %10s %6s %6s %8s  %s\n",
-                "id", "role", "alive", "hb_ago", "slots", "requests", "pushes",
-                "pulls", "dups", "errors", "keys", "address");
+  std::snprintf(
+      line, sizeof(line),
+      "%-4s %-7s %-6s %9s %6s %10s %10s %10s %6s %6s %8s %7s %6s  %s\n", "id",
+      "role", "alive", "hb_ago", "slots", "requests", "pushes", "pulls", "dups",
+      "errors", "keys", "clock", "parked", "address");
   os << line;
   for (const auto& m : status.members) {
-    const bool server = m.role == "server";
-    std::snprintf(line, sizeof(line),
-                  "%-4d %-7s %-6s %7lldms %6s %10s %10s %10s %6s %6s %8s  %s\n",
-                  m.id, m.role.c_str(),
-                  m.finished ? "done" : (m.alive ? "yes" : "NO"),
-                  static_cast<long long>(m.last_heartbeat_ms_ago),
-                  server ? std::to_string(m.slots).c_str() : "-",
-                  server ? std::to_string(m.counters.requests).c_str() : "-",
-                  server ? std::to_string(m.counters.pushes).c_str() : "-",
-                  server ? std::to_string(m.counters.pulls).c_str() : "-",
-                  server ? std::to_string(m.counters.duplicates).c_str() : "-",
-                  server ? std::to_string(m.counters.errors).c_str() : "-",
-                  server ? std::to_string(m.counters.keys_stored).c_str() : "-",
-                  m.address.c_str());
+    if (m.role != "server") continue;
+    std::snprintf(
+        line, sizeof(line),
+        "%-4d %-7s %-6s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %8llu "
+        "%7lld %6llu  %s\n",
+        m.id, m.role.c_str(), m.alive ? "yes" : "NO",
+        static_cast<long long>(m.last_heartbeat_ms_ago), m.slots,
+        static_cast<unsigned long long>(m.counters.requests),
+        static_cast<unsigned long long>(m.counters.pushes),
+        static_cast<unsigned long long>(m.counters.pulls),
+        static_cast<unsigned long long>(m.counters.duplicates),
+        static_cast<unsigned long long>(m.counters.errors),
+        static_cast<unsigned long long>(m.counters.keys_stored),
+        static_cast<long long>(m.counters.min_clock),
+        static_cast<unsigned long long>(m.counters.parked_pulls),
+        m.address.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof(line),
+                "%-4s %-7s %-6s %9s %7s %10s %11s %9s %9s %9s\n", "id", "role",
+                "alive", "hb_ago", "clock", "pulls", "blocked_ms", "max_stale",
+                "mean_stale", "cache_hit");
+  os << line;
+  for (const auto& m : status.members) {
+    if (m.role == "server") continue;
+    const uint64_t lookups = m.cache_hits + m.cache_misses;
+    const std::string hit =
+        lookups ? std::to_string(100 * m.cache_hits / lookups) + "%" : "-";
+    std::snprintf(
+        line, sizeof(line),
+        "%-4d %-7s %-6s %7lldms %7lld %10llu %11llu %9lld %9.2f %9s\n", m.id,
+        m.role.c_str(), m.finished ? "done" : (m.alive ? "yes" : "NO"),
+        static_cast<long long>(m.last_heartbeat_ms_ago),
+        static_cast<long long>(m.clock),
+        static_cast<unsigned long long>(m.pulls),
+        static_cast<unsigned long long>(m.blocked_ms),
+        static_cast<long long>(m.max_staleness), m.mean_staleness, hit.c_str());
     os << line;
   }
   return os.str();

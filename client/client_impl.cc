@@ -27,6 +27,8 @@ constexpr milliseconds kRetryAfter{20};
 constexpr uint64_t kFramePerKeyBytes = 16384;
 // How often deadlines and resends are checked while requests are open.
 constexpr milliseconds kTimerPeriod{10};
+// Staleness histogram buckets (the last holds larger values too).
+constexpr size_t kStalenessBuckets = 64;
 // How often a worker tells the coordinator it is alive.
 constexpr milliseconds kHeartbeatPeriod{1000};
 
@@ -56,7 +58,9 @@ Handle Client::PullTensorAsync(const Tensor& t, std::span<float> out) {
 }
 
 ClientImpl::ClientImpl(const ClientOptions& options)
-    : options_(options), client_id_(RandomClientId()) {}
+    : options_(options), client_id_(RandomClientId()) {
+  stats_.staleness.assign(kStalenessBuckets, 0);
+}
 
 ClientImpl::~ClientImpl() {
   {
@@ -271,6 +275,41 @@ void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
   if (was_empty) wakeup_.Signal();
 }
 
+int64_t ClientImpl::Clock() {
+  const int64_t clock = clock_.fetch_add(1) + 1;
+  if (worker_id_.load() >= 0) {
+    auto op = std::make_shared<ClockOperation>();
+    op->clock = clock;
+    op->Hold();
+    Enqueue(op);
+  }
+  return clock;
+}
+
+Result<int64_t> ClientImpl::SetConsistency(TableId table,
+                                           const Consistency& consistency) {
+  RETURN_IF_ERROR(ValidateConsistency(consistency));
+  wire::Header request;
+  request.set_type(wire::SET_CONSISTENCY);
+  request.set_table_id(table);
+  *request.mutable_consistency() = ToWire(consistency);
+  Result<wire::Header> reply = Control(request, options_.request_timeout_ms);
+  RETURN_IF_ERROR(reply.status());
+  {
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    auto it = tables_.find(table);
+    if (it != tables_.end()) {
+      *it->second.mutable_consistency() = ToWire(consistency);
+    }
+  }
+  return reply->clock();
+}
+
+ClientStats ClientImpl::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
 Status ClientImpl::Barrier(int64_t timeout_ms) {
   if (worker_id_ < 0) {
     return FailedPreconditionError(
@@ -390,6 +429,22 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
     controls_[seq] = control;
     return;
   }
+  if (auto clock = std::dynamic_pointer_cast<ClockOperation>(op)) {
+    // Same sockets as the pushes, so every server sees this worker's
+    // pushes of the previous clock before the clock itself.
+    wire::Header header;
+    header.set_type(wire::CLOCK);
+    header.set_worker_id(worker_id_.load());
+    header.set_clock(clock->clock);
+    const std::string bytes = header.SerializeAsString();
+    for (auto& [id, conn] : servers_) {
+      OutMessage out;
+      out.AddString(bytes);
+      SendMessage(conn.socket, std::move(out)).IgnoreError();
+    }
+    clock->Release();
+    return;
+  }
   auto data = std::static_pointer_cast<DataOperation>(op);
   SplitAndSend(data, nullptr, /*pull_only=*/false);
   data->Release();  // the dispatcher's hold
@@ -486,6 +541,10 @@ void ClientImpl::SendPart(Part& part) {
   header.set_num_keys(static_cast<uint32_t>(count));
   header.set_has_lengths(variable);
   header.set_done_below(DoneBelow());
+  header.set_timeout_ms(options_.request_timeout_ms);
+  if (const int32_t worker = worker_id_.load(); worker >= 0) {
+    header.set_worker_id(worker);
+  }
   const bool per_key_frames =
       push && !contiguous && count > 1 &&
       floats * sizeof(float) / count >= kFramePerKeyBytes;
@@ -594,6 +653,14 @@ void ClientImpl::HandleDataReply(InMessage& message) {
                         InternalError("server " + std::to_string(part.server) +
                                       " sent a pull reply of the wrong size"));
     }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.pulls;
+      stats_.blocked_us += header.blocked_us();
+      const int64_t staleness =
+          std::max<int64_t>(0, op.clock - header.data_clock());
+      ++stats_.staleness[std::min<size_t>(staleness, kStalenessBuckets - 1)];
+    }
     const float* values = static_cast<const float*>(message.frames[1].data());
     if (part.indices.empty()) {
       std::memcpy(op.out.data() + op.offset(part.begin), values,
@@ -618,7 +685,10 @@ void ClientImpl::HandleTimers() {
       expired.push_back(seq);
     } else if (part.retry_at != SteadyTime{}) {
       if (now >= part.retry_at) reroute.push_back(seq);
-    } else if (now >= part.resend_at) {
+    } else if (now >= part.resend_at && part.op->type == wire::PUSH &&
+               !part.pull_only) {
+      // Only pushes are resent on silence: a pull may be waiting at the
+      // server on a staleness bound, and its deadline covers a lost one.
       resend.push_back(seq);
     }
   }
@@ -677,6 +747,17 @@ void ClientImpl::SendHeartbeat() {
   wire::Header hb;
   hb.set_type(wire::HEARTBEAT);
   hb.set_member_id(id);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    wire::WorkerMetrics* m = hb.mutable_metrics();
+    m->set_pulls(stats_.pulls);
+    m->set_blocked_us(stats_.blocked_us);
+    const int64_t max = stats_.max_staleness();
+    for (int64_t i = 0; i <= max; ++i) m->add_staleness(stats_.staleness[i]);
+    m->set_cache_hits(stats_.cache_hits);
+    m->set_cache_misses(stats_.cache_misses);
+  }
+  hb.mutable_metrics()->set_clock(clock_.load());
   OutMessage out;
   out.AddString(hb.SerializeAsString());
   SendMessage(coordinator_, std::move(out)).IgnoreError();  // best effort

@@ -48,6 +48,11 @@ struct DataOperation : internal::Operation {
   uint32_t length(size_t i) const { return width ? width : lengths[i]; }
 };
 
+// Clock(): tell every server this worker's new clock.
+struct ClockOperation : internal::Operation {
+  int64_t clock = 0;
+};
+
 // A request to the coordinator; `reply` is filled before completion.
 struct ControlOperation : internal::Operation {
   wire::Header request;
@@ -77,7 +82,10 @@ class ClientImpl final : public Client {
   Result<Tensor> RegisterTensor(const TableOptions& options,
                                 uint64_t num_floats,
                                 uint32_t chunk_floats) override;
-  int64_t Clock() override { return clock_.fetch_add(1) + 1; }
+  int64_t Clock() override;
+  Result<int64_t> SetConsistency(TableId table,
+                                 const Consistency& consistency) override;
+  ClientStats stats() const override;
   int64_t clock() const override { return clock_.load(); }
   Status Barrier(int64_t timeout_ms) override;
   Status Finish() override;
@@ -147,6 +155,9 @@ class ClientImpl final : public Client {
 
   std::mutex queue_mu_;
   std::deque<std::shared_ptr<internal::Operation>> queue_;  // guarded
+
+  mutable std::mutex stats_mu_;
+  ClientStats stats_;  // guarded by stats_mu_
 
   std::mutex tables_mu_;
   std::map<TableId, wire::TableConfig> tables_;  // guarded by tables_mu_

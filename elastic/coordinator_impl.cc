@@ -202,6 +202,7 @@ void CoordinatorImpl::Handle(InMessage& message) {
                                          "member; register first"));
       }
       if (h.has_counters()) m->counters = h.counters();
+      if (h.has_metrics()) m->metrics = h.metrics();
       return;
     }
     case wire::GET_ROUTING: {
@@ -217,6 +218,10 @@ void CoordinatorImpl::Handle(InMessage& message) {
       return HandleTableAck(h);
     case wire::ROUTING_ACK:
       return HandleRoutingAck(h);
+    case wire::SET_CONSISTENCY:
+      return HandleSetConsistency(identity, h);
+    case wire::CONSISTENCY_ACK:
+      return HandleConsistencyAck(h);
     case wire::GET_TABLE: {
       auto it = tables_.find(h.name());
       if (it == tables_.end()) {
@@ -297,6 +302,7 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
       FillRegistration(member, &reply);
       Send(identity, reply);
       MaybeAssignSlots();
+      PublishWorkers();
       return;
     }
     case wire::ROLE_WORKER: {
@@ -306,6 +312,7 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
         member.id = next_worker_id_++;
         workers_[member.id] = member;
         LOG(INFO) << "coordinator: worker " << member.id << " registered";
+        PublishWorkers();
       }
       break;
     }
@@ -461,6 +468,92 @@ void CoordinatorImpl::HandleRoutingAck(const wire::Header& h) {
   }
 }
 
+void CoordinatorImpl::PublishWorkers() {
+  wire::Header update;
+  update.set_type(wire::WORKERS_UPDATE);
+  for (const auto& [id, m] : workers_) {
+    if (!m.finished) update.add_worker_ids(id);
+  }
+  for (const auto& [id, m] : servers_) Send(m.identity, update);
+}
+
+void CoordinatorImpl::HandleSetConsistency(const std::string& identity,
+                                           const wire::Header& h) {
+  auto table = std::find_if(tables_.begin(), tables_.end(), [&](const auto& t) {
+    return t.second.id() == h.table_id();
+  });
+  if (table == tables_.end()) {
+    return ReplyStatus(
+        identity, h.seq(),
+        NotFoundError("no table with id " + std::to_string(h.table_id())));
+  }
+  Status s = ValidateConsistency(FromWire(h.consistency()));
+  if (!s.ok()) return ReplyStatus(identity, h.seq(), s);
+  for (const auto& [id, change] : changes_) {
+    if (change.table == table->first) {
+      return ReplyStatus(
+          identity, h.seq(),
+          UnavailableError("another consistency change of '" + table->first +
+                           "' is in progress; retry"));
+    }
+  }
+  PendingChange change;
+  change.id = next_seq_++;
+  change.table = table->first;
+  change.consistency = h.consistency();
+  change.waiter = {identity, h.seq()};
+  change.deadline = SteadyClock::now() + kTableAckTimeout;
+  wire::Header prepare;
+  prepare.set_type(wire::CONSISTENCY_PREPARE);
+  prepare.set_table_id(h.table_id());
+  prepare.set_change_id(change.id);
+  for (const auto& [id, m] : servers_) {
+    change.awaiting.insert(id);
+    Send(m.identity, prepare);
+  }
+  changes_[change.id] = std::move(change);
+}
+
+void CoordinatorImpl::HandleConsistencyAck(const wire::Header& h) {
+  auto it = changes_.find(h.change_id());
+  if (it == changes_.end()) return;
+  PendingChange& change = it->second;
+  Status s = StatusFromWire(h);
+  if (!s.ok()) {
+    // Release the servers' holds with the model in force, and give up.
+    CommitChange(change, tables_[change.table].consistency());
+    ReplyStatus(change.waiter.identity, change.waiter.seq, s);
+    changes_.erase(it);
+    return;
+  }
+  change.max_clock = std::max(change.max_clock, h.clock());
+  change.awaiting.erase(h.member_id());
+  if (!change.awaiting.empty()) return;
+  CommitChange(change, change.consistency);
+  tables_[change.table].mutable_consistency()->CopyFrom(change.consistency);
+  LOG(INFO) << "coordinator: table '" << change.table << "' is "
+            << ConsistencyName(FromWire(change.consistency)) << " from clock "
+            << change.max_clock + 1;
+  wire::Header reply;
+  reply.set_type(wire::CONTROL_REPLY);
+  reply.set_seq(change.waiter.seq);
+  reply.set_clock(change.max_clock + 1);
+  Send(change.waiter.identity, reply);
+  changes_.erase(it);
+}
+
+void CoordinatorImpl::CommitChange(PendingChange& change,
+                                   const wire::ConsistencyConfig& c) {
+  wire::Header commit;
+  commit.set_type(wire::CONSISTENCY_COMMIT);
+  commit.set_table_id(tables_[change.table].id());
+  *commit.mutable_consistency() = c;
+  // No server has let through a request beyond max_clock since it was
+  // prepared, so from max_clock + 1 on every request sees the new model.
+  commit.set_clock(change.max_clock + 1);
+  for (const auto& [id, m] : servers_) Send(m.identity, commit);
+}
+
 int32_t CoordinatorImpl::LiveWorkersNeeded() const {
   int32_t finished = 0;
   for (const auto& [id, m] : workers_) finished += m.finished ? 1 : 0;
@@ -502,6 +595,7 @@ void CoordinatorImpl::HandleFinish(const std::string& identity,
   }
   it->second.finished = true;
   LOG(INFO) << "coordinator: worker " << h.member_id() << " finished";
+  PublishWorkers();
   ReplyStatus(identity, h.seq(), Status::Ok());
   MaybeReleaseBarrier();
   MaybeShutDown();
@@ -534,6 +628,17 @@ void CoordinatorImpl::BeginShutdown() {
 
 void CoordinatorImpl::CheckTimeouts() {
   const auto now = SteadyClock::now();
+  for (auto it = changes_.begin(); it != changes_.end();) {
+    if (now < it->second.deadline) {
+      ++it;
+      continue;
+    }
+    CommitChange(it->second, tables_[it->second.table].consistency());
+    ReplyStatus(it->second.waiter.identity, it->second.waiter.seq,
+                DeadlineExceededError("servers did not confirm the "
+                                      "consistency change in time"));
+    it = changes_.erase(it);
+  }
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
     if (now < it->second.deadline) {
       ++it;
@@ -571,6 +676,8 @@ wire::ClusterState CoordinatorImpl::State() const {
       if (m.role == wire::ROLE_SERVER) {
         info->set_slots(slots[id]);
         *info->mutable_counters() = m.counters;
+      } else {
+        *info->mutable_metrics() = m.metrics;
       }
     }
   }

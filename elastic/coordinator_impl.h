@@ -49,6 +49,7 @@ class CoordinatorImpl final : public Coordinator {
     Time last_seen;
     bool finished = false;
     wire::Counters counters;
+    wire::WorkerMetrics metrics;
   };
   // A request answered later (registration before routing, barrier, table
   // creation in progress).
@@ -61,6 +62,16 @@ class CoordinatorImpl final : public Coordinator {
     uint64_t epoch = 0;
     std::set<int32_t> awaiting;
     std::shared_ptr<std::promise<Status>> done;
+  };
+  // A consistency change being agreed (see SET_CONSISTENCY in the proto).
+  struct PendingChange {
+    uint64_t id = 0;
+    std::string table;  // name
+    wire::ConsistencyConfig consistency;
+    std::set<int32_t> awaiting;  // servers that have not acked the prepare
+    int64_t max_clock = 0;
+    Waiter waiter;
+    Time deadline;
   };
   struct PendingTable {
     wire::TableConfig config;
@@ -75,6 +86,10 @@ class CoordinatorImpl final : public Coordinator {
   void HandleCreateTable(const std::string& identity, const wire::Header& h);
   void HandleTableAck(const wire::Header& h);
   void HandleRoutingAck(const wire::Header& h);
+  void HandleSetConsistency(const std::string& identity, const wire::Header& h);
+  void HandleConsistencyAck(const wire::Header& h);
+  void CommitChange(PendingChange& change, const wire::ConsistencyConfig& c);
+  void PublishWorkers();
   void HandleBarrier(const std::string& identity, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void CheckTimeouts();
@@ -115,6 +130,7 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<std::pair<Waiter, int32_t>> barrier_;  // (waiter, worker id)
   std::map<int32_t, uint64_t> server_epochs_;        // routing epoch each acked
   std::vector<RoutingWaiter> routing_waiters_;
+  std::map<uint64_t, PendingChange> changes_;  // by id
   bool shutting_down_ = false;
   Time shutdown_at_{};
 };

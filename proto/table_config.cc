@@ -20,6 +20,7 @@ wire::TableConfig ToWire(const TableOptions& o, TableId id) {
   c.set_epsilon(o.epsilon);
   c.set_custom_rule(o.custom_rule);
   c.set_reject_non_finite(o.reject_non_finite);
+  *c.mutable_consistency() = ToWire(o.consistency);
   auto* init = c.mutable_init();
   init->set_kind(static_cast<int>(o.init.kind));
   init->set_value(o.init.value);
@@ -43,6 +44,7 @@ TableOptions FromWire(const wire::TableConfig& c) {
   o.epsilon = c.epsilon();
   o.custom_rule = c.custom_rule();
   o.reject_non_finite = c.reject_non_finite();
+  o.consistency = FromWire(c.consistency());
   o.init.kind = static_cast<InitKind>(c.init().kind());
   o.init.value = c.init().value();
   o.init.low = c.init().low();
@@ -51,6 +53,52 @@ TableOptions FromWire(const wire::TableConfig& c) {
   o.init.stddev = c.init().stddev();
   o.init.seed = c.init().seed();
   return o;
+}
+
+wire::ConsistencyConfig ToWire(const Consistency& c) {
+  wire::ConsistencyConfig w;
+  w.set_mode(static_cast<int>(c.mode));
+  w.set_staleness(c.staleness);
+  w.set_combine(static_cast<int>(c.combine));
+  return w;
+}
+
+Consistency FromWire(const wire::ConsistencyConfig& w) {
+  Consistency c;
+  c.mode = static_cast<ConsistencyMode>(w.mode());
+  c.staleness = w.staleness();
+  c.combine = static_cast<BspCombine>(w.combine());
+  return c;
+}
+
+Status ValidateConsistency(const Consistency& c) {
+  const int mode = static_cast<int>(c.mode);
+  if (mode < 0 || mode > static_cast<int>(ConsistencyMode::kBsp)) {
+    return InvalidArgumentError("unknown consistency mode " +
+                                std::to_string(mode));
+  }
+  if (c.staleness < 0 || c.staleness > 1000000) {
+    return InvalidArgumentError("staleness must be in [0, 1000000], got " +
+                                std::to_string(c.staleness));
+  }
+  const int combine = static_cast<int>(c.combine);
+  if (combine < 0 || combine > static_cast<int>(BspCombine::kSum)) {
+    return InvalidArgumentError("unknown BSP combine " +
+                                std::to_string(combine));
+  }
+  return Status::Ok();
+}
+
+std::string ConsistencyName(const Consistency& c) {
+  switch (c.mode) {
+    case ConsistencyMode::kAsync:
+      return "async";
+    case ConsistencyMode::kSsp:
+      return "ssp(" + std::to_string(c.staleness) + ")";
+    case ConsistencyMode::kBsp:
+      return c.combine == BspCombine::kSum ? "bsp(sum)" : "bsp(mean)";
+  }
+  return "unknown";
 }
 
 Status ValidateTableOptions(const TableOptions& o) {
@@ -91,6 +139,7 @@ Status ValidateTableOptions(const TableOptions& o) {
   if (!finite(o.epsilon) || o.epsilon <= 0) {
     return InvalidArgumentError("epsilon must be finite and > 0");
   }
+  RETURN_IF_ERROR(ValidateConsistency(o.consistency));
   const int init = static_cast<int>(o.init.kind);
   if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
     return InvalidArgumentError("unknown initializer " + std::to_string(init));

@@ -2,6 +2,8 @@
 #ifndef DUCTILE_PROTO_TABLE_CONFIG_H_
 #define DUCTILE_PROTO_TABLE_CONFIG_H_
 
+#include <string>
+
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/ductile.pb.h"
@@ -9,6 +11,11 @@
 namespace ductile {
 
 wire::TableConfig ToWire(const TableOptions& options, TableId id);
+wire::ConsistencyConfig ToWire(const Consistency& consistency);
+Consistency FromWire(const wire::ConsistencyConfig& config);
+Status ValidateConsistency(const Consistency& consistency);
+// "async", "ssp(3)", "bsp(mean)".
+std::string ConsistencyName(const Consistency& consistency);
 TableOptions FromWire(const wire::TableConfig& config);
 
 // Checks names, widths, rule and hyper-parameters: a clear InvalidArgument

@@ -67,6 +67,11 @@ void ParameterTable::ApplyPush(const DataFrames& request) {
   }
 }
 
+void ParameterTable::ApplyOne(Key key, std::span<const float> update) {
+  Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
+  kernel_.Apply(e.value, update, e.state, &e.steps);
+}
+
 void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {
   const auto keys = request.keys();
   out->reserve(out->size() + request.total_floats());

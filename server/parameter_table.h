@@ -10,7 +10,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "consistency/clock_vector.h"
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/codec.h"
@@ -31,6 +30,8 @@ class ParameterTable {
   Status CheckPush(const DataFrames& request) const;
   // Applies a checked push.
   void ApplyPush(const DataFrames& request);
+  // Applies one vector to one key (a BSP clock's combined pushes).
+  void ApplyOne(Key key, std::span<const float> update);
   // Checks a pull's widths against stored keys (variable-width tables).
   Status CheckPull(const DataFrames& request) const;
   // Appends the requested keys' values to `out` (creating missing keys with
@@ -40,8 +41,6 @@ class ParameterTable {
   // Reads one key (tests, debugging); false if absent.
   bool Get(Key key, std::vector<float>* value) const;
   size_t size() const { return entries_.size(); }
-
-  ClockVector& clocks() { return clocks_; }
 
  private:
   struct Entry {
@@ -56,7 +55,6 @@ class ParameterTable {
   const TableOptions options_;
   const UpdateRuleKernel kernel_;
   std::unordered_map<Key, Entry> entries_;
-  ClockVector clocks_;
 };
 
 }  // namespace ductile

@@ -137,12 +137,14 @@ ServerCounters ServerImpl::counters() const {
   c.bytes_in = counters_.bytes_in.load(std::memory_order_relaxed);
   c.bytes_out = counters_.bytes_out.load(std::memory_order_relaxed);
   c.keys_stored = counters_.keys_stored.load(std::memory_order_relaxed);
+  c.parked_pulls = counters_.parked_pulls.load(std::memory_order_relaxed);
+  c.min_clock = counters_.min_clock.load(std::memory_order_relaxed);
   return c;
 }
 
 bool ServerImpl::DebugGet(TableId table, Key key, std::vector<float>* value) {
   auto it = tables_.find(table);
-  return it != tables_.end() && it->second->Get(key, value);
+  return it != tables_.end() && it->second->table->Get(key, value);
 }
 
 void ServerImpl::Run() {
@@ -180,6 +182,7 @@ void ServerImpl::Run() {
       if (!s.ok() || !got) break;
       HandleCoordinator(msg);
     }
+    if (!parked_.empty()) ExpireParked();
   }
   LOG(INFO) << "server " << id_ << " stopped";
 }
@@ -205,6 +208,8 @@ void ServerImpl::SendHeartbeat() {
   wc->set_bytes_in(c.bytes_in);
   wc->set_bytes_out(c.bytes_out);
   wc->set_keys_stored(c.keys_stored);
+  wc->set_parked_pulls(c.parked_pulls);
+  wc->set_min_clock(c.min_clock);
   SendToCoordinator(hb).IgnoreError();  // a lost heartbeat is not an error
 }
 
@@ -221,7 +226,7 @@ void ServerImpl::InstallRouting(const wire::RoutingTable& routing) {
 Status ServerImpl::CreateTable(const wire::TableConfig& config) {
   auto it = tables_.find(config.id());
   if (it != tables_.end()) {
-    if (SameTable(ToWire(it->second->options(), config.id()), config)) {
+    if (SameTable(ToWire(it->second->table->options(), config.id()), config)) {
       return Status::Ok();
     }
     return AlreadyExistsError("table id " + std::to_string(config.id()) +
@@ -242,8 +247,10 @@ Status ServerImpl::CreateTable(const wire::TableConfig& config) {
     }
     custom = &rule->second;
   }
-  tables_[config.id()] =
-      std::make_unique<ParameterTable>(config.id(), options, custom);
+  auto state = std::make_unique<TableState>();
+  state->table = std::make_unique<ParameterTable>(config.id(), options, custom);
+  state->schedule = ConsistencySchedule(options.consistency);
+  tables_[config.id()] = std::move(state);
   return Status::Ok();
 }
 
@@ -273,6 +280,15 @@ void ServerImpl::HandleCoordinator(InMessage& message) {
       SendToCoordinator(ack).IgnoreError();
       break;
     }
+    case wire::WORKERS_UPDATE:
+      SetWorkers({header.worker_ids().begin(), header.worker_ids().end()});
+      break;
+    case wire::CONSISTENCY_PREPARE:
+      PrepareChange(header);
+      break;
+    case wire::CONSISTENCY_COMMIT:
+      CommitChange(header);
+      break;
     case wire::SHUTDOWN_NOTICE:
       LOG(INFO) << "server " << id_ << ": cluster shutdown";
       stop_.store(true);
@@ -326,9 +342,23 @@ void ServerImpl::ReplyMoved(const zmq::message_t& identity, uint64_t seq,
   Reply(identity, h, nullptr);
 }
 
-void ServerImpl::HandleRequest(InMessage& message) {
-  counters_.requests.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_in.fetch_add(message.bytes(), std::memory_order_relaxed);
+Status ServerImpl::ParseData(const InMessage& message,
+                             const wire::Header& header,
+                             const ParameterTable& table,
+                             DataFrames* request) const {
+  // Frames 0 and 1 are the sender's identity and the header.
+  const size_t n_data = message.frames.size() - 2;
+  std::vector<ByteSpan> frames(n_data);
+  for (size_t i = 0; i < n_data; ++i) frames[i] = message.frame(i + 2);
+  return request->Parse(header, frames, table.options().value_width,
+                        header.type() != wire::PULL);
+}
+
+void ServerImpl::HandleRequest(InMessage& message, bool replay) {
+  if (!replay) {
+    counters_.requests.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_in.fetch_add(message.bytes(), std::memory_order_relaxed);
+  }
   if (message.frames.size() < 2) {
     // Not even a header: reply to the sender if it can be named.
     if (!message.frames.empty()) {
@@ -345,10 +375,13 @@ void ServerImpl::HandleRequest(InMessage& message) {
   if (!s.ok()) return ReplyError(identity, 0, s);
   const uint64_t seq = header.seq();
   const auto type = header.type();
+  if (type == wire::CLOCK && message.frames.size() == 2) {
+    return HandleClock(header);
+  }
   if (type != wire::PUSH && type != wire::PULL && type != wire::PUSH_PULL) {
     return ReplyError(identity, seq,
-                      InvalidArgumentError("servers take push, pull and "
-                                           "push-pull requests, not type " +
+                      InvalidArgumentError("servers take push, pull, push-pull "
+                                           "and clock messages, not type " +
                                            std::to_string(type)));
   }
   if (message.bytes() > options_.max_message_bytes) {
@@ -385,28 +418,25 @@ void ServerImpl::HandleRequest(InMessage& message) {
         identity, seq,
         NotFoundError("unknown table id " + std::to_string(header.table_id())));
   }
-  ParameterTable& table = *table_it->second;
-
-  ByteSpan frames[64];
-  std::vector<ByteSpan> many;
-  std::span<const ByteSpan> data_frames;
-  const size_t n_data = message.frames.size() - 2;
-  if (n_data <= 64) {
-    for (size_t i = 0; i < n_data; ++i) frames[i] = message.frame(i + 2);
-    data_frames = {frames, n_data};
-  } else {
-    many.reserve(n_data);
-    for (size_t i = 0; i < n_data; ++i) many.push_back(message.frame(i + 2));
-    data_frames = many;
-  }
+  TableState& state = *table_it->second;
+  ParameterTable& table = *state.table;
   DataFrames request;
-  const bool has_values = type != wire::PULL;
-  s = request.Parse(header, data_frames, table.options().value_width,
-                    has_values);
+  s = ParseData(message, header, table, &request);
   if (!s.ok()) return ReplyError(identity, seq, s);
+
+  const int64_t clock = header.clock();
+  const bool is_worker = header.has_worker_id() && header.worker_id() >= 0;
+  if (is_worker) max_clock_seen_ = std::max(max_clock_seen_, clock);
+  // A consistency change is being agreed: requests beyond the clocks seen
+  // so far wait until the change tells which model governs them.
+  if (is_worker && state.hold_above && clock > *state.hold_above) {
+    state.held.push_back(std::move(message));
+    return;
+  }
 
   // Exactly-once comes first: a push this server has applied is
   // acknowledged as a duplicate even if its slot has moved since.
+  const bool has_values = type != wire::PULL;
   const bool has_pull = type != wire::PUSH;
   bool duplicate = false;
   if (has_values) {
@@ -441,27 +471,230 @@ void ServerImpl::HandleRequest(InMessage& message) {
   if (has_values && !duplicate) {
     s = table.CheckPush(request);
     if (!s.ok()) return ReplyError(identity, seq, s);
-    const size_t before = table.size();
-    table.ApplyPush(request);
-    counters_.keys_stored.fetch_add(table.size() - before,
-                                    std::memory_order_relaxed);
+    // BSP: a worker's push of clock t becomes visible once every worker has
+    // finished clock t (a late one, below the server clock, applies now).
+    const bool buffer =
+        is_worker && state.schedule.Buffers(clock) && clock >= min_clock();
+    if (buffer) {
+      const auto keys = request.keys();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        s = state.bsp.Check(clock, keys[i], request.length(i));
+        if (!s.ok()) return ReplyError(identity, seq, s);
+      }
+      const bool replace = table.options().rule == UpdateRule::kAssign;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        state.bsp.Add(clock, keys[i], request.value(i), replace);
+      }
+    } else {
+      const size_t before = table.size();
+      table.ApplyPush(request);
+      counters_.keys_stored.fetch_add(table.size() - before,
+                                      std::memory_order_relaxed);
+    }
     dedup_.MarkApplied(header.client_id(), seq);
     counters_.pushes.fetch_add(1, std::memory_order_relaxed);
   }
-  table.clocks().Advance(header.client_id(), header.clock());
   if (type == wire::PUSH) return Reply(identity, reply, nullptr);
 
-  s = table.CheckPull(request);
-  if (!s.ok()) return ReplyError(identity, seq, s);
+  // The staleness gate: park the pull until the server clock allows it.
+  const int64_t required = is_worker ? state.schedule.RequiredServerClock(clock)
+                                     : ConsistencySchedule::kNoWait;
+  if (required > min_clock()) {
+    const auto now = Clock::now();
+    const int64_t timeout_ms =
+        header.timeout_ms() > 0 ? header.timeout_ms() : 60000;
+    // Answer a little before the client gives up, so the answer can say
+    // whom the pull waited for.
+    const auto wait = std::chrono::milliseconds(std::max<int64_t>(
+        1, timeout_ms - std::min<int64_t>(timeout_ms / 10, 1000)));
+    // A parked push-pull has applied its push already: released, it is
+    // only served (ServePull reads keys and lengths, never values).
+    parked_.push_back(ParkedPull{std::move(message), table.id(), required,
+                                 clock, duplicate, now, now + wait});
+    counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
+    return;
+  }
+  ServePull(identity, header, table, request, 0, duplicate);
+}
+
+void ServerImpl::ServePull(const zmq::message_t& identity,
+                           const wire::Header& header, ParameterTable& table,
+                           const DataFrames& request, uint64_t blocked_us,
+                           bool duplicate) {
+  Status s = table.CheckPull(request);
+  if (!s.ok()) return ReplyError(identity, header.seq(), s);
   const size_t before = table.size();
   std::vector<float> values;
   table.Pull(request, &values);
   counters_.keys_stored.fetch_add(table.size() - before,
                                   std::memory_order_relaxed);
   counters_.pulls.fetch_add(1, std::memory_order_relaxed);
+  wire::Header reply;
+  reply.set_type(wire::DATA_REPLY);
+  reply.set_seq(header.seq());
+  reply.set_epoch(routing_.epoch());
   reply.set_num_keys(request.keys().size());
   reply.set_values_frames(1);
+  reply.set_data_clock(min_clock());
+  reply.set_blocked_us(blocked_us);
+  reply.set_duplicate(duplicate);
   Reply(identity, reply, &values);
+}
+
+void ServerImpl::HandleClock(const wire::Header& header) {
+  if (!header.has_worker_id() || header.worker_id() < 0) return;
+  const int32_t worker = header.worker_id();
+  max_clock_seen_ = std::max(max_clock_seen_, header.clock());
+  AdvanceWorker(worker, header.clock());
+}
+
+void ServerImpl::AdvanceWorker(int32_t worker, int64_t clock) {
+  int64_t& known = known_clocks_[worker];
+  known = std::max(known, clock);
+  if (live_workers_.count(worker) == 0) return;
+  if (worker_clocks_.Advance(worker, clock)) OnServerClock();
+}
+
+void ServerImpl::SetWorkers(const std::vector<int32_t>& ids) {
+  const int64_t before = min_clock();
+  std::set<int32_t> live(ids.begin(), ids.end());
+  for (int32_t gone : live_workers_) {
+    if (live.count(gone) == 0) worker_clocks_.Remove(gone);
+  }
+  for (int32_t id : live) {
+    if (live_workers_.count(id) == 0) {
+      worker_clocks_.Advance(id, known_clocks_[id]);
+    }
+  }
+  live_workers_ = std::move(live);
+  VLOG(1) << "server " << id_ << ": " << live_workers_.size()
+          << " live workers, server clock " << min_clock();
+  if (min_clock() != before) OnServerClock();
+}
+
+void ServerImpl::OnServerClock() {
+  const int64_t server_clock = min_clock();
+  counters_.min_clock.store(server_clock, std::memory_order_relaxed);
+  // Apply every BSP clock that every worker has finished.
+  for (auto& [id, state] : tables_) {
+    if (state->bsp.empty()) continue;
+    const bool mean_rule = state->table->options().rule != UpdateRule::kAssign;
+    for (auto& [clock, keys] : state->bsp.TakeBefore(server_clock)) {
+      const bool mean =
+          mean_rule && state->schedule.At(clock).combine == BspCombine::kMean;
+      const size_t before = state->table->size();
+      for (auto& [key, combined] : keys) {
+        if (mean && combined.pushes > 1) {
+          const float scale = 1.0f / static_cast<float>(combined.pushes);
+          for (float& x : combined.values) x *= scale;
+        }
+        state->table->ApplyOne(key, combined.values);
+      }
+      counters_.keys_stored.fetch_add(state->table->size() - before,
+                                      std::memory_order_relaxed);
+    }
+  }
+  // Release the pulls the new server clock allows, in arrival order.
+  if (parked_.empty()) return;
+  std::vector<ParkedPull> ready;
+  std::vector<ParkedPull> still;
+  for (ParkedPull& p : parked_) {
+    (p.required <= server_clock ? ready : still).push_back(std::move(p));
+  }
+  parked_ = std::move(still);
+  counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
+  const auto now = Clock::now();
+  for (ParkedPull& p : ready) {
+    wire::Header header;
+    if (!ParseHeader(p.message.frame(1), &header).ok()) continue;
+    auto it = tables_.find(p.table);
+    if (it == tables_.end()) continue;
+    DataFrames request;
+    Status s = ParseData(p.message, header, *it->second->table, &request);
+    if (!s.ok()) {
+      ReplyError(p.message.frames[0], header.seq(), s);
+      continue;
+    }
+    const uint64_t blocked_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - p.parked_at)
+            .count();
+    ServePull(p.message.frames[0], header, *it->second->table, request,
+              blocked_us, p.duplicate);
+  }
+}
+
+std::string ServerImpl::Laggards(int64_t required) const {
+  std::string out;
+  for (int32_t w : live_workers_) {
+    const int64_t c = worker_clocks_.clock_of(w);
+    if (c < required) {
+      if (!out.empty()) out += ", ";
+      out += std::to_string(w) + " (at clock " + std::to_string(c) + ")";
+    }
+  }
+  return out.empty() ? "none" : out;
+}
+
+void ServerImpl::ExpireParked() {
+  const auto now = Clock::now();
+  std::vector<ParkedPull> still;
+  for (ParkedPull& p : parked_) {
+    if (now < p.deadline) {
+      still.push_back(std::move(p));
+      continue;
+    }
+    wire::Header header;
+    const uint64_t seq =
+        ParseHeader(p.message.frame(1), &header).ok() ? header.seq() : 0;
+    ReplyError(p.message.frames[0], seq,
+               DeadlineExceededError(
+                   "pull at clock " + std::to_string(p.clock) +
+                   " needs server clock " + std::to_string(p.required) +
+                   ", which is " + std::to_string(min_clock()) +
+                   "; waiting for workers " + Laggards(p.required)));
+  }
+  parked_ = std::move(still);
+  counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
+}
+
+void ServerImpl::PrepareChange(const wire::Header& header) {
+  wire::Header ack;
+  ack.set_type(wire::CONSISTENCY_ACK);
+  ack.set_member_id(id_);
+  ack.set_change_id(header.change_id());
+  auto it = tables_.find(header.table_id());
+  if (it == tables_.end()) {
+    StatusToWire(
+        NotFoundError("server " + std::to_string(id_) + " has no table " +
+                      std::to_string(header.table_id())),
+        &ack);
+  } else {
+    it->second->hold_above = max_clock_seen_;
+    ack.set_clock(max_clock_seen_);
+  }
+  SendToCoordinator(ack).IgnoreError();
+}
+
+void ServerImpl::CommitChange(const wire::Header& header) {
+  auto it = tables_.find(header.table_id());
+  if (it == tables_.end()) return;
+  TableState& state = *it->second;
+  const Consistency c = FromWire(header.consistency());
+  if (ValidateConsistency(c).ok()) state.schedule.Set(header.clock(), c);
+  LOG(INFO) << "server " << id_ << ": table '" << state.table->options().name
+            << "' is " << ConsistencyName(c) << " from clock "
+            << header.clock();
+  state.hold_above.reset();
+  std::vector<InMessage> held = std::move(state.held);
+  state.held.clear();
+  for (InMessage& m : held) HandleRequest(m, /*replay=*/true);
+  // The new model may let parked pulls go (a larger bound) or hold fewer.
+  for (ParkedPull& p : parked_) {
+    if (p.table == header.table_id()) {
+      p.required = state.schedule.RequiredServerClock(p.clock);
+    }
+  }
+  OnServerClock();
 }
 
 }  // namespace ductile

@@ -12,11 +12,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
 
+#include "consistency/bsp_buffer.h"
+#include "consistency/clock_vector.h"
+#include "consistency/consistency_schedule.h"
 #include "ductile/server.h"
 #include "proto/ductile.pb.h"
 #include "server/parameter_table.h"
@@ -45,18 +50,56 @@ class ServerImpl final : public Server {
   bool DebugGet(TableId table, Key key, std::vector<float>* value);
 
  private:
+  using Time = std::chrono::steady_clock::time_point;
   struct AtomicCounters {
     std::atomic<uint64_t> requests{0}, pushes{0}, pulls{0}, duplicates{0},
-        redirects{0}, errors{0}, bytes_in{0}, bytes_out{0}, keys_stored{0};
+        redirects{0}, errors{0}, bytes_in{0}, bytes_out{0}, keys_stored{0},
+        parked_pulls{0};
+    std::atomic<int64_t> min_clock{0};
+  };
+  // A pull waiting for the server clock to reach `required`.
+  struct ParkedPull {
+    InMessage message;  // the whole request, re-read when released
+    TableId table = 0;
+    int64_t required = 0;
+    int64_t clock = 0;
+    bool duplicate = false;  // its push part was a resend
+    Time parked_at;
+    Time deadline;
+  };
+  // A table with its consistency state.
+  struct TableState {
+    std::unique_ptr<ParameterTable> table;
+    ConsistencySchedule schedule{Consistency{}};
+    BspBuffer bsp;
+    // While a consistency change is being agreed: requests with a clock
+    // above this are held (in arrival order) until it is committed.
+    std::optional<int64_t> hold_above;
+    std::vector<InMessage> held;
   };
 
   void Run();
-  void HandleRequest(InMessage& message);
+  // `replay`: a held request handled again (already counted).
+  void HandleRequest(InMessage& message, bool replay = false);
+  void HandleClock(const wire::Header& header);
+  Status ParseData(const InMessage& message, const wire::Header& header,
+                   const ParameterTable& table, DataFrames* request) const;
+  void ServePull(const zmq::message_t& identity, const wire::Header& header,
+                 ParameterTable& table, const DataFrames& request,
+                 uint64_t blocked_us, bool duplicate);
+  void SetWorkers(const std::vector<int32_t>& ids);
+  void AdvanceWorker(int32_t worker, int64_t clock);
+  void OnServerClock();
+  void ExpireParked();
+  std::string Laggards(int64_t required) const;
+  void PrepareChange(const wire::Header& header);
+  void CommitChange(const wire::Header& header);
   void HandleCoordinator(InMessage& message);
   void SendHeartbeat();
   void ReplyError(const zmq::message_t& identity, uint64_t seq,
                   const Status& s);
   void ReplyMoved(const zmq::message_t& identity, uint64_t seq, bool duplicate);
+  int64_t min_clock() const { return worker_clocks_.min_clock(); }
   void Reply(const zmq::message_t& identity, const wire::Header& header,
              std::vector<float>* values);
   void InstallRouting(const wire::RoutingTable& routing);
@@ -78,7 +121,12 @@ class ServerImpl final : public Server {
   // Owned by the request thread.
   wire::RoutingTable routing_;
   std::vector<uint8_t> owned_slots_;  // 1 if this server owns the slot
-  std::map<TableId, std::unique_ptr<ParameterTable>> tables_;
+  std::map<TableId, std::unique_ptr<TableState>> tables_;
+  ClockVector worker_clocks_;                // live workers only
+  std::map<int32_t, int64_t> known_clocks_;  // every worker heard from
+  std::set<int32_t> live_workers_;
+  int64_t max_clock_seen_ = 0;
+  std::vector<ParkedPull> parked_;
   RequestDedup dedup_;
   uint64_t routing_requested_epoch_ = 0;
   std::chrono::steady_clock::time_point next_heartbeat_;

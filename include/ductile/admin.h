@@ -20,6 +20,15 @@ struct MemberStatus {
   bool finished = false;    // workers: called Finish()
   int32_t slots = 0;        // servers: slots owned
   ServerCounters counters;  // servers: as of the last heartbeat
+  // Workers, as of the last heartbeat: clock, pulls, time blocked on the
+  // staleness bound, and observed staleness.
+  int64_t clock = 0;
+  uint64_t pulls = 0;
+  uint64_t blocked_ms = 0;
+  int64_t max_staleness = -1;
+  double mean_staleness = 0;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
 };
 
 struct ClusterStatus {

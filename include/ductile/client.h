@@ -90,6 +90,24 @@ struct Tensor {
   std::vector<uint32_t> lengths;  // floats per chunk; the last may be short
 };
 
+// What this client has observed of the consistency models. Staleness of a
+// pull = the puller's clock minus the server clock of the data returned
+// (every update older than that clock is in it).
+struct ClientStats {
+  uint64_t pulls = 0;       // pull replies (one per server asked)
+  uint64_t blocked_us = 0;  // time pulls waited at servers for the bound
+  // staleness[i]: pulls with staleness i (the last bucket: i or more).
+  std::vector<uint64_t> staleness;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  int64_t max_staleness() const {
+    for (size_t i = staleness.size(); i > 0; --i) {
+      if (staleness[i - 1] > 0) return static_cast<int64_t>(i - 1);
+    }
+    return -1;
+  }
+};
+
 struct TableInfo {
   TableId id = 0;
   TableOptions options;
@@ -160,7 +178,8 @@ class Client {
   }
 
   // Advances this worker's clock by one and returns the new value. Pushes
-  // made after the c-th call carry timestamp c.
+  // made after the c-th call carry timestamp c. Tells every server (after
+  // this worker's earlier pushes), without waiting.
   virtual int64_t Clock() = 0;
   virtual int64_t clock() const = 0;
 
@@ -172,6 +191,15 @@ class Client {
   // Tells the coordinator this worker is finished. When every worker has
   // finished, the coordinator shuts the cluster down.
   virtual Status Finish() = 0;
+
+  // Changes a table's consistency model while the job runs. Every server
+  // switches at the same clock boundary B, returned: requests of timestamp
+  // >= B follow the new model, earlier ones the old.
+  virtual Result<int64_t> SetConsistency(TableId table,
+                                         const Consistency& consistency) = 0;
+
+  // Consistency metrics observed so far (thread-safe).
+  virtual ClientStats stats() const = 0;
 
   // Worker id assigned by the coordinator (-1 when not registered as one).
   virtual int32_t worker_id() const = 0;

@@ -67,6 +67,8 @@ struct ServerCounters {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t keys_stored = 0;
+  uint64_t parked_pulls = 0;  // pulls now waiting on a staleness bound
+  int64_t min_clock = 0;      // server clock: minimum over live workers
 };
 
 class Server {

@@ -50,6 +50,38 @@ struct Initializer {
   uint64_t seed = 1;
 };
 
+// How far workers' reads of a table may lag behind other workers' writes.
+// Part of the wire format: never renumber.
+enum class ConsistencyMode : int {
+  kAsync = 0,  // no bound: updates applied on arrival, pulls never wait
+  kSsp = 1,    // stale synchronous parallel with bound `staleness`
+  kBsp = 2,    // bulk synchronous: every worker's pull at clock c sees the
+               // same state, all updates with timestamp < c and none later
+};
+
+// How BSP combines the workers' pushes to one key within one clock before
+// applying the table's rule once. Part of the wire format.
+enum class BspCombine : int {
+  kMean = 0,  // average over the pushes (synchronous large-batch SGD)
+  kSum = 1,
+};
+
+// The contract (for a worker whose Clock() has been called c times):
+//   kSsp(s): a pull returns a state containing every update with timestamp
+//            <= c - s - 1 from every worker, and all of the puller's own
+//            earlier updates; it waits (up to the request deadline) until
+//            that holds. A worker can run at most s + 1 clocks ahead of the
+//            slowest before its pulls block.
+//   kBsp:    as kSsp(0), and the state is exactly "every update with
+//            timestamp < c": pushes of clock c are held back and applied,
+//            combined per key, once every worker has finished clock c.
+//   kAsync:  no bound.
+struct Consistency {
+  ConsistencyMode mode = ConsistencyMode::kAsync;
+  int32_t staleness = 0;  // kSsp's bound s, 0 - 1000000
+  BspCombine combine = BspCombine::kMean;
+};
+
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].
   std::string name;
@@ -69,6 +101,9 @@ struct TableOptions {
   // Reject pushes containing NaN or infinity with kInvalidArgument, leaving
   // the table unchanged.
   bool reject_non_finite = true;
+  // The consistency model of this table (and so of the job that uses it).
+  // Client::SetConsistency changes it while the job runs.
+  Consistency consistency;
 };
 
 // A user update rule. Called on the server's request thread with the

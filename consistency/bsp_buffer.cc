@@ -1,0 +1,44 @@
+#include "consistency/bsp_buffer.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ductile {
+
+Status BspBuffer::Check(int64_t clock, Key key, size_t width) const {
+  auto c = clocks_.find(clock);
+  if (c == clocks_.end()) return Status::Ok();
+  auto k = c->second.find(key);
+  if (k == c->second.end() || k->second.values.size() == width) {
+    return Status::Ok();
+  }
+  return InvalidArgumentError(
+      "key " + std::to_string(key) + " was pushed with " +
+      std::to_string(k->second.values.size()) + " floats earlier in clock " +
+      std::to_string(clock) + ", now with " + std::to_string(width));
+}
+
+void BspBuffer::Add(int64_t clock, Key key, std::span<const float> values,
+                    bool replace) {
+  Combined& c = clocks_[clock][key];
+  if (c.pushes == 0 || replace) {
+    c.values.assign(values.begin(), values.end());
+  } else {
+    float* __restrict acc = c.values.data();
+    for (size_t i = 0; i < values.size(); ++i) acc[i] += values[i];
+  }
+  ++c.pushes;
+}
+
+std::vector<std::pair<int64_t, BspBuffer::Clock>> BspBuffer::TakeBefore(
+    int64_t server_clock) {
+  std::vector<std::pair<int64_t, Clock>> out;
+  auto end = clocks_.lower_bound(server_clock);
+  for (auto it = clocks_.begin(); it != end; ++it) {
+    out.emplace_back(it->first, std::move(it->second));
+  }
+  clocks_.erase(clocks_.begin(), end);
+  return out;
+}
+
+}  // namespace ductile

@@ -1,0 +1,51 @@
+// Pushes of BSP clocks that are not complete yet, combined per key.
+//
+// Under BSP a push of timestamp t must not be visible before every worker
+// has finished clock t. The server adds it here; once the server clock
+// passes t, TakeBefore hands out one combined vector per key (the sum of the
+// clock's pushes, or the last one for assign tables) with the number of
+// pushes combined, and the table applies its rule once per key.
+//
+// Invariant: every key's vector in a clock has one width.
+// Not thread-safe: owned by a server's request thread.
+#ifndef DUCTILE_CONSISTENCY_BSP_BUFFER_H_
+#define DUCTILE_CONSISTENCY_BSP_BUFFER_H_
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "ductile/status.h"
+#include "ductile/table.h"
+
+namespace ductile {
+
+class BspBuffer {
+ public:
+  struct Combined {
+    std::vector<float> values;
+    int32_t pushes = 0;
+  };
+  using Clock = std::unordered_map<Key, Combined>;
+
+  // Checks that `key` may take `width` floats at `clock` (no other push of
+  // the clock gave it another width).
+  Status Check(int64_t clock, Key key, size_t width) const;
+  // Adds one push's vector for `key` at `clock` (sum, or replace if
+  // `replace`). Check() first.
+  void Add(int64_t clock, Key key, std::span<const float> values, bool replace);
+  // Removes and returns the clocks below `server_clock`, oldest first.
+  std::vector<std::pair<int64_t, Clock>> TakeBefore(int64_t server_clock);
+
+  bool empty() const { return clocks_.empty(); }
+  size_t pending_clocks() const { return clocks_.size(); }
+
+ private:
+  std::map<int64_t, Clock> clocks_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_CONSISTENCY_BSP_BUFFER_H_

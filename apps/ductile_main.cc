@@ -54,6 +54,8 @@ DEFINE_double(l2, 0.0, "L2 weight decay");
 DEFINE_string(consistency, "async",
               "consistency model of the job's tables: bsp, ssp or async");
 DEFINE_int32(staleness, 3, "SSP staleness bound s (with --consistency=ssp)");
+DEFINE_bool(cache, false,
+            "workers answer SSP pulls from a local copy when fresh enough");
 DEFINE_string(bsp_combine, "mean",
               "BSP: combine a clock's pushes by their mean or sum");
 DEFINE_uint64(seed, 1, "data shuffling seed");
@@ -134,6 +136,7 @@ int RunWorker() {
   o.coordinator_address = FLAGS_coordinator;
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.request_timeout_ms = FLAGS_timeout_ms;
+  o.enable_cache = FLAGS_cache;
   auto client = ductile::Client::Connect(o);
   if (!client.ok()) return Fail(client.status());
   ductile::apps::TrainerOptions t;
@@ -209,8 +212,8 @@ int RunLocal() {
   o.worker_flags = {log};
   for (const char* name :
        {"app", "data_dir", "epochs", "batch_size", "optimizer", "learning_rate",
-        "l2", "consistency", "staleness", "bsp_combine", "seed", "log_every",
-        "max_samples", "min_accuracy", "timeout_ms"}) {
+        "l2", "consistency", "staleness", "bsp_combine", "cache", "seed",
+        "log_every", "max_samples", "min_accuracy", "timeout_ms"}) {
     std::string value;
     gflags::GetCommandLineOption(name, &value);
     o.worker_flags.push_back(std::string("--") + name + "=" + value);

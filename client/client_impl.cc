@@ -253,8 +253,41 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   }
   op->clock = clock_.load();
   op->deadline = SteadyClock::now() + milliseconds(options_.request_timeout_ms);
+  if (options_.enable_cache && worker_id_.load() >= 0 &&
+      table->consistency().mode() == static_cast<int>(ConsistencyMode::kSsp) &&
+      UseCache(*op, *table)) {
+    return Handle(op);  // answered from the cache
+  }
   Enqueue(op);
   return Handle(op);
+}
+
+bool ClientImpl::UseCache(DataOperation& op, const wire::TableConfig& table) {
+  const DataOperation* o = &op;
+  auto offset = [o](size_t i) { return o->offset(i); };
+  auto length = [o](size_t i) { return o->length(i); };
+  if (op.type != wire::PULL) {
+    cache_.Write(op.table, op.keys, offset, length, op.values,
+                 static_cast<UpdateRule>(table.rule()), table.learning_rate());
+  }
+  if (op.type == wire::PUSH) return false;
+  if (op.type == wire::PULL &&
+      cache_.TryRead(op.table, op.keys, offset, length,
+                     op.clock - table.consistency().staleness(), op.out)) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.cache_hits;
+    }
+    op.Release();  // the dispatcher's hold: done
+    return true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.cache_misses;
+  }
+  op.cache_install = true;
+  op.cache_mark = cache_.Mark();
+  return false;
 }
 
 void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
@@ -662,6 +695,22 @@ void ClientImpl::HandleDataReply(InMessage& message) {
       ++stats_.staleness[std::min<size_t>(staleness, kStalenessBuckets - 1)];
     }
     const float* values = static_cast<const float*>(message.frames[1].data());
+    if (op.cache_install) {
+      if (header.has_consistency()) {
+        std::lock_guard<std::mutex> lock(tables_mu_);
+        auto t = tables_.find(op.table);
+        if (t != tables_.end()) {
+          *t->second.mutable_consistency() = header.consistency();
+        }
+      }
+      const float* v = values;
+      for (size_t j = 0; j < part.size(); ++j) {
+        const size_t i = part.index(j);
+        cache_.Install(op.table, op.keys[i], {v, op.length(i)},
+                       header.data_clock(), op.cache_mark);
+        v += op.length(i);
+      }
+    }
     if (part.indices.empty()) {
       std::memcpy(op.out.data() + op.offset(part.begin), values,
                   floats * sizeof(float));

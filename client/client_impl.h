@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "client/operation.h"
+#include "client/param_cache.h"
 #include "ductile/client.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
@@ -43,6 +44,9 @@ struct DataOperation : internal::Operation {
   std::vector<uint64_t> offsets;  // variable width: float offset of key i
   int64_t clock = 0;
   SteadyTime deadline;
+  // Install pulled values into the cache (fetch issued at cache_mark).
+  bool cache_install = false;
+  uint64_t cache_mark = 0;
 
   uint64_t offset(size_t i) const { return width ? i * width : offsets[i]; }
   uint32_t length(size_t i) const { return width ? width : lengths[i]; }
@@ -118,6 +122,9 @@ class ClientImpl final : public Client {
   };
 
   Handle SubmitData(std::shared_ptr<DataOperation> op);
+  // The cache's part of a call to an SSP table: records a push, answers a
+  // pull that it can (true: op done). Caller's thread.
+  bool UseCache(DataOperation& op, const wire::TableConfig& table);
   Result<wire::Header> Control(wire::Header request, int64_t timeout_ms);
   void Enqueue(std::shared_ptr<internal::Operation> op);
   Status RememberTable(const wire::TableConfig& config);
@@ -155,6 +162,8 @@ class ClientImpl final : public Client {
 
   std::mutex queue_mu_;
   std::deque<std::shared_ptr<internal::Operation>> queue_;  // guarded
+
+  ParamCache cache_;
 
   mutable std::mutex stats_mu_;
   ClientStats stats_;  // guarded by stats_mu_

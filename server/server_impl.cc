@@ -514,13 +514,14 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
     counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
     return;
   }
-  ServePull(identity, header, table, request, 0, duplicate);
+  ServePull(identity, header, state, request, 0, duplicate);
 }
 
 void ServerImpl::ServePull(const zmq::message_t& identity,
-                           const wire::Header& header, ParameterTable& table,
+                           const wire::Header& header, TableState& state,
                            const DataFrames& request, uint64_t blocked_us,
                            bool duplicate) {
+  ParameterTable& table = *state.table;
   Status s = table.CheckPull(request);
   if (!s.ok()) return ReplyError(identity, header.seq(), s);
   const size_t before = table.size();
@@ -538,6 +539,8 @@ void ServerImpl::ServePull(const zmq::message_t& identity,
   reply.set_data_clock(min_clock());
   reply.set_blocked_us(blocked_us);
   reply.set_duplicate(duplicate);
+  // Clients' caches decide freshness with the bound: keep theirs current.
+  *reply.mutable_consistency() = ToWire(state.schedule.latest());
   Reply(identity, reply, &values);
 }
 
@@ -618,8 +621,8 @@ void ServerImpl::OnServerClock() {
     const uint64_t blocked_us =
         std::chrono::duration_cast<std::chrono::microseconds>(now - p.parked_at)
             .count();
-    ServePull(p.message.frames[0], header, *it->second->table, request,
-              blocked_us, p.duplicate);
+    ServePull(p.message.frames[0], header, *it->second, request, blocked_us,
+              p.duplicate);
   }
 }
 

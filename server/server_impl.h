@@ -85,7 +85,7 @@ class ServerImpl final : public Server {
   Status ParseData(const InMessage& message, const wire::Header& header,
                    const ParameterTable& table, DataFrames* request) const;
   void ServePull(const zmq::message_t& identity, const wire::Header& header,
-                 ParameterTable& table, const DataFrames& request,
+                 TableState& state, const DataFrames& request,
                  uint64_t blocked_us, bool duplicate);
   void SetWorkers(const std::vector<int32_t>& ids);
   void AdvanceWorker(int32_t worker, int64_t clock);

@@ -75,6 +75,11 @@ struct ClientOptions {
   // with kInvalidArgument before anything is sent. Servers enforce their own
   // limit too.
   uint64_t max_message_bytes = 1ull << 30;
+  // Keep a local copy of pulled values of SSP tables and answer a pull from
+  // it when it is fresh enough for the bound (see ClientStats cache_hits).
+  // The worker's own pushes are applied to the copy (add, assign and SGD
+  // tables) or drop it (other rules), so it reads its own writes.
+  bool enable_cache = false;
   // When true the client registers as a worker (gets a worker id, counts in
   // barriers and cluster shutdown). Tools such as `ductile status` use false.
   bool register_as_worker = true;

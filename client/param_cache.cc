@@ -1,0 +1,89 @@
+#include "client/param_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "elastic/slot_map.h"
+
+namespace ductile {
+
+size_t ParamCache::Hash::operator()(const std::pair<TableId, Key>& k) const {
+  return Mix64(k.second ^ (uint64_t{k.first} << 48));
+}
+
+bool ParamCache::TryRead(TableId table, std::span<const Key> keys,
+                         const Offset& offset, const Length& length,
+                         int64_t min_data_clock, std::span<float> out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Entry*> found(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find({table, keys[i]});
+    if (it == entries_.end() || !it->second.valid ||
+        it->second.data_clock < min_data_clock ||
+        it->second.value.size() != length(i)) {
+      return false;
+    }
+    found[i] = &it->second;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::memcpy(out.data() + offset(i), found[i]->value.data(),
+                found[i]->value.size() * sizeof(float));
+  }
+  return true;
+}
+
+void ParamCache::Write(TableId table, std::span<const Key> keys,
+                       const Offset& offset, const Length& length,
+                       std::span<const float> values, UpdateRule rule,
+                       float learning_rate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t write = ++writes_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Entry& e = entries_[{table, keys[i]}];
+    e.last_write = write;
+    if (!e.valid || e.value.size() != length(i)) {
+      e.valid = false;
+      continue;
+    }
+    const float* g = values.data() + offset(i);
+    float* w = e.value.data();
+    switch (rule) {
+      case UpdateRule::kAdd:
+        for (size_t j = 0; j < e.value.size(); ++j) w[j] += g[j];
+        break;
+      case UpdateRule::kAssign:
+        std::memcpy(w, g, e.value.size() * sizeof(float));
+        break;
+      case UpdateRule::kSgd:
+        for (size_t j = 0; j < e.value.size(); ++j)
+          w[j] -= learning_rate * g[j];
+        break;
+      default:  // the server's optimizer state is not here: fetch again
+        e.valid = false;
+        e.value.clear();
+    }
+  }
+}
+
+uint64_t ParamCache::Mark() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writes_;
+}
+
+void ParamCache::Install(TableId table, Key key, std::span<const float> value,
+                         int64_t data_clock, uint64_t mark) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entries_[{table, key}];
+  if (e.last_write > mark) return;  // a newer local write is not in `value`
+  if (e.valid && e.data_clock > data_clock) return;  // have a fresher copy
+  e.value.assign(value.begin(), value.end());
+  e.data_clock = data_clock;
+  e.valid = true;
+}
+
+size_t ParamCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace ductile

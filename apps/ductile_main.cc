@@ -34,6 +34,9 @@ DEFINE_string(address_file, "",
 DEFINE_int32(servers, 2, "number of servers (coordinator, local)");
 DEFINE_int32(workers, 2, "number of workers (coordinator, local)");
 DEFINE_int32(slots, 4096, "coordinator: number of slots keys hash into");
+DEFINE_int64(heartbeat_timeout_ms, 5000,
+             "coordinator: a member silent this long is dead (a dead worker "
+             "is no longer waited for)");
 DEFINE_string(host, "127.0.0.1",
               "server: interface to listen on and advertise");
 DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
@@ -98,6 +101,7 @@ int RunCoordinator() {
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.num_slots = FLAGS_slots;
+  o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   auto coordinator = ductile::Coordinator::Start(o);
   if (!coordinator.ok()) return Fail(coordinator.status());
   if (!FLAGS_address_file.empty()) {

@@ -29,8 +29,6 @@ constexpr uint64_t kFramePerKeyBytes = 16384;
 constexpr milliseconds kTimerPeriod{10};
 // Staleness histogram buckets (the last holds larger values too).
 constexpr size_t kStalenessBuckets = 64;
-// How often a worker tells the coordinator it is alive.
-constexpr milliseconds kHeartbeatPeriod{1000};
 
 int64_t RandomClientId() {
   std::random_device rd;
@@ -43,6 +41,10 @@ int64_t RandomClientId() {
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.connect_timeout_ms < 1 || options.request_timeout_ms < 1) {
     return InvalidArgumentError("timeouts must be >= 1 ms");
+  }
+  if (options.heartbeat_interval_ms < 10 ||
+      options.heartbeat_interval_ms > 60000) {
+    return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
   }
   auto client = std::make_unique<ClientImpl>(options);
   RETURN_IF_ERROR(client->Init());
@@ -385,11 +387,12 @@ void ClientImpl::RebuildPollItems() {
 void ClientImpl::Run() {
   InMessage message;
   auto next_timers = SteadyClock::now();
-  auto next_heartbeat = SteadyClock::now() + kHeartbeatPeriod;
+  const milliseconds heartbeat_period(options_.heartbeat_interval_ms);
+  auto next_heartbeat = SteadyClock::now() + heartbeat_period;
   while (!stop_.load()) {
     const bool busy = !parts_.empty() || !controls_.empty();
     Status s = Poll(poll_items_,
-                    busy ? kTimerPeriod.count() : kHeartbeatPeriod.count());
+                    busy ? kTimerPeriod.count() : heartbeat_period.count());
     if (!s.ok()) {
       LOG(ERROR) << "client I/O thread: " << s;
       break;
@@ -425,7 +428,7 @@ void ClientImpl::Run() {
     }
     if (now >= next_heartbeat) {
       SendHeartbeat();
-      next_heartbeat = now + kHeartbeatPeriod;
+      next_heartbeat = now + heartbeat_period;
     }
   }
   FailAll(CancelledError("client closed"));

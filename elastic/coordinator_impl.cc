@@ -37,6 +37,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.num_slots < 1 || options.num_slots > (1 << 20)) {
     return InvalidArgumentError("num_slots must be in [1, 1048576]");
   }
+  if (options.heartbeat_timeout_ms < 100 ||
+      options.heartbeat_timeout_ms > 86400000) {
+    return InvalidArgumentError(
+        "heartbeat_timeout_ms must be in [100, 86400000]");
+  }
   if (options.num_slots < options.num_servers) {
     return InvalidArgumentError("num_slots must be >= num_servers");
   }
@@ -189,7 +194,15 @@ void CoordinatorImpl::Handle(InMessage& message) {
   wire::Header h;
   Status s = ParseHeader(message.frame(1), &h);
   if (!s.ok()) return ReplyStatus(identity, 0, s);
-  if (Member* m = FindByIdentity(identity)) m->last_seen = SteadyClock::now();
+  if (Member* m = FindByIdentity(identity)) {
+    m->last_seen = SteadyClock::now();
+    if (m->dead) {
+      m->dead = false;
+      LOG(WARNING) << "coordinator: worker " << m->id
+                   << " is heard from again; back in the clock vectors";
+      PublishWorkers();
+    }
+  }
 
   switch (h.type()) {
     case wire::REGISTER:
@@ -472,7 +485,7 @@ void CoordinatorImpl::PublishWorkers() {
   wire::Header update;
   update.set_type(wire::WORKERS_UPDATE);
   for (const auto& [id, m] : workers_) {
-    if (!m.finished) update.add_worker_ids(id);
+    if (!m.finished && !m.dead) update.add_worker_ids(id);
   }
   for (const auto& [id, m] : servers_) Send(m.identity, update);
 }
@@ -556,7 +569,7 @@ void CoordinatorImpl::CommitChange(PendingChange& change,
 
 int32_t CoordinatorImpl::LiveWorkersNeeded() const {
   int32_t finished = 0;
-  for (const auto& [id, m] : workers_) finished += m.finished ? 1 : 0;
+  for (const auto& [id, m] : workers_) finished += m.finished || m.dead ? 1 : 0;
   const int32_t total = options_.num_workers > 0
                             ? options_.num_workers
                             : static_cast<int32_t>(workers_.size());
@@ -628,6 +641,23 @@ void CoordinatorImpl::BeginShutdown() {
 
 void CoordinatorImpl::CheckTimeouts() {
   const auto now = SteadyClock::now();
+  // A worker silent past the heartbeat timeout is dead: nobody waits for
+  // it any more (clock vectors, barriers, shutdown).
+  bool died = false;
+  for (auto& [id, m] : workers_) {
+    if (m.finished || m.dead) continue;
+    if (MsSince(m.last_seen) > options_.heartbeat_timeout_ms) {
+      m.dead = true;
+      died = true;
+      LOG(WARNING) << "coordinator: worker " << id << " silent for "
+                   << MsSince(m.last_seen) << " ms; declared dead";
+    }
+  }
+  if (died) {
+    PublishWorkers();
+    MaybeReleaseBarrier();
+    MaybeShutDown();
+  }
   for (auto it = changes_.begin(); it != changes_.end();) {
     if (now < it->second.deadline) {
       ++it;
@@ -671,7 +701,7 @@ wire::ClusterState CoordinatorImpl::State() const {
       info->set_address(m.endpoint.tcp_address());
       const int64_t ago = MsSince(m.last_seen);
       info->set_last_heartbeat_ms_ago(ago);
-      info->set_alive(ago <= options_.heartbeat_timeout_ms);
+      info->set_alive(!m.dead && ago <= options_.heartbeat_timeout_ms);
       info->set_finished(m.finished);
       if (m.role == wire::ROLE_SERVER) {
         info->set_slots(slots[id]);

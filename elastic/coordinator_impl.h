@@ -48,6 +48,7 @@ class CoordinatorImpl final : public Coordinator {
     wire::ServerEndpoint endpoint;
     Time last_seen;
     bool finished = false;
+    bool dead = false;  // silent past the heartbeat timeout
     wire::Counters counters;
     wire::WorkerMetrics metrics;
   };

@@ -257,5 +257,37 @@ TEST(Cluster, BadArgumentsAreRefusedBeforeAnythingIsSent) {
   EXPECT_EQ(cluster.server(0).counters().requests, 0u);
 }
 
+TEST(Cluster, AWorkerThatFallsSilentIsNoLongerWaitedFor) {
+  TestClusterOptions options;
+  options.num_servers = 2;
+  options.num_workers = 2;
+  options.heartbeat_timeout_ms = 600;
+  TestCluster cluster(options);
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.heartbeat_interval_ms = 50;
+  auto fast = Client::Connect(o);
+  auto doomed = Client::Connect(o);
+  ASSERT_TRUE(fast.ok() && doomed.ok());
+  TableOptions t = AddTable("ssp0", 1);
+  t.consistency = {ConsistencyMode::kSsp, 0};
+  auto table = (*fast)->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE((*doomed)->CreateTable(t).ok());
+  std::thread doomed_barrier([&] { EXPECT_TRUE((*doomed)->Barrier().ok()); });
+  ASSERT_TRUE((*fast)->Barrier().ok());
+  doomed_barrier.join();
+  // The doomed worker vanishes at clock 0 without saying goodbye.
+  doomed->reset();
+  std::vector<Key> keys = {1, 2, 3};
+  std::vector<float> out(3);
+  (*fast)->Clock();
+  // Under SSP(0) this pull needs every live worker at clock 1: it completes
+  // only once the coordinator has declared the silent worker dead.
+  Status s = (*fast)->Pull(*table, keys, out);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(cluster.server(0).counters().min_clock, 1);
+}
+
 }  // namespace
 }  // namespace ductile

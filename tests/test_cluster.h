@@ -18,6 +18,7 @@ struct TestClusterOptions {
   int num_servers = 2;
   int num_workers = 0;  // 0: any
   int num_slots = 64;
+  int64_t heartbeat_timeout_ms = 5000;
   ServerOptions server;  // coordinator_address is filled in
 };
 
@@ -29,6 +30,7 @@ class TestCluster {
     c.num_servers = options.num_servers;
     c.num_workers = options.num_workers;
     c.num_slots = options.num_slots;
+    c.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
     auto coordinator = Coordinator::Start(c);
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);

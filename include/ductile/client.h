@@ -80,6 +80,9 @@ struct ClientOptions {
   // The worker's own pushes are applied to the copy (add, assign and SGD
   // tables) or drop it (other rules), so it reads its own writes.
   bool enable_cache = false;
+  // A worker's heartbeat interval; keep it well under the coordinator's
+  // heartbeat_timeout_ms. 10 ms - 60 s.
+  int64_t heartbeat_interval_ms = 1000;
   // When true the client registers as a worker (gets a worker id, counts in
   // barriers and cluster shutdown). Tools such as `ductile status` use false.
   bool register_as_worker = true;

@@ -28,7 +28,10 @@ struct CoordinatorOptions {
   int32_t num_workers = 0;
   // Slots keys hash into; fixed for the cluster's life. 1 - 1048576.
   int32_t num_slots = 4096;
-  // A member silent this long is reported as not alive by `status`.
+  // A member silent this long is not alive. A worker is then dropped from
+  // every server's clock vector (nobody waits for it at a staleness bound
+  // or a barrier) until it is heard from again. Workers send a heartbeat
+  // every second. 100 ms - 1 day.
   int64_t heartbeat_timeout_ms = 5000;
 };
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "apps/local_launcher.h"
-#include "apps/logreg_trainer.h"
+#include "apps/trainer.h"
 #include "ductile/ductile.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -45,14 +45,27 @@ DEFINE_int64(timeout_ms, 60000, "request and connect timeout in milliseconds");
 DEFINE_bool(verbose, false, "local: show the cluster processes' INFO logs");
 
 // App.
-DEFINE_string(app, "fmnist-logreg", "built-in app the workers run");
+DEFINE_string(app, "fmnist-logreg",
+              "built-in app the workers run: fmnist-logreg, fmnist-mlp, mf");
+DEFINE_string(device, "auto",
+              "compute device of the fmnist-mlp workers: cpu (OpenBLAS), "
+              "cuda (cuBLAS) or auto (cuda when a GPU is present)");
+DEFINE_string(csv_log, "", "worker 0 writes progress and test metrics here");
+DEFINE_string(layers, "784,256,128,10", "fmnist-mlp: layer sizes");
+DEFINE_uint64(mf_rows, 2000, "mf: rows of the synthetic matrix");
+DEFINE_uint64(mf_cols, 2000, "mf: columns of the synthetic matrix");
+DEFINE_uint64(mf_rank, 10, "mf: rank of the synthetic matrix and the model");
+DEFINE_double(mf_observed, 0.05, "mf: fraction of entries observed");
+DEFINE_double(mf_noise, 0.1, "mf: standard deviation of the entries' noise");
+DEFINE_double(max_rmse, 0.0, "mf: fail when the final test RMSE is above this");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
               "directory with the Fashion-MNIST IDX gzip files");
 DEFINE_int32(epochs, 10, "training epochs");
 DEFINE_int32(batch_size, 64, "samples per worker per step");
 DEFINE_string(optimizer, "adam",
               "server-side update rule: sgd, momentum, adagrad or adam");
-DEFINE_double(learning_rate, 0.001, "learning rate of --optimizer");
+DEFINE_double(learning_rate, 0.001,
+              "learning rate of --optimizer (mf: 0.03 unless given)");
 DEFINE_double(l2, 0.0, "L2 weight decay");
 DEFINE_string(consistency, "async",
               "consistency model of the job's tables: bsp, ssp or async");
@@ -81,7 +94,7 @@ constexpr char kUsage[] =
     "  status       print a running cluster's members and counters "
     "(--coordinator)\n"
     "  shutdown     stop a running cluster (--coordinator)\n"
-    "apps: fmnist-logreg\n"
+    "apps: fmnist-logreg, fmnist-mlp, mf\n"
     "`ductile --help` lists every flag.";
 
 int Fail(const ductile::Status& s) {
@@ -131,19 +144,33 @@ int RunServer() {
   return s.ok() ? 0 : Fail(s);
 }
 
-int RunWorker() {
-  if (FLAGS_app != "fmnist-logreg") {
-    return Fail(ductile::InvalidArgumentError("unknown --app '" + FLAGS_app +
-                                              "' (apps: fmnist-logreg)"));
+// Parses "784,256,10".
+bool ParseSizes(const std::string& text, std::vector<size_t>* out) {
+  out->clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty() ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    out->push_back(std::stoul(item));
+    start = comma + 1;
   }
-  ductile::ClientOptions o;
-  o.coordinator_address = FLAGS_coordinator;
-  o.connect_timeout_ms = FLAGS_timeout_ms;
-  o.request_timeout_ms = FLAGS_timeout_ms;
-  o.enable_cache = FLAGS_cache;
-  auto client = ductile::Client::Connect(o);
-  if (!client.ok()) return Fail(client.status());
+  return !out->empty();
+}
+
+int RunWorker() {
+  if (FLAGS_app != "fmnist-logreg" && FLAGS_app != "fmnist-mlp" &&
+      FLAGS_app != "mf") {
+    return Fail(ductile::InvalidArgumentError(
+        "unknown --app '" + FLAGS_app +
+        "' (apps: fmnist-logreg, fmnist-mlp, mf)"));
+  }
   ductile::apps::TrainerOptions t;
+  t.app = FLAGS_app;
+  t.device = FLAGS_device;
   t.data_dir = FLAGS_data_dir;
   t.epochs = FLAGS_epochs;
   t.batch_size = FLAGS_batch_size;
@@ -183,7 +210,26 @@ int RunWorker() {
   t.log_every = FLAGS_log_every;
   t.max_samples = FLAGS_max_samples;
   t.min_accuracy = FLAGS_min_accuracy;
-  ductile::Status s = ductile::apps::RunLogRegWorker(**client, t);
+  t.max_rmse = FLAGS_max_rmse;
+  t.csv_log = FLAGS_csv_log;
+  if (!ParseSizes(FLAGS_layers, &t.layers)) {
+    return Fail(ductile::InvalidArgumentError(
+        "--layers must be sizes separated by commas, e.g. 784,256,128,10"));
+  }
+  t.mf_rows = FLAGS_mf_rows;
+  t.mf_cols = FLAGS_mf_cols;
+  t.mf_rank = FLAGS_mf_rank;
+  t.mf_observed = FLAGS_mf_observed;
+  t.mf_noise = FLAGS_mf_noise;
+
+  ductile::ClientOptions o;
+  o.coordinator_address = FLAGS_coordinator;
+  o.connect_timeout_ms = FLAGS_timeout_ms;
+  o.request_timeout_ms = FLAGS_timeout_ms;
+  o.enable_cache = FLAGS_cache;
+  auto client = ductile::Client::Connect(o);
+  if (!client.ok()) return Fail(client.status());
+  ductile::Status s = ductile::apps::RunTrainingWorker(**client, t);
   // Tell the coordinator either way, so the cluster can shut down.
   ductile::Status finish = (*client)->Finish();
   if (!s.ok()) return Fail(s);
@@ -215,9 +261,13 @@ int RunLocal() {
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms)};
   o.worker_flags = {log};
   for (const char* name :
-       {"app", "data_dir", "epochs", "batch_size", "optimizer", "learning_rate",
-        "l2", "consistency", "staleness", "bsp_combine", "cache", "seed",
-        "log_every", "max_samples", "min_accuracy", "timeout_ms"}) {
+       {"app",       "data_dir",      "epochs",      "batch_size",
+        "optimizer", "learning_rate", "l2",          "consistency",
+        "staleness", "bsp_combine",   "cache",       "device",
+        "csv_log",   "layers",        "mf_rows",     "mf_cols",
+        "mf_rank",   "mf_observed",   "mf_noise",    "max_rmse",
+        "seed",      "log_every",     "max_samples", "min_accuracy",
+        "timeout_ms"}) {
     std::string value;
     gflags::GetCommandLineOption(name, &value);
     o.worker_flags.push_back(std::string("--") + name + "=" + value);
@@ -250,6 +300,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s\n", argv[1],
                  kUsage);
     return 2;
+  }
+  // Per-app defaults for flags the user did not set.
+  if (FLAGS_app == "mf" &&
+      gflags::GetCommandLineFlagInfoOrDie("learning_rate").is_default) {
+    FLAGS_learning_rate = 0.03;
   }
   FLAGS_logtostderr = true;
   google::InitGoogleLogging("ductile");

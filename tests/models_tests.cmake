@@ -7,3 +7,12 @@ target_link_libraries(fmnist_data_test PRIVATE ductile_models ZLIB::ZLIB)
 
 ductile_add_test(logreg_model_test)
 target_link_libraries(logreg_model_test PRIVATE ductile_models)
+
+# Tests of the compute backends, the MLP, matrix factorization and the data
+# cursor. compute_backend_test and mlp_model_test run their CUDA cases only
+# where a GPU is present and skip them otherwise.
+foreach(test compute_backend_test mlp_model_test mf_model_test
+        data_cursor_test)
+  ductile_add_test(${test})
+  target_link_libraries(${test} PRIVATE ductile_models)
+endforeach()

@@ -1,0 +1,24 @@
+// The CPU ComputeBackend: buffers are host memory, Gemm is OpenBLAS's
+// cblas_sgemm and the elementwise operations are plain loops.
+//
+// Most callers want MakeComputeBackend("cpu") (apps/compute_backend.h); this
+// header is the seam that keeps OpenBLAS's headers out of everything else.
+#ifndef DUCTILE_APPS_CPU_BACKEND_H_
+#define DUCTILE_APPS_CPU_BACKEND_H_
+
+#include <memory>
+
+#include "apps/compute_backend.h"
+#include "ductile/status.h"
+
+namespace ductile::apps {
+
+// A CPU backend whose Gemm uses up to `num_threads` OpenBLAS threads
+// (>= 1; InvalidArgument otherwise). OpenBLAS's thread count is one
+// process-wide setting, so this sets it for every CPU backend of the
+// process. Name: "cpu (OpenBLAS)".
+Result<std::unique_ptr<ComputeBackend>> MakeCpuBackend(int num_threads);
+
+}  // namespace ductile::apps
+
+#endif  // DUCTILE_APPS_CPU_BACKEND_H_

@@ -1,0 +1,546 @@
+#include "apps/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/compute_backend.h"
+#include "apps/data_cursor.h"
+#include "apps/fmnist_data.h"
+#include "apps/logreg_model.h"
+#include "apps/mf_model.h"
+#include "apps/mlp_model.h"
+
+namespace ductile::apps {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double SecondsSince(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+const char* RuleName(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kSgd:
+      return "sgd";
+    case UpdateRule::kMomentum:
+      return "momentum";
+    case UpdateRule::kAdaGrad:
+      return "adagrad";
+    case UpdateRule::kAdam:
+      return "adam";
+    default:
+      return "other";
+  }
+}
+
+std::string ConsistencyLabel(const Consistency& c) {
+  switch (c.mode) {
+    case ConsistencyMode::kSsp:
+      return "ssp(" + std::to_string(c.staleness) + ")";
+    case ConsistencyMode::kBsp:
+      return c.combine == BspCombine::kSum ? "bsp(sum)" : "bsp(mean)";
+    default:
+      return "async";
+  }
+}
+
+Status Validate(const TrainerOptions& o) {
+  if (o.epochs < 1) return InvalidArgumentError("--epochs must be >= 1");
+  if (o.batch_size < 1)
+    return InvalidArgumentError("--batch_size must be >= 1");
+  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) {
+    return InvalidArgumentError("--learning_rate must be a positive number");
+  }
+  if (o.log_every < 1) return InvalidArgumentError("--log_every must be >= 1");
+  if (o.app == "mf" && (o.mf_rows < 1 || o.mf_cols < 1 || o.mf_rank < 1 ||
+                        !(o.mf_observed > 0 && o.mf_observed <= 1))) {
+    return InvalidArgumentError(
+        "mf needs --mf_rows, --mf_cols, --mf_rank >= 1 and --mf_observed in "
+        "(0, 1]");
+  }
+  return Status::Ok();
+}
+
+// Progress lines on stdout and the CSV log, from worker 0 only.
+class Progress {
+ public:
+  Progress(bool lead, int epochs, uint64_t total_steps, int world)
+      : lead_(lead),
+        epochs_(epochs),
+        total_steps_(total_steps),
+        world_(world) {}
+
+  Status OpenLog(const std::string& path) {
+    if (!lead_ || path.empty()) return Status::Ok();
+    csv_.open(path, std::ios::trunc);
+    if (!csv_) {
+      return FailedPreconditionError("cannot write the CSV log '" + path + "'");
+    }
+    csv_ << "kind,epoch,clock,time_s,loss,samples_per_s,metric\n";
+    return Status::Ok();
+  }
+
+  void Start() { start_ = window_start_ = SteadyClock::now(); }
+
+  // After each step; prints every `every` steps (and when `force`).
+  void Step(int epoch, int64_t clock, double loss, size_t samples,
+            uint64_t step, int every, bool force) {
+    window_loss_ += loss;
+    ++window_steps_;
+    window_samples_ += samples;
+    if (!lead_ || (step % every != 0 && !force)) return;
+    const double window_s = std::max(1e-9, SecondsSince(window_start_));
+    const double elapsed = SecondsSince(start_);
+    const double eta =
+        step >= total_steps_ ? 0.0 : elapsed / step * (total_steps_ - step);
+    const double rate = window_samples_ / window_s;
+    const double mean_loss = window_loss_ / window_steps_;
+    std::printf(
+        "[epoch %d/%d] clock %lld  loss %.4f  samples/s %.0f (all "
+        "workers ~%.0f)  ETA %.0fs\n",
+        epoch + 1, epochs_, static_cast<long long>(clock), mean_loss, rate,
+        world_ * rate, eta);
+    std::fflush(stdout);
+    if (csv_) {
+      csv_ << "step," << epoch + 1 << "," << clock << "," << elapsed << ","
+           << mean_loss << "," << world_ * rate << ",\n";
+      csv_.flush();
+    }
+    window_start_ = SteadyClock::now();
+    window_loss_ = 0;
+    window_steps_ = 0;
+    window_samples_ = 0;
+  }
+
+  void Epoch(int epoch, int64_t clock, const char* metric_name, double metric) {
+    if (!lead_) return;
+    std::printf("epoch %d done: %s %.4f (%.1fs)\n", epoch + 1, metric_name,
+                metric, SecondsSince(start_));
+    std::fflush(stdout);
+    if (csv_) {
+      csv_ << "epoch," << epoch + 1 << "," << clock << ","
+           << SecondsSince(start_) << ",,," << metric << "\n";
+      csv_.flush();
+    }
+  }
+
+  double elapsed() const { return SecondsSince(start_); }
+
+ private:
+  bool lead_;
+  int epochs_;
+  uint64_t total_steps_;
+  int world_;
+  std::ofstream csv_;
+  SteadyClock::time_point start_, window_start_;
+  double window_loss_ = 0;
+  uint64_t window_steps_ = 0, window_samples_ = 0;
+};
+
+Status CheckLoss(double loss, int epoch, int64_t clock) {
+  if (std::isfinite(loss) && loss < 1e6) return Status::Ok();
+  return FailedPreconditionError(
+      "training diverged at epoch " + std::to_string(epoch + 1) + ", clock " +
+      std::to_string(clock) + " (loss " + std::to_string(loss) +
+      "); lower --learning_rate");
+}
+
+// ------------------------------------------------------------ classifiers
+
+// A block of the flat parameter vector stored as one dense tensor.
+struct ParamBlock {
+  std::string name;
+  size_t offset = 0;
+  size_t size = 0;
+  Initializer init;
+};
+
+class Classifier {
+ public:
+  virtual ~Classifier() = default;
+  virtual const char* name() const = 0;
+  virtual size_t num_params() const = 0;
+  virtual std::vector<ParamBlock> Blocks() const = 0;
+  virtual Result<float> LossAndGradient(std::span<const float> params,
+                                        const Dataset& data,
+                                        std::span<const size_t> batch,
+                                        std::span<float> grad) = 0;
+  virtual Result<double> Accuracy(std::span<const float> params,
+                                  const Dataset& data) = 0;
+};
+
+class LogRegClassifier final : public Classifier {
+ public:
+  LogRegClassifier(size_t features, int classes, float l2)
+      : model_(features, classes, l2) {}
+  const char* name() const override { return "logistic regression"; }
+  size_t num_params() const override { return model_.num_params(); }
+  std::vector<ParamBlock> Blocks() const override {
+    return {{"logreg.params", 0, model_.num_params(), Initializer{}}};
+  }
+  Result<float> LossAndGradient(std::span<const float> params,
+                                const Dataset& data,
+                                std::span<const size_t> batch,
+                                std::span<float> grad) override {
+    return model_.LossAndGradient(params, data, batch, grad);
+  }
+  Result<double> Accuracy(std::span<const float> params,
+                          const Dataset& data) override {
+    return model_.Accuracy(params, data);
+  }
+
+ private:
+  LogRegModel model_;
+};
+
+class MlpClassifier final : public Classifier {
+ public:
+  static Result<std::unique_ptr<MlpClassifier>> Create(
+      const std::string& device, const std::vector<size_t>& layers, float l2) {
+    Result<std::unique_ptr<ComputeBackend>> backend =
+        MakeComputeBackend(device);
+    RETURN_IF_ERROR(backend.status());
+    MlpOptions o;
+    o.layer_sizes = layers;
+    o.l2_weight_decay = l2;
+    Result<MlpModel> model = MlpModel::Create(backend->get(), o);
+    RETURN_IF_ERROR(model.status());
+    return std::unique_ptr<MlpClassifier>(
+        new MlpClassifier(std::move(*backend), std::move(*model)));
+  }
+  const char* name() const override { return "MLP"; }
+  const std::string& backend_name() const { return backend_name_; }
+  size_t num_params() const override { return model_.num_params(); }
+  // Layer by layer: W (out x in, He-uniform) then b (zeros), the layout
+  // MlpModel uses.
+  std::vector<ParamBlock> Blocks() const override {
+    std::vector<ParamBlock> blocks;
+    const auto& sizes = model_.layer_sizes();
+    size_t offset = 0;
+    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+      const size_t in = sizes[l], out = sizes[l + 1];
+      Initializer w;
+      w.kind = InitKind::kUniform;
+      const float limit = std::sqrt(6.0f / static_cast<float>(in));
+      w.low = -limit;
+      w.high = limit;
+      w.seed = 1000 + l;
+      blocks.push_back({"mlp.w" + std::to_string(l), offset, in * out, w});
+      offset += in * out;
+      blocks.push_back(
+          {"mlp.b" + std::to_string(l), offset, out, Initializer{}});
+      offset += out;
+    }
+    return blocks;
+  }
+  Result<float> LossAndGradient(std::span<const float> params,
+                                const Dataset& data,
+                                std::span<const size_t> batch,
+                                std::span<float> grad) override {
+    return model_.LossAndGradient(params, data, batch, grad);
+  }
+  Result<double> Accuracy(std::span<const float> params,
+                          const Dataset& data) override {
+    return model_.Accuracy(params, data);
+  }
+
+ private:
+  MlpClassifier(std::unique_ptr<ComputeBackend> backend, MlpModel model)
+      : backend_(std::move(backend)),
+        backend_name_(backend_->name()),
+        model_(std::move(model)) {}
+  std::unique_ptr<ComputeBackend> backend_;
+  std::string backend_name_;
+  MlpModel model_;
+};
+
+// Parameter blocks as tensors on the servers, pulled and pushed together.
+class ParamTensors {
+ public:
+  Status Register(Client& client, const TrainerOptions& o,
+                  const std::vector<ParamBlock>& blocks) {
+    for (const ParamBlock& b : blocks) {
+      TableOptions t;
+      t.name = b.name;
+      t.rule = o.optimizer;
+      t.learning_rate = o.learning_rate;
+      t.init = b.init;
+      t.consistency = o.consistency;
+      Result<Tensor> tensor = client.RegisterTensor(t, b.size, 8192);
+      RETURN_IF_ERROR(tensor.status());
+      blocks_.push_back(b);
+      tensors_.push_back(std::move(*tensor));
+    }
+    return Status::Ok();
+  }
+  Status Pull(Client& client, std::span<float> params) {
+    std::vector<Handle> handles;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      handles.push_back(client.PullTensorAsync(
+          tensors_[i], params.subspan(blocks_[i].offset, blocks_[i].size)));
+    }
+    return WaitAll(handles);
+  }
+  Status Push(Client& client, std::span<const float> grad) {
+    std::vector<Handle> handles;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      handles.push_back(client.PushTensorAsync(
+          tensors_[i], grad.subspan(blocks_[i].offset, blocks_[i].size)));
+    }
+    return WaitAll(handles);
+  }
+
+ private:
+  static Status WaitAll(std::vector<Handle>& handles) {
+    Status first;
+    for (Handle& h : handles) {
+      Status s = h.Wait();
+      if (first.ok() && !s.ok()) first = s;
+    }
+    return first;
+  }
+  std::vector<ParamBlock> blocks_;
+  std::vector<Tensor> tensors_;
+};
+
+Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
+                     int world) {
+  const bool lead = rank == 0;
+  Result<Dataset> train = LoadFashionMnist(o.data_dir, /*train=*/true);
+  RETURN_IF_ERROR(train.status());
+  Result<Dataset> test = LoadFashionMnist(o.data_dir, /*train=*/false);
+  RETURN_IF_ERROR(test.status());
+
+  std::unique_ptr<Classifier> model;
+  std::string backend = "cpu";
+  if (o.app == "fmnist-logreg") {
+    model = std::make_unique<LogRegClassifier>(train->num_features,
+                                               train->num_classes, o.l2);
+  } else {
+    if (o.layers.size() < 2 || o.layers.front() != train->num_features ||
+        o.layers.back() != static_cast<size_t>(train->num_classes)) {
+      return InvalidArgumentError(
+          "--layers must start with " + std::to_string(train->num_features) +
+          " and end with " + std::to_string(train->num_classes));
+    }
+    Result<std::unique_ptr<MlpClassifier>> mlp =
+        MlpClassifier::Create(o.device, o.layers, o.l2);
+    RETURN_IF_ERROR(mlp.status());
+    backend = (*mlp)->backend_name();
+    model = std::move(*mlp);
+  }
+  ParamTensors tensors;
+  RETURN_IF_ERROR(tensors.Register(client, o, model->Blocks()));
+  Result<DataCursor> cursor =
+      DataCursor::Create(train->num_samples, rank, world, o.seed);
+  RETURN_IF_ERROR(cursor.status());
+  RETURN_IF_ERROR(client.Barrier());
+
+  std::vector<float> params(model->num_params()), grad(model->num_params());
+  const uint64_t steps_per_epoch =
+      (cursor->share_size() + o.batch_size - 1) / o.batch_size;
+  Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
+  RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
+  if (lead) {
+    std::printf(
+        "training %s on Fashion-MNIST (%s): %zu train / %zu test "
+        "samples, %d worker(s), %s, batch %d, %s lr %.3g, %d "
+        "epoch(s), %zu parameters\n",
+        model->name(), backend.c_str(), train->num_samples, test->num_samples,
+        world, ConsistencyLabel(o.consistency).c_str(), o.batch_size,
+        RuleName(o.optimizer), o.learning_rate, o.epochs, model->num_params());
+    std::fflush(stdout);
+  }
+  progress.Start();
+  std::vector<size_t> batch;
+  int64_t samples_done = 0;
+  uint64_t step = 0;
+  bool stop = false;
+  for (int epoch = 0; epoch < o.epochs && !stop; ++epoch) {
+    for (uint64_t s = 0; s < steps_per_epoch && !stop; ++s) {
+      // The last batch of an epoch may be short; the cursor then moves on.
+      const size_t left = cursor->share_size() - cursor->position();
+      cursor->Next(std::min<size_t>(o.batch_size, left), &batch);
+      RETURN_IF_ERROR(tensors.Pull(client, params));
+      Result<float> loss = model->LossAndGradient(params, *train, batch, grad);
+      RETURN_IF_ERROR(loss.status());
+      RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+      RETURN_IF_ERROR(tensors.Push(client, grad));
+      client.Clock();
+      ++step;
+      samples_done += static_cast<int64_t>(batch.size());
+      stop = o.max_samples > 0 && samples_done >= o.max_samples;
+      progress.Step(epoch, client.clock(), *loss, batch.size(), step,
+                    o.log_every, stop);
+    }
+    if (lead && !stop) {
+      RETURN_IF_ERROR(tensors.Pull(client, params));
+      Result<double> accuracy = model->Accuracy(params, *test);
+      RETURN_IF_ERROR(accuracy.status());
+      progress.Epoch(epoch, client.clock(), "test accuracy", *accuracy);
+    }
+  }
+  // Every worker's last push is in before the final evaluation.
+  RETURN_IF_ERROR(client.Barrier());
+  if (!lead) return Status::Ok();
+  RETURN_IF_ERROR(tensors.Pull(client, params));
+  Result<double> accuracy = model->Accuracy(params, *test);
+  RETURN_IF_ERROR(accuracy.status());
+  const ClientStats stats = client.stats();
+  std::printf(
+      "final test accuracy: %.4f after %llu steps per worker, %.1fs "
+      "(worker 0: blocked %.1fs on the staleness bound, max "
+      "staleness %lld)\n",
+      *accuracy, static_cast<unsigned long long>(step), progress.elapsed(),
+      stats.blocked_us / 1e6, static_cast<long long>(stats.max_staleness()));
+  std::fflush(stdout);
+  if (*accuracy < o.min_accuracy) {
+    return FailedPreconditionError(
+        "test accuracy " + std::to_string(*accuracy) +
+        " is below --min_accuracy " + std::to_string(o.min_accuracy));
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------ mf
+
+// Pulls the factor rows `ids` of a table into `f`.
+Status PullFactors(Client& client, TableId table, size_t rank,
+                   std::vector<uint64_t> ids, SparseFactors* f) {
+  f->ids = std::move(ids);
+  f->values.resize(f->ids.size() * rank);
+  return client.Pull(table, f->ids, f->values);
+}
+
+Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
+  const bool lead = rank == 0;
+  // Every worker generates the same data from the same seed.
+  const LowRankData data = MakeLowRankData(o.mf_rows, o.mf_cols, o.mf_rank,
+                                           o.mf_observed, o.mf_noise, o.seed);
+  const MfModel model(o.mf_rank, o.l2);
+  TableId tables[2];
+  const char* names[2] = {"mf.rows", "mf.cols"};
+  for (int i = 0; i < 2; ++i) {
+    TableOptions t;
+    t.name = names[i];
+    t.value_width = static_cast<uint32_t>(o.mf_rank);
+    t.rule = o.optimizer;
+    t.learning_rate = o.learning_rate;
+    t.init.kind = InitKind::kUniform;
+    t.init.low = -0.3f;
+    t.init.high = 0.3f;
+    t.init.seed = o.seed + i;
+    t.consistency = o.consistency;
+    Result<TableId> id = client.CreateTable(t);
+    RETURN_IF_ERROR(id.status());
+    tables[i] = *id;
+  }
+  Result<DataCursor> cursor =
+      DataCursor::Create(data.train.size(), rank, world, o.seed);
+  RETURN_IF_ERROR(cursor.status());
+  RETURN_IF_ERROR(client.Barrier());
+
+  const uint64_t steps_per_epoch =
+      (cursor->share_size() + o.batch_size - 1) / o.batch_size;
+  Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
+  RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
+  std::vector<uint64_t> test_rows, test_cols;
+  MfModel::TouchedKeys(data.test, &test_rows, &test_cols);
+  if (lead) {
+    std::printf(
+        "training matrix factorization: %zu x %zu, rank %zu, %zu "
+        "train / %zu test entries, %d worker(s), %s, batch %d, %s lr "
+        "%.3g, %d epoch(s)\n",
+        data.rows, data.cols, data.rank, data.train.size(), data.test.size(),
+        world, ConsistencyLabel(o.consistency).c_str(), o.batch_size,
+        RuleName(o.optimizer), o.learning_rate, o.epochs);
+    std::fflush(stdout);
+  }
+  progress.Start();
+  std::vector<size_t> indices;
+  std::vector<Rating> batch;
+  std::vector<uint64_t> rows, cols;
+  SparseFactors u, v, u_grad, v_grad;
+  int64_t samples_done = 0;
+  uint64_t step = 0;
+  bool stop = false;
+  auto test_rmse = [&]() -> Result<double> {
+    SparseFactors tu, tv;
+    RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, test_rows, &tu));
+    RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, test_cols, &tv));
+    return model.Rmse(data.test, tu, tv);
+  };
+  for (int epoch = 0; epoch < o.epochs && !stop; ++epoch) {
+    for (uint64_t s = 0; s < steps_per_epoch && !stop; ++s) {
+      const size_t left = cursor->share_size() - cursor->position();
+      cursor->Next(std::min<size_t>(o.batch_size, left), &indices);
+      batch.clear();
+      for (size_t i : indices) batch.push_back(data.train[i]);
+      MfModel::TouchedKeys(batch, &rows, &cols);
+      RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, rows, &u));
+      RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, cols, &v));
+      Result<float> loss = model.LossAndGradient(batch, u, v, &u_grad, &v_grad);
+      RETURN_IF_ERROR(loss.status());
+      RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+      Handle pu = client.PushAsync(tables[0], u_grad.ids, u_grad.values);
+      Handle pv = client.PushAsync(tables[1], v_grad.ids, v_grad.values);
+      RETURN_IF_ERROR(pu.Wait());
+      RETURN_IF_ERROR(pv.Wait());
+      client.Clock();
+      ++step;
+      samples_done += static_cast<int64_t>(batch.size());
+      stop = o.max_samples > 0 && samples_done >= o.max_samples;
+      progress.Step(epoch, client.clock(), *loss, batch.size(), step,
+                    o.log_every, stop);
+    }
+    if (lead && !stop) {
+      Result<double> rmse = test_rmse();
+      RETURN_IF_ERROR(rmse.status());
+      progress.Epoch(epoch, client.clock(), "test RMSE", *rmse);
+    }
+  }
+  RETURN_IF_ERROR(client.Barrier());
+  if (!lead) return Status::Ok();
+  Result<double> rmse = test_rmse();
+  RETURN_IF_ERROR(rmse.status());
+  std::printf(
+      "final test RMSE: %.4f after %llu steps per worker, %.1fs (noise "
+      "level %.3g)\n",
+      *rmse, static_cast<unsigned long long>(step), progress.elapsed(),
+      o.mf_noise);
+  std::fflush(stdout);
+  if (o.max_rmse > 0 && *rmse > o.max_rmse) {
+    return FailedPreconditionError("test RMSE " + std::to_string(*rmse) +
+                                   " is above --max_rmse " +
+                                   std::to_string(o.max_rmse));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
+  RETURN_IF_ERROR(Validate(options));
+  const int rank = client.worker_id();
+  const int world = client.num_workers();
+  if (rank < 0 || world < 1 || rank >= world) {
+    return FailedPreconditionError(
+        "worker id " + std::to_string(rank) + " is outside the job's " +
+        std::to_string(world) +
+        " workers (start the coordinator with --workers)");
+  }
+  if (options.app == "fmnist-logreg" || options.app == "fmnist-mlp") {
+    return RunClassifier(client, options, rank, world);
+  }
+  if (options.app == "mf") return RunMf(client, options, rank, world);
+  return InvalidArgumentError("unknown --app '" + options.app +
+                              "' (apps: fmnist-logreg, fmnist-mlp, mf)");
+}
+
+}  // namespace ductile::apps

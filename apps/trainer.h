@@ -1,0 +1,63 @@
+// The built-in training apps, data-parallel over the job's workers.
+//
+//   fmnist-logreg  multinomial logistic regression on Fashion-MNIST
+//   fmnist-mlp     a ReLU MLP (default 784-256-128-10) on Fashion-MNIST
+//   mf             matrix factorization by SGD on synthetic low-rank data,
+//                  pushing and pulling only the rows a batch touches
+//
+// Each worker takes its share of every epoch's shuffled data; per step it
+// pulls the parameters, computes the gradient (on the CPU with OpenBLAS or
+// on a GPU with cuBLAS, see --device) and pushes it; the servers apply the
+// update rule under the table's consistency model. Worker 0 prints progress
+// (epoch, clock, loss, samples/s, ETA), the test metric after each epoch,
+// and writes a CSV log.
+#ifndef DUCTILE_APPS_TRAINER_H_
+#define DUCTILE_APPS_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ductile/client.h"
+#include "ductile/status.h"
+
+namespace ductile::apps {
+
+struct TrainerOptions {
+  std::string app = "fmnist-logreg";  // fmnist-logreg, fmnist-mlp or mf
+  std::string device = "auto";        // cpu, cuda or auto (compute backend)
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 10;      // passes over the training set, >= 1
+  int batch_size = 64;  // samples per worker per step, >= 1
+  // Server-side update rule: kSgd, kMomentum, kAdaGrad or kAdam.
+  UpdateRule optimizer = UpdateRule::kAdam;
+  float learning_rate = 0.001f;  // step size of `optimizer`
+  float l2 = 0.0f;               // L2 weight decay
+  Consistency consistency;       // of the parameter tables
+  uint64_t seed = 1;             // data shuffling and initialisation
+  int log_every = 100;           // clocks between progress lines (worker 0)
+  // Stop after this many samples per worker (0 = no limit): short runs.
+  int64_t max_samples = 0;
+  // fmnist apps: fail when the final test accuracy is below this.
+  double min_accuracy = 0.0;
+  // mf: fail when the final test RMSE is above this (0: no check).
+  double max_rmse = 0.0;
+  // Worker 0 writes one line per progress report and per epoch here
+  // ("" = none).
+  std::string csv_log;
+  // fmnist-mlp: layer sizes, input first.
+  std::vector<size_t> layers = {784, 256, 128, 10};
+  // mf: the synthetic matrix.
+  size_t mf_rows = 2000;
+  size_t mf_cols = 2000;
+  size_t mf_rank = 10;
+  double mf_observed = 0.05;
+  double mf_noise = 0.1;
+};
+
+// Runs the app as one worker of the job; returns when training is done.
+Status RunTrainingWorker(Client& client, const TrainerOptions& options);
+
+}  // namespace ductile::apps
+
+#endif  // DUCTILE_APPS_TRAINER_H_

@@ -174,6 +174,56 @@ TEST(LocalCluster, TrainsLogisticRegressionAndReportsTestAccuracy) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+TEST(LocalCluster, TrainsTheMlpOnTheCpuAndWritesACsvLog) {
+  const std::string marker = UniqueTimeoutFlag();
+  const std::string csv =
+      "/tmp/ductile-mlp-" + std::to_string(getpid()) + ".csv";
+  Process p({kBinary, "local", "--app=fmnist-mlp", "--device=cpu",
+             "--workers=2", "--epochs=1", "--max_samples=6400",
+             "--log_every=20", "--consistency=ssp", "--staleness=2",
+             "--csv_log=" + csv, marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  const std::string out = p.output();
+  EXPECT_NE(out.find("training MLP on Fashion-MNIST (cpu (OpenBLAS))"),
+            std::string::npos)
+      << out;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex("final test accuracy: ([0-9.]+)")))
+      << out;
+  EXPECT_GT(std::stod(m[1]), 0.6) << out;
+  std::ifstream in(csv);
+  std::string header, first;
+  std::getline(in, header);
+  std::getline(in, first);
+  EXPECT_EQ(header, "kind,epoch,clock,time_s,loss,samples_per_s,metric");
+  EXPECT_EQ(first.rfind("step,1,", 0), 0u) << first;
+  std::remove(csv.c_str());
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, MatrixFactorizationDrivesTestRmseBelowTheDataScale) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--app=mf", "--mf_rows=300", "--mf_cols=300",
+             "--mf_observed=0.2", "--epochs=8", "--log_every=100",
+             "--consistency=bsp", "--max_rmse=0.6", marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  EXPECT_NE(p.output().find("final test RMSE"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, AnUnusableDeviceFailsClearly) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--app=fmnist-mlp", "--device=tpu", marker});
+  const int status = p.Wait(std::chrono::seconds(120));
+  EXPECT_NE(ExitCode(status), 0);
+  EXPECT_NE(p.output().find("tpu"), std::string::npos) << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 TEST(LocalCluster, MissingDataFailsWithTheNameOfThePackage) {
   const std::string marker = UniqueTimeoutFlag();
   Process p({kBinary, "local", "--data_dir=/nonexistent/fmnist", marker});
@@ -283,7 +333,8 @@ TEST(Cli, TheReadmeExampleRunsAgainstACoordinatorAndAServer) {
   for (int i = 0; i < 600 && address.empty(); ++i) {
     std::ifstream in(address_file);
     std::getline(in, address);
-    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (address.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::remove(address_file.c_str());
   rmdir(dir);

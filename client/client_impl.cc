@@ -692,7 +692,10 @@ void ClientImpl::HandleDataReply(InMessage& message) {
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.pulls;
-      stats_.blocked_us += header.blocked_us();
+      if (header.blocked_us() > op.blocked_us) {
+        stats_.blocked_us += header.blocked_us() - op.blocked_us;
+        op.blocked_us = header.blocked_us();
+      }
       const int64_t staleness =
           std::max<int64_t>(0, op.clock - header.data_clock());
       ++stats_.staleness[std::min<size_t>(staleness, kStalenessBuckets - 1)];

@@ -44,6 +44,9 @@ struct DataOperation : internal::Operation {
   std::vector<uint64_t> offsets;  // variable width: float offset of key i
   int64_t clock = 0;
   SteadyTime deadline;
+  // Largest wait at a server among this call's replies so far (I/O thread):
+  // the parts wait side by side, so the call waited that long.
+  uint64_t blocked_us = 0;
   // Install pulled values into the cache (fetch issued at cache_mark).
   bool cache_install = false;
   uint64_t cache_mark = 0;

@@ -103,7 +103,9 @@ struct Tensor {
 // (every update older than that clock is in it).
 struct ClientStats {
   uint64_t pulls = 0;       // pull replies (one per server asked)
-  uint64_t blocked_us = 0;  // time pulls waited at servers for the bound
+  // Time pull calls waited at servers for the bound: per call, its longest
+  // wait (a call's parts wait side by side); summed over calls.
+  uint64_t blocked_us = 0;
   // staleness[i]: pulls with staleness i (the last bucket: i or more).
   std::vector<uint64_t> staleness;
   uint64_t cache_hits = 0;

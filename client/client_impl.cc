@@ -256,15 +256,22 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   op->clock = clock_.load();
   op->deadline = SteadyClock::now() + milliseconds(options_.request_timeout_ms);
   if (options_.enable_cache && worker_id_.load() >= 0 &&
-      table->consistency().mode() == static_cast<int>(ConsistencyMode::kSsp) &&
-      UseCache(*op, *table)) {
-    return Handle(op);  // answered from the cache
+      table->consistency().mode() == static_cast<int>(ConsistencyMode::kSsp)) {
+    bool may_read = true;
+    {
+      std::lock_guard<std::mutex> lock(tables_mu_);
+      auto from = cache_from_clock_.find(op->table);
+      may_read = cache_suspended_.count(op->table) == 0 &&
+                 (from == cache_from_clock_.end() || op->clock >= from->second);
+    }
+    if (UseCache(*op, *table, may_read)) return Handle(op);  // a cache hit
   }
   Enqueue(op);
   return Handle(op);
 }
 
-bool ClientImpl::UseCache(DataOperation& op, const wire::TableConfig& table) {
+bool ClientImpl::UseCache(DataOperation& op, const wire::TableConfig& table,
+                          bool may_read) {
   const DataOperation* o = &op;
   auto offset = [o](size_t i) { return o->offset(i); };
   auto length = [o](size_t i) { return o->length(i); };
@@ -272,7 +279,7 @@ bool ClientImpl::UseCache(DataOperation& op, const wire::TableConfig& table) {
     cache_.Write(op.table, op.keys, offset, length, op.values,
                  static_cast<UpdateRule>(table.rule()), table.learning_rate());
   }
-  if (op.type == wire::PUSH) return false;
+  if (op.type == wire::PUSH || !may_read) return false;
   if (op.type == wire::PULL &&
       cache_.TryRead(op.table, op.keys, offset, length,
                      op.clock - table.consistency().staleness(), op.out)) {
@@ -360,6 +367,9 @@ Status ClientImpl::Barrier(int64_t timeout_ms) {
     return DeadlineExceededError("barrier not reached by every worker within " +
                                  std::to_string(timeout_ms) + " ms");
   }
+  // Reads after a global barrier see every update made before it: no copy
+  // from before may answer them.
+  if (reply.ok()) cache_.Clear();
   return reply.status();
 }
 
@@ -701,7 +711,12 @@ void ClientImpl::HandleDataReply(InMessage& message) {
       ++stats_.staleness[std::min<size_t>(staleness, kStalenessBuckets - 1)];
     }
     const float* values = static_cast<const float*>(message.frames[1].data());
-    if (op.cache_install) {
+    bool install = op.cache_install;
+    if (install) {
+      std::lock_guard<std::mutex> lock(tables_mu_);
+      install = cache_suspended_.count(op.table) == 0;
+    }
+    if (install) {
       if (header.has_consistency()) {
         std::lock_guard<std::mutex> lock(tables_mu_);
         auto t = tables_.find(op.table);
@@ -787,6 +802,10 @@ void ClientImpl::HandleControlReply(InMessage& message) {
     return;
   }
   if (header.has_routing()) InstallRouting(header.routing());
+  if (header.type() == wire::CONSISTENCY_PREPARE ||
+      header.type() == wire::CONSISTENCY_COMMIT) {
+    return HandleConsistencyChange(header);
+  }
   if (header.type() != wire::CONTROL_REPLY) return;
   auto it = controls_.find(header.seq());
   if (it == controls_.end()) return;
@@ -794,6 +813,35 @@ void ClientImpl::HandleControlReply(InMessage& message) {
   controls_.erase(it);
   op->reply = std::move(header);
   op->Release();
+}
+
+void ClientImpl::HandleConsistencyChange(const wire::Header& header) {
+  const TableId table = header.table_id();
+  {
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    if (header.type() == wire::CONSISTENCY_PREPARE) {
+      cache_suspended_.insert(table);
+    } else {
+      cache_suspended_.erase(table);
+      cache_from_clock_[table] = header.clock();
+      auto it = tables_.find(table);
+      if (it != tables_.end()) {
+        *it->second.mutable_consistency() = header.consistency();
+      }
+    }
+  }
+  cache_.DropTable(table);
+  if (header.type() != wire::CONSISTENCY_PREPARE) return;
+  // The boundary must lie beyond this worker's clock too.
+  wire::Header ack;
+  ack.set_type(wire::CONSISTENCY_ACK);
+  ack.set_role(wire::ROLE_WORKER);
+  ack.set_member_id(worker_id_.load());
+  ack.set_change_id(header.change_id());
+  ack.set_clock(clock_.load());
+  OutMessage out;
+  out.AddString(ack.SerializeAsString());
+  SendMessage(coordinator_, std::move(out)).IgnoreError();
 }
 
 void ClientImpl::SendHeartbeat() {

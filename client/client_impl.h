@@ -127,7 +127,11 @@ class ClientImpl final : public Client {
   Handle SubmitData(std::shared_ptr<DataOperation> op);
   // The cache's part of a call to an SSP table: records a push, answers a
   // pull that it can (true: op done). Caller's thread.
-  bool UseCache(DataOperation& op, const wire::TableConfig& table);
+  bool UseCache(DataOperation& op, const wire::TableConfig& table,
+                bool may_read);
+  // I/O thread: a consistency change of `table` is being agreed (suspend
+  // the cache) or was committed from clock B on.
+  void HandleConsistencyChange(const wire::Header& header);
   Result<wire::Header> Control(wire::Header request, int64_t timeout_ms);
   void Enqueue(std::shared_ptr<internal::Operation> op);
   Status RememberTable(const wire::TableConfig& config);
@@ -173,6 +177,10 @@ class ClientImpl final : public Client {
 
   std::mutex tables_mu_;
   std::map<TableId, wire::TableConfig> tables_;  // guarded by tables_mu_
+  // Cache reads of a table are off while a change is agreed, and for clocks
+  // below the boundary of the last change (the old model's clocks).
+  std::set<TableId> cache_suspended_;            // guarded by tables_mu_
+  std::map<TableId, int64_t> cache_from_clock_;  // guarded by tables_mu_
 
   // Owned by the I/O thread.
   zmq::context_t context_{1};

@@ -81,6 +81,23 @@ void ParamCache::Install(TableId table, Key key, std::span<const float> value,
   e.valid = true;
 }
 
+void ParamCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, e] : entries_) {
+    e.valid = false;
+    e.value.clear();
+  }
+}
+
+void ParamCache::DropTable(TableId table) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, e] : entries_) {
+    if (key.first != table) continue;
+    e.valid = false;
+    e.value.clear();
+  }
+}
+
 size_t ParamCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();

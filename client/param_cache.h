@@ -51,6 +51,11 @@ class ParamCache {
   void Install(TableId table, Key key, std::span<const float> value,
                int64_t data_clock, uint64_t mark);
 
+  // Drops every cached copy (write marks are kept).
+  void Clear();
+  // Drops the copies of one table.
+  void DropTable(TableId table);
+
   size_t size() const;
 
  private:

@@ -524,6 +524,13 @@ void CoordinatorImpl::HandleSetConsistency(const std::string& identity,
     change.awaiting.insert(id);
     Send(m.identity, prepare);
   }
+  // Workers too: a worker's cache must not answer from the old model past
+  // the boundary, so it stops reading cached copies until the commit.
+  for (const auto& [id, m] : workers_) {
+    if (m.finished || m.dead) continue;
+    change.awaiting_workers.insert(id);
+    Send(m.identity, prepare);
+  }
   changes_[change.id] = std::move(change);
 }
 
@@ -540,8 +547,12 @@ void CoordinatorImpl::HandleConsistencyAck(const wire::Header& h) {
     return;
   }
   change.max_clock = std::max(change.max_clock, h.clock());
-  change.awaiting.erase(h.member_id());
-  if (!change.awaiting.empty()) return;
+  if (h.role() == wire::ROLE_WORKER) {
+    change.awaiting_workers.erase(h.member_id());
+  } else {
+    change.awaiting.erase(h.member_id());
+  }
+  if (!change.awaiting.empty() || !change.awaiting_workers.empty()) return;
   CommitChange(change, change.consistency);
   tables_[change.table].mutable_consistency()->CopyFrom(change.consistency);
   LOG(INFO) << "coordinator: table '" << change.table << "' is "
@@ -565,6 +576,9 @@ void CoordinatorImpl::CommitChange(PendingChange& change,
   // prepared, so from max_clock + 1 on every request sees the new model.
   commit.set_clock(change.max_clock + 1);
   for (const auto& [id, m] : servers_) Send(m.identity, commit);
+  for (const auto& [id, m] : workers_) {
+    if (!m.finished && !m.dead) Send(m.identity, commit);
+  }
 }
 
 int32_t CoordinatorImpl::LiveWorkersNeeded() const {

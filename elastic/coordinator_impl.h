@@ -70,6 +70,7 @@ class CoordinatorImpl final : public Coordinator {
     std::string table;  // name
     wire::ConsistencyConfig consistency;
     std::set<int32_t> awaiting;  // servers that have not acked the prepare
+    std::set<int32_t> awaiting_workers;  // workers (their caches) likewise
     int64_t max_clock = 0;
     Waiter waiter;
     Time deadline;

@@ -159,11 +159,14 @@ void ServerImpl::Run() {
       next_heartbeat_ =
           now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
     }
-    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             next_heartbeat_ - now)
-                             .count() +
-                         1;
-    Status s = Poll(items, wait_ms);
+    // Wake for the next heartbeat or the earliest parked pull's deadline.
+    auto wake = next_heartbeat_;
+    for (const ParkedPull& p : parked_) wake = std::min(wake, p.deadline);
+    const int64_t wait_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(wake - now)
+            .count() +
+        1;
+    Status s = Poll(items, std::max<int64_t>(wait_ms, 0));
     if (!s.ok()) {
       exit_status_ = s;
       break;

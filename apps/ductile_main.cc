@@ -51,6 +51,9 @@ DEFINE_string(device, "auto",
               "compute device of the fmnist-mlp workers: cpu (OpenBLAS), "
               "cuda (cuBLAS) or auto (cuda when a GPU is present)");
 DEFINE_string(csv_log, "", "worker 0 writes progress and test metrics here");
+DEFINE_bool(prefetch, false,
+            "fmnist apps: pull the next step's parameters during this "
+            "step's compute (async, or ssp with --staleness >= 1)");
 DEFINE_string(layers, "784,256,128,10", "fmnist-mlp: layer sizes");
 DEFINE_uint64(mf_rows, 2000, "mf: rows of the synthetic matrix");
 DEFINE_uint64(mf_cols, 2000, "mf: columns of the synthetic matrix");
@@ -212,6 +215,7 @@ int RunWorker() {
   t.min_accuracy = FLAGS_min_accuracy;
   t.max_rmse = FLAGS_max_rmse;
   t.csv_log = FLAGS_csv_log;
+  t.prefetch = FLAGS_prefetch;
   if (!ParseSizes(FLAGS_layers, &t.layers)) {
     return Fail(ductile::InvalidArgumentError(
         "--layers must be sizes separated by commas, e.g. 784,256,128,10"));
@@ -261,13 +265,13 @@ int RunLocal() {
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms)};
   o.worker_flags = {log};
   for (const char* name :
-       {"app",       "data_dir",      "epochs",      "batch_size",
-        "optimizer", "learning_rate", "l2",          "consistency",
-        "staleness", "bsp_combine",   "cache",       "device",
-        "csv_log",   "layers",        "mf_rows",     "mf_cols",
-        "mf_rank",   "mf_observed",   "mf_noise",    "max_rmse",
-        "seed",      "log_every",     "max_samples", "min_accuracy",
-        "timeout_ms"}) {
+       {"app",          "data_dir",      "epochs",      "batch_size",
+        "optimizer",    "learning_rate", "l2",          "consistency",
+        "staleness",    "bsp_combine",   "cache",       "device",
+        "csv_log",      "prefetch",      "layers",      "mf_rows",
+        "mf_cols",      "mf_rank",       "mf_observed", "mf_noise",
+        "max_rmse",     "seed",          "log_every",   "max_samples",
+        "min_accuracy", "timeout_ms"}) {
     std::string value;
     gflags::GetCommandLineOption(name, &value);
     o.worker_flags.push_back(std::string("--") + name + "=" + value);

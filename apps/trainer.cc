@@ -280,12 +280,17 @@ class ParamTensors {
     return Status::Ok();
   }
   Status Pull(Client& client, std::span<float> params) {
+    std::vector<Handle> handles = PullAsync(client, params);
+    return WaitAll(handles);
+  }
+  // Starts pulling every block into `params`; WaitAll() the handles.
+  std::vector<Handle> PullAsync(Client& client, std::span<float> params) {
     std::vector<Handle> handles;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       handles.push_back(client.PullTensorAsync(
           tensors_[i], params.subspan(blocks_[i].offset, blocks_[i].size)));
     }
-    return WaitAll(handles);
+    return handles;
   }
   Status Push(Client& client, std::span<const float> grad) {
     std::vector<Handle> handles;
@@ -296,7 +301,7 @@ class ParamTensors {
     return WaitAll(handles);
   }
 
- private:
+  // Waits for every handle; the first error.
   static Status WaitAll(std::vector<Handle>& handles) {
     Status first;
     for (Handle& h : handles) {
@@ -305,6 +310,8 @@ class ParamTensors {
     }
     return first;
   }
+
+ private:
   std::vector<ParamBlock> blocks_;
   std::vector<Tensor> tensors_;
 };
@@ -343,6 +350,22 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   RETURN_IF_ERROR(client.Barrier());
 
   std::vector<float> params(model->num_params()), grad(model->num_params());
+  // Where the model allows reads one step old (async, SSP with s >= 1), the
+  // next step's parameters are pulled while this step computes.
+  const bool prefetch =
+      o.prefetch && (o.consistency.mode == ConsistencyMode::kAsync ||
+                     (o.consistency.mode == ConsistencyMode::kSsp &&
+                      o.consistency.staleness >= 1));
+  std::vector<float> next_params(prefetch ? model->num_params() : 0);
+  std::vector<Handle> next_pull;
+  // On every way out (errors too), a prefetch in flight still writes into
+  // next_params: wait for it before that buffer goes.
+  struct WaitOnExit {
+    std::vector<Handle>& handles;
+    ~WaitOnExit() {
+      for (Handle& h : handles) h.Wait().IgnoreError();
+    }
+  } wait_on_exit{next_pull};
   const uint64_t steps_per_epoch =
       (cursor->share_size() + o.batch_size - 1) / o.batch_size;
   Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
@@ -367,7 +390,17 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       // The last batch of an epoch may be short; the cursor then moves on.
       const size_t left = cursor->share_size() - cursor->position();
       cursor->Next(std::min<size_t>(o.batch_size, left), &batch);
-      RETURN_IF_ERROR(tensors.Pull(client, params));
+      if (!prefetch) {
+        RETURN_IF_ERROR(tensors.Pull(client, params));
+      } else {
+        if (next_pull.empty())
+          next_pull = tensors.PullAsync(client, next_params);
+        RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
+        params.swap(next_params);
+        // Issued at this clock, before this step's push: a pull this model
+        // allows, overlapping the gradient computation below.
+        next_pull = tensors.PullAsync(client, next_params);
+      }
       Result<float> loss = model->LossAndGradient(params, *train, batch, grad);
       RETURN_IF_ERROR(loss.status());
       RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
@@ -380,12 +413,15 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
                     o.log_every, stop);
     }
     if (lead && !stop) {
-      RETURN_IF_ERROR(tensors.Pull(client, params));
-      Result<double> accuracy = model->Accuracy(params, *test);
+      std::vector<float> current(model->num_params());
+      RETURN_IF_ERROR(tensors.Pull(client, current));
+      Result<double> accuracy = model->Accuracy(current, *test);
       RETURN_IF_ERROR(accuracy.status());
       progress.Epoch(epoch, client.clock(), "test accuracy", *accuracy);
     }
   }
+  // The prefetch in flight reads into next_params: finish it first.
+  if (!next_pull.empty()) RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
   // Every worker's last push is in before the final evaluation.
   RETURN_IF_ERROR(client.Barrier());
   if (!lead) return Status::Ok();

@@ -42,6 +42,10 @@ struct TrainerOptions {
   double min_accuracy = 0.0;
   // mf: fail when the final test RMSE is above this (0: no check).
   double max_rmse = 0.0;
+  // Pull the next step's parameters while this step computes (the
+  // gradient then comes from parameters one step older). Used only where
+  // the consistency model allows such a read: async, and SSP with s >= 1.
+  bool prefetch = false;
   // Worker 0 writes one line per progress report and per epoch here
   // ("" = none).
   std::string csv_log;

@@ -181,7 +181,7 @@ TEST(LocalCluster, TrainsTheMlpOnTheCpuAndWritesACsvLog) {
   Process p({kBinary, "local", "--app=fmnist-mlp", "--device=cpu",
              "--workers=2", "--epochs=1", "--max_samples=6400",
              "--log_every=20", "--consistency=ssp", "--staleness=2",
-             "--csv_log=" + csv, marker});
+             "--prefetch", "--csv_log=" + csv, marker});
   const int status = p.Wait(std::chrono::seconds(240));
   ASSERT_EQ(ExitCode(status), 0) << p.output();
   const std::string out = p.output();

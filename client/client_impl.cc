@@ -180,33 +180,29 @@ Result<Tensor> ClientImpl::RegisterTensor(const TableOptions& options,
 Handle ClientImpl::PushAsync(TableId table, std::span<const Key> keys,
                              std::span<const float> values,
                              std::span<const uint32_t> lengths) {
-  auto op = std::make_shared<DataOperation>();
-  op->type = wire::PUSH;
-  op->table = table;
-  op->keys = keys;
-  op->values = values;
-  op->lengths = lengths;
-  return SubmitData(std::move(op));
+  return SubmitData(wire::PUSH, table, keys, values, {}, lengths);
 }
 
 Handle ClientImpl::PullAsync(TableId table, std::span<const Key> keys,
                              std::span<float> out,
                              std::span<const uint32_t> lengths) {
-  auto op = std::make_shared<DataOperation>();
-  op->type = wire::PULL;
-  op->table = table;
-  op->keys = keys;
-  op->out = out;
-  op->lengths = lengths;
-  return SubmitData(std::move(op));
+  return SubmitData(wire::PULL, table, keys, {}, out, lengths);
 }
 
 Handle ClientImpl::PushPullAsync(TableId table, std::span<const Key> keys,
                                  std::span<const float> values,
                                  std::span<float> out,
                                  std::span<const uint32_t> lengths) {
+  return SubmitData(wire::PUSH_PULL, table, keys, values, out, lengths);
+}
+
+Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
+                              std::span<const Key> keys,
+                              std::span<const float> values,
+                              std::span<float> out,
+                              std::span<const uint32_t> lengths) {
   auto op = std::make_shared<DataOperation>();
-  op->type = wire::PUSH_PULL;
+  op->type = type;
   op->table = table;
   op->keys = keys;
   op->values = values;

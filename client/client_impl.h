@@ -124,6 +124,9 @@ class ClientImpl final : public Client {
     zmq::socket_t socket;
   };
 
+  Handle SubmitData(wire::MessageType type, TableId table,
+                    std::span<const Key> keys, std::span<const float> values,
+                    std::span<float> out, std::span<const uint32_t> lengths);
   Handle SubmitData(std::shared_ptr<DataOperation> op);
   // The cache's part of a call to an SSP table: records a push, answers a
   // pull that it can (true: op done). Caller's thread.

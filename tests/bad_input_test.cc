@@ -298,8 +298,7 @@ TEST_F(ServerBadInput, AMessageTypeOutsideTheEnumIsRefused) {
 
 TEST_F(ServerBadInput, ACoordinatorMessageTypeIsRefused) {
   wire::Header h = Request(wire::HEARTBEAT, table_, 18, 0);
-  ExpectRefused({Serialize(h)}, StatusCode::kInvalidArgument,
-                "not type 11",
+  ExpectRefused({Serialize(h)}, StatusCode::kInvalidArgument, "not type 11",
                 18);
   ExpectStillServing();
 }

@@ -102,7 +102,7 @@ struct Tensor {
 // pull = the puller's clock minus the server clock of the data returned
 // (every update older than that clock is in it).
 struct ClientStats {
-  uint64_t pulls = 0;       // pull replies (one per server asked)
+  uint64_t pulls = 0;  // pull replies (one per server asked)
   // Time pull calls waited at servers for the bound: per call, its longest
   // wait (a call's parts wait side by side); summed over calls.
   uint64_t blocked_us = 0;

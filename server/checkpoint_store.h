@@ -1,0 +1,194 @@
+// A server's durable checkpoints: frozen, consistent versions of its tables.
+//
+// A checkpoint at clock C holds one server's state after every update with
+// timestamp < C (DESIGN.md, "Durability"): per (table, key) the value, the
+// optimizer state and the step count; per table its configuration; and the
+// checkpoint's metadata (clock, membership epoch and an opaque blob the
+// caller fills, e.g. worker clocks and data cursors).
+//
+// On disk, under CheckpointStoreOptions::dir:
+//   live/                the working RocksDB instance. Each WriteCheckpoint
+//                        applies only the entries changed since the previous
+//                        one, in one atomic WriteBatch.
+//   checkpoints/<clock>/ frozen versions, one per checkpoint clock (decimal),
+//                        each a complete RocksDB instance made by hard-linking
+//                        live/'s files (so an unchanged key costs no space per
+//                        version). The newest `keep_last` are kept.
+//
+// Usage:
+//   auto store = CheckpointStore::Open({.dir = "/var/lib/ductile/server-3"});
+//   if (!store.ok()) return store.status();
+//   // Restore:
+//   Result<LoadedCheckpoint> ckpt = (*store)->LoadLatest();
+//   if (ckpt.ok()) {
+//     for (const std::string& w : ckpt->warnings) LOG(WARNING) << w;
+//     ... put ckpt->tables and ckpt->entries back into the server ...
+//     RETURN_IF_ERROR((*store)->RollBackTo(ckpt->clock));
+//   }
+//   // Each checkpoint clock, with the keys changed since the previous one:
+//   RETURN_IF_ERROR((*store)->WriteCheckpoint(clock, epoch, tables, changed,
+//                                             deleted, blob));
+//
+// Thread compatibility: not thread-safe. A CheckpointStore is owned by one
+// thread, the server's request thread or a dedicated checkpoint thread; calls
+// from other threads must be serialized by the owner. Two CheckpointStores
+// must not share a `dir` (the second Open fails: RocksDB locks live/).
+#ifndef DUCTILE_SERVER_CHECKPOINT_STORE_H_
+#define DUCTILE_SERVER_CHECKPOINT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ductile/status.h"
+#include "ductile/table.h"
+
+namespace ductile {
+
+// Persistent format (version 1). Part of the persistent format: never change
+// the meaning of a record type, key or field; add new record types instead.
+//
+// Keys start with a one-byte record type; integers in keys are big-endian so
+// that RocksDB's bytewise order sorts records by type, then table, then key:
+//
+//   type  key bytes                          value bytes
+//   0x01  01                                 metadata (below)
+//   0x02  02 | table u32 BE                  the table's config (opaque,
+//                                            serialized by the caller)
+//   0x03  03 | table u32 BE | key u64 BE     entry (below)
+//
+// Values use little-endian fixed-width integers; floats are stored as their
+// IEEE-754 binary32 bit patterns (so NaN payloads and -0 round-trip):
+//
+//   entry:    value_count u32 | state_count u32 | steps i64 |
+//             value_count x f32 | state_count x f32
+//   metadata: format_version u32 (= 1) | clock i64 | epoch u64 |
+//             entry_count u64 | table_count u32 | blob_size u32 | blob |
+//             crc u32
+//
+// `crc` is CRC-32C (Castagnoli) over the metadata bytes before it, followed
+// by every table record in ascending table order, each as
+// table u32 LE | config_size u32 LE | config. `entry_count` and
+// `table_count` are the numbers of 0x03 and 0x02 records in the version.
+// A version whose crc, counts or any record do not check out is corrupt.
+
+struct TableRecord {
+  TableId id = 0;
+  // The table's configuration, serialized by the caller; stored as is.
+  std::string config;
+};
+
+struct EntryRecord {
+  TableId table = 0;
+  Key key = 0;
+  std::vector<float> value;
+  // Optimizer state (momentum, AdaGrad or Adam accumulators); any length.
+  std::vector<float> state;
+  // Updates applied to this key (Adam's bias correction).
+  int64_t steps = 0;
+};
+
+struct LoadedCheckpoint {
+  int64_t clock = 0;
+  uint64_t epoch = 0;
+  // The caller's blob, as written.
+  std::string blob;
+  // Ascending by id.
+  std::vector<TableRecord> tables;
+  // Ascending by (table, key).
+  std::vector<EntryRecord> entries;
+  // Newer versions that were skipped and why, e.g. "checkpoint at clock 40
+  // is corrupt (...); using clock 30". Empty when the newest one was used.
+  std::vector<std::string> warnings;
+};
+
+struct CheckpointStoreOptions {
+  // Directory holding live/ and checkpoints/; created if missing (with its
+  // parents). Required.
+  std::string dir;
+  // Frozen versions to keep (K); older ones are deleted, oldest first, after
+  // each WriteCheckpoint. Range: >= 1. Default: 3.
+  int keep_last = 3;
+  // Whether WriteCheckpoint also fsyncs the directories it changes
+  // (checkpoints/, and dir for RollBackTo), so that once it returns OK a
+  // machine crash, not only a process crash, cannot lose the new version.
+  // The version's files are synced by RocksDB's flush either way.
+  bool sync = true;
+};
+
+class CheckpointStore {
+ public:
+  // Opens or creates the store in options.dir. Errors:
+  //   InvalidArgument      bad options;
+  //   FailedPrecondition   the directory cannot be created or written (the
+  //                        message names the path and the OS error), or
+  //                        another store holds it;
+  //   ResourceExhausted    the disk is full.
+  // A corrupt live/ does not fail Open (the frozen versions may be fine): it
+  // fails WriteCheckpoint until RollBackTo or DiscardAll rebuilds it.
+  [[nodiscard]] static Result<std::unique_ptr<CheckpointStore>> Open(
+      const CheckpointStoreOptions& options);
+
+  virtual ~CheckpointStore() = default;
+
+  // Records the checkpoint at `clock`: upserts `tables` (tables not listed
+  // keep their stored config), writes `changed_entries` and removes `deleted`
+  // keys (absent keys are ignored) in one atomic write to live/, together
+  // with the metadata (clock, epoch, blob); then freezes live/ as
+  // checkpoints/<clock>/ and deletes the versions beyond keep_last.
+  //
+  // Entries not listed keep their stored value, so `changed_entries` must
+  // hold every key changed since the previous WriteCheckpoint that returned
+  // OK (or since the state restored by RollBackTo), or a superset of them.
+  //
+  // Errors:
+  //   InvalidArgument     clock < 0, clock not after the newest checkpoint,
+  //                       a key listed twice (in changed_entries and/or
+  //                       deleted), or an entry of a table with no
+  //                       TableRecord (now or stored);
+  //   ResourceExhausted   the disk is full;
+  //   FailedPrecondition  an I/O error, a corrupt live/, or live/ is ahead of
+  //                       the newest checkpoint after a restart (call
+  //                       RollBackTo or DiscardAll first).
+  // After an error, nothing is frozen for `clock`; the same changes (or a
+  // superset) may be written again at `clock` or later.
+  [[nodiscard]] virtual Status WriteCheckpoint(
+      int64_t clock, uint64_t epoch, const std::vector<TableRecord>& tables,
+      const std::vector<EntryRecord>& changed_entries,
+      const std::vector<std::pair<TableId, Key>>& deleted,
+      const std::string& blob) = 0;
+
+  // Clocks of the frozen versions present, ascending. Does not check them.
+  [[nodiscard]] virtual Result<std::vector<int64_t>> ListCheckpoints()
+      const = 0;
+
+  // Reads and verifies the newest usable version (RocksDB paranoid checks
+  // and block checksums, the metadata crc, the record counts); a corrupt or
+  // unreadable one is skipped with a warning and the one before is tried.
+  // NotFound if there is no version; FailedPrecondition, listing every
+  // version's problem, if none is usable.
+  [[nodiscard]] virtual Result<LoadedCheckpoint> LoadLatest() const = 0;
+
+  // Reads and verifies the version at `clock`. NotFound if there is none;
+  // FailedPrecondition (the message says "corrupt" where it is) if it
+  // cannot be used.
+  [[nodiscard]] virtual Result<LoadedCheckpoint> Load(int64_t clock) const = 0;
+
+  // Makes live/ equal to the version at `clock` and deletes the versions
+  // newer than it: call it after restoring a server from that version, so
+  // that the next incremental WriteCheckpoint builds on the restored state.
+  // Costs nothing when live/ already is that version (the usual restart);
+  // otherwise it rewrites live/ from the frozen version (verifying it).
+  // NotFound if there is no version at `clock`.
+  [[nodiscard]] virtual Status RollBackTo(int64_t clock) = 0;
+
+  // Deletes every version and empties live/: a job that starts over, with
+  // nothing to restore, in a directory used before.
+  [[nodiscard]] virtual Status DiscardAll() = 0;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_CHECKPOINT_STORE_H_

@@ -630,7 +630,15 @@ void CoordinatorImpl::HandleFinish(const std::string& identity,
 
 void CoordinatorImpl::MaybeShutDown() {
   if (workers_.empty()) return;
-  if (LiveWorkersNeeded() > 0) return;
+  // Only finished workers end the job: one declared dead may just be slow
+  // (it rejoins when heard from again), and shutting the servers down under
+  // it would lose its work.
+  int32_t finished = 0;
+  for (const auto& [id, m] : workers_) finished += m.finished ? 1 : 0;
+  const int32_t total = options_.num_workers > 0
+                            ? options_.num_workers
+                            : static_cast<int32_t>(workers_.size());
+  if (finished < total) return;
   LOG(INFO) << "coordinator: every worker finished; shutting the cluster down";
   BeginShutdown();
 }
@@ -670,7 +678,6 @@ void CoordinatorImpl::CheckTimeouts() {
   if (died) {
     PublishWorkers();
     MaybeReleaseBarrier();
-    MaybeShutDown();
   }
   for (auto it = changes_.begin(); it != changes_.end();) {
     if (now < it->second.deadline) {

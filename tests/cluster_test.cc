@@ -289,5 +289,38 @@ TEST(Cluster, AWorkerThatFallsSilentIsNoLongerWaitedFor) {
   EXPECT_EQ(cluster.server(0).counters().min_clock, 1);
 }
 
+TEST(Cluster, AWorkerDeclaredDeadButAliveIsStillServedAfterTheOthersFinish) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.heartbeat_timeout_ms = 400;
+  TestCluster cluster(options);
+  ClientOptions chatty;
+  chatty.coordinator_address = cluster.address();
+  chatty.heartbeat_interval_ms = 50;
+  ClientOptions quiet = chatty;
+  quiet.heartbeat_interval_ms = 60000;  // alive, but never heartbeats
+  quiet.request_timeout_ms = 5000;
+  auto a = Client::Connect(chatty);
+  auto b = Client::Connect(quiet);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto table = (*a)->CreateTable(AddTable("slow", 1));
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE((*b)->CreateTable(AddTable("slow", 1)).ok());
+  // Let the coordinator declare the quiet worker dead, then finish the
+  // other one: the job is not over while the quiet one still works.
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE((*a)->Finish().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<Key> keys = {5};
+  std::vector<float> one = {1.0f}, out(1);
+  ASSERT_TRUE((*b)->Push(*table, keys, one).ok());
+  ASSERT_TRUE((*b)->Pull(*table, keys, out).ok());
+  EXPECT_EQ(out[0], 1.0f);
+  ASSERT_TRUE((*b)->Finish().ok());
+  // Now every worker has finished: the servers shut down.
+  EXPECT_TRUE(cluster.server(0).Wait().ok());
+}
+
 }  // namespace
 }  // namespace ductile

@@ -24,7 +24,8 @@ struct CoordinatorOptions {
   // Servers to wait for before slots are assigned and workers admitted. >= 1.
   int32_t num_servers = 1;
   // Workers in the job; the cluster shuts down when this many have
-  // finished. 0: shut down once every worker that registered has finished.
+  // finished (workers declared dead do not count: they may come back).
+  // 0: shut down once every worker that registered has finished.
   int32_t num_workers = 0;
   // Slots keys hash into; fixed for the cluster's life. 1 - 1048576.
   int32_t num_slots = 4096;

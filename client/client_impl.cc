@@ -110,7 +110,8 @@ Status ClientImpl::RememberTable(const wire::TableConfig& config) {
   return Status::Ok();
 }
 
-Result<wire::TableConfig> ClientImpl::LookupTable(TableId table) {
+Result<ClientImpl::TableView> ClientImpl::LookupTable(TableId table,
+                                                      int64_t clock) {
   std::lock_guard<std::mutex> lock(tables_mu_);
   auto it = tables_.find(table);
   if (it == tables_.end()) {
@@ -118,7 +119,18 @@ Result<wire::TableConfig> ClientImpl::LookupTable(TableId table) {
                          " (create it with CreateTable or look it up with "
                          "GetTable first)");
   }
-  return it->second;
+  const wire::TableConfig& c = it->second;
+  TableView view;
+  view.width = c.value_width();
+  view.rule = static_cast<UpdateRule>(c.rule());
+  view.learning_rate = c.learning_rate();
+  view.mode = static_cast<ConsistencyMode>(c.consistency().mode());
+  view.staleness = c.consistency().staleness();
+  auto from = cache_from_clock_.find(table);
+  view.cache_readable =
+      cache_suspended_.count(table) == 0 &&
+      (from == cache_from_clock_.end() || clock >= from->second);
+  return view;
 }
 
 Result<wire::Header> ClientImpl::Control(wire::Header request,
@@ -213,12 +225,13 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
 
 Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   op->Hold();  // the dispatcher's hold, dropped once every part is out
-  Result<wire::TableConfig> table = LookupTable(op->table);
+  op->clock = clock_.load();
+  Result<TableView> table = LookupTable(op->table, op->clock);
   if (!table.ok()) {
     op->Release(table.status());
     return Handle(op);
   }
-  op->width = table->value_width();
+  op->width = table->width;
   const bool push = op->type != wire::PULL;
   const bool pull = op->type != wire::PUSH;
   Result<uint64_t> total = CheckRequestShape(
@@ -249,36 +262,27 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   } else if (!op->lengths.empty()) {
     op->lengths = {};  // equal to the width: no need to send them
   }
-  op->clock = clock_.load();
   op->deadline = SteadyClock::now() + milliseconds(options_.request_timeout_ms);
   if (options_.enable_cache && worker_id_.load() >= 0 &&
-      table->consistency().mode() == static_cast<int>(ConsistencyMode::kSsp)) {
-    bool may_read = true;
-    {
-      std::lock_guard<std::mutex> lock(tables_mu_);
-      auto from = cache_from_clock_.find(op->table);
-      may_read = cache_suspended_.count(op->table) == 0 &&
-                 (from == cache_from_clock_.end() || op->clock >= from->second);
-    }
-    if (UseCache(*op, *table, may_read)) return Handle(op);  // a cache hit
+      table->mode == ConsistencyMode::kSsp && UseCache(*op, *table)) {
+    return Handle(op);  // a cache hit
   }
   Enqueue(op);
   return Handle(op);
 }
 
-bool ClientImpl::UseCache(DataOperation& op, const wire::TableConfig& table,
-                          bool may_read) {
+bool ClientImpl::UseCache(DataOperation& op, const TableView& table) {
   const DataOperation* o = &op;
   auto offset = [o](size_t i) { return o->offset(i); };
   auto length = [o](size_t i) { return o->length(i); };
   if (op.type != wire::PULL) {
-    cache_.Write(op.table, op.keys, offset, length, op.values,
-                 static_cast<UpdateRule>(table.rule()), table.learning_rate());
+    cache_.Write(op.table, op.keys, offset, length, op.values, table.rule,
+                 table.learning_rate);
   }
-  if (op.type == wire::PUSH || !may_read) return false;
+  if (op.type == wire::PUSH || !table.cache_readable) return false;
   if (op.type == wire::PULL &&
       cache_.TryRead(op.table, op.keys, offset, length,
-                     op.clock - table.consistency().staleness(), op.out)) {
+                     op.clock - table.staleness, op.out)) {
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.cache_hits;

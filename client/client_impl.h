@@ -119,6 +119,18 @@ class ClientImpl final : public Client {
       return indices.empty() ? begin + j : indices[j];
     }
   };
+  // What a call needs to know of its table, read under one lock.
+  struct TableView {
+    uint32_t width = 0;
+    UpdateRule rule = UpdateRule::kAdd;
+    float learning_rate = 0;
+    ConsistencyMode mode = ConsistencyMode::kAsync;
+    int32_t staleness = 0;
+    // The cache may answer a pull at the call's clock (no change of the
+    // table's model is being agreed, and the clock is past the last one's
+    // boundary).
+    bool cache_readable = false;
+  };
   struct ServerConnection {
     std::string address;
     zmq::socket_t socket;
@@ -130,15 +142,14 @@ class ClientImpl final : public Client {
   Handle SubmitData(std::shared_ptr<DataOperation> op);
   // The cache's part of a call to an SSP table: records a push, answers a
   // pull that it can (true: op done). Caller's thread.
-  bool UseCache(DataOperation& op, const wire::TableConfig& table,
-                bool may_read);
+  bool UseCache(DataOperation& op, const TableView& table);
   // I/O thread: a consistency change of `table` is being agreed (suspend
   // the cache) or was committed from clock B on.
   void HandleConsistencyChange(const wire::Header& header);
   Result<wire::Header> Control(wire::Header request, int64_t timeout_ms);
   void Enqueue(std::shared_ptr<internal::Operation> op);
   Status RememberTable(const wire::TableConfig& config);
-  Result<wire::TableConfig> LookupTable(TableId table);
+  Result<TableView> LookupTable(TableId table, int64_t clock);
 
   // I/O thread.
   void Run();

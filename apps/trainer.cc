@@ -175,15 +175,13 @@ class Classifier {
                                   const Dataset& data) = 0;
 };
 
-class LogRegClassifier final : public Classifier {
+// Forwards the Classifier calls to a model of the shape both models share
+// (LossAndGradient, Accuracy, num_params).
+template <typename Model>
+class ModelClassifier : public Classifier {
  public:
-  LogRegClassifier(size_t features, int classes, float l2)
-      : model_(features, classes, l2) {}
-  const char* name() const override { return "logistic regression"; }
+  explicit ModelClassifier(Model model) : model_(std::move(model)) {}
   size_t num_params() const override { return model_.num_params(); }
-  std::vector<ParamBlock> Blocks() const override {
-    return {{"logreg.params", 0, model_.num_params(), Initializer{}}};
-  }
   Result<float> LossAndGradient(std::span<const float> params,
                                 const Dataset& data,
                                 std::span<const size_t> batch,
@@ -195,11 +193,29 @@ class LogRegClassifier final : public Classifier {
     return model_.Accuracy(params, data);
   }
 
- private:
-  LogRegModel model_;
+ protected:
+  Model model_;
 };
 
-class MlpClassifier final : public Classifier {
+class LogRegClassifier final : public ModelClassifier<LogRegModel> {
+ public:
+  LogRegClassifier(size_t features, int classes, float l2)
+      : ModelClassifier(LogRegModel(features, classes, l2)) {}
+  const char* name() const override { return "logistic regression"; }
+  std::vector<ParamBlock> Blocks() const override {
+    return {{"logreg.params", 0, model_.num_params(), Initializer{}}};
+  }
+};
+
+// Owns the compute backend. A base listed before ModelClassifier, so the
+// backend is built before the model and destroyed after it (the model's
+// device buffers go back to the backend).
+struct BackendOwner {
+  std::unique_ptr<ComputeBackend> backend;
+};
+
+class MlpClassifier final : private BackendOwner,
+                            public ModelClassifier<MlpModel> {
  public:
   static Result<std::unique_ptr<MlpClassifier>> Create(
       const std::string& device, const std::vector<size_t>& layers, float l2) {
@@ -215,8 +231,7 @@ class MlpClassifier final : public Classifier {
         new MlpClassifier(std::move(*backend), std::move(*model)));
   }
   const char* name() const override { return "MLP"; }
-  const std::string& backend_name() const { return backend_name_; }
-  size_t num_params() const override { return model_.num_params(); }
+  std::string backend_name() const { return backend->name(); }
   // Layer by layer: W (out x in, He-uniform) then b (zeros), the layout
   // MlpModel uses.
   std::vector<ParamBlock> Blocks() const override {
@@ -239,25 +254,10 @@ class MlpClassifier final : public Classifier {
     }
     return blocks;
   }
-  Result<float> LossAndGradient(std::span<const float> params,
-                                const Dataset& data,
-                                std::span<const size_t> batch,
-                                std::span<float> grad) override {
-    return model_.LossAndGradient(params, data, batch, grad);
-  }
-  Result<double> Accuracy(std::span<const float> params,
-                          const Dataset& data) override {
-    return model_.Accuracy(params, data);
-  }
 
  private:
   MlpClassifier(std::unique_ptr<ComputeBackend> backend, MlpModel model)
-      : backend_(std::move(backend)),
-        backend_name_(backend_->name()),
-        model_(std::move(model)) {}
-  std::unique_ptr<ComputeBackend> backend_;
-  std::string backend_name_;
-  MlpModel model_;
+      : BackendOwner{std::move(backend)}, ModelClassifier(std::move(model)) {}
 };
 
 // Parameter blocks as tensors on the servers, pulled and pushed together.

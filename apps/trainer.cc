@@ -39,17 +39,6 @@ const char* RuleName(UpdateRule rule) {
   }
 }
 
-std::string ConsistencyLabel(const Consistency& c) {
-  switch (c.mode) {
-    case ConsistencyMode::kSsp:
-      return "ssp(" + std::to_string(c.staleness) + ")";
-    case ConsistencyMode::kBsp:
-      return c.combine == BspCombine::kSum ? "bsp(sum)" : "bsp(mean)";
-    default:
-      return "async";
-  }
-}
-
 Status Validate(const TrainerOptions& o) {
   if (o.epochs < 1) return InvalidArgumentError("--epochs must be >= 1");
   if (o.batch_size < 1)
@@ -376,7 +365,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
         "samples, %d worker(s), %s, batch %d, %s lr %.3g, %d "
         "epoch(s), %zu parameters\n",
         model->name(), backend.c_str(), train->num_samples, test->num_samples,
-        world, ConsistencyLabel(o.consistency).c_str(), o.batch_size,
+        world, ToString(o.consistency).c_str(), o.batch_size,
         RuleName(o.optimizer), o.learning_rate, o.epochs, model->num_params());
     std::fflush(stdout);
   }
@@ -494,7 +483,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
         "train / %zu test entries, %d worker(s), %s, batch %d, %s lr "
         "%.3g, %d epoch(s)\n",
         data.rows, data.cols, data.rank, data.train.size(), data.test.size(),
-        world, ConsistencyLabel(o.consistency).c_str(), o.batch_size,
+        world, ToString(o.consistency).c_str(), o.batch_size,
         RuleName(o.optimizer), o.learning_rate, o.epochs);
     std::fflush(stdout);
   }

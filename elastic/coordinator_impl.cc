@@ -556,7 +556,7 @@ void CoordinatorImpl::HandleConsistencyAck(const wire::Header& h) {
   CommitChange(change, change.consistency);
   tables_[change.table].mutable_consistency()->CopyFrom(change.consistency);
   LOG(INFO) << "coordinator: table '" << change.table << "' is "
-            << ConsistencyName(FromWire(change.consistency)) << " from clock "
+            << ToString(FromWire(change.consistency)) << " from clock "
             << change.max_clock + 1;
   wire::Header reply;
   reply.set_type(wire::CONTROL_REPLY);

@@ -89,7 +89,7 @@ Status ValidateConsistency(const Consistency& c) {
   return Status::Ok();
 }
 
-std::string ConsistencyName(const Consistency& c) {
+std::string ToString(const Consistency& c) {
   switch (c.mode) {
     case ConsistencyMode::kAsync:
       return "async";

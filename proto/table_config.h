@@ -14,8 +14,6 @@ wire::TableConfig ToWire(const TableOptions& options, TableId id);
 wire::ConsistencyConfig ToWire(const Consistency& consistency);
 Consistency FromWire(const wire::ConsistencyConfig& config);
 Status ValidateConsistency(const Consistency& consistency);
-// "async", "ssp(3)", "bsp(mean)".
-std::string ConsistencyName(const Consistency& consistency);
 TableOptions FromWire(const wire::TableConfig& config);
 
 // Checks names, widths, rule and hyper-parameters: a clear InvalidArgument

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <iterator>
 #include <random>
 #include <utility>
 
@@ -349,11 +350,18 @@ Status ServerImpl::ParseData(const InMessage& message,
                              const wire::Header& header,
                              const ParameterTable& table,
                              DataFrames* request) const {
-  // Frames 0 and 1 are the sender's identity and the header.
+  // Frames 0 and 1 are the sender's identity and the header. Requests
+  // rarely have more than a few frames: keep their views on the stack.
   const size_t n_data = message.frames.size() - 2;
-  std::vector<ByteSpan> frames(n_data);
+  ByteSpan on_stack[16];
+  std::vector<ByteSpan> on_heap;
+  ByteSpan* frames = on_stack;
+  if (n_data > std::size(on_stack)) {
+    on_heap.resize(n_data);
+    frames = on_heap.data();
+  }
   for (size_t i = 0; i < n_data; ++i) frames[i] = message.frame(i + 2);
-  return request->Parse(header, frames, table.options().value_width,
+  return request->Parse(header, {frames, n_data}, table.options().value_width,
                         header.type() != wire::PULL);
 }
 
@@ -688,8 +696,7 @@ void ServerImpl::CommitChange(const wire::Header& header) {
   const Consistency c = FromWire(header.consistency());
   if (ValidateConsistency(c).ok()) state.schedule.Set(header.clock(), c);
   LOG(INFO) << "server " << id_ << ": table '" << state.table->options().name
-            << "' is " << ConsistencyName(c) << " from clock "
-            << header.clock();
+            << "' is " << ToString(c) << " from clock " << header.clock();
   state.hold_above.reset();
   std::vector<InMessage> held = std::move(state.held);
   state.held.clear();

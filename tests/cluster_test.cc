@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "ductile/admin.h"
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
 
@@ -307,9 +308,22 @@ TEST(Cluster, AWorkerDeclaredDeadButAliveIsStillServedAfterTheOthersFinish) {
   auto table = (*a)->CreateTable(AddTable("slow", 1));
   ASSERT_TRUE(table.ok()) << table.status();
   ASSERT_TRUE((*b)->CreateTable(AddTable("slow", 1)).ok());
-  // Let the coordinator declare the quiet worker dead, then finish the
-  // other one: the job is not over while the quiet one still works.
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // Wait (bounded) until the coordinator has declared the quiet worker
+  // dead, then finish the other one: the job is not over while the quiet
+  // one still works.
+  bool declared_dead = false;
+  for (int i = 0; i < 200 && !declared_dead; ++i) {
+    auto status = QueryClusterStatus(cluster.address(), 5000);
+    ASSERT_TRUE(status.ok()) << status.status();
+    for (const MemberStatus& m : status->members) {
+      if (m.role == "worker" && m.id == (*b)->worker_id() && !m.alive) {
+        declared_dead = true;
+      }
+    }
+    if (!declared_dead)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(declared_dead);
   ASSERT_TRUE((*a)->Finish().ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::vector<Key> keys = {5};

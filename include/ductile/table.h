@@ -82,6 +82,9 @@ struct Consistency {
   BspCombine combine = BspCombine::kMean;
 };
 
+// "async", "ssp(3)", "bsp(mean)" or "bsp(sum)".
+std::string ToString(const Consistency& consistency);
+
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].
   std::string name;

@@ -1096,6 +1096,16 @@ Status RocksCheckpointStore::DiscardAll() {
 
 }  // namespace
 
+Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
+                                           int64_t clock) {
+  if (dir.empty()) return InvalidArgumentError("no checkpoint directory given");
+  CheckpointStoreOptions options;
+  options.dir = dir;
+  // Load reads only checkpoints/<clock>/ (read-only); live/ is not opened.
+  const RocksCheckpointStore reader(options, fs::path(dir));
+  return reader.Load(clock);
+}
+
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
     const CheckpointStoreOptions& options) {
   if (options.dir.empty()) {

@@ -189,6 +189,13 @@ class CheckpointStore {
   [[nodiscard]] virtual Status DiscardAll() = 0;
 };
 
+// Reads and verifies the version at `clock` of the store in `dir` without
+// opening the store: a frozen version never changes, so any number of
+// readers may do this while the store's owner runs (or after it died).
+// Errors as CheckpointStore::Load.
+[[nodiscard]] Result<LoadedCheckpoint> LoadCheckpointFrom(
+    const std::string& dir, int64_t clock);
+
 }  // namespace ductile
 
 #endif  // DUCTILE_SERVER_CHECKPOINT_STORE_H_

@@ -77,12 +77,42 @@ void ParameterTable::ApplyPush(const DataFrames& request) {
   for (size_t i = 0; i < keys.size(); ++i) {
     Entry& e = FindOrCreate(keys[i], request.length(i));
     kernel_.Apply(e.value, request.value(i), e.state, &e.steps);
+    MarkChanged(keys[i], e);
   }
 }
 
 void ParameterTable::ApplyOne(Key key, std::span<const float> update) {
   Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
   kernel_.Apply(e.value, update, e.state, &e.steps);
+  MarkChanged(key, e);
+}
+
+void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {
+  out->reserve(out->size() + changed_.size());
+  for (Key key : changed_) {
+    Entry& e = entries_.at(key);
+    e.changed = false;
+    EntryRecord& r = out->emplace_back();
+    r.table = id_;
+    r.key = key;
+    r.value = e.value;
+    r.state = e.state;
+    r.steps = e.steps;
+  }
+  changed_.clear();
+}
+
+void ParameterTable::Restore(EntryRecord&& record, bool changed) {
+  Entry& e = entries_[record.key];
+  e.value = std::move(record.value);
+  e.state = std::move(record.state);
+  e.steps = record.steps;
+  if (changed) MarkChanged(record.key, e);
+}
+
+void ParameterTable::Clear() {
+  entries_.clear();
+  changed_.clear();
 }
 
 void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {

@@ -13,6 +13,7 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/codec.h"
+#include "server/checkpoint_store.h"
 #include "server/update_rule.h"
 
 namespace ductile {
@@ -38,6 +39,28 @@ class ParameterTable {
   // the initializer).
   void Pull(const DataFrames& request, std::vector<float>* out);
 
+  // Checkpoints. Keys whose value or optimizer state changed since the last
+  // TakeChanges (keys only ever pulled hold their initial value, which the
+  // initializer reproduces, so they need not be written).
+  // Appends a copy of each changed entry to `out` and forgets the changes.
+  void TakeChanges(std::vector<EntryRecord>* out);
+  size_t changed() const { return changed_.size(); }
+  // Counts `key` as changed again (its checkpoint write failed).
+  void MarkChanged(Key key) {
+    auto it = entries_.find(key);
+    if (it != entries_.end()) MarkChanged(key, it->second);
+  }
+  // Calls f(key) for every key.
+  template <typename F>
+  void ForEachKey(F&& f) const {
+    for (const auto& [key, e] : entries_) f(key);
+  }
+  // Puts a stored entry back (restore). `changed`: count it as changed
+  // since the last checkpoint (an entry this server's store does not hold).
+  void Restore(EntryRecord&& record, bool changed);
+  // Removes every key (a rollback starts from the checkpoint's state).
+  void Clear();
+
   // Reads one key (tests, debugging); false if absent.
   bool Get(Key key, std::vector<float>* value) const;
   size_t size() const { return entries_.size(); }
@@ -47,7 +70,14 @@ class ParameterTable {
     std::vector<float> value;
     std::vector<float> state;
     int64_t steps = 0;
+    bool changed = false;  // listed in changed_
   };
+  void MarkChanged(Key key, Entry& e) {
+    if (!e.changed) {
+      e.changed = true;
+      changed_.push_back(key);
+    }
+  }
   Entry& FindOrCreate(Key key, uint32_t width);
   Status CheckWidths(const DataFrames& request) const;
 
@@ -55,6 +85,7 @@ class ParameterTable {
   const TableOptions options_;
   const UpdateRuleKernel kernel_;
   std::unordered_map<Key, Entry> entries_;
+  std::vector<Key> changed_;  // keys with Entry::changed set
 };
 
 }  // namespace ductile

@@ -71,6 +71,7 @@ Status ServerImpl::Init() {
   reg.mutable_endpoint()->set_tcp_address(tcp_address_);
   reg.mutable_endpoint()->set_ipc_address(ipc_address_);
   reg.mutable_endpoint()->set_host_id(HostId());
+  reg.set_state_dir(options_.state_dir);
   RETURN_IF_ERROR(SendToCoordinator(reg));
 
   // Wait for the registration reply.
@@ -99,6 +100,16 @@ Status ServerImpl::Init() {
           "coordinator refused registration: " + reply.status_message());
     }
     id_ = reply.member_id();
+    generation_ = reply.generation();
+    checkpoint_every_ = reply.checkpoint_every();
+    // At least three heartbeats per timeout: a server declared dead by
+    // mistake would roll the whole job back.
+    heartbeat_interval_ms_ = options_.heartbeat_interval_ms;
+    if (reply.timeout_ms() > 0) {
+      heartbeat_interval_ms_ = std::max<int64_t>(
+          10, std::min(heartbeat_interval_ms_, reply.timeout_ms() / 3));
+    }
+    RETURN_IF_ERROR(OpenStore());
     for (const auto& table : reply.tables()) {
       Status s = CreateTable(table);
       if (!s.ok()) {
@@ -113,6 +124,23 @@ Status ServerImpl::Init() {
             << (ipc_address_.empty() ? "" : " and " + ipc_address_);
   next_heartbeat_ = Clock::now();
   thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+Status ServerImpl::OpenStore() {
+  if (options_.state_dir.empty()) return Status::Ok();
+  store_dir_ = options_.state_dir + "/server-" + std::to_string(id_);
+  CheckpointStoreOptions o;
+  o.dir = store_dir_;
+  o.keep_last = options_.keep_checkpoints;
+  Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(o);
+  if (!store.ok()) {
+    return Status(store.status().code(),
+                  "server " + std::to_string(id_) +
+                      " cannot open its checkpoint store: " +
+                      store.status().message());
+  }
+  store_ = std::move(*store);
   return Status::Ok();
 }
 
@@ -140,6 +168,11 @@ ServerCounters ServerImpl::counters() const {
   c.keys_stored = counters_.keys_stored.load(std::memory_order_relaxed);
   c.parked_pulls = counters_.parked_pulls.load(std::memory_order_relaxed);
   c.min_clock = counters_.min_clock.load(std::memory_order_relaxed);
+  c.checkpoint_clock =
+      counters_.checkpoint_clock.load(std::memory_order_relaxed);
+  c.checkpoints_written =
+      counters_.checkpoints_written.load(std::memory_order_relaxed);
+  c.held_pushes = counters_.held_pushes.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -157,12 +190,12 @@ void ServerImpl::Run() {
     const auto now = Clock::now();
     if (now >= next_heartbeat_) {
       SendHeartbeat();
-      next_heartbeat_ =
-          now + std::chrono::milliseconds(options_.heartbeat_interval_ms);
+      next_heartbeat_ = now + std::chrono::milliseconds(heartbeat_interval_ms_);
     }
     // Wake for the next heartbeat or the earliest parked pull's deadline.
     auto wake = next_heartbeat_;
     for (const ParkedPull& p : parked_) wake = std::min(wake, p.deadline);
+    if (prepare_above_) wake = std::min(wake, prepare_deadline_);
     const int64_t wait_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(wake - now)
             .count() +
@@ -187,6 +220,7 @@ void ServerImpl::Run() {
       HandleCoordinator(msg);
     }
     if (!parked_.empty()) ExpireParked();
+    if (prepare_above_) ExpireCheckpointPrepare();
   }
   LOG(INFO) << "server " << id_ << " stopped";
 }
@@ -201,6 +235,7 @@ void ServerImpl::SendHeartbeat() {
   wire::Header hb;
   hb.set_type(wire::HEARTBEAT);
   hb.set_member_id(id_);
+  hb.set_generation(generation_);
   const ServerCounters c = counters();
   auto* wc = hb.mutable_counters();
   wc->set_requests(c.requests);
@@ -214,6 +249,9 @@ void ServerImpl::SendHeartbeat() {
   wc->set_keys_stored(c.keys_stored);
   wc->set_parked_pulls(c.parked_pulls);
   wc->set_min_clock(c.min_clock);
+  wc->set_checkpoint_clock(c.checkpoint_clock);
+  wc->set_checkpoints_written(c.checkpoints_written);
+  wc->set_held_pushes(c.held_pushes);
   SendToCoordinator(hb).IgnoreError();  // a lost heartbeat is not an error
 }
 
@@ -292,6 +330,15 @@ void ServerImpl::HandleCoordinator(InMessage& message) {
       break;
     case wire::CONSISTENCY_COMMIT:
       CommitChange(header);
+      break;
+    case wire::CHECKPOINT_PREPARE:
+      PrepareCheckpoint(header);
+      break;
+    case wire::CHECKPOINT_COMMIT:
+      CommitCheckpoint(header);
+      break;
+    case wire::RECOVER:
+      Recover(header);
       break;
     case wire::SHUTDOWN_NOTICE:
       LOG(INFO) << "server " << id_ << ": cluster shutdown";
@@ -437,7 +484,34 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
 
   const int64_t clock = header.clock();
   const bool is_worker = header.has_worker_id() && header.worker_id() >= 0;
-  if (is_worker) max_clock_seen_ = std::max(max_clock_seen_, clock);
+  if (is_worker && header.generation() != generation_) {
+    // A request from before a rollback belongs to the abandoned timeline;
+    // one from after a rollback this server has not heard of yet is retried.
+    if (header.generation() < generation_) {
+      return ReplyError(
+          identity, seq,
+          AbortedError("the job rolled back (generation " +
+                       std::to_string(generation_) + "); request of " +
+                       "generation " + std::to_string(header.generation()) +
+                       " refused"));
+    }
+    return ReplyError(identity, seq,
+                      UnavailableError("server " + std::to_string(id_) +
+                                       " is still at generation " +
+                                       std::to_string(generation_)));
+  }
+  if (is_worker && type != wire::PULL && HeldForCheckpoint(clock)) {
+    // The checkpoint's cut: this push comes after it.
+    max_clock_seen_ = std::max(max_clock_seen_, clock);
+    checkpoint_held_.push_back(std::move(message));
+    counters_.held_pushes.store(checkpoint_held_.size(),
+                                std::memory_order_relaxed);
+    return;
+  }
+  if (is_worker) {
+    max_clock_seen_ = std::max(max_clock_seen_, clock);
+    if (type != wire::PULL) max_push_clock_ = std::max(max_push_clock_, clock);
+  }
   // A consistency change is being agreed: requests beyond the clocks seen
   // so far wait until the change tells which model governs them.
   if (is_worker && state.hold_above && clock > *state.hold_above) {
@@ -557,6 +631,7 @@ void ServerImpl::ServePull(const zmq::message_t& identity,
 
 void ServerImpl::HandleClock(const wire::Header& header) {
   if (!header.has_worker_id() || header.worker_id() < 0) return;
+  if (header.generation() != generation_) return;  // another timeline
   const int32_t worker = header.worker_id();
   max_clock_seen_ = std::max(max_clock_seen_, header.clock());
   AdvanceWorker(worker, header.clock());
@@ -584,11 +659,22 @@ void ServerImpl::SetWorkers(const std::vector<int32_t>& ids) {
   VLOG(1) << "server " << id_ << ": " << live_workers_.size()
           << " live workers, server clock " << min_clock();
   if (min_clock() != before) OnServerClock();
+  MaybeWriteCheckpoint();  // e.g. the last worker the cut waited for died
 }
 
 void ServerImpl::OnServerClock() {
   const int64_t server_clock = min_clock();
   counters_.min_clock.store(server_clock, std::memory_order_relaxed);
+  // Tell the coordinator at once when a checkpoint by clock is due, rather
+  // than at the next heartbeat.
+  if (checkpoint_every_ > 0 && store_) {
+    const int64_t due =
+        std::max<int64_t>(last_checkpoint_, 0) + checkpoint_every_;
+    if (server_clock >= due && due_reported_ < due) {
+      due_reported_ = due;
+      SendHeartbeat();
+    }
+  }
   // Apply every BSP clock that every worker has finished.
   for (auto& [id, state] : tables_) {
     if (state->bsp.empty()) continue;
@@ -608,6 +694,7 @@ void ServerImpl::OnServerClock() {
                                       std::memory_order_relaxed);
     }
   }
+  MaybeWriteCheckpoint();
   // Release the pulls the new server clock allows, in arrival order.
   if (parked_.empty()) return;
   std::vector<ParkedPull> ready;
@@ -708,6 +795,307 @@ void ServerImpl::CommitChange(const wire::Header& header) {
     }
   }
   OnServerClock();
+}
+
+// ------------------------------------------------------------ checkpoints
+
+bool ServerImpl::HeldForCheckpoint(int64_t clock) const {
+  if (prepare_above_ && clock > *prepare_above_) return true;
+  return !pending_checkpoints_.empty() &&
+         clock >= *pending_checkpoints_.begin();
+}
+
+void ServerImpl::PrepareCheckpoint(const wire::Header& header) {
+  wire::Header ack;
+  ack.set_type(wire::CHECKPOINT_ACK);
+  ack.set_member_id(id_);
+  ack.set_change_id(header.change_id());
+  ack.set_generation(generation_);
+  if (!store_) {
+    StatusToWire(FailedPreconditionError(
+                     "server " + std::to_string(id_) +
+                     " keeps no checkpoints (it was started without a "
+                     "state directory)"),
+                 &ack);
+  } else if (header.generation() != generation_) {
+    StatusToWire(AbortedError("server " + std::to_string(id_) +
+                              " is at generation " +
+                              std::to_string(generation_)),
+                 &ack);
+  } else {
+    // Pushes beyond every push let through so far wait until the
+    // coordinator has picked the checkpoint's clock (above the largest of
+    // all servers'), so none lands on the wrong side of the cut.
+    prepare_above_ = max_push_clock_;
+    prepare_id_ = header.change_id();
+    prepare_deadline_ =
+        Clock::now() + std::chrono::milliseconds(
+                           std::max<int64_t>(header.timeout_ms(), 1000));
+    ack.set_clock(max_push_clock_);
+  }
+  SendToCoordinator(ack).IgnoreError();
+}
+
+void ServerImpl::CommitCheckpoint(const wire::Header& header) {
+  const int64_t clock = header.clock();
+  const bool ours = prepare_above_ && prepare_id_ == header.change_id() &&
+                    header.generation() == generation_;
+  const bool valid = ours && clock > *prepare_above_ && clock > last_checkpoint_;
+  if (ours) {
+    // The round is over either way: its holds end here.
+    prepare_above_.reset();
+    if (valid) pending_checkpoints_.insert(clock);
+    ReplayCheckpointHeld();
+  }
+  if (!valid && clock >= 0) {
+    // The prepare expired (pushes beyond it were let through since) or
+    // belongs to another round: this cut cannot be taken here.
+    wire::Header done;
+    done.set_type(wire::CHECKPOINT_DONE);
+    done.set_member_id(id_);
+    done.set_change_id(header.change_id());
+    done.set_clock(clock);
+    done.set_generation(generation_);
+    StatusToWire(AbortedError("server " + std::to_string(id_) +
+                              " cannot take the checkpoint at clock " +
+                              std::to_string(clock) +
+                              " (its prepare expired or was replaced)"),
+                 &done);
+    SendToCoordinator(done).IgnoreError();
+    return;
+  }
+  MaybeWriteCheckpoint();
+}
+
+void ServerImpl::ExpireCheckpointPrepare() {
+  if (Clock::now() < prepare_deadline_) return;
+  LOG(WARNING) << "server " << id_
+               << ": no checkpoint clock from the coordinator in time; "
+                  "releasing the held pushes";
+  prepare_above_.reset();
+  ReplayCheckpointHeld();
+}
+
+void ServerImpl::ReplayCheckpointHeld() {
+  std::vector<InMessage> held = std::move(checkpoint_held_);
+  checkpoint_held_.clear();
+  // In arrival order; those still beyond a cut are held again, in order.
+  for (InMessage& m : held) HandleRequest(m, /*replay=*/true);
+  counters_.held_pushes.store(checkpoint_held_.size(),
+                              std::memory_order_relaxed);
+}
+
+void ServerImpl::MaybeWriteCheckpoint() {
+  while (!pending_checkpoints_.empty()) {
+    const int64_t clock = *pending_checkpoints_.begin();
+    // Every live worker has finished clock - 1, and the BSP clocks below
+    // it are applied (OnServerClock runs first): the state is the cut.
+    if (!live_workers_.empty() && min_clock() < clock) return;
+    pending_checkpoints_.erase(pending_checkpoints_.begin());
+    const auto start = Clock::now();
+    Status s = WriteCheckpointAt(clock);
+    const double ms = std::chrono::duration<double, std::milli>(
+                          Clock::now() - start)
+                          .count();
+    wire::Header done;
+    done.set_type(wire::CHECKPOINT_DONE);
+    done.set_member_id(id_);
+    done.set_clock(clock);
+    done.set_generation(generation_);
+    StatusToWire(s, &done);
+    SendToCoordinator(done).IgnoreError();
+    if (s.ok()) {
+      LOG(INFO) << "server " << id_ << ": checkpoint at clock " << clock
+                << " written in " << ms << " ms";
+    } else {
+      LOG(ERROR) << "server " << id_ << ": checkpoint at clock " << clock
+                 << " failed: " << s;
+    }
+    ReplayCheckpointHeld();
+  }
+}
+
+Status ServerImpl::WriteCheckpointAt(int64_t clock) {
+  std::vector<TableRecord> tables;
+  std::vector<EntryRecord> changed;
+  for (auto& [id, state] : tables_) {
+    tables.push_back(
+        {id, ToWire(state->table->options(), id).SerializeAsString()});
+    state->table->TakeChanges(&changed);
+  }
+  Status s = store_->WriteCheckpoint(clock, routing_.epoch(), tables, changed,
+                                     pending_deletes_,
+                                     "generation=" + std::to_string(generation_));
+  if (!s.ok()) {
+    // Not written: the changes belong to the next attempt.
+    for (const EntryRecord& e : changed) {
+      auto it = tables_.find(e.table);
+      if (it != tables_.end()) it->second->table->MarkChanged(e.key);
+    }
+    return s;
+  }
+  pending_deletes_.clear();
+  last_checkpoint_ = clock;
+  counters_.checkpoint_clock.store(clock, std::memory_order_relaxed);
+  counters_.checkpoints_written.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+// --------------------------------------------------------------- recovery
+
+void ServerImpl::AbortWaiting(const Status& status) {
+  for (ParkedPull& p : parked_) {
+    wire::Header header;
+    const uint64_t seq =
+        ParseHeader(p.message.frame(1), &header).ok() ? header.seq() : 0;
+    ReplyError(p.message.frames[0], seq, status);
+  }
+  parked_.clear();
+  counters_.parked_pulls.store(0, std::memory_order_relaxed);
+  std::vector<InMessage*> waiting;
+  for (InMessage& m : checkpoint_held_) waiting.push_back(&m);
+  for (auto& [id, state] : tables_) {
+    for (InMessage& m : state->held) waiting.push_back(&m);
+  }
+  for (InMessage* m : waiting) {
+    wire::Header header;
+    const uint64_t seq =
+        ParseHeader(m->frame(1), &header).ok() ? header.seq() : 0;
+    ReplyError(m->frames[0], seq, status);
+  }
+  checkpoint_held_.clear();
+  counters_.held_pushes.store(0, std::memory_order_relaxed);
+  for (auto& [id, state] : tables_) {
+    state->held.clear();
+    state->hold_above.reset();
+  }
+}
+
+void ServerImpl::Recover(const wire::Header& header) {
+  const auto start = Clock::now();
+  Status s = RestoreState(header);
+  const double ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (s.ok()) {
+    LOG(INFO) << "server " << id_ << ": rolled back to clock "
+              << header.clock() << " (generation " << generation_ << ") in "
+              << ms << " ms";
+  } else {
+    LOG(ERROR) << "server " << id_ << ": cannot restore the checkpoint at clock "
+               << header.clock() << ": " << s;
+  }
+  wire::Header ack;
+  ack.set_type(wire::RECOVER_ACK);
+  ack.set_member_id(id_);
+  ack.set_generation(header.generation());
+  ack.set_clock(header.clock());
+  StatusToWire(s, &ack);
+  SendToCoordinator(ack).IgnoreError();
+}
+
+Status ServerImpl::RestoreState(const wire::Header& header) {
+  const int64_t clock = header.clock();
+  // Everything waiting belongs to the abandoned timeline.
+  AbortWaiting(AbortedError("the job is rolling back to the checkpoint at "
+                            "clock " +
+                            std::to_string(clock)));
+  generation_ = header.generation();
+  prepare_above_.reset();
+  pending_checkpoints_.clear();
+  pending_deletes_.clear();
+  dedup_ = RequestDedup();
+  for (const auto& config : header.tables()) {
+    RETURN_IF_ERROR(CreateTable(config));
+  }
+  for (auto& [id, state] : tables_) {
+    state->table->Clear();
+    state->bsp = BspBuffer();
+  }
+  // The routing came with the message (installed before this runs).
+  if (routing_.num_slots() <= 0) {
+    return FailedPreconditionError("no routing table to restore into");
+  }
+  const int32_t num_slots = routing_.num_slots();
+  uint64_t restored = 0;
+  bool own_version = false;
+  if (clock > 0) {
+    for (const wire::CheckpointSource& source : header.sources()) {
+      std::vector<uint8_t> wanted(num_slots, 0);
+      bool any = false;
+      for (int32_t slot : source.slots()) {
+        if (slot >= 0 && slot < num_slots && owned_slots_[slot]) {
+          wanted[slot] = 1;
+          any = true;
+        }
+      }
+      const bool mine = store_ && source.state_dir() == store_dir_;
+      if (!any && !mine) continue;
+      if (source.state_dir().empty()) {
+        return FailedPreconditionError(
+            "server " + std::to_string(source.server_id()) +
+            " kept no checkpoints; its slots cannot be restored");
+      }
+      Result<LoadedCheckpoint> loaded =
+          mine ? store_->Load(clock)
+               : LoadCheckpointFrom(source.state_dir(), clock);
+      if (!loaded.ok()) {
+        return Status(loaded.status().code(),
+                      "checkpoint at clock " + std::to_string(clock) +
+                          " of server " + std::to_string(source.server_id()) +
+                          " in " + source.state_dir() + ": " +
+                          loaded.status().message());
+      }
+      own_version = own_version || mine;
+      for (EntryRecord& e : loaded->entries) {
+        auto t = tables_.find(e.table);
+        const int32_t slot = SlotOf(e.table, e.key, num_slots);
+        if (t == tables_.end() || !wanted[slot]) {
+          // Stored here but no longer ours: drop it from the store too.
+          if (mine) pending_deletes_.emplace_back(e.table, e.key);
+          continue;
+        }
+        // Entries from another server's store are new to this one's.
+        t->second->table->Restore(std::move(e), /*changed=*/!mine);
+        ++restored;
+      }
+    }
+  }
+  if (store_) {
+    if (own_version) {
+      RETURN_IF_ERROR(store_->RollBackTo(clock));
+    } else {
+      // Nothing of this server's own at that clock: start its store over,
+      // and write everything it now holds at the next checkpoint.
+      RETURN_IF_ERROR(store_->DiscardAll());
+      for (auto& [id, state] : tables_) {
+        std::vector<Key> keys;
+        state->table->ForEachKey([&](Key k) { keys.push_back(k); });
+        for (Key k : keys) state->table->MarkChanged(k);
+      }
+      pending_deletes_.clear();
+    }
+  }
+  last_checkpoint_ = clock > 0 ? clock : -1;
+  due_reported_ = 0;
+  counters_.checkpoint_clock.store(last_checkpoint_,
+                                   std::memory_order_relaxed);
+  uint64_t keys = 0;
+  for (auto& [id, state] : tables_) keys += state->table->size();
+  counters_.keys_stored.store(keys, std::memory_order_relaxed);
+  // Every live worker resumes at the checkpoint's clock.
+  worker_clocks_ = ClockVector();
+  known_clocks_.clear();
+  live_workers_ = std::set<int32_t>(header.worker_ids().begin(),
+                                    header.worker_ids().end());
+  for (int32_t w : live_workers_) {
+    worker_clocks_.Advance(w, clock);
+    known_clocks_[w] = clock;
+  }
+  max_clock_seen_ = clock;
+  max_push_clock_ = clock - 1;
+  counters_.min_clock.store(min_clock(), std::memory_order_relaxed);
+  VLOG(1) << "server " << id_ << ": restored " << restored << " keys";
+  return Status::Ok();
 }
 
 }  // namespace ductile

@@ -24,6 +24,7 @@
 #include "consistency/consistency_schedule.h"
 #include "ductile/server.h"
 #include "proto/ductile.pb.h"
+#include "server/checkpoint_store.h"
 #include "server/parameter_table.h"
 #include "server/request_dedup.h"
 #include "transport/message.h"
@@ -54,8 +55,9 @@ class ServerImpl final : public Server {
   struct AtomicCounters {
     std::atomic<uint64_t> requests{0}, pushes{0}, pulls{0}, duplicates{0},
         redirects{0}, errors{0}, bytes_in{0}, bytes_out{0}, keys_stored{0},
-        parked_pulls{0};
+        parked_pulls{0}, checkpoints_written{0}, held_pushes{0};
     std::atomic<int64_t> min_clock{0};
+    std::atomic<int64_t> checkpoint_clock{-1};
   };
   // A pull waiting for the server clock to reach `required`.
   struct ParkedPull {
@@ -95,6 +97,19 @@ class ServerImpl final : public Server {
   void PrepareChange(const wire::Header& header);
   void CommitChange(const wire::Header& header);
   void HandleCoordinator(InMessage& message);
+  // Checkpoints (DESIGN.md, "Durability").
+  bool HeldForCheckpoint(int64_t clock) const;
+  void PrepareCheckpoint(const wire::Header& header);
+  void CommitCheckpoint(const wire::Header& header);
+  void ReplayCheckpointHeld();
+  void MaybeWriteCheckpoint();
+  Status WriteCheckpointAt(int64_t clock);
+  void ExpireCheckpointPrepare();
+  // Recovery: roll back to a checkpoint under a new generation.
+  void Recover(const wire::Header& header);
+  Status RestoreState(const wire::Header& header);
+  void AbortWaiting(const Status& status);
+  Status OpenStore();
   void SendHeartbeat();
   void ReplyError(const zmq::message_t& identity, uint64_t seq,
                   const Status& s);
@@ -126,10 +141,32 @@ class ServerImpl final : public Server {
   std::map<int32_t, int64_t> known_clocks_;  // every worker heard from
   std::set<int32_t> live_workers_;
   int64_t max_clock_seen_ = 0;
+  // Largest timestamp of a worker's push let through (applied or buffered):
+  // a checkpoint's clock must lie above it on every server.
+  int64_t max_push_clock_ = -1;
   std::vector<ParkedPull> parked_;
   RequestDedup dedup_;
   uint64_t routing_requested_epoch_ = 0;
   std::chrono::steady_clock::time_point next_heartbeat_;
+  // Checkpoints and recovery.
+  std::unique_ptr<CheckpointStore> store_;  // null without a state_dir
+  std::string store_dir_;
+  uint64_t generation_ = 0;
+  int64_t checkpoint_every_ = 0;
+  int64_t heartbeat_interval_ms_ = 500;
+  int64_t last_checkpoint_ = -1;    // clock of the last one written
+  int64_t due_reported_ = 0;        // server clock last reported as due
+  // Between a checkpoint's prepare and its commit: pushes with a clock
+  // above this are held.
+  std::optional<int64_t> prepare_above_;
+  uint64_t prepare_id_ = 0;
+  Time prepare_deadline_{};
+  // Committed checkpoint clocks not yet written: pushes with a clock at or
+  // above the smallest are held until it is.
+  std::set<int64_t> pending_checkpoints_;
+  std::vector<InMessage> checkpoint_held_;  // in arrival order
+  // Keys this server's store holds but no longer owns (after a restore).
+  std::vector<std::pair<TableId, Key>> pending_deletes_;
 
   // Shared.
   Wakeup wakeup_;

@@ -48,10 +48,19 @@ struct ServerOptions {
   // Larger ones get a kInvalidArgument reply; ones far larger (over 2x) are
   // dropped by the transport and the connection reset.
   uint64_t max_message_bytes = 1ull << 30;
-  // Interval between heartbeats to the coordinator. 10 ms - 60 s.
+  // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
+  // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;
   // How long Start() waits for the coordinator to answer.
   int64_t connect_timeout_ms = 60000;
+  // Base directory of checkpoint stores: this server keeps its RocksDB in
+  // <state_dir>/server-<id>. It must be readable by the other servers (the
+  // same machine or a shared file system): when a server dies, the
+  // survivors restore its slots from its store. "" = no checkpoints (a
+  // failure then rolls the job back to its start).
+  std::string state_dir;
+  // Checkpoint versions kept (the newest K). >= 1.
+  int keep_checkpoints = 3;
   // User update rules, usable by tables created with UpdateRule::kCustom.
   std::map<std::string, CustomRule> custom_rules;
 };
@@ -69,6 +78,9 @@ struct ServerCounters {
   uint64_t keys_stored = 0;
   uint64_t parked_pulls = 0;  // pulls now waiting on a staleness bound
   int64_t min_clock = 0;      // server clock: minimum over live workers
+  int64_t checkpoint_clock = -1;  // clock of the last checkpoint written
+  uint64_t checkpoints_written = 0;
+  uint64_t held_pushes = 0;  // pushes waiting for a checkpoint's cut
 };
 
 class Server {

@@ -1,6 +1,7 @@
 #include "elastic/coordinator_impl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "elastic/slot_map.h"
@@ -18,6 +19,16 @@ using std::chrono::milliseconds;
 constexpr milliseconds kTableAckTimeout{10000};
 // How long shutdown notices get to leave before the socket closes.
 constexpr milliseconds kShutdownFlush{300};
+// How long servers hold pushes between a checkpoint's prepare and commit.
+constexpr int64_t kPrepareHoldMs = 3000;
+// Complete checkpoints the catalog remembers (servers keep their own K).
+constexpr size_t kCatalogSize = 8;
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 int64_t MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t)
@@ -45,6 +56,19 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.num_slots < options.num_servers) {
     return InvalidArgumentError("num_slots must be >= num_servers");
   }
+  if (options.checkpoint_every_clocks < 0 ||
+      !(options.checkpoint_interval_s >= 0)) {
+    return InvalidArgumentError(
+        "checkpoint_every_clocks and checkpoint_interval_s must be >= 0");
+  }
+  if (options.checkpoint_timeout_ms < 1000) {
+    return InvalidArgumentError("checkpoint_timeout_ms must be >= 1000");
+  }
+  if (options.state_dir.empty() && (options.checkpoint_every_clocks > 0 ||
+                                    options.checkpoint_interval_s > 0)) {
+    return InvalidArgumentError(
+        "checkpoints need a state directory for the coordinator's catalog");
+  }
   auto coordinator = std::make_unique<CoordinatorImpl>(options);
   RETURN_IF_ERROR(coordinator->Init());
   return std::unique_ptr<Coordinator>(std::move(coordinator));
@@ -67,6 +91,14 @@ Status CoordinatorImpl::Init() {
   Result<std::string> bound = Bind(socket_, bind);
   RETURN_IF_ERROR(bound.status());
   address_ = *bound;
+  if (!options_.state_dir.empty()) {
+    Result<std::unique_ptr<CoordinatorStore>> store =
+        CoordinatorStore::Open(options_.state_dir);
+    RETURN_IF_ERROR(store.status());
+    store_ = std::move(*store);
+    RETURN_IF_ERROR(LoadState());
+  }
+  last_checkpoint_at_ = SteadyClock::now();
   LOG(INFO) << "coordinator listening on " << address_ << ", waiting for "
             << options_.num_servers << " server(s)";
   thread_ = std::thread([this] { Run(); });
@@ -194,13 +226,18 @@ void CoordinatorImpl::Handle(InMessage& message) {
   wire::Header h;
   Status s = ParseHeader(message.frame(1), &h);
   if (!s.ok()) return ReplyStatus(identity, 0, s);
-  if (Member* m = FindByIdentity(identity)) {
+  if (Member* m = FindMember(h, identity)) {
     m->last_seen = SteadyClock::now();
     if (m->dead) {
       m->dead = false;
-      LOG(WARNING) << "coordinator: worker " << m->id
-                   << " is heard from again; back in the clock vectors";
-      PublishWorkers();
+      if (m->role == wire::ROLE_WORKER) {
+        LOG(WARNING) << "coordinator: worker " << m->id
+                     << " is heard from again; back in the clock vectors";
+        PublishWorkers();
+      } else {
+        LOG(WARNING) << "coordinator: server " << m->id
+                     << " is heard from again, but its slots have moved";
+      }
     }
   }
 
@@ -216,8 +253,36 @@ void CoordinatorImpl::Handle(InMessage& message) {
       }
       if (h.has_counters()) m->counters = h.counters();
       if (h.has_metrics()) m->metrics = h.metrics();
+      // A member behind the job's generation missed the rollback's message
+      // (lost with a coordinator that restarted): send it again.
+      if (h.generation() < generation_) {
+        if (m->role == wire::ROLE_SERVER && recovery_ &&
+            recovery_->awaiting.count(m->id)) {
+          Send(identity, recovery_->message);
+        } else if (m->role == wire::ROLE_WORKER && !recovery_ &&
+                   last_resume_ &&
+                   last_resume_->generation() == generation_) {
+          wire::Header resume = *last_resume_;
+          resume.set_resume_state(last_resume_states_[m->id]);
+          Send(identity, resume);
+        }
+      }
+      if (m->role == wire::ROLE_SERVER && options_.checkpoint_every_clocks > 0 &&
+          m->counters.min_clock() >=
+              std::max<int64_t>(LastCheckpointClock(), 0) +
+                  options_.checkpoint_every_clocks) {
+        MaybeStartCheckpoint(/*on_demand=*/false);
+      }
       return;
     }
+    case wire::CHECKPOINT:
+      return HandleCheckpointRequest(identity, h);
+    case wire::CHECKPOINT_ACK:
+      return HandleCheckpointAck(h);
+    case wire::CHECKPOINT_DONE:
+      return HandleCheckpointDone(h);
+    case wire::RECOVER_ACK:
+      return HandleRecoverAck(h);
     case wire::GET_ROUTING: {
       wire::Header reply;
       reply.set_type(wire::CONTROL_REPLY);
@@ -274,6 +339,12 @@ void CoordinatorImpl::FillRegistration(const Member& member,
                                        wire::Header* reply) const {
   reply->set_type(wire::CONTROL_REPLY);
   reply->set_member_id(member.id);
+  reply->set_generation(generation_);
+  if (member.role == wire::ROLE_SERVER && store_) {
+    reply->set_checkpoint_every(options_.checkpoint_every_clocks);
+  }
+  // A server heartbeats often enough not to be declared dead by mistake.
+  reply->set_timeout_ms(options_.heartbeat_timeout_ms);
   reply->set_num_workers(options_.num_workers > 0
                              ? options_.num_workers
                              : static_cast<int32_t>(workers_.size()));
@@ -296,12 +367,10 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
   switch (h.role()) {
     case wire::ROLE_SERVER: {
       int32_t id = h.member_id();
-      if (id >= 0 && servers_.count(id) && servers_[id].identity != identity) {
-        return ReplyStatus(
-            identity, h.seq(),
-            AlreadyExistsError("server id " + std::to_string(id) +
-                               " is taken"));
-      }
+      // A server registering again under its id was restarted: the process
+      // that held its slots is gone, with whatever it had not checkpointed.
+      const bool restarted = id >= 0 && servers_.count(id) > 0 &&
+                             servers_[id].identity != identity;
       if (id < 0) {
         id = 0;
         while (servers_.count(id)) ++id;
@@ -309,13 +378,27 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
       member.id = id;
       member.endpoint = h.endpoint();
       member.endpoint.set_id(id);
+      if (!h.state_dir().empty()) {
+        member.state_dir = h.state_dir() + "/server-" + std::to_string(id);
+      }
       servers_[id] = member;
-      LOG(INFO) << "coordinator: server " << id << " registered at "
-                << member.endpoint.tcp_address();
+      LOG(INFO) << "coordinator: server " << id
+                << (restarted ? " registered again (restarted)"
+                              : " registered")
+                << " at " << member.endpoint.tcp_address();
       FillRegistration(member, &reply);
       Send(identity, reply);
-      MaybeAssignSlots();
+      bool owns_slots = false;
+      for (int32_t owner : routing_.slot_owner()) owns_slots |= owner == id;
+      if (restarted && routing_.epoch() > 0 && owns_slots) {
+        StartRecovery("server " + std::to_string(id) + " restarted");
+      } else if (recovery_ && recovery_->awaiting.empty()) {
+        StartRecovery("a server joined while no server was left");
+      } else {
+        MaybeAssignSlots();
+      }
       PublishWorkers();
+      SaveState();
       return;
     }
     case wire::ROLE_WORKER: {
@@ -326,6 +409,7 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
         workers_[member.id] = member;
         LOG(INFO) << "coordinator: worker " << member.id << " registered";
         PublishWorkers();
+        SaveState();
       }
       break;
     }
@@ -363,6 +447,7 @@ void CoordinatorImpl::MaybeAssignSlots() {
   LOG(INFO) << "coordinator: " << options_.num_slots << " slots assigned to "
             << ids.size() << " server(s), epoch 1";
   PublishRouting();
+  SaveState();
   for (const Waiter& w : waiting_for_routing_) {
     wire::Header reply;
     reply.set_seq(w.seq);
@@ -376,7 +461,9 @@ void CoordinatorImpl::MaybeAssignSlots() {
 
 void CoordinatorImpl::PublishRouting() {
   routing_.clear_servers();
-  for (const auto& [id, m] : servers_) *routing_.add_servers() = m.endpoint;
+  for (const auto& [id, m] : servers_) {
+    if (!m.dead) *routing_.add_servers() = m.endpoint;
+  }
   wire::Header update;
   update.set_type(wire::ROUTING_UPDATE);
   *update.mutable_routing() = routing_;
@@ -453,6 +540,7 @@ void CoordinatorImpl::HandleTableAck(const wire::Header& h) {
     p.awaiting.erase(h.member_id());
     if (!p.awaiting.empty()) return;
     tables_[p.config.name()] = p.config;
+    SaveState();
     LOG(INFO) << "coordinator: table '" << p.config.name() << "' created, id "
               << p.config.id();
     wire::Header reply;
@@ -488,6 +576,20 @@ void CoordinatorImpl::PublishWorkers() {
     if (!m.finished && !m.dead) update.add_worker_ids(id);
   }
   for (const auto& [id, m] : servers_) Send(m.identity, update);
+  // Workers too: a survivor takes a share of the data of those gone.
+  for (const auto& [id, m] : workers_) {
+    if (!m.finished && !m.dead) Send(m.identity, update);
+  }
+  if (round_ && round_->clock >= 0) {
+    // A worker gone will not report its resume state.
+    for (auto it = round_->awaiting_workers.begin();
+         it != round_->awaiting_workers.end();) {
+      const Member& w = workers_[*it];
+      it = (w.finished || w.dead) ? round_->awaiting_workers.erase(it)
+                                  : std::next(it);
+    }
+    MaybeCompleteCheckpoint();
+  }
 }
 
 void CoordinatorImpl::HandleSetConsistency(const std::string& identity,
@@ -593,10 +695,23 @@ int32_t CoordinatorImpl::LiveWorkersNeeded() const {
 void CoordinatorImpl::HandleBarrier(const std::string& identity,
                                     const wire::Header& h) {
   auto it = workers_.find(h.member_id());
-  if (it == workers_.end() || it->second.identity != identity) {
+  if (it == workers_.end()) {
     return ReplyStatus(identity, h.seq(),
                        FailedPreconditionError("barrier from an unregistered "
                                                "worker"));
+  }
+  it->second.identity = identity;  // after a coordinator restart
+  if (recovery_ || h.generation() < generation_) {
+    return ReplyStatus(identity, h.seq(),
+                       AbortedError("the job is rolling back to a checkpoint"));
+  }
+  // A resent request replaces the first (a coordinator restart may have
+  // lost it, or not).
+  for (auto& [w, id] : barrier_) {
+    if (id == h.member_id()) {
+      w = {identity, h.seq()};
+      return MaybeReleaseBarrier();
+    }
   }
   barrier_.push_back({{identity, h.seq()}, h.member_id()});
   MaybeReleaseBarrier();
@@ -615,12 +730,18 @@ void CoordinatorImpl::MaybeReleaseBarrier() {
 void CoordinatorImpl::HandleFinish(const std::string& identity,
                                    const wire::Header& h) {
   auto it = workers_.find(h.member_id());
-  if (it == workers_.end() || it->second.identity != identity) {
+  if (it == workers_.end()) {
     return ReplyStatus(identity, h.seq(),
                        FailedPreconditionError("finish from an unregistered "
                                                "worker"));
   }
+  it->second.identity = identity;  // after a coordinator restart
+  if (recovery_ || h.generation() < generation_) {
+    return ReplyStatus(identity, h.seq(),
+                       AbortedError("the job is rolling back to a checkpoint"));
+  }
   it->second.finished = true;
+  SaveState();
   LOG(INFO) << "coordinator: worker " << h.member_id() << " finished";
   PublishWorkers();
   ReplyStatus(identity, h.seq(), Status::Ok());
@@ -629,17 +750,28 @@ void CoordinatorImpl::HandleFinish(const std::string& identity,
 }
 
 void CoordinatorImpl::MaybeShutDown() {
-  if (workers_.empty()) return;
-  // Only finished workers end the job: one declared dead may just be slow
-  // (it rejoins when heard from again), and shutting the servers down under
-  // it would lose its work.
-  int32_t finished = 0;
-  for (const auto& [id, m] : workers_) finished += m.finished ? 1 : 0;
+  if (workers_.empty() || shutting_down_ || recovery_) return;
+  // The job is over when every worker has finished or is gone. A worker
+  // declared dead may just be slow (it rejoins when heard from again), so
+  // it counts as gone only after three heartbeat timeouts of silence:
+  // shutting the servers down under a live one would lose its work.
+  int32_t finished = 0, gone = 0;
+  for (const auto& [id, m] : workers_) {
+    if (m.finished) {
+      ++finished;
+    } else if (m.dead &&
+               MsSince(m.last_seen) > 3 * options_.heartbeat_timeout_ms) {
+      ++gone;
+    } else {
+      return;  // still working
+    }
+  }
   const int32_t total = options_.num_workers > 0
                             ? options_.num_workers
                             : static_cast<int32_t>(workers_.size());
-  if (finished < total) return;
-  LOG(INFO) << "coordinator: every worker finished; shutting the cluster down";
+  if (finished == 0 || finished + gone < total) return;
+  LOG(INFO) << "coordinator: every worker finished"
+            << (gone > 0 ? " or died" : "") << "; shutting the cluster down";
   BeginShutdown();
 }
 
@@ -663,6 +795,10 @@ void CoordinatorImpl::BeginShutdown() {
 
 void CoordinatorImpl::CheckTimeouts() {
   const auto now = SteadyClock::now();
+  if (resume_pending_recovery_) {
+    resume_pending_recovery_ = false;
+    StartRecovery("the coordinator restarted during a rollback");
+  }
   // A worker silent past the heartbeat timeout is dead: nobody waits for
   // it any more (clock vectors, barriers, shutdown).
   bool died = false;
@@ -678,6 +814,39 @@ void CoordinatorImpl::CheckTimeouts() {
   if (died) {
     PublishWorkers();
     MaybeReleaseBarrier();
+    SaveState();
+  }
+  if (!shutting_down_) MaybeShutDown();
+  // A server silent past the timeout is dead: the job rolls back to the
+  // latest checkpoint with its slots on the survivors.
+  std::vector<int32_t> dead_servers;
+  for (auto& [id, m] : servers_) {
+    if (m.dead || shutting_down_) continue;
+    if (MsSince(m.last_seen) > options_.heartbeat_timeout_ms) {
+      m.dead = true;
+      dead_servers.push_back(id);
+      LOG(WARNING) << "coordinator: server " << id << " silent for "
+                   << MsSince(m.last_seen) << " ms; declared dead";
+    }
+  }
+  if (!dead_servers.empty()) {
+    std::string why = "server";
+    for (int32_t id : dead_servers) why += " " + std::to_string(id);
+    StartRecovery(why + " died");
+  }
+  if (recovery_ && !recovery_->awaiting.empty() &&
+      now >= recovery_->deadline) {
+    StartRecovery("servers did not finish restoring in time");
+  }
+  if (round_ && now >= round_->deadline) {
+    FailCheckpoint(DeadlineExceededError(
+        "the checkpoint was not complete within " +
+        std::to_string(options_.checkpoint_timeout_ms) + " ms"));
+  }
+  if (options_.checkpoint_interval_s > 0 &&
+      now - last_checkpoint_at_ >=
+          std::chrono::duration<double>(options_.checkpoint_interval_s)) {
+    MaybeStartCheckpoint(/*on_demand=*/false);
   }
   for (auto it = changes_.begin(); it != changes_.end();) {
     if (now < it->second.deadline) {
@@ -733,7 +902,495 @@ wire::ClusterState CoordinatorImpl::State() const {
     }
   }
   for (const auto& [name, t] : tables_) c.add_tables(name);
+  c.set_generation(generation_);
+  c.set_last_checkpoint_clock(catalog_.empty() ? -1 : catalog_.back().clock());
+  c.set_checkpoints(static_cast<int32_t>(catalog_.size()));
+  c.set_recovering(recovery_.has_value());
   return c;
 }
 
+// ---------------------------------------------------------- durable state
+
+Status CoordinatorImpl::LoadState() {
+  Result<std::optional<wire::CoordinatorState>> loaded = store_->Load();
+  RETURN_IF_ERROR(loaded.status());
+  if (!loaded->has_value()) return Status::Ok();
+  const wire::CoordinatorState& state = **loaded;
+  if (state.routing().num_slots() != 0 &&
+      state.routing().num_slots() != options_.num_slots) {
+    return FailedPreconditionError(
+        "the state in " + options_.state_dir + " is of a cluster with " +
+        std::to_string(state.routing().num_slots()) + " slots, not " +
+        std::to_string(options_.num_slots));
+  }
+  generation_ = state.generation();
+  routing_ = state.routing();
+  for (const auto& t : state.tables()) tables_[t.name()] = t;
+  next_table_id_ = std::max<uint32_t>(state.next_table_id(), 1);
+  next_worker_id_ = state.next_worker_id();
+  const auto now = SteadyClock::now();
+  for (const auto& pm : state.members()) {
+    Member m;
+    m.id = pm.id();
+    m.role = pm.role();
+    m.endpoint = pm.endpoint();
+    m.state_dir = pm.state_dir();
+    m.finished = pm.finished();
+    m.dead = pm.dead();
+    // Not declared dead: alive until the heartbeat timeout says otherwise.
+    // Each member's first message after the restart tells where it is (its
+    // identity) again.
+    m.last_seen = now;
+    (m.role == wire::ROLE_SERVER ? servers_ : workers_)[m.id] = m;
+  }
+  catalog_.assign(state.catalog().begin(), state.catalog().end());
+  if (state.recovering()) {
+    // Finish the rollback once the loop runs (members reconnect first).
+    resume_pending_recovery_ = true;
+  } else if (generation_ > 0) {
+    // Workers that missed the last rollback's RESUME get it again.
+    wire::Header resume;
+    resume.set_type(wire::RESUME);
+    resume.set_generation(generation_);
+    resume.set_clock(state.resume_clock());
+    *resume.mutable_routing() = routing_;
+    last_resume_ = resume;
+    for (const auto& e : catalog_) {
+      if (e.clock() != state.resume_clock()) continue;
+      for (const auto& w : e.workers()) {
+        last_resume_states_[w.worker_id()] = w.resume_state();
+      }
+    }
+  }
+  LOG(INFO) << "coordinator: resumed the cluster in " << options_.state_dir
+            << ": " << servers_.size() << " server(s), " << workers_.size()
+            << " worker(s), routing epoch " << routing_.epoch()
+            << ", generation " << generation_ << ", " << catalog_.size()
+            << " checkpoint(s)"
+            << (catalog_.empty() ? ""
+                                 : ", latest at clock " +
+                                       std::to_string(catalog_.back().clock()));
+  return Status::Ok();
+}
+
+void CoordinatorImpl::SaveState() {
+  if (!store_) return;
+  wire::CoordinatorState state;
+  state.set_generation(generation_);
+  *state.mutable_routing() = routing_;
+  for (const auto& [name, t] : tables_) *state.add_tables() = t;
+  state.set_next_table_id(next_table_id_);
+  state.set_next_worker_id(next_worker_id_);
+  for (const auto* group : {&servers_, &workers_}) {
+    for (const auto& [id, m] : *group) {
+      auto* pm = state.add_members();
+      pm->set_id(id);
+      pm->set_role(m.role);
+      *pm->mutable_endpoint() = m.endpoint;
+      pm->set_state_dir(m.state_dir);
+      pm->set_finished(m.finished);
+      pm->set_dead(m.dead);
+    }
+  }
+  for (const auto& e : catalog_) *state.add_catalog() = e;
+  state.set_num_workers(options_.num_workers);
+  state.set_recovering(recovery_.has_value());
+  if (last_resume_) state.set_resume_clock(last_resume_->clock());
+  Status s = store_->Save(state);
+  if (!s.ok()) LOG(ERROR) << "coordinator: " << s;
+}
+
+CoordinatorImpl::Member* CoordinatorImpl::FindMember(
+    const wire::Header& h, const std::string& identity) {
+  if (Member* m = FindByIdentity(identity)) return m;
+  // After a restart of the coordinator, members are known by id only; a
+  // heartbeat says which (servers send counters, workers metrics).
+  if (h.type() != wire::HEARTBEAT) return nullptr;
+  auto& group = h.has_counters() ? servers_ : workers_;
+  auto it = group.find(h.member_id());
+  if (it == group.end()) return nullptr;
+  const bool first = it->second.identity.empty();
+  it->second.identity = identity;
+  if (first) {
+    LOG(INFO) << "coordinator: "
+              << (h.has_counters() ? "server " : "worker ") << h.member_id()
+              << " reconnected";
+    // Bring it up to date with what it may have missed.
+    if (h.has_counters()) {
+      PublishRouting();
+      PublishWorkers();
+      if (recovery_ && recovery_->awaiting.count(h.member_id())) {
+        Send(identity, recovery_->message);
+      }
+    }
+    if (round_ && (h.has_counters()
+                       ? round_->awaiting.count(h.member_id()) > 0
+                       : round_->awaiting_workers.count(h.member_id()) > 0)) {
+      Send(identity, round_->message);
+    }
+  }
+  return &it->second;
+}
+
+int64_t CoordinatorImpl::LastCheckpointClock() const {
+  return catalog_.empty() ? -1 : catalog_.back().clock();
+}
+
+// ------------------------------------------------------------ checkpoints
+
+void CoordinatorImpl::MaybeStartCheckpoint(bool on_demand) {
+  if (!store_ || round_ || recovery_ || shutting_down_ ||
+      routing_.epoch() == 0) {
+    return;
+  }
+  if (!on_demand) {
+    // Nothing to save when no server clock moved since the last one.
+    int64_t progress = -1;
+    for (const auto& [id, m] : servers_) {
+      if (!m.dead) progress = std::max(progress, m.counters.min_clock());
+    }
+    if (progress <= LastCheckpointClock()) {
+      last_checkpoint_at_ = SteadyClock::now();
+      return;
+    }
+  }
+  CheckpointRound round;
+  round.id = next_seq_++;
+  round.deadline = SteadyClock::now() +
+                   milliseconds(options_.checkpoint_timeout_ms);
+  wire::Header prepare;
+  prepare.set_type(wire::CHECKPOINT_PREPARE);
+  prepare.set_change_id(round.id);
+  prepare.set_generation(generation_);
+  prepare.set_timeout_ms(kPrepareHoldMs);
+  for (const auto& [id, m] : servers_) {
+    if (m.dead) continue;
+    round.awaiting.insert(id);
+    Send(m.identity, prepare);
+  }
+  round.message = prepare;
+  VLOG(1) << "coordinator: checkpoint round " << round.id << " prepared";
+  round_ = std::move(round);
+  last_checkpoint_at_ = SteadyClock::now();
+}
+
+void CoordinatorImpl::HandleCheckpointRequest(const std::string& identity,
+                                              const wire::Header& h) {
+  if (!store_) {
+    return ReplyStatus(identity, h.seq(),
+                       FailedPreconditionError(
+                           "the coordinator keeps no checkpoints (start it "
+                           "with a state directory)"));
+  }
+  if (recovery_) {
+    return ReplyStatus(
+        identity, h.seq(),
+        UnavailableError("the job is rolling back to a checkpoint; retry"));
+  }
+  if (routing_.epoch() == 0) {
+    return ReplyStatus(identity, h.seq(),
+                       UnavailableError("the servers have not all "
+                                        "registered yet"));
+  }
+  MaybeStartCheckpoint(/*on_demand=*/true);
+  if (!round_) {
+    return ReplyStatus(identity, h.seq(),
+                       UnavailableError("the cluster is shutting down"));
+  }
+  round_->waiters.push_back({identity, h.seq()});
+}
+
+Result<int64_t> CoordinatorImpl::Checkpoint(int64_t timeout_ms) {
+  auto result = std::make_shared<std::promise<Result<int64_t>>>();
+  std::future<Result<int64_t>> done = result->get_future();
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    tasks_.push_back([this, result] {
+      if (!store_) {
+        result->set_value(FailedPreconditionError(
+            "the coordinator keeps no checkpoints (no state_dir)"));
+        return;
+      }
+      MaybeStartCheckpoint(/*on_demand=*/true);
+      if (!round_) {
+        result->set_value(UnavailableError(
+            recovery_ ? "the job is rolling back to a checkpoint"
+                      : "the cluster is not running"));
+        return;
+      }
+      round_->promises.push_back(result);
+    });
+  }
+  wakeup_.Signal();
+  if (done.wait_for(milliseconds(timeout_ms)) != std::future_status::ready) {
+    return DeadlineExceededError("no complete checkpoint within " +
+                                 std::to_string(timeout_ms) + " ms");
+  }
+  try {
+    return done.get();
+  } catch (const std::future_error&) {  // the loop ended before answering
+    return CancelledError("coordinator stopped");
+  }
+}
+
+void CoordinatorImpl::HandleCheckpointAck(const wire::Header& h) {
+  if (!round_ || round_->id != h.change_id() || round_->clock >= 0) return;
+  Status s = StatusFromWire(h);
+  if (!s.ok()) {
+    return FailCheckpoint(Status(
+        s.code(), "server " + std::to_string(h.member_id()) + ": " +
+                      s.message()));
+  }
+  round_->max_clock = std::max(round_->max_clock, h.clock());
+  round_->awaiting.erase(h.member_id());
+  if (!round_->awaiting.empty()) return;
+  // No server has let a push with a timestamp beyond max_clock through
+  // since it was prepared: the cut at max_clock + 1 is one every server can
+  // still take.
+  const int64_t clock = std::max<int64_t>(
+      {round_->max_clock + 1, LastCheckpointClock() + 1, 1});
+  round_->clock = clock;
+  wire::Header commit;
+  commit.set_type(wire::CHECKPOINT_COMMIT);
+  commit.set_change_id(round_->id);
+  commit.set_clock(clock);
+  commit.set_generation(generation_);
+  for (const auto& [id, m] : servers_) {
+    if (m.dead) continue;
+    round_->awaiting.insert(id);
+    Send(m.identity, commit);
+  }
+  for (const auto& [id, m] : workers_) {
+    if (m.finished || m.dead) continue;
+    round_->awaiting_workers.insert(id);
+    Send(m.identity, commit);
+  }
+  round_->message = commit;
+  VLOG(1) << "coordinator: checkpoint round " << round_->id << " at clock "
+          << clock;
+}
+
+void CoordinatorImpl::HandleCheckpointDone(const wire::Header& h) {
+  if (!round_ || round_->clock < 0 || h.clock() != round_->clock ||
+      h.generation() != generation_) {
+    return;
+  }
+  if (h.role() == wire::ROLE_WORKER) {
+    round_->resume_states[h.member_id()] = h.resume_state();
+    round_->awaiting_workers.erase(h.member_id());
+  } else {
+    Status s = StatusFromWire(h);
+    if (!s.ok()) {
+      return FailCheckpoint(Status(
+          s.code(), "server " + std::to_string(h.member_id()) + ": " +
+                        s.message()));
+    }
+    round_->awaiting.erase(h.member_id());
+  }
+  MaybeCompleteCheckpoint();
+}
+
+void CoordinatorImpl::MaybeCompleteCheckpoint() {
+  if (!round_ || round_->clock < 0 || !round_->awaiting.empty() ||
+      !round_->awaiting_workers.empty()) {
+    return;
+  }
+  wire::CoordinatorState::CatalogEntry entry;
+  entry.set_clock(round_->clock);
+  entry.set_generation(generation_);
+  *entry.mutable_routing() = routing_;
+  std::map<int32_t, wire::CheckpointSource> sources;
+  for (int32_t slot = 0; slot < routing_.slot_owner_size(); ++slot) {
+    const int32_t owner = routing_.slot_owner(slot);
+    wire::CheckpointSource& source = sources[owner];
+    source.set_server_id(owner);
+    source.add_slots(slot);
+  }
+  for (auto& [id, source] : sources) {
+    auto m = servers_.find(id);
+    if (m != servers_.end()) source.set_state_dir(m->second.state_dir);
+    *entry.add_sources() = std::move(source);
+  }
+  for (const auto& [id, state] : round_->resume_states) {
+    auto* w = entry.add_workers();
+    w->set_worker_id(id);
+    w->set_resume_state(state);
+  }
+  entry.set_written_unix_ms(UnixMs());
+  catalog_.push_back(std::move(entry));
+  if (catalog_.size() > kCatalogSize) catalog_.erase(catalog_.begin());
+  SaveState();
+  const int64_t clock = round_->clock;
+  LOG(INFO) << "coordinator: checkpoint at clock " << clock << " complete";
+  wire::Header reply;
+  reply.set_type(wire::CONTROL_REPLY);
+  reply.set_clock(clock);
+  for (const Waiter& w : round_->waiters) {
+    reply.set_seq(w.seq);
+    Send(w.identity, reply);
+  }
+  for (auto& p : round_->promises) p->set_value(clock);
+  round_.reset();
+}
+
+void CoordinatorImpl::FailCheckpoint(const Status& s) {
+  if (!round_) return;
+  LOG(WARNING) << "coordinator: checkpoint"
+               << (round_->clock >= 0
+                       ? " at clock " + std::to_string(round_->clock)
+                       : std::string())
+               << " failed: " << s;
+  if (round_->clock < 0) {
+    // Release the holds of the servers that prepared: a commit they cannot
+    // take tells them the round is over.
+    wire::Header commit;
+    commit.set_type(wire::CHECKPOINT_COMMIT);
+    commit.set_change_id(round_->id);
+    commit.set_clock(-1);
+    commit.set_generation(generation_);
+    for (const auto& [id, m] : servers_) {
+      if (!m.dead) Send(m.identity, commit);
+    }
+  }
+  for (const Waiter& w : round_->waiters) ReplyStatus(w.identity, w.seq, s);
+  for (auto& p : round_->promises) p->set_value(s);
+  round_.reset();
+}
+
+// --------------------------------------------------------------- recovery
+
+void CoordinatorImpl::StartRecovery(const std::string& why) {
+  if (routing_.epoch() == 0 || shutting_down_) return;
+  if (round_) FailCheckpoint(AbortedError("a server failed: " + why));
+  // Every wait of the abandoned timeline ends now.
+  for (const auto& [w, id] : barrier_) {
+    ReplyStatus(w.identity, w.seq,
+                AbortedError("the job is rolling back to a checkpoint"));
+  }
+  barrier_.clear();
+  ++generation_;
+  const int64_t clock = LastCheckpointClock() > 0 ? LastCheckpointClock() : 0;
+  std::vector<int32_t> live;
+  for (const auto& [id, m] : servers_) {
+    if (!m.dead) live.push_back(id);
+  }
+  Recovery recovery;
+  recovery.clock = clock;
+  recovery.deadline =
+      SteadyClock::now() + milliseconds(options_.checkpoint_timeout_ms);
+  if (live.empty()) {
+    LOG(ERROR) << "coordinator: " << why
+               << "; no server is left: waiting for one to register";
+    recovery_ = std::move(recovery);
+    SaveState();
+    return;
+  }
+  // The dead servers' slots go to the survivors, least loaded first.
+  std::map<int32_t, int32_t> load;
+  for (int32_t id : live) load[id] = 0;
+  for (int32_t owner : routing_.slot_owner()) {
+    if (load.count(owner)) ++load[owner];
+  }
+  int moved = 0;
+  for (int32_t slot = 0; slot < routing_.slot_owner_size(); ++slot) {
+    if (load.count(routing_.slot_owner(slot))) continue;
+    auto target = std::min_element(
+        load.begin(), load.end(),
+        [](const auto& a, const auto& b) { return a.second < b.second; });
+    routing_.set_slot_owner(slot, target->first);
+    ++target->second;
+    ++moved;
+  }
+  routing_.set_epoch(routing_.epoch() + 1);
+  routing_.clear_servers();
+  for (int32_t id : live) *routing_.add_servers() = servers_[id].endpoint;
+  LOG(WARNING) << "coordinator: " << why << "; rolling back to "
+               << (clock > 0 ? "the checkpoint at clock " +
+                                   std::to_string(clock)
+                             : std::string("the start (no checkpoint yet)"))
+               << ", generation " << generation_ << ", " << moved
+               << " slot(s) moved to the survivors";
+  wire::Header& m = recovery.message;
+  m.set_type(wire::RECOVER);
+  m.set_generation(generation_);
+  m.set_clock(clock);
+  *m.mutable_routing() = routing_;
+  for (const auto& [name, t] : tables_) *m.add_tables() = t;
+  if (clock > 0) {
+    for (const auto& source : catalog_.back().sources()) {
+      *m.add_sources() = source;
+    }
+  }
+  for (const auto& [id, w] : workers_) {
+    if (!w.finished && !w.dead) m.add_worker_ids(id);
+  }
+  for (int32_t id : live) {
+    recovery.awaiting.insert(id);
+    Send(servers_[id].identity, m);
+  }
+  recovery_ = std::move(recovery);
+  SaveState();
+}
+
+void CoordinatorImpl::HandleRecoverAck(const wire::Header& h) {
+  if (!recovery_ || h.generation() != generation_) return;
+  Status s = StatusFromWire(h);
+  if (!s.ok()) {
+    if (!catalog_.empty()) {
+      // That checkpoint cannot be restored: fall back to the one before.
+      LOG(WARNING) << "coordinator: the checkpoint at clock "
+                   << catalog_.back().clock()
+                   << " cannot be restored (server " << h.member_id() << ": "
+                   << s.message() << "); falling back to "
+                   << (catalog_.size() > 1
+                           ? "the one at clock " +
+                                 std::to_string(
+                                     catalog_[catalog_.size() - 2].clock())
+                           : std::string("the start"));
+      catalog_.pop_back();
+      StartRecovery("restore failed");
+    } else {
+      LOG(ERROR) << "coordinator: server " << h.member_id()
+                 << " cannot restart from the start: " << s;
+    }
+    return;
+  }
+  recovery_->awaiting.erase(h.member_id());
+  if (recovery_->awaiting.empty()) FinishRecovery();
+}
+
+void CoordinatorImpl::FinishRecovery() {
+  const int64_t clock = recovery_->clock;
+  // Checkpoints after the one restored belong to the abandoned timeline.
+  while (!catalog_.empty() && catalog_.back().clock() > clock) {
+    catalog_.pop_back();
+  }
+  std::map<int32_t, std::string> states;
+  if (clock > 0 && !catalog_.empty()) {
+    for (const auto& w : catalog_.back().workers()) {
+      states[w.worker_id()] = w.resume_state();
+    }
+  }
+  wire::Header resume;
+  resume.set_type(wire::RESUME);
+  resume.set_generation(generation_);
+  resume.set_clock(clock);
+  *resume.mutable_routing() = routing_;
+  for (const auto& [id, w] : workers_) {
+    if (w.finished || w.dead) continue;
+    auto it = states.find(id);
+    resume.set_resume_state(it == states.end() ? std::string() : it->second);
+    Send(w.identity, resume);
+  }
+  resume.clear_resume_state();
+  last_resume_ = resume;
+  last_resume_states_ = std::move(states);
+  LOG(INFO) << "coordinator: every server restored clock " << clock
+            << "; workers resume (generation " << generation_ << ")";
+  recovery_.reset();
+  last_checkpoint_at_ = SteadyClock::now();
+  SaveState();
+}
+
 }  // namespace ductile
+

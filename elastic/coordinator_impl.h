@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "ductile/coordinator.h"
+#include "elastic/coordinator_store.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
 #include "transport/wakeup.h"
@@ -38,6 +40,7 @@ class CoordinatorImpl final : public Coordinator {
   void Stop() override;
   std::string address() const override { return address_; }
   Status MoveSlot(int32_t slot, int32_t server_id) override;
+  Result<int64_t> Checkpoint(int64_t timeout_ms) override;
 
  private:
   using Time = std::chrono::steady_clock::time_point;
@@ -49,6 +52,7 @@ class CoordinatorImpl final : public Coordinator {
     Time last_seen;
     bool finished = false;
     bool dead = false;  // silent past the heartbeat timeout
+    std::string state_dir;  // servers: their checkpoint store
     wire::Counters counters;
     wire::WorkerMetrics metrics;
   };
@@ -73,6 +77,28 @@ class CoordinatorImpl final : public Coordinator {
     std::set<int32_t> awaiting_workers;  // workers (their caches) likewise
     int64_t max_clock = 0;
     Waiter waiter;
+    Time deadline;
+  };
+  // A checkpoint being taken: prepare (servers report their largest
+  // clock), commit at clock C, then every server writes and every live
+  // worker reports its resume state.
+  struct CheckpointRound {
+    uint64_t id = 0;
+    int64_t clock = -1;  // -1 until committed
+    int64_t max_clock = -1;  // largest push timestamp the servers let in
+    std::set<int32_t> awaiting;          // servers (prepare acks, then dones)
+    std::set<int32_t> awaiting_workers;  // after the commit
+    std::map<int32_t, std::string> resume_states;
+    wire::Header message;  // the prepare, then the commit (for resends)
+    std::vector<Waiter> waiters;  // CHECKPOINT requests
+    std::vector<std::shared_ptr<std::promise<Result<int64_t>>>> promises;
+    Time deadline;
+  };
+  // A rollback under way: servers restore, then workers resume.
+  struct Recovery {
+    int64_t clock = 0;
+    std::set<int32_t> awaiting;  // servers that have not acked
+    wire::Header message;        // the RECOVER sent to each server
     Time deadline;
   };
   struct PendingTable {
@@ -106,6 +132,21 @@ class CoordinatorImpl final : public Coordinator {
   void Send(const std::string& identity, const wire::Header& header);
   void ReplyStatus(const std::string& identity, uint64_t seq, const Status& s);
   int32_t LiveWorkersNeeded() const;
+  // Fault tolerance.
+  Status LoadState();
+  void SaveState();
+  Member* FindMember(const wire::Header& h, const std::string& identity);
+  void MaybeStartCheckpoint(bool on_demand);
+  void HandleCheckpointRequest(const std::string& identity,
+                               const wire::Header& h);
+  void HandleCheckpointAck(const wire::Header& h);
+  void HandleCheckpointDone(const wire::Header& h);
+  void MaybeCompleteCheckpoint();
+  void FailCheckpoint(const Status& s);
+  void StartRecovery(const std::string& why);
+  void HandleRecoverAck(const wire::Header& h);
+  void FinishRecovery();
+  int64_t LastCheckpointClock() const;
 
   const CoordinatorOptions options_;
   zmq::context_t context_{1};
@@ -133,6 +174,18 @@ class CoordinatorImpl final : public Coordinator {
   std::map<int32_t, uint64_t> server_epochs_;        // routing epoch each acked
   std::vector<RoutingWaiter> routing_waiters_;
   std::map<uint64_t, PendingChange> changes_;  // by id
+  // Fault tolerance.
+  std::unique_ptr<CoordinatorStore> store_;  // null without a state_dir
+  uint64_t generation_ = 0;
+  std::vector<wire::CoordinatorState::CatalogEntry> catalog_;  // oldest first
+  std::optional<CheckpointRound> round_;
+  std::optional<Recovery> recovery_;
+  // The last RESUME (without a worker's state) and each worker's state in
+  // it: sent again to a worker whose heartbeat shows an older generation.
+  std::optional<wire::Header> last_resume_;
+  std::map<int32_t, std::string> last_resume_states_;
+  bool resume_pending_recovery_ = false;  // restarted during a rollback
+  Time last_checkpoint_at_{};
   bool shutting_down_ = false;
   Time shutdown_at_{};
 };

@@ -34,6 +34,22 @@ struct CoordinatorOptions {
   // or a barrier) until it is heard from again. Workers send a heartbeat
   // every second. 100 ms - 1 day.
   int64_t heartbeat_timeout_ms = 5000;
+
+  // Fault tolerance (DESIGN.md, "Durability").
+  // Directory of the coordinator's own RocksDB (members, routing, tables,
+  // the checkpoint catalog). A coordinator started on a directory that
+  // holds a cluster's state resumes that cluster: its servers and workers
+  // reconnect and continue. "" = nothing is kept (and no checkpoints).
+  std::string state_dir;
+  // Take a checkpoint each time the server clock has advanced this many
+  // clocks past the previous one. 0 = not by clock.
+  int64_t checkpoint_every_clocks = 0;
+  // Take a checkpoint when this many seconds have passed since the
+  // previous one. 0 = not by time.
+  double checkpoint_interval_s = 0;
+  // How long servers may take to write a checkpoint or restore one before
+  // the attempt is abandoned (and, for a restore, retried). >= 1000.
+  int64_t checkpoint_timeout_ms = 120000;
 };
 
 class Coordinator {
@@ -55,6 +71,12 @@ class Coordinator {
   // routing table (epoch + 1). Only the routing moves: the slot's keys are
   // not copied (resharding with data movement builds on this).
   virtual Status MoveSlot(int32_t slot, int32_t server_id) = 0;
+
+  // Takes a checkpoint now and returns its clock once every server has
+  // written it and every live worker has reported its resume state.
+  // FailedPrecondition without a state_dir; kAborted if a failure or
+  // another checkpoint interfered.
+  virtual Result<int64_t> Checkpoint(int64_t timeout_ms) = 0;
 
  protected:
   Coordinator() = default;

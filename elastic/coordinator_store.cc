@@ -1,0 +1,82 @@
+#include "elastic/coordinator_store.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+
+namespace ductile {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kStateKey[] = "coordinator-state/v1";
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  const std::string text = what + ": " + s.ToString();
+  if (s.IsNoSpace() || text.find("No space left") != std::string::npos) {
+    return ResourceExhaustedError(text + " (the disk is full)");
+  }
+  if (s.IsCorruption()) return FailedPreconditionError(text + " (corrupt)");
+  return FailedPreconditionError(text);
+}
+
+class RocksCoordinatorStore final : public CoordinatorStore {
+ public:
+  RocksCoordinatorStore(std::unique_ptr<rocksdb::DB> db, std::string dir)
+      : db_(std::move(db)), dir_(std::move(dir)) {}
+
+  Result<std::optional<wire::CoordinatorState>> Load() const override {
+    std::string bytes;
+    rocksdb::ReadOptions read;
+    read.verify_checksums = true;
+    rocksdb::Status s = db_->Get(read, kStateKey, &bytes);
+    if (s.IsNotFound()) return std::optional<wire::CoordinatorState>();
+    RETURN_IF_ERROR(FromRocks(s, "cannot read the coordinator state in " + dir_));
+    wire::CoordinatorState state;
+    if (!state.ParseFromString(bytes)) {
+      return FailedPreconditionError("the coordinator state in " + dir_ +
+                                     " is corrupt (unparseable record)");
+    }
+    return std::optional<wire::CoordinatorState>(std::move(state));
+  }
+
+  Status Save(const wire::CoordinatorState& state) override {
+    rocksdb::WriteOptions write;
+    write.sync = true;
+    return FromRocks(db_->Put(write, kStateKey, state.SerializeAsString()),
+                     "cannot save the coordinator state in " + dir_);
+  }
+
+ private:
+  std::unique_ptr<rocksdb::DB> db_;
+  const std::string dir_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
+    const std::string& dir) {
+  if (dir.empty()) return InvalidArgumentError("no coordinator state dir");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return FailedPreconditionError("cannot create the coordinator state "
+                                   "directory " +
+                                   dir + ": " + ec.message());
+  }
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.max_open_files = 64;
+  options.keep_log_file_num = 2;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
+  RETURN_IF_ERROR(FromRocks(s, "cannot open the coordinator state in " + dir));
+  return std::unique_ptr<CoordinatorStore>(
+      new RocksCoordinatorStore(std::unique_ptr<rocksdb::DB>(raw), dir));
+}
+
+}  // namespace ductile

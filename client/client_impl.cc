@@ -27,6 +27,8 @@ constexpr milliseconds kRetryAfter{20};
 constexpr uint64_t kFramePerKeyBytes = 16384;
 // How often deadlines and resends are checked while requests are open.
 constexpr milliseconds kTimerPeriod{10};
+// Barrier and Finish requests unanswered this long are sent again.
+constexpr milliseconds kControlResendAfter{2000};
 // Staleness histogram buckets (the last holds larger values too).
 constexpr size_t kStalenessBuckets = 64;
 
@@ -225,7 +227,9 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
 
 Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   op->Hold();  // the dispatcher's hold, dropped once every part is out
+  if (worker_id_.load() >= 0 && RefuseDuringRecovery(*op)) return Handle(op);
   op->clock = clock_.load();
+  op->generation = generation_.load();
   Result<TableView> table = LookupTable(op->table, op->clock);
   if (!table.ok()) {
     op->Release(table.status());
@@ -320,8 +324,21 @@ void ClientImpl::Enqueue(std::shared_ptr<internal::Operation> op) {
 int64_t ClientImpl::Clock() {
   const int64_t clock = clock_.fetch_add(1) + 1;
   if (worker_id_.load() >= 0) {
+    std::optional<int64_t> report;
+    {
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      // Past a committed checkpoint's clock without a resume state for it
+      // (or one this worker does not keep): report what there is.
+      if (report_clock_ && *report_clock_ < clock) {
+        report = *report_clock_;
+        report_clock_.reset();
+      }
+      if (pending_recovery_) return clock;  // nothing to tell the servers
+    }
+    if (report) ReportResumeState(*report, {});
     auto op = std::make_shared<ClockOperation>();
     op->clock = clock;
+    op->generation = generation_.load();
     op->Hold();
     Enqueue(op);
   }
@@ -362,6 +379,15 @@ Status ClientImpl::Barrier(int64_t timeout_ms) {
   wire::Header request;
   request.set_type(wire::BARRIER);
   request.set_member_id(worker_id_);
+  request.set_generation(generation_.load());
+  {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    if (pending_recovery_) {
+      return AbortedError("the job rolled back to the checkpoint at clock " +
+                          std::to_string(pending_recovery_->clock) +
+                          "; call AwaitRecovery() and resume from there");
+    }
+  }
   Result<wire::Header> reply = Control(request, timeout_ms);
   if (reply.status().code() == StatusCode::kDeadlineExceeded) {
     return DeadlineExceededError("barrier not reached by every worker within " +
@@ -378,7 +404,84 @@ Status ClientImpl::Finish() {
   wire::Header request;
   request.set_type(wire::FINISH);
   request.set_member_id(worker_id_);
+  request.set_generation(generation_.load());
   return Control(request, options_.request_timeout_ms).status();
+}
+
+Result<Client::Recovery> ClientImpl::AwaitRecovery(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(recovery_mu_);
+  if (!recovery_cv_.wait_for(lock, milliseconds(std::max<int64_t>(timeout_ms, 0)),
+                             [&] { return pending_recovery_.has_value(); })) {
+    return DeadlineExceededError("no rollback was announced within " +
+                                 std::to_string(timeout_ms) + " ms");
+  }
+  Recovery r = std::move(*pending_recovery_);
+  pending_recovery_.reset();
+  // States recorded past the checkpoint belong to the abandoned timeline.
+  resume_states_.erase(resume_states_.upper_bound(r.clock),
+                       resume_states_.end());
+  report_clock_.reset();
+  clock_.store(r.clock);
+  cache_.Clear();
+  generation_.store(r.generation);
+  LOG(INFO) << "worker " << worker_id_.load() << ": resuming at clock "
+            << r.clock << " (generation " << r.generation << ")";
+  return r;
+}
+
+void ClientImpl::SetResumeState(std::string state) {
+  const int64_t clock = clock_.load();
+  std::optional<int64_t> report;
+  {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    uses_resume_state_ = true;
+    resume_states_[clock] = std::move(state);
+    // Keep a window: a checkpoint is never far behind the current clock
+    // (its clock lies above every clock the servers had seen).
+    while (resume_states_.size() > 4096) {
+      resume_states_.erase(resume_states_.begin());
+    }
+    if (report_clock_ && *report_clock_ <= clock) {
+      report = *report_clock_;
+      report_clock_.reset();
+    }
+  }
+  if (report) ReportResumeState(*report, {});
+}
+
+std::vector<int32_t> ClientImpl::live_workers() const {
+  std::lock_guard<std::mutex> lock(recovery_mu_);
+  return live_workers_;
+}
+
+bool ClientImpl::RefuseDuringRecovery(internal::Operation& op) {
+  std::lock_guard<std::mutex> lock(recovery_mu_);
+  if (!pending_recovery_) return false;
+  op.Release(AbortedError(
+      "the job rolled back to the checkpoint at clock " +
+      std::to_string(pending_recovery_->clock) +
+      "; call AwaitRecovery() and resume from there"));
+  return true;
+}
+
+// Sends this worker's resume state at `clock` (looked up when `state` is
+// empty) to the coordinator, from any thread.
+void ClientImpl::ReportResumeState(int64_t clock, const std::string& state) {
+  auto op = std::make_shared<NoticeOperation>();
+  op->message.set_type(wire::CHECKPOINT_DONE);
+  op->message.set_role(wire::ROLE_WORKER);
+  op->message.set_member_id(worker_id_.load());
+  op->message.set_clock(clock);
+  op->message.set_generation(generation_.load());
+  if (!state.empty()) {
+    op->message.set_resume_state(state);
+  } else {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    auto it = resume_states_.find(clock);
+    if (it != resume_states_.end()) op->message.set_resume_state(it->second);
+  }
+  op->Hold();
+  Enqueue(op);
 }
 
 // -------------------------------------------------------------- I/O thread
@@ -472,7 +575,17 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
       control->Release(s);
       return;
     }
+    if (control->request.type() == wire::BARRIER ||
+        control->request.type() == wire::FINISH) {
+      control->resend_at = SteadyClock::now() + kControlResendAfter;
+    }
     controls_[seq] = control;
+    return;
+  }
+  if (auto notice = std::dynamic_pointer_cast<NoticeOperation>(op)) {
+    OutMessage out;
+    out.AddString(notice->message.SerializeAsString());
+    notice->Release(SendMessage(coordinator_, std::move(out)));
     return;
   }
   if (auto clock = std::dynamic_pointer_cast<ClockOperation>(op)) {
@@ -482,6 +595,7 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
     header.set_type(wire::CLOCK);
     header.set_worker_id(worker_id_.load());
     header.set_clock(clock->clock);
+    header.set_generation(clock->generation);
     const std::string bytes = header.SerializeAsString();
     for (auto& [id, conn] : servers_) {
       OutMessage out;
@@ -584,6 +698,7 @@ void ClientImpl::SendPart(Part& part) {
   header.set_table_id(op.table);
   header.set_epoch(routing_.epoch());
   header.set_clock(op.clock);
+  header.set_generation(op.generation);
   header.set_num_keys(static_cast<uint32_t>(count));
   header.set_has_lengths(variable);
   header.set_done_below(DoneBelow());
@@ -785,6 +900,14 @@ void ClientImpl::HandleTimers() {
     part.op->Release();  // the old part's hold, after the new parts took theirs
   }
   for (auto it = controls_.begin(); it != controls_.end();) {
+    ControlOperation& c = *it->second;
+    if (c.resend_at != SteadyTime{} && now >= c.resend_at &&
+        now < c.deadline) {
+      c.resend_at = now + kControlResendAfter;
+      OutMessage out;
+      out.AddString(c.request.SerializeAsString());
+      SendMessage(coordinator_, std::move(out)).IgnoreError();
+    }
     if (now >= it->second->deadline) {
       it->second->Release(DeadlineExceededError(
           "no answer from the coordinator at " + options_.coordinator_address));
@@ -805,6 +928,16 @@ void ClientImpl::HandleControlReply(InMessage& message) {
   if (header.type() == wire::CONSISTENCY_PREPARE ||
       header.type() == wire::CONSISTENCY_COMMIT) {
     return HandleConsistencyChange(header);
+  }
+  if (header.type() == wire::RESUME) return HandleResume(header);
+  if (header.type() == wire::CHECKPOINT_COMMIT) {
+    return HandleCheckpointCommit(header);
+  }
+  if (header.type() == wire::WORKERS_UPDATE) {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    live_workers_.assign(header.worker_ids().begin(),
+                         header.worker_ids().end());
+    return;
   }
   if (header.type() != wire::CONTROL_REPLY) return;
   auto it = controls_.find(header.seq());
@@ -844,12 +977,51 @@ void ClientImpl::HandleConsistencyChange(const wire::Header& header) {
   SendMessage(coordinator_, std::move(out)).IgnoreError();
 }
 
+void ClientImpl::HandleResume(const wire::Header& header) {
+  {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    const uint64_t known = pending_recovery_ ? pending_recovery_->generation
+                                             : generation_.load();
+    if (header.generation() <= known) return;  // old news
+    Recovery r;
+    r.clock = header.clock();
+    r.generation = header.generation();
+    r.resume_state = header.resume_state();
+    pending_recovery_ = std::move(r);
+  }
+  LOG(WARNING) << "worker " << worker_id_.load()
+               << ": the job rolls back to clock " << header.clock()
+               << " (generation " << header.generation() << ")";
+  // Whatever was in flight belongs to the abandoned timeline.
+  FailAll(AbortedError("the job rolled back to the checkpoint at clock " +
+                       std::to_string(header.clock()) +
+                       "; call AwaitRecovery() and resume from there"));
+  cache_.Clear();
+  recovery_cv_.notify_all();
+}
+
+void ClientImpl::HandleCheckpointCommit(const wire::Header& header) {
+  const int64_t clock = header.clock();
+  bool now_ = false;
+  {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    if (header.generation() != generation_.load()) return;
+    // Report at once if this worker keeps no resume state, or has one for
+    // that clock already, or is past it; otherwise when it gets there.
+    now_ = !uses_resume_state_ || resume_states_.count(clock) > 0 ||
+           clock_.load() > clock;
+    if (!now_) report_clock_ = clock;
+  }
+  if (now_) ReportResumeState(clock, {});
+}
+
 void ClientImpl::SendHeartbeat() {
   const int32_t id = worker_id_.load();
   if (id < 0) return;
   wire::Header hb;
   hb.set_type(wire::HEARTBEAT);
   hb.set_member_id(id);
+  hb.set_generation(generation_.load());
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     wire::WorkerMetrics* m = hb.mutable_metrics();

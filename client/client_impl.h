@@ -11,7 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <condition_variable>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -43,6 +45,7 @@ struct DataOperation : internal::Operation {
   std::span<const uint32_t> lengths;
   std::vector<uint64_t> offsets;  // variable width: float offset of key i
   int64_t clock = 0;
+  uint64_t generation = 0;  // the job's generation when submitted
   SteadyTime deadline;
   // Largest wait at a server among this call's replies so far (I/O thread):
   // the parts wait side by side, so the call waited that long.
@@ -58,6 +61,13 @@ struct DataOperation : internal::Operation {
 // Clock(): tell every server this worker's new clock.
 struct ClockOperation : internal::Operation {
   int64_t clock = 0;
+  uint64_t generation = 0;
+};
+
+// A message to the coordinator that needs no answer (a worker's resume
+// state for a checkpoint).
+struct NoticeOperation : internal::Operation {
+  wire::Header message;
 };
 
 // A request to the coordinator; `reply` is filled before completion.
@@ -65,6 +75,9 @@ struct ControlOperation : internal::Operation {
   wire::Header request;
   wire::Header reply;
   SteadyTime deadline;
+  // Barrier and Finish are sent again while unanswered: a coordinator that
+  // restarted lost them (the coordinator takes a resent one as the same).
+  SteadyTime resend_at{};
 };
 
 class ClientImpl final : public Client {
@@ -96,6 +109,9 @@ class ClientImpl final : public Client {
   int64_t clock() const override { return clock_.load(); }
   Status Barrier(int64_t timeout_ms) override;
   Status Finish() override;
+  Result<Recovery> AwaitRecovery(int64_t timeout_ms) override;
+  void SetResumeState(std::string state) override;
+  std::vector<int32_t> live_workers() const override;
   int32_t worker_id() const override { return worker_id_; }
   int32_t num_workers() const override { return num_workers_; }
 
@@ -168,6 +184,13 @@ class ClientImpl final : public Client {
   void FinishPart(uint64_t seq, const Status& status);
   uint64_t DoneBelow() const;
   void FailAll(const Status& status);
+  // Fault tolerance (I/O thread).
+  void HandleResume(const wire::Header& header);
+  void HandleCheckpointCommit(const wire::Header& header);
+  void ReportResumeState(int64_t clock, const std::string& state);
+  // True (and `op` released with kAborted) while a rollback is announced
+  // and not yet taken by AwaitRecovery.
+  bool RefuseDuringRecovery(internal::Operation& op);
 
   // Constant after construction.
   const ClientOptions options_;
@@ -185,6 +208,18 @@ class ClientImpl final : public Client {
   std::deque<std::shared_ptr<internal::Operation>> queue_;  // guarded
 
   ParamCache cache_;
+
+  // Fault tolerance. `generation_` stamps every request: the generation
+  // the caller has resumed in (AwaitRecovery moves it).
+  std::atomic<uint64_t> generation_{0};
+  mutable std::mutex recovery_mu_;
+  std::condition_variable recovery_cv_;
+  std::optional<Recovery> pending_recovery_;      // guarded by recovery_mu_
+  std::map<int64_t, std::string> resume_states_;  // guarded by recovery_mu_
+  bool uses_resume_state_ = false;                // guarded by recovery_mu_
+  // A committed checkpoint whose state this worker has not reported yet.
+  std::optional<int64_t> report_clock_;  // guarded by recovery_mu_
+  std::vector<int32_t> live_workers_;    // guarded by recovery_mu_
 
   mutable std::mutex stats_mu_;
   ClientStats stats_;  // guarded by stats_mu_

@@ -211,6 +211,40 @@ class Client {
   // Consistency metrics observed so far (thread-safe).
   virtual ClientStats stats() const = 0;
 
+  // ---- Fault tolerance (DESIGN.md, "Durability").
+  //
+  // When a server fails, the job rolls back to its latest checkpoint at
+  // clock C. This worker's calls in flight then fail with kAborted, and so
+  // does every data call and Barrier() until the caller takes the
+  // recovery with AwaitRecovery(), which sets clock() to C and returns the
+  // resume state this worker recorded at C (see SetResumeState). A typical
+  // loop:
+  //
+  //   Status s = Step(client);
+  //   if (!s.ok()) {
+  //     Result<Recovery> r = client.AwaitRecovery(30000);
+  //     if (!r.ok()) return s;           // a real error, not a rollback
+  //     cursor = RestoreFrom(r->resume_state);
+  //     continue;                        // at clock r->clock
+  //   }
+  struct Recovery {
+    int64_t clock = 0;        // resume at this clock
+    uint64_t generation = 0;  // the job's generation from now on
+    // What SetResumeState recorded at `clock` ("" if nothing was, e.g. at
+    // clock 0 when there was no checkpoint yet).
+    std::string resume_state;
+  };
+  // Waits up to `timeout_ms` for a rollback announced by the coordinator
+  // and takes it. kDeadlineExceeded if none comes.
+  virtual Result<Recovery> AwaitRecovery(int64_t timeout_ms) = 0;
+  // Records what this worker needs to resume at the current clock (its
+  // data position, say), before the work of that clock. The coordinator
+  // keeps it with every checkpoint taken at this clock.
+  virtual void SetResumeState(std::string state) = 0;
+  // The workers that are alive and not finished, ascending (as last
+  // published by the coordinator; this worker included).
+  virtual std::vector<int32_t> live_workers() const = 0;
+
   // Worker id assigned by the coordinator (-1 when not registered as one).
   virtual int32_t worker_id() const = 0;
   // Number of workers registered when this client connected.

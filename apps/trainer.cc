@@ -1,10 +1,12 @@
 #include "apps/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,9 @@ class Progress {
   }
 
   void Start() { start_ = window_start_ = SteadyClock::now(); }
+  // The lowest live worker leads: another takes over when it dies.
+  void set_lead(bool lead) { lead_ = lead; }
+  bool lead() const { return lead_; }
 
   // After each step; prints every `every` steps (and when `force`).
   void Step(int epoch, int64_t clock, double loss, size_t samples,
@@ -138,6 +143,97 @@ Status CheckLoss(double loss, int epoch, int64_t clock) {
       "training diverged at epoch " + std::to_string(epoch + 1) + ", clock " +
       std::to_string(clock) + " (loss " + std::to_string(loss) +
       "); lower --learning_rate");
+}
+
+// --------------------------------------------------------- fault tolerance
+
+// Where one worker is in the data: a cursor over its share of each epoch,
+// the share taken among the workers alive when the epoch starts (so a dead
+// worker's share goes to the survivors from the next epoch on), recorded
+// with every clock for checkpoints and restored after a rollback.
+class DataPosition {
+ public:
+  DataPosition(Client& client, uint64_t num_samples, uint64_t seed)
+      : client_(client), num_samples_(num_samples), seed_(seed) {}
+
+  // A cursor at the start of `epoch` over this worker's share among the
+  // live workers.
+  Status StartEpoch(uint64_t epoch) {
+    int rank = client_.worker_id(), world = client_.num_workers();
+    const std::vector<int32_t> live = client_.live_workers();
+    auto self = std::find(live.begin(), live.end(), client_.worker_id());
+    if (self != live.end()) {
+      rank = static_cast<int>(self - live.begin());
+      world = static_cast<int>(live.size());
+    }
+    DataCursorState state;
+    state.num_samples = num_samples_;
+    state.seed = seed_;
+    state.rank = rank;
+    state.world_size = world;
+    state.epoch = epoch;
+    Result<DataCursor> cursor = DataCursor::Restore(state);
+    RETURN_IF_ERROR(cursor.status());
+    cursor_ = std::move(*cursor);
+    return Status::Ok();
+  }
+
+  // After a rollback: back to the state recorded at the checkpoint's clock
+  // (the start, when there was none).
+  Status Restore(const std::string& saved) {
+    if (saved.empty()) return StartEpoch(0);
+    Result<DataCursorState> state = DataCursorState::FromString(saved);
+    RETURN_IF_ERROR(state.status());
+    Result<DataCursor> cursor = DataCursor::Restore(*state);
+    RETURN_IF_ERROR(cursor.status());
+    cursor_ = std::move(*cursor);
+    return Status::Ok();
+  }
+
+  // Records where the next step starts, for a checkpoint at this clock.
+  void Record() { client_.SetResumeState(cursor_->Save().ToString()); }
+
+  DataCursor& cursor() { return *cursor_; }
+
+ private:
+  Client& client_;
+  const uint64_t num_samples_;
+  const uint64_t seed_;
+  std::optional<DataCursor> cursor_;
+};
+
+// A step failed: if it is because the job rolls back (a server died),
+// waits for the rollback and restores the data position; otherwise, or if
+// no rollback comes, returns the step's error.
+Status RecoverOrFail(Client& client, const Status& failed, DataPosition& data,
+                     bool lead) {
+  const StatusCode code = failed.code();
+  int64_t wait_ms = 0;
+  if (code == StatusCode::kAborted) {
+    wait_ms = 300000;  // a rollback was announced: restoring may be slow
+  } else if (code == StatusCode::kDeadlineExceeded ||
+             code == StatusCode::kUnavailable) {
+    wait_ms = 10000;  // maybe a server died and nobody has said so yet
+  } else {
+    return failed;
+  }
+  Result<Client::Recovery> r = client.AwaitRecovery(wait_ms);
+  if (!r.ok()) return failed;
+  RETURN_IF_ERROR(data.Restore(r->resume_state));
+  if (lead) {
+    std::printf("rolled back to the checkpoint at clock %lld after a "
+                "failure (%s); resuming at epoch %llu\n",
+                static_cast<long long>(r->clock), failed.message().c_str(),
+                static_cast<unsigned long long>(data.cursor().epoch() + 1));
+    std::fflush(stdout);
+  }
+  return Status::Ok();
+}
+
+bool IsLead(const Client& client) {
+  const std::vector<int32_t> live = client.live_workers();
+  return live.empty() ? client.worker_id() == 0
+                      : live.front() == client.worker_id();
 }
 
 // ------------------------------------------------------------ classifiers
@@ -333,10 +429,9 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   }
   ParamTensors tensors;
   RETURN_IF_ERROR(tensors.Register(client, o, model->Blocks()));
-  Result<DataCursor> cursor =
-      DataCursor::Create(train->num_samples, rank, world, o.seed);
-  RETURN_IF_ERROR(cursor.status());
   RETURN_IF_ERROR(client.Barrier());
+  DataPosition data(client, train->num_samples, o.seed);
+  RETURN_IF_ERROR(data.StartEpoch(0));
 
   std::vector<float> params(model->num_params()), grad(model->num_params());
   // Where the model allows reads one step old (async, SSP with s >= 1), the
@@ -356,7 +451,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     }
   } wait_on_exit{next_pull};
   const uint64_t steps_per_epoch =
-      (cursor->share_size() + o.batch_size - 1) / o.batch_size;
+      (data.cursor().share_size() + o.batch_size - 1) / o.batch_size;
   Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
   RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
   if (lead) {
@@ -374,46 +469,63 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   int64_t samples_done = 0;
   uint64_t step = 0;
   bool stop = false;
-  for (int epoch = 0; epoch < o.epochs && !stop; ++epoch) {
-    for (uint64_t s = 0; s < steps_per_epoch && !stop; ++s) {
-      // The last batch of an epoch may be short; the cursor then moves on.
-      const size_t left = cursor->share_size() - cursor->position();
-      cursor->Next(std::min<size_t>(o.batch_size, left), &batch);
-      if (!prefetch) {
-        RETURN_IF_ERROR(tensors.Pull(client, params));
-      } else {
-        if (next_pull.empty())
-          next_pull = tensors.PullAsync(client, next_params);
-        RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
-        params.swap(next_params);
-        // Issued at this clock, before this step's push: a pull this model
-        // allows, overlapping the gradient computation below.
-        next_pull = tensors.PullAsync(client, next_params);
-      }
-      Result<float> loss = model->LossAndGradient(params, *train, batch, grad);
-      RETURN_IF_ERROR(loss.status());
-      RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
-      RETURN_IF_ERROR(tensors.Push(client, grad));
-      client.Clock();
-      ++step;
-      samples_done += static_cast<int64_t>(batch.size());
-      stop = o.max_samples > 0 && samples_done >= o.max_samples;
-      progress.Step(epoch, client.clock(), *loss, batch.size(), step,
-                    o.log_every, stop);
+  // One step: pull, gradient, push, clock; at an epoch's end, the test
+  // accuracy and the next epoch's share of the data.
+  auto run_step = [&]() -> Status {
+    DataCursor& cursor = data.cursor();
+    const int epoch = static_cast<int>(cursor.epoch());
+    data.Record();
+    // The last batch of an epoch may be short; the cursor then moves on.
+    const size_t left = cursor.share_size() - cursor.position();
+    cursor.Next(std::min<size_t>(o.batch_size, left), &batch);
+    if (!prefetch) {
+      RETURN_IF_ERROR(tensors.Pull(client, params));
+    } else {
+      if (next_pull.empty()) next_pull = tensors.PullAsync(client, next_params);
+      RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
+      params.swap(next_params);
+      // Issued at this clock, before this step's push: a pull this model
+      // allows, overlapping the gradient computation below.
+      next_pull = tensors.PullAsync(client, next_params);
     }
-    if (lead && !stop) {
+    Result<float> loss = model->LossAndGradient(params, *train, batch, grad);
+    RETURN_IF_ERROR(loss.status());
+    RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+    RETURN_IF_ERROR(tensors.Push(client, grad));
+    client.Clock();
+    ++step;
+    samples_done += static_cast<int64_t>(batch.size());
+    stop = o.max_samples > 0 && samples_done >= o.max_samples;
+    progress.set_lead(IsLead(client));
+    progress.Step(epoch, client.clock(), *loss, batch.size(), step,
+                  o.log_every, stop);
+    if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
+    if (progress.lead()) {
       std::vector<float> current(model->num_params());
       RETURN_IF_ERROR(tensors.Pull(client, current));
       Result<double> accuracy = model->Accuracy(current, *test);
       RETURN_IF_ERROR(accuracy.status());
       progress.Epoch(epoch, client.clock(), "test accuracy", *accuracy);
     }
+    return data.StartEpoch(cursor.epoch());
+  };
+  while (true) {
+    const bool training =
+        !stop && data.cursor().epoch() < static_cast<uint64_t>(o.epochs);
+    // After the last step, every worker's last push is in before the final
+    // evaluation.
+    Status s = training ? run_step() : client.Barrier();
+    if (s.ok() && !training) break;
+    if (s.ok()) continue;
+    // A prefetch in flight belongs to the step that failed.
+    ParamTensors::WaitAll(next_pull).IgnoreError();
+    next_pull.clear();
+    RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
+    stop = false;
   }
   // The prefetch in flight reads into next_params: finish it first.
   if (!next_pull.empty()) RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
-  // Every worker's last push is in before the final evaluation.
-  RETURN_IF_ERROR(client.Barrier());
-  if (!lead) return Status::Ok();
+  if (!IsLead(client)) return Status::Ok();
   RETURN_IF_ERROR(tensors.Pull(client, params));
   Result<double> accuracy = model->Accuracy(params, *test);
   RETURN_IF_ERROR(accuracy.status());
@@ -466,13 +578,12 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     RETURN_IF_ERROR(id.status());
     tables[i] = *id;
   }
-  Result<DataCursor> cursor =
-      DataCursor::Create(data.train.size(), rank, world, o.seed);
-  RETURN_IF_ERROR(cursor.status());
   RETURN_IF_ERROR(client.Barrier());
+  DataPosition position(client, data.train.size(), o.seed);
+  RETURN_IF_ERROR(position.StartEpoch(0));
 
   const uint64_t steps_per_epoch =
-      (cursor->share_size() + o.batch_size - 1) / o.batch_size;
+      (position.cursor().share_size() + o.batch_size - 1) / o.batch_size;
   Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
   RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
   std::vector<uint64_t> test_rows, test_cols;
@@ -501,37 +612,50 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, test_cols, &tv));
     return model.Rmse(data.test, tu, tv);
   };
-  for (int epoch = 0; epoch < o.epochs && !stop; ++epoch) {
-    for (uint64_t s = 0; s < steps_per_epoch && !stop; ++s) {
-      const size_t left = cursor->share_size() - cursor->position();
-      cursor->Next(std::min<size_t>(o.batch_size, left), &indices);
-      batch.clear();
-      for (size_t i : indices) batch.push_back(data.train[i]);
-      MfModel::TouchedKeys(batch, &rows, &cols);
-      RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, rows, &u));
-      RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, cols, &v));
-      Result<float> loss = model.LossAndGradient(batch, u, v, &u_grad, &v_grad);
-      RETURN_IF_ERROR(loss.status());
-      RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
-      Handle pu = client.PushAsync(tables[0], u_grad.ids, u_grad.values);
-      Handle pv = client.PushAsync(tables[1], v_grad.ids, v_grad.values);
-      RETURN_IF_ERROR(pu.Wait());
-      RETURN_IF_ERROR(pv.Wait());
-      client.Clock();
-      ++step;
-      samples_done += static_cast<int64_t>(batch.size());
-      stop = o.max_samples > 0 && samples_done >= o.max_samples;
-      progress.Step(epoch, client.clock(), *loss, batch.size(), step,
-                    o.log_every, stop);
-    }
-    if (lead && !stop) {
+  auto run_step = [&]() -> Status {
+    DataCursor& cursor = position.cursor();
+    const int epoch = static_cast<int>(cursor.epoch());
+    position.Record();
+    const size_t left = cursor.share_size() - cursor.position();
+    cursor.Next(std::min<size_t>(o.batch_size, left), &indices);
+    batch.clear();
+    for (size_t i : indices) batch.push_back(data.train[i]);
+    MfModel::TouchedKeys(batch, &rows, &cols);
+    RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, rows, &u));
+    RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, cols, &v));
+    Result<float> loss = model.LossAndGradient(batch, u, v, &u_grad, &v_grad);
+    RETURN_IF_ERROR(loss.status());
+    RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+    Handle pu = client.PushAsync(tables[0], u_grad.ids, u_grad.values);
+    Handle pv = client.PushAsync(tables[1], v_grad.ids, v_grad.values);
+    Status su = pu.Wait(), sv = pv.Wait();
+    RETURN_IF_ERROR(su);
+    RETURN_IF_ERROR(sv);
+    client.Clock();
+    ++step;
+    samples_done += static_cast<int64_t>(batch.size());
+    stop = o.max_samples > 0 && samples_done >= o.max_samples;
+    progress.set_lead(IsLead(client));
+    progress.Step(epoch, client.clock(), *loss, batch.size(), step,
+                  o.log_every, stop);
+    if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
+    if (progress.lead()) {
       Result<double> rmse = test_rmse();
       RETURN_IF_ERROR(rmse.status());
       progress.Epoch(epoch, client.clock(), "test RMSE", *rmse);
     }
+    return position.StartEpoch(cursor.epoch());
+  };
+  while (true) {
+    const bool training =
+        !stop && position.cursor().epoch() < static_cast<uint64_t>(o.epochs);
+    Status s = training ? run_step() : client.Barrier();
+    if (s.ok() && !training) break;
+    if (s.ok()) continue;
+    RETURN_IF_ERROR(RecoverOrFail(client, s, position, progress.lead()));
+    stop = false;
   }
-  RETURN_IF_ERROR(client.Barrier());
-  if (!lead) return Status::Ok();
+  if (!IsLead(client)) return Status::Ok();
   Result<double> rmse = test_rmse();
   RETURN_IF_ERROR(rmse.status());
   std::printf(

@@ -6,11 +6,14 @@
 //   ductile worker       a worker running a built-in app
 //   ductile status       members, epoch, slots and counters of a cluster
 //   ductile shutdown     stops a running cluster
+//   ductile checkpoint   takes a checkpoint of a running cluster now
 //
 // Flags are read here only, and copied into each component's Options.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -26,7 +29,8 @@
 
 // Cluster.
 DEFINE_string(coordinator, "tcp://127.0.0.1:7000",
-              "coordinator address (server, worker, status, shutdown)");
+              "coordinator address (server, worker, status, shutdown, "
+              "checkpoint)");
 DEFINE_string(listen, "tcp://127.0.0.1:7000",
               "coordinator: address to listen on (port 0 picks one)");
 DEFINE_string(address_file, "",
@@ -41,8 +45,37 @@ DEFINE_string(host, "127.0.0.1",
               "server: interface to listen on and advertise");
 DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
 DEFINE_int32(server_id, -1, "server: ask for this id (-1: any)");
-DEFINE_int64(timeout_ms, 60000, "request and connect timeout in milliseconds");
+DEFINE_int64(timeout_ms, 60000,
+             "request and connect timeout in milliseconds; checkpoint: how "
+             "long to wait for the checkpoint to complete");
 DEFINE_bool(verbose, false, "local: show the cluster processes' INFO logs");
+
+// Fault tolerance.
+DEFINE_string(state_dir, "",
+              "durable state. coordinator: its RocksDB directory (a "
+              "coordinator started on a previous run's state resumes it); "
+              "server: base directory of the checkpoint stores, shared by "
+              "all servers; local: base directory of the whole cluster's "
+              "state (default: a temporary directory removed at exit)");
+DEFINE_int64(checkpoint_every, 0,
+             "coordinator, local: take a checkpoint every this many clocks "
+             "(0: not by clock; local without this flag or "
+             "--checkpoint_interval_s: 100)");
+DEFINE_double(checkpoint_interval_s, 0,
+              "coordinator, local: take a checkpoint when this many seconds "
+              "have passed since the last one (0: not by time)");
+DEFINE_int64(checkpoint_timeout_ms, 120000,
+             "coordinator, local: how long servers may take to write or "
+             "restore a checkpoint before the attempt is abandoned");
+DEFINE_int32(keep_checkpoints, 3,
+             "server, local: checkpoint versions each server keeps");
+DEFINE_string(kill_schedule, "",
+              "local: SIGKILL cluster processes as the job runs, for fault "
+              "tolerance tests. Comma-separated items: server:ID@clock=N, "
+              "worker:ID@clock=N, coordinator@clock=N, random:K (K kills at "
+              "random clocks from 10 to the job's estimated length, drawn "
+              "with --seed) or random:K@clock=A-B. Killed servers and "
+              "coordinators are restarted, killed workers are not");
 
 // App.
 DEFINE_string(app, "fmnist-logreg",
@@ -97,6 +130,8 @@ constexpr char kUsage[] =
     "  status       print a running cluster's members and counters "
     "(--coordinator)\n"
     "  shutdown     stop a running cluster (--coordinator)\n"
+    "  checkpoint   take a checkpoint of a running cluster now and print its "
+    "clock (--coordinator, --timeout_ms)\n"
     "apps: fmnist-logreg, fmnist-mlp, mf\n"
     "`ductile --help` lists every flag.";
 
@@ -111,13 +146,50 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, n) : std::string("ductile");
 }
 
+// Checks the fault-tolerance flags `command` uses.
+ductile::Status ValidateCheckpointFlags(const std::string& command) {
+  if (command == "coordinator" || command == "local") {
+    if (FLAGS_checkpoint_every < 0) {
+      return ductile::InvalidArgumentError(
+          "--checkpoint_every must be >= 0 (0: not by clock)");
+    }
+    if (!std::isfinite(FLAGS_checkpoint_interval_s) ||
+        FLAGS_checkpoint_interval_s < 0) {
+      return ductile::InvalidArgumentError(
+          "--checkpoint_interval_s must be a number of seconds >= 0 (0: not "
+          "by time)");
+    }
+    if (FLAGS_checkpoint_timeout_ms < 1000) {
+      return ductile::InvalidArgumentError(
+          "--checkpoint_timeout_ms must be >= 1000");
+    }
+  }
+  if (command == "coordinator" && FLAGS_state_dir.empty() &&
+      (FLAGS_checkpoint_every > 0 || FLAGS_checkpoint_interval_s > 0)) {
+    return ductile::InvalidArgumentError(
+        "--checkpoint_every and --checkpoint_interval_s need --state_dir "
+        "(where the coordinator keeps the checkpoint catalog)");
+  }
+  if ((command == "server" || command == "local") &&
+      FLAGS_keep_checkpoints < 1) {
+    return ductile::InvalidArgumentError("--keep_checkpoints must be >= 1");
+  }
+  return ductile::Status::Ok();
+}
+
 int RunCoordinator() {
+  ductile::Status valid = ValidateCheckpointFlags("coordinator");
+  if (!valid.ok()) return Fail(valid);
   ductile::CoordinatorOptions o;
   o.bind_address = FLAGS_listen;
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.num_slots = FLAGS_slots;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
+  o.state_dir = FLAGS_state_dir;
+  o.checkpoint_every_clocks = FLAGS_checkpoint_every;
+  o.checkpoint_interval_s = FLAGS_checkpoint_interval_s;
+  o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_ms;
   auto coordinator = ductile::Coordinator::Start(o);
   if (!coordinator.ok()) return Fail(coordinator.status());
   if (!FLAGS_address_file.empty()) {
@@ -135,12 +207,16 @@ int RunCoordinator() {
 }
 
 int RunServer() {
+  ductile::Status valid = ValidateCheckpointFlags("server");
+  if (!valid.ok()) return Fail(valid);
   ductile::ServerOptions o;
   o.coordinator_address = FLAGS_coordinator;
   o.host = FLAGS_host;
   o.port = FLAGS_port;
   o.requested_id = FLAGS_server_id;
   o.connect_timeout_ms = FLAGS_timeout_ms;
+  o.state_dir = FLAGS_state_dir;
+  o.keep_checkpoints = FLAGS_keep_checkpoints;
   auto server = ductile::Server::Start(o);
   if (!server.ok()) return Fail(server.status());
   ductile::Status s = (*server)->Wait();
@@ -254,15 +330,81 @@ int RunShutdown() {
   return s.ok() ? 0 : Fail(s);
 }
 
+int RunCheckpoint() {
+  ductile::Result<int64_t> clock =
+      ductile::RequestCheckpoint(FLAGS_coordinator, FLAGS_timeout_ms);
+  if (!clock.ok()) return Fail(clock.status());
+  std::printf("checkpoint at clock %lld\n", static_cast<long long>(*clock));
+  return 0;
+}
+
+// The job's expected length in clocks (steps per worker), where random
+// kills are spread; 0 when it cannot be told. An estimate: a worker killed
+// on the way leaves more steps to the others.
+int64_t EstimateJobClocks() {
+  if (FLAGS_workers < 1 || FLAGS_batch_size < 1 || FLAGS_epochs < 1) return 0;
+  // Training samples per epoch, all workers together: Fashion-MNIST's
+  // training set, or the observed entries of the mf matrix less the tenth
+  // that MakeLowRankData sets aside for testing.
+  const double samples = FLAGS_app == "mf"
+                             ? static_cast<double>(FLAGS_mf_rows) *
+                                   static_cast<double>(FLAGS_mf_cols) *
+                                   FLAGS_mf_observed * 0.9
+                             : 60000.0;
+  const double share = std::ceil(samples / FLAGS_workers);
+  double steps = FLAGS_epochs * std::ceil(share / FLAGS_batch_size);
+  if (FLAGS_max_samples > 0) {
+    steps = std::min(steps, std::ceil(static_cast<double>(FLAGS_max_samples) /
+                                      FLAGS_batch_size));
+  }
+  return std::isfinite(steps) && steps < 1e15 ? static_cast<int64_t>(steps) : 0;
+}
+
+// Forwards the flag `name` as "--name=value".
+// `ductile local`'s checkpoint interval when none is given, in clocks.
+constexpr int64_t kLocalCheckpointEvery = 100;
+
+std::string Forward(const char* name) {
+  std::string value;
+  gflags::GetCommandLineOption(name, &value);
+  return std::string("--") + name + "=" + value;
+}
+
 int RunLocal() {
+  ductile::Status valid = ValidateCheckpointFlags("local");
+  if (!valid.ok()) return Fail(valid);
   ductile::apps::LocalClusterOptions o;
   o.program = SelfPath();
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
+  o.state_dir = FLAGS_state_dir;
+  if (FLAGS_servers >= 1 && FLAGS_workers >= 1) {
+    ductile::apps::KillScheduleContext context;
+    context.num_servers = FLAGS_servers;
+    context.num_workers = FLAGS_workers;
+    context.seed = FLAGS_seed;
+    context.estimated_clocks = EstimateJobClocks();
+    auto schedule =
+        ductile::apps::ParseKillSchedule(FLAGS_kill_schedule, context);
+    if (!schedule.ok()) return Fail(schedule.status());
+    o.kill_schedule = std::move(*schedule);
+  }
   const std::string log = FLAGS_verbose ? "--minloglevel=0" : "--minloglevel=1";
-  o.coordinator_flags = {log, "--slots=" + std::to_string(FLAGS_slots)};
+  // A local job keeps checkpoints unless told otherwise: a crashed server
+  // then costs at most that many clocks.
+  const bool by_default =
+      gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
+      gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
+  o.coordinator_flags = {log, "--slots=" + std::to_string(FLAGS_slots),
+                         Forward("heartbeat_timeout_ms"),
+                         by_default ? "--checkpoint_every=" +
+                                          std::to_string(kLocalCheckpointEvery)
+                                    : Forward("checkpoint_every"),
+                         Forward("checkpoint_interval_s"),
+                         Forward("checkpoint_timeout_ms")};
   o.server_flags = {log, "--host=127.0.0.1",
-                    "--timeout_ms=" + std::to_string(FLAGS_timeout_ms)};
+                    "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
+                    Forward("keep_checkpoints")};
   o.worker_flags = {log};
   for (const char* name :
        {"app",          "data_dir",      "epochs",      "batch_size",
@@ -272,9 +414,7 @@ int RunLocal() {
         "mf_cols",      "mf_rank",       "mf_observed", "mf_noise",
         "max_rmse",     "seed",          "log_every",   "max_samples",
         "min_accuracy", "timeout_ms"}) {
-    std::string value;
-    gflags::GetCommandLineOption(name, &value);
-    o.worker_flags.push_back(std::string("--") + name + "=" + value);
+    o.worker_flags.push_back(Forward(name));
   }
   ductile::Status s = ductile::apps::RunLocalCluster(o);
   if (!s.ok()) return Fail(s);
@@ -318,6 +458,7 @@ int main(int argc, char** argv) {
   if (command == "worker") return RunWorker();
   if (command == "status") return RunStatus();
   if (command == "shutdown") return RunShutdown();
+  if (command == "checkpoint") return RunCheckpoint();
   std::fprintf(stderr, "ductile: unknown command '%s'\n%s\n", command.c_str(),
                kUsage);
   return 2;

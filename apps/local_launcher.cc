@@ -5,25 +5,245 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <string_view>
 #include <thread>
+#include <utility>
+
+#include "ductile/admin.h"
 
 namespace ductile::apps {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+using Role = KillEvent::Role;
 
-struct Child {
-  std::string name;  // "coordinator", "server 0", "worker 1"
-  bool worker = false;
-  bool exited = false;
-  int status = 0;
-};
+// How often the supervisor asks for the job's clock while a kill is
+// pending, and how long one question may take: a dead coordinator (killed
+// on schedule) must not hold up the reaping of children for long.
+constexpr auto kClockPollInterval = std::chrono::milliseconds(100);
+constexpr int64_t kClockQueryTimeoutMs = 500;
+
+// Random kills without an explicit range start here: the cluster is
+// registered and training by then.
+constexpr int64_t kFirstRandomClock = 10;
+
+std::string_view Trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  const size_t end = s.find_last_not_of(" \t");
+  return s.substr(begin, end - begin + 1);
+}
+
+// A decimal number made of digits only (no sign, no spaces).
+bool ParseCount(std::string_view text, int64_t* out) {
+  if (text.empty() || text.find_first_not_of("0123456789") != text.npos) {
+    return false;
+  }
+  const auto [end, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// Uniform in [lo, hi]. The modulo's bias is below (hi - lo) / 2^64, and
+// unlike std::uniform_int_distribution it draws the same numbers with
+// every standard library, so a seed names the same schedule everywhere.
+int64_t Draw(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  return lo + static_cast<int64_t>(rng() % span);
+}
+
+}  // namespace
+
+std::string KillTargetName(const KillEvent& event) {
+  switch (event.role) {
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kServer:
+      return "server " + std::to_string(event.id);
+    case Role::kWorker:
+      return "worker " + std::to_string(event.id);
+  }
+  return "?";
+}
+
+Result<std::vector<KillEvent>> ParseKillSchedule(
+    const std::string& spec, const KillScheduleContext& context) {
+  if (context.num_servers < 1 || context.num_workers < 1) {
+    return InvalidArgumentError(
+        "--kill_schedule: the cluster needs a server and a worker");
+  }
+  std::vector<KillEvent> events;
+  if (Trim(spec).empty()) return events;
+
+  struct RandomKills {
+    int64_t count = 0;
+    int64_t first_clock = 0;
+    int64_t last_clock = 0;
+  };
+  std::vector<RandomKills> random_kills;
+  std::vector<bool> worker_killed(context.num_workers, false);
+  int workers_killed = 0;
+
+  std::string_view rest = spec;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string item(Trim(rest.substr(0, comma)));
+    auto bad = [&item](const std::string& why) {
+      return InvalidArgumentError("--kill_schedule: item '" + item +
+                                  "': " + why);
+    };
+    if (item.empty()) {
+      return InvalidArgumentError(
+          "--kill_schedule: empty item (a stray comma?) in '" + spec + "'");
+    }
+    const size_t at = item.find('@');
+    const std::string_view target = std::string_view(item).substr(0, at);
+    const std::string_view when = at == std::string::npos
+                                      ? std::string_view()
+                                      : std::string_view(item).substr(at + 1);
+    constexpr std::string_view kClockPrefix = "clock=";
+    if (at != std::string::npos &&
+        when.substr(0, kClockPrefix.size()) != kClockPrefix) {
+      return bad("expected '@clock=' after the target");
+    }
+    const std::string_view clock_text = at == std::string::npos
+                                            ? std::string_view()
+                                            : when.substr(kClockPrefix.size());
+
+    const size_t colon = target.find(':');
+    const std::string_view role = target.substr(0, colon);
+    const std::string_view id_text = colon == std::string_view::npos
+                                         ? std::string_view()
+                                         : target.substr(colon + 1);
+    if (role == "random") {
+      RandomKills r;
+      if (!ParseCount(id_text, &r.count) || r.count < 1 || r.count > 1000) {
+        return bad("expected random:K with K kills, 1 <= K <= 1000");
+      }
+      if (at == std::string::npos) {
+        if (context.estimated_clocks <= 0) {
+          return bad(
+              "the job's length is not known; give the clocks: "
+              "random:K@clock=A-B");
+        }
+        if (context.estimated_clocks < kFirstRandomClock) {
+          return bad("the job is expected to last only " +
+                     std::to_string(context.estimated_clocks) +
+                     " clocks, too few for random kills from clock " +
+                     std::to_string(kFirstRandomClock) +
+                     "; give the clocks: random:K@clock=A-B");
+        }
+        r.first_clock = kFirstRandomClock;
+        r.last_clock = context.estimated_clocks;
+      } else {
+        const size_t dash = clock_text.find('-');
+        if (dash == std::string_view::npos ||
+            !ParseCount(clock_text.substr(0, dash), &r.first_clock) ||
+            !ParseCount(clock_text.substr(dash + 1), &r.last_clock) ||
+            r.first_clock < 1 || r.first_clock > r.last_clock) {
+          return bad("expected a clock range A-B with 1 <= A <= B");
+        }
+      }
+      random_kills.push_back(r);
+    } else {
+      KillEvent event;
+      if (role == "coordinator") {
+        if (colon != std::string_view::npos) {
+          return bad("the coordinator takes no id: coordinator@clock=N");
+        }
+        event.role = Role::kCoordinator;
+      } else if (role == "server" || role == "worker") {
+        event.role = role == "server" ? Role::kServer : Role::kWorker;
+        const int count =
+            role == "server" ? context.num_servers : context.num_workers;
+        int64_t id = 0;
+        if (colon == std::string_view::npos) {
+          return bad("missing id: " + std::string(role) + ":ID@clock=N");
+        }
+        if (!ParseCount(id_text, &id)) {
+          return bad("bad id '" + std::string(id_text) + "'");
+        }
+        if (id >= count) {
+          return bad(std::string(role) + " " + std::to_string(id) +
+                     " does not exist: there are " + std::to_string(count) +
+                     " " + std::string(role) + "s (ids 0-" +
+                     std::to_string(count - 1) + ")");
+        }
+        event.id = static_cast<int>(id);
+      } else {
+        return bad("unknown role '" + std::string(role) +
+                   "' (server:ID, worker:ID, coordinator or random:K)");
+      }
+      if (at == std::string::npos) return bad("missing '@clock=N'");
+      if (!ParseCount(clock_text, &event.clock) || event.clock < 1) {
+        return bad("expected a clock N >= 1 after '@clock='");
+      }
+      if (event.role == Role::kWorker) {
+        if (worker_killed[event.id]) {
+          return bad("worker " + std::to_string(event.id) +
+                     " is already killed earlier in the schedule (killed "
+                     "workers are not restarted)");
+        }
+        worker_killed[event.id] = true;
+        ++workers_killed;
+      }
+      events.push_back(event);
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  if (workers_killed == context.num_workers) {
+    return InvalidArgumentError(
+        "--kill_schedule kills every worker; at least one must be left to "
+        "finish the job");
+  }
+
+  // Random kills: first every clock, then the targets in clock order, so
+  // that "2 workers remain" is judged against the kills before each one.
+  std::mt19937_64 rng(context.seed);
+  std::vector<int64_t> random_clocks;
+  for (const RandomKills& r : random_kills) {
+    for (int64_t k = 0; k < r.count; ++k) {
+      random_clocks.push_back(Draw(rng, r.first_clock, r.last_clock));
+    }
+  }
+  std::sort(random_clocks.begin(), random_clocks.end());
+  for (int64_t clock : random_clocks) {
+    std::vector<KillEvent> candidates;
+    for (int i = 0; i < context.num_servers; ++i) {
+      candidates.push_back({Role::kServer, i, clock});
+    }
+    candidates.push_back({Role::kCoordinator, 0, clock});
+    if (context.num_workers - workers_killed - 1 >= 2) {
+      for (int i = 0; i < context.num_workers; ++i) {
+        if (!worker_killed[i]) candidates.push_back({Role::kWorker, i, clock});
+      }
+    }
+    const KillEvent chosen = candidates[static_cast<size_t>(
+        Draw(rng, 0, static_cast<int64_t>(candidates.size()) - 1))];
+    if (chosen.role == Role::kWorker) {
+      worker_killed[chosen.id] = true;
+      ++workers_killed;
+    }
+    events.push_back(chosen);
+  }
+  std::stable_sort(
+      events.begin(), events.end(),
+      [](const KillEvent& a, const KillEvent& b) { return a.clock < b.clock; });
+  return events;
+}
+
+namespace {
 
 // fork + exec of `argv` with the given signals unblocked. The child dies
 // with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
@@ -51,57 +271,168 @@ std::string Describe(int status) {
   return "status " + std::to_string(status);
 }
 
+// Signals that ask a process to stop, as opposed to crashing it: a child
+// ended by one was stopped on purpose (often a Ctrl-C reaching the whole
+// process group), so restarting it would fight whoever sent it.
+bool IsStopRequest(int signal) {
+  return signal == SIGINT || signal == SIGTERM || signal == SIGHUP;
+}
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "?";
+}
+
+// Prints a line of the kill schedule's log on stdout, where tests and
+// users read the job's own output.
+void KillLog(const std::string& line) {
+  std::printf("kill-schedule: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// The supervisor's view of one role instance ("server 1"). A server or the
+// coordinator keeps its Child across restarts; only the pid changes.
+struct Child {
+  Role role = Role::kWorker;
+  int id = 0;
+  std::string name;               // "coordinator", "server 0", "worker 1"
+  std::vector<std::string> args;  // the command line, reused on restart
+  pid_t pid = -1;                 // the running process; -1 when none
+  bool finished = false;          // a worker that exited with status 0
+  bool dropped = false;           // a worker that was killed: not restarted
+  bool scheduled_kill = false;    // the schedule killed the running process
+};
+
+// Owns the children. Used from the launching thread only.
 class Supervisor {
  public:
   explicit Supervisor(const sigset_t& blocked) : blocked_(blocked) {}
   ~Supervisor() { KillAll(0); }
 
-  Status Start(const std::string& name, bool worker,
-               const std::vector<std::string>& args) {
-    const pid_t pid = Spawn(args, blocked_);
-    if (pid < 0)
-      return UnavailableError("cannot start " + name + ": fork failed");
-    children_[pid] = {name, worker};
+  Status Start(Role role, int id, std::vector<std::string> args) {
+    Child c;
+    c.role = role;
+    c.id = id;
+    c.name = KillTargetName({role, id, 0});
+    c.args = std::move(args);
+    c.pid = Spawn(c.args, blocked_);
+    if (c.pid < 0)
+      return UnavailableError("cannot start " + c.name + ": fork failed");
+    by_pid_[c.pid] = children_.size();
+    children_.push_back(std::move(c));
     return Status::Ok();
   }
 
-  // Reaps exited children; returns the first failure seen, if any.
+  // The coordinator's restarts must listen where the first one does.
+  void SetCoordinatorAddress(const std::string& address) {
+    for (Child& c : children_) {
+      if (c.role != Role::kCoordinator) continue;
+      for (std::string& a : c.args) {
+        if (a.rfind("--listen=", 0) == 0) a = "--listen=" + address;
+      }
+    }
+  }
+
+  // Reaps exited children and restarts crashed servers and coordinators.
+  // Returns the first failure that ends the launch, if any.
   Status Reap() {
     while (true) {
       int status = 0;
       const pid_t pid = waitpid(-1, &status, WNOHANG);
       if (pid <= 0) return Status::Ok();
-      auto it = children_.find(pid);
-      if (it == children_.end()) continue;
-      it->second.exited = true;
-      it->second.status = status;
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && !stopping_) {
-        return AbortedError(it->second.name + " (pid " + std::to_string(pid) +
-                            ") failed with " + Describe(status));
+      auto it = by_pid_.find(pid);
+      if (it == by_pid_.end()) continue;
+      const size_t index = it->second;
+      Child& c = children_[index];
+      by_pid_.erase(it);
+      c.pid = -1;
+      const bool scheduled = std::exchange(c.scheduled_kill, false);
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (c.role == Role::kWorker) c.finished = true;
+        continue;
       }
+      if (stopping_) continue;
+      const std::string what = c.name + " (pid " + std::to_string(pid) + ")";
+      if (!WIFSIGNALED(status) ||
+          (IsStopRequest(WTERMSIG(status)) && !scheduled)) {
+        return AbortedError(what + " failed with " + Describe(status));
+      }
+      if (c.role == Role::kWorker) {
+        c.dropped = true;
+        if (!scheduled) {
+          std::fprintf(stderr,
+                       "ductile local: %s died of %s (not scheduled); the "
+                       "other workers go on without it\n",
+                       what.c_str(), Describe(status).c_str());
+        }
+        continue;
+      }
+      if (!scheduled) {
+        std::fprintf(stderr,
+                     "ductile local: %s died of %s (not scheduled); "
+                     "restarting it\n",
+                     what.c_str(), Describe(status).c_str());
+      }
+      RETURN_IF_ERROR(Restart(index, scheduled));
     }
   }
 
+  // SIGKILLs the target of `event`, if it is running. The reaping
+  // (Reap) restarts it or drops it. False (the event stays due) while the
+  // target was killed and has not been restarted yet.
+  bool Kill(const KillEvent& event, int64_t clock) {
+    const std::string target = KillTargetName(event);
+    for (Child& c : children_) {
+      if (c.role != event.role || c.id != event.id) continue;
+      if (c.scheduled_kill) return false;  // not reaped and restarted yet
+      if (c.pid > 0 && kill(c.pid, SIGKILL) == 0) {
+        c.scheduled_kill = true;
+        KillLog("killed " + target + " (pid " + std::to_string(c.pid) +
+                ") at clock " + std::to_string(clock));
+        return true;
+      }
+    }
+    KillLog(target + " is not running at clock " + std::to_string(clock) +
+            "; nothing to kill");
+    return true;
+  }
+
+  // Every worker has finished or was killed.
   bool WorkersDone() const {
-    for (const auto& [pid, c] : children_) {
-      if (c.worker && !c.exited) return false;
+    for (const Child& c : children_) {
+      if (c.role == Role::kWorker && !c.finished && !c.dropped) return false;
     }
     return true;
   }
-  bool AllDone() const {
-    for (const auto& [pid, c] : children_) {
-      if (!c.exited) return false;
-    }
-    return true;
+  int WorkersFinished() const {
+    int n = 0;
+    for (const Child& c : children_) n += c.finished ? 1 : 0;
+    return n;
   }
+  int WorkersDropped() const {
+    int n = 0;
+    for (const Child& c : children_) n += c.dropped ? 1 : 0;
+    return n;
+  }
+  bool AllDone() const { return by_pid_.empty(); }
+
+  // From now on a child's death is only recorded: nothing is restarted and
+  // nothing fails the launch (the job is over, or being stopped).
+  void StopRestarting() { stopping_ = true; }
 
   // SIGTERM to every live child, then SIGKILL to what is left after
   // `grace_ms`; reaps them all.
   void KillAll(int grace_ms) {
     stopping_ = true;
-    for (const auto& [pid, c] : children_) {
-      if (!c.exited) kill(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
+    for (const auto& [pid, index] : by_pid_) {
+      kill(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
     }
     const auto deadline =
         SteadyClock::now() + std::chrono::milliseconds(grace_ms);
@@ -109,18 +440,43 @@ class Supervisor {
       Reap().IgnoreError();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    for (auto& [pid, c] : children_) {
-      if (!c.exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &c.status, 0);
-        c.exited = true;
-      }
+    for (const auto& [pid, index] : by_pid_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      children_[index].pid = -1;
     }
+    by_pid_.clear();
   }
 
  private:
+  Status Restart(size_t index, bool scheduled) {
+    Child& c = children_[index];
+    int& restarts = restarts_[static_cast<int>(c.role)];
+    if (restarts >= kMaxRestartsPerRole) {
+      return AbortedError(c.name + " died, and " + RoleName(c.role) +
+                          "s were restarted " + std::to_string(restarts) +
+                          " times already; giving up");
+    }
+    ++restarts;
+    c.pid = Spawn(c.args, blocked_);
+    if (c.pid < 0) {
+      return UnavailableError("cannot restart " + c.name + ": fork failed");
+    }
+    by_pid_[c.pid] = index;
+    const std::string line =
+        "restarted " + c.name + " (pid " + std::to_string(c.pid) + ")";
+    if (scheduled) {
+      KillLog(line);
+    } else {
+      std::fprintf(stderr, "ductile local: %s\n", line.c_str());
+    }
+    return Status::Ok();
+  }
+
   sigset_t blocked_;
-  std::map<pid_t, Child> children_;
+  std::vector<Child> children_;
+  std::map<pid_t, size_t> by_pid_;  // running processes -> children_ index
+  int restarts_[3] = {0, 0, 0};     // per Role
   bool stopping_ = false;
 };
 
@@ -131,6 +487,20 @@ int WaitSignal(const sigset_t& set, int ms) {
   return sig > 0 ? sig : 0;
 }
 
+// The job's clock as the coordinator last heard it: the furthest any
+// worker or any server's clock has got.
+Result<int64_t> JobClock(const std::string& coordinator) {
+  Result<ClusterStatus> status =
+      QueryClusterStatus(coordinator, kClockQueryTimeoutMs);
+  RETURN_IF_ERROR(status.status());
+  int64_t clock = 0;
+  for (const MemberStatus& m : status->members) {
+    clock =
+        std::max(clock, m.role == "server" ? m.counters.min_clock : m.clock);
+  }
+  return clock;
+}
+
 }  // namespace
 
 Status RunLocalCluster(const LocalClusterOptions& options) {
@@ -138,6 +508,20 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     return InvalidArgumentError("--servers must be >= 1");
   if (options.num_workers < 1)
     return InvalidArgumentError("--workers must be >= 1");
+  std::vector<KillEvent> schedule = options.kill_schedule;
+  for (const KillEvent& e : schedule) {
+    const int count = e.role == Role::kServer   ? options.num_servers
+                      : e.role == Role::kWorker ? options.num_workers
+                                                : 1;
+    if (e.id < 0 || e.id >= count || e.clock < 1) {
+      return InvalidArgumentError("kill schedule: no " + KillTargetName(e) +
+                                  " to kill at clock " +
+                                  std::to_string(e.clock));
+    }
+  }
+  std::stable_sort(
+      schedule.begin(), schedule.end(),
+      [](const KillEvent& a, const KillEvent& b) { return a.clock < b.clock; });
   // Signals are taken synchronously (sigtimedwait) by this thread.
   sigset_t set;
   sigemptyset(&set);
@@ -153,25 +537,39 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   }
   const std::string run_dir = dir_template;
   const std::string address_file = run_dir + "/coordinator.address";
+  // Declared before the supervisor, so that every child is dead before
+  // the directory holding their state goes.
   struct Cleanup {
-    std::string dir, file;
+    std::string dir;
     ~Cleanup() {
-      std::remove(file.c_str());
-      rmdir(dir.c_str());
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
     }
-  } cleanup{run_dir, address_file};
+  } cleanup{run_dir};
+
+  std::error_code ec;
+  const std::filesystem::path state_dir = std::filesystem::absolute(
+      options.state_dir.empty() ? run_dir + "/state" : options.state_dir, ec);
+  if (!ec) std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return UnavailableError("cannot create the state directory " +
+                            state_dir.string() + ": " + ec.message());
+  }
 
   Supervisor supervisor(set);
+  // Port 0 picks a free port; once the coordinator reports it, restarts
+  // listen on that same address (SetCoordinatorAddress).
   std::vector<std::string> args = {
       options.program,
       "coordinator",
       "--listen=tcp://127.0.0.1:0",
       "--servers=" + std::to_string(options.num_servers),
       "--workers=" + std::to_string(options.num_workers),
-      "--address_file=" + address_file};
+      "--address_file=" + address_file,
+      "--state_dir=" + (state_dir / "coordinator").string()};
   args.insert(args.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
-  RETURN_IF_ERROR(supervisor.Start("coordinator", false, args));
+  RETURN_IF_ERROR(supervisor.Start(Role::kCoordinator, 0, args));
 
   // The coordinator writes its address once it listens.
   std::string address;
@@ -190,27 +588,43 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       return CancelledError("interrupted");
     }
   }
+  supervisor.SetCoordinatorAddress(address);
   std::fprintf(stderr,
                "ductile local: coordinator at %s, %d server(s), %d "
-               "worker(s)\n",
-               address.c_str(), options.num_servers, options.num_workers);
+               "worker(s), state in %s\n",
+               address.c_str(), options.num_servers, options.num_workers,
+               state_dir.c_str());
 
   for (int i = 0; i < options.num_servers; ++i) {
     std::vector<std::string> a = {options.program, "server",
-                                  "--coordinator=" + address};
+                                  "--coordinator=" + address,
+                                  "--server_id=" + std::to_string(i),
+                                  "--state_dir=" + state_dir.string()};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
-    RETURN_IF_ERROR(supervisor.Start("server " + std::to_string(i), false, a));
+    RETURN_IF_ERROR(supervisor.Start(Role::kServer, i, std::move(a)));
   }
   for (int i = 0; i < options.num_workers; ++i) {
     std::vector<std::string> a = {options.program, "worker",
                                   "--coordinator=" + address};
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
-    RETURN_IF_ERROR(supervisor.Start("worker " + std::to_string(i), true, a));
+    RETURN_IF_ERROR(supervisor.Start(Role::kWorker, i, std::move(a)));
   }
 
-  // Supervise: a failed child or a signal stops everything.
+  // Supervise: a failed child or a signal stops everything; crashes are
+  // recovered from (Supervisor::Reap); kills are delivered on schedule.
+  size_t next_kill = 0;
+  auto next_poll = SteadyClock::now();
   while (!supervisor.WorkersDone()) {
-    const int sig = WaitSignal(set, 200);
+    const bool kill_pending = next_kill < schedule.size();
+    int wait_ms = 200;
+    if (kill_pending) {
+      wait_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              next_poll - SteadyClock::now())
+              .count(),
+          0, 200));
+    }
+    const int sig = WaitSignal(set, wait_ms);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       std::fprintf(stderr, "ductile local: %s, stopping the cluster\n",
                    strsignal(sig));
@@ -224,8 +638,32 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       supervisor.KillAll(3000);
       return s;
     }
+    if (kill_pending && SteadyClock::now() >= next_poll) {
+      next_poll = SteadyClock::now() + kClockPollInterval;
+      // An unanswered question (the coordinator is down or restarting) is
+      // asked again at the next poll.
+      Result<int64_t> clock = JobClock(address);
+      // One kill per poll: a target killed but not yet restarted is not
+      // killed again before it is back.
+      if (clock.ok() && next_kill < schedule.size() &&
+          schedule[next_kill].clock <= *clock &&
+          supervisor.Kill(schedule[next_kill], *clock)) {
+        ++next_kill;
+      }
+    }
+  }
+  if (next_kill < schedule.size()) {
+    KillLog(std::to_string(schedule.size() - next_kill) +
+            " kill(s) not reached before the workers finished");
   }
   // Workers are done: the coordinator shuts the servers down by itself.
+  // It does not know a killed worker is gone for good, and would wait
+  // several heartbeat timeouts for it to come back: the launcher knows
+  // better, and ends the job now.
+  supervisor.StopRestarting();
+  if (supervisor.WorkersDropped() > 0) {
+    RequestShutdown(address, kClockQueryTimeoutMs).IgnoreError();
+  }
   const auto grace =
       SteadyClock::now() + std::chrono::milliseconds(options.shutdown_grace_ms);
   while (!supervisor.AllDone() && SteadyClock::now() < grace) {
@@ -238,6 +676,9 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                  "killing it\n");
   }
   supervisor.KillAll(0);
+  if (supervisor.WorkersFinished() == 0) {
+    return AbortedError("every worker was killed; none finished the job");
+  }
   return Status::Ok();
 }
 

@@ -1,5 +1,5 @@
-// QueryClusterStatus, RequestShutdown: one request/reply with the
-// coordinator over a private socket, no registration.
+// QueryClusterStatus, RequestShutdown, RequestCheckpoint: one request/reply
+// with the coordinator over a private socket, no registration.
 #include "ductile/admin.h"
 
 #include <chrono>
@@ -13,9 +13,13 @@
 namespace ductile {
 namespace {
 
+// Sends `request` and waits for its CONTROL_REPLY. `awaited` names what
+// the caller waits for in the timeout's message: a checkpoint request waits
+// for the checkpoint itself, not just for a reachable coordinator.
 Result<wire::Header> AskCoordinator(const std::string& address,
                                     const wire::Header& request,
-                                    int64_t timeout_ms) {
+                                    int64_t timeout_ms,
+                                    const std::string& awaited = "answer") {
   zmq::context_t context(1);
   zmq::socket_t socket = MakeDealer(context, "");
   RETURN_IF_ERROR(Connect(socket, address));
@@ -29,9 +33,9 @@ Result<wire::Header> AskCoordinator(const std::string& address,
                              deadline - std::chrono::steady_clock::now())
                              .count();
     if (left <= 0) {
-      return DeadlineExceededError("no answer from the coordinator at " +
-                                   address + " within " +
-                                   std::to_string(timeout_ms) + " ms");
+      return DeadlineExceededError(
+          "no " + awaited + " from the coordinator at " + address + " within " +
+          std::to_string(timeout_ms) + " ms");
     }
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
     RETURN_IF_ERROR(Poll(items, left));
@@ -63,6 +67,13 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
   status.epoch = c.epoch();
   status.num_slots = c.num_slots();
   status.expected_servers = c.expected_servers();
+  status.generation = c.generation();
+  // With no checkpoint kept, the clock field may be absent, and proto3
+  // would read it as a checkpoint at clock 0.
+  status.last_checkpoint_clock =
+      c.checkpoints() > 0 ? c.last_checkpoint_clock() : -1;
+  status.checkpoints = c.checkpoints();
+  status.recovering = c.recovering();
   for (const auto& t : c.tables()) status.tables.push_back(t);
   for (const auto& m : c.members()) {
     MemberStatus s;
@@ -74,9 +85,35 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.finished = m.finished();
     s.slots = m.slots();
     const auto& k = m.counters();
-    s.counters = {k.requests(),   k.pushes(),    k.pulls(),
-                  k.duplicates(), k.redirects(), k.errors(),
-                  k.bytes_in(),   k.bytes_out(), k.keys_stored()};
+    s.counters.requests = k.requests();
+    s.counters.pushes = k.pushes();
+    s.counters.pulls = k.pulls();
+    s.counters.duplicates = k.duplicates();
+    s.counters.redirects = k.redirects();
+    s.counters.errors = k.errors();
+    s.counters.bytes_in = k.bytes_in();
+    s.counters.bytes_out = k.bytes_out();
+    s.counters.keys_stored = k.keys_stored();
+    s.counters.parked_pulls = k.parked_pulls();
+    s.counters.min_clock = k.min_clock();
+    const wire::WorkerMetrics& w = m.metrics();
+    s.clock = w.clock();
+    s.pulls = w.pulls();
+    s.blocked_ms = w.blocked_us() / 1000;
+    s.cache_hits = w.cache_hits();
+    s.cache_misses = w.cache_misses();
+    // The histogram's last bucket holds "that or more": its index is a
+    // lower bound, which is what the table shows.
+    uint64_t counted = 0, weighted = 0;
+    for (int i = 0; i < w.staleness_size(); ++i) {
+      if (w.staleness(i) == 0) continue;
+      s.max_staleness = i;
+      counted += w.staleness(i);
+      weighted += static_cast<uint64_t>(i) * w.staleness(i);
+    }
+    s.mean_staleness =
+        counted ? static_cast<double>(weighted) / static_cast<double>(counted)
+                : 0.0;
     status.members.push_back(s);
   }
   return status;
@@ -89,10 +126,32 @@ Status RequestShutdown(const std::string& address, int64_t timeout_ms) {
   return AskCoordinator(address, request, timeout_ms).status();
 }
 
+Result<int64_t> RequestCheckpoint(const std::string& address,
+                                  int64_t timeout_ms) {
+  wire::Header request;
+  request.set_type(wire::CHECKPOINT);
+  request.set_seq(1);
+  // The coordinator answers only once every server has written the
+  // checkpoint, so the wait covers the whole checkpoint, not a round trip.
+  Result<wire::Header> reply =
+      AskCoordinator(address, request, timeout_ms, "complete checkpoint");
+  RETURN_IF_ERROR(reply.status());
+  return reply->clock();
+}
+
 std::string FormatClusterStatus(const ClusterStatus& status) {
   std::ostringstream os;
   os << "epoch " << status.epoch << ", " << status.num_slots << " slots, "
      << status.expected_servers << " servers expected\n";
+  os << "generation " << status.generation << ", last checkpoint at clock ";
+  if (status.last_checkpoint_clock >= 0) {
+    os << status.last_checkpoint_clock;
+  } else {
+    os << "none";
+  }
+  os << ", " << status.checkpoints << " checkpoint(s) kept";
+  if (status.recovering) os << ", recovering";
+  os << "\n";
   os << "tables:";
   for (const auto& t : status.tables) os << " " << t;
   if (status.tables.empty()) os << " (none)";

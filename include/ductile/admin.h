@@ -37,6 +37,10 @@ struct ClusterStatus {
   int32_t expected_servers = 0;
   std::vector<MemberStatus> members;
   std::vector<std::string> tables;
+  uint64_t generation = 0;           // rollbacks after failures so far
+  int64_t last_checkpoint_clock = -1;  // -1: none yet
+  int32_t checkpoints = 0;           // complete checkpoints kept
+  bool recovering = false;           // a rollback is under way
 };
 
 // Asks the coordinator at `address` for the cluster's state.
@@ -44,6 +48,10 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
                                          int64_t timeout_ms);
 // Asks the coordinator to shut the whole cluster down.
 Status RequestShutdown(const std::string& address, int64_t timeout_ms);
+// Asks the coordinator for a checkpoint now; returns its clock once it is
+// complete (`ductile checkpoint`).
+Result<int64_t> RequestCheckpoint(const std::string& address,
+                                  int64_t timeout_ms);
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);
 

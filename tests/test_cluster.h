@@ -19,6 +19,7 @@ struct TestClusterOptions {
   int num_workers = 0;  // 0: any
   int num_slots = 64;
   int64_t heartbeat_timeout_ms = 5000;
+  std::string coordinator_state_dir;  // "" = no checkpoints
   ServerOptions server;  // coordinator_address is filled in
 };
 
@@ -31,6 +32,7 @@ class TestCluster {
     c.num_workers = options.num_workers;
     c.num_slots = options.num_slots;
     c.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+    c.state_dir = options.coordinator_state_dir;
     auto coordinator = Coordinator::Start(c);
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);

@@ -1,0 +1,239 @@
+// Checkpoints in one process: which entries a table hands to a checkpoint,
+// bitwise restore of values and optimizer state, the coordinator's durable
+// state, and an on-demand checkpoint across two servers.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "elastic/coordinator_store.h"
+#include "gtest/gtest.h"
+#include "server/checkpoint_store.h"
+#include "server/parameter_table.h"
+#include "tests/test_cluster.h"
+
+namespace ductile {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/ductile-recovery-test-XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TableOptions AdamTable() {
+  TableOptions o;
+  o.name = "adam";
+  o.value_width = 3;
+  o.rule = UpdateRule::kAdam;
+  o.learning_rate = 0.05f;
+  return o;
+}
+
+void Push(ParameterTable& table, const std::vector<Key>& keys, float base) {
+  std::vector<float> values;
+  for (size_t i = 0; i < keys.size() * 3; ++i) values.push_back(base + 0.1f * i);
+  DataFrames request;
+  wire::Header h;
+  h.set_type(wire::PUSH);
+  h.set_num_keys(keys.size());
+  h.set_values_frames(1);
+  ByteSpan frames[2] = {
+      {reinterpret_cast<const uint8_t*>(keys.data()), keys.size() * 8},
+      {reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4}};
+  ASSERT_TRUE(request.Parse(h, frames, 3, true).ok());
+  ASSERT_TRUE(table.CheckPush(request).ok());
+  table.ApplyPush(request);
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(TableCheckpoint, ChangesAreThePushedKeysOnlyAndOnlyOnce) {
+  ParameterTable table(1, AdamTable(), nullptr);
+  Push(table, {1, 5, 9}, 0.5f);
+  Push(table, {5}, -0.25f);
+  std::vector<EntryRecord> changed;
+  table.TakeChanges(&changed);
+  ASSERT_EQ(changed.size(), 3u);
+  std::vector<Key> keys;
+  for (const EntryRecord& e : changed) {
+    keys.push_back(e.key);
+    EXPECT_EQ(e.table, 1u);
+    EXPECT_EQ(e.value.size(), 3u);
+    EXPECT_EQ(e.state.size(), 6u);  // Adam: two moments per float
+    EXPECT_EQ(e.steps, e.key == 5 ? 2 : 1);
+  }
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<Key>{1, 5, 9}));
+  // Taken: nothing changed since.
+  changed.clear();
+  table.TakeChanges(&changed);
+  EXPECT_TRUE(changed.empty());
+  Push(table, {9}, 1.0f);
+  table.TakeChanges(&changed);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].key, 9u);
+}
+
+TEST(TableCheckpoint, RestoreIsBitwiseForValuesAndOptimizerState) {
+  ParameterTable original(1, AdamTable(), nullptr);
+  for (int i = 0; i < 5; ++i) Push(original, {2, 3}, 0.3f * i - 0.7f);
+  std::vector<EntryRecord> saved;
+  original.TakeChanges(&saved);
+  ParameterTable restored(1, AdamTable(), nullptr);
+  for (EntryRecord& e : saved) restored.Restore(EntryRecord(e), false);
+  EXPECT_EQ(restored.changed(), 0u);
+  // The same next update on both: equal bits only if the moments and the
+  // step count (bias correction) came back exactly.
+  Push(original, {2, 3}, 0.9f);
+  Push(restored, {2, 3}, 0.9f);
+  for (Key k : {2, 3}) {
+    std::vector<float> a, b;
+    ASSERT_TRUE(original.Get(k, &a));
+    ASSERT_TRUE(restored.Get(k, &b));
+    EXPECT_TRUE(SameBits(a, b)) << "key " << k;
+  }
+}
+
+TEST(TableCheckpoint, AnEntryRestoredFromAnotherStoreCountsAsChanged) {
+  ParameterTable table(1, AdamTable(), nullptr);
+  EntryRecord e;
+  e.table = 1;
+  e.key = 7;
+  e.value = {1, 2, 3};
+  e.state = {0, 0, 0, 0, 0, 0};
+  table.Restore(std::move(e), /*changed=*/true);
+  std::vector<EntryRecord> changed;
+  table.TakeChanges(&changed);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].key, 7u);
+}
+
+TEST(CoordinatorStoreTest, ANewStoreIsEmptyAndASavedStateComesBack) {
+  TempDir dir;
+  {
+    auto store = CoordinatorStore::Open(dir.path() + "/c");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto loaded = (*store)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_FALSE(loaded->has_value());
+    wire::CoordinatorState state;
+    state.set_generation(4);
+    state.mutable_routing()->set_epoch(9);
+    auto* entry = state.add_catalog();
+    entry->set_clock(120);
+    auto* w = entry->add_workers();
+    w->set_worker_id(1);
+    w->set_resume_state("epoch=2 position=64");
+    ASSERT_TRUE((*store)->Save(state).ok());
+  }
+  auto store = CoordinatorStore::Open(dir.path() + "/c");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto loaded = (*store)->Load();
+  ASSERT_TRUE(loaded.ok() && loaded->has_value());
+  EXPECT_EQ((*loaded)->generation(), 4u);
+  EXPECT_EQ((*loaded)->routing().epoch(), 9u);
+  ASSERT_EQ((*loaded)->catalog_size(), 1);
+  EXPECT_EQ((*loaded)->catalog(0).clock(), 120);
+  EXPECT_EQ((*loaded)->catalog(0).workers(0).resume_state(),
+            "epoch=2 position=64");
+}
+
+TEST(CoordinatorStoreTest, AnUnusableDirectoryIsAClearError) {
+  auto store = CoordinatorStore::Open("/proc/ductile-no/coordinator");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("/proc/ductile-no/coordinator"),
+            std::string::npos)
+      << store.status();
+}
+
+TEST(CoordinatorStoreTest, TwoCoordinatorsCannotShareADirectory) {
+  TempDir dir;
+  auto first = CoordinatorStore::Open(dir.path());
+  ASSERT_TRUE(first.ok());
+  auto second = CoordinatorStore::Open(dir.path());
+  EXPECT_FALSE(second.ok());
+}
+
+TEST(OnDemandCheckpoint, WritesEveryServersShareAtOneClock) {
+  TempDir dir;
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.num_workers = 1;
+  options.coordinator_state_dir = dir.path() + "/coordinator";
+  options.server.state_dir = dir.path() + "/servers";
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect(/*as_worker=*/true);
+  ASSERT_NE(worker, nullptr);
+  TableOptions t = AdamTable();
+  t.consistency.mode = ConsistencyMode::kSsp;
+  t.consistency.staleness = 1;
+  auto table = worker->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys;
+  for (Key k = 0; k < 40; ++k) keys.push_back(k);
+  std::vector<float> g(keys.size() * 3, 0.5f);
+  for (int c = 0; c < 5; ++c) {
+    ASSERT_TRUE(worker->Push(*table, keys, g).ok());
+    worker->Clock();
+  }
+  auto clock = RequestCheckpoint(cluster.address(), 20000);
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  // Every push so far has a timestamp below the checkpoint's clock.
+  EXPECT_GE(*clock, 5);
+  auto status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->last_checkpoint_clock, *clock);
+  EXPECT_EQ(status->checkpoints, 1);
+  // Both servers' stores hold their share, together every key once, with
+  // the values the servers hold.
+  size_t entries = 0;
+  for (int s = 0; s < 2; ++s) {
+    auto loaded = LoadCheckpointFrom(
+        dir.path() + "/servers/server-" + std::to_string(cluster.server(s).id()),
+        *clock);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    entries += loaded->entries.size();
+    for (const EntryRecord& e : loaded->entries) {
+      EXPECT_EQ(e.steps, 5);
+      std::vector<float> out(3);
+      const std::vector<Key> one = {e.key};
+      ASSERT_TRUE(worker->Pull(*table, one, out).ok());
+      EXPECT_TRUE(SameBits(out, e.value)) << "key " << e.key;
+    }
+  }
+  EXPECT_EQ(entries, keys.size());
+}
+
+TEST(OnDemandCheckpoint, WithoutAStateDirectoryIsAClearError) {
+  testing::TestCluster cluster;
+  auto clock = RequestCheckpoint(cluster.address(), 5000);
+  ASSERT_FALSE(clock.ok());
+  EXPECT_EQ(clock.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(clock.status().message().find("state directory"),
+            std::string::npos)
+      << clock.status();
+}
+
+}  // namespace
+}  // namespace ductile

@@ -45,6 +45,8 @@ DEFINE_string(host, "127.0.0.1",
               "server: interface to listen on and advertise");
 DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
 DEFINE_int32(server_id, -1, "server: ask for this id (-1: any)");
+DEFINE_int32(worker_id, -1,
+             "worker: ask for this id (-1: any; ids are 0 to --workers - 1)");
 DEFINE_int64(timeout_ms, 60000,
              "request and connect timeout in milliseconds; checkpoint: how "
              "long to wait for the checkpoint to complete");
@@ -307,6 +309,7 @@ int RunWorker() {
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.request_timeout_ms = FLAGS_timeout_ms;
   o.enable_cache = FLAGS_cache;
+  o.requested_worker_id = FLAGS_worker_id;
   auto client = ductile::Client::Connect(o);
   if (!client.ok()) return Fail(client.status());
   ductile::Status s = ductile::apps::RunTrainingWorker(**client, t);

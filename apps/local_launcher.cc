@@ -605,7 +605,8 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   }
   for (int i = 0; i < options.num_workers; ++i) {
     std::vector<std::string> a = {options.program, "worker",
-                                  "--coordinator=" + address};
+                                  "--coordinator=" + address,
+                                  "--worker_id=" + std::to_string(i)};
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
     RETURN_IF_ERROR(supervisor.Start(Role::kWorker, i, std::move(a)));
   }

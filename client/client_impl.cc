@@ -85,6 +85,9 @@ Status ClientImpl::Init() {
   reg.set_type(wire::REGISTER);
   reg.set_role(options_.register_as_worker ? wire::ROLE_WORKER
                                            : wire::ROLE_OBSERVER);
+  if (options_.register_as_worker && options_.requested_worker_id >= 0) {
+    reg.set_worker_id(options_.requested_worker_id);
+  }
   Result<wire::Header> reply = Control(reg, options_.connect_timeout_ms);
   if (!reply.ok()) {
     if (reply.status().code() == StatusCode::kDeadlineExceeded) {

@@ -404,7 +404,25 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
     case wire::ROLE_WORKER: {
       if (Member* existing = FindByIdentity(identity)) {
         member = *existing;  // a resent registration
+      } else if (h.has_worker_id() && h.worker_id() >= 0) {
+        // A worker asking for its id (`ductile local` numbers them, so its
+        // --kill_schedule names the coordinator's ids).
+        const int32_t id = h.worker_id();
+        auto taken = workers_.find(id);
+        if (taken != workers_.end() && !taken->second.dead) {
+          return ReplyStatus(identity, h.seq(),
+                             AlreadyExistsError("worker id " +
+                                                std::to_string(id) +
+                                                " is taken"));
+        }
+        member.id = id;
+        next_worker_id_ = std::max(next_worker_id_, id + 1);
+        workers_[member.id] = member;
+        LOG(INFO) << "coordinator: worker " << member.id << " registered";
+        PublishWorkers();
+        SaveState();
       } else {
+        while (workers_.count(next_worker_id_)) ++next_worker_id_;
         member.id = next_worker_id_++;
         workers_[member.id] = member;
         LOG(INFO) << "coordinator: worker " << member.id << " registered";

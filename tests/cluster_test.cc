@@ -336,5 +336,33 @@ TEST(Cluster, AWorkerDeclaredDeadButAliveIsStillServedAfterTheOthersFinish) {
   EXPECT_TRUE(cluster.server(0).Wait().ok());
 }
 
+TEST(Cluster, WorkersGetTheIdsTheyAskForAndATakenIdIsRefused) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  TestCluster cluster(options);
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.connect_timeout_ms = 5000;
+  o.requested_worker_id = 1;
+  auto one = Client::Connect(o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)->worker_id(), 1);
+  o.requested_worker_id = 0;
+  auto zero = Client::Connect(o);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ((*zero)->worker_id(), 0);
+  o.requested_worker_id = 1;
+  auto again = Client::Connect(o);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("worker id 1 is taken"),
+            std::string::npos)
+      << again.status();
+  // One that asks for nothing gets a free id.
+  o.requested_worker_id = -1;
+  auto any = Client::Connect(o);
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ((*any)->worker_id(), 2);
+}
+
 }  // namespace
 }  // namespace ductile

@@ -86,6 +86,9 @@ struct ClientOptions {
   // When true the client registers as a worker (gets a worker id, counts in
   // barriers and cluster shutdown). Tools such as `ductile status` use false.
   bool register_as_worker = true;
+  // Ask the coordinator for this worker id (-1: let it choose). Refused
+  // (kAlreadyExists) if a live worker holds it.
+  int32_t requested_worker_id = -1;
 };
 
 // A dense tensor stored as fixed-size chunks (one key each) spread over the

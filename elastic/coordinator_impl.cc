@@ -253,6 +253,10 @@ void CoordinatorImpl::Handle(InMessage& message) {
       }
       if (h.has_counters()) m->counters = h.counters();
       if (h.has_metrics()) m->metrics = h.metrics();
+      m->busy_until =
+          h.busy() ? SteadyClock::now() +
+                         milliseconds(options_.checkpoint_timeout_ms)
+                   : Time{};
       // A member behind the job's generation missed the rollback's message
       // (lost with a coordinator that restarted): send it again.
       if (h.generation() < generation_) {
@@ -839,7 +843,7 @@ void CoordinatorImpl::CheckTimeouts() {
   // latest checkpoint with its slots on the survivors.
   std::vector<int32_t> dead_servers;
   for (auto& [id, m] : servers_) {
-    if (m.dead || shutting_down_) continue;
+    if (m.dead || shutting_down_ || now < m.busy_until) continue;
     if (MsSince(m.last_seen) > options_.heartbeat_timeout_ms) {
       m.dead = true;
       dead_servers.push_back(id);

@@ -53,6 +53,9 @@ class CoordinatorImpl final : public Coordinator {
     bool finished = false;
     bool dead = false;  // silent past the heartbeat timeout
     std::string state_dir;  // servers: their checkpoint store
+    // Servers: writing or restoring a checkpoint (announced by a heartbeat),
+    // so silent; not declared dead before this.
+    Time busy_until{};
     wire::Counters counters;
     wire::WorkerMetrics metrics;
   };

@@ -231,11 +231,12 @@ Status ServerImpl::SendToCoordinator(const wire::Header& header) {
   return SendMessage(coordinator_, std::move(out));
 }
 
-void ServerImpl::SendHeartbeat() {
+void ServerImpl::SendHeartbeat(bool busy) {
   wire::Header hb;
   hb.set_type(wire::HEARTBEAT);
   hb.set_member_id(id_);
   hb.set_generation(generation_);
+  hb.set_busy(busy);
   const ServerCounters c = counters();
   auto* wc = hb.mutable_counters();
   wc->set_requests(c.requests);
@@ -892,6 +893,7 @@ void ServerImpl::MaybeWriteCheckpoint() {
     // it are applied (OnServerClock runs first): the state is the cut.
     if (!live_workers_.empty() && min_clock() < clock) return;
     pending_checkpoints_.erase(pending_checkpoints_.begin());
+    SendHeartbeat(/*busy=*/true);  // no heartbeat goes out while writing
     const auto start = Clock::now();
     Status s = WriteCheckpointAt(clock);
     const double ms = std::chrono::duration<double, std::milli>(
@@ -972,6 +974,7 @@ void ServerImpl::AbortWaiting(const Status& status) {
 }
 
 void ServerImpl::Recover(const wire::Header& header) {
+  SendHeartbeat(/*busy=*/true);  // no heartbeat goes out while restoring
   const auto start = Clock::now();
   Status s = RestoreState(header);
   const double ms =

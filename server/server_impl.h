@@ -110,7 +110,8 @@ class ServerImpl final : public Server {
   Status RestoreState(const wire::Header& header);
   void AbortWaiting(const Status& status);
   Status OpenStore();
-  void SendHeartbeat();
+  // `busy`: about to write or restore a checkpoint (silent meanwhile).
+  void SendHeartbeat(bool busy = false);
   void ReplyError(const zmq::message_t& identity, uint64_t seq,
                   const Status& s);
   void ReplyMoved(const zmq::message_t& identity, uint64_t seq, bool duplicate);

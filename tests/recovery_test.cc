@@ -235,5 +235,39 @@ TEST(OnDemandCheckpoint, WithoutAStateDirectoryIsAClearError) {
       << clock.status();
 }
 
+// A server writing a large checkpoint sends no heartbeat meanwhile; it says
+// so first, and is not declared dead (which would roll the job back) while
+// it writes. The write here (100 MB) takes longer than the timeout.
+TEST(OnDemandCheckpoint, ALongWriteIsNotTakenForADeadServer) {
+  TempDir dir;
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 1;
+  options.heartbeat_timeout_ms = 150;
+  options.coordinator_state_dir = dir.path() + "/coordinator";
+  options.server.state_dir = dir.path() + "/servers";
+  testing::TestCluster cluster(options);
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.heartbeat_interval_ms = 20;
+  auto worker = Client::Connect(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  TableOptions t;
+  t.name = "big";
+  t.rule = UpdateRule::kAdd;
+  const uint64_t floats = 25'000'000;  // 100 MB
+  auto tensor = (*worker)->RegisterTensor(t, floats, 1 << 20);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  std::vector<float> g(floats, 1.0f);
+  ASSERT_TRUE((*worker)->PushTensor(*tensor, g).ok());
+  (*worker)->Clock();
+  auto clock = RequestCheckpoint(cluster.address(), 60000);
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  auto status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->generation, 0u) << "the job rolled back";
+  EXPECT_EQ(status->last_checkpoint_clock, *clock);
+}
+
 }  // namespace
 }  // namespace ductile

@@ -253,9 +253,14 @@ void CoordinatorImpl::Handle(InMessage& message) {
       }
       if (h.has_counters()) m->counters = h.counters();
       if (h.has_metrics()) m->metrics = h.metrics();
+      // A server about to write or restore a checkpoint says for how long
+      // it may be silent (0: up to the checkpoint timeout).
       m->busy_until =
           h.busy() ? SteadyClock::now() +
-                         milliseconds(options_.checkpoint_timeout_ms)
+                         milliseconds(h.timeout_ms() > 0
+                                          ? std::min(h.timeout_ms(),
+                                                     options_.checkpoint_timeout_ms)
+                                          : options_.checkpoint_timeout_ms)
                    : Time{};
       // A member behind the job's generation missed the rollback's message
       // (lost with a coordinator that restarted): send it again.
@@ -385,6 +390,7 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
       if (!h.state_dir().empty()) {
         member.state_dir = h.state_dir() + "/server-" + std::to_string(id);
       }
+      member.keep_checkpoints = h.keep_checkpoints();
       servers_[id] = member;
       LOG(INFO) << "coordinator: server " << id
                 << (restarted ? " registered again (restarted)"
@@ -959,6 +965,7 @@ Status CoordinatorImpl::LoadState() {
     m.state_dir = pm.state_dir();
     m.finished = pm.finished();
     m.dead = pm.dead();
+    m.keep_checkpoints = pm.keep_checkpoints();
     // Not declared dead: alive until the heartbeat timeout says otherwise.
     // Each member's first message after the restart tells where it is (its
     // identity) again.
@@ -1012,6 +1019,7 @@ void CoordinatorImpl::SaveState() {
       pm->set_state_dir(m.state_dir);
       pm->set_finished(m.finished);
       pm->set_dead(m.dead);
+      pm->set_keep_checkpoints(m.keep_checkpoints);
     }
   }
   for (const auto& e : catalog_) *state.add_catalog() = e;
@@ -1240,7 +1248,14 @@ void CoordinatorImpl::MaybeCompleteCheckpoint() {
   }
   entry.set_written_unix_ms(UnixMs());
   catalog_.push_back(std::move(entry));
-  if (catalog_.size() > kCatalogSize) catalog_.erase(catalog_.begin());
+  // Only checkpoints every server still keeps can be restored.
+  size_t keep = kCatalogSize;
+  for (const auto& [id, m] : servers_) {
+    if (!m.dead && m.keep_checkpoints > 0) {
+      keep = std::min<size_t>(keep, m.keep_checkpoints);
+    }
+  }
+  while (catalog_.size() > keep) catalog_.erase(catalog_.begin());
   SaveState();
   const int64_t clock = round_->clock;
   LOG(INFO) << "coordinator: checkpoint at clock " << clock << " complete";

@@ -53,6 +53,7 @@ class CoordinatorImpl final : public Coordinator {
     bool finished = false;
     bool dead = false;  // silent past the heartbeat timeout
     std::string state_dir;  // servers: their checkpoint store
+    int32_t keep_checkpoints = 0;  // servers: versions their store keeps
     // Servers: writing or restoring a checkpoint (announced by a heartbeat),
     // so silent; not declared dead before this.
     Time busy_until{};

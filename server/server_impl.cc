@@ -72,6 +72,7 @@ Status ServerImpl::Init() {
   reg.mutable_endpoint()->set_ipc_address(ipc_address_);
   reg.mutable_endpoint()->set_host_id(HostId());
   reg.set_state_dir(options_.state_dir);
+  reg.set_keep_checkpoints(options_.keep_checkpoints);
   RETURN_IF_ERROR(SendToCoordinator(reg));
 
   // Wait for the registration reply.
@@ -231,12 +232,15 @@ Status ServerImpl::SendToCoordinator(const wire::Header& header) {
   return SendMessage(coordinator_, std::move(out));
 }
 
-void ServerImpl::SendHeartbeat(bool busy) {
+void ServerImpl::SendHeartbeat(int64_t busy_ms) {
   wire::Header hb;
   hb.set_type(wire::HEARTBEAT);
   hb.set_member_id(id_);
   hb.set_generation(generation_);
-  hb.set_busy(busy);
+  if (busy_ms != 0) {
+    hb.set_busy(true);
+    hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
+  }
   const ServerCounters c = counters();
   auto* wc = hb.mutable_counters();
   wc->set_requests(c.requests);
@@ -893,9 +897,9 @@ void ServerImpl::MaybeWriteCheckpoint() {
     // it are applied (OnServerClock runs first): the state is the cut.
     if (!live_workers_.empty() && min_clock() < clock) return;
     pending_checkpoints_.erase(pending_checkpoints_.begin());
-    SendHeartbeat(/*busy=*/true);  // no heartbeat goes out while writing
     const auto start = Clock::now();
     Status s = WriteCheckpointAt(clock);
+    SendHeartbeat();  // done: silence means death again
     const double ms = std::chrono::duration<double, std::milli>(
                           Clock::now() - start)
                           .count();
@@ -925,6 +929,13 @@ Status ServerImpl::WriteCheckpointAt(int64_t clock) {
         {id, ToWire(state->table->options(), id).SerializeAsString()});
     state->table->TakeChanges(&changed);
   }
+  // No heartbeat goes out while writing: say for how long at most, at a
+  // pessimistic 25 MB/s (a crash meanwhile is noticed after that).
+  uint64_t bytes = 0;
+  for (const EntryRecord& e : changed) {
+    bytes += (e.value.size() + e.state.size()) * sizeof(float) + 32;
+  }
+  SendHeartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
   Status s = store_->WriteCheckpoint(clock, routing_.epoch(), tables, changed,
                                      pending_deletes_,
                                      "generation=" + std::to_string(generation_));
@@ -974,9 +985,10 @@ void ServerImpl::AbortWaiting(const Status& status) {
 }
 
 void ServerImpl::Recover(const wire::Header& header) {
-  SendHeartbeat(/*busy=*/true);  // no heartbeat goes out while restoring
+  SendHeartbeat(/*busy_ms=*/-1);  // no heartbeat goes out while restoring
   const auto start = Clock::now();
   Status s = RestoreState(header);
+  SendHeartbeat();  // done: silence means death again
   const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (s.ok()) {

@@ -110,8 +110,9 @@ class ServerImpl final : public Server {
   Status RestoreState(const wire::Header& header);
   void AbortWaiting(const Status& status);
   Status OpenStore();
-  // `busy`: about to write or restore a checkpoint (silent meanwhile).
-  void SendHeartbeat(bool busy = false);
+  // `busy_ms` > 0: about to write or restore a checkpoint, silent for up
+  // to that long (-1: as long as the coordinator's checkpoint timeout).
+  void SendHeartbeat(int64_t busy_ms = 0);
   void ReplyError(const zmq::message_t& identity, uint64_t seq,
                   const Status& s);
   void ReplyMoved(const zmq::message_t& identity, uint64_t seq, bool duplicate);

@@ -561,6 +561,9 @@ void ClientImpl::FailAll(const Status& status) {
   for (auto& op : batch) op->Release(status);
   auto parts = std::move(parts_);
   parts_.clear();
+  // None of them will be sent again: they no longer hold back the
+  // done-below mark (which lets servers forget applied requests).
+  open_seqs_.clear();
   for (auto& [seq, part] : parts) part.op->Release(status);
   auto controls = std::move(controls_);
   controls_.clear();

@@ -213,6 +213,14 @@ void ServerImpl::Run() {
       s = ReceiveMessage(router_, &msg, &got);
       if (!s.ok() || !got) break;
       HandleRequest(msg);
+      // Large requests take a while each: heartbeats go out between them,
+      // or a busy server would be taken for a dead one.
+      const auto after = Clock::now();
+      if (after >= next_heartbeat_) {
+        SendHeartbeat();
+        next_heartbeat_ =
+            after + std::chrono::milliseconds(heartbeat_interval_ms_);
+      }
     }
     while (true) {
       bool got = false;

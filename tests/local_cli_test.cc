@@ -281,6 +281,9 @@ struct KillCase {
   const char* expect;  // a line the run must print
 };
 
+// Test names show the case's name, not its bytes.
+void PrintTo(const KillCase& c, std::ostream* os) { *os << c.name; }
+
 class KillSchedule : public ::testing::TestWithParam<KillCase> {};
 
 TEST_P(KillSchedule, TheJobCompletesWithoutAHang) {

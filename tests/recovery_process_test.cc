@@ -117,9 +117,20 @@ class RecoveryCluster {
   void ExpectWorkersSucceed() {
     for (int i = 0; i < 2; ++i) {
       const int code = worker(i).WaitExit(kWaitMs);
-      EXPECT_EQ(code, 0) << "worker " << i << " output:\n"
-                         << worker(i).output() << "\ncoordinator:\n"
-                         << coordinator().output();
+      if (code == 0) continue;
+      PumpAll();
+      std::string servers;
+      for (size_t s = 0; s < servers_.size(); ++s) {
+        if (servers_[s]) {
+          servers += "server " + std::to_string(s) + ":\n" +
+                     servers_[s]->output() + "\n";
+        }
+      }
+      ADD_FAILURE() << "worker " << i << " exited with " << code
+                    << "; its output:\n"
+                    << worker(i).output() << "\ncoordinator:\n"
+                    << coordinator().output() << "\n"
+                    << servers;
     }
   }
 

@@ -513,7 +513,9 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     const bool training =
         !stop && data.cursor().epoch() < static_cast<uint64_t>(o.epochs);
     // After the last step, every worker's last push is in before the final
-    // evaluation.
+    // evaluation. A checkpoint may be taken at the final clock meanwhile:
+    // it needs this worker's position there.
+    if (!training) data.Record();
     Status s = training ? run_step() : client.Barrier();
     if (s.ok() && !training) break;
     if (s.ok()) continue;
@@ -649,6 +651,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
   while (true) {
     const bool training =
         !stop && position.cursor().epoch() < static_cast<uint64_t>(o.epochs);
+    if (!training) position.Record();  // a checkpoint at the final clock
     Status s = training ? run_step() : client.Barrier();
     if (s.ok() && !training) break;
     if (s.ok()) continue;

@@ -21,6 +21,11 @@ constexpr milliseconds kTableAckTimeout{10000};
 constexpr milliseconds kShutdownFlush{300};
 // How long servers hold pushes between a checkpoint's prepare and commit.
 constexpr int64_t kPrepareHoldMs = 3000;
+// How long servers hold pushes beyond a committed cut for the workers to
+// reach it before dropping the checkpoint: below clients' request timeout
+// (60 s by default), so a straggler under async fails the checkpoint, not
+// the faster workers' pushes.
+constexpr int64_t kCutHoldMs = 30000;
 // Complete checkpoints the catalog remembers (servers keep their own K).
 constexpr size_t kCatalogSize = 8;
 
@@ -1062,6 +1067,17 @@ CoordinatorImpl::Member* CoordinatorImpl::FindMember(
   return &it->second;
 }
 
+std::set<int32_t> CoordinatorImpl::ServersWithSlots() const {
+  std::set<int32_t> owners(routing_.slot_owner().begin(),
+                           routing_.slot_owner().end());
+  for (auto it = owners.begin(); it != owners.end();) {
+    auto m = servers_.find(*it);
+    it = (m == servers_.end() || m->second.dead) ? owners.erase(it)
+                                                 : std::next(it);
+  }
+  return owners;
+}
+
 int64_t CoordinatorImpl::LastCheckpointClock() const {
   return catalog_.empty() ? -1 : catalog_.back().clock();
 }
@@ -1093,10 +1109,11 @@ void CoordinatorImpl::MaybeStartCheckpoint(bool on_demand) {
   prepare.set_change_id(round.id);
   prepare.set_generation(generation_);
   prepare.set_timeout_ms(kPrepareHoldMs);
-  for (const auto& [id, m] : servers_) {
-    if (m.dead) continue;
+  // A server with no slots (one that joined late, or came back after its
+  // slots moved) has nothing to save.
+  for (int32_t id : ServersWithSlots()) {
     round.awaiting.insert(id);
-    Send(m.identity, prepare);
+    Send(servers_[id].identity, prepare);
   }
   round.message = prepare;
   VLOG(1) << "coordinator: checkpoint round " << round.id << " prepared";
@@ -1185,10 +1202,11 @@ void CoordinatorImpl::HandleCheckpointAck(const wire::Header& h) {
   commit.set_change_id(round_->id);
   commit.set_clock(clock);
   commit.set_generation(generation_);
-  for (const auto& [id, m] : servers_) {
-    if (m.dead) continue;
+  commit.set_data_clock(LastCheckpointClock());
+  commit.set_timeout_ms(kCutHoldMs);
+  for (int32_t id : ServersWithSlots()) {
     round_->awaiting.insert(id);
-    Send(m.identity, commit);
+    Send(servers_[id].identity, commit);
   }
   for (const auto& [id, m] : workers_) {
     if (m.finished || m.dead) continue;
@@ -1361,12 +1379,12 @@ void CoordinatorImpl::StartRecovery(const std::string& why) {
   for (const auto& [id, w] : workers_) {
     if (!w.finished && !w.dead) m.add_worker_ids(id);
   }
-  for (int32_t id : live) {
-    recovery.awaiting.insert(id);
-    Send(servers_[id].identity, m);
-  }
+  for (int32_t id : live) recovery.awaiting.insert(id);
   recovery_ = std::move(recovery);
+  // Durable before anyone hears of it: a coordinator killed right after
+  // sending restarts into this rollback, not into the old generation.
   SaveState();
+  for (int32_t id : live) Send(servers_[id].identity, recovery_->message);
 }
 
 void CoordinatorImpl::HandleRecoverAck(const wire::Header& h) {

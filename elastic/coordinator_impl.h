@@ -151,6 +151,8 @@ class CoordinatorImpl final : public Coordinator {
   void HandleRecoverAck(const wire::Header& h);
   void FinishRecovery();
   int64_t LastCheckpointClock() const;
+  // Live servers that own slots: those a checkpoint is taken on.
+  std::set<int32_t> ServersWithSlots() const;
 
   const CoordinatorOptions options_;
   zmq::context_t context_{1};

@@ -551,6 +551,10 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<LoadedCheckpoint> Load(int64_t clock) const override;
   Status RollBackTo(int64_t clock) override;
   Status DiscardAll() override;
+  Status DropCheckpoint(int64_t clock) override {
+    RETURN_IF_ERROR(RemoveVersion(clock));
+    return options_.sync ? SyncDir(versions_path_) : Status::Ok();
+  }
 
  private:
   fs::path VersionPath(int64_t clock) const {

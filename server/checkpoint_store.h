@@ -187,6 +187,12 @@ class CheckpointStore {
   // Deletes every version and empties live/: a job that starts over, with
   // nothing to restore, in a directory used before.
   [[nodiscard]] virtual Status DiscardAll() = 0;
+
+  // Deletes the frozen version at `clock` (one that will never be
+  // restored, e.g. of a checkpoint that did not complete on every server),
+  // so it does not count among the newest keep_last. live/ is unchanged.
+  // OK if there is none.
+  [[nodiscard]] virtual Status DropCheckpoint(int64_t clock) = 0;
 };
 
 // Reads and verifies the version at `clock` of the store in `dir` without

@@ -72,6 +72,12 @@ Status ServerImpl::Init() {
   reg.mutable_endpoint()->set_ipc_address(ipc_address_);
   reg.mutable_endpoint()->set_host_id(HostId());
   reg.set_state_dir(options_.state_dir);
+  if (options_.requested_id >= 0) {
+    // The store is known before registering: fail before the coordinator
+    // counts this server in (and, if it restarted, rolls the job back).
+    id_ = options_.requested_id;
+    RETURN_IF_ERROR(OpenStore());
+  }
   reg.set_keep_checkpoints(options_.keep_checkpoints);
   RETURN_IF_ERROR(SendToCoordinator(reg));
 
@@ -100,6 +106,11 @@ Status ServerImpl::Init() {
           StatusCode::kFailedPrecondition,
           "coordinator refused registration: " + reply.status_message());
     }
+    if (store_ && reply.member_id() != id_) {
+      return FailedPreconditionError(
+          "asked for server id " + std::to_string(id_) + ", got " +
+          std::to_string(reply.member_id()));
+    }
     id_ = reply.member_id();
     generation_ = reply.generation();
     checkpoint_every_ = reply.checkpoint_every();
@@ -110,7 +121,7 @@ Status ServerImpl::Init() {
       heartbeat_interval_ms_ = std::max<int64_t>(
           10, std::min(heartbeat_interval_ms_, reply.timeout_ms() / 3));
     }
-    RETURN_IF_ERROR(OpenStore());
+    if (!store_) RETURN_IF_ERROR(OpenStore());
     for (const auto& table : reply.tables()) {
       Status s = CreateTable(table);
       if (!s.ok()) {
@@ -197,6 +208,9 @@ void ServerImpl::Run() {
     auto wake = next_heartbeat_;
     for (const ParkedPull& p : parked_) wake = std::min(wake, p.deadline);
     if (prepare_above_) wake = std::min(wake, prepare_deadline_);
+    for (const auto& [c, deadline] : pending_checkpoints_) {
+      wake = std::min(wake, deadline);
+    }
     const int64_t wait_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(wake - now)
             .count() +
@@ -230,6 +244,7 @@ void ServerImpl::Run() {
     }
     if (!parked_.empty()) ExpireParked();
     if (prepare_above_) ExpireCheckpointPrepare();
+    if (!pending_checkpoints_.empty()) ExpirePendingCheckpoints();
   }
   LOG(INFO) << "server " << id_ << " stopped";
 }
@@ -815,7 +830,7 @@ void ServerImpl::CommitChange(const wire::Header& header) {
 bool ServerImpl::HeldForCheckpoint(int64_t clock) const {
   if (prepare_above_ && clock > *prepare_above_) return true;
   return !pending_checkpoints_.empty() &&
-         clock >= *pending_checkpoints_.begin();
+         clock >= pending_checkpoints_.begin()->first;
 }
 
 void ServerImpl::PrepareCheckpoint(const wire::Header& header) {
@@ -857,7 +872,14 @@ void ServerImpl::CommitCheckpoint(const wire::Header& header) {
   if (ours) {
     // The round is over either way: its holds end here.
     prepare_above_.reset();
-    if (valid) pending_checkpoints_.insert(clock);
+    if (valid) {
+      last_complete_checkpoint_ = header.data_clock();
+      pending_checkpoints_[clock] =
+          Clock::now() + std::chrono::milliseconds(std::max<int64_t>(
+                             header.timeout_ms() > 0 ? header.timeout_ms()
+                                                     : 30000,
+                             1000));
+    }
     ReplayCheckpointHeld();
   }
   if (!valid && clock >= 0) {
@@ -880,6 +902,36 @@ void ServerImpl::CommitCheckpoint(const wire::Header& header) {
   MaybeWriteCheckpoint();
 }
 
+void ServerImpl::ExpirePendingCheckpoints() {
+  const auto now = Clock::now();
+  bool dropped = false;
+  for (auto it = pending_checkpoints_.begin();
+       it != pending_checkpoints_.end();) {
+    if (now < it->second) {
+      ++it;
+      continue;
+    }
+    const int64_t clock = it->first;
+    LOG(WARNING) << "server " << id_ << ": dropping the checkpoint at clock "
+                 << clock << ": workers " << Laggards(clock)
+                 << " did not reach it in time";
+    wire::Header done;
+    done.set_type(wire::CHECKPOINT_DONE);
+    done.set_member_id(id_);
+    done.set_clock(clock);
+    done.set_generation(generation_);
+    StatusToWire(DeadlineExceededError(
+                     "server " + std::to_string(id_) + ": workers " +
+                     Laggards(clock) + " did not reach clock " +
+                     std::to_string(clock) + " in time"),
+                 &done);
+    SendToCoordinator(done).IgnoreError();
+    it = pending_checkpoints_.erase(it);
+    dropped = true;
+  }
+  if (dropped) ReplayCheckpointHeld();
+}
+
 void ServerImpl::ExpireCheckpointPrepare() {
   if (Clock::now() < prepare_deadline_) return;
   LOG(WARNING) << "server " << id_
@@ -900,7 +952,7 @@ void ServerImpl::ReplayCheckpointHeld() {
 
 void ServerImpl::MaybeWriteCheckpoint() {
   while (!pending_checkpoints_.empty()) {
-    const int64_t clock = *pending_checkpoints_.begin();
+    const int64_t clock = pending_checkpoints_.begin()->first;
     // Every live worker has finished clock - 1, and the BSP clocks below
     // it are applied (OnServerClock runs first): the state is the cut.
     if (!live_workers_.empty() && min_clock() < clock) return;
@@ -944,6 +996,17 @@ Status ServerImpl::WriteCheckpointAt(int64_t clock) {
     bytes += (e.value.size() + e.state.size()) * sizeof(float) + 32;
   }
   SendHeartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
+  // Versions of rounds that failed will never be restored: drop them, or
+  // they would push complete ones out of the newest keep_last.
+  Result<std::vector<int64_t>> versions = store_->ListCheckpoints();
+  if (versions.ok()) {
+    for (int64_t v : *versions) {
+      if (v > last_complete_checkpoint_ && v < clock) {
+        Status dropped = store_->DropCheckpoint(v);
+        if (!dropped.ok()) LOG(WARNING) << "server " << id_ << ": " << dropped;
+      }
+    }
+  }
   Status s = store_->WriteCheckpoint(clock, routing_.epoch(), tables, changed,
                                      pending_deletes_,
                                      "generation=" + std::to_string(generation_));
@@ -993,6 +1056,18 @@ void ServerImpl::AbortWaiting(const Status& status) {
 }
 
 void ServerImpl::Recover(const wire::Header& header) {
+  if (header.generation() < generation_) return;  // an older rollback's
+  if (restored_generation_ == header.generation()) {
+    // Sent again (the coordinator restarted, or missed the ack): restored
+    // already, and requests of this generation may have been applied since.
+    wire::Header ack;
+    ack.set_type(wire::RECOVER_ACK);
+    ack.set_member_id(id_);
+    ack.set_generation(header.generation());
+    ack.set_clock(header.clock());
+    SendToCoordinator(ack).IgnoreError();
+    return;
+  }
   SendHeartbeat(/*busy_ms=*/-1);  // no heartbeat goes out while restoring
   const auto start = Clock::now();
   Status s = RestoreState(header);
@@ -1007,6 +1082,7 @@ void ServerImpl::Recover(const wire::Header& header) {
     LOG(ERROR) << "server " << id_ << ": cannot restore the checkpoint at clock "
                << header.clock() << ": " << s;
   }
+  if (s.ok()) restored_generation_ = header.generation();
   wire::Header ack;
   ack.set_type(wire::RECOVER_ACK);
   ack.set_member_id(id_);
@@ -1028,7 +1104,9 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
   pending_deletes_.clear();
   dedup_ = RequestDedup();
   for (const auto& config : header.tables()) {
-    RETURN_IF_ERROR(CreateTable(config));
+    // A table this server has keeps its own options: they differ from the
+    // coordinator's after a consistency change (kept in the schedule).
+    if (tables_.count(config.id()) == 0) RETURN_IF_ERROR(CreateTable(config));
   }
   for (auto& [id, state] : tables_) {
     state->table->Clear();
@@ -1099,6 +1177,7 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
     }
   }
   last_checkpoint_ = clock > 0 ? clock : -1;
+  last_complete_checkpoint_ = last_checkpoint_;
   due_reported_ = 0;
   counters_.checkpoint_clock.store(last_checkpoint_,
                                    std::memory_order_relaxed);

@@ -105,6 +105,7 @@ class ServerImpl final : public Server {
   void MaybeWriteCheckpoint();
   Status WriteCheckpointAt(int64_t clock);
   void ExpireCheckpointPrepare();
+  void ExpirePendingCheckpoints();
   // Recovery: roll back to a checkpoint under a new generation.
   void Recover(const wire::Header& header);
   Status RestoreState(const wire::Header& header);
@@ -165,7 +166,14 @@ class ServerImpl final : public Server {
   Time prepare_deadline_{};
   // Committed checkpoint clocks not yet written: pushes with a clock at or
   // above the smallest are held until it is.
-  std::set<int64_t> pending_checkpoints_;
+  // Each with the time by which the workers must have reached it; past
+  // that the checkpoint is dropped (under async a straggler could hold
+  // pushes past their senders' deadlines).
+  std::map<int64_t, Time> pending_checkpoints_;
+  // The newest checkpoint the coordinator knows complete: versions above
+  // it not being written belong to rounds that failed.
+  int64_t last_complete_checkpoint_ = -1;
+  std::optional<uint64_t> restored_generation_;
   std::vector<InMessage> checkpoint_held_;  // in arrival order
   // Keys this server's store holds but no longer owns (after a restore).
   std::vector<std::pair<TableId, Key>> pending_deletes_;

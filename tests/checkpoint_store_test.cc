@@ -333,6 +333,29 @@ TEST(CheckpointStore, KeepLastPrunesTheOldestVersions) {
   ExpectHolds(*latest, state);
 }
 
+// A version of a checkpoint that never completed elsewhere is dropped: the
+// ones kept stay complete and count towards keep_last without it.
+TEST(CheckpointStore, ADroppedVersionIsGoneAndTheOthersStayWhole) {
+  TempDir tmp;
+  auto store = OpenStore(tmp.path(), /*keep_last=*/2);
+  ASSERT_NE(store, nullptr);
+  State state = WriteInitial(store.get(), 10);
+  WriteChange(store.get(), &state, 20, 0, 10, 1);
+  ASSERT_TRUE(store->DropCheckpoint(20).ok());
+  ASSERT_TRUE(store->DropCheckpoint(25).ok());  // none there: fine
+  Result<std::vector<int64_t>> clocks = store->ListCheckpoints();
+  ASSERT_TRUE(clocks.ok()) << clocks.status();
+  EXPECT_EQ(*clocks, (std::vector<int64_t>{10}));
+  WriteChange(store.get(), &state, 30, 5, 10, 2);
+  clocks = store->ListCheckpoints();
+  ASSERT_TRUE(clocks.ok());
+  EXPECT_EQ(*clocks, (std::vector<int64_t>{10, 30}));
+  // live/ kept the dropped version's changes: the next version has them.
+  Result<LoadedCheckpoint> latest = store->LoadLatest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ExpectHolds(*latest, state);
+}
+
 class CheckpointStoreDamage : public ::testing::TestWithParam<Damage> {};
 
 TEST_P(CheckpointStoreDamage, ADamagedNewestVersionFallsBackToTheOneBefore) {

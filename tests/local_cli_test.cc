@@ -329,10 +329,12 @@ INSTANTIATE_TEST_SUITE_P(
 // run: it still reaches the accuracy of an undisturbed run's first epochs.
 TEST(LocalCluster, TenRandomKillsStillReachTheAccuracyTarget) {
   const std::string marker = UniqueTimeoutFlag();
-  Process p({kBinary, "local", "--servers=2", "--workers=4", "--epochs=4",
+  // 5 epochs are about 1170 clocks: every kill falls well before the end.
+  Process p({kBinary, "local", "--servers=2", "--workers=4", "--epochs=5",
              "--consistency=ssp", "--checkpoint_every=50",
-             "--heartbeat_timeout_ms=2000", "--kill_schedule=random:10",
-             "--seed=3", "--min_accuracy=0.8", "--log_every=100", marker});
+             "--heartbeat_timeout_ms=2000",
+             "--kill_schedule=random:10@clock=20-600", "--seed=3",
+             "--min_accuracy=0.8", "--log_every=100", marker});
   const int status = p.Wait(std::chrono::seconds(280));
   ASSERT_EQ(ExitCode(status), 0) << p.output();
   const std::string out = p.output();

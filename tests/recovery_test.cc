@@ -274,5 +274,70 @@ TEST(OnDemandCheckpoint, ALongWriteIsNotTakenForADeadServer) {
   EXPECT_EQ(status->last_checkpoint_clock, *clock);
 }
 
+// A server restarted in process with its id and state: the job rolls back
+// to the checkpoint, also after a consistency change (the servers' tables
+// then differ from the coordinator's first configuration).
+TEST(Rollback, ARestartedServerRestoresTheCheckpointAfterAConsistencyChange) {
+  TempDir dir;
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.num_workers = 1;
+  options.coordinator_state_dir = dir.path() + "/coordinator";
+  options.server.state_dir = dir.path() + "/servers";
+  testing::TestCluster cluster(options);
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.heartbeat_interval_ms = 50;
+  auto worker = Client::Connect(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  TableOptions t;
+  t.name = "count";
+  t.rule = UpdateRule::kAdd;
+  t.consistency.mode = ConsistencyMode::kSsp;
+  t.consistency.staleness = 1;
+  auto table = (*worker)->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys;
+  for (Key k = 0; k < 20; ++k) keys.push_back(k);
+  const std::vector<float> one(keys.size(), 1.0f);
+  auto step = [&] {
+    ASSERT_TRUE((*worker)->Push(*table, keys, one).ok());
+    (*worker)->Clock();
+  };
+  for (int c = 0; c < 3; ++c) step();
+  Consistency wider;
+  wider.mode = ConsistencyMode::kSsp;
+  wider.staleness = 3;
+  ASSERT_TRUE((*worker)->SetConsistency(*table, wider).ok());
+  for (int c = 3; c < 6; ++c) step();
+  auto clock = RequestCheckpoint(cluster.address(), 20000);
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  ASSERT_EQ(*clock, 6);  // above every push so far (timestamps 0-5)
+  step();                // timestamp 6: after the checkpoint
+  const int32_t id = cluster.server(1).id();
+  cluster.DestroyServer(1);
+  ServerOptions s = options.server;
+  s.coordinator_address = cluster.address();
+  s.requested_id = id;
+  auto restarted = Server::Start(s);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  auto r = (*worker)->AwaitRecovery(30000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->clock, 6);
+  EXPECT_EQ((*worker)->clock(), 6);
+  // Every key, on either server, holds the six pushes before the cut.
+  std::vector<float> out(keys.size());
+  ASSERT_TRUE((*worker)->Pull(*table, keys, out).ok());
+  for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(out[k], 6.0f) << k;
+  auto status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->generation, 1u);
+  EXPECT_FALSE(status->recovering);
+  // And the job goes on from there.
+  step();
+  ASSERT_TRUE((*worker)->Pull(*table, keys, out).ok());
+  for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(out[k], 7.0f) << k;
+}
+
 }  // namespace
 }  // namespace ductile

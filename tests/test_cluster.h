@@ -49,6 +49,9 @@ class TestCluster {
   Coordinator& coordinator() { return *coordinator_; }
   Server& server(int i) { return *servers_[i]; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
+  // Stops server i and frees it, releasing its files (a server "killed";
+  // server(i) must not be used after this).
+  void DestroyServer(int i) { servers_[i].reset(); }
 
   std::unique_ptr<Client> Connect(bool as_worker = true,
                                   int64_t request_timeout_ms = 20000) {

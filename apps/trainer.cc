@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -179,19 +180,37 @@ class DataPosition {
   }
 
   // After a rollback: back to the state recorded at the checkpoint's clock
-  // (the start, when there was none).
+  // (the start, when there was none), counters included.
   Status Restore(const std::string& saved) {
+    samples = 0;
+    steps = 0;
     if (saved.empty()) return StartEpoch(0);
-    Result<DataCursorState> state = DataCursorState::FromString(saved);
+    const size_t bar = saved.find('|');
+    Result<DataCursorState> state =
+        DataCursorState::FromString(saved.substr(0, bar));
     RETURN_IF_ERROR(state.status());
+    if (bar != std::string::npos &&
+        std::sscanf(saved.c_str() + bar + 1, "samples=%" SCNd64 " steps=%" SCNu64,
+                    &samples, &steps) != 2) {
+      return InvalidArgumentError("unreadable resume state '" + saved + "'");
+    }
     Result<DataCursor> cursor = DataCursor::Restore(*state);
     RETURN_IF_ERROR(cursor.status());
     cursor_ = std::move(*cursor);
     return Status::Ok();
   }
 
-  // Records where the next step starts, for a checkpoint at this clock.
-  void Record() { client_.SetResumeState(cursor_->Save().ToString()); }
+  // Records where the next step starts, for a checkpoint at this clock:
+  // "<cursor>|samples=N steps=M".
+  void Record() {
+    client_.SetResumeState(cursor_->Save().ToString() +
+                           "|samples=" + std::to_string(samples) +
+                           " steps=" + std::to_string(steps));
+  }
+
+  // Samples and steps this worker has trained on (rolled back with it).
+  int64_t samples = 0;
+  uint64_t steps = 0;
 
   DataCursor& cursor() { return *cursor_; }
 
@@ -466,8 +485,8 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   }
   progress.Start();
   std::vector<size_t> batch;
-  int64_t samples_done = 0;
-  uint64_t step = 0;
+  int64_t& samples_done = data.samples;
+  uint64_t& step = data.steps;
   bool stop = false;
   // One step: pull, gradient, push, clock; at an epoch's end, the test
   // accuracy and the next epoch's share of the data.
@@ -605,8 +624,8 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
   std::vector<Rating> batch;
   std::vector<uint64_t> rows, cols;
   SparseFactors u, v, u_grad, v_grad;
-  int64_t samples_done = 0;
-  uint64_t step = 0;
+  int64_t& samples_done = position.samples;
+  uint64_t& step = position.steps;
   bool stop = false;
   auto test_rmse = [&]() -> Result<double> {
     SparseFactors tu, tv;

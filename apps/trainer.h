@@ -11,6 +11,12 @@
 // update rule under the table's consistency model. Worker 0 prints progress
 // (epoch, clock, loss, samples/s, ETA), the test metric after each epoch,
 // and writes a CSV log.
+//
+// Fault tolerance (docs/fault_tolerance.md): each step records the worker's
+// data position and counters as its resume state; when the job rolls back
+// to a checkpoint after a server failure, the worker restores them from the
+// checkpoint's clock and goes on. Each epoch is split among the workers
+// alive when it starts, and the lowest live worker reports progress.
 #ifndef DUCTILE_APPS_TRAINER_H_
 #define DUCTILE_APPS_TRAINER_H_
 

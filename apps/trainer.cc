@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -255,6 +256,65 @@ bool IsLead(const Client& client) {
                       : live.front() == client.worker_id();
 }
 
+// One app's step: pull, gradient (its loss checked with CheckLoss before
+// anything is pushed) and push for `batch`, indices into its training set
+// of epoch `epoch`. Returns the batch's loss.
+using StepFn =
+    std::function<Result<float>(std::span<const size_t> batch, int epoch)>;
+
+// Runs one worker's training. Per step: records the data position (the
+// resume state), takes the next batch, runs `step`, clocks and reports
+// progress. At an epoch's end the lead worker reports `metric` (`evaluate`)
+// and the next epoch is split among the live workers. Ends after the final
+// barrier, once every worker's last push is in. A step failed by a rollback
+// resumes from the checkpoint, after `abandon` drops what the step left in
+// flight; any other error is returned.
+Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
+                Progress& progress, const StepFn& step, const char* metric,
+                const std::function<Result<double>()>& evaluate,
+                const std::function<void()>& abandon) {
+  std::vector<size_t> batch;
+  bool stop = false;
+  auto one_step = [&]() -> Status {
+    DataCursor& cursor = data.cursor();
+    const int epoch = static_cast<int>(cursor.epoch());
+    data.Record();
+    // The last batch of an epoch may be short; the cursor then moves on.
+    const size_t left = cursor.share_size() - cursor.position();
+    cursor.Next(std::min<size_t>(o.batch_size, left), &batch);
+    Result<float> loss = step(batch, epoch);
+    RETURN_IF_ERROR(loss.status());
+    client.Clock();
+    ++data.steps;
+    data.samples += static_cast<int64_t>(batch.size());
+    stop = o.max_samples > 0 && data.samples >= o.max_samples;
+    progress.set_lead(IsLead(client));
+    progress.Step(epoch, client.clock(), *loss, batch.size(), data.steps,
+                  o.log_every, stop);
+    if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
+    if (progress.lead()) {
+      Result<double> value = evaluate();
+      RETURN_IF_ERROR(value.status());
+      progress.Epoch(epoch, client.clock(), metric, *value);
+    }
+    return data.StartEpoch(cursor.epoch());
+  };
+  while (true) {
+    const bool training =
+        !stop && data.cursor().epoch() < static_cast<uint64_t>(o.epochs);
+    // After the last step, every worker's last push is in before the final
+    // evaluation. A checkpoint may be taken at the final clock meanwhile:
+    // it needs this worker's position there.
+    if (!training) data.Record();
+    Status s = training ? one_step() : client.Barrier();
+    if (s.ok() && !training) return Status::Ok();
+    if (s.ok()) continue;
+    abandon();
+    RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
+    stop = false;
+  }
+}
+
 // ------------------------------------------------------------ classifiers
 
 // A block of the flat parameter vector stored as one dense tensor.
@@ -484,19 +544,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     std::fflush(stdout);
   }
   progress.Start();
-  std::vector<size_t> batch;
-  int64_t& samples_done = data.samples;
-  uint64_t& step = data.steps;
-  bool stop = false;
-  // One step: pull, gradient, push, clock; at an epoch's end, the test
-  // accuracy and the next epoch's share of the data.
-  auto run_step = [&]() -> Status {
-    DataCursor& cursor = data.cursor();
-    const int epoch = static_cast<int>(cursor.epoch());
-    data.Record();
-    // The last batch of an epoch may be short; the cursor then moves on.
-    const size_t left = cursor.share_size() - cursor.position();
-    cursor.Next(std::min<size_t>(o.batch_size, left), &batch);
+  auto step = [&](std::span<const size_t> batch, int epoch) -> Result<float> {
     if (!prefetch) {
       RETURN_IF_ERROR(tensors.Pull(client, params));
     } else {
@@ -511,51 +559,31 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     RETURN_IF_ERROR(loss.status());
     RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
     RETURN_IF_ERROR(tensors.Push(client, grad));
-    client.Clock();
-    ++step;
-    samples_done += static_cast<int64_t>(batch.size());
-    stop = o.max_samples > 0 && samples_done >= o.max_samples;
-    progress.set_lead(IsLead(client));
-    progress.Step(epoch, client.clock(), *loss, batch.size(), step,
-                  o.log_every, stop);
-    if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
-    if (progress.lead()) {
-      std::vector<float> current(model->num_params());
-      RETURN_IF_ERROR(tensors.Pull(client, current));
-      Result<double> accuracy = model->Accuracy(current, *test);
-      RETURN_IF_ERROR(accuracy.status());
-      progress.Epoch(epoch, client.clock(), "test accuracy", *accuracy);
-    }
-    return data.StartEpoch(cursor.epoch());
+    return loss;
   };
-  while (true) {
-    const bool training =
-        !stop && data.cursor().epoch() < static_cast<uint64_t>(o.epochs);
-    // After the last step, every worker's last push is in before the final
-    // evaluation. A checkpoint may be taken at the final clock meanwhile:
-    // it needs this worker's position there.
-    if (!training) data.Record();
-    Status s = training ? run_step() : client.Barrier();
-    if (s.ok() && !training) break;
-    if (s.ok()) continue;
-    // A prefetch in flight belongs to the step that failed.
+  auto test_accuracy = [&]() -> Result<double> {
+    RETURN_IF_ERROR(tensors.Pull(client, params));
+    return model->Accuracy(params, *test);
+  };
+  // A prefetch in flight belongs to the step that failed.
+  auto abandon = [&] {
     ParamTensors::WaitAll(next_pull).IgnoreError();
     next_pull.clear();
-    RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
-    stop = false;
-  }
+  };
+  RETURN_IF_ERROR(RunSteps(client, o, data, progress, step, "test accuracy",
+                           test_accuracy, abandon));
   // The prefetch in flight reads into next_params: finish it first.
   if (!next_pull.empty()) RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
   if (!IsLead(client)) return Status::Ok();
-  RETURN_IF_ERROR(tensors.Pull(client, params));
-  Result<double> accuracy = model->Accuracy(params, *test);
+  Result<double> accuracy = test_accuracy();
   RETURN_IF_ERROR(accuracy.status());
   const ClientStats stats = client.stats();
   std::printf(
       "final test accuracy: %.4f after %llu steps per worker, %.1fs "
       "(worker 0: blocked %.1fs on the staleness bound, max "
       "staleness %lld)\n",
-      *accuracy, static_cast<unsigned long long>(step), progress.elapsed(),
+      *accuracy, static_cast<unsigned long long>(data.steps),
+      progress.elapsed(),
       stats.blocked_us / 1e6, static_cast<long long>(stats.max_staleness()));
   std::fflush(stdout);
   if (*accuracy < o.min_accuracy) {
@@ -620,25 +648,17 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     std::fflush(stdout);
   }
   progress.Start();
-  std::vector<size_t> indices;
   std::vector<Rating> batch;
   std::vector<uint64_t> rows, cols;
   SparseFactors u, v, u_grad, v_grad;
-  int64_t& samples_done = position.samples;
-  uint64_t& step = position.steps;
-  bool stop = false;
   auto test_rmse = [&]() -> Result<double> {
     SparseFactors tu, tv;
     RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, test_rows, &tu));
     RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, test_cols, &tv));
     return model.Rmse(data.test, tu, tv);
   };
-  auto run_step = [&]() -> Status {
-    DataCursor& cursor = position.cursor();
-    const int epoch = static_cast<int>(cursor.epoch());
-    position.Record();
-    const size_t left = cursor.share_size() - cursor.position();
-    cursor.Next(std::min<size_t>(o.batch_size, left), &indices);
+  auto step = [&](std::span<const size_t> indices,
+                  int epoch) -> Result<float> {
     batch.clear();
     for (size_t i : indices) batch.push_back(data.train[i]);
     MfModel::TouchedKeys(batch, &rows, &cols);
@@ -652,38 +672,18 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     Status su = pu.Wait(), sv = pv.Wait();
     RETURN_IF_ERROR(su);
     RETURN_IF_ERROR(sv);
-    client.Clock();
-    ++step;
-    samples_done += static_cast<int64_t>(batch.size());
-    stop = o.max_samples > 0 && samples_done >= o.max_samples;
-    progress.set_lead(IsLead(client));
-    progress.Step(epoch, client.clock(), *loss, batch.size(), step,
-                  o.log_every, stop);
-    if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
-    if (progress.lead()) {
-      Result<double> rmse = test_rmse();
-      RETURN_IF_ERROR(rmse.status());
-      progress.Epoch(epoch, client.clock(), "test RMSE", *rmse);
-    }
-    return position.StartEpoch(cursor.epoch());
+    return loss;
   };
-  while (true) {
-    const bool training =
-        !stop && position.cursor().epoch() < static_cast<uint64_t>(o.epochs);
-    if (!training) position.Record();  // a checkpoint at the final clock
-    Status s = training ? run_step() : client.Barrier();
-    if (s.ok() && !training) break;
-    if (s.ok()) continue;
-    RETURN_IF_ERROR(RecoverOrFail(client, s, position, progress.lead()));
-    stop = false;
-  }
+  RETURN_IF_ERROR(RunSteps(client, o, position, progress, step, "test RMSE",
+                           test_rmse, [] {}));
   if (!IsLead(client)) return Status::Ok();
   Result<double> rmse = test_rmse();
   RETURN_IF_ERROR(rmse.status());
   std::printf(
       "final test RMSE: %.4f after %llu steps per worker, %.1fs (noise "
       "level %.3g)\n",
-      *rmse, static_cast<unsigned long long>(step), progress.elapsed(),
+      *rmse, static_cast<unsigned long long>(position.steps),
+      progress.elapsed(),
       o.mf_noise);
   std::fflush(stdout);
   if (o.max_rmse > 0 && *rmse > o.max_rmse) {

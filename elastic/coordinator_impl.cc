@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "elastic/slot_map.h"
@@ -423,6 +424,12 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
         // A worker asking for its id (`ductile local` numbers them, so its
         // --kill_schedule names the coordinator's ids).
         const int32_t id = h.worker_id();
+        if (id >= (1 << 20)) {
+          return ReplyStatus(identity, h.seq(),
+                             InvalidArgumentError(
+                                 "worker id " + std::to_string(id) +
+                                 " is out of range (0 to 1048575)"));
+        }
         auto taken = workers_.find(id);
         if (taken != workers_.end() && !taken->second.dead) {
           return ReplyStatus(identity, h.seq(),
@@ -1187,6 +1194,11 @@ void CoordinatorImpl::HandleCheckpointAck(const wire::Header& h) {
     return FailCheckpoint(Status(
         s.code(), "server " + std::to_string(h.member_id()) + ": " +
                       s.message()));
+  }
+  if (h.clock() < -1 || h.clock() >= std::numeric_limits<int64_t>::max() / 2) {
+    return FailCheckpoint(InvalidArgumentError(
+        "server " + std::to_string(h.member_id()) +
+        " reported an impossible clock " + std::to_string(h.clock())));
   }
   round_->max_clock = std::max(round_->max_clock, h.clock());
   round_->awaiting.erase(h.member_id());

@@ -357,6 +357,12 @@ TEST(Cluster, WorkersGetTheIdsTheyAskForAndATakenIdIsRefused) {
   EXPECT_NE(again.status().message().find("worker id 1 is taken"),
             std::string::npos)
       << again.status();
+  // An id beyond the coordinator's range is refused, not taken.
+  o.requested_worker_id = 1 << 30;
+  auto huge = Client::Connect(o);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("out of range"), std::string::npos)
+      << huge.status();
   // One that asks for nothing gets a free id.
   o.requested_worker_id = -1;
   auto any = Client::Connect(o);

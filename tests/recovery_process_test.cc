@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -134,6 +133,22 @@ class RecoveryCluster {
     }
   }
 
+  // Waits for both workers, which must have checked the final state of a
+  // run of `clocks` (and, if `rolled_back`, the state after a rollback)
+  // exactly; returns their output.
+  std::string ExpectWorkersExact(int clocks, bool rolled_back) {
+    ExpectWorkersSucceed();
+    const std::string out = WorkerOutput();
+    if (rolled_back) {
+      EXPECT_NE(out.find("verified rollback to clock "), std::string::npos)
+          << out;
+    }
+    EXPECT_NE(out.find("final state exact at clock " + std::to_string(clocks)),
+              std::string::npos)
+        << out;
+    return out;
+  }
+
   // Output of every worker, concatenated.
   std::string WorkerOutput() {
     std::string out;
@@ -165,11 +180,7 @@ TEST_P(RecoveryUnder, AKilledServerRestartedRestoresTheExactCheckpointState) {
   ASSERT_TRUE(cluster.WaitForCheckpoint(20));
   Kill9(cluster.server(1));
   cluster.StartServer(1);  // same id, same state directory
-  cluster.ExpectWorkersSucceed();
-  const std::string out = cluster.WorkerOutput();
-  EXPECT_NE(out.find("verified rollback to clock "), std::string::npos) << out;
-  EXPECT_NE(out.find("final state exact at clock 160"), std::string::npos)
-      << out;
+  cluster.ExpectWorkersExact(160, /*rolled_back=*/true);
   // The job ends by itself: coordinator and servers exit cleanly.
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
       << cluster.coordinator().output();
@@ -190,11 +201,7 @@ TEST(RecoveryProcess, AKilledServerNotRestartedHasItsSlotsRestoredOnTheOther) {
   Kill9(cluster.server(1));
   // Declared dead after the heartbeat timeout; server 0 takes its slots
   // from server 1's checkpoint files.
-  cluster.ExpectWorkersSucceed();
-  const std::string out = cluster.WorkerOutput();
-  EXPECT_NE(out.find("verified rollback to clock "), std::string::npos) << out;
-  EXPECT_NE(out.find("final state exact at clock 160"), std::string::npos)
-      << out;
+  cluster.ExpectWorkersExact(160, /*rolled_back=*/true);
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0);
   EXPECT_EQ(cluster.server(0).WaitExit(kWaitMs), 0);
   EXPECT_NE(cluster.coordinator().output().find("moved to the survivors"),
@@ -209,17 +216,11 @@ TEST(RecoveryProcess, AKilledCoordinatorRestartedOnItsStateResumesTheJob) {
   Kill9(cluster.coordinator());
   std::this_thread::sleep_for(milliseconds(300));
   cluster.StartCoordinator();  // same address, same state directory
-  cluster.ExpectWorkersSucceed();
-  const std::string out = cluster.WorkerOutput();
-  EXPECT_NE(out.find("final state exact at clock 160"), std::string::npos)
-      << out;
+  cluster.ExpectWorkersExact(160, /*rolled_back=*/false);
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
       << cluster.coordinator().output();
   EXPECT_EQ(cluster.server(0).WaitExit(kWaitMs), 0);
   EXPECT_EQ(cluster.server(1).WaitExit(kWaitMs), 0);
-  if (getenv("DUCTILE_TEST_VERBOSE")) {
-    std::printf("%s\n%s\n", cluster.coordinator().output().c_str(), out.c_str());
-  }
 }
 
 TEST(RecoveryProcess, ACorruptLatestCheckpointFallsBackToTheOneBefore) {
@@ -248,14 +249,11 @@ TEST(RecoveryProcess, ACorruptLatestCheckpointFallsBackToTheOneBefore) {
   }
   ASSERT_EQ(damaged, 1);
   cluster.StartServer(1);
-  cluster.ExpectWorkersSucceed();
-  const std::string out = cluster.WorkerOutput();
+  const std::string out = cluster.ExpectWorkersExact(160, /*rolled_back=*/true);
+  // Not to the damaged one.
   EXPECT_EQ(out.find("verified rollback to clock " + std::to_string(latest) +
                      " "),
             std::string::npos)
-      << out;
-  EXPECT_NE(out.find("verified rollback to clock "), std::string::npos) << out;
-  EXPECT_NE(out.find("final state exact at clock 160"), std::string::npos)
       << out;
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0);
   const std::string log = cluster.coordinator().output();

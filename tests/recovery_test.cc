@@ -37,6 +37,29 @@ class TempDir {
   std::string path_;
 };
 
+// A cluster of `servers` servers and one worker, keeping checkpoints in
+// `dir`.
+testing::TestClusterOptions CheckpointingCluster(const TempDir& dir,
+                                                 int servers) {
+  testing::TestClusterOptions options;
+  options.num_servers = servers;
+  options.num_workers = 1;
+  options.coordinator_state_dir = dir.path() + "/coordinator";
+  options.server.state_dir = dir.path() + "/servers";
+  return options;
+}
+
+// The worker of such a cluster, heartbeating every `heartbeat_ms`.
+std::unique_ptr<Client> ConnectWorker(const testing::TestCluster& cluster,
+                                      int64_t heartbeat_ms) {
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.heartbeat_interval_ms = heartbeat_ms;
+  auto worker = Client::Connect(o);
+  EXPECT_TRUE(worker.ok()) << worker.status();
+  return worker.ok() ? std::move(*worker) : nullptr;
+}
+
 TableOptions AdamTable() {
   TableOptions o;
   o.name = "adam";
@@ -177,12 +200,7 @@ TEST(CoordinatorStoreTest, TwoCoordinatorsCannotShareADirectory) {
 
 TEST(OnDemandCheckpoint, WritesEveryServersShareAtOneClock) {
   TempDir dir;
-  testing::TestClusterOptions options;
-  options.num_servers = 2;
-  options.num_workers = 1;
-  options.coordinator_state_dir = dir.path() + "/coordinator";
-  options.server.state_dir = dir.path() + "/servers";
-  testing::TestCluster cluster(options);
+  testing::TestCluster cluster(CheckpointingCluster(dir, 2));
   std::unique_ptr<Client> worker = cluster.Connect(/*as_worker=*/true);
   ASSERT_NE(worker, nullptr);
   TableOptions t = AdamTable();
@@ -240,32 +258,25 @@ TEST(OnDemandCheckpoint, WithoutAStateDirectoryIsAClearError) {
 // it writes. The write here (100 MB) takes longer than the timeout.
 TEST(OnDemandCheckpoint, ALongWriteIsNotTakenForADeadServer) {
   TempDir dir;
-  testing::TestClusterOptions options;
-  options.num_servers = 1;
-  options.num_workers = 1;
+  testing::TestClusterOptions options = CheckpointingCluster(dir, 1);
   options.heartbeat_timeout_ms = 150;
-  options.coordinator_state_dir = dir.path() + "/coordinator";
-  options.server.state_dir = dir.path() + "/servers";
   testing::TestCluster cluster(options);
-  ClientOptions o;
-  o.coordinator_address = cluster.address();
-  o.heartbeat_interval_ms = 20;
-  auto worker = Client::Connect(o);
-  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::unique_ptr<Client> worker = ConnectWorker(cluster, 20);
+  ASSERT_NE(worker, nullptr);
   // 100 keys of 1 MB, pushed one request at a time: the server heartbeats
   // between requests, so only the checkpoint's write is one long silence.
   TableOptions t;
   t.name = "big";
   t.rule = UpdateRule::kAdd;
   t.value_width = 1 << 18;
-  auto table = (*worker)->CreateTable(t);
+  auto table = worker->CreateTable(t);
   ASSERT_TRUE(table.ok()) << table.status();
   std::vector<float> g(t.value_width, 1.0f);
   for (Key k = 0; k < 100; ++k) {
     const std::vector<Key> one = {k};
-    ASSERT_TRUE((*worker)->Push(*table, one, g).ok());
+    ASSERT_TRUE(worker->Push(*table, one, g).ok());
   }
-  (*worker)->Clock();
+  worker->Clock();
   auto clock = RequestCheckpoint(cluster.address(), 60000);
   ASSERT_TRUE(clock.ok()) << clock.status();
   auto status = QueryClusterStatus(cluster.address(), 5000);
@@ -279,36 +290,29 @@ TEST(OnDemandCheckpoint, ALongWriteIsNotTakenForADeadServer) {
 // then differ from the coordinator's first configuration).
 TEST(Rollback, ARestartedServerRestoresTheCheckpointAfterAConsistencyChange) {
   TempDir dir;
-  testing::TestClusterOptions options;
-  options.num_servers = 2;
-  options.num_workers = 1;
-  options.coordinator_state_dir = dir.path() + "/coordinator";
-  options.server.state_dir = dir.path() + "/servers";
+  const testing::TestClusterOptions options = CheckpointingCluster(dir, 2);
   testing::TestCluster cluster(options);
-  ClientOptions o;
-  o.coordinator_address = cluster.address();
-  o.heartbeat_interval_ms = 50;
-  auto worker = Client::Connect(o);
-  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::unique_ptr<Client> worker = ConnectWorker(cluster, 50);
+  ASSERT_NE(worker, nullptr);
   TableOptions t;
   t.name = "count";
   t.rule = UpdateRule::kAdd;
   t.consistency.mode = ConsistencyMode::kSsp;
   t.consistency.staleness = 1;
-  auto table = (*worker)->CreateTable(t);
+  auto table = worker->CreateTable(t);
   ASSERT_TRUE(table.ok()) << table.status();
   std::vector<Key> keys;
   for (Key k = 0; k < 20; ++k) keys.push_back(k);
   const std::vector<float> one(keys.size(), 1.0f);
   auto step = [&] {
-    ASSERT_TRUE((*worker)->Push(*table, keys, one).ok());
-    (*worker)->Clock();
+    ASSERT_TRUE(worker->Push(*table, keys, one).ok());
+    worker->Clock();
   };
   for (int c = 0; c < 3; ++c) step();
   Consistency wider;
   wider.mode = ConsistencyMode::kSsp;
   wider.staleness = 3;
-  ASSERT_TRUE((*worker)->SetConsistency(*table, wider).ok());
+  ASSERT_TRUE(worker->SetConsistency(*table, wider).ok());
   for (int c = 3; c < 6; ++c) step();
   auto clock = RequestCheckpoint(cluster.address(), 20000);
   ASSERT_TRUE(clock.ok()) << clock.status();
@@ -321,13 +325,13 @@ TEST(Rollback, ARestartedServerRestoresTheCheckpointAfterAConsistencyChange) {
   s.requested_id = id;
   auto restarted = Server::Start(s);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
-  auto r = (*worker)->AwaitRecovery(30000);
+  auto r = worker->AwaitRecovery(30000);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->clock, 6);
-  EXPECT_EQ((*worker)->clock(), 6);
+  EXPECT_EQ(worker->clock(), 6);
   // Every key, on either server, holds the six pushes before the cut.
   std::vector<float> out(keys.size());
-  ASSERT_TRUE((*worker)->Pull(*table, keys, out).ok());
+  ASSERT_TRUE(worker->Pull(*table, keys, out).ok());
   for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(out[k], 6.0f) << k;
   auto status = QueryClusterStatus(cluster.address(), 5000);
   ASSERT_TRUE(status.ok());
@@ -335,7 +339,7 @@ TEST(Rollback, ARestartedServerRestoresTheCheckpointAfterAConsistencyChange) {
   EXPECT_FALSE(status->recovering);
   // And the job goes on from there.
   step();
-  ASSERT_TRUE((*worker)->Pull(*table, keys, out).ok());
+  ASSERT_TRUE(worker->Pull(*table, keys, out).ok());
   for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(out[k], 7.0f) << k;
 }
 

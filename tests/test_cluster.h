@@ -19,8 +19,8 @@ struct TestClusterOptions {
   int num_workers = 0;  // 0: any
   int num_slots = 64;
   int64_t heartbeat_timeout_ms = 5000;
-  std::string coordinator_state_dir;  // "" = no checkpoints
-  ServerOptions server;  // coordinator_address is filled in
+  std::string coordinator_state_dir = "";  // "" = no checkpoints
+  ServerOptions server = {};               // coordinator_address is filled in
 };
 
 class TestCluster {

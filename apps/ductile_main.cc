@@ -398,13 +398,14 @@ int RunLocal() {
   const bool by_default =
       gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
       gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
-  o.coordinator_flags = {log, "--slots=" + std::to_string(FLAGS_slots),
-                         Forward("heartbeat_timeout_ms"),
-                         by_default ? "--checkpoint_every=" +
-                                          std::to_string(kLocalCheckpointEvery)
-                                    : Forward("checkpoint_every"),
-                         Forward("checkpoint_interval_s"),
-                         Forward("checkpoint_timeout_ms")};
+  o.coordinator_flags = {
+      log,
+      "--slots=" + std::to_string(FLAGS_slots),
+      Forward("heartbeat_timeout_ms"),
+      by_default ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
+                 : Forward("checkpoint_every"),
+      Forward("checkpoint_interval_s"),
+      Forward("checkpoint_timeout_ms")};
   o.server_flags = {log, "--host=127.0.0.1",
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
                     Forward("keep_checkpoints")};

@@ -191,8 +191,9 @@ class DataPosition {
         DataCursorState::FromString(saved.substr(0, bar));
     RETURN_IF_ERROR(state.status());
     if (bar != std::string::npos &&
-        std::sscanf(saved.c_str() + bar + 1, "samples=%" SCNd64 " steps=%" SCNu64,
-                    &samples, &steps) != 2) {
+        std::sscanf(saved.c_str() + bar + 1,
+                    "samples=%" SCNd64 " steps=%" SCNu64, &samples,
+                    &steps) != 2) {
       return InvalidArgumentError("unreadable resume state '" + saved + "'");
     }
     Result<DataCursor> cursor = DataCursor::Restore(*state);
@@ -241,10 +242,11 @@ Status RecoverOrFail(Client& client, const Status& failed, DataPosition& data,
   if (!r.ok()) return failed;
   RETURN_IF_ERROR(data.Restore(r->resume_state));
   if (lead) {
-    std::printf("rolled back to the checkpoint at clock %lld after a "
-                "failure (%s); resuming at epoch %llu\n",
-                static_cast<long long>(r->clock), failed.message().c_str(),
-                static_cast<unsigned long long>(data.cursor().epoch() + 1));
+    std::printf(
+        "rolled back to the checkpoint at clock %lld after a "
+        "failure (%s); resuming at epoch %llu\n",
+        static_cast<long long>(r->clock), failed.message().c_str(),
+        static_cast<unsigned long long>(data.cursor().epoch() + 1));
     std::fflush(stdout);
   }
   return Status::Ok();
@@ -583,8 +585,8 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       "(worker 0: blocked %.1fs on the staleness bound, max "
       "staleness %lld)\n",
       *accuracy, static_cast<unsigned long long>(data.steps),
-      progress.elapsed(),
-      stats.blocked_us / 1e6, static_cast<long long>(stats.max_staleness()));
+      progress.elapsed(), stats.blocked_us / 1e6,
+      static_cast<long long>(stats.max_staleness()));
   std::fflush(stdout);
   if (*accuracy < o.min_accuracy) {
     return FailedPreconditionError(
@@ -657,8 +659,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, test_cols, &tv));
     return model.Rmse(data.test, tu, tv);
   };
-  auto step = [&](std::span<const size_t> indices,
-                  int epoch) -> Result<float> {
+  auto step = [&](std::span<const size_t> indices, int epoch) -> Result<float> {
     batch.clear();
     for (size_t i : indices) batch.push_back(data.train[i]);
     MfModel::TouchedKeys(batch, &rows, &cols);
@@ -683,8 +684,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
       "final test RMSE: %.4f after %llu steps per worker, %.1fs (noise "
       "level %.3g)\n",
       *rmse, static_cast<unsigned long long>(position.steps),
-      progress.elapsed(),
-      o.mf_noise);
+      progress.elapsed(), o.mf_noise);
   std::fflush(stdout);
   if (o.max_rmse > 0 && *rmse > o.max_rmse) {
     return FailedPreconditionError("test RMSE " + std::to_string(*rmse) +

@@ -413,7 +413,8 @@ Status ClientImpl::Finish() {
 
 Result<Client::Recovery> ClientImpl::AwaitRecovery(int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(recovery_mu_);
-  if (!recovery_cv_.wait_for(lock, milliseconds(std::max<int64_t>(timeout_ms, 0)),
+  if (!recovery_cv_.wait_for(lock,
+                             milliseconds(std::max<int64_t>(timeout_ms, 0)),
                              [&] { return pending_recovery_.has_value(); })) {
     return DeadlineExceededError("no rollback was announced within " +
                                  std::to_string(timeout_ms) + " ms");
@@ -460,10 +461,9 @@ std::vector<int32_t> ClientImpl::live_workers() const {
 bool ClientImpl::RefuseDuringRecovery(internal::Operation& op) {
   std::lock_guard<std::mutex> lock(recovery_mu_);
   if (!pending_recovery_) return false;
-  op.Release(AbortedError(
-      "the job rolled back to the checkpoint at clock " +
-      std::to_string(pending_recovery_->clock) +
-      "; call AwaitRecovery() and resume from there"));
+  op.Release(AbortedError("the job rolled back to the checkpoint at clock " +
+                          std::to_string(pending_recovery_->clock) +
+                          "; call AwaitRecovery() and resume from there"));
   return true;
 }
 
@@ -907,8 +907,7 @@ void ClientImpl::HandleTimers() {
   }
   for (auto it = controls_.begin(); it != controls_.end();) {
     ControlOperation& c = *it->second;
-    if (c.resend_at != SteadyTime{} && now >= c.resend_at &&
-        now < c.deadline) {
+    if (c.resend_at != SteadyTime{} && now >= c.resend_at && now < c.deadline) {
       c.resend_at = now + kControlResendAfter;
       OutMessage out;
       out.AddString(c.request.SerializeAsString());
@@ -986,8 +985,8 @@ void ClientImpl::HandleConsistencyChange(const wire::Header& header) {
 void ClientImpl::HandleResume(const wire::Header& header) {
   {
     std::lock_guard<std::mutex> lock(recovery_mu_);
-    const uint64_t known = pending_recovery_ ? pending_recovery_->generation
-                                             : generation_.load();
+    const uint64_t known =
+        pending_recovery_ ? pending_recovery_->generation : generation_.load();
     if (header.generation() <= known) return;  // old news
     Recovery r;
     r.clock = header.clock();

@@ -10,12 +10,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <condition_variable>
+#include <deque>
 #include <map>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>

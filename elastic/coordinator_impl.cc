@@ -262,27 +262,28 @@ void CoordinatorImpl::Handle(InMessage& message) {
       // A server about to write or restore a checkpoint says for how long
       // it may be silent (0: up to the checkpoint timeout).
       m->busy_until =
-          h.busy() ? SteadyClock::now() +
-                         milliseconds(h.timeout_ms() > 0
-                                          ? std::min(h.timeout_ms(),
-                                                     options_.checkpoint_timeout_ms)
-                                          : options_.checkpoint_timeout_ms)
-                   : Time{};
+          h.busy()
+              ? SteadyClock::now() +
+                    milliseconds(h.timeout_ms() > 0
+                                     ? std::min(h.timeout_ms(),
+                                                options_.checkpoint_timeout_ms)
+                                     : options_.checkpoint_timeout_ms)
+              : Time{};
       // A member behind the job's generation missed the rollback's message
       // (lost with a coordinator that restarted): send it again.
       if (h.generation() < generation_) {
         if (m->role == wire::ROLE_SERVER && recovery_ &&
             recovery_->awaiting.count(m->id)) {
           Send(identity, recovery_->message);
-        } else if (m->role == wire::ROLE_WORKER && !recovery_ &&
-                   last_resume_ &&
+        } else if (m->role == wire::ROLE_WORKER && !recovery_ && last_resume_ &&
                    last_resume_->generation() == generation_) {
           wire::Header resume = *last_resume_;
           resume.set_resume_state(last_resume_states_[m->id]);
           Send(identity, resume);
         }
       }
-      if (m->role == wire::ROLE_SERVER && options_.checkpoint_every_clocks > 0 &&
+      if (m->role == wire::ROLE_SERVER &&
+          options_.checkpoint_every_clocks > 0 &&
           m->counters.min_clock() >=
               std::max<int64_t>(LastCheckpointClock(), 0) +
                   options_.checkpoint_every_clocks) {
@@ -399,8 +400,7 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
       member.keep_checkpoints = h.keep_checkpoints();
       servers_[id] = member;
       LOG(INFO) << "coordinator: server " << id
-                << (restarted ? " registered again (restarted)"
-                              : " registered")
+                << (restarted ? " registered again (restarted)" : " registered")
                 << " at " << member.endpoint.tcp_address();
       FillRegistration(member, &reply);
       Send(identity, reply);
@@ -425,17 +425,17 @@ void CoordinatorImpl::HandleRegister(const std::string& identity,
         // --kill_schedule names the coordinator's ids).
         const int32_t id = h.worker_id();
         if (id >= (1 << 20)) {
-          return ReplyStatus(identity, h.seq(),
-                             InvalidArgumentError(
-                                 "worker id " + std::to_string(id) +
-                                 " is out of range (0 to 1048575)"));
+          return ReplyStatus(
+              identity, h.seq(),
+              InvalidArgumentError("worker id " + std::to_string(id) +
+                                   " is out of range (0 to 1048575)"));
         }
         auto taken = workers_.find(id);
         if (taken != workers_.end() && !taken->second.dead) {
-          return ReplyStatus(identity, h.seq(),
-                             AlreadyExistsError("worker id " +
-                                                std::to_string(id) +
-                                                " is taken"));
+          return ReplyStatus(
+              identity, h.seq(),
+              AlreadyExistsError("worker id " + std::to_string(id) +
+                                 " is taken"));
         }
         member.id = id;
         next_worker_id_ = std::max(next_worker_id_, id + 1);
@@ -874,8 +874,7 @@ void CoordinatorImpl::CheckTimeouts() {
     for (int32_t id : dead_servers) why += " " + std::to_string(id);
     StartRecovery(why + " died");
   }
-  if (recovery_ && !recovery_->awaiting.empty() &&
-      now >= recovery_->deadline) {
+  if (recovery_ && !recovery_->awaiting.empty() && now >= recovery_->deadline) {
     StartRecovery("servers did not finish restoring in time");
   }
   if (round_ && now >= round_->deadline) {
@@ -1054,9 +1053,8 @@ CoordinatorImpl::Member* CoordinatorImpl::FindMember(
   const bool first = it->second.identity.empty();
   it->second.identity = identity;
   if (first) {
-    LOG(INFO) << "coordinator: "
-              << (h.has_counters() ? "server " : "worker ") << h.member_id()
-              << " reconnected";
+    LOG(INFO) << "coordinator: " << (h.has_counters() ? "server " : "worker ")
+              << h.member_id() << " reconnected";
     // Bring it up to date with what it may have missed.
     if (h.has_counters()) {
       PublishRouting();
@@ -1109,8 +1107,8 @@ void CoordinatorImpl::MaybeStartCheckpoint(bool on_demand) {
   }
   CheckpointRound round;
   round.id = next_seq_++;
-  round.deadline = SteadyClock::now() +
-                   milliseconds(options_.checkpoint_timeout_ms);
+  round.deadline =
+      SteadyClock::now() + milliseconds(options_.checkpoint_timeout_ms);
   wire::Header prepare;
   prepare.set_type(wire::CHECKPOINT_PREPARE);
   prepare.set_change_id(round.id);
@@ -1191,9 +1189,9 @@ void CoordinatorImpl::HandleCheckpointAck(const wire::Header& h) {
   if (!round_ || round_->id != h.change_id() || round_->clock >= 0) return;
   Status s = StatusFromWire(h);
   if (!s.ok()) {
-    return FailCheckpoint(Status(
-        s.code(), "server " + std::to_string(h.member_id()) + ": " +
-                      s.message()));
+    return FailCheckpoint(
+        Status(s.code(),
+               "server " + std::to_string(h.member_id()) + ": " + s.message()));
   }
   if (h.clock() < -1 || h.clock() >= std::numeric_limits<int64_t>::max() / 2) {
     return FailCheckpoint(InvalidArgumentError(
@@ -1206,8 +1204,8 @@ void CoordinatorImpl::HandleCheckpointAck(const wire::Header& h) {
   // No server has let a push with a timestamp beyond max_clock through
   // since it was prepared: the cut at max_clock + 1 is one every server can
   // still take.
-  const int64_t clock = std::max<int64_t>(
-      {round_->max_clock + 1, LastCheckpointClock() + 1, 1});
+  const int64_t clock =
+      std::max<int64_t>({round_->max_clock + 1, LastCheckpointClock() + 1, 1});
   round_->clock = clock;
   wire::Header commit;
   commit.set_type(wire::CHECKPOINT_COMMIT);
@@ -1242,8 +1240,8 @@ void CoordinatorImpl::HandleCheckpointDone(const wire::Header& h) {
     Status s = StatusFromWire(h);
     if (!s.ok()) {
       return FailCheckpoint(Status(
-          s.code(), "server " + std::to_string(h.member_id()) + ": " +
-                        s.message()));
+          s.code(),
+          "server " + std::to_string(h.member_id()) + ": " + s.message()));
     }
     round_->awaiting.erase(h.member_id());
   }
@@ -1372,9 +1370,9 @@ void CoordinatorImpl::StartRecovery(const std::string& why) {
   routing_.clear_servers();
   for (int32_t id : live) *routing_.add_servers() = servers_[id].endpoint;
   LOG(WARNING) << "coordinator: " << why << "; rolling back to "
-               << (clock > 0 ? "the checkpoint at clock " +
-                                   std::to_string(clock)
-                             : std::string("the start (no checkpoint yet)"))
+               << (clock > 0
+                       ? "the checkpoint at clock " + std::to_string(clock)
+                       : std::string("the start (no checkpoint yet)"))
                << ", generation " << generation_ << ", " << moved
                << " slot(s) moved to the survivors";
   wire::Header& m = recovery.message;
@@ -1406,9 +1404,9 @@ void CoordinatorImpl::HandleRecoverAck(const wire::Header& h) {
     if (!catalog_.empty()) {
       // That checkpoint cannot be restored: fall back to the one before.
       LOG(WARNING) << "coordinator: the checkpoint at clock "
-                   << catalog_.back().clock()
-                   << " cannot be restored (server " << h.member_id() << ": "
-                   << s.message() << "); falling back to "
+                   << catalog_.back().clock() << " cannot be restored (server "
+                   << h.member_id() << ": " << s.message()
+                   << "); falling back to "
                    << (catalog_.size() > 1
                            ? "the one at clock " +
                                  std::to_string(
@@ -1460,4 +1458,3 @@ void CoordinatorImpl::FinishRecovery() {
 }
 
 }  // namespace ductile
-

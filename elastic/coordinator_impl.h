@@ -51,8 +51,8 @@ class CoordinatorImpl final : public Coordinator {
     wire::ServerEndpoint endpoint;
     Time last_seen;
     bool finished = false;
-    bool dead = false;  // silent past the heartbeat timeout
-    std::string state_dir;  // servers: their checkpoint store
+    bool dead = false;             // silent past the heartbeat timeout
+    std::string state_dir;         // servers: their checkpoint store
     int32_t keep_checkpoints = 0;  // servers: versions their store keeps
     // Servers: writing or restoring a checkpoint (announced by a heartbeat),
     // so silent; not declared dead before this.
@@ -88,12 +88,12 @@ class CoordinatorImpl final : public Coordinator {
   // worker reports its resume state.
   struct CheckpointRound {
     uint64_t id = 0;
-    int64_t clock = -1;  // -1 until committed
-    int64_t max_clock = -1;  // largest push timestamp the servers let in
-    std::set<int32_t> awaiting;          // servers (prepare acks, then dones)
+    int64_t clock = -1;          // -1 until committed
+    int64_t max_clock = -1;      // largest push timestamp the servers let in
+    std::set<int32_t> awaiting;  // servers (prepare acks, then dones)
     std::set<int32_t> awaiting_workers;  // after the commit
     std::map<int32_t, std::string> resume_states;
-    wire::Header message;  // the prepare, then the commit (for resends)
+    wire::Header message;         // the prepare, then the commit (for resends)
     std::vector<Waiter> waiters;  // CHECKPOINT requests
     std::vector<std::shared_ptr<std::promise<Result<int64_t>>>> promises;
     Time deadline;

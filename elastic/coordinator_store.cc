@@ -34,7 +34,8 @@ class RocksCoordinatorStore final : public CoordinatorStore {
     read.verify_checksums = true;
     rocksdb::Status s = db_->Get(read, kStateKey, &bytes);
     if (s.IsNotFound()) return std::optional<wire::CoordinatorState>();
-    RETURN_IF_ERROR(FromRocks(s, "cannot read the coordinator state in " + dir_));
+    RETURN_IF_ERROR(
+        FromRocks(s, "cannot read the coordinator state in " + dir_));
     wire::CoordinatorState state;
     if (!state.ParseFromString(bytes)) {
       return FailedPreconditionError("the coordinator state in " + dir_ +
@@ -63,9 +64,10 @@ Result<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    return FailedPreconditionError("cannot create the coordinator state "
-                                   "directory " +
-                                   dir + ": " + ec.message());
+    return FailedPreconditionError(
+        "cannot create the coordinator state "
+        "directory " +
+        dir + ": " + ec.message());
   }
   rocksdb::Options options;
   options.create_if_missing = true;

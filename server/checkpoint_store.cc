@@ -1101,7 +1101,7 @@ Status RocksCheckpointStore::DiscardAll() {
 }  // namespace
 
 Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
-                                           int64_t clock) {
+                                            int64_t clock) {
   if (dir.empty()) return InvalidArgumentError("no checkpoint directory given");
   CheckpointStoreOptions options;
   options.dir = dir;

@@ -107,9 +107,9 @@ Status ServerImpl::Init() {
           "coordinator refused registration: " + reply.status_message());
     }
     if (store_ && reply.member_id() != id_) {
-      return FailedPreconditionError(
-          "asked for server id " + std::to_string(id_) + ", got " +
-          std::to_string(reply.member_id()));
+      return FailedPreconditionError("asked for server id " +
+                                     std::to_string(id_) + ", got " +
+                                     std::to_string(reply.member_id()));
     }
     id_ = reply.member_id();
     generation_ = reply.generation();
@@ -147,10 +147,10 @@ Status ServerImpl::OpenStore() {
   o.keep_last = options_.keep_checkpoints;
   Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(o);
   if (!store.ok()) {
-    return Status(store.status().code(),
-                  "server " + std::to_string(id_) +
-                      " cannot open its checkpoint store: " +
-                      store.status().message());
+    return Status(
+        store.status().code(),
+        "server " + std::to_string(id_) +
+            " cannot open its checkpoint store: " + store.status().message());
   }
   store_ = std::move(*store);
   return Status::Ok();
@@ -846,10 +846,10 @@ void ServerImpl::PrepareCheckpoint(const wire::Header& header) {
                      "state directory)"),
                  &ack);
   } else if (header.generation() != generation_) {
-    StatusToWire(AbortedError("server " + std::to_string(id_) +
-                              " is at generation " +
-                              std::to_string(generation_)),
-                 &ack);
+    StatusToWire(
+        AbortedError("server " + std::to_string(id_) + " is at generation " +
+                     std::to_string(generation_)),
+        &ack);
   } else {
     // Pushes beyond every push let through so far wait until the
     // coordinator has picked the checkpoint's clock (above the largest of
@@ -857,8 +857,8 @@ void ServerImpl::PrepareCheckpoint(const wire::Header& header) {
     prepare_above_ = max_push_clock_;
     prepare_id_ = header.change_id();
     prepare_deadline_ =
-        Clock::now() + std::chrono::milliseconds(
-                           std::max<int64_t>(header.timeout_ms(), 1000));
+        Clock::now() +
+        std::chrono::milliseconds(std::max<int64_t>(header.timeout_ms(), 1000));
     ack.set_clock(max_push_clock_);
   }
   SendToCoordinator(ack).IgnoreError();
@@ -868,17 +868,17 @@ void ServerImpl::CommitCheckpoint(const wire::Header& header) {
   const int64_t clock = header.clock();
   const bool ours = prepare_above_ && prepare_id_ == header.change_id() &&
                     header.generation() == generation_;
-  const bool valid = ours && clock > *prepare_above_ && clock > last_checkpoint_;
+  const bool valid =
+      ours && clock > *prepare_above_ && clock > last_checkpoint_;
   if (ours) {
     // The round is over either way: its holds end here.
     prepare_above_.reset();
     if (valid) {
       last_complete_checkpoint_ = header.data_clock();
       pending_checkpoints_[clock] =
-          Clock::now() + std::chrono::milliseconds(std::max<int64_t>(
-                             header.timeout_ms() > 0 ? header.timeout_ms()
-                                                     : 30000,
-                             1000));
+          Clock::now() +
+          std::chrono::milliseconds(std::max<int64_t>(
+              header.timeout_ms() > 0 ? header.timeout_ms() : 30000, 1000));
     }
     ReplayCheckpointHeld();
   }
@@ -920,11 +920,11 @@ void ServerImpl::ExpirePendingCheckpoints() {
     done.set_member_id(id_);
     done.set_clock(clock);
     done.set_generation(generation_);
-    StatusToWire(DeadlineExceededError(
-                     "server " + std::to_string(id_) + ": workers " +
-                     Laggards(clock) + " did not reach clock " +
-                     std::to_string(clock) + " in time"),
-                 &done);
+    StatusToWire(
+        DeadlineExceededError("server " + std::to_string(id_) + ": workers " +
+                              Laggards(clock) + " did not reach clock " +
+                              std::to_string(clock) + " in time"),
+        &done);
     SendToCoordinator(done).IgnoreError();
     it = pending_checkpoints_.erase(it);
     dropped = true;
@@ -960,9 +960,8 @@ void ServerImpl::MaybeWriteCheckpoint() {
     const auto start = Clock::now();
     Status s = WriteCheckpointAt(clock);
     SendHeartbeat();  // done: silence means death again
-    const double ms = std::chrono::duration<double, std::milli>(
-                          Clock::now() - start)
-                          .count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     wire::Header done;
     done.set_type(wire::CHECKPOINT_DONE);
     done.set_member_id(id_);
@@ -1007,9 +1006,9 @@ Status ServerImpl::WriteCheckpointAt(int64_t clock) {
       }
     }
   }
-  Status s = store_->WriteCheckpoint(clock, routing_.epoch(), tables, changed,
-                                     pending_deletes_,
-                                     "generation=" + std::to_string(generation_));
+  Status s = store_->WriteCheckpoint(
+      clock, routing_.epoch(), tables, changed, pending_deletes_,
+      "generation=" + std::to_string(generation_));
   if (!s.ok()) {
     // Not written: the changes belong to the next attempt.
     for (const EntryRecord& e : changed) {
@@ -1075,12 +1074,12 @@ void ServerImpl::Recover(const wire::Header& header) {
   const double ms =
       std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (s.ok()) {
-    LOG(INFO) << "server " << id_ << ": rolled back to clock "
-              << header.clock() << " (generation " << generation_ << ") in "
-              << ms << " ms";
+    LOG(INFO) << "server " << id_ << ": rolled back to clock " << header.clock()
+              << " (generation " << generation_ << ") in " << ms << " ms";
   } else {
-    LOG(ERROR) << "server " << id_ << ": cannot restore the checkpoint at clock "
-               << header.clock() << ": " << s;
+    LOG(ERROR) << "server " << id_
+               << ": cannot restore the checkpoint at clock " << header.clock()
+               << ": " << s;
   }
   if (s.ok()) restored_generation_ = header.generation();
   wire::Header ack;
@@ -1095,9 +1094,10 @@ void ServerImpl::Recover(const wire::Header& header) {
 Status ServerImpl::RestoreState(const wire::Header& header) {
   const int64_t clock = header.clock();
   // Everything waiting belongs to the abandoned timeline.
-  AbortWaiting(AbortedError("the job is rolling back to the checkpoint at "
-                            "clock " +
-                            std::to_string(clock)));
+  AbortWaiting(
+      AbortedError("the job is rolling back to the checkpoint at "
+                   "clock " +
+                   std::to_string(clock)));
   generation_ = header.generation();
   prepare_above_.reset();
   pending_checkpoints_.clear();
@@ -1179,16 +1179,15 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
   last_checkpoint_ = clock > 0 ? clock : -1;
   last_complete_checkpoint_ = last_checkpoint_;
   due_reported_ = 0;
-  counters_.checkpoint_clock.store(last_checkpoint_,
-                                   std::memory_order_relaxed);
+  counters_.checkpoint_clock.store(last_checkpoint_, std::memory_order_relaxed);
   uint64_t keys = 0;
   for (auto& [id, state] : tables_) keys += state->table->size();
   counters_.keys_stored.store(keys, std::memory_order_relaxed);
   // Every live worker resumes at the checkpoint's clock.
   worker_clocks_ = ClockVector();
   known_clocks_.clear();
-  live_workers_ = std::set<int32_t>(header.worker_ids().begin(),
-                                    header.worker_ids().end());
+  live_workers_ =
+      std::set<int32_t>(header.worker_ids().begin(), header.worker_ids().end());
   for (int32_t w : live_workers_) {
     worker_clocks_.Advance(w, clock);
     known_clocks_[w] = clock;

@@ -157,8 +157,8 @@ class ServerImpl final : public Server {
   uint64_t generation_ = 0;
   int64_t checkpoint_every_ = 0;
   int64_t heartbeat_interval_ms_ = 500;
-  int64_t last_checkpoint_ = -1;    // clock of the last one written
-  int64_t due_reported_ = 0;        // server clock last reported as due
+  int64_t last_checkpoint_ = -1;  // clock of the last one written
+  int64_t due_reported_ = 0;      // server clock last reported as due
   // Between a checkpoint's prepare and its commit: pushes with a clock
   // above this are held.
   std::optional<int64_t> prepare_above_;

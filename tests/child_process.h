@@ -88,7 +88,8 @@ class ChildProcess {
 
   // Waits until the process has stopped on a signal.
   bool WaitStopped(int64_t limit_ms) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
     while (std::chrono::steady_clock::now() < deadline) {
       Pump(5);
       int status = 0;
@@ -105,7 +106,8 @@ class ChildProcess {
 
   // Waits for exit; returns the exit code, or -1 (killed, or out of time).
   int WaitExit(int64_t limit_ms) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
     while (!exited_) {
       Pump(5);
       int status = 0;

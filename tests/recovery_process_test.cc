@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -71,12 +72,14 @@ class RecoveryCluster {
   }
   void StartWorkers(int clocks, const std::string& mode) {
     for (int i = 0; i < 2; ++i) {
-      workers_.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-          DUCTILE_RECOVERY_WORKER, "--coordinator=" + address_,
-          "--clocks=" + std::to_string(clocks), "--keys=48",
-          // Under async the workers drift apart: one sleeps more.
-          "--sleep_ms=" + std::to_string(mode == "async" ? 10 + 15 * i : 15),
-          "--mode=" + mode}));
+      workers_.push_back(
+          std::make_unique<ChildProcess>(std::vector<std::string>{
+              DUCTILE_RECOVERY_WORKER, "--coordinator=" + address_,
+              "--clocks=" + std::to_string(clocks), "--keys=48",
+              // Under async the workers drift apart: one sleeps more.
+              "--sleep_ms=" +
+                  std::to_string(mode == "async" ? 10 + 15 * i : 15),
+              "--mode=" + mode}));
     }
   }
   void Start(int clocks, const std::string& mode = "bsp") {
@@ -251,9 +254,9 @@ TEST(RecoveryProcess, ACorruptLatestCheckpointFallsBackToTheOneBefore) {
   cluster.StartServer(1);
   const std::string out = cluster.ExpectWorkersExact(160, /*rolled_back=*/true);
   // Not to the damaged one.
-  EXPECT_EQ(out.find("verified rollback to clock " + std::to_string(latest) +
-                     " "),
-            std::string::npos)
+  EXPECT_EQ(
+      out.find("verified rollback to clock " + std::to_string(latest) + " "),
+      std::string::npos)
       << out;
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0);
   const std::string log = cluster.coordinator().output();

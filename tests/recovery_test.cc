@@ -71,7 +71,8 @@ TableOptions AdamTable() {
 
 void Push(ParameterTable& table, const std::vector<Key>& keys, float base) {
   std::vector<float> values;
-  for (size_t i = 0; i < keys.size() * 3; ++i) values.push_back(base + 0.1f * i);
+  for (size_t i = 0; i < keys.size() * 3; ++i)
+    values.push_back(base + 0.1f * i);
   DataFrames request;
   wire::Header h;
   h.set_type(wire::PUSH);
@@ -227,9 +228,9 @@ TEST(OnDemandCheckpoint, WritesEveryServersShareAtOneClock) {
   // the values the servers hold.
   size_t entries = 0;
   for (int s = 0; s < 2; ++s) {
-    auto loaded = LoadCheckpointFrom(
-        dir.path() + "/servers/server-" + std::to_string(cluster.server(s).id()),
-        *clock);
+    auto loaded = LoadCheckpointFrom(dir.path() + "/servers/server-" +
+                                         std::to_string(cluster.server(s).id()),
+                                     *clock);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     entries += loaded->entries.size();
     for (const EntryRecord& e : loaded->entries) {
@@ -248,8 +249,7 @@ TEST(OnDemandCheckpoint, WithoutAStateDirectoryIsAClearError) {
   auto clock = RequestCheckpoint(cluster.address(), 5000);
   ASSERT_FALSE(clock.ok());
   EXPECT_EQ(clock.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(clock.status().message().find("state directory"),
-            std::string::npos)
+  EXPECT_NE(clock.status().message().find("state directory"), std::string::npos)
       << clock.status();
 }
 

@@ -2,13 +2,13 @@
 // counter workload of the consistency tests, with an exact expected state.
 //
 // Two tables of `keys` keys x 4 floats, "count" (add) and "adam" (Adam),
-// under --mode: bsp (combined by sum), ssp (--staleness) or async. At clock c, worker w pushes to every key k the
-// gradient g_w(c, k, j) = (w + 1) * 0.25 * (1 + (c + k + j) % 3), so the
-// state after every update with timestamp < C is known exactly: the sums
-// are exact in binary32, and Adam is replayed here with the servers' own
-// kernel, one combined step per clock as BSP applies it. Under SSP and
-// async the pushes apply one by one in arrival order, so only "count" has
-// an exact expected state there; it is the one that shows whether a
+// under --mode: bsp (combined by sum), ssp (--staleness) or async. At clock c,
+// worker w pushes to every key k the gradient g_w(c, k, j) = (w + 1) * 0.25 *
+// (1 + (c + k + j) % 3), so the state after every update with timestamp < C is
+// known exactly: the sums are exact in binary32, and Adam is replayed here with
+// the servers' own kernel, one combined step per clock as BSP applies it. Under
+// SSP and async the pushes apply one by one in arrival order, so only "count"
+// has an exact expected state there; it is the one that shows whether a
 // checkpoint is exactly the cut at its clock (pushes of later clocks held
 // back), since nothing else stops them from being applied.
 //
@@ -121,7 +121,9 @@ bool Parse(int argc, char** argv, Args* a) {
 class Worker {
  public:
   Worker(Client& client, const Args& args)
-      : client_(client), args_(args), exact_tables_(args.mode == "bsp" ? 2 : 1) {
+      : client_(client),
+        args_(args),
+        exact_tables_(args.mode == "bsp" ? 2 : 1) {
     for (size_t k = 0; k < args.keys; ++k) keys_.push_back(k);
   }
 
@@ -162,10 +164,11 @@ class Worker {
       if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) {
         for (size_t i = 0; i < got.size(); ++i) {
           if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-            std::printf("MISMATCH %s table %s at clock %lld: float %zu is "
-                        "%.9g, expected %.9g\n",
-                        what, options_[t].name.c_str(),
-                        static_cast<long long>(clock), i, got[i], want[i]);
+            std::printf(
+                "MISMATCH %s table %s at clock %lld: float %zu is "
+                "%.9g, expected %.9g\n",
+                what, options_[t].name.c_str(), static_cast<long long>(clock),
+                i, got[i], want[i]);
             break;
           }
         }
@@ -213,7 +216,8 @@ class Worker {
         client_.SetResumeState(std::to_string(client_.clock()));
         s = Step();
         if (s.ok()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(args_.sleep_ms));
+          std::this_thread::sleep_for(
+              std::chrono::milliseconds(args_.sleep_ms));
         }
       } else {
         s = client_.Barrier();

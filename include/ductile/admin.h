@@ -37,10 +37,10 @@ struct ClusterStatus {
   int32_t expected_servers = 0;
   std::vector<MemberStatus> members;
   std::vector<std::string> tables;
-  uint64_t generation = 0;           // rollbacks after failures so far
+  uint64_t generation = 0;             // rollbacks after failures so far
   int64_t last_checkpoint_clock = -1;  // -1: none yet
-  int32_t checkpoints = 0;           // complete checkpoints kept
-  bool recovering = false;           // a rollback is under way
+  int32_t checkpoints = 0;             // complete checkpoints kept
+  bool recovering = false;             // a rollback is under way
 };
 
 // Asks the coordinator at `address` for the cluster's state.

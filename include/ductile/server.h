@@ -76,8 +76,8 @@ struct ServerCounters {
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t keys_stored = 0;
-  uint64_t parked_pulls = 0;  // pulls now waiting on a staleness bound
-  int64_t min_clock = 0;      // server clock: minimum over live workers
+  uint64_t parked_pulls = 0;      // pulls now waiting on a staleness bound
+  int64_t min_clock = 0;          // server clock: minimum over live workers
   int64_t checkpoint_clock = -1;  // clock of the last checkpoint written
   uint64_t checkpoints_written = 0;
   uint64_t held_pushes = 0;  // pushes waiting for a checkpoint's cut

@@ -34,8 +34,8 @@ bool ParamCache::TryRead(TableId table, std::span<const Key> keys,
 
 void ParamCache::Write(TableId table, std::span<const Key> keys,
                        const Offset& offset, const Length& length,
-                       std::span<const float> values, UpdateRule rule,
-                       float learning_rate) {
+                       std::span<const float> values,
+                       const UpdateRuleKernel& rule) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t write = ++writes_;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -45,23 +45,14 @@ void ParamCache::Write(TableId table, std::span<const Key> keys,
       e.valid = false;
       continue;
     }
-    const float* g = values.data() + offset(i);
-    float* w = e.value.data();
-    switch (rule) {
-      case UpdateRule::kAdd:
-        for (size_t j = 0; j < e.value.size(); ++j) w[j] += g[j];
-        break;
-      case UpdateRule::kAssign:
-        std::memcpy(w, g, e.value.size() * sizeof(float));
-        break;
-      case UpdateRule::kSgd:
-        for (size_t j = 0; j < e.value.size(); ++j)
-          w[j] -= learning_rate * g[j];
-        break;
-      default:  // the server's optimizer state is not here: fetch again
-        e.valid = false;
-        e.value.clear();
+    if (!rule.stateless()) {
+      // The server's optimizer state is not here: fetch again.
+      e.valid = false;
+      e.value.clear();
+      continue;
     }
+    int64_t steps = 0;  // stateless rules do not read it
+    rule.Apply(e.value, values.subspan(offset(i), e.value.size()), {}, &steps);
   }
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ductile/table.h"
+#include "util/update_rule.h"
 
 namespace ductile {
 
@@ -38,12 +39,12 @@ class ParamCache {
   bool TryRead(TableId table, std::span<const Key> keys, const Offset& offset,
                const Length& length, int64_t min_data_clock,
                std::span<float> out);
-  // Records a local push and applies it to cached copies: `rule` kAdd,
-  // kAssign and kSgd (with `learning_rate`) are applied, others drop the
-  // copies.
+  // Records a local push and applies it to cached copies with the table's
+  // rule when the rule is stateless (assign, add, SGD: the servers' own
+  // arithmetic); other rules drop the copies.
   void Write(TableId table, std::span<const Key> keys, const Offset& offset,
              const Length& length, std::span<const float> values,
-             UpdateRule rule, float learning_rate);
+             const UpdateRuleKernel& rule);
   // The write counter now: give it to Install() for a fetch issued now.
   uint64_t Mark() const;
   // Installs a fetched value, unless the key was written locally after the

@@ -6,24 +6,9 @@
 #include <string>
 
 #include "server/initializer.h"
+#include "util/finite.h"
 
 namespace ductile {
-namespace {
-
-// NaN and infinities are exactly the floats whose exponent bits are all
-// ones. An integer max over the exponents has no dependency chain on float
-// adds and vectorises.
-bool AllFinite(std::span<const float> v) {
-  constexpr uint32_t kExponent = 0x7f800000u;
-  uint32_t largest = 0;
-  for (float x : v) {
-    largest = std::max(largest, std::bit_cast<uint32_t>(x) & kExponent);
-  }
-  return largest != kExponent;
-}
-
-}  // namespace
-
 ParameterTable::ParameterTable(TableId id, const TableOptions& options,
                                const CustomRule* custom)
     : id_(id), options_(options), kernel_(options, custom) {}
@@ -44,7 +29,7 @@ Status ParameterTable::CheckWidths(const DataFrames& request) const {
 }
 
 Status ParameterTable::CheckPush(const DataFrames& request) const {
-  RETURN_IF_ERROR(CheckWidths(request));
+  DUCTILE_RETURN_IF_ERROR(CheckWidths(request));
   if (!options_.reject_non_finite) return Status::Ok();
   const auto keys = request.keys();
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -85,6 +70,15 @@ void ParameterTable::ApplyOne(Key key, std::span<const float> update) {
   Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
   kernel_.Apply(e.value, update, e.state, &e.steps);
   MarkChanged(key, e);
+}
+
+uint64_t ParameterTable::changed_bytes() const {
+  uint64_t bytes = 0;
+  for (Key key : changed_) {
+    const Entry& e = entries_.at(key);
+    bytes += (e.value.size() + e.state.size()) * sizeof(float);
+  }
+  return bytes;
 }
 
 void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {

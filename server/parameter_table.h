@@ -14,7 +14,7 @@
 #include "ductile/table.h"
 #include "proto/codec.h"
 #include "server/checkpoint_store.h"
-#include "server/update_rule.h"
+#include "util/update_rule.h"
 
 namespace ductile {
 
@@ -45,6 +45,8 @@ class ParameterTable {
   // Appends a copy of each changed entry to `out` and forgets the changes.
   void TakeChanges(std::vector<EntryRecord>* out);
   size_t changed() const { return changed_.size(); }
+  // Bytes TakeChanges would copy now (values and optimizer state).
+  uint64_t changed_bytes() const;
   // Counts `key` as changed again (its checkpoint write failed).
   void MarkChanged(Key key) {
     auto it = entries_.find(key);

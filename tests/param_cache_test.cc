@@ -12,6 +12,13 @@
 namespace ductile {
 namespace {
 
+UpdateRuleKernel Rule(UpdateRule rule, float learning_rate) {
+  TableOptions options;
+  options.rule = rule;
+  options.learning_rate = learning_rate;
+  return UpdateRuleKernel(options, /*custom=*/nullptr);
+}
+
 auto Width(uint32_t w) {
   return std::pair{[w](size_t i) { return uint64_t{i} * w; },
                    [w](size_t) { return w; }};
@@ -40,21 +47,21 @@ TEST(ParamCache, AppliesOwnPushesForRulesItCanCompute) {
   const std::vector<Key> key = {9};
   std::vector<float> out(1);
   cache.Install(1, 9, std::vector<float>{10}, 0, cache.Mark());
-  cache.Write(1, key, offset, length, std::vector<float>{2}, UpdateRule::kAdd,
-              0);
+  cache.Write(1, key, offset, length, std::vector<float>{2},
+              Rule(UpdateRule::kAdd, 0));
   ASSERT_TRUE(cache.TryRead(1, key, offset, length, 0, out));
   EXPECT_EQ(out[0], 12.0f);
-  cache.Write(1, key, offset, length, std::vector<float>{2}, UpdateRule::kSgd,
-              0.5f);
+  cache.Write(1, key, offset, length, std::vector<float>{2},
+              Rule(UpdateRule::kSgd, 0.5f));
   ASSERT_TRUE(cache.TryRead(1, key, offset, length, 0, out));
   EXPECT_EQ(out[0], 11.0f);
   cache.Write(1, key, offset, length, std::vector<float>{4},
-              UpdateRule::kAssign, 0);
+              Rule(UpdateRule::kAssign, 0));
   ASSERT_TRUE(cache.TryRead(1, key, offset, length, 0, out));
   EXPECT_EQ(out[0], 4.0f);
   // Adam's state lives on the server: the copy is dropped.
-  cache.Write(1, key, offset, length, std::vector<float>{1}, UpdateRule::kAdam,
-              0.1f);
+  cache.Write(1, key, offset, length, std::vector<float>{1},
+              Rule(UpdateRule::kAdam, 0.1f));
   EXPECT_FALSE(cache.TryRead(1, key, offset, length, 0, out));
 }
 
@@ -65,8 +72,8 @@ TEST(ParamCache, AFetchIssuedBeforeALocalWriteDoesNotOverwriteIt) {
   std::vector<float> out(1);
   cache.Install(1, 3, std::vector<float>{1}, 0, cache.Mark());
   const uint64_t fetch_issued = cache.Mark();
-  cache.Write(1, key, offset, length, std::vector<float>{5}, UpdateRule::kAdd,
-              0);
+  cache.Write(1, key, offset, length, std::vector<float>{5},
+              Rule(UpdateRule::kAdd, 0));
   // The fetch's reply (server value 1 + others' 100, without our +5) lands.
   cache.Install(1, 3, std::vector<float>{101}, 2, fetch_issued);
   ASSERT_TRUE(cache.TryRead(1, key, offset, length, 0, out));

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "ductile/ductile.h"
-#include "server/update_rule.h"
+#include "util/update_rule.h"
 
 namespace {
 

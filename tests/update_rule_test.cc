@@ -1,6 +1,6 @@
 // Update rules against hand-computed arithmetic, and the initializers'
 // determinism and distributions.
-#include "server/update_rule.h"
+#include "util/update_rule.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,7 @@
-// The arithmetic of each update rule, on one key's vector.
-#ifndef DUCTILE_SERVER_UPDATE_RULE_H_
-#define DUCTILE_SERVER_UPDATE_RULE_H_
+// The arithmetic of each update rule, on one key's vector: applied by the
+// servers, and mirrored for the stateless rules by a worker's cache.
+#ifndef DUCTILE_UTIL_UPDATE_RULE_H_
+#define DUCTILE_UTIL_UPDATE_RULE_H_
 
 #include <cstdint>
 #include <span>
@@ -18,6 +19,13 @@ class UpdateRuleKernel {
   // Optimizer state floats kept per value float (momentum 1, AdaGrad 1,
   // Adam 2, custom as registered).
   uint32_t state_per_value() const { return state_per_value_; }
+  // True for the rules whose result depends on the value and the pushed
+  // vector alone (assign, add, SGD): what a worker's cache can mirror.
+  bool stateless() const {
+    return options_.rule == UpdateRule::kAssign ||
+           options_.rule == UpdateRule::kAdd ||
+           options_.rule == UpdateRule::kSgd;
+  }
 
   // w <- rule(w, g). `state` has state_per_value() * w.size() floats;
   // `steps` counts updates of this key (Adam's bias correction).
@@ -32,4 +40,4 @@ class UpdateRuleKernel {
 
 }  // namespace ductile
 
-#endif  // DUCTILE_SERVER_UPDATE_RULE_H_
+#endif  // DUCTILE_UTIL_UPDATE_RULE_H_

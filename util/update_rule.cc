@@ -1,4 +1,4 @@
-#include "server/update_rule.h"
+#include "util/update_rule.h"
 
 #include <cmath>
 #include <cstring>

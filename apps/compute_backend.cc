@@ -81,18 +81,18 @@ Result<DeviceBuffer> ComputeBackend::Allocate(size_t count) {
                                 " floats");
   }
   float* data = nullptr;
-  RETURN_IF_ERROR(DoAllocate(count, &data));
+  DUCTILE_RETURN_IF_ERROR(DoAllocate(count, &data));
   return DeviceBuffer(data, count, this);
 }
 
 Status ComputeBackend::Upload(std::span<const float> src, DeviceSpan dst) {
-  RETURN_IF_ERROR(CheckSpan(dst, src.size(), "Upload destination"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(dst, src.size(), "Upload destination"));
   if (src.empty()) return Status::Ok();
   return DoUpload(src.data(), src.size(), dst.data_);
 }
 
 Status ComputeBackend::Download(DeviceSpan src, std::span<float> dst) {
-  RETURN_IF_ERROR(CheckSpan(src, dst.size(), "Download source"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(src, dst.size(), "Download source"));
   if (dst.empty()) return Status::Ok();
   return DoDownload(src.data_, dst.size(), dst.data());
 }
@@ -110,9 +110,9 @@ Status ComputeBackend::Gemm(Transpose trans_a, Transpose trans_b, size_t m,
   if (!Multiply(m, k, &a_size)) return TooLarge(m, k);
   if (!Multiply(k, n, &b_size)) return TooLarge(k, n);
   if (!Multiply(m, n, &c_size)) return TooLarge(m, n);
-  RETURN_IF_ERROR(CheckSpan(a, a_size, "Gemm A"));
-  RETURN_IF_ERROR(CheckSpan(b, b_size, "Gemm B"));
-  RETURN_IF_ERROR(CheckSpan(c, c_size, "Gemm C"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(a, a_size, "Gemm A"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(b, b_size, "Gemm B"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(c, c_size, "Gemm C"));
   if (c_size == 0) return Status::Ok();
   auto overlaps = [](const float* x, size_t x_size, const float* y,
                      size_t y_size) {
@@ -134,21 +134,22 @@ Status ComputeBackend::AddRowVector(size_t rows, size_t cols, DeviceSpan bias,
   size_t x_size = 0;
   if (!Multiply(rows, cols, &x_size)) return TooLarge(rows, cols);
   if (x_size == 0) return Status::Ok();
-  RETURN_IF_ERROR(CheckSpan(bias, cols, "AddRowVector bias"));
-  RETURN_IF_ERROR(CheckSpan(x, x_size, "AddRowVector x"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(bias, cols, "AddRowVector bias"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(x, x_size, "AddRowVector x"));
   return DoAddRowVector(rows, cols, bias.data_, x.data_);
 }
 
 Status ComputeBackend::Relu(size_t count, DeviceSpan x) {
-  RETURN_IF_ERROR(CheckSpan(x, count, "Relu x"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(x, count, "Relu x"));
   if (count == 0) return Status::Ok();
   return DoRelu(count, x.data_);
 }
 
 Status ComputeBackend::ReluBackward(size_t count, DeviceSpan activation,
                                     DeviceSpan grad) {
-  RETURN_IF_ERROR(CheckSpan(activation, count, "ReluBackward activation"));
-  RETURN_IF_ERROR(CheckSpan(grad, count, "ReluBackward grad"));
+  DUCTILE_RETURN_IF_ERROR(
+      CheckSpan(activation, count, "ReluBackward activation"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(grad, count, "ReluBackward grad"));
   if (count == 0) return Status::Ok();
   return DoReluBackward(count, activation.data_, grad.data_);
 }
@@ -161,10 +162,13 @@ Status ComputeBackend::SoftmaxCrossEntropy(size_t rows, size_t cols,
   size_t size = 0;
   if (!Multiply(rows, cols, &size)) return TooLarge(rows, cols);
   if (size == 0) return Status::Ok();
-  RETURN_IF_ERROR(CheckSpan(logits, size, "SoftmaxCrossEntropy logits"));
-  RETURN_IF_ERROR(CheckSpan(targets, size, "SoftmaxCrossEntropy targets"));
-  RETURN_IF_ERROR(CheckSpan(row_loss, rows, "SoftmaxCrossEntropy row_loss"));
-  RETURN_IF_ERROR(CheckSpan(grad, size, "SoftmaxCrossEntropy grad"));
+  DUCTILE_RETURN_IF_ERROR(
+      CheckSpan(logits, size, "SoftmaxCrossEntropy logits"));
+  DUCTILE_RETURN_IF_ERROR(
+      CheckSpan(targets, size, "SoftmaxCrossEntropy targets"));
+  DUCTILE_RETURN_IF_ERROR(
+      CheckSpan(row_loss, rows, "SoftmaxCrossEntropy row_loss"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(grad, size, "SoftmaxCrossEntropy grad"));
   return DoSoftmaxCrossEntropy(rows, cols, logits.data_, targets.data_,
                                grad_scale, row_loss.data_, grad.data_);
 }
@@ -173,16 +177,16 @@ Status ComputeBackend::ColumnSums(size_t rows, size_t cols, DeviceSpan x,
                                   DeviceSpan out) {
   size_t size = 0;
   if (!Multiply(rows, cols, &size)) return TooLarge(rows, cols);
-  RETURN_IF_ERROR(CheckSpan(x, size, "ColumnSums x"));
-  RETURN_IF_ERROR(CheckSpan(out, cols, "ColumnSums out"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(x, size, "ColumnSums x"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(out, cols, "ColumnSums out"));
   if (cols == 0) return Status::Ok();
   return DoColumnSums(rows, cols, x.data_, out.data_);
 }
 
 Status ComputeBackend::Axpy(size_t count, float alpha, DeviceSpan x,
                             DeviceSpan y) {
-  RETURN_IF_ERROR(CheckSpan(x, count, "Axpy x"));
-  RETURN_IF_ERROR(CheckSpan(y, count, "Axpy y"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(x, count, "Axpy x"));
+  DUCTILE_RETURN_IF_ERROR(CheckSpan(y, count, "Axpy y"));
   if (count == 0) return Status::Ok();
   return DoAxpy(count, alpha, x.data_, y.data_);
 }

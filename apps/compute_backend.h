@@ -15,12 +15,14 @@
 //   if (!backend.ok()) return backend.status();
 //   ComputeBackend& be = **backend;
 //   Result<DeviceBuffer> x = be.Allocate(32 * 784);   // and w, b, y alike
-//   RETURN_IF_ERROR(be.Upload(host_x, *x));
-//   RETURN_IF_ERROR(be.Gemm(Transpose::kNo, Transpose::kYes, 32, 256, 784,
+//   DUCTILE_RETURN_IF_ERROR(be.Upload(host_x, *x));
+//   DUCTILE_RETURN_IF_ERROR(be.Gemm(Transpose::kNo, Transpose::kYes, 32, 256,
+//   784,
 //                           1.0f, *x, *w, 0.0f, *y));
-//   RETURN_IF_ERROR(be.AddRowVector(32, 256, *b, *y));
-//   RETURN_IF_ERROR(be.Relu(32 * 256, *y));
-//   RETURN_IF_ERROR(be.Download(*y, host_y));        // waits for the GPU
+//   DUCTILE_RETURN_IF_ERROR(be.AddRowVector(32, 256, *b, *y));
+//   DUCTILE_RETURN_IF_ERROR(be.Relu(32 * 256, *y));
+//   DUCTILE_RETURN_IF_ERROR(be.Download(*y, host_y));        // waits for the
+//   GPU
 //
 // Errors: every operation checks its arguments before it does anything and
 // returns InvalidArgument (nothing changed) if a span is too small, belongs

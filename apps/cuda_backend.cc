@@ -65,18 +65,19 @@ class CudaBackend final : public ComputeBackend {
 
   // Everything that can fail, after the device has been checked.
   Status Init() {
-    RETURN_IF_ERROR(FromCuda(cudaSetDevice(device_), "cudaSetDevice"));
+    DUCTILE_RETURN_IF_ERROR(FromCuda(cudaSetDevice(device_), "cudaSetDevice"));
     cudaDeviceProp properties;
-    RETURN_IF_ERROR(FromCuda(cudaGetDeviceProperties(&properties, device_),
-                             "cudaGetDeviceProperties"));
+    DUCTILE_RETURN_IF_ERROR(
+        FromCuda(cudaGetDeviceProperties(&properties, device_),
+                 "cudaGetDeviceProperties"));
     device_name_ = properties.name;
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         FromCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                  "cudaStreamCreate"));
-    RETURN_IF_ERROR(FromCuda(
+    DUCTILE_RETURN_IF_ERROR(FromCuda(
         cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming),
         "cudaEventCreate"));
-    RETURN_IF_ERROR(FromCublas(cublasCreate(&cublas_), "cublasCreate"));
+    DUCTILE_RETURN_IF_ERROR(FromCublas(cublasCreate(&cublas_), "cublasCreate"));
     return FromCublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
   }
 
@@ -84,9 +85,9 @@ class CudaBackend final : public ComputeBackend {
 
  protected:
   Status DoAllocate(size_t count, float** data) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     void* memory = nullptr;
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         FromCuda(cudaMalloc(&memory, count * sizeof(float)), "cudaMalloc"));
     // Queued on the stream, so it is ordered before any later use.
     Status zeroed =
@@ -113,20 +114,21 @@ class CudaBackend final : public ComputeBackend {
   // need not wait for each other. When it is full, wait for the copies out
   // of it (upload_done_ follows the latest) and start over at offset 0.
   Status DoUpload(const float* src, size_t count, float* dst) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     if (count > upload_capacity_ - upload_used_) {
-      RETURN_IF_ERROR(
+      DUCTILE_RETURN_IF_ERROR(
           FromCuda(cudaEventSynchronize(upload_done_), "cudaEventSynchronize"));
       upload_used_ = 0;
       if (count > upload_capacity_) {
-        RETURN_IF_ERROR(GrowPinned(&upload_staging_, &upload_capacity_,
-                                   GrownCapacity(upload_capacity_, count)));
+        DUCTILE_RETURN_IF_ERROR(
+            GrowPinned(&upload_staging_, &upload_capacity_,
+                       GrownCapacity(upload_capacity_, count)));
       }
     }
     float* staging = upload_staging_ + upload_used_;
     upload_used_ += count;
     std::memcpy(staging, src, count * sizeof(float));
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         FromCuda(cudaMemcpyAsync(dst, staging, count * sizeof(float),
                                  cudaMemcpyHostToDevice, stream_),
                  "cudaMemcpyAsync to the device"));
@@ -134,17 +136,18 @@ class CudaBackend final : public ComputeBackend {
   }
 
   Status DoDownload(const float* src, size_t count, float* dst) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     if (count > download_capacity_) {
       // No copy into the staging memory is in flight: each Download waits.
-      RETURN_IF_ERROR(GrowPinned(&download_staging_, &download_capacity_,
-                                 GrownCapacity(download_capacity_, count)));
+      DUCTILE_RETURN_IF_ERROR(
+          GrowPinned(&download_staging_, &download_capacity_,
+                     GrownCapacity(download_capacity_, count)));
     }
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         FromCuda(cudaMemcpyAsync(download_staging_, src, count * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_),
                  "cudaMemcpyAsync to the host"));
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         FromCuda(cudaStreamSynchronize(stream_), "queued CUDA work"));
     upload_used_ = 0;  // the stream is idle: no upload reads the staging
     std::memcpy(dst, download_staging_, count * sizeof(float));
@@ -158,7 +161,7 @@ class CudaBackend final : public ComputeBackend {
   Status DoGemm(Transpose trans_a, Transpose trans_b, int m, int n, int k,
                 float alpha, const float* a, const float* b, float beta,
                 float* c) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     const bool ta = trans_a == Transpose::kYes;
     const bool tb = trans_b == Transpose::kYes;
     const int lda = std::max(1, ta ? m : k);
@@ -172,19 +175,19 @@ class CudaBackend final : public ComputeBackend {
 
   Status DoAddRowVector(size_t rows, size_t cols, const float* bias,
                         float* x) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     return FromCuda(cuda_kernels::AddRowVector(stream_, rows, cols, bias, x),
                     "AddRowVector kernel");
   }
 
   Status DoRelu(size_t count, float* x) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     return FromCuda(cuda_kernels::Relu(stream_, count, x), "Relu kernel");
   }
 
   Status DoReluBackward(size_t count, const float* activation,
                         float* grad) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     return FromCuda(
         cuda_kernels::ReluBackward(stream_, count, activation, grad),
         "ReluBackward kernel");
@@ -193,7 +196,7 @@ class CudaBackend final : public ComputeBackend {
   Status DoSoftmaxCrossEntropy(size_t rows, size_t cols, const float* logits,
                                const float* targets, float grad_scale,
                                float* row_loss, float* grad) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     return FromCuda(
         cuda_kernels::SoftmaxCrossEntropy(stream_, rows, cols, logits, targets,
                                           grad_scale, row_loss, grad),
@@ -202,13 +205,13 @@ class CudaBackend final : public ComputeBackend {
 
   Status DoColumnSums(size_t rows, size_t cols, const float* x,
                       float* out) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     return FromCuda(cuda_kernels::ColumnSums(stream_, rows, cols, x, out),
                     "ColumnSums kernel");
   }
 
   Status DoAxpy(size_t count, float alpha, const float* x, float* y) override {
-    RETURN_IF_ERROR(Activate());
+    DUCTILE_RETURN_IF_ERROR(Activate());
     return FromCuda(cuda_kernels::Axpy(stream_, count, alpha, x, y),
                     "Axpy kernel");
   }
@@ -228,8 +231,8 @@ class CudaBackend final : public ComputeBackend {
     *staging = nullptr;
     *old_capacity = 0;
     void* memory = nullptr;
-    RETURN_IF_ERROR(FromCuda(cudaMallocHost(&memory, capacity * sizeof(float)),
-                             "cudaMallocHost"));
+    DUCTILE_RETURN_IF_ERROR(FromCuda(
+        cudaMallocHost(&memory, capacity * sizeof(float)), "cudaMallocHost"));
     *staging = static_cast<float*>(memory);
     *old_capacity = capacity;
     return Status::Ok();
@@ -276,7 +279,7 @@ Result<std::unique_ptr<ComputeBackend>> MakeCudaBackend(int device_ordinal) {
         std::to_string(count) + " device(s) present");
   }
   auto backend = std::make_unique<CudaBackend>(device_ordinal);
-  RETURN_IF_ERROR(backend->Init());
+  DUCTILE_RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<ComputeBackend>(std::move(backend));
 }
 

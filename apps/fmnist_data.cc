@@ -174,7 +174,8 @@ Result<std::vector<uint8_t>> ReadLabels(const std::string& path) {
   if (!header.ok()) return header.status();
   const size_t count = (*header)[1];
   std::vector<uint8_t> labels;
-  RETURN_IF_ERROR(ReadBody(file->get(), path, count, "labels", &labels));
+  DUCTILE_RETURN_IF_ERROR(
+      ReadBody(file->get(), path, count, "labels", &labels));
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] >= kFashionMnistClasses) {
       return FailedPreconditionError(
@@ -203,9 +204,9 @@ Result<std::vector<uint8_t>> ReadImages(const std::string& path) {
         std::to_string(kImageRows) + "x" + std::to_string(kImageCols));
   }
   std::vector<uint8_t> pixels;
-  RETURN_IF_ERROR(ReadBody(file->get(), path,
-                           size_t{count} * kFashionMnistFeatures, "pixels",
-                           &pixels));
+  DUCTILE_RETURN_IF_ERROR(ReadBody(file->get(), path,
+                                   size_t{count} * kFashionMnistFeatures,
+                                   "pixels", &pixels));
   return pixels;
 }
 

@@ -380,7 +380,7 @@ class Supervisor {
                      "restarting it\n",
                      what.c_str(), Describe(status).c_str());
       }
-      RETURN_IF_ERROR(Restart(index, scheduled));
+      DUCTILE_RETURN_IF_ERROR(Restart(index, scheduled));
     }
   }
 
@@ -492,7 +492,7 @@ int WaitSignal(const sigset_t& set, int ms) {
 Result<int64_t> JobClock(const std::string& coordinator) {
   Result<ClusterStatus> status =
       QueryClusterStatus(coordinator, kClockQueryTimeoutMs);
-  RETURN_IF_ERROR(status.status());
+  DUCTILE_RETURN_IF_ERROR(status.status());
   int64_t clock = 0;
   for (const MemberStatus& m : status->members) {
     clock =
@@ -569,7 +569,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       "--state_dir=" + (state_dir / "coordinator").string()};
   args.insert(args.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
-  RETURN_IF_ERROR(supervisor.Start(Role::kCoordinator, 0, args));
+  DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kCoordinator, 0, args));
 
   // The coordinator writes its address once it listens.
   std::string address;
@@ -601,14 +601,14 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                                   "--server_id=" + std::to_string(i),
                                   "--state_dir=" + state_dir.string()};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
-    RETURN_IF_ERROR(supervisor.Start(Role::kServer, i, std::move(a)));
+    DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kServer, i, std::move(a)));
   }
   for (int i = 0; i < options.num_workers; ++i) {
     std::vector<std::string> a = {options.program, "worker",
                                   "--coordinator=" + address,
                                   "--worker_id=" + std::to_string(i)};
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
-    RETURN_IF_ERROR(supervisor.Start(Role::kWorker, i, std::move(a)));
+    DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kWorker, i, std::move(a)));
   }
 
   // Supervise: a failed child or a signal stops everything; crashes are

@@ -152,8 +152,8 @@ Result<float> MfModel::LossAndGradient(std::span<const Rating> batch,
   u_grad->values.clear();
   v_grad->ids.clear();
   v_grad->values.clear();
-  RETURN_IF_ERROR(CheckFactors(u, "row factors"));
-  RETURN_IF_ERROR(CheckFactors(v, "column factors"));
+  DUCTILE_RETURN_IF_ERROR(CheckFactors(u, "row factors"));
+  DUCTILE_RETURN_IF_ERROR(CheckFactors(v, "column factors"));
   // Positions first, so that a bad batch leaves the gradients empty.
   std::vector<size_t> u_pos(batch.size()), v_pos(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -199,8 +199,8 @@ Result<float> MfModel::LossAndGradient(std::span<const Rating> batch,
 Result<double> MfModel::Rmse(std::span<const Rating> data,
                              const SparseFactors& u,
                              const SparseFactors& v) const {
-  RETURN_IF_ERROR(CheckFactors(u, "row factors"));
-  RETURN_IF_ERROR(CheckFactors(v, "column factors"));
+  DUCTILE_RETURN_IF_ERROR(CheckFactors(u, "row factors"));
+  DUCTILE_RETURN_IF_ERROR(CheckFactors(v, "column factors"));
   if (data.empty()) return 0.0;
   double sum_sq = 0.0;
   for (const Rating& rating : data) {

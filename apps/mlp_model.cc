@@ -140,13 +140,15 @@ Status MlpModel::Reserve(size_t rows) {
     return Status::Ok();
   };
   capacity_rows_ = 0;  // until every buffer has been replaced
-  RETURN_IF_ERROR(allocate(capacity * layer_sizes_.front(), &x_));
-  RETURN_IF_ERROR(allocate(capacity * layer_sizes_.back(), &targets_));
-  RETURN_IF_ERROR(allocate(capacity, &row_loss_));
+  DUCTILE_RETURN_IF_ERROR(allocate(capacity * layer_sizes_.front(), &x_));
+  DUCTILE_RETURN_IF_ERROR(allocate(capacity * layer_sizes_.back(), &targets_));
+  DUCTILE_RETURN_IF_ERROR(allocate(capacity, &row_loss_));
   for (size_t l = 1; l <= num_layers(); ++l) {
-    RETURN_IF_ERROR(allocate(capacity * layer_sizes_[l], &activations_[l - 1]));
+    DUCTILE_RETURN_IF_ERROR(
+        allocate(capacity * layer_sizes_[l], &activations_[l - 1]));
     if (l < num_layers()) {
-      RETURN_IF_ERROR(allocate(capacity * layer_sizes_[l], &deltas_[l - 1]));
+      DUCTILE_RETURN_IF_ERROR(
+          allocate(capacity * layer_sizes_[l], &deltas_[l - 1]));
     }
   }
   capacity_rows_ = capacity;
@@ -178,8 +180,8 @@ Status MlpModel::UploadBatch(const Dataset& data,
                 &x_host_[i * features]);
     targets_host_[i * classes + label] = 1.0f;
   }
-  RETURN_IF_ERROR(Reserve(rows));
-  RETURN_IF_ERROR(backend_->Upload(x_host_, x_));
+  DUCTILE_RETURN_IF_ERROR(Reserve(rows));
+  DUCTILE_RETURN_IF_ERROR(backend_->Upload(x_host_, x_));
   return backend_->Upload(targets_host_, targets_);
 }
 
@@ -190,12 +192,13 @@ Status MlpModel::Forward(size_t rows) {
     DeviceSpan input = l == 1 ? x_.span() : activations_[l - 2].span();
     DeviceSpan output = activations_[l - 1];
     // z = a W^T + b, for the rows of a.
-    RETURN_IF_ERROR(backend_->Gemm(
+    DUCTILE_RETURN_IF_ERROR(backend_->Gemm(
         Transpose::kNo, Transpose::kYes, rows, out, in, 1.0f, input,
         params_.Subspan(WeightOffset(l), out * in), 0.0f, output));
-    RETURN_IF_ERROR(backend_->AddRowVector(
+    DUCTILE_RETURN_IF_ERROR(backend_->AddRowVector(
         rows, out, params_.Subspan(BiasOffset(l), out), output));
-    if (l < num_layers()) RETURN_IF_ERROR(backend_->Relu(rows * out, output));
+    if (l < num_layers())
+      DUCTILE_RETURN_IF_ERROR(backend_->Relu(rows * out, output));
   }
   return Status::Ok();
 }
@@ -220,16 +223,16 @@ Status MlpModel::EvaluateOnBackend(std::span<const float> params,
   const bool want_grad = !grad.empty();
   const size_t rows = batch_indices.size();
   const size_t classes = layer_sizes_.back();
-  RETURN_IF_ERROR(backend_->Upload(params, params_));
-  RETURN_IF_ERROR(UploadBatch(data, batch_indices));
-  RETURN_IF_ERROR(Forward(rows));
+  DUCTILE_RETURN_IF_ERROR(backend_->Upload(params, params_));
+  DUCTILE_RETURN_IF_ERROR(UploadBatch(data, batch_indices));
+  DUCTILE_RETURN_IF_ERROR(Forward(rows));
 
   // The logits' gradient replaces the logits: d loss / d z_L, already
   // divided by the batch size.
   DeviceSpan logits = activations_.back();
-  RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(rows, classes, logits, targets_,
-                                                1.0f / static_cast<float>(rows),
-                                                row_loss_, logits));
+  DUCTILE_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
+      rows, classes, logits, targets_, 1.0f / static_cast<float>(rows),
+      row_loss_, logits));
 
   if (want_grad) {
     for (size_t l = num_layers(); l >= 1; --l) {
@@ -240,29 +243,29 @@ Status MlpModel::EvaluateOnBackend(std::span<const float> params,
       DeviceSpan weights = params_.Subspan(WeightOffset(l), out * in);
       DeviceSpan grad_weights = grad_.Subspan(WeightOffset(l), out * in);
       // dW = delta^T a_{l-1}; db = column sums of delta.
-      RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo, out, in,
-                                     rows, 1.0f, delta, input, 0.0f,
-                                     grad_weights));
-      RETURN_IF_ERROR(backend_->ColumnSums(rows, out, delta,
-                                           grad_.Subspan(BiasOffset(l), out)));
+      DUCTILE_RETURN_IF_ERROR(backend_->Gemm(Transpose::kYes, Transpose::kNo,
+                                             out, in, rows, 1.0f, delta, input,
+                                             0.0f, grad_weights));
+      DUCTILE_RETURN_IF_ERROR(backend_->ColumnSums(
+          rows, out, delta, grad_.Subspan(BiasOffset(l), out)));
       if (l2_weight_decay_ != 0.0f) {
-        RETURN_IF_ERROR(
+        DUCTILE_RETURN_IF_ERROR(
             backend_->Axpy(out * in, l2_weight_decay_, weights, grad_weights));
       }
       if (l > 1) {
         // d loss / d a_{l-1} = delta W, then through the ReLU.
         DeviceSpan previous_delta = deltas_[l - 2];
-        RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kNo, rows, in,
-                                       out, 1.0f, delta, weights, 0.0f,
-                                       previous_delta));
-        RETURN_IF_ERROR(backend_->ReluBackward(rows * in, activations_[l - 2],
-                                               previous_delta));
+        DUCTILE_RETURN_IF_ERROR(backend_->Gemm(Transpose::kNo, Transpose::kNo,
+                                               rows, in, out, 1.0f, delta,
+                                               weights, 0.0f, previous_delta));
+        DUCTILE_RETURN_IF_ERROR(backend_->ReluBackward(
+            rows * in, activations_[l - 2], previous_delta));
       }
     }
-    RETURN_IF_ERROR(backend_->Download(grad_, grad));
+    DUCTILE_RETURN_IF_ERROR(backend_->Download(grad_, grad));
   }
   row_loss_host_.resize(rows);
-  RETURN_IF_ERROR(backend_->Download(row_loss_, row_loss_host_));
+  DUCTILE_RETURN_IF_ERROR(backend_->Download(row_loss_, row_loss_host_));
   *loss_sum = 0.0;
   for (float loss : row_loss_host_) *loss_sum += loss;
   return Status::Ok();
@@ -320,9 +323,9 @@ Result<float> MlpModel::Loss(std::span<const float> params, const Dataset& data,
 
 Result<double> MlpModel::Accuracy(std::span<const float> params,
                                   const Dataset& data) {
-  RETURN_IF_ERROR(CheckCompatible(params, data));
+  DUCTILE_RETURN_IF_ERROR(CheckCompatible(params, data));
   if (data.num_samples == 0) return 0.0;
-  RETURN_IF_ERROR(backend_->Upload(params, params_));
+  DUCTILE_RETURN_IF_ERROR(backend_->Upload(params, params_));
   const size_t classes = layer_sizes_.back();
   std::vector<size_t> chunk;
   chunk.reserve(kEvalRows);
@@ -331,10 +334,11 @@ Result<double> MlpModel::Accuracy(std::span<const float> params,
     const size_t end = std::min(data.num_samples, begin + kEvalRows);
     chunk.clear();
     for (size_t i = begin; i < end; ++i) chunk.push_back(i);
-    RETURN_IF_ERROR(UploadBatch(data, chunk));
-    RETURN_IF_ERROR(Forward(chunk.size()));
+    DUCTILE_RETURN_IF_ERROR(UploadBatch(data, chunk));
+    DUCTILE_RETURN_IF_ERROR(Forward(chunk.size()));
     logits_host_.resize(chunk.size() * classes);
-    RETURN_IF_ERROR(backend_->Download(activations_.back(), logits_host_));
+    DUCTILE_RETURN_IF_ERROR(
+        backend_->Download(activations_.back(), logits_host_));
     for (size_t i = 0; i < chunk.size(); ++i) {
       const float* z = &logits_host_[i * classes];
       // max_element returns the first maximum: ties go to the lower class.

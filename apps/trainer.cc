@@ -175,7 +175,7 @@ class DataPosition {
     state.world_size = world;
     state.epoch = epoch;
     Result<DataCursor> cursor = DataCursor::Restore(state);
-    RETURN_IF_ERROR(cursor.status());
+    DUCTILE_RETURN_IF_ERROR(cursor.status());
     cursor_ = std::move(*cursor);
     return Status::Ok();
   }
@@ -189,7 +189,7 @@ class DataPosition {
     const size_t bar = saved.find('|');
     Result<DataCursorState> state =
         DataCursorState::FromString(saved.substr(0, bar));
-    RETURN_IF_ERROR(state.status());
+    DUCTILE_RETURN_IF_ERROR(state.status());
     if (bar != std::string::npos &&
         std::sscanf(saved.c_str() + bar + 1,
                     "samples=%" SCNd64 " steps=%" SCNu64, &samples,
@@ -197,7 +197,7 @@ class DataPosition {
       return InvalidArgumentError("unreadable resume state '" + saved + "'");
     }
     Result<DataCursor> cursor = DataCursor::Restore(*state);
-    RETURN_IF_ERROR(cursor.status());
+    DUCTILE_RETURN_IF_ERROR(cursor.status());
     cursor_ = std::move(*cursor);
     return Status::Ok();
   }
@@ -240,7 +240,7 @@ Status RecoverOrFail(Client& client, const Status& failed, DataPosition& data,
   }
   Result<Client::Recovery> r = client.AwaitRecovery(wait_ms);
   if (!r.ok()) return failed;
-  RETURN_IF_ERROR(data.Restore(r->resume_state));
+  DUCTILE_RETURN_IF_ERROR(data.Restore(r->resume_state));
   if (lead) {
     std::printf(
         "rolled back to the checkpoint at clock %lld after a "
@@ -285,7 +285,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     const size_t left = cursor.share_size() - cursor.position();
     cursor.Next(std::min<size_t>(o.batch_size, left), &batch);
     Result<float> loss = step(batch, epoch);
-    RETURN_IF_ERROR(loss.status());
+    DUCTILE_RETURN_IF_ERROR(loss.status());
     client.Clock();
     ++data.steps;
     data.samples += static_cast<int64_t>(batch.size());
@@ -296,7 +296,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
     if (progress.lead()) {
       Result<double> value = evaluate();
-      RETURN_IF_ERROR(value.status());
+      DUCTILE_RETURN_IF_ERROR(value.status());
       progress.Epoch(epoch, client.clock(), metric, *value);
     }
     return data.StartEpoch(cursor.epoch());
@@ -312,7 +312,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     if (s.ok() && !training) return Status::Ok();
     if (s.ok()) continue;
     abandon();
-    RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
+    DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
     stop = false;
   }
 }
@@ -387,12 +387,12 @@ class MlpClassifier final : private BackendOwner,
       const std::string& device, const std::vector<size_t>& layers, float l2) {
     Result<std::unique_ptr<ComputeBackend>> backend =
         MakeComputeBackend(device);
-    RETURN_IF_ERROR(backend.status());
+    DUCTILE_RETURN_IF_ERROR(backend.status());
     MlpOptions o;
     o.layer_sizes = layers;
     o.l2_weight_decay = l2;
     Result<MlpModel> model = MlpModel::Create(backend->get(), o);
-    RETURN_IF_ERROR(model.status());
+    DUCTILE_RETURN_IF_ERROR(model.status());
     return std::unique_ptr<MlpClassifier>(
         new MlpClassifier(std::move(*backend), std::move(*model)));
   }
@@ -439,7 +439,7 @@ class ParamTensors {
       t.init = b.init;
       t.consistency = o.consistency;
       Result<Tensor> tensor = client.RegisterTensor(t, b.size, 8192);
-      RETURN_IF_ERROR(tensor.status());
+      DUCTILE_RETURN_IF_ERROR(tensor.status());
       blocks_.push_back(b);
       tensors_.push_back(std::move(*tensor));
     }
@@ -486,9 +486,9 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
                      int world) {
   const bool lead = rank == 0;
   Result<Dataset> train = LoadFashionMnist(o.data_dir, /*train=*/true);
-  RETURN_IF_ERROR(train.status());
+  DUCTILE_RETURN_IF_ERROR(train.status());
   Result<Dataset> test = LoadFashionMnist(o.data_dir, /*train=*/false);
-  RETURN_IF_ERROR(test.status());
+  DUCTILE_RETURN_IF_ERROR(test.status());
 
   std::unique_ptr<Classifier> model;
   std::string backend = "cpu";
@@ -504,15 +504,15 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     }
     Result<std::unique_ptr<MlpClassifier>> mlp =
         MlpClassifier::Create(o.device, o.layers, o.l2);
-    RETURN_IF_ERROR(mlp.status());
+    DUCTILE_RETURN_IF_ERROR(mlp.status());
     backend = (*mlp)->backend_name();
     model = std::move(*mlp);
   }
   ParamTensors tensors;
-  RETURN_IF_ERROR(tensors.Register(client, o, model->Blocks()));
-  RETURN_IF_ERROR(client.Barrier());
+  DUCTILE_RETURN_IF_ERROR(tensors.Register(client, o, model->Blocks()));
+  DUCTILE_RETURN_IF_ERROR(client.Barrier());
   DataPosition data(client, train->num_samples, o.seed);
-  RETURN_IF_ERROR(data.StartEpoch(0));
+  DUCTILE_RETURN_IF_ERROR(data.StartEpoch(0));
 
   std::vector<float> params(model->num_params()), grad(model->num_params());
   // Where the model allows reads one step old (async, SSP with s >= 1), the
@@ -534,7 +534,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   const uint64_t steps_per_epoch =
       (data.cursor().share_size() + o.batch_size - 1) / o.batch_size;
   Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
-  RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
+  DUCTILE_RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
   if (lead) {
     std::printf(
         "training %s on Fashion-MNIST (%s): %zu train / %zu test "
@@ -548,23 +548,23 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   progress.Start();
   auto step = [&](std::span<const size_t> batch, int epoch) -> Result<float> {
     if (!prefetch) {
-      RETURN_IF_ERROR(tensors.Pull(client, params));
+      DUCTILE_RETURN_IF_ERROR(tensors.Pull(client, params));
     } else {
       if (next_pull.empty()) next_pull = tensors.PullAsync(client, next_params);
-      RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
+      DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
       params.swap(next_params);
       // Issued at this clock, before this step's push: a pull this model
       // allows, overlapping the gradient computation below.
       next_pull = tensors.PullAsync(client, next_params);
     }
     Result<float> loss = model->LossAndGradient(params, *train, batch, grad);
-    RETURN_IF_ERROR(loss.status());
-    RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
-    RETURN_IF_ERROR(tensors.Push(client, grad));
+    DUCTILE_RETURN_IF_ERROR(loss.status());
+    DUCTILE_RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+    DUCTILE_RETURN_IF_ERROR(tensors.Push(client, grad));
     return loss;
   };
   auto test_accuracy = [&]() -> Result<double> {
-    RETURN_IF_ERROR(tensors.Pull(client, params));
+    DUCTILE_RETURN_IF_ERROR(tensors.Pull(client, params));
     return model->Accuracy(params, *test);
   };
   // A prefetch in flight belongs to the step that failed.
@@ -572,13 +572,14 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     ParamTensors::WaitAll(next_pull).IgnoreError();
     next_pull.clear();
   };
-  RETURN_IF_ERROR(RunSteps(client, o, data, progress, step, "test accuracy",
-                           test_accuracy, abandon));
+  DUCTILE_RETURN_IF_ERROR(RunSteps(client, o, data, progress, step,
+                                   "test accuracy", test_accuracy, abandon));
   // The prefetch in flight reads into next_params: finish it first.
-  if (!next_pull.empty()) RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
+  if (!next_pull.empty())
+    DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
   if (!IsLead(client)) return Status::Ok();
   Result<double> accuracy = test_accuracy();
-  RETURN_IF_ERROR(accuracy.status());
+  DUCTILE_RETURN_IF_ERROR(accuracy.status());
   const ClientStats stats = client.stats();
   std::printf(
       "final test accuracy: %.4f after %llu steps per worker, %.1fs "
@@ -626,17 +627,17 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     t.init.seed = o.seed + i;
     t.consistency = o.consistency;
     Result<TableId> id = client.CreateTable(t);
-    RETURN_IF_ERROR(id.status());
+    DUCTILE_RETURN_IF_ERROR(id.status());
     tables[i] = *id;
   }
-  RETURN_IF_ERROR(client.Barrier());
+  DUCTILE_RETURN_IF_ERROR(client.Barrier());
   DataPosition position(client, data.train.size(), o.seed);
-  RETURN_IF_ERROR(position.StartEpoch(0));
+  DUCTILE_RETURN_IF_ERROR(position.StartEpoch(0));
 
   const uint64_t steps_per_epoch =
       (position.cursor().share_size() + o.batch_size - 1) / o.batch_size;
   Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
-  RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
+  DUCTILE_RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
   std::vector<uint64_t> test_rows, test_cols;
   MfModel::TouchedKeys(data.test, &test_rows, &test_cols);
   if (lead) {
@@ -655,31 +656,35 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
   SparseFactors u, v, u_grad, v_grad;
   auto test_rmse = [&]() -> Result<double> {
     SparseFactors tu, tv;
-    RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, test_rows, &tu));
-    RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, test_cols, &tv));
+    DUCTILE_RETURN_IF_ERROR(
+        PullFactors(client, tables[0], o.mf_rank, test_rows, &tu));
+    DUCTILE_RETURN_IF_ERROR(
+        PullFactors(client, tables[1], o.mf_rank, test_cols, &tv));
     return model.Rmse(data.test, tu, tv);
   };
   auto step = [&](std::span<const size_t> indices, int epoch) -> Result<float> {
     batch.clear();
     for (size_t i : indices) batch.push_back(data.train[i]);
     MfModel::TouchedKeys(batch, &rows, &cols);
-    RETURN_IF_ERROR(PullFactors(client, tables[0], o.mf_rank, rows, &u));
-    RETURN_IF_ERROR(PullFactors(client, tables[1], o.mf_rank, cols, &v));
+    DUCTILE_RETURN_IF_ERROR(
+        PullFactors(client, tables[0], o.mf_rank, rows, &u));
+    DUCTILE_RETURN_IF_ERROR(
+        PullFactors(client, tables[1], o.mf_rank, cols, &v));
     Result<float> loss = model.LossAndGradient(batch, u, v, &u_grad, &v_grad);
-    RETURN_IF_ERROR(loss.status());
-    RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+    DUCTILE_RETURN_IF_ERROR(loss.status());
+    DUCTILE_RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
     Handle pu = client.PushAsync(tables[0], u_grad.ids, u_grad.values);
     Handle pv = client.PushAsync(tables[1], v_grad.ids, v_grad.values);
     Status su = pu.Wait(), sv = pv.Wait();
-    RETURN_IF_ERROR(su);
-    RETURN_IF_ERROR(sv);
+    DUCTILE_RETURN_IF_ERROR(su);
+    DUCTILE_RETURN_IF_ERROR(sv);
     return loss;
   };
-  RETURN_IF_ERROR(RunSteps(client, o, position, progress, step, "test RMSE",
-                           test_rmse, [] {}));
+  DUCTILE_RETURN_IF_ERROR(RunSteps(client, o, position, progress, step,
+                                   "test RMSE", test_rmse, [] {}));
   if (!IsLead(client)) return Status::Ok();
   Result<double> rmse = test_rmse();
-  RETURN_IF_ERROR(rmse.status());
+  DUCTILE_RETURN_IF_ERROR(rmse.status());
   std::printf(
       "final test RMSE: %.4f after %llu steps per worker, %.1fs (noise "
       "level %.3g)\n",
@@ -697,7 +702,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
 }  // namespace
 
 Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
-  RETURN_IF_ERROR(Validate(options));
+  DUCTILE_RETURN_IF_ERROR(Validate(options));
   const int rank = client.worker_id();
   const int world = client.num_workers();
   if (rank < 0 || world < 1 || rank >= world) {

@@ -233,7 +233,7 @@ Status RunOnThreads(int n, const std::function<Status(int)>& body) {
     });
   }
   for (std::thread& t : threads) t.join();
-  for (Status& s : statuses) RETURN_IF_ERROR(s);
+  for (Status& s : statuses) DUCTILE_RETURN_IF_ERROR(s);
   return Status::Ok();
 }
 
@@ -316,7 +316,7 @@ Result<std::unique_ptr<RawPair>> MakeRawPair(const std::string& transport,
     pair->connected.connect(pair->endpoint);
     return Status::Ok();
   });
-  RETURN_IF_ERROR(s);
+  DUCTILE_RETURN_IF_ERROR(s);
   return pair;
 }
 
@@ -330,29 +330,29 @@ Result<Rate> RawOneWay(const std::string& transport, int pairs,
   for (int p = 0; p < pairs; ++p) {
     auto pair = MakeRawPair(transport, ipc_dir, zmq::socket_type::pull,
                             zmq::socket_type::push);
-    RETURN_IF_ERROR(pair.status());
+    DUCTILE_RETURN_IF_ERROR(pair.status());
     raw.push_back(std::move(*pair));
   }
   // Warm-up on this thread: connects and sizes the buffers.
-  RETURN_IF_ERROR(Guarded("raw zmq warm-up", [&] {
+  DUCTILE_RETURN_IF_ERROR(Guarded("raw zmq warm-up", [&] {
     for (auto& pair : raw) {
       for (int i = 0; i < warmup; ++i) {
-        RETURN_IF_ERROR(Send(pair->connected, Borrowed(payload)));
+        DUCTILE_RETURN_IF_ERROR(Send(pair->connected, Borrowed(payload)));
         zmq::message_t in;
-        RETURN_IF_ERROR(Receive(pair->bound, &in));
+        DUCTILE_RETURN_IF_ERROR(Receive(pair->bound, &in));
       }
     }
     return Status::Ok();
   }));
   const auto start = SteadyClock::now();
-  RETURN_IF_ERROR(RunOnThreads(2 * pairs, [&](int i) -> Status {
+  DUCTILE_RETURN_IF_ERROR(RunOnThreads(2 * pairs, [&](int i) -> Status {
     RawPair& pair = *raw[i / 2];
     for (int n = 0; n < count; ++n) {
       if (i % 2 == 0) {
-        RETURN_IF_ERROR(Send(pair.connected, Borrowed(payload)));
+        DUCTILE_RETURN_IF_ERROR(Send(pair.connected, Borrowed(payload)));
       } else {
         zmq::message_t in;
-        RETURN_IF_ERROR(Receive(pair.bound, &in));
+        DUCTILE_RETURN_IF_ERROR(Receive(pair.bound, &in));
         if (in.size() != payload.size()) {
           return InternalError("raw zmq: received a message of wrong size");
         }
@@ -369,12 +369,12 @@ Result<Rate> RawOneWay(const std::string& transport, int pairs,
 Status Echo(zmq::socket_t& router, const std::vector<char>& reply) {
   while (true) {
     zmq::message_t identity, request;
-    RETURN_IF_ERROR(Receive(router, &identity));
-    RETURN_IF_ERROR(Receive(router, &request));
+    DUCTILE_RETURN_IF_ERROR(Receive(router, &identity));
+    DUCTILE_RETURN_IF_ERROR(Receive(router, &request));
     if (request.size() == 0) return Status::Ok();
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         Send(router, std::move(identity), zmq::send_flags::sndmore));
-    RETURN_IF_ERROR(Send(router, Borrowed(reply)));
+    DUCTILE_RETURN_IF_ERROR(Send(router, Borrowed(reply)));
   }
 }
 
@@ -388,20 +388,20 @@ Result<Latency> RawRoundTrip(const std::string& transport, int pairs,
   for (int p = 0; p < pairs; ++p) {
     auto pair = MakeRawPair(transport, ipc_dir, zmq::socket_type::router,
                             zmq::socket_type::dealer);
-    RETURN_IF_ERROR(pair.status());
+    DUCTILE_RETURN_IF_ERROR(pair.status());
     raw.push_back(std::move(*pair));
   }
   std::vector<std::vector<double>> samples(pairs);
-  RETURN_IF_ERROR(RunOnThreads(2 * pairs, [&](int i) -> Status {
+  DUCTILE_RETURN_IF_ERROR(RunOnThreads(2 * pairs, [&](int i) -> Status {
     RawPair& pair = *raw[i / 2];
     if (i % 2 == 1) return Echo(pair.bound, reply);
     std::vector<double>& times = samples[i / 2];
     times.reserve(iters);
     for (int n = 0; n < warmup + iters; ++n) {
       const auto start = SteadyClock::now();
-      RETURN_IF_ERROR(Send(pair.connected, Borrowed(request)));
+      DUCTILE_RETURN_IF_ERROR(Send(pair.connected, Borrowed(request)));
       zmq::message_t in;
-      RETURN_IF_ERROR(Receive(pair.connected, &in));
+      DUCTILE_RETURN_IF_ERROR(Receive(pair.connected, &in));
       if (n >= warmup) times.push_back(MicrosSince(start));
       if (in.size() != reply.size()) {
         return InternalError("raw zmq: reply of wrong size");
@@ -435,15 +435,15 @@ class RawReference {
     auto rate =
         RawOneWay(transport_, pairs_, payload_, PipelinedOps(options_, size_),
                   warmup, options_.ipc_dir);
-    RETURN_IF_ERROR(rate.status());
+    DUCTILE_RETURN_IF_ERROR(rate.status());
     one_way_.push_back(*rate);
     auto push = RawRoundTrip(transport_, pairs_, payload_, small_, iters,
                              warmup, options_.ipc_dir);
-    RETURN_IF_ERROR(push.status());
+    DUCTILE_RETURN_IF_ERROR(push.status());
     rt_push_.push_back(*push);
     auto pull = RawRoundTrip(transport_, pairs_, small_, payload_, iters,
                              warmup, options_.ipc_dir);
-    RETURN_IF_ERROR(pull.status());
+    DUCTILE_RETURN_IF_ERROR(pull.status());
     rt_pull_.push_back(*pull);
     return Status::Ok();
   }
@@ -486,7 +486,7 @@ class LocalCluster {
     c.num_servers = shape.servers;
     c.num_workers = shape.workers;
     auto coordinator = Coordinator::Start(c);
-    RETURN_IF_ERROR(coordinator.status());
+    DUCTILE_RETURN_IF_ERROR(coordinator.status());
     cluster->coordinator_ = std::move(*coordinator);
     for (int i = 0; i < shape.servers; ++i) {
       ServerOptions s;
@@ -494,7 +494,7 @@ class LocalCluster {
       s.ipc_dir = ipc_dir;
       s.connect_timeout_ms = 20000;
       auto server = Server::Start(s);
-      RETURN_IF_ERROR(server.status());
+      DUCTILE_RETURN_IF_ERROR(server.status());
       cluster->servers_.push_back(std::move(*server));
     }
     for (int i = 0; i < shape.workers; ++i) {
@@ -503,7 +503,7 @@ class LocalCluster {
       o.connect_timeout_ms = 20000;
       o.prefer_ipc = true;
       auto client = Client::Connect(o);
-      RETURN_IF_ERROR(client.status());
+      DUCTILE_RETURN_IF_ERROR(client.status());
       cluster->clients_.push_back(std::move(*client));
     }
     return cluster;
@@ -554,13 +554,13 @@ class SizeBench {
     t.rule = UpdateRule::kAdd;
     for (int w = 0; w < cluster_.num_workers(); ++w) {
       auto id = cluster_.client(w).CreateTable(t);
-      RETURN_IF_ERROR(id.status());
+      DUCTILE_RETURN_IF_ERROR(id.status());
       if (w > 0 && *id != table_) {
         return InternalError("workers got different ids for one table");
       }
       table_ = *id;
     }
-    RETURN_IF_ERROR(FindKeyPerServer());
+    DUCTILE_RETURN_IF_ERROR(FindKeyPerServer());
     outs_.resize(cluster_.num_workers());
     for (auto& out : outs_) {
       out.assign(options_.inflight, std::vector<float>(width_, 0.0f));
@@ -572,8 +572,9 @@ class SizeBench {
   Status WarmUp() {
     for (int w = 0; w < cluster_.num_workers(); ++w) {
       for (int i = 0; i < WarmupIters(options_, size_); ++i) {
-        RETURN_IF_ERROR(Push(w));
-        RETURN_IF_ERROR(cluster_.client(w).Pull(table_, KeyOf(w), outs_[w][0]));
+        DUCTILE_RETURN_IF_ERROR(Push(w));
+        DUCTILE_RETURN_IF_ERROR(
+            cluster_.client(w).Pull(table_, KeyOf(w), outs_[w][0]));
       }
     }
     return Status::Ok();
@@ -584,16 +585,16 @@ class SizeBench {
     const int iters = LatencyIters(options_, size_);
     const int ops = PipelinedOps(options_, size_);
     auto l = MeasureLatency(/*push=*/true, iters);
-    RETURN_IF_ERROR(l.status());
+    DUCTILE_RETURN_IF_ERROR(l.status());
     push_latency_.push_back(*l);
     l = MeasureLatency(/*push=*/false, iters);
-    RETURN_IF_ERROR(l.status());
+    DUCTILE_RETURN_IF_ERROR(l.status());
     pull_latency_.push_back(*l);
     auto rate = MeasurePipelined(/*push=*/true, ops);
-    RETURN_IF_ERROR(rate.status());
+    DUCTILE_RETURN_IF_ERROR(rate.status());
     push_rate_.push_back(*rate);
     rate = MeasurePipelined(/*push=*/false, ops);
-    RETURN_IF_ERROR(rate.status());
+    DUCTILE_RETURN_IF_ERROR(rate.status());
     pull_rate_.push_back(*rate);
     return Status::Ok();
   }
@@ -620,7 +621,7 @@ class SizeBench {
     std::vector<float> out(width_);
     std::ostringstream summary;
     for (const auto& [key, pushes] : pushes_per_key) {
-      RETURN_IF_ERROR(
+      DUCTILE_RETURN_IF_ERROR(
           cluster_.client(0).Pull(table_, std::span<const Key>(&key, 1), out));
       // Sums above 2^24 are no longer exact in float.
       const bool exact = pushes * 8 <= (1u << 24);
@@ -652,7 +653,7 @@ class SizeBench {
   }
 
   Status Push(int w) {
-    RETURN_IF_ERROR(cluster_.client(w).Push(table_, KeyOf(w), values_));
+    DUCTILE_RETURN_IF_ERROR(cluster_.client(w).Push(table_, KeyOf(w), values_));
     ++pushes_[w];
     return Status::Ok();
   }
@@ -674,7 +675,7 @@ class SizeBench {
       for (int s = 0; s < servers; ++s) {
         before[s] = cluster_.server(s).counters().pulls;
       }
-      RETURN_IF_ERROR(cluster_.client(0).Pull(
+      DUCTILE_RETURN_IF_ERROR(cluster_.client(0).Pull(
           table_, std::span<const Key>(&key, 1), scratch));
       for (int s = 0; s < servers; ++s) {
         if (cluster_.server(s).counters().pulls == before[s] || found[s]) {
@@ -702,15 +703,15 @@ class SizeBench {
   Result<Latency> MeasureLatency(bool push, int iters) {
     const int workers = cluster_.num_workers();
     std::vector<std::vector<double>> samples(workers);
-    RETURN_IF_ERROR(RunOnThreads(workers, [&](int w) -> Status {
+    DUCTILE_RETURN_IF_ERROR(RunOnThreads(workers, [&](int w) -> Status {
       Client& client = cluster_.client(w);
       samples[w].reserve(iters);
       for (int i = 0; i < iters; ++i) {
         const auto start = SteadyClock::now();
         if (push) {
-          RETURN_IF_ERROR(Push(w));
+          DUCTILE_RETURN_IF_ERROR(Push(w));
         } else {
-          RETURN_IF_ERROR(client.Pull(table_, KeyOf(w), outs_[w][0]));
+          DUCTILE_RETURN_IF_ERROR(client.Pull(table_, KeyOf(w), outs_[w][0]));
         }
         samples[w].push_back(MicrosSince(start));
       }
@@ -727,7 +728,7 @@ class SizeBench {
     const int workers = cluster_.num_workers();
     const int depth = options_.inflight;
     const auto start = SteadyClock::now();
-    RETURN_IF_ERROR(RunOnThreads(workers, [&](int w) -> Status {
+    DUCTILE_RETURN_IF_ERROR(RunOnThreads(workers, [&](int w) -> Status {
       Client& client = cluster_.client(w);
       std::vector<Handle> handles(depth);
       for (int i = 0; i < ops + depth; ++i) {
@@ -776,7 +777,7 @@ Status MeasureConfig(const ClusterShape& shape, bool with_tcp,
                      std::vector<DuctileResult>* results,
                      std::vector<std::string>* checks) {
   auto cluster = LocalCluster::Start(shape, options.ipc_dir);
-  RETURN_IF_ERROR(cluster.status());
+  DUCTILE_RETURN_IF_ERROR(cluster.status());
   for (uint64_t size : options.sizes) {
     std::cerr << shape.name << ", " << SizeName(size) << " ..." << std::endl;
     std::vector<std::unique_ptr<RawReference>> raw;
@@ -786,18 +787,18 @@ Status MeasureConfig(const ClusterShape& shape, bool with_tcp,
       raw.push_back(std::make_unique<RawReference>("tcp", 1, size, options));
     }
     SizeBench bench(cluster->get(), size, options);
-    RETURN_IF_ERROR(bench.SetUp());
-    RETURN_IF_ERROR(bench.WarmUp());
+    DUCTILE_RETURN_IF_ERROR(bench.SetUp());
+    DUCTILE_RETURN_IF_ERROR(bench.WarmUp());
     for (int r = 0; r < options.repeats; ++r) {
-      for (auto& reference : raw) RETURN_IF_ERROR(reference->RunOnce());
-      RETURN_IF_ERROR(bench.RunOnce());
+      for (auto& reference : raw) DUCTILE_RETURN_IF_ERROR(reference->RunOnce());
+      DUCTILE_RETURN_IF_ERROR(bench.RunOnce());
     }
     for (auto& reference : raw) {
       raw_results->push_back(reference->Medians(shape.name));
     }
     results->push_back(bench.Medians(shape.name));
     auto check = bench.Check();
-    RETURN_IF_ERROR(check.status());
+    DUCTILE_RETURN_IF_ERROR(check.status());
     checks->push_back(shape.name + " " + SizeName(size) + ": " + *check);
   }
   std::ostringstream counters;
@@ -1066,15 +1067,16 @@ Status RunBench(const BenchOptions& options, const std::string& csv_path) {
   std::vector<DuctileResult> results;
   std::vector<std::string> checks;
   for (size_t i = 0; i < options.configs.size(); ++i) {
-    RETURN_IF_ERROR(MeasureConfig(options.configs[i], /*with_tcp=*/i == 0,
-                                  options, &raw, &results, &checks));
+    DUCTILE_RETURN_IF_ERROR(MeasureConfig(options.configs[i],
+                                          /*with_tcp=*/i == 0, options, &raw,
+                                          &results, &checks));
   }
   PrintRaw(raw);
   PrintDuctile(results, raw, options.inflight);
   std::printf("Checks (after all pushes, a pull returns pushes x pattern):\n");
   for (const std::string& line : checks) std::printf("  %s\n", line.c_str());
   if (!csv_path.empty()) {
-    RETURN_IF_ERROR(WriteCsv(csv_path, raw, results));
+    DUCTILE_RETURN_IF_ERROR(WriteCsv(csv_path, raw, results));
     std::printf("CSV written to %s\n", csv_path.c_str());
   }
   std::printf("total time %.1f s\n", SecondsSince(start));

@@ -426,7 +426,7 @@ class Cluster {
          "--heartbeat_timeout_ms=3600000",
          "--checkpoint_timeout_ms=" + std::to_string(FLAGS_timeout_ms)},
         dir_ + "/logs/coordinator.log");
-    RETURN_IF_ERROR(coordinator.status());
+    DUCTILE_RETURN_IF_ERROR(coordinator.status());
     coordinator_ = std::move(*coordinator);
     return StartServer();
   }
@@ -440,7 +440,7 @@ class Cluster {
          "--keep_checkpoints=" + std::to_string(FLAGS_keep_checkpoints),
          "--timeout_ms=" + std::to_string(FLAGS_timeout_ms)},
         dir_ + "/logs/server-start" + std::to_string(server_starts_) + ".log");
-    RETURN_IF_ERROR(server.status());
+    DUCTILE_RETURN_IF_ERROR(server.status());
     server_ = std::move(*server);
     return Status::Ok();
   }
@@ -506,14 +506,14 @@ class ModelWorker {
     options.connect_timeout_ms = FLAGS_timeout_ms;
     options.request_timeout_ms = FLAGS_timeout_ms;
     Result<std::unique_ptr<Client>> client = Client::Connect(options);
-    RETURN_IF_ERROR(client.status());
+    DUCTILE_RETURN_IF_ERROR(client.status());
     std::unique_ptr<ModelWorker> worker(new ModelWorker(std::move(*client)));
     TableOptions table;
     table.name = "model";
     table.rule = UpdateRule::kSgd;
     table.learning_rate = 1e-3f;
     Result<Tensor> tensor = worker->client_->RegisterTensor(table, num_floats);
-    RETURN_IF_ERROR(tensor.status());
+    DUCTILE_RETURN_IF_ERROR(tensor.status());
     worker->tensor_ = std::move(*tensor);
     // Every element is in [0.5, 1.5): each step changes every value.
     worker->gradient_.resize(num_floats);
@@ -603,30 +603,30 @@ class SizeRun {
     SizeResult result;
     result.size_mb = size_mb_;
     Say("starting a coordinator and a server");
-    RETURN_IF_ERROR(cluster_.Start());
+    DUCTILE_RETURN_IF_ERROR(cluster_.Start());
     Result<std::unique_ptr<ModelWorker>> worker =
         ModelWorker::Connect(cluster_.address(), bytes_ / sizeof(float));
-    RETURN_IF_ERROR(WithLogs(worker.status()));
+    DUCTILE_RETURN_IF_ERROR(WithLogs(worker.status()));
     worker_ = std::move(*worker);
     for (int i = 0; i < kWarmupSteps; ++i) {
       StepTime t;
-      RETURN_IF_ERROR(WithLogs(worker_->Step(&t)));
+      DUCTILE_RETURN_IF_ERROR(WithLogs(worker_->Step(&t)));
       Say("warm-up step %d: %.3f s", i + 1, t.seconds());
     }
     for (int r = 0; r < FLAGS_repeats; ++r) {
       repeat_ = r + 1;
       Sample sample;
-      RETURN_IF_ERROR(RawWrite(&sample));
-      RETURN_IF_ERROR(NormalSteps(&sample));
-      RETURN_IF_ERROR(Checkpoint(&sample));
+      DUCTILE_RETURN_IF_ERROR(RawWrite(&sample));
+      DUCTILE_RETURN_IF_ERROR(NormalSteps(&sample));
+      DUCTILE_RETURN_IF_ERROR(Checkpoint(&sample));
       sample.server_peak_rss_mb = cluster_.server().PeakRssMb();
-      RETURN_IF_ERROR(KillAndRecover(&sample));
+      DUCTILE_RETURN_IF_ERROR(KillAndRecover(&sample));
       sample.server_peak_rss_mb =
           std::max(sample.server_peak_rss_mb, cluster_.server().PeakRssMb());
       result.samples.push_back(sample);
     }
     repeat_ = 0;
-    RETURN_IF_ERROR(WithLogs(worker_->client().Finish()));
+    DUCTILE_RETURN_IF_ERROR(WithLogs(worker_->client().Finish()));
     worker_.reset();
     cluster_.WaitExit();
     Say("done (this program's peak RSS %.0f MB)", SelfPeakRssMb());
@@ -666,7 +666,7 @@ class SizeRun {
 
   Status RawWrite(Sample* sample) {
     Result<double> seconds = RawWriteSeconds(dir_ + "/raw-write.bin", bytes_);
-    RETURN_IF_ERROR(seconds.status());
+    DUCTILE_RETURN_IF_ERROR(seconds.status());
     sample->raw_write_s = *seconds;
     Say("raw write + fsync %.3f s (%.0f MB/s)", *seconds, size_mb_ / *seconds);
     return Status::Ok();
@@ -679,7 +679,7 @@ class SizeRun {
            (static_cast<int>(times.size()) < FLAGS_normal_steps ||
             total < kNormalStepsSeconds)) {
       StepTime t;
-      RETURN_IF_ERROR(WithLogs(worker_->Step(&t)));
+      DUCTILE_RETURN_IF_ERROR(WithLogs(worker_->Step(&t)));
       times.push_back(t.seconds());
       total += t.seconds();
     }
@@ -706,8 +706,8 @@ class SizeRun {
       trained = worker_->Step(&steps.emplace_back());
     }
     requester.join();  // RequestCheckpoint returns within timeout_ms
-    RETURN_IF_ERROR(WithLogs(trained));
-    RETURN_IF_ERROR(WithLogs(clock.status()));
+    DUCTILE_RETURN_IF_ERROR(WithLogs(trained));
+    DUCTILE_RETURN_IF_ERROR(WithLogs(clock.status()));
     sample->checkpoint_s =
         std::chrono::duration<double>(completed - requested).count();
     // Steps that overlap [requested, completed] carry the checkpoint's cost.
@@ -734,7 +734,7 @@ class SizeRun {
   Status KillAndRecover(Sample* sample) {
     const auto killed = SteadyClock::now();
     cluster_.KillServer();
-    RETURN_IF_ERROR(cluster_.StartServer());
+    DUCTILE_RETURN_IF_ERROR(cluster_.StartServer());
     bool rolled_back = false;
     int64_t resumed_at = -1;
     // At most a few rollbacks (one is expected); each wait is bounded.
@@ -754,7 +754,7 @@ class SizeRun {
       if (s.code() != StatusCode::kAborted) return WithLogs(s);
       Result<Client::Recovery> recovery =
           worker_->client().AwaitRecovery(FLAGS_timeout_ms);
-      RETURN_IF_ERROR(WithLogs(recovery.status()));
+      DUCTILE_RETURN_IF_ERROR(WithLogs(recovery.status()));
       if (!rolled_back) sample->restored_s = SecondsSince(killed);
       rolled_back = true;
       resumed_at = recovery->clock;
@@ -946,7 +946,7 @@ Status Run() {
     }
   }
   Result<std::vector<int>> sizes = ParseSizes(FLAGS_sizes_mb);
-  RETURN_IF_ERROR(sizes.status());
+  DUCTILE_RETURN_IF_ERROR(sizes.status());
   if (FLAGS_repeats < 1 || FLAGS_normal_steps < 1 ||
       FLAGS_keep_checkpoints < 1 || FLAGS_timeout_ms < 1000) {
     return InvalidArgumentError(
@@ -961,7 +961,7 @@ Status Run() {
                                                   std::to_string(getpid())
                                             : FLAGS_dir;
   Result<std::unique_ptr<WorkDir>> work = WorkDir::Create(dir);
-  RETURN_IF_ERROR(work.status());
+  DUCTILE_RETURN_IF_ERROR(work.status());
 
   // The store keeps keep_checkpoints versions; each full rewrite has its
   // own files, and live/ and the raw write need one more copy each.
@@ -987,12 +987,12 @@ Status Run() {
     const std::string size_dir = dir + "/" + std::to_string(mb) + "mb";
     Result<SizeResult> result = SizeRun(mb, size_dir).Run();
     fs::remove_all(size_dir, ec);
-    RETURN_IF_ERROR(result.status());
+    DUCTILE_RETURN_IF_ERROR(result.status());
     results.push_back(std::move(*result));
   }
   PrintTables(results);
   if (!FLAGS_csv.empty()) {
-    RETURN_IF_ERROR(WriteCsv(FLAGS_csv, results));
+    DUCTILE_RETURN_IF_ERROR(WriteCsv(FLAGS_csv, results));
     std::printf("\nCSV written to %s\n", FLAGS_csv.c_str());
   }
   return Status::Ok();

@@ -232,7 +232,7 @@ Result<BenchOptions> OptionsFromFlags() {
   if (FLAGS_quick && FlagIsDefault("modes")) modes = "bsp,ssp3,async";
   for (const std::string& name : Split(modes)) {
     Result<Mode> mode = ParseMode(name);
-    RETURN_IF_ERROR(mode.status());
+    DUCTILE_RETURN_IF_ERROR(mode.status());
     o.modes.push_back(*mode);
   }
   for (const std::string& s : Split(FLAGS_stragglers)) {
@@ -357,11 +357,11 @@ class MfTask : public WorkerTask {
     t.name = "mf.u";
     t.init.seed = 11;
     Result<TableId> u = client.CreateTable(t);
-    RETURN_IF_ERROR(u.status());
+    DUCTILE_RETURN_IF_ERROR(u.status());
     t.name = "mf.v";
     t.init.seed = 12;
     Result<TableId> v = client.CreateTable(t);
-    RETURN_IF_ERROR(v.status());
+    DUCTILE_RETURN_IF_ERROR(v.status());
     u_table_ = *u;
     v_table_ = *v;
     return Status::Ok();
@@ -387,7 +387,7 @@ class MfTask : public WorkerTask {
     const auto pull_start = SteadyClock::now();
     if (snapshot != nullptr) {
       // Worker 0 on a sampling clock: read every row, use the touched ones.
-      RETURN_IF_ERROR(PullAll(client, snapshot));
+      DUCTILE_RETURN_IF_ERROR(PullAll(client, snapshot));
       const float* v_all = snapshot->data() + all_rows_.size() * rank;
       for (size_t n = 0; n < u_.ids.size(); ++n) {
         std::copy_n(snapshot->data() + u_.ids[n] * rank, rank,
@@ -402,8 +402,8 @@ class MfTask : public WorkerTask {
       Handle hv = client.PullAsync(v_table_, v_.ids, v_.values);
       Status su = hu.Wait();
       Status sv = hv.Wait();
-      RETURN_IF_ERROR(su);
-      RETURN_IF_ERROR(sv);
+      DUCTILE_RETURN_IF_ERROR(su);
+      DUCTILE_RETURN_IF_ERROR(sv);
     }
     *pull_s += SecondsSince(pull_start);
 
@@ -411,7 +411,7 @@ class MfTask : public WorkerTask {
     Result<float> loss =
         model_.LossAndGradient(batch_, u_, v_, &u_grad_, &v_grad_);
     *compute_s += SecondsSince(compute_start);
-    RETURN_IF_ERROR(loss.status());
+    DUCTILE_RETURN_IF_ERROR(loss.status());
     if (!std::isfinite(*loss)) {
       return FailedPreconditionError("mf diverged (loss " +
                                      std::to_string(*loss) + ")");
@@ -420,7 +420,7 @@ class MfTask : public WorkerTask {
     Handle hv = client.PushAsync(v_table_, v_grad_.ids, v_grad_.values);
     Status su = hu.Wait();
     Status sv = hv.Wait();
-    RETURN_IF_ERROR(su);
+    DUCTILE_RETURN_IF_ERROR(su);
     return sv;
   }
 
@@ -435,7 +435,7 @@ class MfTask : public WorkerTask {
                                  all.subspan(all_rows_.size() * rank));
     Status su = hu.Wait();
     Status sv = hv.Wait();
-    RETURN_IF_ERROR(su);
+    DUCTILE_RETURN_IF_ERROR(su);
     return sv;
   }
 
@@ -552,7 +552,7 @@ class LogRegTask : public WorkerTask {
     // Chunks of 1024 floats, so that the tensor spreads over the servers.
     Result<Tensor> tensor =
         client.RegisterTensor(t, model_.num_params(), /*chunk_floats=*/1024);
-    RETURN_IF_ERROR(tensor.status());
+    DUCTILE_RETURN_IF_ERROR(tensor.status());
     tensor_ = std::move(*tensor);
     return Status::Ok();
   }
@@ -570,7 +570,7 @@ class LogRegTask : public WorkerTask {
     next_ += size;
 
     const auto pull_start = SteadyClock::now();
-    RETURN_IF_ERROR(client.PullTensor(tensor_, params_));
+    DUCTILE_RETURN_IF_ERROR(client.PullTensor(tensor_, params_));
     *pull_s += SecondsSince(pull_start);
     if (snapshot != nullptr) *snapshot = params_;
 
@@ -610,7 +610,7 @@ class LogRegWorkload : public Workload {
       const LogRegConfig& config, uint64_t seed) {
     Result<apps::Dataset> train =
         apps::LoadFashionMnist(config.data_dir, /*train=*/true);
-    RETURN_IF_ERROR(train.status());
+    DUCTILE_RETURN_IF_ERROR(train.status());
     return std::unique_ptr<LogRegWorkload>(
         new LogRegWorkload(config, std::move(*train), seed));
   }
@@ -667,7 +667,7 @@ class LocalCluster {
     c.num_workers = workers;
     c.num_slots = 256;
     auto coordinator = Coordinator::Start(c);
-    RETURN_IF_ERROR(coordinator.status());
+    DUCTILE_RETURN_IF_ERROR(coordinator.status());
     cluster->coordinator_ = std::move(*coordinator);
     for (int i = 0; i < servers; ++i) {
       ServerOptions s;
@@ -675,7 +675,7 @@ class LocalCluster {
       s.ipc_dir = ipc;
       s.connect_timeout_ms = 20000;
       auto server = Server::Start(s);
-      RETURN_IF_ERROR(server.status());
+      DUCTILE_RETURN_IF_ERROR(server.status());
       cluster->servers_.push_back(std::move(*server));
     }
     // Every worker registers before any starts, so that the servers count
@@ -687,7 +687,7 @@ class LocalCluster {
       // A straggler may sleep long; a parked pull must outlast it.
       o.request_timeout_ms = 300000;
       auto client = Client::Connect(o);
-      RETURN_IF_ERROR(client.status());
+      DUCTILE_RETURN_IF_ERROR(client.status());
       cluster->clients_.push_back(std::move(*client));
     }
     return cluster;
@@ -761,8 +761,8 @@ Status RunWorker(const BenchOptions& options, const Workload& workload,
                  WorkerResult* result, std::vector<Sample>* samples) {
   std::unique_ptr<WorkerTask> task = workload.MakeTask(
       rank, options.workers, mode.consistency, options.seed * 1000 + rank);
-  RETURN_IF_ERROR(task->Setup(client));
-  RETURN_IF_ERROR(client.Barrier(kBarrierTimeoutMs));
+  DUCTILE_RETURN_IF_ERROR(task->Setup(client));
+  DUCTILE_RETURN_IF_ERROR(client.Barrier(kBarrierTimeoutMs));
   // The same straggler events in every mode; other ones in each repeat.
   std::mt19937_64 straggle_rng((options.seed * 7919 + repeat) * 131 + rank);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -773,8 +773,8 @@ Status RunWorker(const BenchOptions& options, const Workload& workload,
     const bool sample = rank == 0 && c % eval_every == 0;
     std::vector<float> params;
     double compute_s = 0;
-    RETURN_IF_ERROR(task->Step(client, sample ? &params : nullptr,
-                               &result->pull_s, &compute_s));
+    DUCTILE_RETURN_IF_ERROR(task->Step(client, sample ? &params : nullptr,
+                                       &result->pull_s, &compute_s));
     if (sample) {
       samples->push_back({SecondsSince(start), c, std::move(params), 0});
     }
@@ -796,10 +796,10 @@ Status RunWorker(const BenchOptions& options, const Workload& workload,
   result->stats = client.stats();
   // Every worker's last push is in (BSP: combined and applied) before the
   // final sample.
-  RETURN_IF_ERROR(client.Barrier(kBarrierTimeoutMs));
+  DUCTILE_RETURN_IF_ERROR(client.Barrier(kBarrierTimeoutMs));
   if (rank == 0) {
     std::vector<float> params;
-    RETURN_IF_ERROR(task->PullAll(client, &params));
+    DUCTILE_RETURN_IF_ERROR(task->PullAll(client, &params));
     samples->push_back({result->run_s, c, std::move(params), 0});
   }
   return Status::Ok();
@@ -809,7 +809,7 @@ Result<RunResult> RunOne(const BenchOptions& options, const Workload& workload,
                          const Mode& mode, bool stragglers, int repeat) {
   Result<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(options.servers, options.workers, options.ipc_dir);
-  RETURN_IF_ERROR(cluster.status());
+  DUCTILE_RETURN_IF_ERROR(cluster.status());
   const int clocks =
       options.clocks > 0 ? options.clocks : workload.default_clocks();
   const int eval_every =
@@ -833,7 +833,7 @@ Result<RunResult> RunOne(const BenchOptions& options, const Workload& workload,
   for (std::thread& t : threads) t.join();
   cluster->reset();
   for (const WorkerResult& w : run.workers) {
-    RETURN_IF_ERROR(w.status);
+    DUCTILE_RETURN_IF_ERROR(w.status);
     run.run_s = std::max(run.run_s, w.run_s);
   }
   // The objective of worker 0's samples, on two threads.
@@ -1170,7 +1170,7 @@ Status RunBench(const BenchOptions& options) {
       }
       Result<std::unique_ptr<LogRegWorkload>> logreg =
           LogRegWorkload::Load(c, options.seed);
-      RETURN_IF_ERROR(logreg.status());
+      DUCTILE_RETURN_IF_ERROR(logreg.status());
       workloads.push_back(std::move(*logreg));
     }
     std::printf("%s: %s (ready in %.1fs)\n", name.c_str(),
@@ -1227,7 +1227,7 @@ Status RunBench(const BenchOptions& options) {
     }
   }
   if (!FLAGS_plots_dir.empty()) {
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         WritePlots(FLAGS_plots_dir, workload_list, groups, targets, options));
     std::printf("\nplots: %s/*.png (script %s/staleness.gp)\n",
                 FLAGS_plots_dir.c_str(), FLAGS_plots_dir.c_str());

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "proto/codec.h"
+#include "proto/counters.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
 
@@ -22,10 +23,10 @@ Result<wire::Header> AskCoordinator(const std::string& address,
                                     const std::string& awaited = "answer") {
   zmq::context_t context(1);
   zmq::socket_t socket = MakeDealer(context, "");
-  RETURN_IF_ERROR(Connect(socket, address));
+  DUCTILE_RETURN_IF_ERROR(Connect(socket, address));
   OutMessage out;
   out.AddString(request.SerializeAsString());
-  RETURN_IF_ERROR(SendMessage(socket, std::move(out)));
+  DUCTILE_RETURN_IF_ERROR(SendMessage(socket, std::move(out)));
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
@@ -38,17 +39,17 @@ Result<wire::Header> AskCoordinator(const std::string& address,
           std::to_string(timeout_ms) + " ms");
     }
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
-    RETURN_IF_ERROR(Poll(items, left));
+    DUCTILE_RETURN_IF_ERROR(Poll(items, left));
     InMessage message;
     bool got = false;
-    RETURN_IF_ERROR(ReceiveMessage(socket, &message, &got));
+    DUCTILE_RETURN_IF_ERROR(ReceiveMessage(socket, &message, &got));
     if (!got) continue;
     wire::Header reply;
-    RETURN_IF_ERROR(ParseHeader(message.frame(0), &reply));
+    DUCTILE_RETURN_IF_ERROR(ParseHeader(message.frame(0), &reply));
     if (reply.type() != wire::CONTROL_REPLY || reply.seq() != request.seq()) {
       continue;
     }
-    RETURN_IF_ERROR(StatusFromWire(reply));
+    DUCTILE_RETURN_IF_ERROR(StatusFromWire(reply));
     return reply;
   }
 }
@@ -61,7 +62,7 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
   request.set_type(wire::STATUS);
   request.set_seq(1);
   Result<wire::Header> reply = AskCoordinator(address, request, timeout_ms);
-  RETURN_IF_ERROR(reply.status());
+  DUCTILE_RETURN_IF_ERROR(reply.status());
   const wire::ClusterState& c = reply->cluster();
   ClusterStatus status;
   status.epoch = c.epoch();
@@ -84,18 +85,7 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.alive = m.alive();
     s.finished = m.finished();
     s.slots = m.slots();
-    const auto& k = m.counters();
-    s.counters.requests = k.requests();
-    s.counters.pushes = k.pushes();
-    s.counters.pulls = k.pulls();
-    s.counters.duplicates = k.duplicates();
-    s.counters.redirects = k.redirects();
-    s.counters.errors = k.errors();
-    s.counters.bytes_in = k.bytes_in();
-    s.counters.bytes_out = k.bytes_out();
-    s.counters.keys_stored = k.keys_stored();
-    s.counters.parked_pulls = k.parked_pulls();
-    s.counters.min_clock = k.min_clock();
+    s.counters = CountersFromWire(m.counters());
     const wire::WorkerMetrics& w = m.metrics();
     s.clock = w.clock();
     s.pulls = w.pulls();
@@ -135,7 +125,7 @@ Result<int64_t> RequestCheckpoint(const std::string& address,
   // checkpoint, so the wait covers the whole checkpoint, not a round trip.
   Result<wire::Header> reply =
       AskCoordinator(address, request, timeout_ms, "complete checkpoint");
-  RETURN_IF_ERROR(reply.status());
+  DUCTILE_RETURN_IF_ERROR(reply.status());
   return reply->clock();
 }
 

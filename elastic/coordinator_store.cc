@@ -34,7 +34,7 @@ class RocksCoordinatorStore final : public CoordinatorStore {
     read.verify_checksums = true;
     rocksdb::Status s = db_->Get(read, kStateKey, &bytes);
     if (s.IsNotFound()) return std::optional<wire::CoordinatorState>();
-    RETURN_IF_ERROR(
+    DUCTILE_RETURN_IF_ERROR(
         FromRocks(s, "cannot read the coordinator state in " + dir_));
     wire::CoordinatorState state;
     if (!state.ParseFromString(bytes)) {
@@ -76,7 +76,8 @@ Result<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
   options.keep_log_file_num = 2;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
-  RETURN_IF_ERROR(FromRocks(s, "cannot open the coordinator state in " + dir));
+  DUCTILE_RETURN_IF_ERROR(
+      FromRocks(s, "cannot open the coordinator state in " + dir));
   return std::unique_ptr<CoordinatorStore>(
       new RocksCoordinatorStore(std::unique_ptr<rocksdb::DB>(raw), dir));
 }

@@ -69,7 +69,7 @@ Status DataFrames::Parse(const wire::Header& header,
         "message has " + std::to_string(frames.size() + 1) +
         " frames, header announces " + std::to_string(expected_frames + 1));
   }
-  RETURN_IF_ERROR(View(frames[0], n, "keys", &keys_));
+  DUCTILE_RETURN_IF_ERROR(View(frames[0], n, "keys", &keys_));
   for (size_t i = 1; i < n; ++i) {
     if (keys_[i] <= keys_[i - 1]) {
       return InvalidArgumentError("keys are not strictly increasing at index " +
@@ -78,7 +78,7 @@ Status DataFrames::Parse(const wire::Header& header,
   }
   lengths_ = {};
   if (header.has_lengths()) {
-    RETURN_IF_ERROR(View(frames.back(), n, "lengths", &lengths_));
+    DUCTILE_RETURN_IF_ERROR(View(frames.back(), n, "lengths", &lengths_));
     for (size_t i = 0; i < n; ++i) {
       if (lengths_[i] > kMaxValueFloats) {
         return InvalidArgumentError(
@@ -104,7 +104,7 @@ Status DataFrames::Parse(const wire::Header& header,
   values_.resize(n);
   if (values_frames == 1) {
     std::span<const float> all;
-    RETURN_IF_ERROR(View(frames[1], total_floats_, "values", &all));
+    DUCTILE_RETURN_IF_ERROR(View(frames[1], total_floats_, "values", &all));
     uint64_t offset = 0;
     for (size_t i = 0; i < n; ++i) {
       values_[i] = all.subspan(offset, length(i));
@@ -112,7 +112,8 @@ Status DataFrames::Parse(const wire::Header& header,
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
-      RETURN_IF_ERROR(View(frames[1 + i], length(i), "value", &values_[i]));
+      DUCTILE_RETURN_IF_ERROR(
+          View(frames[1 + i], length(i), "value", &values_[i]));
     }
   }
   return Status::Ok();

@@ -139,7 +139,7 @@ Status ValidateTableOptions(const TableOptions& o) {
   if (!finite(o.epsilon) || o.epsilon <= 0) {
     return InvalidArgumentError("epsilon must be finite and > 0");
   }
-  RETURN_IF_ERROR(ValidateConsistency(o.consistency));
+  DUCTILE_RETURN_IF_ERROR(ValidateConsistency(o.consistency));
   const int init = static_cast<int>(o.init.kind);
   if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
     return InvalidArgumentError("unknown initializer " + std::to_string(init));

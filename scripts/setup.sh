@@ -4,7 +4,7 @@
 # Idempotent and quick when nothing is missing: it asks dpkg first and runs
 # apt-get (update + install) only for packages that are not installed.
 # Runs as root as is (CI); otherwise through sudo when sudo exists.
-# See /work/shared/DEPENDENCIES.md for what each package provides.
+# The comments beside each package say what it provides.
 set -euo pipefail
 
 packages=(

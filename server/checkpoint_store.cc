@@ -339,11 +339,11 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
         *empty = true;
         return Status::Ok();
       }
-      RETURN_IF_ERROR(FromRocks(it->status(), what));
+      DUCTILE_RETURN_IF_ERROR(FromRocks(it->status(), what));
     }
     return Corrupt(what, "its metadata record is missing");
   }
-  RETURN_IF_ERROR(FromRocks(s, what));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(s, what));
   if (empty != nullptr) *empty = false;
 
   if (value.size() < kMetaHeaderSize + kCrcSize) {
@@ -405,7 +405,7 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
                                std::to_string(static_cast<uint8_t>(k[0])));
     }
   }
-  RETURN_IF_ERROR(FromRocks(it->status(), what));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(it->status(), what));
 
   if (crc != stored_crc) {
     return Corrupt(what, "its metadata checksum does not match");
@@ -552,7 +552,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status RollBackTo(int64_t clock) override;
   Status DiscardAll() override;
   Status DropCheckpoint(int64_t clock) override {
-    RETURN_IF_ERROR(RemoveVersion(clock));
+    DUCTILE_RETURN_IF_ERROR(RemoveVersion(clock));
     return options_.sync ? SyncDir(versions_path_) : Status::Ok();
   }
 
@@ -602,8 +602,8 @@ Status RocksCheckpointStore::Init() {
     return FromErrorCode(ec, "cannot create checkpoint directory",
                          versions_path_);
   }
-  RETURN_IF_ERROR(CleanUpLeftovers());
-  RETURN_IF_ERROR(OpenLive());
+  DUCTILE_RETURN_IF_ERROR(CleanUpLeftovers());
+  DUCTILE_RETURN_IF_ERROR(OpenLive());
 
   Result<std::vector<int64_t>> clocks = ListCheckpoints();
   if (!clocks.ok()) return clocks.status();
@@ -666,7 +666,7 @@ Status RocksCheckpointStore::OpenLive() {
     live_error_ = FromRocks(s, what);
     return Status::Ok();
   }
-  RETURN_IF_ERROR(FromRocks(s, "cannot open " + what));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(s, "cannot open " + what));
   std::unique_ptr<rocksdb::DB> db(raw);
 
   Metadata meta;
@@ -800,13 +800,13 @@ Status RocksCheckpointStore::WriteCheckpoint(
   }
   std::map<TableId, std::string> new_tables = live_tables_;
   std::vector<KeyChange> keys;
-  RETURN_IF_ERROR(
+  DUCTILE_RETURN_IF_ERROR(
       CheckChanges(tables, changed_entries, deleted, &new_tables, &keys));
-  RETURN_IF_ERROR(CheckCanWrite(clock));
+  DUCTILE_RETURN_IF_ERROR(CheckCanWrite(clock));
 
   const std::string what = "working DB " + live_path_.string();
   if (needs_resume_) {
-    RETURN_IF_ERROR(FromRocks(db_->Resume(), what));
+    DUCTILE_RETURN_IF_ERROR(FromRocks(db_->Resume(), what));
     needs_resume_ = false;
   }
   Metadata meta;
@@ -814,7 +814,7 @@ Status RocksCheckpointStore::WriteCheckpoint(
   meta.epoch = epoch;
   meta.table_count = static_cast<uint32_t>(new_tables.size());
   meta.blob = blob;
-  RETURN_IF_ERROR(CountChanges(keys, &meta.entry_count));
+  DUCTILE_RETURN_IF_ERROR(CountChanges(keys, &meta.entry_count));
 
   // One atomic batch, written without the WAL: Freeze flushes it right away
   // (RocksDB syncs the flushed files), and a crash before that loses the
@@ -846,7 +846,7 @@ Status RocksCheckpointStore::WriteCheckpoint(
   live_entry_count_ = meta.entry_count;
   live_tables_ = std::move(new_tables);
 
-  RETURN_IF_ERROR(Freeze(clock));
+  DUCTILE_RETURN_IF_ERROR(Freeze(clock));
   Prune();
   return Status::Ok();
 }
@@ -857,8 +857,9 @@ Status RocksCheckpointStore::Freeze(int64_t clock) {
   fs::remove_all(fs::path(path.string() + ".tmp"), ec);
 
   rocksdb::Checkpoint* raw = nullptr;
-  RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw),
-                            "cannot freeze " + VersionName(clock)));
+  DUCTILE_RETURN_IF_ERROR(
+      FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw),
+                "cannot freeze " + VersionName(clock)));
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
   // log_size_for_flush = 0: flush first, so the version is SST files only
   // (hard links) and holds the batch just written.
@@ -869,7 +870,7 @@ Status RocksCheckpointStore::Freeze(int64_t clock) {
     return FromRocks(
         s, "cannot freeze " + VersionName(clock) + " into " + path.string());
   }
-  if (options_.sync) RETURN_IF_ERROR(SyncDir(versions_path_));
+  if (options_.sync) DUCTILE_RETURN_IF_ERROR(SyncDir(versions_path_));
   return Status::Ok();
 }
 
@@ -917,18 +918,18 @@ Status RocksCheckpointStore::OpenFrozen(
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
       rocksdb::DB::OpenForReadOnly(FrozenOptions(), path.string(), &raw);
-  RETURN_IF_ERROR(FromRocks(s, VersionName(clock)));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(s, VersionName(clock)));
   db->reset(raw);
   return Status::Ok();
 }
 
 Result<LoadedCheckpoint> RocksCheckpointStore::Load(int64_t clock) const {
   std::unique_ptr<rocksdb::DB> db;
-  RETURN_IF_ERROR(OpenFrozen(clock, &db));
+  DUCTILE_RETURN_IF_ERROR(OpenFrozen(clock, &db));
   const std::string what = VersionName(clock);
   LoadedCheckpoint out;
   Metadata meta;
-  RETURN_IF_ERROR(ScanVersion(
+  DUCTILE_RETURN_IF_ERROR(ScanVersion(
       db.get(), what, /*visit_entries=*/true, &meta, nullptr, nullptr,
       [&](const rocksdb::Slice&, const rocksdb::Slice& v, TableId id) {
         out.tables.push_back(TableRecord{id, v.ToString()});
@@ -987,12 +988,12 @@ Status RocksCheckpointStore::CopyVersionToNext(int64_t clock) {
   if (ec) return FromErrorCode(ec, "cannot remove", next_path_);
 
   std::unique_ptr<rocksdb::DB> source;
-  RETURN_IF_ERROR(OpenFrozen(clock, &source));
+  DUCTILE_RETURN_IF_ERROR(OpenFrozen(clock, &source));
   rocksdb::Options options = LiveOptions();
   options.error_if_exists = true;
   rocksdb::DB* raw = nullptr;
   const std::string what = "rebuilt working DB " + next_path_.string();
-  RETURN_IF_ERROR(
+  DUCTILE_RETURN_IF_ERROR(
       FromRocks(rocksdb::DB::Open(options, next_path_.string(), &raw), what));
   std::unique_ptr<rocksdb::DB> target(raw);
 
@@ -1023,14 +1024,14 @@ Status RocksCheckpointStore::CopyVersionToNext(int64_t clock) {
         return copy(k, v);
       });
   // A failed write surfaces as a "corrupt" scan; report the write instead.
-  RETURN_IF_ERROR(write_status);
-  RETURN_IF_ERROR(scan);
+  DUCTILE_RETURN_IF_ERROR(write_status);
+  DUCTILE_RETURN_IF_ERROR(scan);
   batch.Put(MetaKey(), raw_meta);
-  RETURN_IF_ERROR(FromRocks(target->Write(write, &batch), what));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(target->Write(write, &batch), what));
   rocksdb::FlushOptions flush;
   flush.wait = true;
-  RETURN_IF_ERROR(FromRocks(target->Flush(flush), what));
-  RETURN_IF_ERROR(FromRocks(target->Close(), what));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(target->Flush(flush), what));
+  DUCTILE_RETURN_IF_ERROR(FromRocks(target->Close(), what));
   return Status::Ok();
 }
 
@@ -1049,7 +1050,7 @@ Status RocksCheckpointStore::SwapLive() {
     fs::rename(next_path_, live_path_, ec);
     if (ec) return FromErrorCode(ec, "cannot rename", next_path_);
   }
-  if (options_.sync) RETURN_IF_ERROR(SyncDir(dir_));
+  if (options_.sync) DUCTILE_RETURN_IF_ERROR(SyncDir(dir_));
   fs::remove_all(old_path_, ec);
   if (ec) return FromErrorCode(ec, "cannot remove", old_path_);
   return Status::Ok();
@@ -1065,16 +1066,17 @@ Status RocksCheckpointStore::RollBackTo(int64_t clock) {
   const bool live_is_there =
       db_ != nullptr && live_error_.ok() && live_clock_ == clock;
   // Verify and copy the version before deleting anything.
-  if (!live_is_there) RETURN_IF_ERROR(CopyVersionToNext(clock));
+  if (!live_is_there) DUCTILE_RETURN_IF_ERROR(CopyVersionToNext(clock));
   bool removed = false;
   for (auto it = clocks->rbegin(); it != clocks->rend() && *it > clock; ++it) {
-    RETURN_IF_ERROR(RemoveVersion(*it));
+    DUCTILE_RETURN_IF_ERROR(RemoveVersion(*it));
     removed = true;
   }
-  if (removed && options_.sync) RETURN_IF_ERROR(SyncDir(versions_path_));
+  if (removed && options_.sync)
+    DUCTILE_RETURN_IF_ERROR(SyncDir(versions_path_));
   if (!live_is_there) {
-    RETURN_IF_ERROR(SwapLive());
-    RETURN_IF_ERROR(OpenLive());
+    DUCTILE_RETURN_IF_ERROR(SwapLive());
+    DUCTILE_RETURN_IF_ERROR(OpenLive());
     if (!live_error_.ok()) return live_error_;
   }
   live_trusted_ = true;
@@ -1085,14 +1087,14 @@ Status RocksCheckpointStore::DiscardAll() {
   Result<std::vector<int64_t>> clocks = ListCheckpoints();
   if (!clocks.ok()) return clocks.status();
   for (auto it = clocks->rbegin(); it != clocks->rend(); ++it) {
-    RETURN_IF_ERROR(RemoveVersion(*it));
+    DUCTILE_RETURN_IF_ERROR(RemoveVersion(*it));
   }
-  if (options_.sync) RETURN_IF_ERROR(SyncDir(versions_path_));
+  if (options_.sync) DUCTILE_RETURN_IF_ERROR(SyncDir(versions_path_));
   std::error_code ec;
   fs::remove_all(next_path_, ec);
   if (ec) return FromErrorCode(ec, "cannot remove", next_path_);
-  RETURN_IF_ERROR(SwapLive());
-  RETURN_IF_ERROR(OpenLive());
+  DUCTILE_RETURN_IF_ERROR(SwapLive());
+  DUCTILE_RETURN_IF_ERROR(OpenLive());
   if (!live_error_.ok()) return live_error_;
   live_trusted_ = true;
   return Status::Ok();
@@ -1126,7 +1128,7 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
   dir = dir.lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();
   auto store = std::make_unique<RocksCheckpointStore>(options, dir);
-  RETURN_IF_ERROR(store->Init());
+  DUCTILE_RETURN_IF_ERROR(store->Init());
   return std::unique_ptr<CheckpointStore>(std::move(store));
 }
 

@@ -1,7 +1,7 @@
 // A server's durable checkpoints: frozen, consistent versions of its tables.
 //
 // A checkpoint at clock C holds one server's state after every update with
-// timestamp < C (DESIGN.md, "Durability"): per (table, key) the value, the
+// timestamp < C (docs/fault_tolerance.md): per (table, key) the value, the
 // optimizer state and the step count; per table its configuration; and the
 // checkpoint's metadata (clock, membership epoch and an opaque blob the
 // caller fills, e.g. worker clocks and data cursors).
@@ -23,10 +23,11 @@
 //   if (ckpt.ok()) {
 //     for (const std::string& w : ckpt->warnings) LOG(WARNING) << w;
 //     ... put ckpt->tables and ckpt->entries back into the server ...
-//     RETURN_IF_ERROR((*store)->RollBackTo(ckpt->clock));
+//     DUCTILE_RETURN_IF_ERROR((*store)->RollBackTo(ckpt->clock));
 //   }
 //   // Each checkpoint clock, with the keys changed since the previous one:
-//   RETURN_IF_ERROR((*store)->WriteCheckpoint(clock, epoch, tables, changed,
+//   DUCTILE_RETURN_IF_ERROR((*store)->WriteCheckpoint(clock, epoch, tables,
+//   changed,
 //                                             deleted, blob));
 //
 // Thread compatibility: not thread-safe. A CheckpointStore is owned by one

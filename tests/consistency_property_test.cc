@@ -1,4 +1,4 @@
-// The consistency contract (docs: DESIGN.md, "Consistency"), checked with
+// The consistency contract (docs/consistency.md), checked with
 // real concurrency: P workers, each a thread with its own Client, on a
 // cluster of two servers, sleeping random (seeded) amounts between steps,
 // some with a straggler that pauses at a known clock.

@@ -35,7 +35,7 @@ struct CoordinatorOptions {
   // every second. 100 ms - 1 day.
   int64_t heartbeat_timeout_ms = 5000;
 
-  // Fault tolerance (DESIGN.md, "Durability").
+  // Fault tolerance (docs/fault_tolerance.md).
   // Directory of the coordinator's own RocksDB (members, routing, tables,
   // the checkpoint catalog). A coordinator started on a directory that
   // holds a cluster's state resumes that cluster: its servers and workers

@@ -1,0 +1,41 @@
+// A server's counters: the one list of their fields, and their wire form.
+//
+// ServerCounters (include/ductile/server.h) is the only struct of them.
+// ForEachCounter names every field once; the wire message wire::Counters has
+// a field of the same name and signedness for each (codec_test checks both
+// ways), so the conversions below are written once, by name.
+#ifndef DUCTILE_PROTO_COUNTERS_H_
+#define DUCTILE_PROTO_COUNTERS_H_
+
+#include "ductile/server.h"
+#include "proto/ductile.pb.h"
+
+namespace ductile {
+
+// Calls f(name, c.field...) for every field of ServerCounters, in
+// declaration order, with that field of each of the structs `c` (const or
+// not).
+template <typename F, typename... Counters>
+void ForEachCounter(F&& f, Counters&... c) {
+  f("requests", c.requests...);
+  f("pushes", c.pushes...);
+  f("pulls", c.pulls...);
+  f("duplicates", c.duplicates...);
+  f("redirects", c.redirects...);
+  f("errors", c.errors...);
+  f("bytes_in", c.bytes_in...);
+  f("bytes_out", c.bytes_out...);
+  f("keys_stored", c.keys_stored...);
+  f("parked_pulls", c.parked_pulls...);
+  f("min_clock", c.min_clock...);
+  f("checkpoint_clock", c.checkpoint_clock...);
+  f("checkpoints_written", c.checkpoints_written...);
+  f("held_pushes", c.held_pushes...);
+}
+
+void CountersToWire(const ServerCounters& counters, wire::Counters* out);
+ServerCounters CountersFromWire(const wire::Counters& counters);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_PROTO_COUNTERS_H_

@@ -10,6 +10,7 @@
 #include "proto/codec.h"
 #include "proto/table_config.h"
 #include "transport/endpoint.h"
+#include "util/finite.h"
 
 namespace ductile {
 namespace {
@@ -49,7 +50,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
   }
   auto client = std::make_unique<ClientImpl>(options);
-  RETURN_IF_ERROR(client->Init());
+  DUCTILE_RETURN_IF_ERROR(client->Init());
   return std::unique_ptr<Client>(std::move(client));
 }
 
@@ -77,7 +78,8 @@ ClientImpl::~ClientImpl() {
 
 Status ClientImpl::Init() {
   coordinator_ = MakeDealer(context_, "");
-  RETURN_IF_ERROR(ductile::Connect(coordinator_, options_.coordinator_address));
+  DUCTILE_RETURN_IF_ERROR(
+      ductile::Connect(coordinator_, options_.coordinator_address));
   RebuildPollItems();
   thread_ = std::thread([this] { Run(); });
 
@@ -101,42 +103,14 @@ Status ClientImpl::Init() {
   }
   worker_id_ = options_.register_as_worker ? reply->member_id() : -1;
   num_workers_ = reply->num_workers();
+  barrier_round_.store(reply->barrier_round());
   for (const auto& table : reply->tables()) {
-    RETURN_IF_ERROR(RememberTable(table));
+    tables_.Remember(table);
   }
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- callers
-
-Status ClientImpl::RememberTable(const wire::TableConfig& config) {
-  std::lock_guard<std::mutex> lock(tables_mu_);
-  tables_[config.id()] = config;
-  return Status::Ok();
-}
-
-Result<ClientImpl::TableView> ClientImpl::LookupTable(TableId table,
-                                                      int64_t clock) {
-  std::lock_guard<std::mutex> lock(tables_mu_);
-  auto it = tables_.find(table);
-  if (it == tables_.end()) {
-    return NotFoundError("unknown table id " + std::to_string(table) +
-                         " (create it with CreateTable or look it up with "
-                         "GetTable first)");
-  }
-  const wire::TableConfig& c = it->second;
-  TableView view;
-  view.width = c.value_width();
-  view.rule = static_cast<UpdateRule>(c.rule());
-  view.learning_rate = c.learning_rate();
-  view.mode = static_cast<ConsistencyMode>(c.consistency().mode());
-  view.staleness = c.consistency().staleness();
-  auto from = cache_from_clock_.find(table);
-  view.cache_readable =
-      cache_suspended_.count(table) == 0 &&
-      (from == cache_from_clock_.end() || clock >= from->second);
-  return view;
-}
 
 Result<wire::Header> ClientImpl::Control(wire::Header request,
                                          int64_t timeout_ms) {
@@ -145,20 +119,20 @@ Result<wire::Header> ClientImpl::Control(wire::Header request,
   op->deadline = SteadyClock::now() + milliseconds(timeout_ms);
   op->Hold();
   Enqueue(op);
-  RETURN_IF_ERROR(op->Wait());
+  DUCTILE_RETURN_IF_ERROR(op->Wait());
   Status s = StatusFromWire(op->reply);
   if (!s.ok()) return s;
   return op->reply;
 }
 
 Result<TableId> ClientImpl::CreateTable(const TableOptions& options) {
-  RETURN_IF_ERROR(ValidateTableOptions(options));
+  DUCTILE_RETURN_IF_ERROR(ValidateTableOptions(options));
   wire::Header request;
   request.set_type(wire::CREATE_TABLE);
   *request.mutable_table() = ToWire(options, 0);
   Result<wire::Header> reply = Control(request, options_.request_timeout_ms);
-  RETURN_IF_ERROR(reply.status());
-  RETURN_IF_ERROR(RememberTable(reply->table()));
+  DUCTILE_RETURN_IF_ERROR(reply.status());
+  tables_.Remember(reply->table());
   return reply->table().id();
 }
 
@@ -167,8 +141,8 @@ Result<TableInfo> ClientImpl::GetTable(const std::string& name) {
   request.set_type(wire::GET_TABLE);
   request.set_name(name);
   Result<wire::Header> reply = Control(request, options_.request_timeout_ms);
-  RETURN_IF_ERROR(reply.status());
-  RETURN_IF_ERROR(RememberTable(reply->table()));
+  DUCTILE_RETURN_IF_ERROR(reply.status());
+  tables_.Remember(reply->table());
   return TableInfo{reply->table().id(), FromWire(reply->table())};
 }
 
@@ -180,7 +154,7 @@ Result<Tensor> ClientImpl::RegisterTensor(const TableOptions& options,
   TableOptions table = options;
   table.value_width = 0;
   Result<TableId> id = CreateTable(table);
-  RETURN_IF_ERROR(id.status());
+  DUCTILE_RETURN_IF_ERROR(id.status());
   Tensor t;
   t.table = *id;
   t.num_floats = num_floats;
@@ -233,7 +207,7 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   if (worker_id_.load() >= 0 && RefuseDuringRecovery(*op)) return Handle(op);
   op->clock = clock_.load();
   op->generation = generation_.load();
-  Result<TableView> table = LookupTable(op->table, op->clock);
+  Result<TableRegistry::View> table = tables_.Lookup(op->table, op->clock);
   if (!table.ok()) {
     op->Release(table.status());
     return Handle(op);
@@ -269,6 +243,12 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   } else if (!op->lengths.empty()) {
     op->lengths = {};  // equal to the width: no need to send them
   }
+  if (push) {
+    if (Status s = CheckPushValues(*op, *table); !s.ok()) {
+      op->Release(s);
+      return Handle(op);
+    }
+  }
   op->deadline = SteadyClock::now() + milliseconds(options_.request_timeout_ms);
   if (options_.enable_cache && worker_id_.load() >= 0 &&
       table->mode == ConsistencyMode::kSsp && UseCache(*op, *table)) {
@@ -278,13 +258,27 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   return Handle(op);
 }
 
-bool ClientImpl::UseCache(DataOperation& op, const TableView& table) {
+Status ClientImpl::CheckPushValues(const DataOperation& op,
+                                   const TableRegistry::View& table) const {
+  if (table.reject_non_finite && !AllFinite(op.values)) {
+    const size_t bad = FirstNonFinite(op.values);
+    size_t i = 0;  // the key holding float `bad`
+    while (i + 1 < op.keys.size() && op.offset(i + 1) <= bad) ++i;
+    return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
+                                std::to_string(op.keys[i]) + " of " +
+                                tables_.Name(op.table) +
+                                "; nothing was sent, table left unchanged");
+  }
+  if (op.width == 0) return tables_.CheckWidths(op.table, op.keys, op.lengths);
+  return Status::Ok();
+}
+
+bool ClientImpl::UseCache(DataOperation& op, const TableRegistry::View& table) {
   const DataOperation* o = &op;
   auto offset = [o](size_t i) { return o->offset(i); };
   auto length = [o](size_t i) { return o->length(i); };
   if (op.type != wire::PULL) {
-    cache_.Write(op.table, op.keys, offset, length, op.values, table.rule,
-                 table.learning_rate);
+    cache_.Write(op.table, op.keys, offset, length, op.values, *table.kernel);
   }
   if (op.type == wire::PUSH || !table.cache_readable) return false;
   if (op.type == wire::PULL &&
@@ -350,20 +344,14 @@ int64_t ClientImpl::Clock() {
 
 Result<int64_t> ClientImpl::SetConsistency(TableId table,
                                            const Consistency& consistency) {
-  RETURN_IF_ERROR(ValidateConsistency(consistency));
+  DUCTILE_RETURN_IF_ERROR(ValidateConsistency(consistency));
   wire::Header request;
   request.set_type(wire::SET_CONSISTENCY);
   request.set_table_id(table);
   *request.mutable_consistency() = ToWire(consistency);
   Result<wire::Header> reply = Control(request, options_.request_timeout_ms);
-  RETURN_IF_ERROR(reply.status());
-  {
-    std::lock_guard<std::mutex> lock(tables_mu_);
-    auto it = tables_.find(table);
-    if (it != tables_.end()) {
-      *it->second.mutable_consistency() = ToWire(consistency);
-    }
-  }
+  DUCTILE_RETURN_IF_ERROR(reply.status());
+  tables_.SetConsistency(table, ToWire(consistency));
   return reply->clock();
 }
 
@@ -383,6 +371,8 @@ Status ClientImpl::Barrier(int64_t timeout_ms) {
   request.set_type(wire::BARRIER);
   request.set_member_id(worker_id_);
   request.set_generation(generation_.load());
+  int64_t round = barrier_round_.load();
+  request.set_barrier_round(round);
   {
     std::lock_guard<std::mutex> lock(recovery_mu_);
     if (pending_recovery_) {
@@ -396,9 +386,13 @@ Status ClientImpl::Barrier(int64_t timeout_ms) {
     return DeadlineExceededError("barrier not reached by every worker within " +
                                  std::to_string(timeout_ms) + " ms");
   }
-  // Reads after a global barrier see every update made before it: no copy
-  // from before may answer them.
-  if (reply.ok()) cache_.Clear();
+  if (reply.ok()) {
+    // Passed: the next call waits at the next round.
+    barrier_round_.compare_exchange_strong(round, round + 1);
+    // Reads after a global barrier see every update made before it: no
+    // copy from before may answer them.
+    cache_.Clear();
+  }
   return reply.status();
 }
 
@@ -832,18 +826,9 @@ void ClientImpl::HandleDataReply(InMessage& message) {
       ++stats_.staleness[std::min<size_t>(staleness, kStalenessBuckets - 1)];
     }
     const float* values = static_cast<const float*>(message.frames[1].data());
-    bool install = op.cache_install;
-    if (install) {
-      std::lock_guard<std::mutex> lock(tables_mu_);
-      install = cache_suspended_.count(op.table) == 0;
-    }
-    if (install) {
+    if (op.cache_install && !tables_.CacheSuspended(op.table)) {
       if (header.has_consistency()) {
-        std::lock_guard<std::mutex> lock(tables_mu_);
-        auto t = tables_.find(op.table);
-        if (t != tables_.end()) {
-          *t->second.mutable_consistency() = header.consistency();
-        }
+        tables_.SetConsistency(op.table, header.consistency());
       }
       const float* v = values;
       for (size_t j = 0; j < part.size(); ++j) {
@@ -864,6 +849,10 @@ void ClientImpl::HandleDataReply(InMessage& message) {
         values += op.length(i);
       }
     }
+  }
+  if (op.width == 0) {
+    tables_.LearnWidths(op.table, op.keys, op.lengths, part.size(),
+                        [&part](size_t j) { return part.index(j); });
   }
   FinishPart(header.seq(), Status::Ok());
 }
@@ -955,18 +944,10 @@ void ClientImpl::HandleControlReply(InMessage& message) {
 
 void ClientImpl::HandleConsistencyChange(const wire::Header& header) {
   const TableId table = header.table_id();
-  {
-    std::lock_guard<std::mutex> lock(tables_mu_);
-    if (header.type() == wire::CONSISTENCY_PREPARE) {
-      cache_suspended_.insert(table);
-    } else {
-      cache_suspended_.erase(table);
-      cache_from_clock_[table] = header.clock();
-      auto it = tables_.find(table);
-      if (it != tables_.end()) {
-        *it->second.mutable_consistency() = header.consistency();
-      }
-    }
+  if (header.type() == wire::CONSISTENCY_PREPARE) {
+    tables_.SuspendCache(table);
+  } else {
+    tables_.ResumeCache(table, header.clock(), header.consistency());
   }
   cache_.DropTable(table);
   if (header.type() != wire::CONSISTENCY_PREPARE) return;

@@ -25,6 +25,7 @@
 
 #include "client/operation.h"
 #include "client/param_cache.h"
+#include "client/table_registry.h"
 #include "ductile/client.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
@@ -135,18 +136,6 @@ class ClientImpl final : public Client {
       return indices.empty() ? begin + j : indices[j];
     }
   };
-  // What a call needs to know of its table, read under one lock.
-  struct TableView {
-    uint32_t width = 0;
-    UpdateRule rule = UpdateRule::kAdd;
-    float learning_rate = 0;
-    ConsistencyMode mode = ConsistencyMode::kAsync;
-    int32_t staleness = 0;
-    // The cache may answer a pull at the call's clock (no change of the
-    // table's model is being agreed, and the clock is past the last one's
-    // boundary).
-    bool cache_readable = false;
-  };
   struct ServerConnection {
     std::string address;
     zmq::socket_t socket;
@@ -158,14 +147,17 @@ class ClientImpl final : public Client {
   Handle SubmitData(std::shared_ptr<DataOperation> op);
   // The cache's part of a call to an SSP table: records a push, answers a
   // pull that it can (true: op done). Caller's thread.
-  bool UseCache(DataOperation& op, const TableView& table);
+  bool UseCache(DataOperation& op, const TableRegistry::View& table);
+  // Caller's thread: what can be refused before any part is sent (values
+  // NaN or infinite, widths that differ from the servers'), so a request
+  // split over several servers is never half applied.
+  Status CheckPushValues(const DataOperation& op,
+                         const TableRegistry::View& table) const;
   // I/O thread: a consistency change of `table` is being agreed (suspend
   // the cache) or was committed from clock B on.
   void HandleConsistencyChange(const wire::Header& header);
   Result<wire::Header> Control(wire::Header request, int64_t timeout_ms);
   void Enqueue(std::shared_ptr<internal::Operation> op);
-  Status RememberTable(const wire::TableConfig& config);
-  Result<TableView> LookupTable(TableId table, int64_t clock);
 
   // I/O thread.
   void Run();
@@ -201,6 +193,8 @@ class ClientImpl final : public Client {
   int32_t num_workers_ = 0;
 
   std::atomic<int64_t> clock_{0};
+  // The next barrier round this worker waits at (from its registration).
+  std::atomic<int64_t> barrier_round_{0};
   std::atomic<bool> stop_{false};
   Wakeup wakeup_;
 
@@ -224,12 +218,7 @@ class ClientImpl final : public Client {
   mutable std::mutex stats_mu_;
   ClientStats stats_;  // guarded by stats_mu_
 
-  std::mutex tables_mu_;
-  std::map<TableId, wire::TableConfig> tables_;  // guarded by tables_mu_
-  // Cache reads of a table are off while a change is agreed, and for clocks
-  // below the boundary of the last change (the old model's clocks).
-  std::set<TableId> cache_suspended_;            // guarded by tables_mu_
-  std::map<TableId, int64_t> cache_from_clock_;  // guarded by tables_mu_
+  TableRegistry tables_;
 
   // Owned by the I/O thread.
   zmq::context_t context_{1};

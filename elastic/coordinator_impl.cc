@@ -76,7 +76,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
         "checkpoints need a state directory for the coordinator's catalog");
   }
   auto coordinator = std::make_unique<CoordinatorImpl>(options);
-  RETURN_IF_ERROR(coordinator->Init());
+  DUCTILE_RETURN_IF_ERROR(coordinator->Init());
   return std::unique_ptr<Coordinator>(std::move(coordinator));
 }
 
@@ -95,14 +95,14 @@ Status CoordinatorImpl::Init() {
     bind = bind.substr(0, bind.size() - 1) + "*";
   }
   Result<std::string> bound = Bind(socket_, bind);
-  RETURN_IF_ERROR(bound.status());
+  DUCTILE_RETURN_IF_ERROR(bound.status());
   address_ = *bound;
   if (!options_.state_dir.empty()) {
     Result<std::unique_ptr<CoordinatorStore>> store =
         CoordinatorStore::Open(options_.state_dir);
-    RETURN_IF_ERROR(store.status());
+    DUCTILE_RETURN_IF_ERROR(store.status());
     store_ = std::move(*store);
-    RETURN_IF_ERROR(LoadState());
+    DUCTILE_RETURN_IF_ERROR(LoadState());
   }
   last_checkpoint_at_ = SteadyClock::now();
   LOG(INFO) << "coordinator listening on " << address_ << ", waiting for "
@@ -361,6 +361,7 @@ void CoordinatorImpl::FillRegistration(const Member& member,
   }
   // A server heartbeats often enough not to be declared dead by mistake.
   reply->set_timeout_ms(options_.heartbeat_timeout_ms);
+  reply->set_barrier_round(barrier_round_);
   reply->set_num_workers(options_.num_workers > 0
                              ? options_.num_workers
                              : static_cast<int32_t>(workers_.size()));
@@ -550,9 +551,10 @@ void CoordinatorImpl::HandleCreateTable(const std::string& identity,
   p.config.set_id(next_table_id_++);
   p.waiters.push_back({identity, h.seq()});
   p.deadline = SteadyClock::now() + kTableAckTimeout;
+  p.seq = next_seq_++;
   wire::Header create;
   create.set_type(wire::TABLE_CREATE);
-  create.set_seq(next_seq_++);
+  create.set_seq(p.seq);
   *create.mutable_table() = p.config;
   for (const auto& [id, m] : servers_) {
     p.awaiting.insert(id);
@@ -564,7 +566,7 @@ void CoordinatorImpl::HandleCreateTable(const std::string& identity,
 void CoordinatorImpl::HandleTableAck(const wire::Header& h) {
   for (auto it = pending_tables_.begin(); it != pending_tables_.end(); ++it) {
     PendingTable& p = it->second;
-    if (!p.awaiting.count(h.member_id())) continue;
+    if (p.seq != h.seq() || !p.awaiting.count(h.member_id())) continue;
     Status s = StatusFromWire(h);
     if (!s.ok()) {
       for (const Waiter& w : p.waiters) {
@@ -723,13 +725,17 @@ void CoordinatorImpl::CommitChange(PendingChange& change,
   }
 }
 
-int32_t CoordinatorImpl::LiveWorkersNeeded() const {
-  int32_t finished = 0;
-  for (const auto& [id, m] : workers_) finished += m.finished || m.dead ? 1 : 0;
-  const int32_t total = options_.num_workers > 0
-                            ? options_.num_workers
-                            : static_cast<int32_t>(workers_.size());
-  return total - finished;
+std::set<int32_t> CoordinatorImpl::LiveWorkers() const {
+  std::set<int32_t> live;
+  for (const auto& [id, m] : workers_) {
+    if (!m.finished && !m.dead) live.insert(id);
+  }
+  return live;
+}
+
+int32_t CoordinatorImpl::WorkersNotYetRegistered() const {
+  return std::max<int32_t>(
+      0, options_.num_workers - static_cast<int32_t>(workers_.size()));
 }
 
 void CoordinatorImpl::HandleBarrier(const std::string& identity,
@@ -745,26 +751,34 @@ void CoordinatorImpl::HandleBarrier(const std::string& identity,
     return ReplyStatus(identity, h.seq(),
                        AbortedError("the job is rolling back to a checkpoint"));
   }
-  // A resent request replaces the first (a coordinator restart may have
-  // lost it, or not).
-  for (auto& [w, id] : barrier_) {
-    if (id == h.member_id()) {
-      w = {identity, h.seq()};
-      return MaybeReleaseBarrier();
-    }
+  if (h.barrier_round() < barrier_round_) {
+    // Released already: a worker that gave up waiting, or whose answer a
+    // coordinator restart lost, asks again.
+    return ReplyStatus(identity, h.seq(), Status::Ok());
   }
-  barrier_.push_back({{identity, h.seq()}, h.member_id()});
+  if (h.barrier_round() > barrier_round_) {
+    return ReplyStatus(identity, h.seq(),
+                       InvalidArgumentError("barrier round " +
+                                            std::to_string(h.barrier_round()) +
+                                            " is ahead of the cluster's " +
+                                            std::to_string(barrier_round_)));
+  }
+  // A request asked again replaces the first.
+  barrier_[h.member_id()] = {identity, h.seq()};
   MaybeReleaseBarrier();
 }
 
 void CoordinatorImpl::MaybeReleaseBarrier() {
-  if (barrier_.empty()) return;
-  std::set<int32_t> arrived;
-  for (const auto& [w, id] : barrier_) arrived.insert(id);
-  if (static_cast<int32_t>(arrived.size()) < LiveWorkersNeeded()) return;
-  for (const auto& [w, id] : barrier_)
+  if (barrier_.empty() || WorkersNotYetRegistered() > 0) return;
+  for (int32_t id : LiveWorkers()) {
+    if (barrier_.count(id) == 0) return;
+  }
+  for (const auto& [id, w] : barrier_) {
     ReplyStatus(w.identity, w.seq, Status::Ok());
+  }
   barrier_.clear();
+  ++barrier_round_;
+  SaveState();
 }
 
 void CoordinatorImpl::HandleFinish(const std::string& identity,
@@ -826,7 +840,7 @@ void CoordinatorImpl::BeginShutdown() {
     ReplyStatus(w.identity, w.seq, UnavailableError("cluster shut down"));
   }
   waiting_for_routing_.clear();
-  for (const auto& [w, id] : barrier_) {
+  for (const auto& [id, w] : barrier_) {
     ReplyStatus(w.identity, w.seq, UnavailableError("cluster shut down"));
   }
   barrier_.clear();
@@ -952,7 +966,7 @@ wire::ClusterState CoordinatorImpl::State() const {
 
 Status CoordinatorImpl::LoadState() {
   Result<std::optional<wire::CoordinatorState>> loaded = store_->Load();
-  RETURN_IF_ERROR(loaded.status());
+  DUCTILE_RETURN_IF_ERROR(loaded.status());
   if (!loaded->has_value()) return Status::Ok();
   const wire::CoordinatorState& state = **loaded;
   if (state.routing().num_slots() != 0 &&
@@ -967,6 +981,7 @@ Status CoordinatorImpl::LoadState() {
   for (const auto& t : state.tables()) tables_[t.name()] = t;
   next_table_id_ = std::max<uint32_t>(state.next_table_id(), 1);
   next_worker_id_ = state.next_worker_id();
+  barrier_round_ = state.barrier_round();
   const auto now = SteadyClock::now();
   for (const auto& pm : state.members()) {
     Member m;
@@ -1021,6 +1036,7 @@ void CoordinatorImpl::SaveState() {
   for (const auto& [name, t] : tables_) *state.add_tables() = t;
   state.set_next_table_id(next_table_id_);
   state.set_next_worker_id(next_worker_id_);
+  state.set_barrier_round(barrier_round_);
   for (const auto* group : {&servers_, &workers_}) {
     for (const auto& [id, m] : *group) {
       auto* pm = state.add_members();
@@ -1328,7 +1344,7 @@ void CoordinatorImpl::StartRecovery(const std::string& why) {
   if (routing_.epoch() == 0 || shutting_down_) return;
   if (round_) FailCheckpoint(AbortedError("a server failed: " + why));
   // Every wait of the abandoned timeline ends now.
-  for (const auto& [w, id] : barrier_) {
+  for (const auto& [id, w] : barrier_) {
     ReplyStatus(w.identity, w.seq,
                 AbortedError("the job is rolling back to a checkpoint"));
   }

@@ -106,6 +106,7 @@ class CoordinatorImpl final : public Coordinator {
     Time deadline;
   };
   struct PendingTable {
+    uint64_t seq = 0;  // of the TABLE_CREATE; the servers' acks echo it
     wire::TableConfig config;
     std::set<int32_t> awaiting;  // servers that have not acked
     std::vector<Waiter> waiters;
@@ -135,7 +136,10 @@ class CoordinatorImpl final : public Coordinator {
   Member* FindByIdentity(const std::string& identity);
   void Send(const std::string& identity, const wire::Header& header);
   void ReplyStatus(const std::string& identity, uint64_t seq, const Status& s);
-  int32_t LiveWorkersNeeded() const;
+  // Workers a barrier waits for: every live worker, and those the job
+  // expects (CoordinatorOptions::num_workers) that have not registered yet.
+  std::set<int32_t> LiveWorkers() const;
+  int32_t WorkersNotYetRegistered() const;
   // Fault tolerance.
   Status LoadState();
   void SaveState();
@@ -176,8 +180,10 @@ class CoordinatorImpl final : public Coordinator {
   uint32_t next_table_id_ = 1;
   uint64_t next_seq_ = 1;
   int32_t next_worker_id_ = 0;
-  std::vector<std::pair<Waiter, int32_t>> barrier_;  // (waiter, worker id)
-  std::map<int32_t, uint64_t> server_epochs_;        // routing epoch each acked
+  // The barrier round now open, and who waits at it (by worker id).
+  int64_t barrier_round_ = 0;
+  std::map<int32_t, Waiter> barrier_;
+  std::map<int32_t, uint64_t> server_epochs_;  // routing epoch each acked
   std::vector<RoutingWaiter> routing_waiters_;
   std::map<uint64_t, PendingChange> changes_;  // by id
   // Fault tolerance.

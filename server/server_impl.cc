@@ -9,6 +9,7 @@
 #include "elastic/slot_map.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
+#include "proto/counters.h"
 #include "proto/table_config.h"
 #include "transport/endpoint.h"
 
@@ -34,7 +35,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     return InvalidArgumentError("port must be in [0, 65535]");
   }
   auto server = std::make_unique<ServerImpl>(options);
-  RETURN_IF_ERROR(server->Init());
+  DUCTILE_RETURN_IF_ERROR(server->Init());
   return std::unique_ptr<Server>(std::move(server));
 }
 
@@ -53,17 +54,17 @@ Status ServerImpl::Init() {
       options_.port == 0 ? "*" : std::to_string(options_.port);
   Result<std::string> bound =
       Bind(router_, "tcp://" + options_.host + ":" + port);
-  RETURN_IF_ERROR(bound.status());
+  DUCTILE_RETURN_IF_ERROR(bound.status());
   tcp_address_ = *bound;
   if (options_.enable_ipc) {
     Result<std::string> ipc =
         Bind(router_, MakeIpcAddress(options_.ipc_dir, "server"));
-    RETURN_IF_ERROR(ipc.status());
+    DUCTILE_RETURN_IF_ERROR(ipc.status());
     ipc_address_ = *ipc;
   }
 
   coordinator_ = MakeDealer(context_, RandomIdentity("server"));
-  RETURN_IF_ERROR(Connect(coordinator_, options_.coordinator_address));
+  DUCTILE_RETURN_IF_ERROR(Connect(coordinator_, options_.coordinator_address));
   wire::Header reg;
   reg.set_type(wire::REGISTER);
   reg.set_role(wire::ROLE_SERVER);
@@ -76,10 +77,10 @@ Status ServerImpl::Init() {
     // The store is known before registering: fail before the coordinator
     // counts this server in (and, if it restarted, rolls the job back).
     id_ = options_.requested_id;
-    RETURN_IF_ERROR(OpenStore());
+    DUCTILE_RETURN_IF_ERROR(OpenStore());
   }
   reg.set_keep_checkpoints(options_.keep_checkpoints);
-  RETURN_IF_ERROR(SendToCoordinator(reg));
+  DUCTILE_RETURN_IF_ERROR(SendToCoordinator(reg));
 
   // Wait for the registration reply.
   const auto deadline =
@@ -93,10 +94,10 @@ Status ServerImpl::Init() {
           " within " + std::to_string(options_.connect_timeout_ms) + " ms");
     }
     zmq::pollitem_t items[] = {{coordinator_.handle(), 0, ZMQ_POLLIN, 0}};
-    RETURN_IF_ERROR(Poll(items, left.count()));
+    DUCTILE_RETURN_IF_ERROR(Poll(items, left.count()));
     InMessage msg;
     bool got = false;
-    RETURN_IF_ERROR(ReceiveMessage(coordinator_, &msg, &got));
+    DUCTILE_RETURN_IF_ERROR(ReceiveMessage(coordinator_, &msg, &got));
     if (!got) continue;
     wire::Header reply;
     if (!ParseHeader(msg.frame(0), &reply).ok()) continue;
@@ -121,7 +122,7 @@ Status ServerImpl::Init() {
       heartbeat_interval_ms_ = std::max<int64_t>(
           10, std::min(heartbeat_interval_ms_, reply.timeout_ms() / 3));
     }
-    if (!store_) RETURN_IF_ERROR(OpenStore());
+    if (!store_) DUCTILE_RETURN_IF_ERROR(OpenStore());
     for (const auto& table : reply.tables()) {
       Status s = CreateTable(table);
       if (!s.ok()) {
@@ -167,28 +168,10 @@ void ServerImpl::Stop() {
   wakeup_.Signal();
 }
 
-ServerCounters ServerImpl::counters() const {
-  ServerCounters c;
-  c.requests = counters_.requests.load(std::memory_order_relaxed);
-  c.pushes = counters_.pushes.load(std::memory_order_relaxed);
-  c.pulls = counters_.pulls.load(std::memory_order_relaxed);
-  c.duplicates = counters_.duplicates.load(std::memory_order_relaxed);
-  c.redirects = counters_.redirects.load(std::memory_order_relaxed);
-  c.errors = counters_.errors.load(std::memory_order_relaxed);
-  c.bytes_in = counters_.bytes_in.load(std::memory_order_relaxed);
-  c.bytes_out = counters_.bytes_out.load(std::memory_order_relaxed);
-  c.keys_stored = counters_.keys_stored.load(std::memory_order_relaxed);
-  c.parked_pulls = counters_.parked_pulls.load(std::memory_order_relaxed);
-  c.min_clock = counters_.min_clock.load(std::memory_order_relaxed);
-  c.checkpoint_clock =
-      counters_.checkpoint_clock.load(std::memory_order_relaxed);
-  c.checkpoints_written =
-      counters_.checkpoints_written.load(std::memory_order_relaxed);
-  c.held_pushes = counters_.held_pushes.load(std::memory_order_relaxed);
-  return c;
-}
+ServerCounters ServerImpl::counters() const { return counters_.Snapshot(); }
 
-bool ServerImpl::DebugGet(TableId table, Key key, std::vector<float>* value) {
+bool ServerImpl::GetForTesting(TableId table, Key key,
+                               std::vector<float>* value) {
   auto it = tables_.find(table);
   return it != tables_.end() && it->second->table->Get(key, value);
 }
@@ -264,22 +247,7 @@ void ServerImpl::SendHeartbeat(int64_t busy_ms) {
     hb.set_busy(true);
     hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
   }
-  const ServerCounters c = counters();
-  auto* wc = hb.mutable_counters();
-  wc->set_requests(c.requests);
-  wc->set_pushes(c.pushes);
-  wc->set_pulls(c.pulls);
-  wc->set_duplicates(c.duplicates);
-  wc->set_redirects(c.redirects);
-  wc->set_errors(c.errors);
-  wc->set_bytes_in(c.bytes_in);
-  wc->set_bytes_out(c.bytes_out);
-  wc->set_keys_stored(c.keys_stored);
-  wc->set_parked_pulls(c.parked_pulls);
-  wc->set_min_clock(c.min_clock);
-  wc->set_checkpoint_clock(c.checkpoint_clock);
-  wc->set_checkpoints_written(c.checkpoints_written);
-  wc->set_held_pushes(c.held_pushes);
+  CountersToWire(counters_.Snapshot(), hb.mutable_counters());
   SendToCoordinator(hb).IgnoreError();  // a lost heartbeat is not an error
 }
 
@@ -303,7 +271,7 @@ Status ServerImpl::CreateTable(const wire::TableConfig& config) {
                               " exists with other options");
   }
   TableOptions options = FromWire(config);
-  RETURN_IF_ERROR(ValidateTableOptions(options));
+  DUCTILE_RETURN_IF_ERROR(ValidateTableOptions(options));
   const CustomRule* custom = nullptr;
   if (options.rule == UpdateRule::kCustom) {
     auto rule = options_.custom_rules.find(options.custom_rule);
@@ -389,14 +357,14 @@ void ServerImpl::Reply(const zmq::message_t& identity,
   out.AddCopy(identity.data(), identity.size());
   out.AddString(header.SerializeAsString());
   if (values != nullptr) out.AddOwned(std::move(*values));
-  counters_.bytes_out.fetch_add(out.bytes(), std::memory_order_relaxed);
+  counters_.Add(&ServerCounters::bytes_out, out.bytes());
   Status s = SendMessage(router_, std::move(out));
   if (!s.ok()) VLOG(1) << "reply dropped: " << s;
 }
 
 void ServerImpl::ReplyError(const zmq::message_t& identity, uint64_t seq,
                             const Status& s) {
-  counters_.errors.fetch_add(1, std::memory_order_relaxed);
+  counters_.Add(&ServerCounters::errors, 1);
   VLOG(1) << "server " << id_ << " refused request " << seq << ": " << s;
   wire::Header h;
   h.set_type(wire::DATA_REPLY);
@@ -408,13 +376,13 @@ void ServerImpl::ReplyError(const zmq::message_t& identity, uint64_t seq,
 
 void ServerImpl::ReplyMoved(const zmq::message_t& identity, uint64_t seq,
                             bool duplicate) {
-  counters_.redirects.fetch_add(1, std::memory_order_relaxed);
+  counters_.Add(&ServerCounters::redirects, 1);
   wire::Header h;
   h.set_type(wire::DATA_REPLY);
   h.set_seq(seq);
   h.set_moved(true);
   h.set_duplicate(duplicate);
-  h.set_status_code(static_cast<int>(StatusCode::kAborted));
+  h.set_status_code(static_cast<int>(StatusCode::kUnavailable));
   h.set_status_message("routing changed: server " + std::to_string(id_) +
                        " does not own every key's slot");
   *h.mutable_routing() = routing_;
@@ -442,8 +410,8 @@ Status ServerImpl::ParseData(const InMessage& message,
 
 void ServerImpl::HandleRequest(InMessage& message, bool replay) {
   if (!replay) {
-    counters_.requests.fetch_add(1, std::memory_order_relaxed);
-    counters_.bytes_in.fetch_add(message.bytes(), std::memory_order_relaxed);
+    counters_.Add(&ServerCounters::requests, 1);
+    counters_.Add(&ServerCounters::bytes_in, message.bytes());
   }
   if (message.frames.size() < 2) {
     // Not even a header: reply to the sender if it can be named.
@@ -451,7 +419,7 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
       ReplyError(message.frames[0], 0,
                  InvalidArgumentError("message has no header frame"));
     } else {
-      counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      counters_.Add(&ServerCounters::errors, 1);
     }
     return;
   }
@@ -532,8 +500,7 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
     // The checkpoint's cut: this push comes after it.
     max_clock_seen_ = std::max(max_clock_seen_, clock);
     checkpoint_held_.push_back(std::move(message));
-    counters_.held_pushes.store(checkpoint_held_.size(),
-                                std::memory_order_relaxed);
+    counters_.Set(&ServerCounters::held_pushes, checkpoint_held_.size());
     return;
   }
   if (is_worker) {
@@ -555,7 +522,7 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
   if (has_values) {
     dedup_.Advance(header.client_id(), header.done_below());
     duplicate = dedup_.IsDuplicate(header.client_id(), seq);
-    if (duplicate) counters_.duplicates.fetch_add(1, std::memory_order_relaxed);
+    if (duplicate) counters_.Add(&ServerCounters::duplicates, 1);
   }
   wire::Header reply;
   reply.set_type(wire::DATA_REPLY);
@@ -601,11 +568,10 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
     } else {
       const size_t before = table.size();
       table.ApplyPush(request);
-      counters_.keys_stored.fetch_add(table.size() - before,
-                                      std::memory_order_relaxed);
+      counters_.Add(&ServerCounters::keys_stored, table.size() - before);
     }
     dedup_.MarkApplied(header.client_id(), seq);
-    counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+    counters_.Add(&ServerCounters::pushes, 1);
   }
   if (type == wire::PUSH) return Reply(identity, reply, nullptr);
 
@@ -624,7 +590,7 @@ void ServerImpl::HandleRequest(InMessage& message, bool replay) {
     // only served (ServePull reads keys and lengths, never values).
     parked_.push_back(ParkedPull{std::move(message), table.id(), required,
                                  clock, duplicate, now, now + wait});
-    counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
+    counters_.Set(&ServerCounters::parked_pulls, parked_.size());
     return;
   }
   ServePull(identity, header, state, request, 0, duplicate);
@@ -640,9 +606,8 @@ void ServerImpl::ServePull(const zmq::message_t& identity,
   const size_t before = table.size();
   std::vector<float> values;
   table.Pull(request, &values);
-  counters_.keys_stored.fetch_add(table.size() - before,
-                                  std::memory_order_relaxed);
-  counters_.pulls.fetch_add(1, std::memory_order_relaxed);
+  counters_.Add(&ServerCounters::keys_stored, table.size() - before);
+  counters_.Add(&ServerCounters::pulls, 1);
   wire::Header reply;
   reply.set_type(wire::DATA_REPLY);
   reply.set_seq(header.seq());
@@ -692,7 +657,7 @@ void ServerImpl::SetWorkers(const std::vector<int32_t>& ids) {
 
 void ServerImpl::OnServerClock() {
   const int64_t server_clock = min_clock();
-  counters_.min_clock.store(server_clock, std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::min_clock, server_clock);
   // Tell the coordinator at once when a checkpoint by clock is due, rather
   // than at the next heartbeat.
   if (checkpoint_every_ > 0 && store_) {
@@ -718,8 +683,8 @@ void ServerImpl::OnServerClock() {
         }
         state->table->ApplyOne(key, combined.values);
       }
-      counters_.keys_stored.fetch_add(state->table->size() - before,
-                                      std::memory_order_relaxed);
+      counters_.Add(&ServerCounters::keys_stored,
+                    state->table->size() - before);
     }
   }
   MaybeWriteCheckpoint();
@@ -731,7 +696,7 @@ void ServerImpl::OnServerClock() {
     (p.required <= server_clock ? ready : still).push_back(std::move(p));
   }
   parked_ = std::move(still);
-  counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::parked_pulls, parked_.size());
   const auto now = Clock::now();
   for (ParkedPull& p : ready) {
     wire::Header header;
@@ -783,7 +748,7 @@ void ServerImpl::ExpireParked() {
                    "; waiting for workers " + Laggards(p.required)));
   }
   parked_ = std::move(still);
-  counters_.parked_pulls.store(parked_.size(), std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::parked_pulls, parked_.size());
 }
 
 void ServerImpl::PrepareChange(const wire::Header& header) {
@@ -946,8 +911,7 @@ void ServerImpl::ReplayCheckpointHeld() {
   checkpoint_held_.clear();
   // In arrival order; those still beyond a cut are held again, in order.
   for (InMessage& m : held) HandleRequest(m, /*replay=*/true);
-  counters_.held_pushes.store(checkpoint_held_.size(),
-                              std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::held_pushes, checkpoint_held_.size());
 }
 
 void ServerImpl::MaybeWriteCheckpoint() {
@@ -981,6 +945,14 @@ void ServerImpl::MaybeWriteCheckpoint() {
 }
 
 Status ServerImpl::WriteCheckpointAt(int64_t clock) {
+  // No heartbeat goes out while copying and writing the changes: say for
+  // how long at most first, at a pessimistic 25 MB/s (a crash meanwhile is
+  // noticed after that).
+  uint64_t bytes = 0;
+  for (auto& [id, state] : tables_) {
+    bytes += state->table->changed_bytes() + 32 * state->table->changed();
+  }
+  SendHeartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
   std::vector<TableRecord> tables;
   std::vector<EntryRecord> changed;
   for (auto& [id, state] : tables_) {
@@ -988,13 +960,6 @@ Status ServerImpl::WriteCheckpointAt(int64_t clock) {
         {id, ToWire(state->table->options(), id).SerializeAsString()});
     state->table->TakeChanges(&changed);
   }
-  // No heartbeat goes out while writing: say for how long at most, at a
-  // pessimistic 25 MB/s (a crash meanwhile is noticed after that).
-  uint64_t bytes = 0;
-  for (const EntryRecord& e : changed) {
-    bytes += (e.value.size() + e.state.size()) * sizeof(float) + 32;
-  }
-  SendHeartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
   // Versions of rounds that failed will never be restored: drop them, or
   // they would push complete ones out of the newest keep_last.
   Result<std::vector<int64_t>> versions = store_->ListCheckpoints();
@@ -1019,8 +984,8 @@ Status ServerImpl::WriteCheckpointAt(int64_t clock) {
   }
   pending_deletes_.clear();
   last_checkpoint_ = clock;
-  counters_.checkpoint_clock.store(clock, std::memory_order_relaxed);
-  counters_.checkpoints_written.fetch_add(1, std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::checkpoint_clock, clock);
+  counters_.Add(&ServerCounters::checkpoints_written, 1);
   return Status::Ok();
 }
 
@@ -1034,7 +999,7 @@ void ServerImpl::AbortWaiting(const Status& status) {
     ReplyError(p.message.frames[0], seq, status);
   }
   parked_.clear();
-  counters_.parked_pulls.store(0, std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::parked_pulls, 0);
   std::vector<InMessage*> waiting;
   for (InMessage& m : checkpoint_held_) waiting.push_back(&m);
   for (auto& [id, state] : tables_) {
@@ -1047,7 +1012,7 @@ void ServerImpl::AbortWaiting(const Status& status) {
     ReplyError(m->frames[0], seq, status);
   }
   checkpoint_held_.clear();
-  counters_.held_pushes.store(0, std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::held_pushes, 0);
   for (auto& [id, state] : tables_) {
     state->held.clear();
     state->hold_above.reset();
@@ -1106,7 +1071,8 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
   for (const auto& config : header.tables()) {
     // A table this server has keeps its own options: they differ from the
     // coordinator's after a consistency change (kept in the schedule).
-    if (tables_.count(config.id()) == 0) RETURN_IF_ERROR(CreateTable(config));
+    if (tables_.count(config.id()) == 0)
+      DUCTILE_RETURN_IF_ERROR(CreateTable(config));
   }
   for (auto& [id, state] : tables_) {
     state->table->Clear();
@@ -1163,11 +1129,11 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
   }
   if (store_) {
     if (own_version) {
-      RETURN_IF_ERROR(store_->RollBackTo(clock));
+      DUCTILE_RETURN_IF_ERROR(store_->RollBackTo(clock));
     } else {
       // Nothing of this server's own at that clock: start its store over,
       // and write everything it now holds at the next checkpoint.
-      RETURN_IF_ERROR(store_->DiscardAll());
+      DUCTILE_RETURN_IF_ERROR(store_->DiscardAll());
       for (auto& [id, state] : tables_) {
         std::vector<Key> keys;
         state->table->ForEachKey([&](Key k) { keys.push_back(k); });
@@ -1179,10 +1145,10 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
   last_checkpoint_ = clock > 0 ? clock : -1;
   last_complete_checkpoint_ = last_checkpoint_;
   due_reported_ = 0;
-  counters_.checkpoint_clock.store(last_checkpoint_, std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::checkpoint_clock, last_checkpoint_);
   uint64_t keys = 0;
   for (auto& [id, state] : tables_) keys += state->table->size();
-  counters_.keys_stored.store(keys, std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::keys_stored, keys);
   // Every live worker resumes at the checkpoint's clock.
   worker_clocks_ = ClockVector();
   known_clocks_.clear();
@@ -1194,7 +1160,7 @@ Status ServerImpl::RestoreState(const wire::Header& header) {
   }
   max_clock_seen_ = clock;
   max_push_clock_ = clock - 1;
-  counters_.min_clock.store(min_clock(), std::memory_order_relaxed);
+  counters_.Set(&ServerCounters::min_clock, min_clock());
   VLOG(1) << "server " << id_ << ": restored " << restored << " keys";
   return Status::Ok();
 }

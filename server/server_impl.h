@@ -25,6 +25,7 @@
 #include "ductile/server.h"
 #include "proto/ductile.pb.h"
 #include "server/checkpoint_store.h"
+#include "server/live_counters.h"
 #include "server/parameter_table.h"
 #include "server/request_dedup.h"
 #include "transport/message.h"
@@ -46,19 +47,12 @@ class ServerImpl final : public Server {
   std::string address() const override { return tcp_address_; }
   ServerCounters counters() const override;
 
-  // Test access: a copy of one key's value, read on the request thread's
-  // behalf (call only while the server is idle or stopped).
-  bool DebugGet(TableId table, Key key, std::vector<float>* value);
+  // For tests only: a copy of one key's value, read on the request
+  // thread's behalf (call only while the server is idle or stopped).
+  bool GetForTesting(TableId table, Key key, std::vector<float>* value);
 
  private:
   using Time = std::chrono::steady_clock::time_point;
-  struct AtomicCounters {
-    std::atomic<uint64_t> requests{0}, pushes{0}, pulls{0}, duplicates{0},
-        redirects{0}, errors{0}, bytes_in{0}, bytes_out{0}, keys_stored{0},
-        parked_pulls{0}, checkpoints_written{0}, held_pushes{0};
-    std::atomic<int64_t> min_clock{0};
-    std::atomic<int64_t> checkpoint_clock{-1};
-  };
   // A pull waiting for the server clock to reach `required`.
   struct ParkedPull {
     InMessage message;  // the whole request, re-read when released
@@ -97,7 +91,7 @@ class ServerImpl final : public Server {
   void PrepareChange(const wire::Header& header);
   void CommitChange(const wire::Header& header);
   void HandleCoordinator(InMessage& message);
-  // Checkpoints (DESIGN.md, "Durability").
+  // Checkpoints (docs/fault_tolerance.md).
   bool HeldForCheckpoint(int64_t clock) const;
   void PrepareCheckpoint(const wire::Header& header);
   void CommitCheckpoint(const wire::Header& header);
@@ -181,7 +175,7 @@ class ServerImpl final : public Server {
   // Shared.
   Wakeup wakeup_;
   std::atomic<bool> stop_{false};
-  AtomicCounters counters_;
+  LiveCounters counters_;
   std::mutex wait_mu_;
   Status exit_status_;  // written by the request thread before it ends
 };

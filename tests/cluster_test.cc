@@ -2,11 +2,14 @@
 // and pulling across several servers.
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "ductile/admin.h"
+#include "elastic/slot_map.h"
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
 
@@ -368,6 +371,162 @@ TEST(Cluster, WorkersGetTheIdsTheyAskForAndATakenIdIsRefused) {
   auto any = Client::Connect(o);
   ASSERT_TRUE(any.ok()) << any.status();
   EXPECT_EQ((*any)->worker_id(), 2);
+}
+
+// Regression: the barrier counted the configured --workers, so a third
+// worker admitted to a two-worker job was not waited for.
+TEST(Cluster, BarrierWaitsForAWorkerAdmittedBeyondTheConfiguredCount) {
+  TestCluster cluster({.num_servers = 1, .num_workers = 2});
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(cluster.Connect());
+  std::vector<Status> first(2);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] { first[i] = clients[i]->Barrier(1000); });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const Status& s : first) {
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded)
+        << "the barrier returned without the third live worker: " << s;
+  }
+  std::vector<Status> all(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] { all[i] = clients[i]->Barrier(20000); });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& s : all) EXPECT_TRUE(s.ok()) << s;
+}
+
+// Regression: with a worker dead and a replacement admitted, the barrier
+// took "configured minus dead" arrivals and left the replacement behind.
+TEST(Cluster, BarrierWaitsForTheReplacementOfADeadWorker) {
+  TestCluster cluster(
+      {.num_servers = 1, .num_workers = 2, .heartbeat_timeout_ms = 400});
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.heartbeat_interval_ms = 50;
+  auto survivor = Client::Connect(o);
+  auto doomed = Client::Connect(o);
+  ASSERT_TRUE(survivor.ok() && doomed.ok());
+  doomed->reset();  // vanishes; declared dead after the timeout
+  auto replacement = Client::Connect(o);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  // Long enough for the dead worker to be declared dead meanwhile.
+  Status alone = (*survivor)->Barrier(1500);
+  EXPECT_EQ(alone.code(), StatusCode::kDeadlineExceeded)
+      << "the barrier returned without the replacement: " << alone;
+  Status other;
+  std::thread t([&] { other = (*replacement)->Barrier(20000); });
+  EXPECT_TRUE((*survivor)->Barrier(20000).ok());
+  t.join();
+  EXPECT_TRUE(other.ok()) << other;
+}
+
+// Regression: with two creations in flight, one valid and one naming an
+// unregistered rule, servers' acknowledgements were credited to whichever
+// pending table came first, so the valid one failed with the other's error
+// and the invalid one was reported created.
+TEST(Cluster, ConcurrentTableCreationsGetTheirOwnAnswers) {
+  TestCluster cluster;
+  auto a = cluster.Connect();
+  auto b = cluster.Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (int round = 0; round < 20; ++round) {
+    TableOptions good = AddTable("good" + std::to_string(round), 1);
+    TableOptions bad = AddTable("bad" + std::to_string(round), 1);
+    bad.rule = UpdateRule::kCustom;
+    bad.custom_rule = "not_registered";
+    Result<TableId> good_id = InvalidArgumentError("not run");
+    Result<TableId> bad_id = InvalidArgumentError("not run");
+    std::thread t([&] { bad_id = b->CreateTable(bad); });
+    good_id = a->CreateTable(good);
+    t.join();
+    ASSERT_TRUE(good_id.ok()) << "round " << round << ": " << good_id.status();
+    ASSERT_FALSE(bad_id.ok()) << "round " << round;
+    EXPECT_EQ(bad_id.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(bad_id.status().message().find("not_registered"),
+              std::string::npos)
+        << bad_id.status();
+    const std::vector<Key> keys = {1, 2, 3, 4, 5, 6, 7, 8};
+    std::vector<float> ones(keys.size(), 1.0f), out(keys.size());
+    ASSERT_TRUE(a->Push(*good_id, keys, ones).ok()) << "round " << round;
+    ASSERT_TRUE(a->Pull(*good_id, keys, out).ok());
+    EXPECT_EQ(out, ones);
+    EXPECT_FALSE(b->GetTable(bad.name).ok())
+        << "a refused table was reported created";
+  }
+  // A failed creation followed at once by a valid one.
+  TableOptions bad = AddTable("bad_then_good", 1);
+  bad.rule = UpdateRule::kCustom;
+  bad.custom_rule = "not_registered";
+  std::thread t([&] { EXPECT_FALSE(b->CreateTable(bad).ok()); });
+  auto good = a->CreateTable(AddTable("good_after_bad", 1));
+  t.join();
+  EXPECT_TRUE(good.ok()) << good.status();
+}
+
+// The servers owning `keys` of `table` in a fresh two-server cluster.
+std::set<int32_t> OwnersOf(TableId table, const std::vector<Key>& keys) {
+  std::set<int32_t> owners;
+  for (Key k : keys) {
+    // Slots are assigned in contiguous ranges, the first half to the first
+    // server to register.
+    const int32_t slot = SlotOf(table, k, 64);
+    owners.insert(slot < 32 ? 0 : 1);
+  }
+  return owners;
+}
+
+// Regression: a push whose keys span two servers, refused for a NaN on one
+// key, was applied on the other server.
+TEST(Cluster, ARefusedPushSpanningServersChangesNothing) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  auto table = client->CreateTable(AddTable("atomic", 2));
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys(64);
+  std::iota(keys.begin(), keys.end(), 0);
+  ASSERT_EQ(OwnersOf(*table, keys).size(), 2u);
+  std::vector<float> values(keys.size() * 2, 1.0f), out(values.size(), -1.0f);
+  values.back() = std::numeric_limits<float>::quiet_NaN();
+  Status push = client->Push(*table, keys, values);
+  EXPECT_EQ(push.code(), StatusCode::kInvalidArgument) << push;
+  EXPECT_NE(push.message().find("unchanged"), std::string::npos) << push;
+  values.front() = std::numeric_limits<float>::infinity();
+  Status push_pull = client->PushPull(*table, keys, values, out);
+  EXPECT_EQ(push_pull.code(), StatusCode::kInvalidArgument) << push_pull;
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  EXPECT_EQ(out, std::vector<float>(out.size(), 0.0f))
+      << "part of a refused push was applied";
+  EXPECT_EQ(cluster.server(0).counters().pushes, 0u);
+  EXPECT_EQ(cluster.server(1).counters().pushes, 0u);
+}
+
+// Regression: the same with a width that differs from a key's stored one on
+// a variable-width table.
+TEST(Cluster, ARefusedVariableWidthPushSpanningServersChangesNothing) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  auto table = client->CreateTable(AddTable("widths", 0));
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys(64);
+  std::iota(keys.begin(), keys.end(), 0);
+  ASSERT_EQ(OwnersOf(*table, keys).size(), 2u);
+  std::vector<uint32_t> lengths(keys.size(), 2);
+  std::vector<float> ones(keys.size() * 2, 1.0f);
+  ASSERT_TRUE(client->Push(*table, keys, ones, lengths).ok());
+  lengths.back() = 3;
+  std::vector<float> wider(ones.size() + 1, 1.0f);
+  Status push = client->Push(*table, keys, wider, lengths);
+  EXPECT_EQ(push.code(), StatusCode::kInvalidArgument) << push;
+  lengths.back() = 2;
+  std::vector<float> out(ones.size(), -1.0f);
+  ASSERT_TRUE(client->Pull(*table, keys, out, lengths).ok());
+  EXPECT_EQ(out, ones) << "part of a refused push was applied";
 }
 
 }  // namespace

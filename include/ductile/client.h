@@ -18,8 +18,8 @@
 //   auto id = (*client)->CreateTable(table);
 //   std::vector<ductile::Key> keys = {1, 7, 42};   // strictly increasing
 //   std::vector<float> grad(keys.size() * 4, 0.5f), weights(keys.size() * 4);
-//   RETURN_IF_ERROR((*client)->Push(*id, keys, grad));
-//   RETURN_IF_ERROR((*client)->Pull(*id, keys, weights));
+//   DUCTILE_RETURN_IF_ERROR((*client)->Push(*id, keys, grad));
+//   DUCTILE_RETURN_IF_ERROR((*client)->Pull(*id, keys, weights));
 //   (*client)->Clock();
 //
 // Keys in one call must be strictly increasing. Values are laid out key after
@@ -214,7 +214,7 @@ class Client {
   // Consistency metrics observed so far (thread-safe).
   virtual ClientStats stats() const = 0;
 
-  // ---- Fault tolerance (DESIGN.md, "Durability").
+  // ---- Fault tolerance (docs/fault_tolerance.md).
   //
   // When a server fails, the job rolls back to its latest checkpoint at
   // clock C. This worker's calls in flight then fail with kAborted, and so

@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <sstream>
 
+#include "env/env.h"
 #include "proto/codec.h"
 #include "proto/counters.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
+#include "transport/socket.h"
 
 namespace ductile {
 namespace {
@@ -21,28 +23,26 @@ Result<wire::Header> AskCoordinator(const std::string& address,
                                     const wire::Header& request,
                                     int64_t timeout_ms,
                                     const std::string& awaited = "answer") {
-  zmq::context_t context(1);
-  zmq::socket_t socket = MakeDealer(context, "");
-  DUCTILE_RETURN_IF_ERROR(Connect(socket, address));
+  std::unique_ptr<Transport> transport = SystemEnv()->NewTransport("admin");
+  DUCTILE_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
+                           transport->NewDealer(""));
+  DUCTILE_RETURN_IF_ERROR(socket->Connect(address));
   OutMessage out;
   out.AddString(request.SerializeAsString());
-  DUCTILE_RETURN_IF_ERROR(SendMessage(socket, std::move(out)));
+  DUCTILE_RETURN_IF_ERROR(socket->Send(std::move(out)));
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  Socket* const sockets[] = {socket.get()};
   while (true) {
-    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             deadline - std::chrono::steady_clock::now())
-                             .count();
-    if (left <= 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceededError(
           "no " + awaited + " from the coordinator at " + address + " within " +
           std::to_string(timeout_ms) + " ms");
     }
-    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
-    DUCTILE_RETURN_IF_ERROR(Poll(items, left));
+    DUCTILE_RETURN_IF_ERROR(transport->Wait(sockets, -1, deadline));
     InMessage message;
     bool got = false;
-    DUCTILE_RETURN_IF_ERROR(ReceiveMessage(socket, &message, &got));
+    DUCTILE_RETURN_IF_ERROR(socket->Receive(&message, &got));
     if (!got) continue;
     wire::Header reply;
     DUCTILE_RETURN_IF_ERROR(ParseHeader(message.frame(0), &reply));

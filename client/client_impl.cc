@@ -5,10 +5,11 @@
 #include <random>
 #include <utility>
 
-#include "elastic/slot_map.h"
+#include "env/env.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "proto/table_config.h"
+#include "routing/slot_map.h"
 #include "transport/endpoint.h"
 #include "util/finite.h"
 
@@ -77,9 +78,9 @@ ClientImpl::~ClientImpl() {
 }
 
 Status ClientImpl::Init() {
-  coordinator_ = MakeDealer(context_, "");
-  DUCTILE_RETURN_IF_ERROR(
-      ductile::Connect(coordinator_, options_.coordinator_address));
+  transport_ = SystemEnv()->NewTransport("client");
+  DUCTILE_ASSIGN_OR_RETURN(coordinator_, transport_->NewDealer(""));
+  DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
   RebuildPollItems();
   thread_ = std::thread([this] { Run(); });
 
@@ -484,12 +485,11 @@ void ClientImpl::ReportResumeState(int64_t clock, const std::string& state) {
 // -------------------------------------------------------------- I/O thread
 
 void ClientImpl::RebuildPollItems() {
-  poll_items_.clear();
+  poll_sockets_.clear();
   poll_servers_.clear();
-  poll_items_.push_back(wakeup_.PollItem());
-  poll_items_.push_back({coordinator_.handle(), 0, ZMQ_POLLIN, 0});
+  poll_sockets_.push_back(coordinator_.get());
   for (auto& [id, conn] : servers_) {
-    poll_items_.push_back({conn.socket.handle(), 0, ZMQ_POLLIN, 0});
+    poll_sockets_.push_back(conn.socket.get());
     poll_servers_.push_back(id);
   }
 }
@@ -501,13 +501,14 @@ void ClientImpl::Run() {
   auto next_heartbeat = SteadyClock::now() + heartbeat_period;
   while (!stop_.load()) {
     const bool busy = !parts_.empty() || !controls_.empty();
-    Status s = Poll(poll_items_,
-                    busy ? kTimerPeriod.count() : heartbeat_period.count());
+    Status s = transport_->Wait(
+        poll_sockets_, wakeup_.fd(),
+        SteadyClock::now() + (busy ? kTimerPeriod : heartbeat_period));
     if (!s.ok()) {
       LOG(ERROR) << "client I/O thread: " << s;
       break;
     }
-    if (poll_items_[0].revents & ZMQ_POLLIN) wakeup_.Drain();
+    wakeup_.Drain();
     std::deque<std::shared_ptr<internal::Operation>> batch;
     {
       std::lock_guard<std::mutex> lock(queue_mu_);
@@ -516,7 +517,7 @@ void ClientImpl::Run() {
     for (auto& op : batch) Dispatch(op);
 
     bool got = true;
-    while (got && ReceiveMessage(coordinator_, &message, &got).ok() && got) {
+    while (got && coordinator_->Receive(&message, &got).ok() && got) {
       HandleControlReply(message);
     }
     // Replies may install routing and so add sockets: iterate over a copy
@@ -526,8 +527,7 @@ void ClientImpl::Run() {
       auto it = servers_.find(id);
       if (it == servers_.end()) continue;
       got = true;
-      while (got && ReceiveMessage(it->second.socket, &message, &got).ok() &&
-             got) {
+      while (got && it->second.socket->Receive(&message, &got).ok() && got) {
         HandleDataReply(message);
       }
     }
@@ -542,8 +542,8 @@ void ClientImpl::Run() {
     }
   }
   FailAll(CancelledError("client closed"));
-  coordinator_.close();
   servers_.clear();
+  coordinator_.reset();
 }
 
 void ClientImpl::FailAll(const Status& status) {
@@ -570,7 +570,7 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
     control->request.set_seq(seq);
     OutMessage out;
     out.AddString(control->request.SerializeAsString());
-    Status s = SendMessage(coordinator_, std::move(out));
+    Status s = coordinator_->Send(std::move(out));
     if (!s.ok()) {
       control->Release(s);
       return;
@@ -585,7 +585,7 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
   if (auto notice = std::dynamic_pointer_cast<NoticeOperation>(op)) {
     OutMessage out;
     out.AddString(notice->message.SerializeAsString());
-    notice->Release(SendMessage(coordinator_, std::move(out)));
+    notice->Release(coordinator_->Send(std::move(out)));
     return;
   }
   if (auto clock = std::dynamic_pointer_cast<ClockOperation>(op)) {
@@ -600,7 +600,7 @@ void ClientImpl::Dispatch(const std::shared_ptr<internal::Operation>& op) {
     for (auto& [id, conn] : servers_) {
       OutMessage out;
       out.AddString(bytes);
-      SendMessage(conn.socket, std::move(out)).IgnoreError();
+      conn.socket->Send(std::move(out)).IgnoreError();
     }
     clock->Release();
     return;
@@ -755,7 +755,7 @@ void ClientImpl::SendPart(Part& part) {
   }
   part.retry_at = {};
   part.resend_at = SteadyClock::now() + kResendAfter;
-  Status s = SendMessage(conn->socket, std::move(out));
+  Status s = conn->socket->Send(std::move(out));
   if (!s.ok()) FinishPart(seq, s);
 }
 
@@ -770,7 +770,7 @@ void ClientImpl::FinishPart(uint64_t seq, const Status& status) {
 
 void ClientImpl::HandleDataReply(InMessage& message) {
   wire::Header header;
-  if (message.frames.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+  if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
     LOG(WARNING) << "client: unreadable reply from a server, dropped";
     return;
   }
@@ -808,8 +808,8 @@ void ClientImpl::HandleDataReply(InMessage& message) {
   if (op.type != wire::PUSH) {
     uint64_t floats = 0;
     for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
-    if (message.frames.size() != 2 ||
-        message.frames[1].size() != floats * sizeof(float)) {
+    if (message.size() != 2 ||
+        message.frame(1).size() != floats * sizeof(float)) {
       return FinishPart(header.seq(),
                         InternalError("server " + std::to_string(part.server) +
                                       " sent a pull reply of the wrong size"));
@@ -825,7 +825,8 @@ void ClientImpl::HandleDataReply(InMessage& message) {
           std::max<int64_t>(0, op.clock - header.data_clock());
       ++stats_.staleness[std::min<size_t>(staleness, kStalenessBuckets - 1)];
     }
-    const float* values = static_cast<const float*>(message.frames[1].data());
+    const float* values =
+        reinterpret_cast<const float*>(message.frame(1).data());
     if (op.cache_install && !tables_.CacheSuspended(op.table)) {
       if (header.has_consistency()) {
         tables_.SetConsistency(op.table, header.consistency());
@@ -900,7 +901,7 @@ void ClientImpl::HandleTimers() {
       c.resend_at = now + kControlResendAfter;
       OutMessage out;
       out.AddString(c.request.SerializeAsString());
-      SendMessage(coordinator_, std::move(out)).IgnoreError();
+      coordinator_->Send(std::move(out)).IgnoreError();
     }
     if (now >= it->second->deadline) {
       it->second->Release(DeadlineExceededError(
@@ -914,7 +915,7 @@ void ClientImpl::HandleTimers() {
 
 void ClientImpl::HandleControlReply(InMessage& message) {
   wire::Header header;
-  if (message.frames.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+  if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
     LOG(WARNING) << "client: unreadable message from the coordinator, dropped";
     return;
   }
@@ -960,7 +961,7 @@ void ClientImpl::HandleConsistencyChange(const wire::Header& header) {
   ack.set_clock(clock_.load());
   OutMessage out;
   out.AddString(ack.SerializeAsString());
-  SendMessage(coordinator_, std::move(out)).IgnoreError();
+  coordinator_->Send(std::move(out)).IgnoreError();
 }
 
 void ClientImpl::HandleResume(const wire::Header& header) {
@@ -1021,7 +1022,7 @@ void ClientImpl::SendHeartbeat() {
   hb.mutable_metrics()->set_clock(clock_.load());
   OutMessage out;
   out.AddString(hb.SerializeAsString());
-  SendMessage(coordinator_, std::move(out)).IgnoreError();  // best effort
+  coordinator_->Send(std::move(out)).IgnoreError();  // best effort
 }
 
 void ClientImpl::RequestRouting() {
@@ -1032,7 +1033,7 @@ void ClientImpl::RequestRouting() {
   get.set_type(wire::GET_ROUTING);
   OutMessage out;
   out.AddString(get.SerializeAsString());
-  SendMessage(coordinator_, std::move(out)).IgnoreError();
+  coordinator_->Send(std::move(out)).IgnoreError();
 }
 
 void ClientImpl::InstallRouting(const wire::RoutingTable& routing) {
@@ -1050,8 +1051,14 @@ void ClientImpl::InstallRouting(const wire::RoutingTable& routing) {
                       server.host_id(), options_.prefer_ipc);
     auto it = servers_.find(server.id());
     if (it != servers_.end() && it->second.address == address) continue;
-    ServerConnection conn{address, MakeDealer(context_, "")};
-    Status s = ductile::Connect(conn.socket, address);
+    Result<std::unique_ptr<Socket>> socket = transport_->NewDealer("");
+    if (!socket.ok()) {
+      LOG(WARNING) << "client: cannot connect to server " << server.id() << ": "
+                   << socket.status();
+      continue;
+    }
+    ServerConnection conn{address, std::move(*socket)};
+    Status s = conn.socket->Connect(address);
     if (!s.ok()) {
       LOG(WARNING) << "client: cannot connect to server " << server.id() << ": "
                    << s;

@@ -21,7 +21,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-#include <zmq.hpp>
 
 #include "client/operation.h"
 #include "client/param_cache.h"
@@ -29,6 +28,7 @@
 #include "ductile/client.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
+#include "transport/socket.h"
 #include "transport/wakeup.h"
 
 namespace ductile {
@@ -138,7 +138,7 @@ class ClientImpl final : public Client {
   };
   struct ServerConnection {
     std::string address;
-    zmq::socket_t socket;
+    std::unique_ptr<Socket> socket;
   };
 
   Handle SubmitData(wire::MessageType type, TableId table,
@@ -221,12 +221,12 @@ class ClientImpl final : public Client {
   TableRegistry tables_;
 
   // Owned by the I/O thread.
-  zmq::context_t context_{1};
-  zmq::socket_t coordinator_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Socket> coordinator_;
   wire::RoutingTable routing_;
   std::map<int32_t, ServerConnection> servers_;
-  std::vector<zmq::pollitem_t> poll_items_;
-  std::vector<int32_t> poll_servers_;  // server id of poll_items_[2 + i]
+  std::vector<Socket*> poll_sockets_;  // the coordinator's, then servers'
+  std::vector<int32_t> poll_servers_;  // server id of poll_sockets_[1 + i]
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
   std::set<uint64_t> open_seqs_;              // seqs that may still be (re)sent

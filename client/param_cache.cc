@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "elastic/slot_map.h"
+#include "routing/slot_map.h"
 
 namespace ductile {
 

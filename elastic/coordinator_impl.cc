@@ -5,10 +5,10 @@
 #include <limits>
 #include <utility>
 
-#include "elastic/slot_map.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "proto/table_config.h"
+#include "routing/slot_map.h"
 
 namespace ductile {
 namespace {
@@ -81,7 +81,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
 }
 
 CoordinatorImpl::CoordinatorImpl(const CoordinatorOptions& options)
-    : options_(options) {}
+    : options_(options), env_(SystemEnv()) {}
 
 CoordinatorImpl::~CoordinatorImpl() {
   Stop();
@@ -89,12 +89,16 @@ CoordinatorImpl::~CoordinatorImpl() {
 }
 
 Status CoordinatorImpl::Init() {
-  socket_ = MakeRouter(context_, int64_t{64} << 20);
+  transport_ = env_->NewTransport("coordinator");
+  Result<std::unique_ptr<Socket>> socket =
+      transport_->NewRouter(int64_t{64} << 20);
+  DUCTILE_RETURN_IF_ERROR(socket.status());
+  socket_ = std::move(*socket);
   std::string bind = options_.bind_address;
   if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) {
     bind = bind.substr(0, bind.size() - 1) + "*";
   }
-  Result<std::string> bound = Bind(socket_, bind);
+  Result<std::string> bound = socket_->Bind(bind);
   DUCTILE_RETURN_IF_ERROR(bound.status());
   address_ = *bound;
   if (!options_.state_dir.empty()) {
@@ -166,17 +170,17 @@ Status CoordinatorImpl::MoveSlot(int32_t slot, int32_t server_id) {
 }
 
 void CoordinatorImpl::Run() {
-  zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                             wakeup_.PollItem()};
   InMessage message;
+  Socket* const sockets[] = {socket_.get()};
   while (!stop_.load()) {
     if (shutting_down_ && SteadyClock::now() >= shutdown_at_) break;
-    Status s = Poll(items, 100);
+    Status s = transport_->Wait(sockets, wakeup_.fd(),
+                                SteadyClock::now() + milliseconds(100));
     if (!s.ok()) {
       LOG(ERROR) << "coordinator: " << s;
       break;
     }
-    if (items[1].revents & ZMQ_POLLIN) wakeup_.Drain();
+    wakeup_.Drain();
     std::deque<std::function<void()>> tasks;
     {
       std::lock_guard<std::mutex> lock(tasks_mu_);
@@ -185,7 +189,7 @@ void CoordinatorImpl::Run() {
     for (auto& task : tasks) task();
     while (true) {
       bool got = false;
-      if (!ReceiveMessage(socket_, &message, &got).ok() || !got) break;
+      if (!socket_->Receive(&message, &got).ok() || !got) break;
       Handle(message);
     }
     CheckTimeouts();
@@ -212,7 +216,7 @@ void CoordinatorImpl::Send(const std::string& identity,
   OutMessage out;
   out.AddString(identity);
   out.AddString(header.SerializeAsString());
-  Status s = SendMessage(socket_, std::move(out));
+  Status s = socket_->Send(std::move(out));
   if (!s.ok()) VLOG(1) << "coordinator: send failed: " << s;
 }
 
@@ -226,9 +230,8 @@ void CoordinatorImpl::ReplyStatus(const std::string& identity, uint64_t seq,
 }
 
 void CoordinatorImpl::Handle(InMessage& message) {
-  if (message.frames.size() < 2) return;  // no header: nothing to answer
-  const std::string identity(static_cast<const char*>(message.frames[0].data()),
-                             message.frames[0].size());
+  if (message.size() < 2) return;  // no header: nothing to answer
+  const std::string identity(message.frame_view(0));
   wire::Header h;
   Status s = ParseHeader(message.frame(1), &h);
   if (!s.ok()) return ReplyStatus(identity, 0, s);

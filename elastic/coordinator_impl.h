@@ -19,12 +19,13 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <zmq.hpp>
 
 #include "ductile/coordinator.h"
 #include "elastic/coordinator_store.h"
+#include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "transport/message.h"
+#include "transport/socket.h"
 #include "transport/wakeup.h"
 
 namespace ductile {
@@ -159,8 +160,9 @@ class CoordinatorImpl final : public Coordinator {
   std::set<int32_t> ServersWithSlots() const;
 
   const CoordinatorOptions options_;
-  zmq::context_t context_{1};
-  zmq::socket_t socket_;
+  Env* const env_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Socket> socket_;
   std::string address_;
   std::thread thread_;
   Wakeup wakeup_;

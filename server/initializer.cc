@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "elastic/slot_map.h"
+#include "routing/slot_map.h"
 
 namespace ductile {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "elastic/slot_map.h"
+#include "routing/slot_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/ductile.pb.h"

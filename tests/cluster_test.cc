@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ductile/admin.h"
-#include "elastic/slot_map.h"
+#include "routing/slot_map.h"
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
 

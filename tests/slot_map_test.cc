@@ -1,6 +1,6 @@
 // Keys to slots (a fixed hash, part of the persistent format) and slots to
 // servers (contiguous, balanced ranges).
-#include "elastic/slot_map.h"
+#include "routing/slot_map.h"
 
 #include <algorithm>
 #include <vector>

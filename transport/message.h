@@ -1,81 +1,132 @@
-// Multipart messages over ZeroMQ, with zero-copy frames.
+// Multipart messages as the rest of ductile sees them: frames of bytes,
+// with no transport types in sight.
 //
-// OutMessage collects frames to send. Large frames can be borrowed
-// (AddBorrowed): ZeroMQ reads them in place and calls `on_release` once it
-// no longer needs the bytes, possibly on one of its own I/O threads. InMessage
-// keeps the received zmq messages alive so that readers can view frames in
-// place. Send/Receive translate ZeroMQ errors to Status in one place; EAGAIN
-// is "no message", not an error.
+// OutMessage collects frames to send. Large frames can be owned (handed
+// over without a copy) or borrowed (AddBorrowed): the transport reads them
+// in place and calls `on_release` once it no longer needs the bytes,
+// possibly on one of its own threads. InMessage holds a received message:
+// its frames are views into storage the message keeps alive, so readers
+// parse them in place.
 //
-// Not thread-safe: a socket, and the messages in flight on it, belong to one
-// thread.
+// Not thread-safe: a message belongs to one thread at a time.
 #ifndef DUCTILE_TRANSPORT_MESSAGE_H_
 #define DUCTILE_TRANSPORT_MESSAGE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
-#include <zmq.hpp>
-
-#include "ductile/status.h"
 
 namespace ductile {
 
+using ByteSpan = std::span<const uint8_t>;
+
+// Keeps the bytes of a message's frames alive; what it is depends on the
+// transport (received ZeroMQ messages, copies made by a simulated network).
+class FrameStorage {
+ public:
+  virtual ~FrameStorage() = default;
+};
+
+class InMessage {
+ public:
+  InMessage() = default;
+  InMessage(InMessage&&) = default;
+  InMessage& operator=(InMessage&&) = default;
+
+  // A message holding copies of `frames` (tests, simulation).
+  static InMessage Copy(const std::vector<std::string>& frames);
+
+  size_t size() const { return frames_.size(); }
+  bool empty() const { return frames_.empty(); }
+  ByteSpan frame(size_t i) const { return frames_[i]; }
+  std::string_view frame_view(size_t i) const {
+    return {reinterpret_cast<const char*>(frames_[i].data()),
+            frames_[i].size()};
+  }
+  uint64_t bytes() const;
+
+  // Transports: replaces the frames with views into `storage`.
+  void Reset(std::unique_ptr<FrameStorage> storage,
+             std::vector<ByteSpan> frames);
+  // Transports: the storage of the frames now held (may be reused).
+  FrameStorage* storage() const { return storage_.get(); }
+  std::vector<ByteSpan>& mutable_frames() { return frames_; }
+
+ private:
+  std::unique_ptr<FrameStorage> storage_;
+  std::vector<ByteSpan> frames_;
+};
+
 class OutMessage {
  public:
+  // Who releases an out-of-line frame's bytes: its destructor runs once the
+  // transport is done with them (on any thread).
+  class Holder {
+   public:
+    virtual ~Holder() = default;
+  };
+  struct Frame {
+    // Bytes held inline (copies); `data` is then unused.
+    std::string inline_bytes;
+    const void* data = nullptr;
+    size_t size = 0;
+    std::unique_ptr<Holder> holder;  // null for inline bytes
+    ByteSpan bytes() const {
+      return holder ? ByteSpan(static_cast<const uint8_t*>(data), size)
+                    : ByteSpan(
+                          reinterpret_cast<const uint8_t*>(inline_bytes.data()),
+                          inline_bytes.size());
+    }
+  };
+
   OutMessage() = default;
   OutMessage(OutMessage&&) = default;
   OutMessage& operator=(OutMessage&&) = default;
 
   // Copies `size` bytes.
   void AddCopy(const void* data, size_t size);
-  void AddString(const std::string& s) { AddCopy(s.data(), s.size()); }
+  void AddCopy(ByteSpan bytes) { AddCopy(bytes.data(), bytes.size()); }
+  // Takes the string's bytes.
+  void AddString(std::string s);
   // Takes ownership of a buffer (no copy).
-  void AddOwned(std::vector<float>&& floats);
-  // Sends `data` in place; `on_release` runs (on any thread) once ZeroMQ is
-  // done with it. The bytes must stay valid and unchanged until then.
+  template <typename T>
+  void AddOwned(std::vector<T>&& items);
+  // Sends `data` in place; `on_release` runs (on any thread) once the
+  // transport is done with it. The bytes must stay valid and unchanged
+  // until then.
   void AddBorrowed(const void* data, size_t size,
                    std::function<void()> on_release);
 
   size_t frames() const { return frames_.size(); }
   uint64_t bytes() const { return bytes_; }
+  // Transports: the frames, to send or copy.
+  std::vector<Frame>& mutable_frames() { return frames_; }
 
  private:
-  friend Status SendMessage(zmq::socket_t& socket, OutMessage&& message);
-  std::vector<zmq::message_t> frames_;
+  template <typename T>
+  struct OwnedVector final : Holder {
+    explicit OwnedVector(std::vector<T>&& v) : items(std::move(v)) {}
+    std::vector<T> items;
+  };
+
+  std::vector<Frame> frames_;
   uint64_t bytes_ = 0;
 };
 
-struct InMessage {
-  std::vector<zmq::message_t> frames;
-  std::span<const uint8_t> frame(size_t i) const {
-    return {static_cast<const uint8_t*>(frames[i].data()), frames[i].size()};
-  }
-  uint64_t bytes() const;
-};
-
-// Sends every frame. kUnavailable if the socket cannot take it now.
-Status SendMessage(zmq::socket_t& socket, OutMessage&& message);
-
-// Receives one whole multipart message without blocking. Returns false in
-// *got when none is waiting.
-Status ReceiveMessage(zmq::socket_t& socket, InMessage* message, bool* got);
-
-// Socket factories with ductile's settings (linger 0, unlimited high water
-// marks so the library does its own flow control, optional size limit).
-zmq::socket_t MakeDealer(zmq::context_t& context, const std::string& identity);
-zmq::socket_t MakeRouter(zmq::context_t& context, int64_t max_message_bytes);
-
-// Connects, translating errors ("invalid address", ...) to Status.
-Status Connect(zmq::socket_t& socket, const std::string& address);
-// Binds and returns the bound endpoint (with the real port for tcp "*").
-Result<std::string> Bind(zmq::socket_t& socket, const std::string& address);
-
-// Waits up to `timeout_ms` (-1: forever) for input on any item.
-Status Poll(std::span<zmq::pollitem_t> items, int64_t timeout_ms);
+template <typename T>
+void OutMessage::AddOwned(std::vector<T>&& items) {
+  auto owned = std::make_unique<OwnedVector<T>>(std::move(items));
+  Frame& f = frames_.emplace_back();
+  f.data = owned->items.data();
+  f.size = owned->items.size() * sizeof(T);
+  f.holder = std::move(owned);
+  bytes_ += f.size;
+}
 
 }  // namespace ductile
 

@@ -16,12 +16,14 @@ Wakeup::Wakeup() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
 Wakeup::~Wakeup() { close(fd_); }
 
 void Wakeup::Signal() {
+  signalled_.store(true, std::memory_order_release);
   uint64_t one = 1;
   // EAGAIN only when the counter is saturated: it is readable anyway.
   [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof(one));
 }
 
 void Wakeup::Drain() {
+  if (!signalled_.exchange(false, std::memory_order_acq_rel)) return;
   uint64_t value;
   [[maybe_unused]] ssize_t n = read(fd_, &value, sizeof(value));
 }

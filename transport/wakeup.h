@@ -1,9 +1,9 @@
-// A thread-safe wake-up signal that a ZeroMQ poll loop can wait on
-// (an eventfd, polled as a plain file descriptor).
+// A thread-safe wake-up signal that a transport's Wait can include (an
+// eventfd, waited on as a plain file descriptor).
 #ifndef DUCTILE_TRANSPORT_WAKEUP_H_
 #define DUCTILE_TRANSPORT_WAKEUP_H_
 
-#include <zmq.hpp>
+#include <atomic>
 
 namespace ductile {
 
@@ -14,14 +14,16 @@ class Wakeup {
   Wakeup(const Wakeup&) = delete;
   Wakeup& operator=(const Wakeup&) = delete;
 
-  // Any thread: makes the poll item readable.
+  // Any thread: makes fd() readable.
   void Signal();
-  // Poll thread: clears the signal.
+  // The waiting thread: clears the signal (no system call when there was
+  // none).
   void Drain();
-  zmq::pollitem_t PollItem() const { return {nullptr, fd_, ZMQ_POLLIN, 0}; }
+  int fd() const { return fd_; }
 
  private:
   int fd_;
+  std::atomic<bool> signalled_{false};
 };
 
 }  // namespace ductile

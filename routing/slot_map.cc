@@ -1,4 +1,4 @@
-#include "elastic/slot_map.h"
+#include "routing/slot_map.h"
 
 namespace ductile {
 

@@ -4,8 +4,8 @@
 // (part of the persistent format: changing it would misplace every stored
 // key). The routing table maps each slot to a server; moving a slot is the
 // unit of resharding.
-#ifndef DUCTILE_ELASTIC_SLOT_MAP_H_
-#define DUCTILE_ELASTIC_SLOT_MAP_H_
+#ifndef DUCTILE_ROUTING_SLOT_MAP_H_
+#define DUCTILE_ROUTING_SLOT_MAP_H_
 
 #include <cstdint>
 #include <vector>
@@ -34,4 +34,4 @@ std::vector<int32_t> AssignSlotsEvenly(int32_t num_slots,
 
 }  // namespace ductile
 
-#endif  // DUCTILE_ELASTIC_SLOT_MAP_H_
+#endif  // DUCTILE_ROUTING_SLOT_MAP_H_

@@ -1,0 +1,153 @@
+// The consistency models of one server's tables, applied (docs/consistency.md).
+//
+// It keeps the clocks of the live workers and their minimum (the server
+// clock), the pulls parked on a staleness bound, the BSP pushes held back
+// and combined per clock, and the requests held while a runtime change of a
+// table's model is agreed.
+//
+// It decides; the server acts. Parked pulls come back (TakeReleasable,
+// TakeExpired) for the server to serve or refuse; combined BSP clocks come
+// back (TakeCombined) for it to apply; requests held during a change come
+// back (Commit) for it to handle again. No sockets and no clock of its own:
+// unit and simulation tests drive it directly.
+//
+// Invariants:
+//   - server_clock() is the smallest clock of the live workers (0 with
+//     none); a worker's clock never moves backwards, and a worker's clock
+//     is kept while it is not live, so it rejoins where it was;
+//   - a parked pull's `required` is its table's RequiredServerClock at its
+//     clock under the model in force, and it is parked only while required
+//     > server_clock();
+//   - BSP pushes of clock t stay buffered until server_clock() > t.
+//
+// Not thread-safe: owned by a server's request thread.
+#ifndef DUCTILE_CONSISTENCY_CONSISTENCY_CONTROLLER_H_
+#define DUCTILE_CONSISTENCY_CONSISTENCY_CONTROLLER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "consistency/bsp_buffer.h"
+#include "consistency/clock_vector.h"
+#include "consistency/consistency_schedule.h"
+#include "ductile/status.h"
+#include "ductile/table.h"
+#include "proto/codec.h"
+#include "transport/message.h"
+
+namespace ductile {
+
+class ConsistencyController {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // A pull waiting for the server clock to reach `required`. The whole
+  // request is kept and read again when it is released.
+  struct ParkedPull {
+    InMessage message;
+    TableId table = 0;
+    int64_t required = 0;
+    int64_t clock = 0;
+    bool duplicate = false;  // its push part was a resend (push-pull)
+    TimePoint parked_at;
+    TimePoint deadline;
+  };
+  // One BSP clock's pushes to one table, combined per key.
+  struct CombinedClock {
+    TableId table = 0;
+    int64_t clock = 0;
+    BspCombine combine = BspCombine::kMean;  // the model in force then
+    BspBuffer::Clock keys;
+  };
+
+  // ---- Tables.
+  // Adds `table` with its initial model (no-op if known).
+  void AddTable(TableId table, const Consistency& initial);
+  bool HasTable(TableId table) const { return tables_.count(table) > 0; }
+  // The model of the newest change (what new clocks use).
+  const Consistency& latest(TableId table) const;
+
+  // ---- Workers and the server clock.
+  int64_t server_clock() const { return clocks_.min_clock(); }
+  const std::set<int32_t>& live_workers() const { return live_; }
+  // The largest clock of any worker request or CLOCK seen so far.
+  int64_t max_clock_seen() const { return max_clock_seen_; }
+  void NoteClock(int64_t clock);
+  // `worker` reached `clock`; true if the server clock moved.
+  bool Advance(int32_t worker, int64_t clock);
+  // The live workers are now `live`; true if the server clock moved.
+  bool SetWorkers(const std::set<int32_t>& live);
+  // "1 (at clock 4), 3 (at clock 2)": the live workers below `required`.
+  std::string Laggards(int64_t required) const;
+  // A rollback: every worker in `live` is at `clock`; nothing is parked,
+  // buffered or held (TakeAllWaiting first).
+  void Reset(const std::set<int32_t>& live, int64_t clock);
+
+  // ---- BSP.
+  // True when a worker's push of timestamp `clock` is held back and
+  // combined (the table is BSP at that clock, and the clock is not over
+  // yet: a late push, below the server clock, is applied at once).
+  bool Buffers(TableId table, int64_t clock) const;
+  // Checks every key's width against the clock's earlier pushes.
+  Status CheckBuffered(TableId table, int64_t clock,
+                       const DataFrames& request) const;
+  // Adds a push (summed per key, or replacing for assign tables).
+  void Buffer(TableId table, int64_t clock, const DataFrames& request,
+              bool replace);
+  // The buffered clocks below the server clock, oldest first, taken out.
+  std::vector<CombinedClock> TakeCombined();
+
+  // ---- The staleness gate.
+  // The server clock a worker's pull at `clock` needs
+  // (ConsistencySchedule::kNoWait: none).
+  int64_t RequiredServerClock(TableId table, int64_t clock) const;
+  void Park(ParkedPull pull);
+  size_t parked() const { return parked_.size(); }
+  // Pulls the server clock now allows, in arrival order, taken out.
+  std::vector<ParkedPull> TakeReleasable();
+  // Pulls past their deadline at `now`, taken out.
+  std::vector<ParkedPull> TakeExpired(TimePoint now);
+  std::optional<TimePoint> NextDeadline() const;
+
+  // ---- Runtime changes of a table's model.
+  // Starts holding the table's worker requests beyond the largest clock
+  // seen; returns that clock. kNotFound for an unknown table.
+  Result<int64_t> Prepare(TableId table);
+  // True when a worker request of `clock` to `table` must wait for the
+  // change being agreed.
+  bool HoldsForChange(TableId table, int64_t clock) const;
+  void HoldForChange(TableId table, InMessage message);
+  // From `from_clock` on the table follows `c` (valid: checked by the
+  // caller); the holds end. Returns the held requests, in arrival order, to
+  // handle again. Parked pulls of the table are re-evaluated.
+  std::vector<InMessage> Commit(TableId table, int64_t from_clock,
+                                const Consistency& c);
+
+  // Every parked pull and held request, taken out (a rollback abandons
+  // them); buffered BSP pushes are dropped.
+  std::vector<InMessage> TakeAllWaiting();
+
+ private:
+  struct TableState {
+    ConsistencySchedule schedule{Consistency{}};
+    BspBuffer bsp;
+    std::optional<int64_t> hold_above;
+    std::vector<InMessage> held;  // arrival order
+  };
+
+  ClockVector clocks_;                // live workers only
+  std::map<int32_t, int64_t> known_;  // every worker heard from
+  std::set<int32_t> live_;
+  int64_t max_clock_seen_ = 0;
+  std::map<TableId, TableState> tables_;
+  std::vector<ParkedPull> parked_;  // arrival order
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_CONSISTENCY_CONSISTENCY_CONTROLLER_H_

@@ -1,0 +1,59 @@
+// What a node (a server, the coordinator, a client's I/O side) needs from
+// the world, behind one interface: time, transport and durable storage.
+// The model is leveldb's Env.
+//
+// SystemEnv() is the real one: the steady clock, ZeroMQ, RocksDB. The
+// simulation (sim/sim_env.h) supplies a fake clock it advances itself, a
+// network that delays, reorders, duplicates and drops messages, and stores
+// in memory, so that a whole cluster runs in one thread, deterministically
+// for a given seed.
+//
+// Thread-safe: SystemEnv may be used from any thread; a simulated Env
+// belongs to the simulation's one thread.
+#ifndef DUCTILE_ENV_ENV_H_
+#define DUCTILE_ENV_ENV_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ductile/status.h"
+#include "elastic/coordinator_store.h"
+#include "server/checkpoint_store.h"
+#include "transport/socket.h"
+
+namespace ductile {
+
+class Env {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  virtual ~Env() = default;
+
+  // Monotonic time.
+  virtual TimePoint Now() = 0;
+  // Wall-clock time in milliseconds since the epoch (for records people
+  // read, never for deciding).
+  virtual int64_t UnixMs() = 0;
+
+  // A transport of the node's own: its sockets belong to it. `node` names
+  // the node (the simulation uses it to tell nodes apart).
+  virtual std::unique_ptr<Transport> NewTransport(const std::string& node) = 0;
+
+  // Durable storage (server/checkpoint_store.h, elastic/coordinator_store.h).
+  virtual Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
+      const CheckpointStoreOptions& options) = 0;
+  // Reads a frozen version of another server's store.
+  virtual Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
+                                                      int64_t clock) = 0;
+  virtual Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
+      const std::string& dir) = 0;
+};
+
+// The process's real environment; never destroyed.
+Env* SystemEnv();
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ENV_ENV_H_

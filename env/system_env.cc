@@ -1,0 +1,46 @@
+#include <chrono>
+
+#include "env/env.h"
+#include "transport/zmq_transport.h"
+
+namespace ductile {
+namespace {
+
+class RealEnv final : public Env {
+ public:
+  TimePoint Now() override { return std::chrono::steady_clock::now(); }
+
+  int64_t UnixMs() override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  std::unique_ptr<Transport> NewTransport(const std::string&) override {
+    return NewZmqTransport();
+  }
+
+  Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
+      const CheckpointStoreOptions& options) override {
+    return CheckpointStore::Open(options);
+  }
+
+  Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
+                                              int64_t clock) override {
+    return ::ductile::LoadCheckpointFrom(dir, clock);
+  }
+
+  Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
+      const std::string& dir) override {
+    return CoordinatorStore::Open(dir);
+  }
+};
+
+}  // namespace
+
+Env* SystemEnv() {
+  static Env* env = new RealEnv;
+  return env;
+}
+
+}  // namespace ductile

@@ -1,0 +1,165 @@
+#include "routing/routing_table.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "google/protobuf/util/message_differencer.h"
+
+namespace ductile {
+
+namespace {
+
+void SortById(std::vector<wire::ServerEndpoint>* servers) {
+  std::sort(servers->begin(), servers->end(),
+            [](const auto& a, const auto& b) { return a.id() < b.id(); });
+}
+
+}  // namespace
+
+RoutingTable RoutingTable::Initial(int32_t num_slots,
+                                   std::vector<wire::ServerEndpoint> servers) {
+  SortById(&servers);
+  std::vector<int32_t> server_ids;
+  for (const auto& e : servers) server_ids.push_back(e.id());
+  RoutingTable t;
+  t.epoch_ = 1;
+  t.servers_ = std::move(servers);
+  t.slots_.resize(num_slots);
+  const std::vector<int32_t> owners = AssignSlotsEvenly(num_slots, server_ids);
+  for (int32_t s = 0; s < num_slots; ++s) t.slots_[s].owner = owners[s];
+  return t;
+}
+
+Result<RoutingTable> RoutingTable::FromWire(const wire::RoutingTable& wire) {
+  RoutingTable t;
+  t.epoch_ = wire.epoch();
+  if (t.epoch_ == 0) {
+    if (wire.num_slots() != 0 || wire.slot_owner_size() != 0) {
+      return InvalidArgumentError("routing table of epoch 0 with slots");
+    }
+    return t;
+  }
+  if (wire.num_slots() < 1 || wire.num_slots() > kMaxSlots) {
+    return InvalidArgumentError("routing table with " +
+                                std::to_string(wire.num_slots()) + " slots");
+  }
+  if (wire.slot_owner_size() != wire.num_slots() ||
+      (wire.slot_state_size() != 0 &&
+       wire.slot_state_size() != wire.num_slots())) {
+    return InvalidArgumentError(
+        "routing table of " + std::to_string(wire.num_slots()) +
+        " slots lists " + std::to_string(wire.slot_owner_size()) +
+        " owners and " + std::to_string(wire.slot_state_size()) + " states");
+  }
+  t.slots_.resize(wire.num_slots());
+  for (int32_t s = 0; s < wire.num_slots(); ++s) {
+    t.slots_[s].owner = wire.slot_owner(s);
+    if (wire.slot_state_size() == 0) continue;
+    const int32_t state = wire.slot_state(s);
+    if (state < 0 || state > static_cast<int32_t>(SlotState::kArriving)) {
+      return InvalidArgumentError("slot " + std::to_string(s) +
+                                  " has unknown state " +
+                                  std::to_string(state));
+    }
+    t.slots_[s].state = static_cast<SlotState>(state);
+  }
+  t.servers_.assign(wire.servers().begin(), wire.servers().end());
+  SortById(&t.servers_);
+  return t;
+}
+
+void RoutingTable::ToWire(wire::RoutingTable* wire) const {
+  wire->Clear();
+  wire->set_epoch(epoch_);
+  wire->set_num_slots(num_slots());
+  wire->mutable_slot_owner()->Reserve(num_slots());
+  bool all_owned = true;
+  for (const Slot& slot : slots_) {
+    wire->add_slot_owner(slot.owner);
+    all_owned = all_owned && slot.state == SlotState::kOwned;
+  }
+  if (!all_owned) {
+    for (const Slot& slot : slots_) {
+      wire->add_slot_state(static_cast<int32_t>(slot.state));
+    }
+  }
+  for (const auto& server : servers_) *wire->add_servers() = server;
+}
+
+bool RoutingTable::OwnsAny(int32_t server) const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [server](const Slot& s) { return s.owner == server; });
+}
+
+std::map<int32_t, int32_t> RoutingTable::SlotsPerServer() const {
+  std::map<int32_t, int32_t> count;
+  for (const Slot& slot : slots_) ++count[slot.owner];
+  return count;
+}
+
+std::vector<int32_t> RoutingTable::SlotsOf(int32_t server) const {
+  std::vector<int32_t> out;
+  for (int32_t s = 0; s < num_slots(); ++s) {
+    if (slots_[s].owner == server) out.push_back(s);
+  }
+  return out;
+}
+
+std::set<int32_t> RoutingTable::Owners() const {
+  std::set<int32_t> owners;
+  for (const Slot& slot : slots_) owners.insert(slot.owner);
+  return owners;
+}
+
+const wire::ServerEndpoint* RoutingTable::endpoint(int32_t server) const {
+  for (const auto& e : servers_) {
+    if (e.id() == server) return &e;
+  }
+  return nullptr;
+}
+
+void RoutingTable::Move(int32_t s, int32_t server) {
+  slots_[s] = {server, SlotState::kOwned};
+  ++epoch_;
+}
+
+int32_t RoutingTable::Reassign(const std::set<int32_t>& live) {
+  if (live.empty()) return 0;
+  std::map<int32_t, int32_t> load;
+  for (int32_t id : live) load[id] = 0;
+  for (const Slot& slot : slots_) {
+    auto it = load.find(slot.owner);
+    if (it != load.end()) ++it->second;
+  }
+  int32_t moved = 0;
+  for (Slot& slot : slots_) {
+    if (live.count(slot.owner)) continue;
+    auto target = std::min_element(
+        load.begin(), load.end(),
+        [](const auto& a, const auto& b) { return a.second < b.second; });
+    slot = {target->first, SlotState::kOwned};
+    ++target->second;
+    ++moved;
+  }
+  ++epoch_;
+  return moved;
+}
+
+void RoutingTable::SetServers(std::vector<wire::ServerEndpoint> servers) {
+  SortById(&servers);
+  bool same = servers.size() == servers_.size();
+  for (size_t i = 0; same && i < servers.size(); ++i) {
+    same = google::protobuf::util::MessageDifferencer::Equals(servers[i],
+                                                              servers_[i]);
+  }
+  if (same) return;
+  servers_ = std::move(servers);
+  if (epoch_ > 0) ++epoch_;
+}
+
+void RoutingTable::AdvanceEpochPast(uint64_t epoch) {
+  if (epoch_ <= epoch) epoch_ = epoch + 1;
+}
+
+}  // namespace ductile

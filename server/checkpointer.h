@@ -1,0 +1,132 @@
+// A server's part of consistent-cut checkpoints (docs/fault_tolerance.md).
+//
+// A round: the coordinator's prepare makes the server hold every push
+// beyond the largest push timestamp it has let through (reported in the
+// ack); the commit names the cut C above every server's report. Pushes of
+// timestamp >= C are then held until the state at C is written, which
+// happens once the server clock reaches C (every live worker has sent
+// CLOCK C). A prepare with no commit within its timeout, and a cut the
+// workers do not reach in time, release the held pushes.
+//
+// It decides and writes; the server replays what it held (TakeHeld) and
+// tells it the server clock. Not thread-safe: owned by the request thread.
+#ifndef DUCTILE_SERVER_CHECKPOINTER_H_
+#define DUCTILE_SERVER_CHECKPOINTER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "env/env.h"
+#include "proto/ductile.pb.h"
+#include "server/checkpoint_store.h"
+#include "server/coordinator_link.h"
+#include "server/live_counters.h"
+#include "server/table_set.h"
+#include "transport/message.h"
+
+namespace ductile {
+
+class Checkpointer {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // "1 (at clock 4)": the live workers below a clock (for messages).
+  using Laggards = std::function<std::string(int64_t clock)>;
+
+  Checkpointer(Env* env, CoordinatorLink* link, LiveCounters* counters)
+      : env_(env), link_(link), counters_(counters) {}
+
+  // Opens <state_dir>/server-<id>; without a state_dir the server keeps no
+  // checkpoints (enabled() is false).
+  Status Open(const std::string& state_dir, int32_t server_id,
+              int keep_checkpoints);
+  bool enabled() const { return store_ != nullptr; }
+  const std::string& store_dir() const { return store_dir_; }
+  CheckpointStore* store() { return store_.get(); }
+  void set_server_id(int32_t id) { server_id_ = id; }
+  // Clocks between checkpoints the coordinator asks for (0: on demand or
+  // by time only).
+  void set_checkpoint_every(int64_t clocks) { checkpoint_every_ = clocks; }
+
+  // ---- Pushes.
+  // A worker's push of timestamp `clock` was let through.
+  void NotePush(int64_t clock) {
+    max_push_clock_ = std::max(max_push_clock_, clock);
+  }
+  // True when a worker's push of timestamp `clock` lies beyond a cut.
+  bool Holds(int64_t clock) const;
+  void Hold(InMessage message);
+  // The held pushes, in arrival order, taken out (to handle again: those
+  // still beyond a cut are held again).
+  std::vector<InMessage> TakeHeld();
+
+  // ---- Rounds. Each returns true when the held pushes should be handled
+  // again.
+  void Prepare(const wire::Header& prepare, uint64_t generation);
+  bool Commit(const wire::Header& commit, uint64_t generation);
+  bool Expire(const Laggards& laggards, uint64_t generation);
+  std::optional<TimePoint> NextDeadline() const;
+
+  // True once (the first time) the server clock passes the next
+  // checkpoint by clock: the server then heartbeats at once, so the
+  // coordinator starts the round without waiting for the next heartbeat.
+  bool DueByClock(int64_t server_clock);
+  // The next committed cut that can be written now (the server clock
+  // reached it, or no worker is live), taken out.
+  std::optional<int64_t> TakeDue(int64_t server_clock, bool workers_live);
+  // Writes the state at `clock` and reports it to the coordinator.
+  Status Write(int64_t clock, TableSet& tables, uint64_t epoch,
+               uint64_t generation);
+
+  // ---- Rollbacks.
+  int64_t last_checkpoint() const { return last_checkpoint_; }
+  // Keys the store holds but the server no longer owns (after a restore):
+  // deleted from the store at the next write.
+  std::vector<std::pair<TableId, Key>>& pending_deletes() {
+    return pending_deletes_;
+  }
+  // The state is now the one at `clock` (0: the start); rounds under way
+  // are abandoned.
+  void Reset(int64_t clock);
+
+ private:
+  void Report(int64_t clock, uint64_t generation, uint64_t round,
+              const Status& status);
+
+  Env* const env_;
+  CoordinatorLink* const link_;
+  LiveCounters* const counters_;
+  int32_t server_id_ = -1;
+  std::unique_ptr<CheckpointStore> store_;  // null without a state_dir
+  std::string store_dir_;
+  int64_t checkpoint_every_ = 0;
+
+  // Largest timestamp of a worker's push let through (applied or
+  // buffered): a checkpoint's clock must lie above it on every server.
+  int64_t max_push_clock_ = -1;
+  int64_t last_checkpoint_ = -1;  // clock of the last one written
+  // The newest checkpoint the coordinator knows complete: versions above
+  // it not being written belong to rounds that failed.
+  int64_t last_complete_checkpoint_ = -1;
+  int64_t due_reported_ = 0;  // the checkpoint by clock last reported due
+  // Between a prepare and its commit: pushes beyond this are held.
+  std::optional<int64_t> prepare_above_;
+  uint64_t prepare_id_ = 0;
+  TimePoint prepare_deadline_{};
+  // Committed cuts not yet written, each with the time by which the
+  // workers must reach it (past that it is dropped: under async a
+  // straggler could hold pushes past their senders' deadlines).
+  std::map<int64_t, TimePoint> pending_;
+  std::vector<InMessage> held_;  // arrival order
+  std::vector<std::pair<TableId, Key>> pending_deletes_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_CHECKPOINTER_H_

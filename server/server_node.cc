@@ -1,0 +1,651 @@
+#include "server/server_node.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+#include "proto/counters.h"
+#include "proto/table_config.h"
+#include "transport/endpoint.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Requests handled per Step() before the coordinator's messages and the
+// timers get their turn.
+constexpr int kRequestsPerStep = 256;
+
+std::string RandomIdentity(const char* role) {
+  std::random_device rd;
+  return std::string(role) + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(rd());
+}
+
+uint64_t SeqOf(const InMessage& message) {
+  wire::Header header;
+  if (message.size() < 2 || !ParseHeader(message.frame(1), &header).ok()) {
+    return 0;
+  }
+  return header.seq();
+}
+
+}  // namespace
+
+ServerNode::ServerNode(const ServerOptions& options, Env* env)
+    : options_(options),
+      env_(env),
+      admission_(options.max_message_bytes),
+      tables_(&options_.custom_rules, -1),
+      checkpointer_(env, this, &counters_),
+      restorer_(env) {}
+
+ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
+
+Status ServerNode::Start() {
+  transport_ = env_->NewTransport("server");
+  DUCTILE_ASSIGN_OR_RETURN(
+      router_,
+      transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes)));
+  const std::string port =
+      options_.port == 0 ? "*" : std::to_string(options_.port);
+  DUCTILE_ASSIGN_OR_RETURN(
+      tcp_address_, router_->Bind("tcp://" + options_.host + ":" + port));
+  if (options_.enable_ipc) {
+    DUCTILE_ASSIGN_OR_RETURN(ipc_address_, router_->Bind(MakeIpcAddress(
+                                               options_.ipc_dir, "server")));
+  }
+  DUCTILE_ASSIGN_OR_RETURN(coordinator_,
+                           transport_->NewDealer(RandomIdentity("server")));
+  DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
+  wire::Header reg;
+  reg.set_type(wire::REGISTER);
+  reg.set_role(wire::ROLE_SERVER);
+  reg.set_member_id(options_.requested_id);
+  reg.mutable_endpoint()->set_tcp_address(tcp_address_);
+  reg.mutable_endpoint()->set_ipc_address(ipc_address_);
+  reg.mutable_endpoint()->set_host_id(HostId());
+  reg.set_state_dir(options_.state_dir);
+  if (options_.requested_id >= 0) {
+    // The store is known before registering: fail before the coordinator
+    // counts this server in (and, if it restarted, rolls the job back).
+    id_ = options_.requested_id;
+    tables_.set_server_id(id_);
+    DUCTILE_RETURN_IF_ERROR(
+        checkpointer_.Open(options_.state_dir, id_, options_.keep_checkpoints));
+  }
+  reg.set_keep_checkpoints(options_.keep_checkpoints);
+  OutMessage out;
+  out.AddString(reg.SerializeAsString());
+  return coordinator_->Send(std::move(out));
+}
+
+void ServerNode::HandleRegistration(const wire::Header& reply) {
+  if (reply.status_code() != 0) {
+    failure_ = FailedPreconditionError("coordinator refused registration: " +
+                                       reply.status_message());
+    return;
+  }
+  if (checkpointer_.enabled() && reply.member_id() != id_) {
+    failure_ =
+        FailedPreconditionError("asked for server id " + std::to_string(id_) +
+                                ", got " + std::to_string(reply.member_id()));
+    return;
+  }
+  id_ = reply.member_id();
+  tables_.set_server_id(id_);
+  checkpointer_.set_server_id(id_);
+  generation_ = reply.generation();
+  checkpointer_.set_checkpoint_every(reply.checkpoint_every());
+  // At least three heartbeats per timeout: a server declared dead by
+  // mistake would roll the whole job back.
+  heartbeat_interval_ms_ = options_.heartbeat_interval_ms;
+  if (reply.timeout_ms() > 0) {
+    heartbeat_interval_ms_ = std::max<int64_t>(
+        10, std::min(heartbeat_interval_ms_, reply.timeout_ms() / 3));
+  }
+  if (!checkpointer_.enabled()) {
+    Status s =
+        checkpointer_.Open(options_.state_dir, id_, options_.keep_checkpoints);
+    if (!s.ok()) {
+      failure_ = s;
+      return;
+    }
+  }
+  for (const auto& config : reply.tables()) {
+    Status s = tables_.Create(config);
+    if (!s.ok()) {
+      failure_ = FailedPreconditionError("cannot host table '" + config.name() +
+                                         "': " + s.message());
+      return;
+    }
+    consistency_.AddTable(config.id(), FromWire(config.consistency()));
+  }
+  if (reply.has_routing()) InstallRouting(reply.routing());
+  registered_ = true;
+  next_heartbeat_ = env_->Now();
+  LOG(INFO) << "server " << id_ << " listening on " << tcp_address_
+            << (ipc_address_.empty() ? "" : " and " + ipc_address_);
+}
+
+ServerNode::TimePoint ServerNode::NextWakeup() const {
+  TimePoint wake = next_heartbeat_;
+  if (auto d = consistency_.NextDeadline()) wake = std::min(wake, *d);
+  if (auto d = checkpointer_.NextDeadline()) wake = std::min(wake, *d);
+  return wake;
+}
+
+void ServerNode::Step() {
+  if (!registered_) {
+    // Only the registration's answer counts until then; requests wait.
+    bool got = true;
+    while (got && failure_.ok() && !registered_ &&
+           coordinator_->Receive(&message_, &got).ok() && got) {
+      wire::Header reply;
+      if (message_.empty() || !ParseHeader(message_.frame(0), &reply).ok() ||
+          reply.type() != wire::CONTROL_REPLY) {
+        continue;
+      }
+      HandleRegistration(reply);
+    }
+    return;
+  }
+  if (env_->Now() >= next_heartbeat_) Heartbeat(0);
+  for (int i = 0; i < kRequestsPerStep; ++i) {
+    bool got = false;
+    if (!router_->Receive(&message_, &got).ok() || !got) break;
+    HandleRequest(message_);
+    // Large requests take a while each: heartbeats go out between them,
+    // or a busy server would be taken for a dead one.
+    if (env_->Now() >= next_heartbeat_) Heartbeat(0);
+  }
+  while (true) {
+    bool got = false;
+    if (!coordinator_->Receive(&message_, &got).ok() || !got) break;
+    HandleCoordinator(message_);
+  }
+  HandleTimers();
+}
+
+// ------------------------------------------------------------ coordinator
+
+void ServerNode::Send(const wire::Header& header) {
+  OutMessage out;
+  out.AddString(header.SerializeAsString());
+  coordinator_->Send(std::move(out)).IgnoreError();  // best effort
+}
+
+void ServerNode::Heartbeat(int64_t busy_ms) {
+  wire::Header hb;
+  hb.set_type(wire::HEARTBEAT);
+  hb.set_member_id(id_);
+  hb.set_generation(generation_);
+  if (busy_ms != 0) {
+    hb.set_busy(true);
+    hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
+  }
+  CountersToWire(counters_.Snapshot(), hb.mutable_counters());
+  Send(hb);  // a lost heartbeat is not an error
+  next_heartbeat_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
+}
+
+void ServerNode::HandleCoordinator(InMessage& message) {
+  wire::Header header;
+  if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+    LOG(WARNING) << "server " << id_ << ": unreadable message from coordinator";
+    return;
+  }
+  if (header.has_routing()) {
+    InstallRouting(header.routing());
+    wire::Header ack;
+    ack.set_type(wire::ROUTING_ACK);
+    ack.set_member_id(id_);
+    ack.set_epoch(routing_.epoch());
+    Send(ack);
+  }
+  switch (header.type()) {
+    case wire::TABLE_CREATE:
+      return CreateTable(header);
+    case wire::WORKERS_UPDATE:
+      return SetWorkers(header);
+    case wire::CONSISTENCY_PREPARE:
+      return PrepareChange(header);
+    case wire::CONSISTENCY_COMMIT:
+      return CommitChange(header);
+    case wire::CHECKPOINT_PREPARE:
+      return checkpointer_.Prepare(header, generation_);
+    case wire::CHECKPOINT_COMMIT:
+      if (checkpointer_.Commit(header, generation_)) ReplayCheckpointHeld();
+      return WriteDueCheckpoints();
+    case wire::RECOVER:
+      return Recover(header);
+    case wire::SHUTDOWN_NOTICE:
+      LOG(INFO) << "server " << id_ << ": cluster shutdown";
+      shut_down_ = true;
+      return;
+    case wire::CONTROL_REPLY:
+      if (header.status_code() != 0) {
+        LOG(WARNING) << "server " << id_
+                     << ": coordinator says: " << header.status_message();
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
+  if (wire.epoch() <= routing_.epoch()) return;
+  Result<RoutingTable> routing = RoutingTable::FromWire(wire);
+  if (!routing.ok()) {
+    LOG(WARNING) << "server " << id_ << ": ignoring a malformed routing table: "
+                 << routing.status();
+    return;
+  }
+  routing_ = std::move(*routing);
+  VLOG(1) << "server " << id_ << " routing epoch " << routing_.epoch();
+}
+
+void ServerNode::CreateTable(const wire::Header& header) {
+  Status s = tables_.Create(header.table());
+  if (s.ok()) {
+    consistency_.AddTable(header.table().id(),
+                          FromWire(header.table().consistency()));
+  }
+  wire::Header ack;
+  ack.set_type(wire::TABLE_CREATE_ACK);
+  ack.set_seq(header.seq());
+  ack.set_member_id(id_);
+  StatusToWire(s, &ack);
+  Send(ack);
+}
+
+void ServerNode::SetWorkers(const wire::Header& header) {
+  const std::set<int32_t> live(header.worker_ids().begin(),
+                               header.worker_ids().end());
+  const bool moved = consistency_.SetWorkers(live);
+  VLOG(1) << "server " << id_ << ": " << live.size()
+          << " live workers, server clock " << consistency_.server_clock();
+  if (moved) {
+    OnServerClock();
+  } else {
+    WriteDueCheckpoints();  // e.g. the last worker the cut waited for died
+  }
+}
+
+void ServerNode::PrepareChange(const wire::Header& header) {
+  wire::Header ack;
+  ack.set_type(wire::CONSISTENCY_ACK);
+  ack.set_member_id(id_);
+  ack.set_change_id(header.change_id());
+  Result<int64_t> clock = consistency_.Prepare(header.table_id());
+  if (clock.ok()) {
+    ack.set_clock(*clock);
+  } else {
+    StatusToWire(
+        NotFoundError("server " + std::to_string(id_) + " has no table " +
+                      std::to_string(header.table_id())),
+        &ack);
+  }
+  Send(ack);
+}
+
+void ServerNode::CommitChange(const wire::Header& header) {
+  const TableId table = header.table_id();
+  if (!consistency_.HasTable(table)) return;
+  Consistency c = FromWire(header.consistency());
+  if (!ValidateConsistency(c).ok()) c = consistency_.latest(table);
+  LOG(INFO) << "server " << id_ << ": table " << table << " is " << ToString(c)
+            << " from clock " << header.clock();
+  for (InMessage& m : consistency_.Commit(table, header.clock(), c)) {
+    HandleRequest(m, /*replay=*/true);
+  }
+  OnServerClock();
+}
+
+// --------------------------------------------------------------- requests
+
+void ServerNode::HandleRequest(InMessage& message, bool replay) {
+  if (!replay) {
+    counters_.Add(&ServerCounters::requests);
+    counters_.Add(&ServerCounters::bytes_in, message.bytes());
+  }
+  if (message.empty()) {
+    counters_.Add(&ServerCounters::errors);  // nobody to answer
+    return;
+  }
+  const ByteSpan identity = message.frame(0);
+  RequestAdmission::Request request;
+  uint64_t seq = 0;
+  Status s = admission_.Check(message, routing_, generation_, id_, tables_,
+                              &request, &seq);
+  if (admission_.TakeNewerEpoch() != 0) {
+    wire::Header get;
+    get.set_type(wire::GET_ROUTING);
+    get.set_member_id(id_);
+    Send(get);
+  }
+  if (!s.ok()) return ReplyError(identity, seq, s);
+  if (request.is_clock) return HandleClock(request.header);
+
+  const TableId table = request.table->id();
+  const int64_t clock = request.header.clock();
+  if (request.is_worker) {
+    consistency_.NoteClock(clock);
+    if (request.has_values()) {
+      if (checkpointer_.Holds(clock)) {
+        // The checkpoint's cut: this push comes after it.
+        return checkpointer_.Hold(std::move(message));
+      }
+      checkpointer_.NotePush(clock);
+    }
+    // A consistency change is being agreed: requests beyond the clocks
+    // seen so far wait until the change tells which model governs them.
+    if (consistency_.HoldsForChange(table, clock)) {
+      return consistency_.HoldForChange(table, std::move(message));
+    }
+  }
+
+  bool duplicate = false;
+  Result<RequestAdmission::Route> route =
+      admission_.Decide(request, routing_, id_, &duplicate);
+  if (duplicate) counters_.Add(&ServerCounters::duplicates);
+  if (!route.ok()) return ReplyError(identity, seq, route.status());
+  if (*route == RequestAdmission::Route::kMoved) {
+    return ReplyMoved(identity, seq, duplicate);
+  }
+  wire::Header reply;
+  reply.set_type(wire::DATA_REPLY);
+  reply.set_seq(seq);
+  reply.set_duplicate(duplicate);
+  if (*route == RequestAdmission::Route::kDuplicate) {
+    return Reply(identity, reply, nullptr);
+  }
+  if (request.has_values() && !duplicate) {
+    s = ApplyValues(request);
+    if (!s.ok()) return ReplyError(identity, seq, s);
+    admission_.MarkApplied(request);
+    counters_.Add(&ServerCounters::pushes);
+  }
+  if (!request.has_pull()) return Reply(identity, reply, nullptr);
+
+  // The staleness gate: park the pull until the server clock allows it.
+  const int64_t required = request.is_worker
+                               ? consistency_.RequiredServerClock(table, clock)
+                               : ConsistencySchedule::kNoWait;
+  if (required > consistency_.server_clock()) {
+    const TimePoint now = env_->Now();
+    const int64_t timeout_ms =
+        request.header.timeout_ms() > 0 ? request.header.timeout_ms() : 60000;
+    // Answer a little before the client gives up, so the answer can say
+    // whom the pull waited for.
+    const auto wait = milliseconds(std::max<int64_t>(
+        1, timeout_ms - std::min<int64_t>(timeout_ms / 10, 1000)));
+    // A parked push-pull has applied its push already: released, it is
+    // only served (ServePull reads keys and lengths, never values).
+    consistency_.Park({std::move(message), table, required, clock, duplicate,
+                       now, now + wait});
+    counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
+    return;
+  }
+  ServePull(message, request, 0, duplicate);
+}
+
+Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
+  ParameterTable& table = *request.table;
+  DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
+  const int64_t clock = request.header.clock();
+  // BSP: a worker's push of clock t becomes visible once every worker has
+  // finished clock t (a late one, below the server clock, applies now).
+  if (request.is_worker && consistency_.Buffers(table.id(), clock)) {
+    DUCTILE_RETURN_IF_ERROR(
+        consistency_.CheckBuffered(table.id(), clock, request.data));
+    consistency_.Buffer(table.id(), clock, request.data,
+                        table.options().rule == UpdateRule::kAssign);
+    return Status::Ok();
+  }
+  table.ApplyPush(request.data);
+  SetKeysStored();
+  return Status::Ok();
+}
+
+void ServerNode::ServePull(const InMessage& message,
+                           const RequestAdmission::Request& request,
+                           uint64_t blocked_us, bool duplicate) {
+  const ByteSpan identity = message.frame(0);
+  ParameterTable& table = *request.table;
+  Status s = table.CheckPull(request.data);
+  if (!s.ok()) return ReplyError(identity, request.header.seq(), s);
+  std::vector<float> values;
+  table.Pull(request.data, &values);
+  SetKeysStored();
+  counters_.Add(&ServerCounters::pulls);
+  wire::Header reply;
+  reply.set_type(wire::DATA_REPLY);
+  reply.set_seq(request.header.seq());
+  reply.set_num_keys(request.data.keys().size());
+  reply.set_values_frames(1);
+  reply.set_data_clock(consistency_.server_clock());
+  reply.set_blocked_us(blocked_us);
+  reply.set_duplicate(duplicate);
+  // Clients' caches decide freshness with the bound: keep theirs current.
+  *reply.mutable_consistency() = ToWire(consistency_.latest(table.id()));
+  Reply(identity, reply, &values);
+}
+
+void ServerNode::HandleClock(const wire::Header& header) {
+  if (!header.has_worker_id() || header.worker_id() < 0) return;
+  if (header.generation() != generation_) return;  // another timeline
+  if (consistency_.Advance(header.worker_id(), header.clock())) {
+    OnServerClock();
+  }
+}
+
+void ServerNode::OnServerClock() {
+  const int64_t server_clock = consistency_.server_clock();
+  counters_.Set(&ServerCounters::min_clock, server_clock);
+  // Tell the coordinator at once when a checkpoint by clock is due, rather
+  // than at the next heartbeat.
+  if (checkpointer_.DueByClock(server_clock)) Heartbeat(0);
+  // Apply every BSP clock that every worker has finished.
+  for (auto& combined : consistency_.TakeCombined()) {
+    ParameterTable* table = tables_.Find(combined.table);
+    if (table == nullptr) continue;
+    const bool mean = table->options().rule != UpdateRule::kAssign &&
+                      combined.combine == BspCombine::kMean;
+    for (auto& [key, c] : combined.keys) {
+      if (mean && c.pushes > 1) {
+        const float scale = 1.0f / static_cast<float>(c.pushes);
+        for (float& x : c.values) x *= scale;
+      }
+      table->ApplyOne(key, c.values);
+    }
+    SetKeysStored();
+  }
+  WriteDueCheckpoints();
+  // Release the pulls the new server clock allows, in arrival order.
+  std::vector<ConsistencyController::ParkedPull> ready =
+      consistency_.TakeReleasable();
+  if (ready.empty()) return;
+  counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
+  const TimePoint now = env_->Now();
+  for (ConsistencyController::ParkedPull& p : ready) {
+    RequestAdmission::Request request;
+    uint64_t seq = 0;
+    Status s = admission_.Check(p.message, routing_, generation_, id_, tables_,
+                                &request, &seq);
+    if (!s.ok()) {
+      ReplyError(p.message.frame(0), seq, s);
+      continue;
+    }
+    const uint64_t blocked_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - p.parked_at)
+            .count();
+    ServePull(p.message, request, blocked_us, p.duplicate);
+  }
+}
+
+// ------------------------------------------------------------ checkpoints
+
+void ServerNode::WriteDueCheckpoints() {
+  while (std::optional<int64_t> clock =
+             checkpointer_.TakeDue(consistency_.server_clock(),
+                                   !consistency_.live_workers().empty())) {
+    checkpointer_.Write(*clock, tables_, routing_.epoch(), generation_)
+        .IgnoreError();  // reported to the coordinator
+    ReplayCheckpointHeld();
+  }
+}
+
+void ServerNode::ReplayCheckpointHeld() {
+  // In arrival order; those still beyond a cut are held again, in order.
+  for (InMessage& m : checkpointer_.TakeHeld()) {
+    HandleRequest(m, /*replay=*/true);
+  }
+}
+
+void ServerNode::HandleTimers() {
+  std::vector<ConsistencyController::ParkedPull> expired =
+      consistency_.TakeExpired(env_->Now());
+  if (!expired.empty()) {
+    for (ConsistencyController::ParkedPull& p : expired) {
+      ReplyError(
+          p.message.frame(0), SeqOf(p.message),
+          DeadlineExceededError(
+              "pull at clock " + std::to_string(p.clock) +
+              " needs server clock " + std::to_string(p.required) +
+              ", which is " + std::to_string(consistency_.server_clock()) +
+              "; waiting for workers " + consistency_.Laggards(p.required)));
+    }
+    counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
+  }
+  const auto laggards = [this](int64_t clock) {
+    return consistency_.Laggards(clock);
+  };
+  if (checkpointer_.Expire(laggards, generation_)) ReplayCheckpointHeld();
+}
+
+// --------------------------------------------------------------- recovery
+
+void ServerNode::FailWaiting(std::vector<InMessage> waiting,
+                             const Status& status) {
+  for (InMessage& m : waiting) ReplyError(m.frame(0), SeqOf(m), status);
+}
+
+void ServerNode::Recover(const wire::Header& header) {
+  if (header.generation() < generation_) return;  // an older rollback's
+  wire::Header ack;
+  ack.set_type(wire::RECOVER_ACK);
+  ack.set_member_id(id_);
+  ack.set_generation(header.generation());
+  ack.set_clock(header.clock());
+  if (restored_generation_ == header.generation()) {
+    // Sent again (the coordinator restarted, or missed the ack): restored
+    // already, and requests of this generation may have been applied since.
+    return Send(ack);
+  }
+  Heartbeat(/*busy_ms=*/-1);  // no heartbeat goes out while restoring
+  const TimePoint start = env_->Now();
+  const int64_t clock = header.clock();
+  // Everything waiting belongs to the abandoned timeline.
+  const Status aborted =
+      AbortedError("the job is rolling back to the checkpoint at clock " +
+                   std::to_string(clock));
+  FailWaiting(consistency_.TakeAllWaiting(), aborted);
+  FailWaiting(checkpointer_.TakeHeld(), aborted);
+  counters_.Set(&ServerCounters::parked_pulls, 0);
+  generation_ = header.generation();
+  admission_.Reset();
+  Status s;
+  for (const auto& config : header.tables()) {
+    // A table this server has keeps its own options: they differ from the
+    // coordinator's after a consistency change (kept in the schedule).
+    if (tables_.Has(config.id())) continue;
+    s = tables_.Create(config);
+    if (!s.ok()) break;
+    consistency_.AddTable(config.id(), FromWire(config.consistency()));
+  }
+  Result<uint64_t> restored = 0;
+  if (s.ok()) {
+    restored = restorer_.Restore(header, routing_, id_, tables_, checkpointer_);
+    s = restored.status();
+  }
+  if (s.ok()) {
+    // Every live worker resumes at the checkpoint's clock.
+    consistency_.Reset(std::set<int32_t>(header.worker_ids().begin(),
+                                         header.worker_ids().end()),
+                       clock);
+    counters_.Set(&ServerCounters::min_clock, consistency_.server_clock());
+    restored_generation_ = header.generation();
+  }
+  SetKeysStored();
+  Heartbeat(0);  // done: silence means death again
+  const double ms =
+      std::chrono::duration<double, std::milli>(env_->Now() - start).count();
+  if (s.ok()) {
+    LOG(INFO) << "server " << id_ << ": rolled back to clock " << clock
+              << " (generation " << generation_ << ", " << *restored
+              << " keys) in " << ms << " ms";
+  } else {
+    LOG(ERROR) << "server " << id_
+               << ": cannot restore the checkpoint at clock " << clock << ": "
+               << s;
+  }
+  StatusToWire(s, &ack);
+  Send(ack);
+}
+
+// ---------------------------------------------------------------- replies
+
+void ServerNode::Reply(ByteSpan identity, const wire::Header& header,
+                       std::vector<float>* values) {
+  OutMessage out;
+  out.AddCopy(identity);
+  wire::Header h = header;
+  // Replies carry this server's routing epoch: a client behind it takes
+  // the newer table.
+  h.set_epoch(routing_.epoch());
+  out.AddString(h.SerializeAsString());
+  if (values != nullptr) out.AddOwned(std::move(*values));
+  counters_.Add(&ServerCounters::bytes_out, out.bytes());
+  Status s = router_->Send(std::move(out));
+  if (!s.ok()) VLOG(1) << "reply dropped: " << s;
+}
+
+void ServerNode::ReplyError(ByteSpan identity, uint64_t seq, const Status& s) {
+  counters_.Add(&ServerCounters::errors);
+  VLOG(1) << "server " << id_ << " refused request " << seq << ": " << s;
+  wire::Header h;
+  h.set_type(wire::DATA_REPLY);
+  h.set_seq(seq);
+  StatusToWire(s, &h);
+  Reply(identity, h, nullptr);
+}
+
+void ServerNode::ReplyMoved(ByteSpan identity, uint64_t seq, bool duplicate) {
+  counters_.Add(&ServerCounters::redirects);
+  wire::Header h;
+  h.set_type(wire::DATA_REPLY);
+  h.set_seq(seq);
+  h.set_moved(true);
+  h.set_duplicate(duplicate);
+  StatusToWire(
+      UnavailableError("routing changed: server " + std::to_string(id_) +
+                       " does not own every key's slot"),
+      &h);
+  routing_.ToWire(h.mutable_routing());
+  Reply(identity, h, nullptr);
+}
+
+bool ServerNode::GetForTesting(TableId table, Key key,
+                               std::vector<float>* value) {
+  ParameterTable* t = tables_.Find(table);
+  return t != nullptr && t->Get(key, value);
+}
+
+}  // namespace ductile

@@ -1,0 +1,155 @@
+// Everything a parameter server decides, with no thread of its own: the
+// request loop's body and its components.
+//
+// Step() reads whatever the server's two sockets hold (requests on its
+// router, messages from the coordinator on its dealer), dispatches each to
+// a component, and handles the timers that are due (heartbeats, deadlines
+// of parked pulls and checkpoint rounds). The components, each testable
+// without sockets:
+//   RequestAdmission       checks a request and keeps exactly-once;
+//   TableSet               the tables, applied to and read;
+//   ConsistencyController  clocks, the staleness gate, BSP, model changes;
+//   Checkpointer           consistent-cut checkpoints;
+//   Restorer               rollbacks to a checkpoint.
+// ServerImpl runs Step() on its request thread; the simulation runs it on
+// its one thread, with a simulated Env.
+//
+// Not thread-safe, except counters() and id(): one thread steps a node.
+#ifndef DUCTILE_SERVER_SERVER_NODE_H_
+#define DUCTILE_SERVER_SERVER_NODE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "consistency/consistency_controller.h"
+#include "ductile/server.h"
+#include "env/env.h"
+#include "proto/ductile.pb.h"
+#include "routing/routing_table.h"
+#include "server/checkpointer.h"
+#include "server/coordinator_link.h"
+#include "server/live_counters.h"
+#include "server/request_admission.h"
+#include "server/restorer.h"
+#include "server/table_set.h"
+#include "transport/message.h"
+#include "transport/socket.h"
+
+namespace ductile {
+
+class ServerNode final : private CoordinatorLink {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // `env` must outlive the node.
+  ServerNode(const ServerOptions& options, Env* env);
+  ~ServerNode() override;
+  ServerNode(const ServerNode&) = delete;
+  ServerNode& operator=(const ServerNode&) = delete;
+
+  // Binds, connects to the coordinator and asks to register; Step() takes
+  // the answer.
+  Status Start();
+  // Handles what the sockets hold, then the timers due.
+  void Step();
+
+  // Registered: serving. A refused registration leaves failed() set.
+  bool registered() const { return registered_; }
+  const Status& failure() const { return failure_; }
+  // The coordinator shut the cluster down.
+  bool shut_down() const { return shut_down_; }
+  // When Step() has timers to handle next (the next heartbeat at the
+  // latest).
+  TimePoint NextWakeup() const;
+  // The sockets Step() reads, to wait on.
+  std::vector<Socket*> sockets() const {
+    return {router_.get(), coordinator_.get()};
+  }
+  Transport* transport() const { return transport_.get(); }
+
+  int32_t id() const { return id_.load(); }
+  const std::string& address() const { return tcp_address_; }
+  // Any thread.
+  ServerCounters counters() const { return counters_.Snapshot(); }
+  // For tests only: a copy of one key's value (call only while the node is
+  // not stepping).
+  bool GetForTesting(TableId table, Key key, std::vector<float>* value);
+
+ private:
+  // CoordinatorLink.
+  void Send(const wire::Header& header) override;
+  void Heartbeat(int64_t busy_ms) override;
+
+  void HandleRegistration(const wire::Header& reply);
+  // `replay`: a held request handled again (already counted).
+  void HandleRequest(InMessage& message, bool replay = false);
+  void HandleClock(const wire::Header& header);
+  // A request's values, applied or buffered.
+  Status ApplyValues(const RequestAdmission::Request& request);
+  void ServePull(const InMessage& message,
+                 const RequestAdmission::Request& request, uint64_t blocked_us,
+                 bool duplicate);
+  void HandleCoordinator(InMessage& message);
+  void InstallRouting(const wire::RoutingTable& routing);
+  void CreateTable(const wire::Header& header);
+  void SetWorkers(const wire::Header& header);
+  void PrepareChange(const wire::Header& header);
+  void CommitChange(const wire::Header& header);
+  void Recover(const wire::Header& header);
+
+  // After the server clock may have moved: apply the finished BSP clocks,
+  // write the checkpoints due, release the pulls the clock allows.
+  void OnServerClock();
+  void WriteDueCheckpoints();
+  void ReplayCheckpointHeld();
+  void HandleTimers();
+  void FailWaiting(std::vector<InMessage> waiting, const Status& status);
+
+  void Reply(ByteSpan identity, const wire::Header& header,
+             std::vector<float>* values);
+  void ReplyError(ByteSpan identity, uint64_t seq, const Status& s);
+  void ReplyMoved(ByteSpan identity, uint64_t seq, bool duplicate);
+  void SetKeysStored() {
+    counters_.Set(&ServerCounters::keys_stored, tables_.keys());
+  }
+
+  // Constant after construction.
+  const ServerOptions options_;
+  Env* const env_;
+
+  // Set by Start(), then constant.
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Socket> router_;
+  std::unique_ptr<Socket> coordinator_;
+  std::string tcp_address_;
+  std::string ipc_address_;
+  std::atomic<int32_t> id_{-1};
+
+  // Owned by the stepping thread.
+  bool registered_ = false;
+  bool shut_down_ = false;
+  Status failure_;
+  RoutingTable routing_;
+  uint64_t generation_ = 0;
+  int64_t heartbeat_interval_ms_ = 500;
+  TimePoint next_heartbeat_{};
+  // A rollback's generation once restored: a RECOVER sent again for it is
+  // only acknowledged.
+  std::optional<uint64_t> restored_generation_;
+  InMessage message_;  // reused by Step()
+  LiveCounters counters_;
+  RequestAdmission admission_;
+  TableSet tables_;
+  ConsistencyController consistency_;
+  Checkpointer checkpointer_;
+  Restorer restorer_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_SERVER_NODE_H_

@@ -1,0 +1,51 @@
+#include "server/table_set.h"
+
+#include "proto/table_config.h"
+
+namespace ductile {
+
+Status TableSet::Create(const wire::TableConfig& config) {
+  auto it = tables_.find(config.id());
+  if (it != tables_.end()) {
+    if (SameTable(ToWire(it->second->options(), config.id()), config)) {
+      return Status::Ok();
+    }
+    return AlreadyExistsError("table id " + std::to_string(config.id()) +
+                              " exists with other options");
+  }
+  TableOptions options = FromWire(config);
+  DUCTILE_RETURN_IF_ERROR(ValidateTableOptions(options));
+  const CustomRule* custom = nullptr;
+  if (options.rule == UpdateRule::kCustom) {
+    auto rule = custom_rules_->find(options.custom_rule);
+    if (rule == custom_rules_->end() || !rule->second.apply) {
+      return FailedPreconditionError("custom rule '" + options.custom_rule +
+                                     "' is not registered on server " +
+                                     std::to_string(server_id_));
+    }
+    if (rule->second.state_floats_per_value > 4) {
+      return InvalidArgumentError("custom rule state_floats_per_value > 4");
+    }
+    custom = &rule->second;
+  }
+  tables_[config.id()] =
+      std::make_unique<ParameterTable>(config.id(), options, custom);
+  return Status::Ok();
+}
+
+ParameterTable* TableSet::Find(TableId id) {
+  auto it = tables_.find(id);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+uint64_t TableSet::keys() const {
+  uint64_t n = 0;
+  for (const auto& [id, table] : tables_) n += table->size();
+  return n;
+}
+
+void TableSet::ClearKeys() {
+  for (auto& [id, table] : tables_) table->Clear();
+}
+
+}  // namespace ductile

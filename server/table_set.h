@@ -1,0 +1,58 @@
+// The tables one server holds, by id: created with the server's custom
+// rules, applied to by pushes, read by pulls, written by checkpoints and
+// refilled by restores.
+//
+// Not thread-safe: owned by a server's request thread.
+#ifndef DUCTILE_SERVER_TABLE_SET_H_
+#define DUCTILE_SERVER_TABLE_SET_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ductile/status.h"
+#include "ductile/table.h"
+#include "proto/ductile.pb.h"
+#include "server/parameter_table.h"
+
+namespace ductile {
+
+class TableSet {
+ public:
+  // `custom_rules` (the server's, ServerOptions::custom_rules) must outlive
+  // the set; `server_id` names the server in messages.
+  TableSet(const std::map<std::string, CustomRule>* custom_rules,
+           int32_t server_id)
+      : custom_rules_(custom_rules), server_id_(server_id) {}
+
+  void set_server_id(int32_t id) { server_id_ = id; }
+
+  // Creates the table of `config`; OK if an equal one exists.
+  // kAlreadyExists if one with the id differs; kFailedPrecondition if it
+  // names a custom rule this server lacks; kInvalidArgument if invalid.
+  Status Create(const wire::TableConfig& config);
+  // Null if there is no such table.
+  ParameterTable* Find(TableId id);
+  bool Has(TableId id) const { return tables_.count(id) > 0; }
+
+  // Keys held, over every table.
+  uint64_t keys() const;
+  // Removes every key of every table (the tables stay).
+  void ClearKeys();
+
+  // Calls f(id, table) for every table, ascending by id.
+  template <typename F>
+  void ForEach(F&& f) {
+    for (auto& [id, table] : tables_) f(id, *table);
+  }
+
+ private:
+  const std::map<std::string, CustomRule>* custom_rules_;
+  int32_t server_id_;
+  std::map<TableId, std::unique_ptr<ParameterTable>> tables_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_TABLE_SET_H_

@@ -1,0 +1,63 @@
+// Sockets and the transport that makes them, as interfaces: ZeroMQ in a
+// process (ZmqTransport), a simulated network in tests (sim/).
+//
+// Two kinds of socket, with ZeroMQ's semantics:
+//   router  binds; every received message starts with a frame naming its
+//           sender, and a message sent starts with the frame naming its
+//           destination (unknown destinations are dropped silently).
+//   dealer  connects to one router; messages carry no such frame.
+// Messages between one dealer and its router arrive whole, once, and in
+// the order sent, as long as both ends live.
+//
+// Not thread-safe: a socket belongs to one thread.
+#ifndef DUCTILE_TRANSPORT_SOCKET_H_
+#define DUCTILE_TRANSPORT_SOCKET_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ductile/status.h"
+#include "transport/message.h"
+
+namespace ductile {
+
+class Socket {
+ public:
+  virtual ~Socket() = default;
+
+  // Binds and returns the bound endpoint (with the real port for tcp "*").
+  virtual Result<std::string> Bind(const std::string& address) = 0;
+  virtual Status Connect(const std::string& address) = 0;
+  // Queues every frame; kUnavailable if the socket cannot take it now.
+  virtual Status Send(OutMessage&& message) = 0;
+  // Receives one whole message without blocking; *got = false when none is
+  // waiting.
+  virtual Status Receive(InMessage* message, bool* got) = 0;
+};
+
+class Transport {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  virtual ~Transport() = default;
+
+  // A router taking requests of up to about `max_message_bytes` (0: any
+  // size); far larger ones may be dropped and their connection reset.
+  virtual Result<std::unique_ptr<Socket>> NewRouter(
+      int64_t max_message_bytes) = 0;
+  // A dealer; `identity` names it to routers ("" = chosen by the
+  // transport).
+  virtual Result<std::unique_ptr<Socket>> NewDealer(
+      const std::string& identity) = 0;
+  // Blocks until one of `sockets` has a message, the file descriptor
+  // `wakeup_fd` (-1: none) is readable, or `deadline` passes.
+  virtual Status Wait(std::span<Socket* const> sockets, int wakeup_fd,
+                      TimePoint deadline) = 0;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_TRANSPORT_SOCKET_H_

@@ -1,0 +1,153 @@
+#include "elastic/cluster_state.h"
+
+#include "glog/logging.h"
+
+namespace ductile {
+
+Status ClusterState::Open() {
+  if (options_.state_dir.empty()) return Status::Ok();
+  DUCTILE_ASSIGN_OR_RETURN(store_,
+                           env_->OpenCoordinatorStore(options_.state_dir));
+  Result<std::optional<wire::CoordinatorState>> loaded = store_->Load();
+  DUCTILE_RETURN_IF_ERROR(loaded.status());
+  if (!loaded->has_value()) return Status::Ok();
+  const wire::CoordinatorState& state = **loaded;
+  if (state.routing().num_slots() != 0 &&
+      state.routing().num_slots() != options_.num_slots) {
+    return FailedPreconditionError(
+        "the state in " + options_.state_dir + " is of a cluster with " +
+        std::to_string(state.routing().num_slots()) + " slots, not " +
+        std::to_string(options_.num_slots));
+  }
+  Result<RoutingTable> r = RoutingTable::FromWire(state.routing());
+  if (!r.ok()) {
+    return FailedPreconditionError(
+        "the state in " + options_.state_dir +
+        " holds a bad routing table: " + r.status().message());
+  }
+  routing = std::move(*r);
+  generation = state.generation();
+  for (const auto& t : state.tables()) tables[t.name()] = t;
+  next_table_id = std::max<uint32_t>(state.next_table_id(), 1);
+  next_worker_id = state.next_worker_id();
+  barrier_round = state.barrier_round();
+  const Member::TimePoint now = env_->Now();
+  for (const auto& pm : state.members()) {
+    Member m;
+    m.id = pm.id();
+    m.role = pm.role();
+    m.endpoint = pm.endpoint();
+    m.state_dir = pm.state_dir();
+    m.finished = pm.finished();
+    m.dead = pm.dead();
+    m.keep_checkpoints = pm.keep_checkpoints();
+    // Not declared dead: alive until the heartbeat timeout says otherwise.
+    // Each member's first message after the restart tells where it is (its
+    // identity) again.
+    m.last_seen = now;
+    (m.role == wire::ROLE_SERVER ? servers : workers)[m.id] = m;
+  }
+  catalog.assign(state.catalog().begin(), state.catalog().end());
+  recovering = state.recovering();
+  resume_clock = state.resume_clock();
+  resumed_ = true;
+  saved_ = ToWire().SerializeAsString();
+  return Status::Ok();
+}
+
+wire::CoordinatorState ClusterState::ToWire() const {
+  wire::CoordinatorState state;
+  state.set_generation(generation);
+  routing.ToWire(state.mutable_routing());
+  for (const auto& [name, t] : tables) *state.add_tables() = t;
+  state.set_next_table_id(next_table_id);
+  state.set_next_worker_id(next_worker_id);
+  for (const auto* group : {&servers, &workers}) {
+    for (const auto& [id, m] : *group) {
+      auto* pm = state.add_members();
+      pm->set_id(id);
+      pm->set_role(m.role);
+      *pm->mutable_endpoint() = m.endpoint;
+      pm->set_state_dir(m.state_dir);
+      pm->set_finished(m.finished);
+      pm->set_dead(m.dead);
+      pm->set_keep_checkpoints(m.keep_checkpoints);
+    }
+  }
+  for (const auto& e : catalog) *state.add_catalog() = e;
+  state.set_num_workers(options_.num_workers);
+  state.set_recovering(recovering);
+  state.set_resume_clock(resume_clock);
+  state.set_barrier_round(barrier_round);
+  return state;
+}
+
+void ClusterState::PersistIfChanged() {
+  if (!store_) return;
+  const wire::CoordinatorState state = ToWire();
+  std::string bytes;
+  state.SerializeToString(&bytes);
+  if (bytes == saved_) return;
+  Status s = store_->Save(state);
+  if (!s.ok()) {
+    LOG(ERROR) << "coordinator: " << s;
+    return;
+  }
+  saved_ = std::move(bytes);
+}
+
+Member* ClusterState::FindByIdentity(const std::string& identity) {
+  for (auto* group : {&servers, &workers}) {
+    for (auto& [id, m] : *group) {
+      if (m.identity == identity) return &m;
+    }
+  }
+  return nullptr;
+}
+
+const wire::TableConfig* ClusterState::TableById(TableId id) const {
+  for (const auto& [name, t] : tables) {
+    if (t.id() == id) return &t;
+  }
+  return nullptr;
+}
+
+std::set<int32_t> ClusterState::LiveWorkers() const {
+  std::set<int32_t> live;
+  for (const auto& [id, m] : workers) {
+    if (m.live_worker()) live.insert(id);
+  }
+  return live;
+}
+
+std::set<int32_t> ClusterState::LiveServers() const {
+  std::set<int32_t> live;
+  for (const auto& [id, m] : servers) {
+    if (!m.dead) live.insert(id);
+  }
+  return live;
+}
+
+std::set<int32_t> ClusterState::ServersWithSlots() const {
+  std::set<int32_t> owners;
+  for (int32_t id : routing.Owners()) {
+    auto m = servers.find(id);
+    if (m != servers.end() && !m->second.dead) owners.insert(id);
+  }
+  return owners;
+}
+
+int32_t ClusterState::WorkersNotYetRegistered() const {
+  return std::max<int32_t>(
+      0, options_.num_workers - static_cast<int32_t>(workers.size()));
+}
+
+std::vector<wire::ServerEndpoint> ClusterState::LiveEndpoints() const {
+  std::vector<wire::ServerEndpoint> out;
+  for (const auto& [id, m] : servers) {
+    if (!m.dead) out.push_back(m.endpoint);
+  }
+  return out;
+}
+
+}  // namespace ductile

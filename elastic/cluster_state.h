@@ -1,0 +1,120 @@
+// The coordinator's view of the cluster: members, routing, tables, the
+// generation, the checkpoint catalog and the barrier round.
+//
+// It persists itself: PersistIfChanged() writes the durable part to the
+// coordinator's store whenever it differs from what was last written, so
+// no change can be left unsaved by a forgotten call. The coordinator calls
+// it after every message and timer it handles, before sending anything
+// (a message is never heard of before the state that caused it is
+// durable). Members' liveness details (their socket identity, last
+// heartbeat, counters) live only in memory.
+//
+// Not thread-safe: owned by the coordinator's loop.
+#ifndef DUCTILE_ELASTIC_CLUSTER_STATE_H_
+#define DUCTILE_ELASTIC_CLUSTER_STATE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ductile/coordinator.h"
+#include "ductile/status.h"
+#include "elastic/coordinator_store.h"
+#include "env/env.h"
+#include "proto/ductile.pb.h"
+#include "routing/routing_table.h"
+
+namespace ductile {
+
+struct Member {
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  int32_t id = -1;
+  wire::Role role = wire::ROLE_UNKNOWN;
+  // Durable.
+  wire::ServerEndpoint endpoint;
+  std::string state_dir;         // servers: their checkpoint store
+  int32_t keep_checkpoints = 0;  // servers: versions their store keeps
+  bool finished = false;         // workers: called Finish()
+  bool dead = false;             // silent past the heartbeat timeout
+  // In memory only.
+  std::string identity;  // the socket identity it last spoke from
+  TimePoint last_seen{};
+  // Servers: writing or restoring a checkpoint (announced by a heartbeat),
+  // so silent; not declared dead before this.
+  TimePoint busy_until{};
+  wire::Counters counters;
+  wire::WorkerMetrics metrics;
+
+  bool live_worker() const { return !finished && !dead; }
+};
+
+using CatalogEntry = wire::CoordinatorState::CatalogEntry;
+
+class ClusterState {
+ public:
+  // Complete checkpoints the catalog remembers at most (servers keep their
+  // own K).
+  static constexpr size_t kMaxCatalog = 8;
+
+  ClusterState(Env* env, const CoordinatorOptions& options)
+      : env_(env), options_(options) {}
+
+  // Opens the store in options.state_dir ("" = nothing kept) and loads a
+  // previous run's state from it. FailedPrecondition if it is of a cluster
+  // with another number of slots.
+  Status Open();
+  bool durable() const { return store_ != nullptr; }
+  // True when Open() found a previous run's state.
+  bool resumed() const { return resumed_; }
+  // Writes the durable part if it changed since the last write.
+  void PersistIfChanged();
+
+  // ---- Durable.
+  uint64_t generation = 0;
+  RoutingTable routing;
+  std::map<std::string, wire::TableConfig> tables;  // by name
+  uint32_t next_table_id = 1;
+  int32_t next_worker_id = 0;
+  std::map<int32_t, Member> servers;
+  std::map<int32_t, Member> workers;
+  std::vector<CatalogEntry> catalog;  // complete checkpoints, oldest first
+  bool recovering = false;            // a rollback is under way
+  int64_t resume_clock = 0;           // the clock the last rollback resumed at
+  int64_t barrier_round = 0;          // the barrier round now open
+
+  // ---- Lookups.
+  Member* FindByIdentity(const std::string& identity);
+  const wire::TableConfig* TableById(TableId id) const;
+  // Workers alive and not finished.
+  std::set<int32_t> LiveWorkers() const;
+  // Servers not declared dead.
+  std::set<int32_t> LiveServers() const;
+  // Live servers that own slots: those a checkpoint is taken on.
+  std::set<int32_t> ServersWithSlots() const;
+  // Workers the job expects (options.num_workers) not registered yet.
+  int32_t WorkersNotYetRegistered() const;
+  int64_t LastCheckpointClock() const {
+    return catalog.empty() ? -1 : catalog.back().clock();
+  }
+  // The live servers' endpoints, for the routing table.
+  std::vector<wire::ServerEndpoint> LiveEndpoints() const;
+
+ private:
+  wire::CoordinatorState ToWire() const;
+
+  Env* const env_;
+  const CoordinatorOptions& options_;
+  std::unique_ptr<CoordinatorStore> store_;  // null without a state_dir
+  std::string saved_;  // the serialized state last written
+  bool resumed_ = false;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_CLUSTER_STATE_H_

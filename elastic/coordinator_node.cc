@@ -1,0 +1,262 @@
+#include "elastic/coordinator_node.h"
+
+#include <utility>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long shutdown notices get to leave before the socket closes.
+constexpr milliseconds kShutdownFlush{300};
+// The longest the loop sleeps: liveness and deadlines are checked at
+// least this often.
+constexpr milliseconds kTimerPeriod{100};
+
+}  // namespace
+
+CoordinatorNode::CoordinatorNode(const CoordinatorOptions& options, Env* env)
+    : options_(options),
+      env_(env),
+      state_(env, options_),
+      ctx_{options_, env, state_, out_},
+      membership_(&ctx_),
+      routing_(&ctx_),
+      tables_(&ctx_),
+      barriers_(&ctx_),
+      checkpoints_(&ctx_),
+      recovery_(&ctx_) {}
+
+Status CoordinatorNode::Start() {
+  transport_ = env_->NewTransport("coordinator");
+  DUCTILE_ASSIGN_OR_RETURN(socket_, transport_->NewRouter(int64_t{64} << 20));
+  std::string bind = options_.bind_address;
+  if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) {
+    bind = bind.substr(0, bind.size() - 1) + "*";
+  }
+  DUCTILE_ASSIGN_OR_RETURN(address_, socket_->Bind(bind));
+  DUCTILE_RETURN_IF_ERROR(state_.Open());
+  if (state_.resumed()) {
+    recovery_.Load();
+    LOG(INFO) << "coordinator: resumed the cluster in " << options_.state_dir
+              << ": " << state_.servers.size() << " server(s), "
+              << state_.workers.size() << " worker(s), routing epoch "
+              << state_.routing.epoch() << ", generation " << state_.generation
+              << ", " << state_.catalog.size() << " checkpoint(s)"
+              << (state_.catalog.empty()
+                      ? ""
+                      : ", latest at clock " +
+                            std::to_string(state_.catalog.back().clock()));
+  }
+  checkpoints_.RestartInterval();
+  LOG(INFO) << "coordinator listening on " << address_ << ", waiting for "
+            << options_.num_servers << " server(s)";
+  return Status::Ok();
+}
+
+void CoordinatorNode::Step() {
+  while (true) {
+    bool got = false;
+    if (!socket_->Receive(&message_, &got).ok() || !got) break;
+    Handle(message_);
+    PersistAndSend();
+  }
+  CheckTimeouts();
+  PersistAndSend();
+}
+
+void CoordinatorNode::Run(const std::function<void()>& task) {
+  task();
+  PersistAndSend();
+}
+
+void CoordinatorNode::PersistAndSend() {
+  state_.PersistIfChanged();
+  if (!out_.empty()) out_.Flush(socket_.get());
+}
+
+bool CoordinatorNode::finished() const {
+  return ctx_.shutting_down && env_->Now() >= shutdown_at_;
+}
+
+CoordinatorNode::TimePoint CoordinatorNode::NextWakeup() const {
+  return env_->Now() + kTimerPeriod;
+}
+
+void CoordinatorNode::MoveSlot(int32_t slot, int32_t server_id,
+                               std::function<void(const Status&)> done) {
+  routing_.MoveSlot(slot, server_id, std::move(done));
+}
+
+void CoordinatorNode::Checkpoint(
+    std::function<void(const Result<int64_t>&)> done) {
+  checkpoints_.Request(std::move(done));
+}
+
+void CoordinatorNode::CancelWaits(const Status& status) {
+  routing_.CancelWaits(status);
+}
+
+void CoordinatorNode::Handle(InMessage& message) {
+  if (message.size() < 2) return;  // no header: nothing to answer
+  const std::string identity(message.frame_view(0));
+  wire::Header h;
+  Status s = ParseHeader(message.frame(1), &h);
+  if (!s.ok()) return out_.Reply(identity, 0, s);
+
+  const MembershipManager::Touched touched = membership_.Touch(h, identity);
+  if (touched.back_from_dead && touched.member->role == wire::ROLE_WORKER) {
+    OnWorkersChanged();
+  }
+  if (touched.reconnected) {
+    // Bring it up to date with what it may have missed.
+    const Member& m = *touched.member;
+    if (m.role == wire::ROLE_SERVER) {
+      routing_.Publish();
+      membership_.PublishWorkers();
+      recovery_.Resend(m);
+    }
+    checkpoints_.Resend(m);
+  }
+
+  switch (h.type()) {
+    case wire::REGISTER:
+      return HandleRegister(identity, h);
+    case wire::HEARTBEAT:
+      return HandleHeartbeat(identity, h);
+    case wire::CHECKPOINT:
+      return checkpoints_.HandleRequest(identity, h);
+    case wire::CHECKPOINT_ACK:
+      return checkpoints_.HandleAck(h);
+    case wire::CHECKPOINT_DONE:
+      return checkpoints_.HandleDone(h);
+    case wire::RECOVER_ACK:
+      recovery_.HandleAck(h);
+      // A rollback that just finished restarts the checkpoint interval.
+      if (!recovery_.in_progress()) checkpoints_.RestartInterval();
+      return;
+    case wire::GET_ROUTING:
+      return routing_.HandleGet(identity, h);
+    case wire::CREATE_TABLE:
+      return tables_.HandleCreate(identity, h);
+    case wire::TABLE_CREATE_ACK:
+      return tables_.HandleCreateAck(h);
+    case wire::ROUTING_ACK:
+      return routing_.HandleAck(h);
+    case wire::SET_CONSISTENCY:
+      return tables_.HandleSetConsistency(identity, h);
+    case wire::CONSISTENCY_ACK:
+      return tables_.HandleConsistencyAck(h);
+    case wire::GET_TABLE:
+      return tables_.HandleGet(identity, h);
+    case wire::BARRIER:
+      return barriers_.HandleBarrier(identity, h);
+    case wire::FINISH:
+      return HandleFinish(identity, h);
+    case wire::STATUS: {
+      wire::Header reply;
+      reply.set_type(wire::CONTROL_REPLY);
+      reply.set_seq(h.seq());
+      *reply.mutable_cluster() = membership_.Status(recovery_.in_progress());
+      return out_.Send(identity, reply);
+    }
+    case wire::SHUTDOWN:
+      out_.Reply(identity, h.seq(), Status::Ok());
+      LOG(INFO) << "coordinator: shutdown requested";
+      return BeginShutdown();
+    default:
+      return out_.Reply(
+          identity, h.seq(),
+          InvalidArgumentError("the coordinator does not take message type " +
+                               std::to_string(h.type())));
+  }
+}
+
+void CoordinatorNode::HandleHeartbeat(const std::string& identity,
+                                      const wire::Header& h) {
+  Member* m = membership_.Heartbeat(identity, h);
+  if (m == nullptr) return;
+  recovery_.ResendIfBehind(*m, h.generation());
+  if (m->role == wire::ROLE_SERVER) {
+    checkpoints_.OnServerClock(m->counters.min_clock());
+  }
+}
+
+void CoordinatorNode::HandleRegister(const std::string& identity,
+                                     const wire::Header& h) {
+  const MembershipManager::Registered r = membership_.Register(identity, h);
+  if (r.server == nullptr) return;
+  const int32_t id = r.server->id;
+  if (r.restarted && !state_.routing.empty() && state_.routing.OwnsAny(id)) {
+    StartRecovery("server " + std::to_string(id) + " restarted");
+  } else if (recovery_.waiting_for_a_server()) {
+    StartRecovery("a server joined while no server was left");
+  } else if (routing_.MaybeAssign()) {
+    membership_.AnswerWaiting();
+  }
+  membership_.PublishWorkers();
+}
+
+void CoordinatorNode::HandleFinish(const std::string& identity,
+                                   const wire::Header& h) {
+  const bool was_live = state_.LiveWorkers().count(h.member_id()) > 0;
+  membership_.Finish(identity, h);
+  if (was_live && state_.LiveWorkers().count(h.member_id()) == 0) {
+    OnWorkersChanged();
+  }
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+}
+
+void CoordinatorNode::OnWorkersChanged() {
+  membership_.PublishWorkers();
+  barriers_.MaybeRelease();
+  checkpoints_.ForgetGoneWorkers();
+}
+
+void CoordinatorNode::CheckTimeouts() {
+  if (recovery_.TakeInterruptedByRestart()) {
+    StartRecovery("the coordinator restarted during a rollback");
+  }
+  // A worker silent past the heartbeat timeout is dead: nobody waits for
+  // it any more (clock vectors, barriers, shutdown).
+  if (membership_.DetectDeadWorkers()) OnWorkersChanged();
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+  // A server silent past the timeout is dead: the job rolls back to the
+  // latest checkpoint with its slots on the survivors.
+  const std::vector<int32_t> dead = membership_.DetectDeadServers();
+  if (!dead.empty()) {
+    std::string why = "server";
+    for (int32_t id : dead) why += " " + std::to_string(id);
+    StartRecovery(why + " died");
+  }
+  if (recovery_.Expired()) {
+    StartRecovery("servers did not finish restoring in time");
+  }
+  checkpoints_.CheckTimers();
+  tables_.CheckDeadlines();
+}
+
+void CoordinatorNode::StartRecovery(const std::string& why) {
+  if (state_.routing.empty() || ctx_.shutting_down) return;
+  checkpoints_.Fail(AbortedError("a server failed: " + why));
+  // Every wait of the abandoned timeline ends now.
+  barriers_.AbortAll(AbortedError("the job is rolling back to a checkpoint"));
+  recovery_.Start(why);
+}
+
+void CoordinatorNode::BeginShutdown() {
+  if (ctx_.shutting_down) return;
+  ctx_.shutting_down = true;
+  membership_.AnnounceShutdown();
+  barriers_.AbortAll(UnavailableError("cluster shut down"));
+  shutdown_at_ = env_->Now() + kShutdownFlush;
+}
+
+}  // namespace ductile

@@ -1,0 +1,106 @@
+// Everything the coordinator decides, with no thread of its own: the loop
+// body and its managers.
+//
+// Step() handles every message waiting on the coordinator's socket and the
+// timers due, dispatching to one manager per responsibility:
+//   MembershipManager  registration, heartbeats, failure detection, the end
+//                      of the job;
+//   RoutingManager     slot assignment and publication, MoveSlot;
+//   TableCatalog       tables and consistency changes;
+//   BarrierManager     barriers;
+//   CheckpointManager  checkpoint rounds and the catalog;
+//   RecoveryManager    rollbacks after a server failure.
+// They share the ClusterState, which persists itself after each message or
+// timer handled, before the Outbox sends anything.
+//
+// CoordinatorImpl steps it on its loop thread; the simulation steps it on
+// its one thread with a simulated Env. Not thread-safe.
+#ifndef DUCTILE_ELASTIC_COORDINATOR_NODE_H_
+#define DUCTILE_ELASTIC_COORDINATOR_NODE_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ductile/coordinator.h"
+#include "elastic/barrier_manager.h"
+#include "elastic/checkpoint_manager.h"
+#include "elastic/cluster_state.h"
+#include "elastic/coordinator_context.h"
+#include "elastic/membership_manager.h"
+#include "elastic/recovery_manager.h"
+#include "elastic/routing_manager.h"
+#include "elastic/table_catalog.h"
+#include "env/env.h"
+#include "transport/message.h"
+#include "transport/socket.h"
+
+namespace ductile {
+
+class CoordinatorNode {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // `env` must outlive the node.
+  CoordinatorNode(const CoordinatorOptions& options, Env* env);
+  CoordinatorNode(const CoordinatorNode&) = delete;
+  CoordinatorNode& operator=(const CoordinatorNode&) = delete;
+
+  // Binds and loads a previous run's state (options.state_dir).
+  Status Start();
+  // Handles the waiting messages and the timers due.
+  void Step();
+  // Runs `task` on the node (the caller steps it); for work that other
+  // threads ask for (MoveSlot, Checkpoint), then persists and sends.
+  void Run(const std::function<void()>& task);
+
+  void MoveSlot(int32_t slot, int32_t server_id,
+                std::function<void(const Status&)> done);
+  void Checkpoint(std::function<void(const Result<int64_t>&)> done);
+  // Ends the waits of MoveSlot (the coordinator stops).
+  void CancelWaits(const Status& status);
+
+  // The cluster has shut down and the notices had time to leave.
+  bool finished() const;
+  TimePoint NextWakeup() const;
+  Socket* socket() const { return socket_.get(); }
+  Transport* transport() const { return transport_.get(); }
+  const std::string& address() const { return address_; }
+
+ private:
+  void Handle(InMessage& message);
+  void HandleHeartbeat(const std::string& identity, const wire::Header& h);
+  void HandleRegister(const std::string& identity, const wire::Header& h);
+  void HandleFinish(const std::string& identity, const wire::Header& h);
+  void CheckTimeouts();
+  // The live workers changed: tell the servers, release a barrier that no
+  // longer waits for anyone gone, and stop awaiting their resume states.
+  void OnWorkersChanged();
+  void StartRecovery(const std::string& why);
+  void BeginShutdown();
+  void PersistAndSend();
+
+  const CoordinatorOptions options_;
+  Env* const env_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Socket> socket_;
+  std::string address_;
+  InMessage message_;  // reused by Step()
+
+  ClusterState state_;
+  Outbox out_;
+  CoordinatorContext ctx_;
+  MembershipManager membership_;
+  RoutingManager routing_;
+  TableCatalog tables_;
+  BarrierManager barriers_;
+  CheckpointManager checkpoints_;
+  RecoveryManager recovery_;
+  TimePoint shutdown_at_{};
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_COORDINATOR_NODE_H_

@@ -1,0 +1,335 @@
+#include "elastic/membership_manager.h"
+
+#include <algorithm>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+
+using std::chrono::milliseconds;
+
+Member* MembershipManager::FindMember(const wire::Header& h,
+                                      const std::string& identity,
+                                      bool* reconnected) {
+  *reconnected = false;
+  if (Member* m = ctx_.state.FindByIdentity(identity)) return m;
+  // After a restart of the coordinator, members are known by id only; a
+  // heartbeat says which (servers send counters, workers metrics).
+  if (h.type() != wire::HEARTBEAT) return nullptr;
+  auto& group = h.has_counters() ? ctx_.state.servers : ctx_.state.workers;
+  auto it = group.find(h.member_id());
+  if (it == group.end()) return nullptr;
+  *reconnected = it->second.identity.empty();
+  it->second.identity = identity;
+  if (*reconnected) {
+    LOG(INFO) << "coordinator: " << (h.has_counters() ? "server " : "worker ")
+              << h.member_id() << " reconnected";
+  }
+  return &it->second;
+}
+
+MembershipManager::Touched MembershipManager::Touch(
+    const wire::Header& h, const std::string& identity) {
+  Touched t;
+  t.member = FindMember(h, identity, &t.reconnected);
+  if (t.member == nullptr) return t;
+  Member& m = *t.member;
+  m.last_seen = ctx_.Now();
+  if (m.dead) {
+    m.dead = false;
+    t.back_from_dead = true;
+    if (m.role == wire::ROLE_WORKER) {
+      LOG(WARNING) << "coordinator: worker " << m.id
+                   << " is heard from again; back in the clock vectors";
+    } else {
+      LOG(WARNING) << "coordinator: server " << m.id
+                   << " is heard from again, but its slots have moved";
+    }
+  }
+  return t;
+}
+
+void MembershipManager::FillRegistration(const Member& member,
+                                         wire::Header* reply) const {
+  const ClusterState& state = ctx_.state;
+  reply->set_type(wire::CONTROL_REPLY);
+  reply->set_member_id(member.id);
+  reply->set_generation(state.generation);
+  if (member.role == wire::ROLE_SERVER && state.durable()) {
+    reply->set_checkpoint_every(ctx_.options.checkpoint_every_clocks);
+  }
+  // A server heartbeats often enough not to be declared dead by mistake.
+  reply->set_timeout_ms(ctx_.options.heartbeat_timeout_ms);
+  reply->set_barrier_round(state.barrier_round);
+  reply->set_num_workers(ctx_.options.num_workers > 0
+                             ? ctx_.options.num_workers
+                             : static_cast<int32_t>(state.workers.size()));
+  if (!state.routing.empty()) state.routing.ToWire(reply->mutable_routing());
+  for (const auto& [name, table] : state.tables) *reply->add_tables() = table;
+}
+
+MembershipManager::Registered MembershipManager::Register(
+    const std::string& identity, const wire::Header& h) {
+  Registered result;
+  if (ctx_.shutting_down) {
+    ctx_.out.Reply(identity, h.seq(),
+                   UnavailableError("cluster is shutting down"));
+    return result;
+  }
+  ClusterState& state = ctx_.state;
+  Member member;
+  member.role = h.role();
+  member.identity = identity;
+  member.last_seen = ctx_.Now();
+  wire::Header reply;
+  reply.set_seq(h.seq());
+  switch (h.role()) {
+    case wire::ROLE_SERVER: {
+      int32_t id = h.member_id();
+      // A server registering again under its id was restarted: the process
+      // that held its slots is gone, with whatever it had not checkpointed.
+      result.restarted = id >= 0 && state.servers.count(id) > 0 &&
+                         state.servers[id].identity != identity;
+      if (id < 0) {
+        id = 0;
+        while (state.servers.count(id)) ++id;
+      }
+      member.id = id;
+      member.endpoint = h.endpoint();
+      member.endpoint.set_id(id);
+      if (!h.state_dir().empty()) {
+        member.state_dir = h.state_dir() + "/server-" + std::to_string(id);
+      }
+      member.keep_checkpoints = h.keep_checkpoints();
+      state.servers[id] = member;
+      LOG(INFO) << "coordinator: server " << id
+                << (result.restarted ? " registered again (restarted)"
+                                     : " registered")
+                << " at " << member.endpoint.tcp_address();
+      FillRegistration(member, &reply);
+      ctx_.out.Send(identity, reply);
+      result.server = &state.servers[id];
+      return result;
+    }
+    case wire::ROLE_WORKER: {
+      if (Member* existing = state.FindByIdentity(identity)) {
+        member = *existing;  // a resent registration
+      } else if (h.has_worker_id() && h.worker_id() >= 0) {
+        // A worker asking for its id (`ductile local` numbers them, so its
+        // --kill_schedule names the coordinator's ids).
+        const int32_t id = h.worker_id();
+        if (id >= (1 << 20)) {
+          ctx_.out.Reply(
+              identity, h.seq(),
+              InvalidArgumentError("worker id " + std::to_string(id) +
+                                   " is out of range (0 to 1048575)"));
+          return result;
+        }
+        auto taken = state.workers.find(id);
+        if (taken != state.workers.end() && !taken->second.dead) {
+          ctx_.out.Reply(identity, h.seq(),
+                         AlreadyExistsError("worker id " + std::to_string(id) +
+                                            " is taken"));
+          return result;
+        }
+        member.id = id;
+        state.next_worker_id = std::max(state.next_worker_id, id + 1);
+        state.workers[member.id] = member;
+        LOG(INFO) << "coordinator: worker " << member.id << " registered";
+        PublishWorkers();
+      } else {
+        while (state.workers.count(state.next_worker_id)) {
+          ++state.next_worker_id;
+        }
+        member.id = state.next_worker_id++;
+        state.workers[member.id] = member;
+        LOG(INFO) << "coordinator: worker " << member.id << " registered";
+        PublishWorkers();
+      }
+      break;
+    }
+    case wire::ROLE_OBSERVER:
+      observers_[identity] = ctx_.Now();
+      break;
+    default:
+      ctx_.out.Reply(identity, h.seq(),
+                     InvalidArgumentError("register with an unknown role"));
+      return result;
+  }
+  if (state.routing.empty()) {
+    waiting_for_routing_.push_back({identity, h.seq()});
+    return result;
+  }
+  FillRegistration(member, &reply);
+  ctx_.out.Send(identity, reply);
+  return result;
+}
+
+void MembershipManager::AnswerWaiting() {
+  for (const Waiter& w : waiting_for_routing_) {
+    wire::Header reply;
+    reply.set_seq(w.seq);
+    Member observer;
+    const Member* m = ctx_.state.FindByIdentity(w.identity);
+    FillRegistration(m ? *m : observer, &reply);
+    ctx_.out.Send(w.identity, reply);
+  }
+  waiting_for_routing_.clear();
+}
+
+Member* MembershipManager::Heartbeat(const std::string& identity,
+                                     const wire::Header& h) {
+  Member* m = ctx_.state.FindByIdentity(identity);
+  if (m == nullptr) {
+    ctx_.out.Reply(
+        identity, h.seq(),
+        NotFoundError("heartbeat from an unregistered member; register first"));
+    return nullptr;
+  }
+  if (h.has_counters()) m->counters = h.counters();
+  if (h.has_metrics()) m->metrics = h.metrics();
+  // A server about to write or restore a checkpoint says for how long it
+  // may be silent (0: up to the checkpoint timeout).
+  const int64_t limit = ctx_.options.checkpoint_timeout_ms;
+  m->busy_until =
+      h.busy() ? ctx_.Now() + milliseconds(h.timeout_ms() > 0
+                                               ? std::min(h.timeout_ms(), limit)
+                                               : limit)
+               : Member::TimePoint{};
+  return m;
+}
+
+void MembershipManager::Finish(const std::string& identity,
+                               const wire::Header& h) {
+  auto it = ctx_.state.workers.find(h.member_id());
+  if (it == ctx_.state.workers.end()) {
+    return ctx_.out.Reply(
+        identity, h.seq(),
+        FailedPreconditionError("finish from an unregistered worker"));
+  }
+  it->second.identity = identity;  // after a coordinator restart
+  if (ctx_.state.recovering || h.generation() < ctx_.state.generation) {
+    return ctx_.out.Reply(
+        identity, h.seq(),
+        AbortedError("the job is rolling back to a checkpoint"));
+  }
+  it->second.finished = true;
+  LOG(INFO) << "coordinator: worker " << h.member_id() << " finished";
+  ctx_.out.Reply(identity, h.seq(), Status::Ok());
+}
+
+bool MembershipManager::DetectDeadWorkers() {
+  bool died = false;
+  for (auto& [id, m] : ctx_.state.workers) {
+    if (!m.live_worker()) continue;
+    const int64_t silent = ctx_.MsSince(m.last_seen);
+    if (silent > ctx_.options.heartbeat_timeout_ms) {
+      m.dead = true;
+      died = true;
+      LOG(WARNING) << "coordinator: worker " << id << " silent for " << silent
+                   << " ms; declared dead";
+    }
+  }
+  return died;
+}
+
+std::vector<int32_t> MembershipManager::DetectDeadServers() {
+  std::vector<int32_t> dead;
+  if (ctx_.shutting_down) return dead;
+  const Member::TimePoint now = ctx_.Now();
+  for (auto& [id, m] : ctx_.state.servers) {
+    if (m.dead || now < m.busy_until) continue;
+    const int64_t silent = ctx_.MsSince(m.last_seen);
+    if (silent > ctx_.options.heartbeat_timeout_ms) {
+      m.dead = true;
+      dead.push_back(id);
+      LOG(WARNING) << "coordinator: server " << id << " silent for " << silent
+                   << " ms; declared dead";
+    }
+  }
+  return dead;
+}
+
+void MembershipManager::PublishWorkers() {
+  wire::Header update;
+  update.set_type(wire::WORKERS_UPDATE);
+  const std::set<int32_t> live = ctx_.state.LiveWorkers();
+  for (int32_t id : live) update.add_worker_ids(id);
+  for (const auto& [id, m] : ctx_.state.servers) {
+    ctx_.out.Send(m.identity, update);
+  }
+  // Workers too: a survivor takes a share of the data of those gone.
+  ctx_.SendTo(ctx_.state.workers, live, update);
+}
+
+bool MembershipManager::JobOver() const {
+  const ClusterState& state = ctx_.state;
+  if (state.workers.empty()) return false;
+  int32_t finished = 0, gone = 0;
+  for (const auto& [id, m] : state.workers) {
+    if (m.finished) {
+      ++finished;
+    } else if (m.dead && ctx_.MsSince(m.last_seen) >
+                             3 * ctx_.options.heartbeat_timeout_ms) {
+      ++gone;
+    } else {
+      return false;  // still working
+    }
+  }
+  const int32_t total = ctx_.options.num_workers > 0
+                            ? ctx_.options.num_workers
+                            : static_cast<int32_t>(state.workers.size());
+  if (finished == 0 || finished + gone < total) return false;
+  LOG(INFO) << "coordinator: every worker finished"
+            << (gone > 0 ? " or died" : "") << "; shutting the cluster down";
+  return true;
+}
+
+void MembershipManager::AnnounceShutdown() {
+  wire::Header notice;
+  notice.set_type(wire::SHUTDOWN_NOTICE);
+  for (const auto* group : {&ctx_.state.servers, &ctx_.state.workers}) {
+    for (const auto& [id, m] : *group) ctx_.out.Send(m.identity, notice);
+  }
+  for (const Waiter& w : waiting_for_routing_) {
+    ctx_.out.Reply(w.identity, w.seq, UnavailableError("cluster shut down"));
+  }
+  waiting_for_routing_.clear();
+}
+
+wire::ClusterState MembershipManager::Status(bool recovering) const {
+  const ClusterState& state = ctx_.state;
+  wire::ClusterState c;
+  c.set_epoch(state.routing.epoch());
+  c.set_num_slots(ctx_.options.num_slots);
+  c.set_expected_servers(ctx_.options.num_servers);
+  const std::map<int32_t, int32_t> slots = state.routing.SlotsPerServer();
+  for (const auto* group : {&state.servers, &state.workers}) {
+    for (const auto& [id, m] : *group) {
+      wire::MemberInfo* info = c.add_members();
+      info->set_id(id);
+      info->set_role(m.role);
+      info->set_address(m.endpoint.tcp_address());
+      const int64_t ago = ctx_.MsSince(m.last_seen);
+      info->set_last_heartbeat_ms_ago(ago);
+      info->set_alive(!m.dead && ago <= ctx_.options.heartbeat_timeout_ms);
+      info->set_finished(m.finished);
+      if (m.role == wire::ROLE_SERVER) {
+        auto it = slots.find(id);
+        info->set_slots(it == slots.end() ? 0 : it->second);
+        *info->mutable_counters() = m.counters;
+      } else {
+        *info->mutable_metrics() = m.metrics;
+      }
+    }
+  }
+  for (const auto& [name, t] : state.tables) c.add_tables(name);
+  c.set_generation(state.generation);
+  c.set_last_checkpoint_clock(state.LastCheckpointClock());
+  c.set_checkpoints(static_cast<int32_t>(state.catalog.size()));
+  c.set_recovering(recovering);
+  return c;
+}
+
+}  // namespace ductile

@@ -1,0 +1,88 @@
+// Members of the cluster: registration, heartbeats, failure detection, the
+// live-worker set the servers are told of, and the end of the job.
+//
+// A member is known by its id and, in memory, by the socket identity it
+// last spoke from; after a coordinator restart its first heartbeat says
+// which member it is. A member silent past the heartbeat timeout is
+// declared dead: a worker leaves every clock vector and barrier (and comes
+// back when heard from again); a server's death rolls the job back (the
+// caller's business: DetectDeadServers only reports it).
+//
+// Not thread-safe: owned by the coordinator's loop.
+#ifndef DUCTILE_ELASTIC_MEMBERSHIP_MANAGER_H_
+#define DUCTILE_ELASTIC_MEMBERSHIP_MANAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "elastic/coordinator_context.h"
+#include "proto/ductile.pb.h"
+
+namespace ductile {
+
+class MembershipManager {
+ public:
+  explicit MembershipManager(CoordinatorContext* ctx) : ctx_(*ctx) {}
+
+  // What a message's sender turned out to be.
+  struct Touched {
+    Member* member = nullptr;     // null: not a known member
+    bool reconnected = false;     // first message after a coordinator restart
+    bool back_from_dead = false;  // was declared dead
+  };
+  // Finds the sender of `h` (by identity, or by the id in a heartbeat after
+  // a coordinator restart) and records that it is alive.
+  Touched Touch(const wire::Header& h, const std::string& identity);
+
+  struct Registered {
+    Member* server = nullptr;  // a server registered (or again)
+    bool restarted = false;    // with the id of a server process that is gone
+  };
+  // Registers a server, worker or observer and answers it (an answer that
+  // needs the routing table waits for the slots to be assigned).
+  Registered Register(const std::string& identity, const wire::Header& h);
+  // Answers the registrations that waited for the first routing table.
+  void AnswerWaiting();
+
+  // Records a heartbeat's counters, metrics and announced silence.
+  // kNotFound reply to an unknown sender; returns the member or null.
+  Member* Heartbeat(const std::string& identity, const wire::Header& h);
+
+  // A worker finished; the reply is sent.
+  void Finish(const std::string& identity, const wire::Header& h);
+
+  // Declares dead the workers silent past the timeout; true if any.
+  bool DetectDeadWorkers();
+  // Declares dead the servers silent past the timeout (and not announced
+  // busy); returns them.
+  std::vector<int32_t> DetectDeadServers();
+
+  // Tells every server and live worker who the live workers are.
+  void PublishWorkers();
+  // True when the job is over: every worker finished, or gone (dead for
+  // three heartbeat timeouts: a worker declared dead may just be slow).
+  bool JobOver() const;
+  // Tells everyone the cluster is shutting down; answers the waiting
+  // registrations with kUnavailable.
+  void AnnounceShutdown();
+
+  // The cluster's state for `ductile status`.
+  wire::ClusterState Status(bool recovering) const;
+  // Fills a registration reply for `member` (an observer: a default one).
+  void FillRegistration(const Member& member, wire::Header* reply) const;
+
+ private:
+  Member* FindMember(const wire::Header& h, const std::string& identity,
+                     bool* reconnected);
+
+  CoordinatorContext& ctx_;
+  std::map<std::string, Member::TimePoint> observers_;  // identity -> seen
+  std::vector<Waiter> waiting_for_routing_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_MEMBERSHIP_MANAGER_H_

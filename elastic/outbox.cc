@@ -1,0 +1,31 @@
+#include "elastic/coordinator_context.h"
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+
+void Outbox::Send(const std::string& identity, const wire::Header& header) {
+  pending_.emplace_back(identity, header.SerializeAsString());
+}
+
+void Outbox::Reply(const std::string& identity, uint64_t seq,
+                   const Status& status) {
+  wire::Header reply;
+  reply.set_type(wire::CONTROL_REPLY);
+  reply.set_seq(seq);
+  StatusToWire(status, &reply);
+  Send(identity, reply);
+}
+
+void Outbox::Flush(Socket* socket) {
+  for (auto& [identity, bytes] : pending_) {
+    OutMessage out;
+    out.AddString(std::move(identity));
+    out.AddString(std::move(bytes));
+    Status s = socket->Send(std::move(out));
+    if (!s.ok()) VLOG(1) << "coordinator: send failed: " << s;
+  }
+  pending_.clear();
+}
+
+}  // namespace ductile

@@ -1,0 +1,176 @@
+#include "elastic/recovery_manager.h"
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+
+using std::chrono::milliseconds;
+
+void RecoveryManager::Load() {
+  const ClusterState& state = ctx_.state;
+  if (state.recovering) {
+    // Finish the rollback once the loop runs (members reconnect first).
+    interrupted_ = true;
+    return;
+  }
+  if (state.generation == 0) return;
+  // Workers that missed the last rollback's RESUME get it again.
+  wire::Header resume;
+  resume.set_type(wire::RESUME);
+  resume.set_generation(state.generation);
+  resume.set_clock(state.resume_clock);
+  state.routing.ToWire(resume.mutable_routing());
+  last_resume_ = resume;
+  for (const auto& e : state.catalog) {
+    if (e.clock() != state.resume_clock) continue;
+    for (const auto& w : e.workers()) {
+      last_resume_states_[w.worker_id()] = w.resume_state();
+    }
+  }
+}
+
+bool RecoveryManager::TakeInterruptedByRestart() {
+  const bool was = interrupted_;
+  interrupted_ = false;
+  return was;
+}
+
+void RecoveryManager::Start(const std::string& why) {
+  ClusterState& state = ctx_.state;
+  if (state.routing.empty() || ctx_.shutting_down) return;
+  ++state.generation;
+  const int64_t clock = std::max<int64_t>(state.LastCheckpointClock(), 0);
+  const std::set<int32_t> live = state.LiveServers();
+  Round round;
+  round.clock = clock;
+  state.recovering = true;
+  if (live.empty()) {
+    LOG(ERROR) << "coordinator: " << why
+               << "; no server is left: waiting for one to register";
+    round_ = std::move(round);
+    return;
+  }
+  // The dead servers' slots go to the survivors, least loaded first.
+  const int32_t moved = state.routing.Reassign(live);
+  state.routing.SetServers(state.LiveEndpoints());
+  LOG(WARNING) << "coordinator: " << why << "; rolling back to "
+               << (clock > 0
+                       ? "the checkpoint at clock " + std::to_string(clock)
+                       : std::string("the start (no checkpoint yet)"))
+               << ", generation " << state.generation << ", " << moved
+               << " slot(s) moved to the survivors";
+  wire::Header m;
+  m.set_type(wire::RECOVER);
+  m.set_generation(state.generation);
+  m.set_clock(clock);
+  state.routing.ToWire(m.mutable_routing());
+  for (const auto& [name, t] : state.tables) *m.add_tables() = t;
+  if (clock > 0) {
+    for (const auto& source : state.catalog.back().sources()) {
+      *m.add_sources() = source;
+    }
+  }
+  for (int32_t id : state.LiveWorkers()) m.add_worker_ids(id);
+  round.round = AckRound(
+      m, live, ctx_.Now() + milliseconds(ctx_.options.checkpoint_timeout_ms));
+  round_ = std::move(round);
+  // The outbox sends this once the new generation is durable: a
+  // coordinator killed right after restarts into this rollback, not into
+  // the old generation.
+  ctx_.SendTo(state.servers, live, m);
+}
+
+void RecoveryManager::HandleAck(const wire::Header& h) {
+  ClusterState& state = ctx_.state;
+  if (!round_ || h.generation() != state.generation) return;
+  if (!round_->round.Awaits(h.member_id())) return;
+  Status s = StatusFromWire(h);
+  if (!s.ok()) {
+    if (!state.catalog.empty()) {
+      // That checkpoint cannot be restored: fall back to the one before.
+      LOG(WARNING)
+          << "coordinator: the checkpoint at clock "
+          << state.catalog.back().clock() << " cannot be restored (server "
+          << h.member_id() << ": " << s.message() << "); falling back to "
+          << (state.catalog.size() > 1
+                  ? "the one at clock " +
+                        std::to_string(
+                            state.catalog[state.catalog.size() - 2].clock())
+                  : std::string("the start"));
+      state.catalog.pop_back();
+      Start("restore failed");
+    } else {
+      LOG(ERROR) << "coordinator: server " << h.member_id()
+                 << " cannot restart from the start: " << s;
+    }
+    return;
+  }
+  round_->round.Ack(h.member_id());
+  if (round_->round.complete()) Finish();
+}
+
+void RecoveryManager::Finish() {
+  ClusterState& state = ctx_.state;
+  const int64_t clock = round_->clock;
+  // Checkpoints after the one restored belong to the abandoned timeline.
+  while (!state.catalog.empty() && state.catalog.back().clock() > clock) {
+    state.catalog.pop_back();
+  }
+  std::map<int32_t, std::string> states;
+  if (clock > 0 && !state.catalog.empty()) {
+    for (const auto& w : state.catalog.back().workers()) {
+      states[w.worker_id()] = w.resume_state();
+    }
+  }
+  wire::Header resume;
+  resume.set_type(wire::RESUME);
+  resume.set_generation(state.generation);
+  resume.set_clock(clock);
+  state.routing.ToWire(resume.mutable_routing());
+  for (int32_t id : state.LiveWorkers()) {
+    auto it = states.find(id);
+    resume.set_resume_state(it == states.end() ? std::string() : it->second);
+    ctx_.out.Send(state.workers[id].identity, resume);
+  }
+  resume.clear_resume_state();
+  last_resume_ = resume;
+  last_resume_states_ = std::move(states);
+  LOG(INFO) << "coordinator: every server restored clock " << clock
+            << "; workers resume (generation " << state.generation << ")";
+  round_.reset();
+  state.recovering = false;
+  state.resume_clock = clock;
+}
+
+bool RecoveryManager::Expired() const {
+  return round_ && !round_->round.complete() &&
+         round_->round.expired(ctx_.Now());
+}
+
+void RecoveryManager::ResendIfBehind(const Member& member,
+                                     uint64_t member_generation) {
+  const ClusterState& state = ctx_.state;
+  if (member_generation >= state.generation) return;
+  // A member behind the job's generation missed the rollback's message
+  // (lost with a coordinator that restarted): send it again.
+  if (member.role == wire::ROLE_SERVER) {
+    if (round_ && round_->round.Awaits(member.id)) {
+      ctx_.out.Send(member.identity, round_->round.message());
+    }
+  } else if (!round_ && last_resume_ &&
+             last_resume_->generation() == state.generation) {
+    wire::Header resume = *last_resume_;
+    auto it = last_resume_states_.find(member.id);
+    if (it != last_resume_states_.end()) resume.set_resume_state(it->second);
+    ctx_.out.Send(member.identity, resume);
+  }
+}
+
+void RecoveryManager::Resend(const Member& member) {
+  if (round_ && round_->round.Awaits(member.id)) {
+    ctx_.out.Send(member.identity, round_->round.message());
+  }
+}
+
+}  // namespace ductile

@@ -1,0 +1,73 @@
+// Rollbacks after a server failure (docs/fault_tolerance.md).
+//
+// The job moves to a new generation and back to its latest complete
+// checkpoint C: the dead servers' slots go to the least-loaded survivors,
+// every live server restores its slots' state at C (RECOVER), and once all
+// have, every live worker resumes at C with its resume state (RESUME). A
+// checkpoint that cannot be restored is dropped and the one before is
+// tried. A member that missed the message (its heartbeat shows an older
+// generation) gets it again; a coordinator restarted during a rollback
+// starts it again.
+//
+// Not thread-safe: owned by the coordinator's loop.
+#ifndef DUCTILE_ELASTIC_RECOVERY_MANAGER_H_
+#define DUCTILE_ELASTIC_RECOVERY_MANAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "elastic/ack_round.h"
+#include "elastic/coordinator_context.h"
+
+namespace ductile {
+
+class RecoveryManager {
+ public:
+  explicit RecoveryManager(CoordinatorContext* ctx) : ctx_(*ctx) {}
+
+  // After the state was loaded from a previous run: remembers the last
+  // rollback's RESUME for workers that missed it, or notes that a rollback
+  // was under way (ResumeAfterRestart restarts it).
+  void Load();
+  // True once: a rollback was under way when the coordinator stopped.
+  bool TakeInterruptedByRestart();
+
+  bool in_progress() const { return round_.has_value(); }
+  // A rollback waits for any server to register (none was left).
+  bool waiting_for_a_server() const {
+    return round_.has_value() && round_->round.complete();
+  }
+  // Starts a rollback (the caller has ended checkpoint rounds and
+  // barriers first). No-op before the first routing table or while
+  // shutting down.
+  void Start(const std::string& why);
+  void HandleAck(const wire::Header& h);  // RECOVER_ACK
+  // A rollback not finished by its deadline starts again.
+  bool Expired() const;
+  // `member` is behind the job's generation: send it what it missed.
+  void ResendIfBehind(const Member& member, uint64_t member_generation);
+  // A server reconnected after a coordinator restart.
+  void Resend(const Member& member);
+
+ private:
+  struct Round {
+    int64_t clock = 0;
+    AckRound round;  // servers restoring
+  };
+
+  void Finish();
+
+  CoordinatorContext& ctx_;
+  std::optional<Round> round_;
+  bool interrupted_ = false;
+  // The last RESUME (without a worker's state) and each worker's state in
+  // it: sent again to a worker whose heartbeat shows an older generation.
+  std::optional<wire::Header> last_resume_;
+  std::map<int32_t, std::string> last_resume_states_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_RECOVERY_MANAGER_H_

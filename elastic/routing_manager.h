@@ -1,0 +1,58 @@
+// The routing table's owner on the coordinator: the first assignment of
+// slots once the expected servers have registered, publication of every
+// change to the servers (clients learn lazily: a server answers "moved"
+// with its table, and every reply carries the server's epoch), and
+// MoveSlot, which completes once every server has acknowledged the new
+// epoch.
+//
+// Not thread-safe: owned by the coordinator's loop.
+#ifndef DUCTILE_ELASTIC_ROUTING_MANAGER_H_
+#define DUCTILE_ELASTIC_ROUTING_MANAGER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "elastic/ack_round.h"
+#include "elastic/coordinator_context.h"
+
+namespace ductile {
+
+class RoutingManager {
+ public:
+  explicit RoutingManager(CoordinatorContext* ctx) : ctx_(*ctx) {}
+
+  // Assigns the slots once the expected servers have registered (true the
+  // first time); with a table already, publishes it (a server joined).
+  bool MaybeAssign();
+  // Sends the current table, with the live servers' endpoints, to every
+  // server.
+  void Publish();
+  // GET_ROUTING: the table (none before the first assignment).
+  void HandleGet(const std::string& identity, const wire::Header& h);
+  // ROUTING_ACK: a server installed an epoch.
+  void HandleAck(const wire::Header& h);
+
+  // Gives `slot` to `server_id`; `done` runs once every server has
+  // installed the new epoch (or with the error).
+  void MoveSlot(int32_t slot, int32_t server_id,
+                std::function<void(const Status&)> done);
+  // Ends every wait with `status` (the coordinator stops).
+  void CancelWaits(const Status& status);
+
+ private:
+  struct EpochWait {
+    uint64_t epoch = 0;
+    AckRound round;
+    std::function<void(const Status&)> done;
+  };
+
+  CoordinatorContext& ctx_;
+  std::map<int32_t, uint64_t> acked_;  // the newest epoch each server acked
+  std::vector<EpochWait> waits_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_ROUTING_MANAGER_H_

@@ -12,12 +12,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,21 +124,15 @@ DEFINE_double(min_accuracy, 0.0,
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: ductile <command> [--flags]\n"
-    "commands:\n"
-    "  local        run a cluster (coordinator, --servers, --workers) on this "
-    "machine and train --app\n"
-    "  coordinator  run the coordinator (--listen, --servers, --workers)\n"
-    "  server       run a parameter server (--coordinator, --host, --port)\n"
-    "  worker       run a worker of --app (--coordinator)\n"
-    "  status       print a running cluster's members and counters "
-    "(--coordinator)\n"
-    "  shutdown     stop a running cluster (--coordinator)\n"
-    "  checkpoint   take a checkpoint of a running cluster now and print its "
-    "clock (--coordinator, --timeout_ms)\n"
-    "apps: fmnist-logreg, fmnist-mlp, mf\n"
-    "`ductile --help` lists every flag.";
+// Flags `worker` reads to train its app; `local` forwards them to its
+// workers. One list, so that a new training flag is both documented and
+// forwarded.
+constexpr const char* kTrainingFlags[] = {
+    "app",         "data_dir",      "device",   "epochs",      "batch_size",
+    "optimizer",   "learning_rate", "l2",       "consistency", "staleness",
+    "bsp_combine", "cache",         "prefetch", "seed",        "log_every",
+    "max_samples", "min_accuracy",  "max_rmse", "csv_log",     "layers",
+    "mf_rows",     "mf_cols",       "mf_rank",  "mf_observed", "mf_noise"};
 
 int Fail(const ductile::Status& s) {
   std::fprintf(stderr, "ductile: %s\n", s.ToString().c_str());
@@ -410,43 +407,259 @@ int RunLocal() {
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
                     Forward("keep_checkpoints")};
   o.worker_flags = {log};
-  for (const char* name :
-       {"app",          "data_dir",      "epochs",      "batch_size",
-        "optimizer",    "learning_rate", "l2",          "consistency",
-        "staleness",    "bsp_combine",   "cache",       "device",
-        "csv_log",      "prefetch",      "layers",      "mf_rows",
-        "mf_cols",      "mf_rank",       "mf_observed", "mf_noise",
-        "max_rmse",     "seed",          "log_every",   "max_samples",
-        "min_accuracy", "timeout_ms"}) {
+  for (const char* name : kTrainingFlags) {
     o.worker_flags.push_back(Forward(name));
   }
+  o.worker_flags.push_back(Forward("timeout_ms"));
   ductile::Status s = ductile::apps::RunLocalCluster(o);
   if (!s.ok()) return Fail(s);
   std::fprintf(stderr, "ductile local: done\n");
   return 0;
 }
 
+// The commands, what each does and the flags it reads. `ductile help`
+// prints from this table rather than from gflags, which would list every
+// flag linked into the binary (glog's, RocksDB's tools').
+struct Command {
+  const char* name;
+  const char* summary;
+  std::vector<const char*> flags;
+  // Whether the command also reads kTrainingFlags.
+  bool trains;
+  int (*run)();
+};
+
+const std::vector<Command>& Commands() {
+  static const auto* const kCommands = new std::vector<Command>{
+      {"local",
+       "run a cluster (coordinator, --servers, --workers) on this machine and "
+       "train --app",
+       {"servers", "workers", "slots", "heartbeat_timeout_ms", "timeout_ms",
+        "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
+        "checkpoint_timeout_ms", "keep_checkpoints", "kill_schedule"},
+       true,
+       RunLocal},
+      {"coordinator",
+       "run the coordinator (--listen, --servers, --workers)",
+       {"listen", "address_file", "servers", "workers", "slots",
+        "heartbeat_timeout_ms", "state_dir", "checkpoint_every",
+        "checkpoint_interval_s", "checkpoint_timeout_ms"},
+       false,
+       RunCoordinator},
+      {"server",
+       "run a parameter server (--coordinator, --host, --port)",
+       {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
+        "keep_checkpoints"},
+       false,
+       RunServer},
+      {"worker",
+       "run a worker of --app (--coordinator)",
+       {"coordinator", "worker_id", "timeout_ms"},
+       true,
+       RunWorker},
+      {"status",
+       "print a running cluster's members and counters (--coordinator)",
+       {"coordinator", "timeout_ms"},
+       false,
+       RunStatus},
+      {"shutdown",
+       "stop a running cluster (--coordinator)",
+       {"coordinator", "timeout_ms"},
+       false,
+       RunShutdown},
+      {"checkpoint",
+       "take a checkpoint of a running cluster now and print its clock "
+       "(--coordinator, --timeout_ms)",
+       {"coordinator", "timeout_ms"},
+       false,
+       RunCheckpoint},
+  };
+  return *kCommands;
+}
+
+const Command* FindCommand(const std::string& name) {
+  for (const Command& c : Commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+constexpr size_t kHelpWidth = 80;
+
+// Appends `head`, then `text` word-wrapped to kHelpWidth columns from
+// column `column` on, so that the texts of a list line up.
+void AppendWrapped(const std::string& head, size_t column,
+                   const std::string& text, std::string* out) {
+  std::string line = head;
+  if (line.size() >= column) {
+    *out += line + "\n";
+    line.clear();
+  }
+  line.resize(column, ' ');
+  bool line_empty = true;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find(' ', start), text.size());
+    const std::string word = text.substr(start, end - start);
+    start = end + 1;
+    if (word.empty()) continue;
+    if (!line_empty && line.size() + 1 + word.size() > kHelpWidth) {
+      *out += line + "\n";
+      line.assign(column, ' ');
+      line_empty = true;
+    }
+    if (!line_empty) line += ' ';
+    line += word;
+    line_empty = false;
+  }
+  *out += line + "\n";
+}
+
+// A flag's default as one would type it: gflags keeps a double's 17
+// digits (0.050000000000000003).
+std::string DefaultText(const gflags::CommandLineFlagInfo& info) {
+  if (info.type == "string") return "\"" + info.default_value + "\"";
+  if (info.type == "double") {
+    char buf[32];
+    const double value = std::strtod(info.default_value.c_str(), nullptr);
+    return std::string(buf, std::to_chars(buf, buf + sizeof(buf), value).ptr);
+  }
+  return info.default_value;
+}
+
+// Lists `flags` with their descriptions, types and defaults as gflags has
+// them, so that they are written once, at their DEFINE.
+void AppendFlags(std::span<const char* const> flags, std::string* out) {
+  size_t longest = 0;
+  for (const char* name : flags) longest = std::max(longest, std::strlen(name));
+  for (const char* name : flags) {
+    const gflags::CommandLineFlagInfo info =
+        gflags::GetCommandLineFlagInfoOrDie(name);
+    AppendWrapped(std::string("  --") + name, longest + 6,
+                  info.description + " (" + info.type +
+                      ", default: " + DefaultText(info) + ")",
+                  out);
+  }
+}
+
+// Command summaries start past the longest command name.
+constexpr size_t kSummaryColumn = 13;
+
+std::string CommandHelp(const Command& command) {
+  std::string out;
+  AppendWrapped(command.name, kSummaryColumn, command.summary, &out);
+  AppendFlags(command.flags, &out);
+  if (command.trains) out += "  and the training flags below\n";
+  return out;
+}
+
+std::string TrainingHelp() {
+  std::string out =
+      "training flags (worker; local passes them to its workers)\n";
+  AppendFlags(kTrainingFlags, &out);
+  return out;
+}
+
+constexpr char kUsageLines[] =
+    "usage: ductile <command> [--flags]\n"
+    "       ductile help [<command>]\n";
+
+// What a wrong command line gets: the commands, without their flags.
+std::string Usage() {
+  std::string out = std::string(kUsageLines) + "commands:\n";
+  for (const Command& c : Commands()) {
+    AppendWrapped(std::string("  ") + c.name, kSummaryColumn + 2, c.summary,
+                  &out);
+  }
+  out +=
+      "apps: fmnist-logreg, fmnist-mlp, mf\n"
+      "`ductile help [<command>]` lists the commands' flags.\n";
+  return out;
+}
+
+std::string CommandNames() {
+  std::string names;
+  for (const Command& c : Commands()) {
+    names += names.empty() ? "" : ", ";
+    names += c.name;
+  }
+  return names;
+}
+
+// `ductile help [<command>]`: every command's flags, or those of `command`.
+int PrintHelp(const std::string& command) {
+  std::string out;
+  if (command.empty()) {
+    out = std::string(kUsageLines) + "\n";
+    for (const Command& c : Commands()) out += CommandHelp(c) + "\n";
+    out += TrainingHelp() + "\n";
+  } else {
+    const Command* c = FindCommand(command);
+    if (c == nullptr) {
+      std::fprintf(stderr, "ductile: unknown command '%s' (commands: %s)\n",
+                   command.c_str(), CommandNames().c_str());
+      return 2;
+    }
+    out = CommandHelp(*c);
+    if (c->trains) out += "\n" + TrainingHelp();
+    out += "\n";
+  }
+  out +=
+      "`ductile --helpfull` lists every flag in the binary, those of the "
+      "libraries too.\n";
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+bool HelpRequested() {
+  std::string help;
+  return gflags::GetCommandLineOption("help", &help) && help == "true";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(kUsage);
+  const std::string usage = Usage();
+  gflags::SetUsageMessage(usage);
   gflags::SetVersionString("0.1.0");
-  if (argc < 2 || argv[1][0] == '-') {
-    if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
-                      std::strcmp(argv[1], "--version") == 0)) {
-      gflags::ParseCommandLineFlags(&argc, &argv, true);
-    }
-    std::fprintf(stderr, "%s\n", kUsage);
+  if (argc < 2) {
+    std::fprintf(stderr, "%s", usage.c_str());
     return 2;
   }
-  const std::string command = argv[1];
-  // Drop the subcommand so gflags sees only flags.
-  for (int i = 1; i + 1 < argc; ++i) argv[i] = argv[i + 1];
-  --argc;
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (std::strcmp(argv[1], "help") == 0) {
+    if (argc > 3) {
+      std::fprintf(stderr, "usage: ductile help [<command>]\n");
+      return 2;
+    }
+    return PrintHelp(argc == 3 ? argv[2] : "");
+  }
+  std::string command;
+  if (argv[1][0] != '-') {
+    command = argv[1];
+    // Drop the subcommand so gflags sees only flags.
+    for (int i = 1; i + 1 < argc; ++i) argv[i] = argv[i + 1];
+    --argc;
+  }
+  // gflags knows no -h.
+  static char help_flag[] = "--help";
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    if (std::strcmp(argv[i], "-h") == 0) argv[i] = help_flag;
+  }
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (HelpRequested()) {
+    // `ductile --help server` as `ductile help server`.
+    if (command.empty() && argc == 2) return PrintHelp(argv[1]);
+    return PrintHelp(command);
+  }
+  // --helpfull, --version and the other gflags help flags; each exits.
+  gflags::HandleCommandLineHelpFlags();
+  if (command.empty()) {
+    std::fprintf(stderr, "%s", usage.c_str());
+    return 2;
+  }
   if (argc > 1) {
-    std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s\n", argv[1],
-                 kUsage);
+    std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s", argv[1],
+                 usage.c_str());
     return 2;
   }
   // Per-app defaults for flags the user did not set.
@@ -454,16 +667,13 @@ int main(int argc, char** argv) {
       gflags::GetCommandLineFlagInfoOrDie("learning_rate").is_default) {
     FLAGS_learning_rate = 0.03;
   }
+  const Command* c = FindCommand(command);
+  if (c == nullptr) {
+    std::fprintf(stderr, "ductile: unknown command '%s'\n%s", command.c_str(),
+                 usage.c_str());
+    return 2;
+  }
   FLAGS_logtostderr = true;
   google::InitGoogleLogging("ductile");
-  if (command == "local") return RunLocal();
-  if (command == "coordinator") return RunCoordinator();
-  if (command == "server") return RunServer();
-  if (command == "worker") return RunWorker();
-  if (command == "status") return RunStatus();
-  if (command == "shutdown") return RunShutdown();
-  if (command == "checkpoint") return RunCheckpoint();
-  std::fprintf(stderr, "ductile: unknown command '%s'\n%s\n", command.c_str(),
-               kUsage);
-  return 2;
+  return c->run();
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -390,6 +391,112 @@ TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
   EXPECT_NE(ExitCode(bad_app.Wait(std::chrono::seconds(60))), 0);
   EXPECT_NE(bad_app.output().find("unknown --app"), std::string::npos)
       << bad_app.output();
+}
+
+// Runs `ductile args...` to its end; returns its exit code and output.
+int RunToEnd(const std::vector<std::string>& args, std::string* output) {
+  std::vector<std::string> argv = {kBinary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process p(argv);
+  const int code = ExitCode(p.Wait(std::chrono::seconds(30)));
+  *output = p.output();
+  return code;
+}
+
+size_t Lines(const std::string& text) {
+  return std::count(text.begin(), text.end(), '\n');
+}
+
+// Whether `help` lists --`flag` as an entry, not just mentions it in
+// another flag's description: entries start a line, indented by two.
+bool ListsFlag(const std::string& help, const std::string& flag) {
+  return help.find("\n  --" + flag + " ") != std::string::npos;
+}
+
+TEST(Help, ListsEveryCommandsFlagsButNotTheLibraries) {
+  for (const char* spelling : {"--help", "help", "-h"}) {
+    SCOPED_TRACE(spelling);
+    std::string out;
+    ASSERT_EQ(RunToEnd({spelling}, &out), 0) << out;
+    // gflags' own --help is about 400 lines, most of them glog's and
+    // RocksDB's flags.
+    EXPECT_LT(Lines(out), 200u) << out;
+    for (const char* command : {"local", "coordinator", "server", "worker",
+                                "status", "shutdown", "checkpoint"}) {
+      EXPECT_NE(out.find(std::string("\n") + command + " "), std::string::npos)
+          << command << "\n"
+          << out;
+    }
+    EXPECT_TRUE(ListsFlag(out, "servers")) << out;
+    EXPECT_TRUE(ListsFlag(out, "epochs")) << out;
+    EXPECT_EQ(out.find("logtostderr"), std::string::npos) << out;
+    EXPECT_EQ(out.find("minloglevel"), std::string::npos) << out;
+    EXPECT_NE(out.find("--helpfull"), std::string::npos) << out;
+  }
+}
+
+TEST(Help, ForOneCommandListsOnlyItsFlags) {
+  std::string out;
+  ASSERT_EQ(RunToEnd({"help", "server"}, &out), 0) << out;
+  EXPECT_EQ(out.rfind("server ", 0), 0u) << out;
+  EXPECT_TRUE(ListsFlag(out, "state_dir")) << out;
+  EXPECT_TRUE(ListsFlag(out, "keep_checkpoints")) << out;
+  EXPECT_FALSE(ListsFlag(out, "epochs")) << out;
+  EXPECT_EQ(out.find("--epochs"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\nlocal "), std::string::npos) << out;
+
+  for (const char* spelling : {"--help", "-h"}) {
+    std::string same;
+    EXPECT_EQ(RunToEnd({"server", spelling}, &same), 0) << same;
+    EXPECT_EQ(same, out) << spelling;
+  }
+
+  // A worker also reads the training flags.
+  ASSERT_EQ(RunToEnd({"help", "worker"}, &out), 0) << out;
+  EXPECT_TRUE(ListsFlag(out, "worker_id")) << out;
+  EXPECT_TRUE(ListsFlag(out, "epochs")) << out;
+  EXPECT_FALSE(ListsFlag(out, "state_dir")) << out;
+}
+
+TEST(Help, ForAnUnknownCommandFailsAndNamesTheCommands) {
+  std::string out;
+  EXPECT_EQ(RunToEnd({"help", "nosuch"}, &out), 2) << out;
+  EXPECT_NE(out.find("unknown command 'nosuch'"), std::string::npos) << out;
+  EXPECT_NE(out.find("checkpoint"), std::string::npos) << out;
+}
+
+// Every flag ductile_main.cc defines must be under some command in
+// `ductile help`; --helpfull (gflags' listing) names the defining file.
+TEST(Help, ListsEveryFlagTheProgramDefines) {
+  std::string full;
+  RunToEnd({"--helpfull"}, &full);
+  std::vector<std::string> flags;
+  bool in_main = false;
+  std::istringstream lines(full);
+  for (std::string line; std::getline(lines, line);) {
+    // "  Flags from <file>:" starts each file's flags, "    -<name> (...)"
+    // is a flag.
+    if (line.rfind("  Flags from ", 0) == 0) {
+      in_main = line.ends_with("/ductile_main.cc:");
+    } else if (in_main && line.rfind("    -", 0) == 0) {
+      flags.push_back(line.substr(5, line.find(' ', 5) - 5));
+    }
+  }
+  // Far fewer would mean --helpfull changed its format.
+  ASSERT_GT(flags.size(), 30u) << full;
+
+  std::string help;
+  ASSERT_EQ(RunToEnd({"help"}, &help), 0) << help;
+  for (const std::string& flag : flags) {
+    EXPECT_TRUE(ListsFlag(help, flag))
+        << "--" << flag << " is under no command";
+  }
+}
+
+TEST(Help, VersionStillPrintsTheVersion) {
+  std::string out;
+  EXPECT_EQ(RunToEnd({"--version"}, &out), 0) << out;
+  EXPECT_NE(out.find("0.1.0"), std::string::npos) << out;
 }
 
 TEST(Cli, StatusOfAMissingCoordinatorFailsWithinItsTimeout) {

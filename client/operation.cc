@@ -7,7 +7,7 @@ namespace internal {
 
 void Operation::Fail(const Status& status) {
   if (status.ok()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (status_.ok()) status_ = status;
   failed_.store(true, std::memory_order_release);
 }
@@ -16,15 +16,15 @@ void Operation::Release(const Status& status) {
   Fail(status);
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_.store(true, std::memory_order_release);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 Status Operation::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
+  MutexLock lock(&mu_);
+  while (!done_.load(std::memory_order_acquire)) cv_.Wait();
   return status_;
 }
 

@@ -1,24 +1,34 @@
-// One user call in flight (a push, pull, or control request) and the
-// reference count that decides when it is done.
+// One user call in flight (a push, pull, clock, notice or control request)
+// and the reference count that decides when it is done.
 //
 // Invariant: `outstanding_` counts what still holds the operation open:
-// one per request part awaiting a reply, one per frame ZeroMQ still reads in
-// place from the caller's memory, plus one held by the dispatcher while it
-// is still adding parts. The operation is done exactly when it drops to 0;
-// only then may the caller reuse its buffers. The first error reported wins.
+// one per request part awaiting a reply, one per frame the transport still
+// reads in place from the caller's memory, plus one held by the dispatcher
+// while it is still adding parts. The operation is done exactly when it
+// drops to 0; only then may the caller reuse its buffers. The first error
+// reported wins.
 //
 // Thread-safe: parts complete on the client's I/O thread, frames are
-// released on ZeroMQ's threads, and Wait() runs on the caller's.
+// released on the transport's threads, and Wait() runs on the caller's.
 #ifndef DUCTILE_CLIENT_OPERATION_H_
 #define DUCTILE_CLIENT_OPERATION_H_
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <variant>
+#include <vector>
 
 #include "ductile/status.h"
+#include "ductile/table.h"
+#include "proto/ductile.pb.h"
+#include "util/mutex.h"
 
-namespace ductile::internal {
+namespace ductile {
+namespace internal {
 
 class Operation {
  public:
@@ -28,11 +38,11 @@ class Operation {
   // Adds `n` holders.
   void Hold(int n = 1) { outstanding_.fetch_add(n, std::memory_order_relaxed); }
   // Drops a holder, recording `status` if it is the first error.
-  void Release(const Status& status = Status::Ok());
+  void Release(const Status& status = Status::Ok()) EXCLUDES(mu_);
   // Records an error without dropping a holder.
-  void Fail(const Status& status);
+  void Fail(const Status& status) EXCLUDES(mu_);
 
-  Status Wait();
+  Status Wait() EXCLUDES(mu_);
   bool done() const { return done_.load(std::memory_order_acquire); }
   // True once an error has been recorded (the op will fail).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -41,11 +51,70 @@ class Operation {
   std::atomic<int> outstanding_{0};
   std::atomic<bool> done_{false};
   std::atomic<bool> failed_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Status status_;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  Status status_ GUARDED_BY(mu_);
 };
 
-}  // namespace ductile::internal
+}  // namespace internal
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// A push, pull or push-pull call: borrows the caller's spans.
+struct DataOperation : internal::Operation {
+  wire::MessageType type = wire::PUSH;
+  TableId table = 0;
+  uint32_t width = 0;  // 0: variable, see offsets
+  std::span<const Key> keys;
+  std::span<const float> values;
+  std::span<float> out;
+  std::span<const uint32_t> lengths;
+  std::vector<uint64_t> offsets;  // variable width: float offset of key i
+  int64_t clock = 0;
+  uint64_t generation = 0;  // the job's generation when submitted
+  SteadyTime deadline;
+  // Largest wait at a server among this call's replies so far (I/O thread):
+  // the parts wait side by side, so the call waited that long.
+  uint64_t blocked_us = 0;
+  // Install pulled values into the cache (fetch issued at cache_mark).
+  bool cache_install = false;
+  uint64_t cache_mark = 0;
+
+  uint64_t offset(size_t i) const { return width ? i * width : offsets[i]; }
+  uint32_t length(size_t i) const { return width ? width : lengths[i]; }
+};
+
+// Clock(): tell every server this worker's new clock.
+struct ClockOperation : internal::Operation {
+  int64_t clock = 0;
+  uint64_t generation = 0;
+};
+
+// A message to the coordinator that needs no answer (a worker's resume
+// state for a checkpoint).
+struct NoticeOperation : internal::Operation {
+  wire::Header message;
+};
+
+// A request to the coordinator; `reply` is filled before completion.
+struct ControlOperation : internal::Operation {
+  wire::Header request;
+  wire::Header reply;
+  SteadyTime deadline;
+  // Barrier and Finish are sent again while unanswered: a coordinator that
+  // restarted lost them (the coordinator takes a resent one as the same).
+  bool resend = false;
+  SteadyTime resend_at{};
+  // Runs on the I/O thread with an OK answer, before the operation
+  // completes; its status becomes the operation's.
+  std::function<Status(const wire::Header&)> on_reply;
+};
+
+// What the I/O thread is given to do.
+using AnyOperation = std::variant<
+    std::shared_ptr<DataOperation>, std::shared_ptr<ClockOperation>,
+    std::shared_ptr<NoticeOperation>, std::shared_ptr<ControlOperation>>;
+
+}  // namespace ductile
 
 #endif  // DUCTILE_CLIENT_OPERATION_H_

@@ -1,0 +1,616 @@
+#include "client/request_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A request with no reply for this long is sent again with the same
+// sequence number (servers drop the duplicate if the first one arrived).
+constexpr milliseconds kResendAfter{5000};
+// Back-off before re-routing a request a server could not take yet.
+constexpr milliseconds kRetryAfter{20};
+// Values of at least this many bytes per key go out as one frame per key,
+// read in place, rather than gathered into one buffer.
+constexpr uint64_t kFramePerKeyBytes = 16384;
+// How often deadlines and resends are checked while requests are open.
+constexpr milliseconds kTimerPeriod{10};
+// Barrier and Finish requests unanswered this long are sent again.
+constexpr milliseconds kControlResendAfter{2000};
+
+}  // namespace
+
+RequestEngine::RequestEngine(const Shared& shared)
+    : shared_(shared), options_(*shared.options), env_(shared.env) {}
+
+RequestEngine::~RequestEngine() = default;
+
+Status RequestEngine::Start() {
+  transport_ = env_->NewTransport("client");
+  DUCTILE_ASSIGN_OR_RETURN(coordinator_, transport_->NewDealer(""));
+  DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
+  routing_ =
+      std::make_unique<RoutingView>(transport_.get(), options_.prefer_ipc);
+  const TimePoint now = env_->Now();
+  next_timers_ = now;
+  next_heartbeat_ = now + milliseconds(options_.heartbeat_interval_ms);
+  return Status::Ok();
+}
+
+void RequestEngine::Submit(AnyOperation op) {
+  bool was_empty = false;
+  {
+    MutexLock lock(&queue_mu_);
+    if (!stopped_) {
+      was_empty = queue_.empty();
+      queue_.push_back(std::move(op));
+      op = std::shared_ptr<ClockOperation>();
+    }
+  }
+  std::visit(
+      [](const auto& o) {
+        if (o) o->Release(CancelledError("client is shutting down"));
+      },
+      op);
+  // A non-empty queue has been signalled already and not yet taken.
+  if (was_empty) wakeup_.Signal();
+}
+
+std::vector<Socket*> RequestEngine::sockets() const {
+  std::vector<Socket*> out;
+  out.reserve(1 + routing_->sockets().size());
+  out.push_back(coordinator_.get());
+  out.insert(out.end(), routing_->sockets().begin(), routing_->sockets().end());
+  return out;
+}
+
+RequestEngine::TimePoint RequestEngine::NextWakeup() const {
+  const bool busy = !parts_.empty() || !controls_.empty();
+  return busy ? std::min(next_timers_, next_heartbeat_) : next_heartbeat_;
+}
+
+void RequestEngine::Step() {
+  std::deque<AnyOperation> batch;
+  {
+    MutexLock lock(&queue_mu_);
+    batch.swap(queue_);
+  }
+  for (AnyOperation& op : batch) {
+    std::visit([this](const auto& o) { Dispatch(o); }, op);
+  }
+  bool got = true;
+  while (got && coordinator_->Receive(&message_, &got).ok() && got) {
+    HandleControlMessage(message_);
+  }
+  // Replies may install routing and so change the connections: look each
+  // server's socket up again.
+  const std::vector<int32_t> servers = routing_->servers();
+  for (int32_t id : servers) {
+    got = true;
+    while (got) {
+      Socket* socket = routing_->SocketOf(id);
+      if (socket == nullptr || !socket->Receive(&message_, &got).ok() || !got) {
+        break;
+      }
+      HandleDataReply(message_);
+    }
+  }
+  const TimePoint now = env_->Now();
+  if (now >= next_timers_) {
+    HandleTimers();
+    next_timers_ = now + kTimerPeriod;
+  }
+  if (now >= next_heartbeat_) {
+    SendHeartbeat();
+    next_heartbeat_ = now + milliseconds(options_.heartbeat_interval_ms);
+  }
+}
+
+void RequestEngine::Shutdown(const Status& status) {
+  std::deque<AnyOperation> batch;
+  {
+    MutexLock lock(&queue_mu_);
+    stopped_ = true;
+    batch.swap(queue_);
+  }
+  for (AnyOperation& op : batch) {
+    std::visit([&](const auto& o) { o->Release(status); }, op);
+  }
+  FailInFlight(status);
+  routing_->Clear();
+  coordinator_.reset();
+}
+
+void RequestEngine::FailInFlight(const Status& status) {
+  auto parts = std::move(parts_);
+  parts_.clear();
+  // None of them will be sent again: they no longer hold back the
+  // done-below mark (which lets servers forget applied requests).
+  open_seqs_.clear();
+  for (auto& [seq, part] : parts) part.op->Release(status);
+  auto controls = std::move(controls_);
+  controls_.clear();
+  for (auto& [seq, op] : controls) op->Release(status);
+}
+
+// -------------------------------------------------------------- dispatch
+
+void RequestEngine::Dispatch(const std::shared_ptr<ControlOperation>& op) {
+  const uint64_t seq = next_seq_++;
+  op->request.set_seq(seq);
+  OutMessage out;
+  out.AddString(op->request.SerializeAsString());
+  Status s = coordinator_->Send(std::move(out));
+  if (!s.ok()) return op->Release(s);
+  if (op->resend) op->resend_at = env_->Now() + kControlResendAfter;
+  controls_[seq] = op;
+}
+
+void RequestEngine::Dispatch(const std::shared_ptr<NoticeOperation>& op) {
+  OutMessage out;
+  out.AddString(op->message.SerializeAsString());
+  op->Release(coordinator_->Send(std::move(out)));
+}
+
+void RequestEngine::Dispatch(const std::shared_ptr<ClockOperation>& op) {
+  // To every server of the routing table (not only those this worker has
+  // talked to), on the same sockets as the pushes, so every server sees
+  // this worker's pushes of the previous clock before the clock itself.
+  wire::Header header;
+  header.set_type(wire::CLOCK);
+  header.set_worker_id(shared_.worker_id->load());
+  header.set_clock(op->clock);
+  header.set_generation(op->generation);
+  const std::string bytes = header.SerializeAsString();
+  for (Socket* socket : routing_->sockets()) {
+    OutMessage out;
+    out.AddString(bytes);
+    socket->Send(std::move(out)).IgnoreError();
+  }
+  op->Release();
+}
+
+void RequestEngine::Dispatch(const std::shared_ptr<DataOperation>& op) {
+  SplitAndSend(op, nullptr, /*pull_only=*/false);
+  op->Release();  // the dispatcher's hold
+}
+
+void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
+                                 const std::vector<uint32_t>* subset,
+                                 bool pull_only) {
+  const size_t n = subset ? subset->size() : op->keys.size();
+  if (n == 0) return;
+  const RoutingTable& routing = routing_->table();
+  if (routing.empty()) {
+    op->Fail(UnavailableError("no routing table"));
+    return;
+  }
+  auto key_index = [&](size_t j) -> uint32_t {
+    return subset ? (*subset)[j] : static_cast<uint32_t>(j);
+  };
+  auto owner = [&](uint32_t i) {
+    return routing.owner(routing.SlotOf(op->table, op->keys[i]));
+  };
+  // Usually every key has one owner: one part over the whole range.
+  const int32_t first = owner(key_index(0));
+  bool single = true;
+  for (size_t j = 1; j < n && single; ++j) {
+    single = owner(key_index(j)) == first;
+  }
+  if (single && !subset) {
+    Part part;
+    part.op = op;
+    part.pull_only = pull_only;
+    part.server = first;
+    part.begin = 0;
+    part.end = n;
+    return AddPart(std::move(part));
+  }
+  // Group key indices by owning server.
+  std::map<int32_t, std::vector<uint32_t>> groups;
+  for (size_t j = 0; j < n; ++j) {
+    const uint32_t i = key_index(j);
+    groups[owner(i)].push_back(i);
+  }
+  for (auto& [server, indices] : groups) {
+    Part part;
+    part.op = op;
+    part.pull_only = pull_only;
+    part.server = server;
+    if (indices.back() - indices.front() + 1 == indices.size()) {
+      part.begin = indices.front();
+      part.end = indices.back() + 1;
+    } else {
+      part.indices = std::move(indices);
+    }
+    AddPart(std::move(part));
+  }
+}
+
+void RequestEngine::AddPart(Part part) {
+  const uint64_t seq = next_seq_++;
+  part.seq = seq;
+  part.op->Hold();
+  open_seqs_.insert(seq);
+  SendPart(parts_.emplace(seq, std::move(part)).first->second);
+}
+
+uint64_t RequestEngine::DoneBelow() const {
+  return open_seqs_.empty() ? next_seq_ : *open_seqs_.begin();
+}
+
+void RequestEngine::SendPart(Part& part) {
+  DataOperation& op = *part.op;
+  const uint64_t seq = part.seq;
+  Socket* socket = routing_->SocketOf(part.server);
+  if (socket == nullptr) {
+    return FinishPart(seq, UnavailableError("routing names server " +
+                                            std::to_string(part.server) +
+                                            " but gives no address for it"));
+  }
+  const size_t count = part.size();
+  const bool contiguous = part.indices.empty();
+  const wire::MessageType type = part.pull_only ? wire::PULL : op.type;
+  const bool push = type != wire::PULL;
+  const bool variable = op.width == 0;
+  uint64_t floats = 0;
+  for (size_t j = 0; j < count; ++j) floats += op.length(part.index(j));
+
+  wire::Header header;
+  header.set_type(type);
+  header.set_seq(seq);
+  header.set_client_id(shared_.client_id);
+  header.set_table_id(op.table);
+  header.set_epoch(routing_->table().epoch());
+  header.set_clock(op.clock);
+  header.set_generation(op.generation);
+  header.set_num_keys(static_cast<uint32_t>(count));
+  header.set_has_lengths(variable);
+  header.set_done_below(DoneBelow());
+  header.set_timeout_ms(options_.request_timeout_ms);
+  if (const int32_t worker = shared_.worker_id->load(); worker >= 0) {
+    header.set_worker_id(worker);
+  }
+  const bool per_key_frames =
+      push && !contiguous && count > 1 &&
+      floats * sizeof(float) / count >= kFramePerKeyBytes;
+  if (push) header.set_values_frames(per_key_frames ? count : 1);
+
+  std::shared_ptr<DataOperation> op_ref = part.op;
+  auto borrow = [&](OutMessage& out, const void* data, size_t bytes) {
+    op_ref->Hold();
+    out.AddBorrowed(data, bytes, [op_ref] { op_ref->Release(); });
+  };
+  OutMessage out;
+  out.AddString(header.SerializeAsString());
+  if (contiguous) {
+    borrow(out, op.keys.data() + part.begin, count * sizeof(Key));
+    if (push) {
+      borrow(out, op.values.data() + op.offset(part.begin),
+             floats * sizeof(float));
+    }
+    if (variable) {
+      borrow(out, op.lengths.data() + part.begin, count * sizeof(uint32_t));
+    }
+  } else {
+    std::vector<Key> keys(count);
+    for (size_t j = 0; j < count; ++j) keys[j] = op.keys[part.index(j)];
+    out.AddOwned(std::move(keys));
+    if (push && per_key_frames) {
+      for (size_t j = 0; j < count; ++j) {
+        const size_t i = part.index(j);
+        borrow(out, op.values.data() + op.offset(i),
+               op.length(i) * sizeof(float));
+      }
+    } else if (push) {
+      std::vector<float> values;
+      values.reserve(floats);
+      for (size_t j = 0; j < count; ++j) {
+        const size_t i = part.index(j);
+        const float* v = op.values.data() + op.offset(i);
+        values.insert(values.end(), v, v + op.length(i));
+      }
+      out.AddOwned(std::move(values));
+    }
+    if (variable) {
+      std::vector<uint32_t> lengths(count);
+      for (size_t j = 0; j < count; ++j) lengths[j] = op.lengths[part.index(j)];
+      out.AddOwned(std::move(lengths));
+    }
+  }
+  part.retry_at = {};
+  part.resend_at = env_->Now() + kResendAfter;
+  Status s = socket->Send(std::move(out));
+  if (!s.ok()) FinishPart(seq, s);
+}
+
+void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
+  auto it = parts_.find(seq);
+  if (it == parts_.end()) return;
+  std::shared_ptr<DataOperation> op = std::move(it->second.op);
+  parts_.erase(it);
+  open_seqs_.erase(seq);
+  op->Release(status);
+}
+
+// --------------------------------------------------------------- replies
+
+void RequestEngine::HandleDataReply(InMessage& message) {
+  wire::Header header;
+  if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+    LOG(WARNING) << "client: unreadable reply from a server, dropped";
+    return;
+  }
+  // Every reply carries its server's routing epoch: act on a newer one.
+  if (header.epoch() > routing_->table().epoch() && !header.has_routing()) {
+    RequestRouting();
+  }
+  auto it = parts_.find(header.seq());
+  if (it == parts_.end() || it->second.retry_at != TimePoint{}) {
+    return;  // late reply to a request that already finished or was re-routed
+  }
+  Part& part = it->second;
+  const Status status = StatusFromWire(header);
+  if (header.moved() || status.code() == StatusCode::kUnavailable) {
+    // Not applied: re-route the keys (under the newer table if the server
+    // sent one) with fresh sequence numbers.
+    const bool newer = header.has_routing() &&
+                       header.routing().epoch() > routing_->table().epoch();
+    if (newer) {
+      InstallRouting(header.routing());
+    } else {
+      RequestRouting();
+    }
+    open_seqs_.erase(part.seq);
+    // A duplicate push-pull was applied here before its slot moved: the
+    // new owner is only asked for the values.
+    if (header.duplicate()) part.pull_only = true;
+    part.retry_at = env_->Now() + (newer ? milliseconds(0) : kRetryAfter);
+    if (newer) HandleTimers();
+    return;
+  }
+  if (!status.ok()) {
+    return FinishPart(
+        header.seq(),
+        Status(status.code(), "server " + std::to_string(part.server) + ": " +
+                                  status.message()));
+  }
+  DataOperation& op = *part.op;
+  if (op.type != wire::PUSH) {
+    uint64_t floats = 0;
+    for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
+    if (message.size() != 2 ||
+        message.frame(1).size() != floats * sizeof(float)) {
+      return FinishPart(header.seq(),
+                        InternalError("server " + std::to_string(part.server) +
+                                      " sent a pull reply of the wrong size"));
+    }
+    CopyPulledValues(part, header,
+                     reinterpret_cast<const float*>(message.frame(1).data()));
+  }
+  if (op.width == 0) {
+    shared_.tables->LearnWidths(op.table, op.keys, op.lengths, part.size(),
+                                [&part](size_t j) { return part.index(j); });
+  }
+  FinishPart(header.seq(), Status::Ok());
+}
+
+void RequestEngine::CopyPulledValues(Part& part, const wire::Header& header,
+                                     const float* values) {
+  DataOperation& op = *part.op;
+  uint64_t waited_us = 0;
+  if (header.blocked_us() > op.blocked_us) {
+    waited_us = header.blocked_us() - op.blocked_us;
+    op.blocked_us = header.blocked_us();
+  }
+  shared_.stats->RecordPull(op.clock, header.data_clock(), waited_us);
+  if (op.cache_install && !shared_.tables->CacheSuspended(op.table)) {
+    if (header.has_consistency()) {
+      shared_.tables->SetConsistency(op.table, header.consistency());
+    }
+    const float* v = values;
+    for (size_t j = 0; j < part.size(); ++j) {
+      const size_t i = part.index(j);
+      shared_.cache->Install(op.table, op.keys[i], {v, op.length(i)},
+                             header.data_clock(), op.cache_mark);
+      v += op.length(i);
+    }
+  }
+  if (part.indices.empty()) {
+    uint64_t floats = 0;
+    for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
+    std::memcpy(op.out.data() + op.offset(part.begin), values,
+                floats * sizeof(float));
+    return;
+  }
+  for (size_t j = 0; j < part.size(); ++j) {
+    const size_t i = part.index(j);
+    std::memcpy(op.out.data() + op.offset(i), values,
+                op.length(i) * sizeof(float));
+    values += op.length(i);
+  }
+}
+
+void RequestEngine::HandleControlMessage(InMessage& message) {
+  wire::Header header;
+  if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
+    LOG(WARNING) << "client: unreadable message from the coordinator, dropped";
+    return;
+  }
+  if (header.has_routing()) InstallRouting(header.routing());
+  switch (header.type()) {
+    case wire::CONSISTENCY_PREPARE:
+    case wire::CONSISTENCY_COMMIT:
+      return HandleConsistencyChange(header);
+    case wire::RESUME:
+      return HandleResume(header);
+    case wire::CHECKPOINT_COMMIT:
+      return HandleCheckpointCommit(header);
+    case wire::WORKERS_UPDATE:
+      return shared_.recovery->SetLiveWorkers(
+          {header.worker_ids().begin(), header.worker_ids().end()});
+    case wire::CONTROL_REPLY:
+      break;
+    default:
+      return;
+  }
+  auto it = controls_.find(header.seq());
+  if (it == controls_.end()) return;
+  std::shared_ptr<ControlOperation> op = std::move(it->second);
+  controls_.erase(it);
+  Status s = StatusFromWire(header);
+  if (s.ok() && op->on_reply) s = op->on_reply(header);
+  op->reply = std::move(header);
+  op->Release(s);
+}
+
+void RequestEngine::HandleConsistencyChange(const wire::Header& header) {
+  const TableId table = header.table_id();
+  if (header.type() == wire::CONSISTENCY_PREPARE) {
+    shared_.tables->SuspendCache(table);
+  } else {
+    shared_.tables->ResumeCache(table, header.clock(), header.consistency());
+  }
+  shared_.cache->DropTable(table);
+  if (header.type() != wire::CONSISTENCY_PREPARE) return;
+  // The boundary must lie beyond this worker's clock too.
+  wire::Header ack;
+  ack.set_type(wire::CONSISTENCY_ACK);
+  ack.set_role(wire::ROLE_WORKER);
+  ack.set_member_id(shared_.worker_id->load());
+  ack.set_change_id(header.change_id());
+  ack.set_clock(shared_.clock->load());
+  SendToCoordinator(ack);
+}
+
+void RequestEngine::HandleResume(const wire::Header& header) {
+  if (!shared_.recovery->Announce(header)) return;  // old news
+  LOG(WARNING) << "worker " << shared_.worker_id->load()
+               << ": the job rolls back to clock " << header.clock()
+               << " (generation " << header.generation() << ")";
+  // Whatever was in flight belongs to the abandoned timeline.
+  const Status aborted =
+      AbortedError("the job rolled back to the checkpoint at clock " +
+                   std::to_string(header.clock()) +
+                   "; call AwaitRecovery() and resume from there");
+  std::deque<AnyOperation> batch;
+  {
+    MutexLock lock(&queue_mu_);
+    batch.swap(queue_);
+  }
+  for (AnyOperation& op : batch) {
+    std::visit([&](const auto& o) { o->Release(aborted); }, op);
+  }
+  FailInFlight(aborted);
+  shared_.cache->Clear();
+}
+
+void RequestEngine::HandleCheckpointCommit(const wire::Header& header) {
+  const int64_t clock = header.clock();
+  if (!shared_.recovery->OnCheckpointCommit(clock, header.generation(),
+                                            shared_.clock->load())) {
+    return;
+  }
+  wire::Header done;
+  done.set_type(wire::CHECKPOINT_DONE);
+  done.set_role(wire::ROLE_WORKER);
+  done.set_member_id(shared_.worker_id->load());
+  done.set_clock(clock);
+  done.set_generation(shared_.recovery->generation());
+  done.set_resume_state(shared_.recovery->StateAt(clock));
+  SendToCoordinator(done);
+}
+
+// ---------------------------------------------------------------- timers
+
+void RequestEngine::HandleTimers() {
+  const TimePoint now = env_->Now();
+  std::vector<uint64_t> expired, resend, reroute;
+  for (auto& [seq, part] : parts_) {
+    if (now >= part.op->deadline) {
+      expired.push_back(seq);
+    } else if (part.retry_at != TimePoint{}) {
+      if (now >= part.retry_at) reroute.push_back(seq);
+    } else if (now >= part.resend_at && part.op->type == wire::PUSH &&
+               !part.pull_only) {
+      // Only pushes are resent on silence: a pull may be waiting at the
+      // server on a staleness bound, and its deadline covers a lost one.
+      resend.push_back(seq);
+    }
+  }
+  for (uint64_t seq : expired) {
+    const Part& part = parts_.at(seq);
+    FinishPart(seq, DeadlineExceededError(
+                        "no reply from " + routing_->Describe(part.server) +
+                        " within " +
+                        std::to_string(options_.request_timeout_ms) + " ms"));
+  }
+  for (uint64_t seq : resend) {
+    VLOG(1) << "client: resending request " << seq;
+    SendPart(parts_.at(seq));
+  }
+  for (uint64_t seq : reroute) {
+    auto it = parts_.find(seq);
+    Part part = std::move(it->second);
+    parts_.erase(it);
+    std::vector<uint32_t> indices(part.size());
+    for (size_t j = 0; j < part.size(); ++j) indices[j] = part.index(j);
+    SplitAndSend(part.op, &indices, part.pull_only);
+    part.op->Release();  // the old part's hold, after the new parts took theirs
+  }
+  for (auto it = controls_.begin(); it != controls_.end();) {
+    ControlOperation& c = *it->second;
+    if (c.resend && now >= c.resend_at && now < c.deadline) {
+      c.resend_at = now + kControlResendAfter;
+      SendToCoordinator(c.request);
+    }
+    if (now >= c.deadline) {
+      c.Release(DeadlineExceededError("no answer from the coordinator at " +
+                                      options_.coordinator_address));
+      it = controls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RequestEngine::SendHeartbeat() {
+  const int32_t id = shared_.worker_id->load();
+  if (id < 0) return;
+  wire::Header hb;
+  hb.set_type(wire::HEARTBEAT);
+  hb.set_member_id(id);
+  hb.set_generation(shared_.recovery->generation());
+  shared_.stats->Fill(hb.mutable_metrics());
+  hb.mutable_metrics()->set_clock(shared_.clock->load());
+  SendToCoordinator(hb);  // best effort
+}
+
+void RequestEngine::SendToCoordinator(const wire::Header& header) {
+  OutMessage out;
+  out.AddString(header.SerializeAsString());
+  coordinator_->Send(std::move(out)).IgnoreError();
+}
+
+void RequestEngine::RequestRouting() {
+  const TimePoint now = env_->Now();
+  if (now - routing_requested_at_ < kRetryAfter) return;
+  routing_requested_at_ = now;
+  wire::Header get;
+  get.set_type(wire::GET_ROUTING);
+  SendToCoordinator(get);
+}
+
+void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
+  routing_->Install(routing);
+}
+
+}  // namespace ductile

@@ -1,0 +1,154 @@
+// The client's I/O side: every socket, and every request in flight.
+//
+// Callers hand operations over with Submit(); Step() (on the I/O thread)
+// dispatches them: a data call is split into one request per owning server
+// and sent, its parts matched with replies, resent on silence (pushes,
+// under the same sequence number, so a server applies each once),
+// re-routed under fresh numbers when a server answers "moved" or
+// "unavailable", and failed past their deadline; a CLOCK goes to every
+// server of the routing table; control requests go to the coordinator,
+// Barrier and Finish again while unanswered. Step() also takes the
+// coordinator's notices (routing, consistency changes, rollbacks,
+// checkpoints, live workers) and sends heartbeats.
+//
+// Thread-safe: Submit() from any thread; everything else on the thread
+// that steps the engine (the client's I/O thread, or the simulation's).
+#ifndef DUCTILE_CLIENT_REQUEST_ENGINE_H_
+#define DUCTILE_CLIENT_REQUEST_ENGINE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "client/operation.h"
+#include "client/param_cache.h"
+#include "client/recovery_state.h"
+#include "client/routing_view.h"
+#include "client/stats_recorder.h"
+#include "client/table_registry.h"
+#include "ductile/client.h"
+#include "env/env.h"
+#include "transport/message.h"
+#include "transport/socket.h"
+#include "transport/wakeup.h"
+#include "util/mutex.h"
+
+namespace ductile {
+
+class RequestEngine {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // What the engine shares with the caller's side of the client; all of it
+  // outlives the engine.
+  struct Shared {
+    const ClientOptions* options;
+    Env* env;
+    int64_t client_id;
+    const std::atomic<int32_t>* worker_id;  // -1: not a worker
+    const std::atomic<int64_t>* clock;      // the worker's clock
+    TableRegistry* tables;
+    ParamCache* cache;
+    RecoveryState* recovery;
+    StatsRecorder* stats;
+  };
+
+  explicit RequestEngine(const Shared& shared);
+  ~RequestEngine();
+
+  // Connects to the coordinator.
+  Status Start();
+  // Any thread: queues `op` for the I/O thread (released with kCancelled
+  // once the engine is shutting down).
+  void Submit(AnyOperation op) EXCLUDES(queue_mu_);
+  // I/O thread: dispatches what was submitted, handles what arrived and
+  // the timers due.
+  void Step();
+  // I/O thread: fails everything in flight and queued with `status`,
+  // closes the sockets; later submissions are cancelled.
+  void Shutdown(const Status& status);
+
+  // When Step() has timers to handle next.
+  TimePoint NextWakeup() const;
+  // The sockets Step() reads, to wait on.
+  std::vector<Socket*> sockets() const;
+  Transport* transport() const { return transport_.get(); }
+  // Signalled by Submit().
+  Wakeup& wakeup() { return wakeup_; }
+
+ private:
+  // One request to one server: the keys of `op` at `indices` (or the
+  // contiguous range [begin, end) when indices is empty).
+  struct Part {
+    std::shared_ptr<DataOperation> op;
+    int32_t server = -1;
+    uint64_t seq = 0;
+    size_t begin = 0, end = 0;
+    std::vector<uint32_t> indices;
+    // A push-pull whose push a server already applied: only pull.
+    bool pull_only = false;
+    TimePoint retry_at{};   // waiting for a retry (not in flight) if set
+    TimePoint resend_at{};  // resend the same seq if silent until then
+    size_t size() const {
+      return indices.empty() ? end - begin : indices.size();
+    }
+    size_t index(size_t j) const {
+      return indices.empty() ? begin + j : indices[j];
+    }
+  };
+
+  void Dispatch(const std::shared_ptr<DataOperation>& op);
+  void Dispatch(const std::shared_ptr<ClockOperation>& op);
+  void Dispatch(const std::shared_ptr<NoticeOperation>& op);
+  void Dispatch(const std::shared_ptr<ControlOperation>& op);
+  void SplitAndSend(const std::shared_ptr<DataOperation>& op,
+                    const std::vector<uint32_t>* subset, bool pull_only);
+  void AddPart(Part part);
+  void SendPart(Part& part);
+  void FinishPart(uint64_t seq, const Status& status);
+  uint64_t DoneBelow() const;
+  void HandleDataReply(InMessage& message);
+  void CopyPulledValues(Part& part, const wire::Header& header,
+                        const float* values);
+  void HandleControlMessage(InMessage& message);
+  void HandleConsistencyChange(const wire::Header& header);
+  void HandleResume(const wire::Header& header);
+  void HandleCheckpointCommit(const wire::Header& header);
+  void HandleTimers();
+  void SendHeartbeat();
+  void SendToCoordinator(const wire::Header& header);
+  void RequestRouting();
+  void InstallRouting(const wire::RoutingTable& routing);
+  void FailInFlight(const Status& status);
+
+  const Shared shared_;
+  const ClientOptions& options_;
+  Env* const env_;
+
+  Wakeup wakeup_;
+  Mutex queue_mu_;
+  std::deque<AnyOperation> queue_ GUARDED_BY(queue_mu_);
+  bool stopped_ GUARDED_BY(queue_mu_) = false;
+
+  // Owned by the I/O thread.
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Socket> coordinator_;
+  std::unique_ptr<RoutingView> routing_;
+  uint64_t next_seq_ = 1;
+  std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
+  std::set<uint64_t> open_seqs_;              // seqs that may still be (re)sent
+  std::unordered_map<uint64_t, std::shared_ptr<ControlOperation>> controls_;
+  TimePoint routing_requested_at_{};
+  TimePoint next_timers_{};
+  TimePoint next_heartbeat_{};
+  InMessage message_;  // reused by Step()
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_CLIENT_REQUEST_ENGINE_H_

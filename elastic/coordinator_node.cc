@@ -146,6 +146,8 @@ void CoordinatorNode::Handle(InMessage& message) {
       return tables_.HandleCreateAck(h);
     case wire::ROUTING_ACK:
       return routing_.HandleAck(h);
+    case wire::WORKERS_ACK:
+      return membership_.HandleWorkersAck(h);
     case wire::SET_CONSISTENCY:
       return tables_.HandleSetConsistency(identity, h);
     case wire::CONSISTENCY_ACK:
@@ -232,6 +234,7 @@ void CoordinatorNode::CheckTimeouts() {
   // latest checkpoint with its slots on the survivors.
   const std::vector<int32_t> dead = membership_.DetectDeadServers();
   if (!dead.empty()) {
+    membership_.ReleaseAdmissions();  // no longer waiting for them
     std::string why = "server";
     for (int32_t id : dead) why += " " + std::to_string(id);
     StartRecovery(why + " died");

@@ -161,18 +161,57 @@ MembershipManager::Registered MembershipManager::Register(
     waiting_for_routing_.push_back({identity, h.seq()});
     return result;
   }
+  if (member.role == wire::ROLE_WORKER) {
+    Admit({identity, h.seq()}, member);
+    return result;
+  }
   FillRegistration(member, &reply);
   ctx_.out.Send(identity, reply);
   return result;
 }
 
+void MembershipManager::Admit(const Waiter& waiter, const Member& worker) {
+  admissions_.push_back({waiter, worker.id, workers_round_});
+  ReleaseAdmissions();
+}
+
+void MembershipManager::HandleWorkersAck(const wire::Header& h) {
+  uint64_t& acked = workers_acked_[h.member_id()];
+  acked = std::max<uint64_t>(acked, h.change_id());
+  ReleaseAdmissions();
+}
+
+void MembershipManager::ReleaseAdmissions() {
+  for (auto it = admissions_.begin(); it != admissions_.end();) {
+    bool known = true;
+    for (int32_t server : ctx_.state.LiveServers()) {
+      known = known && workers_acked_[server] >= it->round;
+    }
+    auto w = ctx_.state.workers.find(it->worker);
+    if (!known && w != ctx_.state.workers.end()) {
+      ++it;
+      continue;
+    }
+    if (w != ctx_.state.workers.end()) {
+      wire::Header reply;
+      reply.set_seq(it->waiter.seq);
+      FillRegistration(w->second, &reply);
+      ctx_.out.Send(it->waiter.identity, reply);
+    }
+    it = admissions_.erase(it);
+  }
+}
+
 void MembershipManager::AnswerWaiting() {
   for (const Waiter& w : waiting_for_routing_) {
+    const Member* m = ctx_.state.FindByIdentity(w.identity);
+    if (m != nullptr && m->role == wire::ROLE_WORKER) {
+      Admit(w, *m);
+      continue;
+    }
     wire::Header reply;
     reply.set_seq(w.seq);
-    Member observer;
-    const Member* m = ctx_.state.FindByIdentity(w.identity);
-    FillRegistration(m ? *m : observer, &reply);
+    FillRegistration(Member(), &reply);
     ctx_.out.Send(w.identity, reply);
   }
   waiting_for_routing_.clear();
@@ -254,6 +293,7 @@ std::vector<int32_t> MembershipManager::DetectDeadServers() {
 void MembershipManager::PublishWorkers() {
   wire::Header update;
   update.set_type(wire::WORKERS_UPDATE);
+  update.set_change_id(++workers_round_);
   const std::set<int32_t> live = ctx_.state.LiveWorkers();
   for (int32_t id : live) update.add_worker_ids(id);
   for (const auto& [id, m] : ctx_.state.servers) {

@@ -62,6 +62,11 @@ class MembershipManager {
 
   // Tells every server and live worker who the live workers are.
   void PublishWorkers();
+  // WORKERS_ACK: a server installed a live-worker set.
+  void HandleWorkersAck(const wire::Header& h);
+  // Answers the workers' registrations every live server has acknowledged
+  // (call when the live servers change).
+  void ReleaseAdmissions();
   // True when the job is over: every worker finished, or gone (dead for
   // three heartbeat timeouts: a worker declared dead may just be slow).
   bool JobOver() const;
@@ -78,9 +83,21 @@ class MembershipManager {
   Member* FindMember(const wire::Header& h, const std::string& identity,
                      bool* reconnected);
 
+  // A worker's registration, answered once every live server has
+  // installed a live-worker set with it (WORKERS_UPDATE `round`).
+  struct Admission {
+    Waiter waiter;
+    int32_t worker = -1;
+    uint64_t round = 0;
+  };
+  void Admit(const Waiter& waiter, const Member& worker);
+
   CoordinatorContext& ctx_;
   std::map<std::string, Member::TimePoint> observers_;  // identity -> seen
   std::vector<Waiter> waiting_for_routing_;
+  uint64_t workers_round_ = 0;                 // the last WORKERS_UPDATE's
+  std::map<int32_t, uint64_t> workers_acked_;  // by server
+  std::vector<Admission> admissions_;
 };
 
 }  // namespace ductile

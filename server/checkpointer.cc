@@ -35,14 +35,16 @@ bool Checkpointer::Holds(int64_t clock) const {
   return !pending_.empty() && clock >= pending_.begin()->first;
 }
 
-void Checkpointer::Hold(InMessage message) {
+void Checkpointer::Hold(InMessage message, int64_t client) {
   held_.push_back(std::move(message));
+  held_clients_.insert(client);
   counters_->Set(&ServerCounters::held_pushes, held_.size());
 }
 
 std::vector<InMessage> Checkpointer::TakeHeld() {
   std::vector<InMessage> held = std::move(held_);
   held_.clear();
+  held_clients_.clear();
   counters_->Set(&ServerCounters::held_pushes, 0);
   return held;
 }

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,7 +62,12 @@ class Checkpointer {
   }
   // True when a worker's push of timestamp `clock` lies beyond a cut.
   bool Holds(int64_t clock) const;
-  void Hold(InMessage message);
+  // True while a push of `client` is held: its later requests wait behind
+  // it, or a pull would read without the client's own write.
+  bool HoldsClient(int64_t client) const {
+    return held_clients_.count(client) > 0;
+  }
+  void Hold(InMessage message, int64_t client);
   // The held pushes, in arrival order, taken out (to handle again: those
   // still beyond a cut are held again).
   std::vector<InMessage> TakeHeld();
@@ -123,7 +129,8 @@ class Checkpointer {
   // workers must reach it (past that it is dropped: under async a
   // straggler could hold pushes past their senders' deadlines).
   std::map<int64_t, TimePoint> pending_;
-  std::vector<InMessage> held_;  // arrival order
+  std::vector<InMessage> held_;     // arrival order
+  std::set<int64_t> held_clients_;  // the clients of held_
   std::vector<std::pair<TableId, Key>> pending_deletes_;
 };
 

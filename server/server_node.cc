@@ -134,6 +134,8 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
 }
 
 ServerNode::TimePoint ServerNode::NextWakeup() const {
+  // Until registered only the coordinator's answer matters.
+  if (!registered_) return TimePoint::max();
   TimePoint wake = next_heartbeat_;
   if (auto d = consistency_.NextDeadline()) wake = std::min(wake, *d);
   if (auto d = checkpointer_.NextDeadline()) wake = std::min(wake, *d);
@@ -271,6 +273,11 @@ void ServerNode::SetWorkers(const wire::Header& header) {
   const bool moved = consistency_.SetWorkers(live);
   VLOG(1) << "server " << id_ << ": " << live.size()
           << " live workers, server clock " << consistency_.server_clock();
+  wire::Header ack;
+  ack.set_type(wire::WORKERS_ACK);
+  ack.set_member_id(id_);
+  ack.set_change_id(header.change_id());
+  Send(ack);
   if (moved) {
     OnServerClock();
   } else {
@@ -337,13 +344,14 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   const int64_t clock = request.header.clock();
   if (request.is_worker) {
     consistency_.NoteClock(clock);
-    if (request.has_values()) {
-      if (checkpointer_.Holds(clock)) {
-        // The checkpoint's cut: this push comes after it.
-        return checkpointer_.Hold(std::move(message));
-      }
-      checkpointer_.NotePush(clock);
+    const int64_t client = request.header.client_id();
+    // The checkpoint's cut: a push after it waits, and so does whatever
+    // its client sends after it (in order).
+    if ((request.has_values() && checkpointer_.Holds(clock)) ||
+        checkpointer_.HoldsClient(client)) {
+      return checkpointer_.Hold(std::move(message), client);
     }
+    if (request.has_values()) checkpointer_.NotePush(clock);
     // A consistency change is being agreed: requests beyond the clocks
     // seen so far wait until the change tells which model governs them.
     if (consistency_.HoldsForChange(table, clock)) {

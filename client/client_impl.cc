@@ -1,7 +1,6 @@
 #include "client/client_impl.h"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "glog/logging.h"
@@ -14,10 +13,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
-int64_t RandomClientId() {
-  std::random_device rd;
-  const uint64_t hi = rd(), lo = rd();
-  return static_cast<int64_t>(((hi << 32) | lo) >> 2) + 1;
+// A positive id, unique with overwhelming probability.
+int64_t NewClientId(Env* env) {
+  return static_cast<int64_t>(env->RandomU64() >> 2) + 1;
 }
 
 }  // namespace
@@ -46,7 +44,7 @@ Handle Client::PullTensorAsync(const Tensor& t, std::span<float> out) {
 
 ClientImpl::ClientImpl(const ClientOptions& options, Env* env, bool own_thread)
     : options_(options),
-      client_id_(RandomClientId()),
+      client_id_(NewClientId(env)),
       env_(env),
       own_thread_(own_thread),
       engine_({&options_, env_, client_id_, &worker_id_, &clock_, &tables_,

@@ -14,7 +14,7 @@ size_t ParamCache::Hash::operator()(const std::pair<TableId, Key>& k) const {
 bool ParamCache::TryRead(TableId table, std::span<const Key> keys,
                          const Offset& offset, const Length& length,
                          int64_t min_data_clock, std::span<float> out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<const Entry*> found(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     auto it = entries_.find({table, keys[i]});
@@ -36,7 +36,7 @@ void ParamCache::Write(TableId table, std::span<const Key> keys,
                        const Offset& offset, const Length& length,
                        std::span<const float> values,
                        const UpdateRuleKernel& rule) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t write = ++writes_;
   for (size_t i = 0; i < keys.size(); ++i) {
     Entry& e = entries_[{table, keys[i]}];
@@ -57,13 +57,13 @@ void ParamCache::Write(TableId table, std::span<const Key> keys,
 }
 
 uint64_t ParamCache::Mark() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return writes_;
 }
 
 void ParamCache::Install(TableId table, Key key, std::span<const float> value,
                          int64_t data_clock, uint64_t mark) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Entry& e = entries_[{table, key}];
   if (e.last_write > mark) return;  // a newer local write is not in `value`
   if (e.valid && e.data_clock > data_clock) return;  // have a fresher copy
@@ -73,7 +73,7 @@ void ParamCache::Install(TableId table, Key key, std::span<const float> value,
 }
 
 void ParamCache::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, e] : entries_) {
     e.valid = false;
     e.value.clear();
@@ -81,7 +81,7 @@ void ParamCache::Clear() {
 }
 
 void ParamCache::DropTable(TableId table) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, e] : entries_) {
     if (key.first != table) continue;
     e.valid = false;
@@ -90,7 +90,7 @@ void ParamCache::DropTable(TableId table) {
 }
 
 size_t ParamCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 

@@ -18,12 +18,12 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "ductile/table.h"
+#include "util/mutex.h"
 #include "util/update_rule.h"
 
 namespace ductile {
@@ -70,9 +70,10 @@ class ParamCache {
     size_t operator()(const std::pair<TableId, Key>& k) const;
   };
 
-  mutable std::mutex mu_;
-  std::unordered_map<std::pair<TableId, Key>, Entry, Hash> entries_;  // mu_
-  uint64_t writes_ = 0;                                               // mu_
+  mutable Mutex mu_;
+  std::unordered_map<std::pair<TableId, Key>, Entry, Hash> entries_
+      GUARDED_BY(mu_);
+  uint64_t writes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ductile

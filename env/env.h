@@ -36,6 +36,9 @@ class Env {
   // Wall-clock time in milliseconds since the epoch (for records people
   // read, never for deciding).
   virtual int64_t UnixMs() = 0;
+  // A random number for ids that must differ between processes (client
+  // ids): truly random here, seeded in a simulation.
+  virtual uint64_t RandomU64() = 0;
 
   // A transport of the node's own: its sockets belong to it. `node` names
   // the node (the simulation uses it to tell nodes apart).

@@ -1,4 +1,5 @@
 #include <chrono>
+#include <random>
 
 #include "env/env.h"
 #include "transport/zmq_transport.h"
@@ -14,6 +15,11 @@ class RealEnv final : public Env {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
+  }
+
+  uint64_t RandomU64() override {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) | rd();
   }
 
   std::unique_ptr<Transport> NewTransport(const std::string&) override {

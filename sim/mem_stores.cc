@@ -1,0 +1,190 @@
+#include "sim/mem_stores.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace ductile::sim {
+
+// One store's state: the live tables and entries, and frozen versions.
+struct MemDisk::StoreData {
+  struct State {
+    int64_t clock = -1;
+    uint64_t epoch = 0;
+    std::string blob;
+    std::map<TableId, std::string> tables;
+    std::map<std::pair<TableId, Key>, EntryRecord> entries;
+  };
+  State live;
+  std::map<int64_t, State> versions;
+  bool open = false;
+};
+
+namespace {
+
+using StoreData = MemDisk::StoreData;
+
+LoadedCheckpoint ToLoaded(const StoreData::State& s) {
+  LoadedCheckpoint out;
+  out.clock = s.clock;
+  out.epoch = s.epoch;
+  out.blob = s.blob;
+  for (const auto& [id, config] : s.tables) out.tables.push_back({id, config});
+  for (const auto& [key, e] : s.entries) out.entries.push_back(e);
+  return out;
+}
+
+class MemCheckpointStore final : public CheckpointStore {
+ public:
+  MemCheckpointStore(std::shared_ptr<StoreData> data, int keep_last)
+      : data_(std::move(data)), keep_last_(keep_last) {
+    data_->open = true;
+  }
+  ~MemCheckpointStore() override { data_->open = false; }
+
+  Status WriteCheckpoint(int64_t clock, uint64_t epoch,
+                         const std::vector<TableRecord>& tables,
+                         const std::vector<EntryRecord>& changed,
+                         const std::vector<std::pair<TableId, Key>>& deleted,
+                         const std::string& blob) override {
+    if (clock < 0) return InvalidArgumentError("negative clock");
+    if (!data_->versions.empty() && clock <= data_->versions.rbegin()->first) {
+      return InvalidArgumentError("clock " + std::to_string(clock) +
+                                  " is not after the newest checkpoint");
+    }
+    std::set<std::pair<TableId, Key>> seen;
+    for (const EntryRecord& e : changed) {
+      if (!seen.insert({e.table, e.key}).second) {
+        return InvalidArgumentError("a key listed twice");
+      }
+    }
+    for (const auto& d : deleted) {
+      if (!seen.insert(d).second) {
+        return InvalidArgumentError("a key listed twice");
+      }
+    }
+    StoreData::State& live = data_->live;
+    for (const TableRecord& t : tables) live.tables[t.id] = t.config;
+    for (const EntryRecord& e : changed) {
+      if (live.tables.count(e.table) == 0) {
+        return InvalidArgumentError("an entry of a table with no record");
+      }
+    }
+    for (const EntryRecord& e : changed) live.entries[{e.table, e.key}] = e;
+    for (const auto& d : deleted) live.entries.erase(d);
+    live.clock = clock;
+    live.epoch = epoch;
+    live.blob = blob;
+    data_->versions[clock] = live;
+    while (static_cast<int>(data_->versions.size()) > keep_last_) {
+      data_->versions.erase(data_->versions.begin());
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<int64_t>> ListCheckpoints() const override {
+    std::vector<int64_t> out;
+    for (const auto& [clock, v] : data_->versions) out.push_back(clock);
+    return out;
+  }
+
+  Result<LoadedCheckpoint> LoadLatest() const override {
+    if (data_->versions.empty()) return NotFoundError("no checkpoint");
+    return ToLoaded(data_->versions.rbegin()->second);
+  }
+
+  Result<LoadedCheckpoint> Load(int64_t clock) const override {
+    auto it = data_->versions.find(clock);
+    if (it == data_->versions.end()) {
+      return NotFoundError("no checkpoint at clock " + std::to_string(clock));
+    }
+    return ToLoaded(it->second);
+  }
+
+  Status RollBackTo(int64_t clock) override {
+    auto it = data_->versions.find(clock);
+    if (it == data_->versions.end()) {
+      return NotFoundError("no checkpoint at clock " + std::to_string(clock));
+    }
+    data_->live = it->second;
+    data_->versions.erase(std::next(it), data_->versions.end());
+    return Status::Ok();
+  }
+
+  Status DiscardAll() override {
+    data_->versions.clear();
+    data_->live = StoreData::State();
+    return Status::Ok();
+  }
+
+  Status DropCheckpoint(int64_t clock) override {
+    data_->versions.erase(clock);
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<StoreData> data_;
+  const int keep_last_;
+};
+
+class MemCoordinatorStore final : public CoordinatorStore {
+ public:
+  MemCoordinatorStore(std::optional<wire::CoordinatorState>* state, bool* open)
+      : state_(state), open_(open) {
+    *open_ = true;
+  }
+  ~MemCoordinatorStore() override { *open_ = false; }
+
+  Result<std::optional<wire::CoordinatorState>> Load() const override {
+    return *state_;
+  }
+  Status Save(const wire::CoordinatorState& state) override {
+    *state_ = state;
+    return Status::Ok();
+  }
+
+ private:
+  std::optional<wire::CoordinatorState>* state_;
+  bool* open_;
+};
+
+}  // namespace
+
+MemDisk::MemDisk() = default;
+MemDisk::~MemDisk() = default;
+
+Result<std::unique_ptr<CheckpointStore>> MemDisk::OpenCheckpointStore(
+    const CheckpointStoreOptions& options) {
+  if (options.dir.empty()) return InvalidArgumentError("no directory");
+  if (options.keep_last < 1) return InvalidArgumentError("keep_last < 1");
+  std::shared_ptr<StoreData>& data = stores_[options.dir];
+  if (!data) data = std::make_shared<StoreData>();
+  if (data->open) {
+    return FailedPreconditionError(options.dir + " is held by another store");
+  }
+  return std::unique_ptr<CheckpointStore>(
+      new MemCheckpointStore(data, options.keep_last));
+}
+
+Result<LoadedCheckpoint> MemDisk::LoadCheckpointFrom(const std::string& dir,
+                                                     int64_t clock) {
+  auto it = stores_.find(dir);
+  if (it == stores_.end()) return NotFoundError("no store in " + dir);
+  auto v = it->second->versions.find(clock);
+  if (v == it->second->versions.end()) {
+    return NotFoundError("no checkpoint at clock " + std::to_string(clock) +
+                         " in " + dir);
+  }
+  return ToLoaded(v->second);
+}
+
+Result<std::unique_ptr<CoordinatorStore>> MemDisk::OpenCoordinatorStore(
+    const std::string& dir) {
+  bool& open = coordinator_open_[dir];
+  if (open) return FailedPreconditionError(dir + " is held by another store");
+  return std::unique_ptr<CoordinatorStore>(
+      new MemCoordinatorStore(&coordinators_[dir], &open));
+}
+
+}  // namespace ductile::sim

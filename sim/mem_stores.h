@@ -1,0 +1,43 @@
+// In-memory checkpoint and coordinator stores for the simulation, on a
+// "disk" (MemDisk) that outlives the nodes using it, so a node restarted
+// on the same directory finds what its predecessor wrote. They keep the
+// contracts of server/checkpoint_store.h and elastic/coordinator_store.h
+// (versions, keep_last, incremental writes, rollbacks), without files.
+//
+// Not thread-safe: the simulation runs in one thread.
+#ifndef DUCTILE_SIM_MEM_STORES_H_
+#define DUCTILE_SIM_MEM_STORES_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "elastic/coordinator_store.h"
+#include "server/checkpoint_store.h"
+
+namespace ductile::sim {
+
+class MemDisk {
+ public:
+  MemDisk();
+  ~MemDisk();
+
+  Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
+      const CheckpointStoreOptions& options);
+  Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
+                                              int64_t clock);
+  Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
+      const std::string& dir);
+
+  struct StoreData;
+
+ private:
+  std::map<std::string, std::shared_ptr<StoreData>> stores_;
+  std::map<std::string, std::optional<wire::CoordinatorState>> coordinators_;
+  std::map<std::string, bool> coordinator_open_;
+};
+
+}  // namespace ductile::sim
+
+#endif  // DUCTILE_SIM_MEM_STORES_H_

@@ -1,0 +1,496 @@
+#include "sim/sim_cluster.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "client/client_impl.h"
+#include "elastic/coordinator_node.h"
+#include "proto/ductile.pb.h"
+#include "server/server_node.h"
+#include "sim/mem_stores.h"
+#include "sim/sim_env.h"
+
+namespace ductile::sim {
+namespace {
+
+using std::chrono::milliseconds;
+using TimePoint = SimNetwork::TimePoint;
+
+constexpr char kCoordinatorAddress[] = "tcp://coordinator:1";
+constexpr char kServerStateDir[] = "/sim/servers";
+constexpr char kCoordinatorStateDir[] = "/sim/coordinator";
+
+class Cluster;
+
+// One worker running the counter workload as a state machine: it never
+// blocks, and Advance() takes it as far as it can go now.
+class Worker {
+ public:
+  Worker(Cluster* cluster, int index);
+  void Advance();
+  bool done() const { return phase_ == Phase::kDone; }
+  int64_t clock() const { return clock_; }
+  ClientImpl& client() { return *client_; }
+  std::string Where() const;
+
+ private:
+  enum class Phase {
+    kRegister,
+    kCreateTable,
+    kStartBarrier,
+    kStep,
+    kBarrier,
+    kFinalRead,
+    kFinish,
+    kRecover,
+    kDone
+  };
+  // Handles a failed call: a rollback is taken, anything else fails the run.
+  void Failed(const Status& s, const char* what);
+  void CheckRead();
+  void CheckFinal();
+
+  Cluster& cluster_;
+  const int index_;
+  std::unique_ptr<SimEnv> env_;
+  std::unique_ptr<ClientImpl> client_;
+  Phase phase_ = Phase::kRegister;
+  bool issued_ = false;
+  std::shared_ptr<ControlOperation> control_;
+  Handle push_, pull_;
+  TableId table_ = 0;
+  int64_t clock_ = 0;
+  uint64_t generation_ = 0;  // the job's, as this worker resumed in it
+  std::vector<Key> own_key_, all_keys_;
+  std::vector<float> one_{1.0f};
+  std::vector<float> out_;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(const SimOptions& options)
+      : options_(options), net_(options.seed, options.faults) {}
+
+  SimResult Run();
+
+  void Fail(const std::string& why) {
+    if (result_.failure.empty()) result_.failure = why;
+  }
+  bool failed() const { return !result_.failure.empty(); }
+  const SimOptions& options() const { return options_; }
+  SimNetwork& net() { return net_; }
+  MemDisk& disk() { return disk_; }
+  // The pushes each worker has sent in the timeline of `generation`: the
+  // clock the job rolled back to in it, plus the pushes made since.
+  std::vector<int64_t>& sent(uint64_t generation, int64_t resumed_at = 0) {
+    auto [it, inserted] = sent_.try_emplace(generation);
+    if (inserted) it->second.assign(options_.workers, resumed_at);
+    return it->second;
+  }
+  SimResult& result() { return result_; }
+
+ private:
+  void StartServer(int i);
+  void HandleCrashes();
+  TimePoint NextEvent();
+
+  const SimOptions options_;
+  SimNetwork net_;
+  MemDisk disk_;
+  std::unique_ptr<SimEnv> coordinator_env_;
+  std::unique_ptr<CoordinatorNode> coordinator_;
+  std::vector<std::unique_ptr<SimEnv>> server_envs_;
+  std::vector<std::unique_ptr<ServerNode>> servers_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::map<uint64_t, std::vector<int64_t>> sent_;  // by generation
+  // Crashes: done, and when the server comes back.
+  std::vector<bool> crashed_;
+  std::vector<std::optional<TimePoint>> restart_at_;
+  SimResult result_;
+};
+
+Worker::Worker(Cluster* cluster, int index)
+    : cluster_(*cluster), index_(index) {
+  const SimOptions& o = cluster_.options();
+  env_ = std::make_unique<SimEnv>(&cluster_.net(), &cluster_.disk(),
+                                  "worker-" + std::to_string(index));
+  ClientOptions c;
+  c.coordinator_address = kCoordinatorAddress;
+  c.prefer_ipc = false;
+  c.enable_cache = o.cache;
+  c.connect_timeout_ms = o.time_limit_ms;
+  c.request_timeout_ms = 60000;
+  c.requested_worker_id = index;
+  client_ = std::make_unique<ClientImpl>(c, env_.get(), /*own_thread=*/false);
+  Status s = client_->Start();
+  if (!s.ok())
+    cluster_.Fail("worker " + std::to_string(index) + ": " + s.ToString());
+  own_key_ = {static_cast<Key>(index)};
+  all_keys_.resize(o.workers);
+  std::iota(all_keys_.begin(), all_keys_.end(), Key{0});
+  out_.assign(o.workers, -1.0f);
+}
+
+std::string Worker::Where() const {
+  static const char* kNames[] = {"register", "create table", "start barrier",
+                                 "step",     "barrier",      "final read",
+                                 "finish",   "recover",      "done"};
+  return "worker " + std::to_string(index_) + " at clock " +
+         std::to_string(clock_) + " (" + kNames[static_cast<int>(phase_)] + ")";
+}
+
+void Worker::Failed(const Status& s, const char* what) {
+  if (s.code() == StatusCode::kAborted) {
+    // A rollback: take it once announced.
+    phase_ = Phase::kRecover;
+    issued_ = false;
+    return;
+  }
+  cluster_.Fail(Where() + ": " + what + ": " + s.ToString());
+}
+
+void Worker::CheckRead() {
+  const SimOptions& o = cluster_.options();
+  const Consistency& c = o.consistency;
+  const int64_t bsp = c.mode == ConsistencyMode::kBsp;
+  ++cluster_.result().reads_checked;
+  for (int w = 0; w < o.workers; ++w) {
+    const int64_t value = static_cast<int64_t>(out_[w]);
+    std::ostringstream what;
+    what << Where() << " read counter[" << w << "] = " << out_[w];
+    if (static_cast<float>(value) != out_[w]) {
+      return cluster_.Fail(what.str() + ", not a count");
+    }
+    // A read is served in its request's generation (a server still in an
+    // older one serves that one's state).
+    const int64_t sent = cluster_.sent(generation_)[w];
+    if (value > sent) {
+      return cluster_.Fail(what.str() + ", above the " + std::to_string(sent) +
+                           " pushes worker " + std::to_string(w) +
+                           " sent: a push applied twice");
+    }
+    if (w == index_ && value != clock_ + 1 - bsp) {
+      return cluster_.Fail(what.str() + ": its own counter must be exactly " +
+                           std::to_string(clock_ + 1 - bsp));
+    }
+    if (c.mode == ConsistencyMode::kBsp && value != clock_) {
+      return cluster_.Fail(what.str() + ": BSP reads at clock " +
+                           std::to_string(clock_) + " see exactly " +
+                           std::to_string(clock_));
+    }
+    if (c.mode == ConsistencyMode::kSsp && value < clock_ - c.staleness) {
+      return cluster_.Fail(what.str() + ": SSP(" + std::to_string(c.staleness) +
+                           ") needs at least " +
+                           std::to_string(clock_ - c.staleness));
+    }
+  }
+}
+
+void Worker::CheckFinal() {
+  const SimOptions& o = cluster_.options();
+  for (int w = 0; w < o.workers; ++w) {
+    if (out_[w] != static_cast<float>(o.clocks)) {
+      std::ostringstream what;
+      what << Where() << ": after the final barrier counter[" << w
+           << "] = " << out_[w] << ", not " << o.clocks
+           << " (a push lost or applied twice)";
+      return cluster_.Fail(what.str());
+    }
+  }
+}
+
+void Worker::Advance() {
+  const SimOptions& o = cluster_.options();
+  while (!cluster_.failed()) {
+    switch (phase_) {
+      case Phase::kRegister:
+        if (!issued_) {
+          control_ = client_->StartRegister();
+          issued_ = true;
+        }
+        if (!control_->done()) return;
+        if (Status s = control_->Wait(); !s.ok()) {
+          return cluster_.Fail(Where() + ": registration: " + s.ToString());
+        }
+        issued_ = false;
+        phase_ = Phase::kCreateTable;
+        break;
+      case Phase::kCreateTable:
+        if (!issued_) {
+          TableOptions t;
+          t.name = "counters";
+          t.value_width = 1;
+          t.rule = UpdateRule::kAdd;
+          t.consistency = o.consistency;
+          control_ = client_->StartCreateTable(t);
+          issued_ = true;
+        }
+        if (!control_->done()) return;
+        if (Status s = control_->Wait(); !s.ok()) {
+          return cluster_.Fail(Where() + ": create table: " + s.ToString());
+        }
+        table_ = control_->reply.table().id();
+        issued_ = false;
+        phase_ = Phase::kStartBarrier;
+        break;
+      case Phase::kStartBarrier:
+        // Every worker is in the job before anyone steps.
+        if (!issued_) {
+          control_ = client_->StartBarrier(o.time_limit_ms);
+          issued_ = true;
+        }
+        if (!control_->done()) return;
+        issued_ = false;
+        if (Status s = control_->Wait(); !s.ok()) {
+          return cluster_.Fail(Where() + ": start barrier: " + s.ToString());
+        }
+        phase_ = Phase::kStep;
+        break;
+      case Phase::kStep: {
+        if (clock_ >= o.clocks) {
+          phase_ = Phase::kBarrier;
+          break;
+        }
+        if (!issued_) {
+          // Push, then read everything, on one connection per server:
+          // the read sees the push.
+          push_ = client_->PushAsync(table_, own_key_, one_, {});
+          ++cluster_.sent(generation_)[index_];
+          pull_ = client_->PullAsync(table_, all_keys_, out_, {});
+          issued_ = true;
+        }
+        if (!push_.done() || !pull_.done()) return;
+        issued_ = false;
+        if (Status s = push_.Wait(); !s.ok()) return Failed(s, "push");
+        if (Status s = pull_.Wait(); !s.ok()) return Failed(s, "pull");
+        CheckRead();
+        client_->Clock();
+        ++clock_;
+        break;
+      }
+      case Phase::kBarrier:
+        if (!issued_) {
+          control_ = client_->StartBarrier(o.time_limit_ms);
+          issued_ = true;
+        }
+        if (!control_->done()) return;
+        issued_ = false;
+        if (Status s = control_->Wait(); !s.ok()) return Failed(s, "barrier");
+        phase_ = Phase::kFinalRead;
+        break;
+      case Phase::kFinalRead:
+        if (!issued_) {
+          pull_ = client_->PullAsync(table_, all_keys_, out_, {});
+          issued_ = true;
+        }
+        if (!pull_.done()) return;
+        issued_ = false;
+        if (Status s = pull_.Wait(); !s.ok()) return Failed(s, "final pull");
+        CheckFinal();
+        phase_ = Phase::kFinish;
+        break;
+      case Phase::kFinish:
+        if (!issued_) {
+          control_ = client_->StartFinish();
+          issued_ = true;
+        }
+        if (!control_->done()) return;
+        issued_ = false;
+        if (Status s = control_->Wait(); !s.ok()) return Failed(s, "finish");
+        phase_ = Phase::kDone;
+        break;
+      case Phase::kRecover: {
+        Result<Client::Recovery> r = client_->AwaitRecovery(0);
+        if (!r.ok()) return;  // not announced yet
+        ++cluster_.result().rollbacks;
+        clock_ = r->clock;
+        generation_ = r->generation;
+        // The checkpoint holds exactly the pushes of the clocks before it.
+        cluster_.sent(generation_, r->clock);
+        phase_ = Phase::kStep;
+        break;
+      }
+      case Phase::kDone:
+        return;
+    }
+  }
+}
+
+void Cluster::StartServer(int i) {
+  ServerOptions s;
+  s.coordinator_address = kCoordinatorAddress;
+  s.host = "server-" + std::to_string(i);
+  s.enable_ipc = false;
+  s.requested_id = i;
+  s.heartbeat_interval_ms = 500;
+  if (options_.checkpoint_every > 0) s.state_dir = kServerStateDir;
+  server_envs_[i] =
+      std::make_unique<SimEnv>(&net_, &disk_, "server-" + std::to_string(i));
+  servers_[i] = std::make_unique<ServerNode>(s, server_envs_[i].get());
+  Status st = servers_[i]->Start();
+  if (!st.ok()) Fail("server " + std::to_string(i) + ": " + st.ToString());
+}
+
+void Cluster::HandleCrashes() {
+  for (size_t k = 0; k < options_.crashes.size(); ++k) {
+    const SimOptions::Crash& crash = options_.crashes[k];
+    if (crashed_[k]) {
+      if (restart_at_[k] && net_.now() >= *restart_at_[k]) {
+        restart_at_[k].reset();
+        StartServer(crash.server);
+      }
+      continue;
+    }
+    bool passed = true;
+    for (const auto& w : workers_)
+      passed = passed && w->clock() > crash.at_clock;
+    if (!passed) continue;
+    crashed_[k] = true;
+    net_.Crash("server-" + std::to_string(crash.server));
+    servers_[crash.server].reset();
+    restart_at_[k] = net_.now() + milliseconds(crash.down_ms);
+  }
+}
+
+TimePoint Cluster::NextEvent() {
+  TimePoint next = coordinator_->NextWakeup();
+  if (auto d = net_.NextDelivery()) next = std::min(next, *d);
+  for (const auto& s : servers_) {
+    if (s) next = std::min(next, s->NextWakeup());
+  }
+  for (const auto& w : workers_)
+    next = std::min(next, w->client().NextWakeup());
+  for (const auto& r : restart_at_) {
+    if (r) next = std::min(next, *r);
+  }
+  return next;
+}
+
+// The messages whose loss the protocol repairs without breaking the
+// contract: a push's reply (the push is resent under its sequence number
+// and acknowledged as a duplicate), heartbeats, barriers and finishes
+// (sent again while unanswered). A lost request is not among them: the
+// contract relies on each connection's order (a worker's push before its
+// next pull and its CLOCK), which only a broken connection breaks.
+bool Droppable(const std::vector<std::string>& frames, bool to_router) {
+  const size_t header = to_router ? 1 : 0;
+  if (frames.size() <= header) return false;
+  wire::Header h;
+  if (!h.ParseFromString(frames[header])) return false;
+  switch (h.type()) {
+    case wire::HEARTBEAT:
+    case wire::BARRIER:
+    case wire::FINISH:
+      return true;
+    case wire::DATA_REPLY:
+      return frames.size() == header + 1;  // no values: a push's reply
+    default:
+      return false;
+  }
+}
+
+SimResult Cluster::Run() {
+  net_.set_droppable(&Droppable);
+  const TimePoint start = net_.now();
+  const TimePoint limit = start + milliseconds(options_.time_limit_ms);
+  CoordinatorOptions c;
+  c.bind_address = kCoordinatorAddress;
+  c.num_servers = options_.servers;
+  c.num_workers = options_.workers;
+  c.num_slots = 64;
+  c.heartbeat_timeout_ms = 5000;
+  if (options_.checkpoint_every > 0) {
+    c.state_dir = kCoordinatorStateDir;
+    c.checkpoint_every_clocks = options_.checkpoint_every;
+  }
+  coordinator_env_ = std::make_unique<SimEnv>(&net_, &disk_, "coordinator");
+  coordinator_ = std::make_unique<CoordinatorNode>(c, coordinator_env_.get());
+  if (Status s = coordinator_->Start(); !s.ok()) {
+    Fail("coordinator: " + s.ToString());
+  }
+  server_envs_.resize(options_.servers);
+  servers_.resize(options_.servers);
+  for (int i = 0; i < options_.servers; ++i) StartServer(i);
+  sent(0);
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.push_back(std::make_unique<Worker>(this, i));
+  }
+  crashed_.assign(options_.crashes.size(), false);
+  restart_at_.assign(options_.crashes.size(), std::nullopt);
+
+  std::vector<int> order(1 + options_.servers + options_.workers);
+  std::iota(order.begin(), order.end(), 0);
+  while (!failed()) {
+    net_.DeliverDue();
+    // Nodes take turns in an order drawn from the seed.
+    std::shuffle(order.begin(), order.end(), net_.rng());
+    for (int n : order) {
+      if (n == 0) {
+        coordinator_->Step();
+      } else if (n <= options_.servers) {
+        if (servers_[n - 1]) servers_[n - 1]->Step();
+      } else {
+        Worker& w = *workers_[n - 1 - options_.servers];
+        w.client().Step();
+        w.Advance();
+        w.client().Step();
+      }
+    }
+    HandleCrashes();
+    bool all_done = true;
+    for (const auto& w : workers_) all_done = all_done && w->done();
+    if (all_done) break;
+    // Time always moves on: a node that wants to run again at once would
+    // spin in a real process too.
+    net_.AdvanceTo(
+        std::max(NextEvent(), net_.now() + std::chrono::microseconds(1)));
+    if (net_.now() > limit) {
+      std::string where;
+      for (const auto& w : workers_) where += "; " + w->Where();
+      Fail("no progress within " + std::to_string(options_.time_limit_ms) +
+           " ms of simulated time" + where);
+    }
+  }
+  result_.ok = !failed();
+  result_.trace = net_.trace();
+  result_.simulated_ms =
+      std::chrono::duration_cast<milliseconds>(net_.now() - start).count();
+  result_.messages = net_.sent();
+  result_.dropped = net_.dropped();
+  result_.duplicated = net_.duplicated();
+  // Nodes go before the network they use.
+  workers_.clear();
+  servers_.clear();
+  coordinator_.reset();
+  return result_;
+}
+
+}  // namespace
+
+SimResult RunSimulation(const SimOptions& options) {
+  Cluster cluster(options);
+  return cluster.Run();
+}
+
+std::string Describe(const SimOptions& o) {
+  std::ostringstream out;
+  out << "seed=" << o.seed << " servers=" << o.servers
+      << " workers=" << o.workers << " clocks=" << o.clocks << " "
+      << ToString(o.consistency) << " cache=" << o.cache
+      << " latency_us=" << o.faults.min_latency_us << "-"
+      << o.faults.max_latency_us << " delay=" << o.faults.delay
+      << " duplicate=" << o.faults.duplicate << " drop=" << o.faults.drop
+      << " checkpoint_every=" << o.checkpoint_every;
+  for (const auto& c : o.crashes) {
+    out << " crash=server:" << c.server << "@clock=" << c.at_clock << "+"
+        << c.down_ms << "ms";
+  }
+  return out.str();
+}
+
+}  // namespace ductile::sim

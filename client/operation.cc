@@ -24,7 +24,7 @@ void Operation::Release(const Status& status) {
 
 Status Operation::Wait() {
   MutexLock lock(&mu_);
-  while (!done_.load(std::memory_order_acquire)) cv_.Wait();
+  while (!done_.load(std::memory_order_acquire)) cv_.Wait(&mu_);
   return status_;
 }
 

@@ -52,7 +52,7 @@ class Operation {
   std::atomic<bool> done_{false};
   std::atomic<bool> failed_{false};
   Mutex mu_;
-  CondVar cv_{&mu_};
+  CondVar cv_;
   Status status_ GUARDED_BY(mu_);
 };
 

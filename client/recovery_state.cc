@@ -60,7 +60,7 @@ Result<Client::Recovery> RecoveryState::Await(int64_t timeout_ms) {
       std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   MutexLock lock(&mu_);
   while (!pending_) {
-    if (!cv_.WaitUntil(deadline) && !pending_) {
+    if (!cv_.WaitUntil(&mu_, deadline) && !pending_) {
       return DeadlineExceededError("no rollback was announced within " +
                                    std::to_string(timeout_ms) + " ms");
     }

@@ -61,7 +61,7 @@ class RecoveryState {
  private:
   std::atomic<uint64_t> generation_{0};
   mutable Mutex mu_;
-  CondVar cv_{&mu_};
+  CondVar cv_;
   std::optional<Client::Recovery> pending_ GUARDED_BY(mu_);
   std::map<int64_t, std::string> states_ GUARDED_BY(mu_);
   bool uses_resume_state_ GUARDED_BY(mu_) = false;

@@ -17,6 +17,7 @@ packages=(
   libopenblas-dev zlib1g-dev
   dataset-fashion-mnist                # /usr/share/datasets/fashion-mnist/
   clang-format python3
+  clang                                # the -Wthread-safety build (CI)
   gnuplot-nox                          # plots of benchmark results
 )
 

@@ -44,19 +44,19 @@ class SCOPED_CAPABILITY MutexLock {
 };
 
 // Waits release the mutex while blocked and hold it again on return.
-// Spurious wake-ups happen: wait in a loop on the condition.
+// Spurious wake-ups happen: wait in a loop on the condition. The mutex is
+// named at each wait, so the analysis can check that it is held.
 class CondVar {
  public:
-  explicit CondVar(Mutex* mu) : mu_(mu) {}
-
-  void Wait() REQUIRES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  void Wait(Mutex* mu) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
   // False once `deadline` has passed.
-  bool WaitUntil(std::chrono::steady_clock::time_point deadline) REQUIRES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline)
+      REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     const bool woke =
         cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();
@@ -66,7 +66,6 @@ class CondVar {
   void SignalAll() { cv_.notify_all(); }
 
  private:
-  Mutex* const mu_;
   std::condition_variable cv_;
 };
 

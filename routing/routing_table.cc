@@ -158,8 +158,4 @@ void RoutingTable::SetServers(std::vector<wire::ServerEndpoint> servers) {
   if (epoch_ > 0) ++epoch_;
 }
 
-void RoutingTable::AdvanceEpochPast(uint64_t epoch) {
-  if (epoch_ <= epoch) epoch_ = epoch + 1;
-}
-
 }  // namespace ductile

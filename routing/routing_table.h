@@ -90,9 +90,6 @@ class RoutingTable {
   int32_t Reassign(const std::set<int32_t>& live);
   // Replaces the endpoints; the epoch grows only if they differ.
   void SetServers(std::vector<wire::ServerEndpoint> servers);
-  // Moves the epoch past `epoch` (a table restored from durable state must
-  // not reuse epochs the cluster has seen).
-  void AdvanceEpochPast(uint64_t epoch);
 
  private:
   uint64_t epoch_ = 0;

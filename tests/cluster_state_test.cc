@@ -1,0 +1,159 @@
+// The coordinator's cluster state persists itself: a change is written
+// once, no change is not written, and a restarted coordinator reads back
+// what was written. AckRound: the generic "wait for every ack" round.
+#include "elastic/cluster_state.h"
+
+#include <chrono>
+
+#include "elastic/ack_round.h"
+#include "gtest/gtest.h"
+
+namespace ductile {
+namespace {
+
+// A coordinator store in memory that counts its writes.
+class CountingStore final : public CoordinatorStore {
+ public:
+  explicit CountingStore(std::optional<wire::CoordinatorState>* saved,
+                         int* saves)
+      : saved_(saved), saves_(saves) {}
+  Result<std::optional<wire::CoordinatorState>> Load() const override {
+    return *saved_;
+  }
+  Status Save(const wire::CoordinatorState& state) override {
+    *saved_ = state;
+    ++*saves_;
+    return Status::Ok();
+  }
+
+ private:
+  std::optional<wire::CoordinatorState>* saved_;
+  int* saves_;
+};
+
+// Time and a counting coordinator store; nothing else is used.
+class StoreOnlyEnv final : public Env {
+ public:
+  TimePoint Now() override { return std::chrono::steady_clock::now(); }
+  int64_t UnixMs() override { return 0; }
+  uint64_t RandomU64() override { return 4; }
+  std::unique_ptr<Transport> NewTransport(const std::string&) override {
+    return nullptr;
+  }
+  Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
+      const CheckpointStoreOptions&) override {
+    return FailedPreconditionError("not here");
+  }
+  Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string&,
+                                              int64_t) override {
+    return FailedPreconditionError("not here");
+  }
+  Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
+      const std::string&) override {
+    return std::unique_ptr<CoordinatorStore>(new CountingStore(&saved, &saves));
+  }
+
+  std::optional<wire::CoordinatorState> saved;
+  int saves = 0;
+};
+
+CoordinatorOptions Durable() {
+  CoordinatorOptions o;
+  o.state_dir = "/nowhere/coordinator";
+  o.num_slots = 16;
+  return o;
+}
+
+TEST(ClusterState, EveryChangeIsWrittenOnceAndNoChangeIsNotWritten) {
+  StoreOnlyEnv env;
+  const CoordinatorOptions options = Durable();
+  ClusterState state(&env, options);
+  ASSERT_TRUE(state.Open().ok());
+  EXPECT_FALSE(state.resumed());
+  state.PersistIfChanged();
+  const int first = env.saves;
+  state.PersistIfChanged();
+  EXPECT_EQ(env.saves, first) << "nothing changed";
+  // A change anywhere in the durable part, even one no caller thought of
+  // saving (a slot moved, a barrier passed), is written.
+  wire::ServerEndpoint e;
+  e.set_id(0);
+  state.routing = RoutingTable::Initial(16, {e});
+  state.PersistIfChanged();
+  EXPECT_EQ(env.saves, first + 1);
+  state.routing.Move(3, 0);
+  state.barrier_round = 2;
+  state.PersistIfChanged();
+  EXPECT_EQ(env.saves, first + 2);
+  // Liveness details are not durable: no write for them.
+  Member& m = state.workers[0];
+  m.role = wire::ROLE_WORKER;
+  state.PersistIfChanged();
+  const int with_worker = env.saves;
+  m.last_seen = std::chrono::steady_clock::now();
+  m.identity = "somewhere";
+  state.PersistIfChanged();
+  EXPECT_EQ(env.saves, with_worker);
+}
+
+TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
+  StoreOnlyEnv env;
+  const CoordinatorOptions options = Durable();
+  {
+    ClusterState state(&env, options);
+    ASSERT_TRUE(state.Open().ok());
+    wire::ServerEndpoint e;
+    e.set_id(0);
+    state.routing = RoutingTable::Initial(16, {e});
+    state.generation = 3;
+    state.barrier_round = 5;
+    state.servers[0].role = wire::ROLE_SERVER;
+    state.servers[0].endpoint = e;
+    state.PersistIfChanged();
+  }
+  ClusterState again(&env, options);
+  ASSERT_TRUE(again.Open().ok());
+  EXPECT_TRUE(again.resumed());
+  EXPECT_EQ(again.generation, 3u);
+  EXPECT_EQ(again.barrier_round, 5);
+  EXPECT_EQ(again.routing.epoch(), 1u);
+  EXPECT_EQ(again.servers.count(0), 1u);
+  EXPECT_FALSE(again.servers[0].dead);
+}
+
+TEST(ClusterState, StateOfAClusterWithOtherSlotsIsRefused) {
+  StoreOnlyEnv env;
+  CoordinatorOptions options = Durable();
+  {
+    ClusterState state(&env, options);
+    ASSERT_TRUE(state.Open().ok());
+    wire::ServerEndpoint e;
+    e.set_id(0);
+    state.routing = RoutingTable::Initial(16, {e});
+    state.PersistIfChanged();
+  }
+  options.num_slots = 32;
+  ClusterState other(&env, options);
+  EXPECT_EQ(other.Open().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(AckRound, CompletesWhenEveryAwaitedMemberHasAcked) {
+  const auto now = std::chrono::steady_clock::now();
+  wire::Header message;
+  message.set_type(wire::TABLE_CREATE);
+  AckRound round(message, {1, 2, 3}, now + std::chrono::seconds(1));
+  EXPECT_FALSE(round.Ack(7)) << "not awaited";
+  EXPECT_TRUE(round.Ack(1));
+  EXPECT_FALSE(round.Ack(1)) << "acked already";
+  EXPECT_EQ(round.Missing(), "2, 3");
+  round.Forget(3);
+  EXPECT_FALSE(round.complete());
+  EXPECT_TRUE(round.Ack(2));
+  EXPECT_TRUE(round.complete());
+  EXPECT_FALSE(round.expired(now));
+  EXPECT_TRUE(round.expired(now + std::chrono::seconds(1)));
+  EXPECT_EQ(round.message().type(), wire::TABLE_CREATE);
+}
+
+}  // namespace
+}  // namespace ductile

@@ -1,0 +1,126 @@
+// The consistency controller on its own: the server clock over live
+// workers, the staleness gate, BSP buffering, and model changes, with no
+// socket (pulls are parked as bare messages).
+#include "consistency/consistency_controller.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ductile {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr TableId kTable = 1;
+
+ConsistencyController::ParkedPull Pull(int64_t clock, int64_t required,
+                                       Clock::time_point deadline) {
+  ConsistencyController::ParkedPull p;
+  p.message = InMessage::Copy({"peer", "pull at " + std::to_string(clock)});
+  p.table = kTable;
+  p.clock = clock;
+  p.required = required;
+  p.deadline = deadline;
+  return p;
+}
+
+TEST(ConsistencyController, TheServerClockIsTheSlowestLiveWorkers) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kSsp, 1});
+  EXPECT_FALSE(c.SetWorkers({0, 1}));
+  EXPECT_FALSE(c.Advance(0, 3));
+  EXPECT_EQ(c.server_clock(), 0);
+  EXPECT_TRUE(c.Advance(1, 2));
+  EXPECT_EQ(c.server_clock(), 2);
+  EXPECT_EQ(c.Laggards(3), "1 (at clock 2)");
+  // A worker that is not live is remembered, not waited for.
+  EXPECT_FALSE(c.Advance(7, 1));
+  EXPECT_EQ(c.server_clock(), 2);
+  EXPECT_TRUE(c.SetWorkers({0}));
+  EXPECT_EQ(c.server_clock(), 3);
+  // Back, it rejoins at the clock it had reached.
+  EXPECT_TRUE(c.SetWorkers({0, 1}));
+  EXPECT_EQ(c.server_clock(), 2);
+}
+
+TEST(ConsistencyController, APullIsReleasedExactlyWhenTheBoundAllows) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kSsp, 2});
+  c.SetWorkers({0, 1});
+  // SSP(2): a pull at clock 5 needs server clock 3.
+  EXPECT_EQ(c.RequiredServerClock(kTable, 5), 3);
+  const auto never = Clock::now() + std::chrono::hours(1);
+  c.Park(Pull(5, 3, never));
+  c.Advance(0, 9);
+  c.Advance(1, 2);
+  EXPECT_TRUE(c.TakeReleasable().empty());
+  EXPECT_EQ(c.parked(), 1u);
+  c.Advance(1, 3);
+  EXPECT_EQ(c.TakeReleasable().size(), 1u);
+  EXPECT_EQ(c.parked(), 0u);
+}
+
+TEST(ConsistencyController, APullPastItsDeadlineExpires) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kBsp, 0});
+  const auto now = Clock::now();
+  c.Park(Pull(4, 4, now + std::chrono::seconds(1)));
+  c.Park(Pull(5, 5, now + std::chrono::seconds(5)));
+  EXPECT_EQ(c.NextDeadline(), now + std::chrono::seconds(1));
+  EXPECT_EQ(c.TakeExpired(now + std::chrono::seconds(2)).size(), 1u);
+  EXPECT_EQ(c.parked(), 1u);
+}
+
+TEST(ConsistencyController, BspPushesWaitUntilTheirClockIsOverEverywhere) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kBsp, 0});
+  c.SetWorkers({0, 1});
+  EXPECT_TRUE(c.Buffers(kTable, 0));
+  c.Advance(0, 1);
+  c.Advance(1, 1);
+  // The server clock is past 0: a late push of clock 0 applies at once.
+  EXPECT_FALSE(c.Buffers(kTable, 0));
+  EXPECT_TRUE(c.Buffers(kTable, 1));
+  EXPECT_TRUE(c.TakeCombined().empty());
+}
+
+TEST(ConsistencyController, AChangeHoldsLaterRequestsAndReleasesThemInOrder) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kAsync, 0});
+  c.NoteClock(4);
+  Result<int64_t> boundary = c.Prepare(kTable);
+  ASSERT_TRUE(boundary.ok());
+  EXPECT_EQ(*boundary, 4);
+  EXPECT_FALSE(c.HoldsForChange(kTable, 4));
+  EXPECT_TRUE(c.HoldsForChange(kTable, 5));
+  c.HoldForChange(kTable, InMessage::Copy({"a", "first"}));
+  c.HoldForChange(kTable, InMessage::Copy({"a", "second"}));
+  std::vector<InMessage> held = c.Commit(kTable, 5, {ConsistencyMode::kSsp, 1});
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[0].frame_view(1), "first");
+  EXPECT_EQ(held[1].frame_view(1), "second");
+  EXPECT_FALSE(c.HoldsForChange(kTable, 9));
+  // Clocks before the boundary keep the old model; later ones the new.
+  EXPECT_EQ(c.RequiredServerClock(kTable, 4), ConsistencySchedule::kNoWait);
+  EXPECT_EQ(c.RequiredServerClock(kTable, 6), 5);
+  EXPECT_EQ(c.latest(kTable).mode, ConsistencyMode::kSsp);
+  EXPECT_EQ(c.Prepare(kTable + 1).status().code(), StatusCode::kNotFound);
+}
+
+TEST(ConsistencyController, ARollbackDropsEverythingWaiting) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kSsp, 0});
+  c.SetWorkers({0});
+  c.Park(Pull(3, 3, Clock::now() + std::chrono::hours(1)));
+  ASSERT_TRUE(c.Prepare(kTable).ok());
+  c.HoldForChange(kTable, InMessage::Copy({"a", "held"}));
+  EXPECT_EQ(c.TakeAllWaiting().size(), 2u);
+  c.Reset({0, 1}, 7);
+  EXPECT_EQ(c.server_clock(), 7);
+  EXPECT_EQ(c.max_clock_seen(), 7);
+  EXPECT_EQ(c.parked(), 0u);
+  EXPECT_FALSE(c.HoldsForChange(kTable, 100));
+}
+
+}  // namespace
+}  // namespace ductile

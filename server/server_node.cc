@@ -27,19 +27,12 @@ std::string RandomIdentity(const char* role) {
          std::to_string(rd());
 }
 
-uint64_t SeqOf(const InMessage& message) {
-  wire::Header header;
-  if (message.size() < 2 || !ParseHeader(message.frame(1), &header).ok()) {
-    return 0;
-  }
-  return header.seq();
-}
-
 }  // namespace
 
 ServerNode::ServerNode(const ServerOptions& options, Env* env)
     : options_(options),
       env_(env),
+      replies_(&routing_, &counters_),
       admission_(options.max_message_bytes),
       tables_(&options_.custom_rules, -1),
       checkpointer_(env, this, &counters_),
@@ -52,6 +45,7 @@ Status ServerNode::Start() {
   DUCTILE_ASSIGN_OR_RETURN(
       router_,
       transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes)));
+  replies_.set_router(router_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);
   DUCTILE_ASSIGN_OR_RETURN(
@@ -99,6 +93,7 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
   }
   id_ = reply.member_id();
   tables_.set_server_id(id_);
+  replies_.set_server_id(id_);
   checkpointer_.set_server_id(id_);
   generation_ = reply.generation();
   checkpointer_.set_checkpoint_every(reply.checkpoint_every());
@@ -337,7 +332,7 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     get.set_member_id(id_);
     Send(get);
   }
-  if (!s.ok()) return ReplyError(identity, seq, s);
+  if (!s.ok()) return replies_.Error(identity, seq, s);
   if (request.is_clock) return HandleClock(request.header);
 
   const TableId table = request.table->id();
@@ -363,24 +358,24 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   Result<RequestAdmission::Route> route =
       admission_.Decide(request, routing_, id_, &duplicate);
   if (duplicate) counters_.Add(&ServerCounters::duplicates);
-  if (!route.ok()) return ReplyError(identity, seq, route.status());
+  if (!route.ok()) return replies_.Error(identity, seq, route.status());
   if (*route == RequestAdmission::Route::kMoved) {
-    return ReplyMoved(identity, seq, duplicate);
+    return replies_.Moved(identity, seq, duplicate);
   }
   wire::Header reply;
   reply.set_type(wire::DATA_REPLY);
   reply.set_seq(seq);
   reply.set_duplicate(duplicate);
   if (*route == RequestAdmission::Route::kDuplicate) {
-    return Reply(identity, reply, nullptr);
+    return replies_.Reply(identity, reply, nullptr);
   }
   if (request.has_values() && !duplicate) {
     s = ApplyValues(request);
-    if (!s.ok()) return ReplyError(identity, seq, s);
+    if (!s.ok()) return replies_.Error(identity, seq, s);
     admission_.MarkApplied(request);
     counters_.Add(&ServerCounters::pushes);
   }
-  if (!request.has_pull()) return Reply(identity, reply, nullptr);
+  if (!request.has_pull()) return replies_.Reply(identity, reply, nullptr);
 
   // The staleness gate: park the pull until the server clock allows it.
   const int64_t required = request.is_worker
@@ -428,7 +423,7 @@ void ServerNode::ServePull(const InMessage& message,
   const ByteSpan identity = message.frame(0);
   ParameterTable& table = *request.table;
   Status s = table.CheckPull(request.data);
-  if (!s.ok()) return ReplyError(identity, request.header.seq(), s);
+  if (!s.ok()) return replies_.Error(identity, request.header.seq(), s);
   std::vector<float> values;
   table.Pull(request.data, &values);
   SetKeysStored();
@@ -443,7 +438,7 @@ void ServerNode::ServePull(const InMessage& message,
   reply.set_duplicate(duplicate);
   // Clients' caches decide freshness with the bound: keep theirs current.
   *reply.mutable_consistency() = ToWire(consistency_.latest(table.id()));
-  Reply(identity, reply, &values);
+  replies_.Reply(identity, reply, &values);
 }
 
 void ServerNode::HandleClock(const wire::Header& header) {
@@ -488,7 +483,7 @@ void ServerNode::OnServerClock() {
     Status s = admission_.Check(p.message, routing_, generation_, id_, tables_,
                                 &request, &seq);
     if (!s.ok()) {
-      ReplyError(p.message.frame(0), seq, s);
+      replies_.Error(p.message.frame(0), seq, s);
       continue;
     }
     const uint64_t blocked_us =
@@ -522,8 +517,10 @@ void ServerNode::HandleTimers() {
       consistency_.TakeExpired(env_->Now());
   if (!expired.empty()) {
     for (ConsistencyController::ParkedPull& p : expired) {
-      ReplyError(
-          p.message.frame(0), SeqOf(p.message),
+      std::vector<InMessage> one;
+      one.push_back(std::move(p.message));
+      replies_.FailAll(
+          std::move(one),
           DeadlineExceededError(
               "pull at clock " + std::to_string(p.clock) +
               " needs server clock " + std::to_string(p.required) +
@@ -539,11 +536,6 @@ void ServerNode::HandleTimers() {
 }
 
 // --------------------------------------------------------------- recovery
-
-void ServerNode::FailWaiting(std::vector<InMessage> waiting,
-                             const Status& status) {
-  for (InMessage& m : waiting) ReplyError(m.frame(0), SeqOf(m), status);
-}
 
 void ServerNode::Recover(const wire::Header& header) {
   if (header.generation() < generation_) return;  // an older rollback's
@@ -564,8 +556,8 @@ void ServerNode::Recover(const wire::Header& header) {
   const Status aborted =
       AbortedError("the job is rolling back to the checkpoint at clock " +
                    std::to_string(clock));
-  FailWaiting(consistency_.TakeAllWaiting(), aborted);
-  FailWaiting(checkpointer_.TakeHeld(), aborted);
+  replies_.FailAll(consistency_.TakeAllWaiting(), aborted);
+  replies_.FailAll(checkpointer_.TakeHeld(), aborted);
   counters_.Set(&ServerCounters::parked_pulls, 0);
   generation_ = header.generation();
   admission_.Reset();
@@ -606,48 +598,6 @@ void ServerNode::Recover(const wire::Header& header) {
   }
   StatusToWire(s, &ack);
   Send(ack);
-}
-
-// ---------------------------------------------------------------- replies
-
-void ServerNode::Reply(ByteSpan identity, const wire::Header& header,
-                       std::vector<float>* values) {
-  OutMessage out;
-  out.AddCopy(identity);
-  wire::Header h = header;
-  // Replies carry this server's routing epoch: a client behind it takes
-  // the newer table.
-  h.set_epoch(routing_.epoch());
-  out.AddString(h.SerializeAsString());
-  if (values != nullptr) out.AddOwned(std::move(*values));
-  counters_.Add(&ServerCounters::bytes_out, out.bytes());
-  Status s = router_->Send(std::move(out));
-  if (!s.ok()) VLOG(1) << "reply dropped: " << s;
-}
-
-void ServerNode::ReplyError(ByteSpan identity, uint64_t seq, const Status& s) {
-  counters_.Add(&ServerCounters::errors);
-  VLOG(1) << "server " << id_ << " refused request " << seq << ": " << s;
-  wire::Header h;
-  h.set_type(wire::DATA_REPLY);
-  h.set_seq(seq);
-  StatusToWire(s, &h);
-  Reply(identity, h, nullptr);
-}
-
-void ServerNode::ReplyMoved(ByteSpan identity, uint64_t seq, bool duplicate) {
-  counters_.Add(&ServerCounters::redirects);
-  wire::Header h;
-  h.set_type(wire::DATA_REPLY);
-  h.set_seq(seq);
-  h.set_moved(true);
-  h.set_duplicate(duplicate);
-  StatusToWire(
-      UnavailableError("routing changed: server " + std::to_string(id_) +
-                       " does not own every key's slot"),
-      &h);
-  routing_.ToWire(h.mutable_routing());
-  Reply(identity, h, nullptr);
 }
 
 bool ServerNode::GetForTesting(TableId table, Key key,

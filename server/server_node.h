@@ -7,6 +7,7 @@
 // of parked pulls and checkpoint rounds). The components, each testable
 // without sockets:
 //   RequestAdmission       checks a request and keeps exactly-once;
+//   ReplySender            answers requests;
 //   TableSet               the tables, applied to and read;
 //   ConsistencyController  clocks, the staleness gate, BSP, model changes;
 //   Checkpointer           consistent-cut checkpoints;
@@ -34,6 +35,7 @@
 #include "server/checkpointer.h"
 #include "server/coordinator_link.h"
 #include "server/live_counters.h"
+#include "server/reply_sender.h"
 #include "server/request_admission.h"
 #include "server/restorer.h"
 #include "server/table_set.h"
@@ -108,12 +110,6 @@ class ServerNode final : private CoordinatorLink {
   void WriteDueCheckpoints();
   void ReplayCheckpointHeld();
   void HandleTimers();
-  void FailWaiting(std::vector<InMessage> waiting, const Status& status);
-
-  void Reply(ByteSpan identity, const wire::Header& header,
-             std::vector<float>* values);
-  void ReplyError(ByteSpan identity, uint64_t seq, const Status& s);
-  void ReplyMoved(ByteSpan identity, uint64_t seq, bool duplicate);
   void SetKeysStored() {
     counters_.Set(&ServerCounters::keys_stored, tables_.keys());
   }
@@ -143,6 +139,7 @@ class ServerNode final : private CoordinatorLink {
   std::optional<uint64_t> restored_generation_;
   InMessage message_;  // reused by Step()
   LiveCounters counters_;
+  ReplySender replies_;
   RequestAdmission admission_;
   TableSet tables_;
   ConsistencyController consistency_;

@@ -1,0 +1,60 @@
+#include "server/reply_sender.h"
+
+#include <string>
+#include <utility>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+
+void ReplySender::Reply(ByteSpan identity, const wire::Header& header,
+                        std::vector<float>* values) {
+  OutMessage out;
+  out.AddCopy(identity);
+  wire::Header h = header;
+  h.set_epoch(routing_->epoch());
+  out.AddString(h.SerializeAsString());
+  if (values != nullptr) out.AddOwned(std::move(*values));
+  counters_->Add(&ServerCounters::bytes_out, out.bytes());
+  Status s = router_->Send(std::move(out));
+  if (!s.ok()) VLOG(1) << "reply dropped: " << s;
+}
+
+void ReplySender::Error(ByteSpan identity, uint64_t seq, const Status& s) {
+  counters_->Add(&ServerCounters::errors);
+  VLOG(1) << "server " << server_id_ << " refused request " << seq << ": " << s;
+  wire::Header h;
+  h.set_type(wire::DATA_REPLY);
+  h.set_seq(seq);
+  StatusToWire(s, &h);
+  Reply(identity, h, nullptr);
+}
+
+void ReplySender::Moved(ByteSpan identity, uint64_t seq, bool duplicate) {
+  counters_->Add(&ServerCounters::redirects);
+  wire::Header h;
+  h.set_type(wire::DATA_REPLY);
+  h.set_seq(seq);
+  h.set_moved(true);
+  h.set_duplicate(duplicate);
+  StatusToWire(
+      UnavailableError("routing changed: server " + std::to_string(server_id_) +
+                       " does not own every key's slot"),
+      &h);
+  routing_->ToWire(h.mutable_routing());
+  Reply(identity, h, nullptr);
+}
+
+void ReplySender::FailAll(std::vector<InMessage> requests, const Status& s) {
+  for (InMessage& m : requests) {
+    if (m.empty()) continue;
+    wire::Header header;
+    const uint64_t seq = m.size() >= 2 && ParseHeader(m.frame(1), &header).ok()
+                             ? header.seq()
+                             : 0;
+    Error(m.frame(0), seq, s);
+  }
+}
+
+}  // namespace ductile

@@ -85,7 +85,7 @@ class ClientImpl final : public Client {
   // ---- A client without its own I/O thread.
   void Step() { engine_.Step(); }
   RequestEngine::TimePoint NextWakeup() const { return engine_.NextWakeup(); }
-  std::vector<Socket*> sockets() const { return engine_.sockets(); }
+  const std::vector<Socket*>& sockets() const { return engine_.sockets(); }
 
  private:
   Handle SubmitData(wire::MessageType type, TableId table,

@@ -39,6 +39,7 @@ Status RequestEngine::Start() {
   DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
   routing_ =
       std::make_unique<RoutingView>(transport_.get(), options_.prefer_ipc);
+  RebuildSockets();
   const TimePoint now = env_->Now();
   next_timers_ = now;
   next_heartbeat_ = now + milliseconds(options_.heartbeat_interval_ms);
@@ -64,12 +65,11 @@ void RequestEngine::Submit(AnyOperation op) {
   if (was_empty) wakeup_.Signal();
 }
 
-std::vector<Socket*> RequestEngine::sockets() const {
-  std::vector<Socket*> out;
-  out.reserve(1 + routing_->sockets().size());
-  out.push_back(coordinator_.get());
-  out.insert(out.end(), routing_->sockets().begin(), routing_->sockets().end());
-  return out;
+void RequestEngine::RebuildSockets() {
+  sockets_.clear();
+  sockets_.push_back(coordinator_.get());
+  sockets_.insert(sockets_.end(), routing_->sockets().begin(),
+                  routing_->sockets().end());
 }
 
 RequestEngine::TimePoint RequestEngine::NextWakeup() const {
@@ -125,7 +125,8 @@ void RequestEngine::Shutdown(const Status& status) {
     std::visit([&](const auto& o) { o->Release(status); }, op);
   }
   FailInFlight(status);
-  routing_->Clear();
+  if (routing_) routing_->Clear();  // null if Start() failed
+  sockets_.clear();
   coordinator_.reset();
 }
 
@@ -610,7 +611,7 @@ void RequestEngine::RequestRouting() {
 }
 
 void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
-  routing_->Install(routing);
+  if (routing_->Install(routing)) RebuildSockets();
 }
 
 }  // namespace ductile

@@ -76,7 +76,7 @@ class RequestEngine {
   // When Step() has timers to handle next.
   TimePoint NextWakeup() const;
   // The sockets Step() reads, to wait on.
-  std::vector<Socket*> sockets() const;
+  const std::vector<Socket*>& sockets() const { return sockets_; }
   Transport* transport() const { return transport_.get(); }
   // Signalled by Submit().
   Wakeup& wakeup() { return wakeup_; }
@@ -124,6 +124,7 @@ class RequestEngine {
   void SendToCoordinator(const wire::Header& header);
   void RequestRouting();
   void InstallRouting(const wire::RoutingTable& routing);
+  void RebuildSockets();
   void FailInFlight(const Status& status);
 
   const Shared shared_;
@@ -139,6 +140,7 @@ class RequestEngine {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Socket> coordinator_;
   std::unique_ptr<RoutingView> routing_;
+  std::vector<Socket*> sockets_;  // the coordinator's, then each server's
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
   std::set<uint64_t> open_seqs_;              // seqs that may still be (re)sent

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "gflags/gflags.h"
-#include "server/checkpoint_store.h"
+#include "storage/checkpoint_store.h"
 
 DEFINE_string(sizes_mb, "10,100", "Payload sizes to write, in MB (1e6 B).");
 DEFINE_int32(width, 64, "Value floats per key; the state has twice as many.");

@@ -24,10 +24,10 @@
 
 #include "ductile/coordinator.h"
 #include "ductile/status.h"
-#include "elastic/coordinator_store.h"
 #include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"
+#include "storage/coordinator_store.h"
 
 namespace ductile {
 

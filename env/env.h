@@ -19,8 +19,8 @@
 #include <string>
 
 #include "ductile/status.h"
-#include "elastic/coordinator_store.h"
-#include "server/checkpoint_store.h"
+#include "storage/checkpoint_store.h"
+#include "storage/coordinator_store.h"
 #include "transport/socket.h"
 
 namespace ductile {
@@ -44,7 +44,7 @@ class Env {
   // the node (the simulation uses it to tell nodes apart).
   virtual std::unique_ptr<Transport> NewTransport(const std::string& node) = 0;
 
-  // Durable storage (server/checkpoint_store.h, elastic/coordinator_store.h).
+  // Durable storage (storage/checkpoint_store.h, storage/coordinator_store.h).
   virtual Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
       const CheckpointStoreOptions& options) = 0;
   // Reads a frozen version of another server's store.

@@ -26,10 +26,10 @@
 
 #include "env/env.h"
 #include "proto/ductile.pb.h"
-#include "server/checkpoint_store.h"
 #include "server/coordinator_link.h"
 #include "server/live_counters.h"
 #include "server/table_set.h"
+#include "storage/checkpoint_store.h"
 #include "transport/message.h"
 
 namespace ductile {

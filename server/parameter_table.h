@@ -13,7 +13,7 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/codec.h"
-#include "server/checkpoint_store.h"
+#include "storage/checkpoint_store.h"
 #include "util/update_rule.h"
 
 namespace ductile {

@@ -1,7 +1,7 @@
 // In-memory checkpoint and coordinator stores for the simulation, on a
 // "disk" (MemDisk) that outlives the nodes using it, so a node restarted
 // on the same directory finds what its predecessor wrote. They keep the
-// contracts of server/checkpoint_store.h and elastic/coordinator_store.h
+// contracts of storage/checkpoint_store.h and storage/coordinator_store.h
 // (versions, keep_last, incremental writes, rollbacks), without files.
 //
 // Not thread-safe: the simulation runs in one thread.
@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
-#include "elastic/coordinator_store.h"
-#include "server/checkpoint_store.h"
+#include "storage/checkpoint_store.h"
+#include "storage/coordinator_store.h"
 
 namespace ductile::sim {
 

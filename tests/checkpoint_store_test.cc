@@ -1,5 +1,5 @@
 // CheckpointStore: durable, incremental, verified checkpoints of a server.
-#include "server/checkpoint_store.h"
+#include "storage/checkpoint_store.h"
 
 #include <sys/mount.h>
 #include <unistd.h>

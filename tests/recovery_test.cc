@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "ductile/admin.h"
-#include "elastic/coordinator_store.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint_store.h"
 #include "server/parameter_table.h"
+#include "storage/checkpoint_store.h"
+#include "storage/coordinator_store.h"
 #include "tests/test_cluster.h"
 
 namespace ductile {

@@ -5,8 +5,8 @@
 // atomic without a schema of its own.
 //
 // Thread compatibility: not thread-safe; owned by the coordinator's loop.
-#ifndef DUCTILE_ELASTIC_COORDINATOR_STORE_H_
-#define DUCTILE_ELASTIC_COORDINATOR_STORE_H_
+#ifndef DUCTILE_STORAGE_COORDINATOR_STORE_H_
+#define DUCTILE_STORAGE_COORDINATOR_STORE_H_
 
 #include <memory>
 #include <optional>
@@ -35,4 +35,4 @@ class CoordinatorStore {
 
 }  // namespace ductile
 
-#endif  // DUCTILE_ELASTIC_COORDINATOR_STORE_H_
+#endif  // DUCTILE_STORAGE_COORDINATOR_STORE_H_

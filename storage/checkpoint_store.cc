@@ -14,7 +14,7 @@
 //     live.old/ and live.next/ to live/: at Open, a live.next/ beside a
 //     live/ is an unfinished copy (removed), and one beside only live.old/ is
 //     complete (renamed into place).
-#include "server/checkpoint_store.h"
+#include "storage/checkpoint_store.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "elastic/coordinator_store.h"
+#include "storage/coordinator_store.h"
 
 #include <filesystem>
 #include <system_error>

@@ -34,8 +34,8 @@
 // thread, the server's request thread or a dedicated checkpoint thread; calls
 // from other threads must be serialized by the owner. Two CheckpointStores
 // must not share a `dir` (the second Open fails: RocksDB locks live/).
-#ifndef DUCTILE_SERVER_CHECKPOINT_STORE_H_
-#define DUCTILE_SERVER_CHECKPOINT_STORE_H_
+#ifndef DUCTILE_STORAGE_CHECKPOINT_STORE_H_
+#define DUCTILE_STORAGE_CHECKPOINT_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -205,4 +205,4 @@ class CheckpointStore {
 
 }  // namespace ductile
 
-#endif  // DUCTILE_SERVER_CHECKPOINT_STORE_H_
+#endif  // DUCTILE_STORAGE_CHECKPOINT_STORE_H_

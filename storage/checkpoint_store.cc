@@ -1,4 +1,7 @@
-// CheckpointStore on RocksDB: the one file that talks to RocksDB.
+// CheckpointStore on RocksDB: opening the store, writing and freezing
+// checkpoints, rolling back and discarding. The bytes of the records are
+// checkpoint_format.h's; reading and verifying versions (Load, LoadLatest,
+// ListCheckpoints, the copy of RollBackTo) is checkpoint_reader.h's.
 //
 // Invariants (between calls):
 //   - live/ holds the state of the last WriteCheckpoint whose batch was
@@ -20,243 +23,48 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cerrno>
-#include <charconv>
-#include <cstdarg>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <string_view>
 #include <system_error>
-#include <tuple>
 
 #include "glog/logging.h"
 #include "rocksdb/db.h"
-#include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "storage/checkpoint_format.h"
+#include "storage/checkpoint_reader.h"
 
 namespace ductile {
 namespace {
 
 namespace fs = std::filesystem;
 
-// ---- Persistent format (see the header; never change) ----
+using checkpoint_format::AppendEntryHeader;
+using checkpoint_format::AppendEntryKey;
+using checkpoint_format::CheckChanges;
+using checkpoint_format::EncodeEntryValue;
+using checkpoint_format::EncodeMetadata;
+using checkpoint_format::EstimateBatchBytes;
+using checkpoint_format::kEntryKeySize;
+using checkpoint_format::KeyChange;
+using checkpoint_format::kMaxField;
+using checkpoint_format::Metadata;
+using checkpoint_format::MetaKey;
+using checkpoint_format::TableKey;
+using checkpoint_reader::FromErrno;
+using checkpoint_reader::FromErrorCode;
+using checkpoint_reader::FromRocks;
+using checkpoint_reader::ScanVersion;
+using checkpoint_reader::VersionName;
 
-constexpr uint32_t kFormatVersion = 1;
-constexpr char kMetaType = 0x01;
-constexpr char kTableType = 0x02;
-constexpr char kEntryType = 0x03;
-constexpr size_t kTableKeySize = 1 + 4;
-constexpr size_t kEntryKeySize = 1 + 4 + 8;
-constexpr size_t kEntryHeaderSize = 4 + 4 + 8;
-// format_version, clock, epoch, entry_count, table_count, blob_size.
-constexpr size_t kMetaHeaderSize = 4 + 8 + 8 + 8 + 4 + 4;
-constexpr size_t kCrcSize = 4;
-constexpr uint64_t kMaxField = 0xffffffffu;
-
-void PutFixed32(std::string* dst, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * i));
-  dst->append(b, 4);
-}
-
-void PutFixed64(std::string* dst, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
-  dst->append(b, 8);
-}
-
-uint32_t DecodeFixed32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
-  return v;
-}
-
-uint64_t DecodeFixed64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
-  return v;
-}
-
-void PutBigEndian(std::string* dst, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i)
-    dst->push_back(static_cast<char>(v >> (8 * i)));
-}
-
-uint64_t DecodeBigEndian(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-const std::string& MetaKey() {
-  static const std::string* const key = new std::string(1, kMetaType);
-  return *key;
-}
-
-std::string TableKey(TableId table) {
-  std::string key(1, kTableType);
-  PutBigEndian(&key, table, 4);
-  return key;
-}
-
-void AppendEntryKey(std::string* dst, TableId table, Key key) {
-  dst->push_back(kEntryType);
-  PutBigEndian(dst, table, 4);
-  PutBigEndian(dst, key, 8);
-}
-
-void PutFloats(std::string* dst, const std::vector<float>& v) {
-  if constexpr (std::endian::native == std::endian::little) {
-    dst->append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-  } else {
-    for (float f : v) PutFixed32(dst, std::bit_cast<uint32_t>(f));
-  }
-}
-
-void DecodeFloats(const char* p, size_t n, std::vector<float>* out) {
-  out->resize(n);
-  if constexpr (std::endian::native == std::endian::little) {
-    if (n > 0) std::memcpy(out->data(), p, n * 4);
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      (*out)[i] = std::bit_cast<float>(DecodeFixed32(p + 4 * i));
-    }
-  }
-}
-
-void EncodeEntryValue(const EntryRecord& e, std::string* dst) {
-  dst->clear();
-  dst->reserve(kEntryHeaderSize + 4 * (e.value.size() + e.state.size()));
-  PutFixed32(dst, static_cast<uint32_t>(e.value.size()));
-  PutFixed32(dst, static_cast<uint32_t>(e.state.size()));
-  PutFixed64(dst, static_cast<uint64_t>(e.steps));
-  PutFloats(dst, e.value);
-  PutFloats(dst, e.state);
-}
-
-// Empty on success, else why the bytes are not an entry.
-std::string DecodeEntryValue(std::string_view in, EntryRecord* e) {
-  if (in.size() < kEntryHeaderSize) return "entry value too short";
-  const uint64_t value_count = DecodeFixed32(in.data());
-  const uint64_t state_count = DecodeFixed32(in.data() + 4);
-  if (in.size() != kEntryHeaderSize + 4 * (value_count + state_count)) {
-    return "entry value size does not match its float counts";
-  }
-  e->steps = static_cast<int64_t>(DecodeFixed64(in.data() + 8));
-  DecodeFloats(in.data() + kEntryHeaderSize, value_count, &e->value);
-  DecodeFloats(in.data() + kEntryHeaderSize + 4 * value_count, state_count,
-               &e->state);
-  return "";
-}
-
-// CRC-32C (Castagnoli), bytewise.
-constexpr std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
-
-uint32_t Crc32cExtend(uint32_t crc, std::string_view data) {
-  crc = ~crc;
-  for (char ch : data) {
-    crc = kCrcTable[(crc ^ static_cast<uint8_t>(ch)) & 0xff] ^ (crc >> 8);
-  }
-  return ~crc;
-}
-
-uint32_t ExtendCrcWithTable(uint32_t crc, TableId table,
-                            std::string_view config) {
-  std::string head;
-  PutFixed32(&head, table);
-  PutFixed32(&head, static_cast<uint32_t>(config.size()));
-  return Crc32cExtend(Crc32cExtend(crc, head), config);
-}
-
-struct Metadata {
-  int64_t clock = 0;
-  uint64_t epoch = 0;
-  uint64_t entry_count = 0;
-  uint32_t table_count = 0;
-  std::string blob;
-};
-
-std::string EncodeMetadata(const Metadata& meta,
-                           const std::map<TableId, std::string>& tables) {
-  std::string out;
-  PutFixed32(&out, kFormatVersion);
-  PutFixed64(&out, static_cast<uint64_t>(meta.clock));
-  PutFixed64(&out, meta.epoch);
-  PutFixed64(&out, meta.entry_count);
-  PutFixed32(&out, meta.table_count);
-  PutFixed32(&out, static_cast<uint32_t>(meta.blob.size()));
-  out += meta.blob;
-  uint32_t crc = Crc32cExtend(0, out);
-  for (const auto& [id, config] : tables) {
-    crc = ExtendCrcWithTable(crc, id, config);
-  }
-  PutFixed32(&out, crc);
-  return out;
-}
-
-// ---- Errors ----
-
-bool MentionsNoSpace(const std::string& text) {
-  return text.find("No space left on device") != std::string::npos ||
-         text.find("ENOSPC") != std::string::npos;
-}
-
-// `what` names the object, e.g. "checkpoint at clock 40".
-Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return Status::Ok();
-  const std::string text = s.ToString();
-  if (s.IsNoSpace() || MentionsNoSpace(text)) {
-    return ResourceExhaustedError(what + ": disk full: " + text);
-  }
-  if (s.IsCorruption()) {
-    return FailedPreconditionError(what + " is corrupt (" + text + ")");
-  }
-  if (s.IsNotFound()) return NotFoundError(what + ": " + text);
-  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) {
-    return UnavailableError(what + ": " + text);
-  }
-  if (s.IsIOError() || s.IsInvalidArgument() || s.IsNotSupported() ||
-      s.IsIncomplete() || s.IsAborted()) {
-    return FailedPreconditionError(what + ": " + text);
-  }
-  return InternalError(what + ": " + text);
-}
-
-Status FromErrno(int err, const std::string& what, const fs::path& path) {
-  const std::string text = what + " '" + path.string() +
-                           "': " + std::generic_category().message(err);
-  if (err == ENOSPC || err == EDQUOT) return ResourceExhaustedError(text);
-  return FailedPreconditionError(text);
-}
-
-Status FromErrorCode(const std::error_code& ec, const std::string& what,
-                     const fs::path& path) {
-  return FromErrno(ec.value(), what, path);
-}
-
-Status Corrupt(const std::string& what, const std::string& reason) {
-  return FailedPreconditionError(what + " is corrupt (" + reason + ")");
-}
+// ---- Directories ----
 
 // fsync of a directory, so that entries created or removed in it persist.
 Status SyncDir(const fs::path& dir) {
@@ -270,14 +78,6 @@ Status SyncDir(const fs::path& dir) {
 }
 
 // ---- RocksDB setup ----
-
-// Frozen versions are opened read-only and must not gain a LOG file.
-class DiscardingLogger final : public rocksdb::Logger {
- public:
-  void Logv(const char* /*format*/, va_list /*ap*/) override {}
-  void Logv(const rocksdb::InfoLogLevel /*level*/, const char* /*format*/,
-            va_list /*ap*/) override {}
-};
 
 rocksdb::Options LiveOptions() {
   rocksdb::Options options;
@@ -294,210 +94,6 @@ rocksdb::Options LiveOptions() {
   return options;
 }
 
-rocksdb::Options FrozenOptions() {
-  rocksdb::Options options;
-  options.create_if_missing = false;
-  options.paranoid_checks = true;
-  options.info_log = std::make_shared<DiscardingLogger>();
-  return options;
-}
-
-std::optional<int64_t> ParseClock(const std::string& name) {
-  if (name.empty() || name.size() > 19) return std::nullopt;
-  if (name.size() > 1 && name[0] == '0') return std::nullopt;
-  int64_t clock = 0;
-  const auto [end, ec] =
-      std::from_chars(name.data(), name.data() + name.size(), clock);
-  if (ec != std::errc() || end != name.data() + name.size() || clock < 0) {
-    return std::nullopt;
-  }
-  return clock;
-}
-
-// Reads and verifies one version's records in key order. Tables and
-// entries are passed to on_table(raw_key, raw_value, id) and
-// on_entry(raw_key, raw_value, table, key), which return "" or why the
-// record is bad. With visit_entries false, entries are neither read nor
-// counted (Open of live/ reads only metadata and tables). `empty` (may be
-// null) allows a version with no records at all and reports it.
-template <typename OnTable, typename OnEntry>
-Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
-                   Metadata* meta, std::string* raw_meta, bool* empty,
-                   OnTable on_table, OnEntry on_entry) {
-  rocksdb::ReadOptions read;
-  read.verify_checksums = true;
-  read.fill_cache = false;
-  read.readahead_size = 2 << 20;
-
-  std::string value;
-  rocksdb::Status s = db->Get(read, MetaKey(), &value);
-  if (s.IsNotFound()) {
-    if (empty != nullptr) {
-      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
-      it->SeekToFirst();
-      if (!it->Valid() && it->status().ok()) {
-        *empty = true;
-        return Status::Ok();
-      }
-      DUCTILE_RETURN_IF_ERROR(FromRocks(it->status(), what));
-    }
-    return Corrupt(what, "its metadata record is missing");
-  }
-  DUCTILE_RETURN_IF_ERROR(FromRocks(s, what));
-  if (empty != nullptr) *empty = false;
-
-  if (value.size() < kMetaHeaderSize + kCrcSize) {
-    return Corrupt(what, "its metadata record is too short");
-  }
-  const uint32_t version = DecodeFixed32(value.data());
-  if (version != kFormatVersion) {
-    // Checked before the crc, whose coverage a later format may change.
-    return FailedPreconditionError(
-        what + " has format version " + std::to_string(version) +
-        " (corrupt, or written by a newer build); this build reads only " +
-        std::to_string(kFormatVersion));
-  }
-  meta->clock = static_cast<int64_t>(DecodeFixed64(value.data() + 4));
-  meta->epoch = DecodeFixed64(value.data() + 12);
-  meta->entry_count = DecodeFixed64(value.data() + 20);
-  meta->table_count = DecodeFixed32(value.data() + 28);
-  const uint32_t blob_size = DecodeFixed32(value.data() + 32);
-  if (value.size() != kMetaHeaderSize + blob_size + kCrcSize) {
-    return Corrupt(what, "its metadata record has the wrong size");
-  }
-  meta->blob.assign(value.data() + kMetaHeaderSize, blob_size);
-  const size_t crc_at = kMetaHeaderSize + blob_size;
-  const uint32_t stored_crc = DecodeFixed32(value.data() + crc_at);
-  uint32_t crc = Crc32cExtend(0, std::string_view(value.data(), crc_at));
-
-  uint64_t entries = 0;
-  std::vector<TableId> tables;  // ascending: table records come in key order
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
-  for (it->Seek(rocksdb::Slice(&kTableType, 1)); it->Valid(); it->Next()) {
-    const rocksdb::Slice k = it->key();
-    const rocksdb::Slice v = it->value();
-    if (k[0] == kTableType) {
-      if (k.size() != kTableKeySize) {
-        return Corrupt(what, "a table record has a key of the wrong size");
-      }
-      const auto id = static_cast<TableId>(DecodeBigEndian(k.data() + 1, 4));
-      crc = ExtendCrcWithTable(crc, id, std::string_view(v.data(), v.size()));
-      tables.push_back(id);
-      std::string bad = on_table(k, v, id);
-      if (!bad.empty()) return Corrupt(what, bad);
-    } else if (k[0] == kEntryType) {
-      if (!visit_entries) break;
-      if (k.size() != kEntryKeySize) {
-        return Corrupt(what, "an entry record has a key of the wrong size");
-      }
-      const auto table = static_cast<TableId>(DecodeBigEndian(k.data() + 1, 4));
-      const Key key = DecodeBigEndian(k.data() + 5, 8);
-      // Table records sort before entries, so all of them are known here.
-      if (!std::binary_search(tables.begin(), tables.end(), table)) {
-        return Corrupt(what, "an entry of table " + std::to_string(table) +
-                                 " has no table record");
-      }
-      ++entries;
-      std::string bad = on_entry(k, v, table, key);
-      if (!bad.empty()) return Corrupt(what, bad);
-    } else {
-      return Corrupt(what, "a record has the unknown type " +
-                               std::to_string(static_cast<uint8_t>(k[0])));
-    }
-  }
-  DUCTILE_RETURN_IF_ERROR(FromRocks(it->status(), what));
-
-  if (crc != stored_crc) {
-    return Corrupt(what, "its metadata checksum does not match");
-  }
-  if (tables.size() != meta->table_count) {
-    return Corrupt(what, "it holds " + std::to_string(tables.size()) +
-                             " tables, its metadata says " +
-                             std::to_string(meta->table_count));
-  }
-  if (visit_entries && entries != meta->entry_count) {
-    return Corrupt(what, "it holds " + std::to_string(entries) +
-                             " entries, its metadata says " +
-                             std::to_string(meta->entry_count));
-  }
-  if (raw_meta != nullptr) *raw_meta = std::move(value);
-  return Status::Ok();
-}
-
-struct KeyChange {
-  TableId table;
-  Key key;
-  bool deleted;
-};
-
-// Checks a checkpoint's changes; on success `tables_after` holds every
-// table's config after them and `sorted` the changed and deleted keys in
-// (table, key) order, which is their encoded keys' order.
-Status CheckChanges(const std::vector<TableRecord>& tables,
-                    const std::vector<EntryRecord>& changed_entries,
-                    const std::vector<std::pair<TableId, Key>>& deleted,
-                    std::map<TableId, std::string>* tables_after,
-                    std::vector<KeyChange>* sorted) {
-  for (const TableRecord& t : tables) {
-    if (t.config.size() > kMaxField) {
-      return InvalidArgumentError("config of table " + std::to_string(t.id) +
-                                  " is larger than 4 GiB");
-    }
-    (*tables_after)[t.id] = t.config;
-  }
-  std::vector<KeyChange>& keys = *sorted;
-  keys.reserve(changed_entries.size() + deleted.size());
-  for (const EntryRecord& e : changed_entries) {
-    if (!tables_after->contains(e.table)) {
-      return InvalidArgumentError("entry (table " + std::to_string(e.table) +
-                                  ", key " + std::to_string(e.key) +
-                                  ") belongs to a table with no TableRecord");
-    }
-    if (e.value.size() > kMaxField || e.state.size() > kMaxField) {
-      return InvalidArgumentError("entry (table " + std::to_string(e.table) +
-                                  ", key " + std::to_string(e.key) +
-                                  ") has more than 2^32 floats");
-    }
-    keys.push_back(KeyChange{e.table, e.key, false});
-  }
-  for (const auto& [table, key] : deleted) {
-    keys.push_back(KeyChange{table, key, true});
-  }
-  std::sort(keys.begin(), keys.end(),
-            [](const KeyChange& a, const KeyChange& b) {
-              return std::tie(a.table, a.key) < std::tie(b.table, b.key);
-            });
-  const auto dup = std::adjacent_find(
-      keys.begin(), keys.end(), [](const KeyChange& a, const KeyChange& b) {
-        return a.table == b.table && a.key == b.key;
-      });
-  if (dup != keys.end()) {
-    return InvalidArgumentError(
-        "key (table " + std::to_string(dup->table) + ", key " +
-        std::to_string(dup->key) +
-        ") is listed twice in one checkpoint (changed and/or deleted)");
-  }
-  return Status::Ok();
-}
-
-// Bytes to reserve for a checkpoint's batch: growing a 100 MB batch by
-// doubling costs more than copying it once.
-size_t EstimateBatchBytes(const std::vector<TableRecord>& tables,
-                          const std::vector<EntryRecord>& changed_entries,
-                          const std::vector<std::pair<TableId, Key>>& deleted,
-                          const std::string& blob) {
-  constexpr size_t kRecordOverhead = 32;  // type, varint lengths, key
-  size_t bytes = 2 * kRecordOverhead + blob.size();
-  for (const TableRecord& t : tables) {
-    bytes += kRecordOverhead + t.config.size();
-  }
-  for (const EntryRecord& e : changed_entries) {
-    bytes += kRecordOverhead + kEntryHeaderSize +
-             4 * (e.value.size() + e.state.size());
-  }
-  return bytes + kRecordOverhead * deleted.size();
-}
-
 // Adds one entry record to `batch`; `key` and `value` are scratch space.
 void PutEntry(const EntryRecord& e, std::string* key, std::string* value,
               rocksdb::WriteBatch* batch) {
@@ -506,9 +102,7 @@ void PutEntry(const EntryRecord& e, std::string* key, std::string* value,
   if constexpr (std::endian::native == std::endian::little) {
     // Gathered, so the floats are copied once, into the batch.
     value->clear();
-    PutFixed32(value, static_cast<uint32_t>(e.value.size()));
-    PutFixed32(value, static_cast<uint32_t>(e.state.size()));
-    PutFixed64(value, static_cast<uint64_t>(e.steps));
+    AppendEntryHeader(e, value);
     const rocksdb::Slice key_part(*key);
     const rocksdb::Slice value_parts[3] = {
         rocksdb::Slice(*value),
@@ -524,10 +118,6 @@ void PutEntry(const EntryRecord& e, std::string* key, std::string* value,
   }
 }
 
-std::string VersionName(int64_t clock) {
-  return "checkpoint at clock " + std::to_string(clock);
-}
-
 class RocksCheckpointStore final : public CheckpointStore {
  public:
   RocksCheckpointStore(const CheckpointStoreOptions& options,
@@ -537,7 +127,7 @@ class RocksCheckpointStore final : public CheckpointStore {
         live_path_(dir / "live"),
         next_path_(dir / "live.next"),
         old_path_(dir / "live.old"),
-        versions_path_(dir / "checkpoints") {}
+        versions_path_(checkpoint_reader::VersionsPath(dir)) {}
 
   Status Init();
 
@@ -546,9 +136,15 @@ class RocksCheckpointStore final : public CheckpointStore {
                          const std::vector<EntryRecord>& changed_entries,
                          const std::vector<std::pair<TableId, Key>>& deleted,
                          const std::string& blob) override;
-  Result<std::vector<int64_t>> ListCheckpoints() const override;
-  Result<LoadedCheckpoint> LoadLatest() const override;
-  Result<LoadedCheckpoint> Load(int64_t clock) const override;
+  Result<std::vector<int64_t>> ListCheckpoints() const override {
+    return checkpoint_reader::ListVersions(versions_path_);
+  }
+  Result<LoadedCheckpoint> LoadLatest() const override {
+    return checkpoint_reader::LoadLatestVersion(versions_path_);
+  }
+  Result<LoadedCheckpoint> Load(int64_t clock) const override {
+    return checkpoint_reader::LoadVersion(versions_path_, clock);
+  }
   Status RollBackTo(int64_t clock) override;
   Status DiscardAll() override;
   Status DropCheckpoint(int64_t clock) override {
@@ -558,9 +154,8 @@ class RocksCheckpointStore final : public CheckpointStore {
 
  private:
   fs::path VersionPath(int64_t clock) const {
-    return versions_path_ / std::to_string(clock);
+    return checkpoint_reader::VersionPath(versions_path_, clock);
   }
-  Status OpenFrozen(int64_t clock, std::unique_ptr<rocksdb::DB>* db) const;
   // Opens live/ and reads its metadata and tables; a corrupt live/ leaves
   // db_ null and live_error_ set, and is not an error of OpenLive.
   Status OpenLive();
@@ -693,24 +288,6 @@ Status RocksCheckpointStore::OpenLive() {
     live_tables_ = std::move(tables);
   }
   return Status::Ok();
-}
-
-Result<std::vector<int64_t>> RocksCheckpointStore::ListCheckpoints() const {
-  std::vector<int64_t> clocks;
-  std::error_code ec;
-  for (fs::directory_iterator it(versions_path_, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    std::error_code type_ec;
-    if (!it->is_directory(type_ec)) continue;
-    if (std::optional<int64_t> clock =
-            ParseClock(it->path().filename().string())) {
-      clocks.push_back(*clock);
-    }
-  }
-  if (ec)
-    return FromErrorCode(ec, "cannot list checkpoints in", versions_path_);
-  std::sort(clocks.begin(), clocks.end());
-  return clocks;
 }
 
 Status RocksCheckpointStore::CountChanges(const std::vector<KeyChange>& sorted,
@@ -907,132 +484,12 @@ Status RocksCheckpointStore::RemoveVersion(int64_t clock) {
   return Status::Ok();
 }
 
-Status RocksCheckpointStore::OpenFrozen(
-    int64_t clock, std::unique_ptr<rocksdb::DB>* db) const {
-  const fs::path path = VersionPath(clock);
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    return NotFoundError("no checkpoint at clock " + std::to_string(clock) +
-                         " in " + versions_path_.string());
-  }
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s =
-      rocksdb::DB::OpenForReadOnly(FrozenOptions(), path.string(), &raw);
-  DUCTILE_RETURN_IF_ERROR(FromRocks(s, VersionName(clock)));
-  db->reset(raw);
-  return Status::Ok();
-}
-
-Result<LoadedCheckpoint> RocksCheckpointStore::Load(int64_t clock) const {
-  std::unique_ptr<rocksdb::DB> db;
-  DUCTILE_RETURN_IF_ERROR(OpenFrozen(clock, &db));
-  const std::string what = VersionName(clock);
-  LoadedCheckpoint out;
-  Metadata meta;
-  DUCTILE_RETURN_IF_ERROR(ScanVersion(
-      db.get(), what, /*visit_entries=*/true, &meta, nullptr, nullptr,
-      [&](const rocksdb::Slice&, const rocksdb::Slice& v, TableId id) {
-        out.tables.push_back(TableRecord{id, v.ToString()});
-        // The metadata is read before any record.
-        if (out.tables.size() == 1) {
-          out.entries.reserve(std::min<uint64_t>(meta.entry_count, 1 << 24));
-        }
-        return std::string();
-      },
-      [&](const rocksdb::Slice&, const rocksdb::Slice& v, TableId table,
-          Key key) {
-        EntryRecord& e = out.entries.emplace_back();
-        e.table = table;
-        e.key = key;
-        return DecodeEntryValue(std::string_view(v.data(), v.size()), &e);
-      }));
-  if (meta.clock != clock) {
-    return Corrupt(what,
-                   "its metadata says clock " + std::to_string(meta.clock));
-  }
-  out.clock = meta.clock;
-  out.epoch = meta.epoch;
-  out.blob = std::move(meta.blob);
-  return out;
-}
-
-Result<LoadedCheckpoint> RocksCheckpointStore::LoadLatest() const {
-  Result<std::vector<int64_t>> clocks = ListCheckpoints();
-  if (!clocks.ok()) return clocks.status();
-  if (clocks->empty()) {
-    return NotFoundError("no checkpoint in " + versions_path_.string());
-  }
-  std::vector<std::string> problems;
-  for (auto it = clocks->rbegin(); it != clocks->rend(); ++it) {
-    Result<LoadedCheckpoint> loaded = Load(*it);
-    if (loaded.ok()) {
-      for (const std::string& problem : problems) {
-        loaded->warnings.push_back(problem + "; using clock " +
-                                   std::to_string(*it));
-      }
-      return loaded;
-    }
-    if (loaded.status().code() == StatusCode::kResourceExhausted) {
-      return loaded.status();
-    }
-    problems.push_back(loaded.status().message());
-  }
-  std::string message = "no usable checkpoint in " + versions_path_.string();
-  for (const std::string& problem : problems) message += "; " + problem;
-  return FailedPreconditionError(message);
-}
-
 Status RocksCheckpointStore::CopyVersionToNext(int64_t clock) {
   std::error_code ec;
   fs::remove_all(next_path_, ec);
   if (ec) return FromErrorCode(ec, "cannot remove", next_path_);
-
-  std::unique_ptr<rocksdb::DB> source;
-  DUCTILE_RETURN_IF_ERROR(OpenFrozen(clock, &source));
-  rocksdb::Options options = LiveOptions();
-  options.error_if_exists = true;
-  rocksdb::DB* raw = nullptr;
-  const std::string what = "rebuilt working DB " + next_path_.string();
-  DUCTILE_RETURN_IF_ERROR(
-      FromRocks(rocksdb::DB::Open(options, next_path_.string(), &raw), what));
-  std::unique_ptr<rocksdb::DB> target(raw);
-
-  // No WAL: the final flush makes the copy durable, and an unfinished copy
-  // is discarded anyway.
-  rocksdb::WriteOptions write;
-  write.disableWAL = true;
-  rocksdb::WriteBatch batch;
-  Status write_status;
-  const auto copy = [&](const rocksdb::Slice& k, const rocksdb::Slice& v) {
-    batch.Put(k, v);
-    if (batch.GetDataSize() >= (8u << 20)) {
-      write_status = FromRocks(target->Write(write, &batch), what);
-      batch.Clear();
-      if (!write_status.ok()) return write_status.message();
-    }
-    return std::string();
-  };
-  Metadata meta;
-  std::string raw_meta;
-  Status scan = ScanVersion(
-      source.get(), VersionName(clock), /*visit_entries=*/true, &meta,
-      &raw_meta, nullptr,
-      [&](const rocksdb::Slice& k, const rocksdb::Slice& v, TableId) {
-        return copy(k, v);
-      },
-      [&](const rocksdb::Slice& k, const rocksdb::Slice& v, TableId, Key) {
-        return copy(k, v);
-      });
-  // A failed write surfaces as a "corrupt" scan; report the write instead.
-  DUCTILE_RETURN_IF_ERROR(write_status);
-  DUCTILE_RETURN_IF_ERROR(scan);
-  batch.Put(MetaKey(), raw_meta);
-  DUCTILE_RETURN_IF_ERROR(FromRocks(target->Write(write, &batch), what));
-  rocksdb::FlushOptions flush;
-  flush.wait = true;
-  DUCTILE_RETURN_IF_ERROR(FromRocks(target->Flush(flush), what));
-  DUCTILE_RETURN_IF_ERROR(FromRocks(target->Close(), what));
-  return Status::Ok();
+  return checkpoint_reader::CopyVersion(versions_path_, clock, LiveOptions(),
+                                        next_path_);
 }
 
 Status RocksCheckpointStore::SwapLive() {
@@ -1101,16 +558,6 @@ Status RocksCheckpointStore::DiscardAll() {
 }
 
 }  // namespace
-
-Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
-                                            int64_t clock) {
-  if (dir.empty()) return InvalidArgumentError("no checkpoint directory given");
-  CheckpointStoreOptions options;
-  options.dir = dir;
-  // Load reads only checkpoints/<clock>/ (read-only); live/ is not opened.
-  const RocksCheckpointStore reader(options, fs::path(dir));
-  return reader.Load(clock);
-}
 
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
     const CheckpointStoreOptions& options) {

@@ -48,32 +48,8 @@
 
 namespace ductile {
 
-// Persistent format (version 1). Part of the persistent format: never change
-// the meaning of a record type, key or field; add new record types instead.
-//
-// Keys start with a one-byte record type; integers in keys are big-endian so
-// that RocksDB's bytewise order sorts records by type, then table, then key:
-//
-//   type  key bytes                          value bytes
-//   0x01  01                                 metadata (below)
-//   0x02  02 | table u32 BE                  the table's config (opaque,
-//                                            serialized by the caller)
-//   0x03  03 | table u32 BE | key u64 BE     entry (below)
-//
-// Values use little-endian fixed-width integers; floats are stored as their
-// IEEE-754 binary32 bit patterns (so NaN payloads and -0 round-trip):
-//
-//   entry:    value_count u32 | state_count u32 | steps i64 |
-//             value_count x f32 | state_count x f32
-//   metadata: format_version u32 (= 1) | clock i64 | epoch u64 |
-//             entry_count u64 | table_count u32 | blob_size u32 | blob |
-//             crc u32
-//
-// `crc` is CRC-32C (Castagnoli) over the metadata bytes before it, followed
-// by every table record in ascending table order, each as
-// table u32 LE | config_size u32 LE | config. `entry_count` and
-// `table_count` are the numbers of 0x03 and 0x02 records in the version.
-// A version whose crc, counts or any record do not check out is corrupt.
+// The records' persistent format (keys, values, the metadata record and its
+// checksum) is described in storage/checkpoint_format.h.
 
 struct TableRecord {
   TableId id = 0;

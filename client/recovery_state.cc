@@ -19,11 +19,15 @@ Status RolledBack(int64_t clock) {
 
 }  // namespace
 
-bool RecoveryState::Announce(const wire::Header& resume) {
+bool RecoveryState::IsNews(const wire::Header& resume) const {
+  MutexLock lock(&mu_);
+  const uint64_t known = pending_ ? pending_->generation : generation();
+  return resume.generation() > known;
+}
+
+void RecoveryState::Announce(const wire::Header& resume) {
   {
     MutexLock lock(&mu_);
-    const uint64_t known = pending_ ? pending_->generation : generation();
-    if (resume.generation() <= known) return false;  // old news
     Client::Recovery r;
     r.clock = resume.clock();
     r.generation = resume.generation();
@@ -31,7 +35,6 @@ bool RecoveryState::Announce(const wire::Header& resume) {
     pending_ = std::move(r);
   }
   cv_.SignalAll();
-  return true;
 }
 
 bool RecoveryState::OnCheckpointCommit(int64_t clock, uint64_t generation,

@@ -32,8 +32,12 @@ class RecoveryState {
   uint64_t generation() const { return generation_.load(); }
 
   // ---- I/O thread.
-  // A RESUME: true when it is news (a newer rollback), now pending.
-  bool Announce(const wire::Header& resume) EXCLUDES(mu_);
+  // True when a RESUME is news (a rollback newer than any known).
+  bool IsNews(const wire::Header& resume) const EXCLUDES(mu_);
+  // Makes a rollback pending (the caller takes it with Await). Announce
+  // only once everything in flight of the old timeline has failed: a caller
+  // that takes the rollback must not see its next call failed by it.
+  void Announce(const wire::Header& resume) EXCLUDES(mu_);
   // A committed checkpoint at `clock`: true when this worker's resume
   // state for it is to be reported now (it keeps none, has one for that
   // clock, or is past it); otherwise it is reported once the worker gets

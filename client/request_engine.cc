@@ -493,11 +493,13 @@ void RequestEngine::HandleConsistencyChange(const wire::Header& header) {
 }
 
 void RequestEngine::HandleResume(const wire::Header& header) {
-  if (!shared_.recovery->Announce(header)) return;  // old news
+  if (!shared_.recovery->IsNews(header)) return;  // old news
   LOG(WARNING) << "worker " << shared_.worker_id->load()
                << ": the job rolls back to clock " << header.clock()
                << " (generation " << header.generation() << ")";
-  // Whatever was in flight belongs to the abandoned timeline.
+  // Whatever was in flight belongs to the abandoned timeline: it fails
+  // before the rollback is announced, so nothing the caller sends after
+  // taking it is failed with it.
   const Status aborted =
       AbortedError("the job rolled back to the checkpoint at clock " +
                    std::to_string(header.clock()) +
@@ -512,6 +514,7 @@ void RequestEngine::HandleResume(const wire::Header& header) {
   }
   FailInFlight(aborted);
   shared_.cache->Clear();
+  shared_.recovery->Announce(header);
 }
 
 void RequestEngine::HandleCheckpointCommit(const wire::Header& header) {

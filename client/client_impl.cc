@@ -384,24 +384,33 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
   } else if (!op->lengths.empty()) {
     op->lengths = {};  // equal to the width: no need to send them
   }
+  const bool cached = options_.enable_cache && worker_id_.load() >= 0 &&
+                      view->mode == ConsistencyMode::kSsp;
   if (push) {
-    if (Status s = CheckPushValues(*op, *view); !s.ok()) {
+    if (Status s = CheckPushValues(*op, *view, cached); !s.ok()) {
       op->Release(s);
       return Handle(op);
     }
   }
   op->deadline = env_->Now() + milliseconds(options_.request_timeout_ms);
-  if (options_.enable_cache && worker_id_.load() >= 0 &&
-      view->mode == ConsistencyMode::kSsp && UseCache(*op, *view)) {
-    return Handle(op);  // a cache hit
-  }
+  if (cached && UseCache(*op, *view)) return Handle(op);  // a cache hit
   engine_.Submit(op);
   return Handle(op);
 }
 
-Status ClientImpl::CheckPushValues(const DataOperation& op,
-                                   const TableRegistry::View& table) const {
-  if (table.reject_non_finite && !AllFinite(op.values)) {
+Status ClientImpl::CheckPushValues(DataOperation& op,
+                                   const TableRegistry::View& table,
+                                   bool cached) const {
+  if (op.width == 0) {
+    DUCTILE_RETURN_IF_ERROR(tables_.CheckWidths(op.table, op.keys, op.lengths));
+  }
+  op.reject_non_finite = table.reject_non_finite;
+  // Finiteness is checked here only for a push the cache mirrors (it must
+  // not take refused values); otherwise where the push is split, and only
+  // when it goes to several servers (RequestEngine): a push to one server
+  // is refused whole by that server, which checks it anyway.
+  if (!cached || !table.reject_non_finite) return Status::Ok();
+  if (!AllFinite(op.values)) {
     const size_t bad = FirstNonFinite(op.values);
     size_t i = 0;  // the key holding float `bad`
     while (i + 1 < op.keys.size() && op.offset(i + 1) <= bad) ++i;
@@ -410,7 +419,7 @@ Status ClientImpl::CheckPushValues(const DataOperation& op,
                                 tables_.Name(op.table) +
                                 "; nothing was sent, table left unchanged");
   }
-  if (op.width == 0) return tables_.CheckWidths(op.table, op.keys, op.lengths);
+  op.values_checked = true;
   return Status::Ok();
 }
 

@@ -91,11 +91,12 @@ class ClientImpl final : public Client {
   Handle SubmitData(wire::MessageType type, TableId table,
                     std::span<const Key> keys, std::span<const float> values,
                     std::span<float> out, std::span<const uint32_t> lengths);
-  // What can be refused before any part is sent (values NaN or infinite,
-  // widths that differ from the servers'), so a request split over
-  // several servers is never half applied.
-  Status CheckPushValues(const DataOperation& op,
-                         const TableRegistry::View& table) const;
+  // What can be refused before any part is sent (widths that differ from
+  // the servers'; values NaN or infinite), so a request split over several
+  // servers is never half applied, nor a refused one mirrored in the
+  // cache. `cached`: the cache will mirror this push.
+  Status CheckPushValues(DataOperation& op, const TableRegistry::View& table,
+                         bool cached) const;
   // The cache's part of a call to an SSP table: records a push, answers a
   // pull that it can (true: op done).
   bool UseCache(DataOperation& op, const TableRegistry::View& table);

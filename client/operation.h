@@ -79,6 +79,11 @@ struct DataOperation : internal::Operation {
   // Install pulled values into the cache (fetch issued at cache_mark).
   bool cache_install = false;
   uint64_t cache_mark = 0;
+  // Pushes: the table refuses NaN and infinities; `values` were found
+  // finite already (checked once, when the push is first split over
+  // several servers).
+  bool reject_non_finite = false;
+  bool values_checked = false;
 
   uint64_t offset(size_t i) const { return width ? i * width : offsets[i]; }
   uint32_t length(size_t i) const { return width ? width : lengths[i]; }

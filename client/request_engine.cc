@@ -7,6 +7,7 @@
 
 #include "glog/logging.h"
 #include "proto/codec.h"
+#include "util/finite.h"
 
 namespace ductile {
 namespace {
@@ -215,6 +216,11 @@ void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
     part.end = n;
     return AddPart(std::move(part));
   }
+  // Several servers: a refused part must not leave the others applied.
+  if (Status s = CheckBeforeSplit(*op); !s.ok()) {
+    op->Fail(s);
+    return;
+  }
   // Group key indices by owning server.
   std::map<int32_t, std::vector<uint32_t>> groups;
   for (size_t j = 0; j < n; ++j) {
@@ -234,6 +240,23 @@ void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
     }
     AddPart(std::move(part));
   }
+}
+
+Status RequestEngine::CheckBeforeSplit(DataOperation& op) {
+  if (op.type == wire::PULL || !op.reject_non_finite || op.values_checked) {
+    return Status::Ok();
+  }
+  if (!AllFinite(op.values)) {
+    const size_t bad = FirstNonFinite(op.values);
+    size_t i = 0;  // the key holding float `bad`
+    while (i + 1 < op.keys.size() && op.offset(i + 1) <= bad) ++i;
+    return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
+                                std::to_string(op.keys[i]) + " of " +
+                                shared_.tables->Name(op.table) +
+                                "; nothing was sent, table left unchanged");
+  }
+  op.values_checked = true;
+  return Status::Ok();
 }
 
 void RequestEngine::AddPart(Part part) {

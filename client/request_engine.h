@@ -108,6 +108,9 @@ class RequestEngine {
   void Dispatch(const std::shared_ptr<ControlOperation>& op);
   void SplitAndSend(const std::shared_ptr<DataOperation>& op,
                     const std::vector<uint32_t>* subset, bool pull_only);
+  // A push about to go to several servers: its values must all be
+  // acceptable first (the servers check too, each its own part).
+  Status CheckBeforeSplit(DataOperation& op);
   void AddPart(Part part);
   void SendPart(Part& part);
   void FinishPart(uint64_t seq, const Status& status);

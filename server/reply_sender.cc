@@ -8,13 +8,12 @@
 
 namespace ductile {
 
-void ReplySender::Reply(ByteSpan identity, const wire::Header& header,
+void ReplySender::Reply(ByteSpan identity, wire::Header& header,
                         std::vector<float>* values) {
   OutMessage out;
   out.AddCopy(identity);
-  wire::Header h = header;
-  h.set_epoch(routing_->epoch());
-  out.AddString(h.SerializeAsString());
+  header.set_epoch(routing_->epoch());
+  out.AddString(header.SerializeAsString());
   if (values != nullptr) out.AddOwned(std::move(*values));
   counters_->Add(&ServerCounters::bytes_out, out.bytes());
   Status s = router_->Send(std::move(out));

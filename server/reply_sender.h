@@ -28,9 +28,9 @@ class ReplySender {
   void set_router(Socket* router) { router_ = router; }
   void set_server_id(int32_t id) { server_id_ = id; }
 
-  // To the sender named by `identity` (frame 0 of its request); `values`
-  // (a pull's) is taken.
-  void Reply(ByteSpan identity, const wire::Header& header,
+  // To the sender named by `identity` (frame 0 of its request); sets the
+  // header's epoch; `values` (a pull's) is taken.
+  void Reply(ByteSpan identity, wire::Header& header,
              std::vector<float>* values);
   void Error(ByteSpan identity, uint64_t seq, const Status& s);
   // "Routing changed": nothing was applied; the reply carries the table.

@@ -2,6 +2,7 @@
 // rule that a fetch never overwrites a newer local write.
 #include "client/param_cache.h"
 
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -116,6 +117,33 @@ TEST(ParamCache, AClientAnswersFreshEnoughPullsLocallyAndReadsItsWrites) {
   ASSERT_TRUE((*client)->Pull(*table, keys, out).ok());
   EXPECT_EQ((*client)->stats().cache_misses, 2u);
   EXPECT_EQ(out, ones);
+}
+
+// A refused push (a NaN) changes nothing, the worker's cached copy
+// included: reads answered from it still show the stored values.
+TEST(ParamCache, ARefusedPushIsNotMirroredInTheCache) {
+  testing::TestCluster cluster({.num_servers = 1, .num_workers = 1});
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.enable_cache = true;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TableOptions t;
+  t.name = "cached";
+  t.value_width = 1;
+  t.rule = UpdateRule::kAdd;
+  t.consistency = {ConsistencyMode::kSsp, 2};
+  auto table = (*client)->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> keys = {5};
+  std::vector<float> out(1, -1.0f);
+  ASSERT_TRUE((*client)->Pull(*table, keys, out).ok());  // fetched: 0
+  const std::vector<float> nan = {std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_EQ((*client)->Push(*table, keys, nan).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*client)->Pull(*table, keys, out).ok());
+  EXPECT_EQ((*client)->stats().cache_hits, 1u);
+  EXPECT_EQ(out[0], 0.0f);
 }
 
 }  // namespace

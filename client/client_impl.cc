@@ -98,11 +98,12 @@ Status ClientImpl::Init() {
 
 std::shared_ptr<ControlOperation> ClientImpl::StartControl(
     wire::Header request, int64_t timeout_ms,
-    std::function<Status(const wire::Header&)> on_reply) {
+    std::function<Status(const wire::Header&)> on_reply, bool resend) {
   auto op = std::make_shared<ControlOperation>();
   op->request = std::move(request);
   op->deadline = env_->Now() + milliseconds(timeout_ms);
   op->on_reply = std::move(on_reply);
+  op->resend = resend;
   op->Hold();
   engine_.Submit(op);
   return op;
@@ -222,8 +223,9 @@ std::shared_ptr<ControlOperation> ClientImpl::StartBarrier(int64_t timeout_ms) {
   request.set_generation(recovery_.generation());
   const int64_t round = barrier_round_.load();
   request.set_barrier_round(round);
-  std::shared_ptr<ControlOperation> op =
-      StartControl(request, timeout_ms, [this, round](const wire::Header&) {
+  return StartControl(
+      request, timeout_ms,
+      [this, round](const wire::Header&) {
         // Passed: the next call waits at the next round.
         int64_t expected = round;
         barrier_round_.compare_exchange_strong(expected, round + 1);
@@ -231,9 +233,8 @@ std::shared_ptr<ControlOperation> ClientImpl::StartBarrier(int64_t timeout_ms) {
         // copy from before may answer them.
         cache_.Clear();
         return Status::Ok();
-      });
-  op->resend = true;
-  return op;
+      },
+      /*resend=*/true);
 }
 
 Status ClientImpl::Barrier(int64_t timeout_ms) {
@@ -251,10 +252,8 @@ std::shared_ptr<ControlOperation> ClientImpl::StartFinish() {
   request.set_type(wire::FINISH);
   request.set_member_id(worker_id_.load());
   request.set_generation(recovery_.generation());
-  std::shared_ptr<ControlOperation> op =
-      StartControl(request, options_.request_timeout_ms);
-  op->resend = true;
-  return op;
+  return StartControl(request, options_.request_timeout_ms, {},
+                      /*resend=*/true);
 }
 
 Status ClientImpl::Finish() {

@@ -100,9 +100,13 @@ class ClientImpl final : public Client {
   // The cache's part of a call to an SSP table: records a push, answers a
   // pull that it can (true: op done).
   bool UseCache(DataOperation& op, const TableRegistry::View& table);
+  // Hands a control request to the I/O thread; `on_reply` does its
+  // bookkeeping there; `resend`: sent again while unanswered (Barrier,
+  // Finish).
   std::shared_ptr<ControlOperation> StartControl(
       wire::Header request, int64_t timeout_ms,
-      std::function<Status(const wire::Header&)> on_reply = {});
+      std::function<Status(const wire::Header&)> on_reply = {},
+      bool resend = false);
   // Sends this worker's resume state at `clock` to the coordinator.
   void ReportResumeState(int64_t clock);
   void Run();

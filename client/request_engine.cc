@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "client/request_frames.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "util/finite.h"
@@ -19,9 +20,6 @@ using std::chrono::milliseconds;
 constexpr milliseconds kResendAfter{5000};
 // Back-off before re-routing a request a server could not take yet.
 constexpr milliseconds kRetryAfter{20};
-// Values of at least this many bytes per key go out as one frame per key,
-// read in place, rather than gathered into one buffer.
-constexpr uint64_t kFramePerKeyBytes = 16384;
 // How often deadlines and resends are checked while requests are open.
 constexpr milliseconds kTimerPeriod{10};
 // Barrier and Finish requests unanswered this long are sent again.
@@ -281,13 +279,7 @@ void RequestEngine::SendPart(Part& part) {
                                             " but gives no address for it"));
   }
   const size_t count = part.size();
-  const bool contiguous = part.indices.empty();
   const wire::MessageType type = part.pull_only ? wire::PULL : op.type;
-  const bool push = type != wire::PULL;
-  const bool variable = op.width == 0;
-  uint64_t floats = 0;
-  for (size_t j = 0; j < count; ++j) floats += op.length(part.index(j));
-
   wire::Header header;
   header.set_type(type);
   header.set_seq(seq);
@@ -297,59 +289,14 @@ void RequestEngine::SendPart(Part& part) {
   header.set_clock(op.clock);
   header.set_generation(op.generation);
   header.set_num_keys(static_cast<uint32_t>(count));
-  header.set_has_lengths(variable);
+  header.set_has_lengths(op.width == 0);
   header.set_done_below(DoneBelow());
   header.set_timeout_ms(options_.request_timeout_ms);
   if (const int32_t worker = shared_.worker_id->load(); worker >= 0) {
     header.set_worker_id(worker);
   }
-  const bool per_key_frames =
-      push && !contiguous && count > 1 &&
-      floats * sizeof(float) / count >= kFramePerKeyBytes;
-  if (push) header.set_values_frames(per_key_frames ? count : 1);
-
-  std::shared_ptr<DataOperation> op_ref = part.op;
-  auto borrow = [&](OutMessage& out, const void* data, size_t bytes) {
-    op_ref->Hold();
-    out.AddBorrowed(data, bytes, [op_ref] { op_ref->Release(); });
-  };
-  OutMessage out;
-  out.AddString(header.SerializeAsString());
-  if (contiguous) {
-    borrow(out, op.keys.data() + part.begin, count * sizeof(Key));
-    if (push) {
-      borrow(out, op.values.data() + op.offset(part.begin),
-             floats * sizeof(float));
-    }
-    if (variable) {
-      borrow(out, op.lengths.data() + part.begin, count * sizeof(uint32_t));
-    }
-  } else {
-    std::vector<Key> keys(count);
-    for (size_t j = 0; j < count; ++j) keys[j] = op.keys[part.index(j)];
-    out.AddOwned(std::move(keys));
-    if (push && per_key_frames) {
-      for (size_t j = 0; j < count; ++j) {
-        const size_t i = part.index(j);
-        borrow(out, op.values.data() + op.offset(i),
-               op.length(i) * sizeof(float));
-      }
-    } else if (push) {
-      std::vector<float> values;
-      values.reserve(floats);
-      for (size_t j = 0; j < count; ++j) {
-        const size_t i = part.index(j);
-        const float* v = op.values.data() + op.offset(i);
-        values.insert(values.end(), v, v + op.length(i));
-      }
-      out.AddOwned(std::move(values));
-    }
-    if (variable) {
-      std::vector<uint32_t> lengths(count);
-      for (size_t j = 0; j < count; ++j) lengths[j] = op.lengths[part.index(j)];
-      out.AddOwned(std::move(lengths));
-    }
-  }
+  OutMessage out = BuildDataRequest(header, part.op, part.begin, count,
+                                    part.indices, type != wire::PULL);
   part.retry_at = {};
   part.resend_at = env_->Now() + kResendAfter;
   Status s = socket->Send(std::move(out));

@@ -61,7 +61,12 @@ class RecoveryCluster {
     coordinator_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         DUCTILE_CLI, "coordinator", "--listen=" + address_, "--servers=2",
         "--workers=2", "--slots=64", "--state_dir=" + dir_ + "/coordinator",
-        "--checkpoint_every=10", "--heartbeat_timeout_ms=1500"});
+        "--checkpoint_every=10",
+        // Long enough that a worker stalled by a sanitizer on a loaded
+        // machine is not declared dead: a BSP worker dropped and heard
+        // from again has its late push folded into a later combine, which
+        // the exact Adam state would (rightly) count as a mismatch.
+        "--heartbeat_timeout_ms=4000"});
   }
   void StartServer(int id) {
     if (servers_.size() <= static_cast<size_t>(id)) servers_.resize(id + 1);

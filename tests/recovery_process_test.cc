@@ -64,7 +64,7 @@ class RecoveryCluster {
         "--checkpoint_every=10",
         // Long enough that a worker stalled by a sanitizer on a loaded
         // machine is not declared dead: a BSP worker dropped and heard
-        // from again has its late push folded into a later combine, which
+        // from again has its late push applied as a step of its own, which
         // the exact Adam state would (rightly) count as a mismatch.
         "--heartbeat_timeout_ms=4000"});
   }

@@ -40,6 +40,9 @@ DEFINE_string(address_file, "",
               "coordinator: write the address it listens on to this file");
 DEFINE_int32(servers, 2, "number of servers (coordinator, local)");
 DEFINE_int32(workers, 2, "number of workers (coordinator, local)");
+DEFINE_int32(max_workers, 0,
+             "coordinator: most workers at once; more are refused "
+             "(0: no bound)");
 DEFINE_int32(slots, 4096, "coordinator: number of slots keys hash into");
 DEFINE_int64(heartbeat_timeout_ms, 5000,
              "coordinator: a member silent this long is dead (a dead worker "
@@ -183,6 +186,7 @@ int RunCoordinator() {
   o.bind_address = FLAGS_listen;
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
+  o.max_workers = FLAGS_max_workers;
   o.num_slots = FLAGS_slots;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.state_dir = FLAGS_state_dir;
@@ -330,6 +334,33 @@ int RunShutdown() {
   return s.ok() ? 0 : Fail(s);
 }
 
+// The operand of a command that takes one (`ductile drain worker:N`).
+std::string g_operand;
+
+int RunDrain() {
+  // worker:N
+  const std::string prefix = "worker:";
+  int32_t id = -1;
+  if (g_operand.rfind(prefix, 0) == 0) {
+    const std::string digits = g_operand.substr(prefix.size());
+    if (!digits.empty() && digits.size() <= 7 &&
+        digits.find_first_not_of("0123456789") == std::string::npos) {
+      id = std::stoi(digits);
+    }
+  }
+  if (id < 0) {
+    return Fail(ductile::InvalidArgumentError(
+        "drain takes the member to drain as worker:N (e.g. `ductile drain "
+        "--coordinator=ADDR worker:3`), not '" +
+        g_operand + "'"));
+  }
+  ductile::Status s =
+      ductile::RequestDrainWorker(FLAGS_coordinator, id, FLAGS_timeout_ms);
+  if (!s.ok()) return Fail(s);
+  std::printf("worker %d asked to leave; it leaves at its next step\n", id);
+  return 0;
+}
+
 int RunCheckpoint() {
   ductile::Result<int64_t> clock =
       ductile::RequestCheckpoint(FLAGS_coordinator, FLAGS_timeout_ms);
@@ -427,6 +458,8 @@ struct Command {
   // Whether the command also reads kTrainingFlags.
   bool trains;
   int (*run)();
+  // The name of the one operand the command takes (nullptr: none).
+  const char* operand = nullptr;
 };
 
 const std::vector<Command>& Commands() {
@@ -441,7 +474,7 @@ const std::vector<Command>& Commands() {
        RunLocal},
       {"coordinator",
        "run the coordinator (--listen, --servers, --workers)",
-       {"listen", "address_file", "servers", "workers", "slots",
+       {"listen", "address_file", "servers", "workers", "max_workers", "slots",
         "heartbeat_timeout_ms", "state_dir", "checkpoint_every",
         "checkpoint_interval_s", "checkpoint_timeout_ms"},
        false,
@@ -473,6 +506,13 @@ const std::vector<Command>& Commands() {
        {"coordinator", "timeout_ms"},
        false,
        RunCheckpoint},
+      {"drain",
+       "ask a worker of a running job to leave it at its next step "
+       "(--coordinator, worker:N)",
+       {"coordinator", "timeout_ms"},
+       false,
+       RunDrain,
+       "worker:N"},
   };
   return *kCommands;
 }
@@ -657,6 +697,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s", usage.c_str());
     return 2;
   }
+  const Command* c = FindCommand(command);
+  if (c == nullptr) {
+    std::fprintf(stderr, "ductile: unknown command '%s'\n%s", command.c_str(),
+                 usage.c_str());
+    return 2;
+  }
+  if (c->operand != nullptr) {
+    if (argc != 2) {
+      std::fprintf(stderr, "usage: ductile %s [flags] %s\n", c->name,
+                   c->operand);
+      return 2;
+    }
+    g_operand = argv[1];
+    argc = 1;
+  }
   if (argc > 1) {
     std::fprintf(stderr, "ductile: unexpected argument '%s'\n%s", argv[1],
                  usage.c_str());
@@ -666,12 +721,6 @@ int main(int argc, char** argv) {
   if (FLAGS_app == "mf" &&
       gflags::GetCommandLineFlagInfoOrDie("learning_rate").is_default) {
     FLAGS_learning_rate = 0.03;
-  }
-  const Command* c = FindCommand(command);
-  if (c == nullptr) {
-    std::fprintf(stderr, "ductile: unknown command '%s'\n%s", command.c_str(),
-                 usage.c_str());
-    return 2;
   }
   FLAGS_logtostderr = true;
   google::InitGoogleLogging("ductile");

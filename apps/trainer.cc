@@ -213,6 +213,8 @@ class DataPosition {
   // Samples and steps this worker has trained on (rolled back with it).
   int64_t samples = 0;
   uint64_t steps = 0;
+  // This worker left the job (it was drained): no more data for it.
+  bool left = false;
 
   DataCursor& cursor() { return *cursor_; }
 
@@ -304,6 +306,19 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
   while (true) {
     const bool training =
         !stop && data.cursor().epoch() < static_cast<uint64_t>(o.epochs);
+    if (training && client.leave_requested()) {
+      // Drained: out of the job at this clock, its pushes so far kept.
+      Status s = client.Leave();
+      if (s.ok()) {
+        std::printf("worker %d left the job at clock %lld (drained)\n",
+                    client.worker_id(), static_cast<long long>(client.clock()));
+        std::fflush(stdout);
+        data.left = true;
+        return Status::Ok();
+      }
+      DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
+      continue;
+    }
     // After the last step, every worker's last push is in before the final
     // evaluation. A checkpoint may be taken at the final clock meanwhile:
     // it needs this worker's position there.
@@ -577,7 +592,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   // The prefetch in flight reads into next_params: finish it first.
   if (!next_pull.empty())
     DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
-  if (!IsLead(client)) return Status::Ok();
+  if (data.left || !IsLead(client)) return Status::Ok();
   Result<double> accuracy = test_accuracy();
   DUCTILE_RETURN_IF_ERROR(accuracy.status());
   const ClientStats stats = client.stats();
@@ -682,7 +697,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
   };
   DUCTILE_RETURN_IF_ERROR(RunSteps(client, o, position, progress, step,
                                    "test RMSE", test_rmse, [] {}));
-  if (!IsLead(client)) return Status::Ok();
+  if (position.left || !IsLead(client)) return Status::Ok();
   Result<double> rmse = test_rmse();
   DUCTILE_RETURN_IF_ERROR(rmse.status());
   std::printf(

@@ -84,6 +84,7 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.last_heartbeat_ms_ago = m.last_heartbeat_ms_ago();
     s.alive = m.alive();
     s.finished = m.finished();
+    s.state = m.state();
     s.slots = m.slots();
     s.counters = CountersFromWire(m.counters());
     const wire::WorkerMetrics& w = m.metrics();
@@ -113,6 +114,15 @@ Status RequestShutdown(const std::string& address, int64_t timeout_ms) {
   wire::Header request;
   request.set_type(wire::SHUTDOWN);
   request.set_seq(1);
+  return AskCoordinator(address, request, timeout_ms).status();
+}
+
+Status RequestDrainWorker(const std::string& address, int32_t worker_id,
+                          int64_t timeout_ms) {
+  wire::Header request;
+  request.set_type(wire::DRAIN);
+  request.set_seq(1);
+  request.set_worker_id(worker_id);
   return AskCoordinator(address, request, timeout_ms).status();
 }
 
@@ -173,8 +183,8 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     os << line;
   }
   std::snprintf(line, sizeof(line),
-                "%-4s %-7s %-6s %9s %7s %10s %11s %9s %9s %9s\n", "id", "role",
-                "alive", "hb_ago", "clock", "pulls", "blocked_ms", "max_stale",
+                "%-4s %-7s %-8s %9s %7s %10s %11s %9s %9s %9s\n", "id", "role",
+                "state", "hb_ago", "clock", "pulls", "blocked_ms", "max_stale",
                 "mean_stale", "cache_hit");
   os << line;
   for (const auto& m : status.members) {
@@ -184,8 +194,8 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         lookups ? std::to_string(100 * m.cache_hits / lookups) + "%" : "-";
     std::snprintf(
         line, sizeof(line),
-        "%-4d %-7s %-6s %7lldms %7lld %10llu %11llu %9lld %9.2f %9s\n", m.id,
-        m.role.c_str(), m.finished ? "done" : (m.alive ? "yes" : "NO"),
+        "%-4d %-7s %-8s %7lldms %7lld %10llu %11llu %9lld %9.2f %9s\n", m.id,
+        m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago),
         static_cast<long long>(m.clock),
         static_cast<unsigned long long>(m.pulls),

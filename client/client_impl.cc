@@ -91,6 +91,11 @@ Status ClientImpl::Init() {
         std::to_string(options_.connect_timeout_ms) +
         " ms (is it running, and have all its servers registered?)");
   }
+  if (s.ok() && worker_id_.load() >= 0 && clock_.load() > 0) {
+    // Joined a running job: every server learns where this worker starts
+    // (some installed it at a lower server clock than the job's).
+    SendClock(clock_.load());
+  }
   return s;
 }
 
@@ -121,6 +126,10 @@ std::shared_ptr<ControlOperation> ClientImpl::StartRegister() {
                       [this](const wire::Header& reply) {
                         if (options_.register_as_worker) {
                           worker_id_.store(reply.member_id());
+                          // A worker joining a running job starts at its
+                          // clock, in its generation.
+                          clock_.store(reply.clock());
+                          recovery_.Join(reply.generation());
                         }
                         num_workers_.store(reply.num_workers());
                         barrier_round_.store(reply.barrier_round());
@@ -261,6 +270,27 @@ Status ClientImpl::Finish() {
   return StartFinish()->Wait();
 }
 
+Status ClientImpl::Leave() {
+  if (worker_id_.load() < 0) {
+    return FailedPreconditionError(
+        "Leave() needs a client registered as a worker");
+  }
+  DUCTILE_RETURN_IF_ERROR(recovery_.RefuseIfPending());
+  wire::Header request;
+  request.set_type(wire::LEAVE);
+  request.set_member_id(worker_id_.load());
+  request.set_clock(clock_.load());
+  request.set_generation(recovery_.generation());
+  Status s = StartControl(request, options_.request_timeout_ms, {},
+                          /*resend=*/true)
+                 ->Wait();
+  if (s.ok()) {
+    LOG(INFO) << "worker " << worker_id_.load() << ": left the job at clock "
+              << clock_.load();
+  }
+  return s;
+}
+
 // ---------------------------------------------------------------- clocks
 
 int64_t ClientImpl::Clock() {
@@ -270,12 +300,16 @@ int64_t ClientImpl::Clock() {
   const std::optional<int64_t> report = recovery_.OnClock(clock, &pending);
   if (pending) return clock;  // nothing to tell the servers
   if (report) ReportResumeState(*report);
+  SendClock(clock);
+  return clock;
+}
+
+void ClientImpl::SendClock(int64_t clock) {
   auto op = std::make_shared<ClockOperation>();
   op->clock = clock;
   op->generation = recovery_.generation();
   op->Hold();
   engine_.Submit(op);
-  return clock;
 }
 
 Result<Client::Recovery> ClientImpl::AwaitRecovery(int64_t timeout_ms) {

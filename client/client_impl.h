@@ -66,6 +66,8 @@ class ClientImpl final : public Client {
   int64_t clock() const override { return clock_.load(); }
   Status Barrier(int64_t timeout_ms) override;
   Status Finish() override;
+  Status Leave() override;
+  bool leave_requested() const override { return recovery_.leave_requested(); }
   Result<Recovery> AwaitRecovery(int64_t timeout_ms) override;
   void SetResumeState(std::string state) override;
   std::vector<int32_t> live_workers() const override {
@@ -109,6 +111,8 @@ class ClientImpl final : public Client {
       bool resend = false);
   // Sends this worker's resume state at `clock` to the coordinator.
   void ReportResumeState(int64_t clock);
+  // Tells every server this worker is at `clock` (CLOCK).
+  void SendClock(int64_t clock);
   void Run();
 
   // Constant after construction.

@@ -45,6 +45,10 @@ class RecoveryState {
   bool OnCheckpointCommit(int64_t clock, uint64_t generation,
                           int64_t worker_clock) EXCLUDES(mu_);
   void SetLiveWorkers(std::vector<int32_t> live) EXCLUDES(mu_);
+  // The coordinator asks this worker to leave (a drain).
+  void RequestLeave() { leave_requested_.store(true); }
+  // Registration: the job's generation when this worker joined it.
+  void Join(uint64_t generation) { generation_.store(generation); }
 
   // ---- Caller threads.
   // kAborted while a rollback is announced and not taken.
@@ -61,9 +65,11 @@ class RecoveryState {
   // The state recorded at `clock` ("" if none).
   std::string StateAt(int64_t clock) const EXCLUDES(mu_);
   std::vector<int32_t> live_workers() const EXCLUDES(mu_);
+  bool leave_requested() const { return leave_requested_.load(); }
 
  private:
   std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> leave_requested_{false};
   mutable Mutex mu_;
   CondVar cv_;
   std::optional<Client::Recovery> pending_ GUARDED_BY(mu_);

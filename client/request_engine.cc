@@ -428,6 +428,10 @@ void RequestEngine::HandleControlMessage(InMessage& message) {
     case wire::WORKERS_UPDATE:
       return shared_.recovery->SetLiveWorkers(
           {header.worker_ids().begin(), header.worker_ids().end()});
+    case wire::DRAIN:
+      LOG(INFO) << "worker " << shared_.worker_id->load()
+                << ": the coordinator asks this worker to leave";
+      return shared_.recovery->RequestLeave();
     case wire::CONTROL_REPLY:
       break;
     default:

@@ -30,7 +30,9 @@ bool ConsistencyController::Advance(int32_t worker, int64_t clock) {
   int64_t& known = known_[worker];
   known = std::max(known, clock);
   if (live_.count(worker) == 0) return false;
-  return clocks_.Advance(worker, clock);
+  const bool moved = clocks_.Advance(worker, clock);
+  floor_ = std::max(floor_, server_clock());
+  return moved;
 }
 
 bool ConsistencyController::SetWorkers(const std::set<int32_t>& live) {
@@ -38,10 +40,17 @@ bool ConsistencyController::SetWorkers(const std::set<int32_t>& live) {
   for (int32_t gone : live_) {
     if (live.count(gone) == 0) clocks_.Remove(gone);
   }
+  // A worker that joins (or comes back) starts at the server clock: it
+  // never lowers anyone's bound, and under BSP it takes part from the
+  // first clock not yet combined.
   for (int32_t id : live) {
-    if (live_.count(id) == 0) clocks_.Advance(id, known_[id]);
+    if (live_.count(id) > 0) continue;
+    int64_t& known = known_[id];
+    known = std::max(known, floor_);
+    clocks_.Advance(id, known);
   }
   live_ = live;
+  floor_ = std::max(floor_, server_clock());
   return server_clock() != before;
 }
 
@@ -62,6 +71,7 @@ void ConsistencyController::Reset(const std::set<int32_t>& live,
   clocks_ = ClockVector();
   known_.clear();
   live_ = live;
+  floor_ = clock;
   for (int32_t w : live_) {
     clocks_.Advance(w, clock);
     known_[w] = clock;

@@ -12,9 +12,12 @@
 // unit and simulation tests drive it directly.
 //
 // Invariants:
-//   - server_clock() is the smallest clock of the live workers (0 with
-//     none); a worker's clock never moves backwards, and a worker's clock
-//     is kept while it is not live, so it rejoins where it was;
+//   - server_clock() is the smallest clock of the live workers (with
+//     none, the highest it has been); a worker's clock never moves
+//     backwards; a worker joining or
+//     coming back starts at the highest server clock so far or its own
+//     clock, whichever is higher, so the server clock never moves
+//     backwards either (but for a rollback);
 //   - a parked pull's `required` is its table's RequiredServerClock at its
 //     clock under the model in force, and it is parked only while required
 //     > server_clock();
@@ -73,15 +76,22 @@ class ConsistencyController {
   const Consistency& latest(TableId table) const;
 
   // ---- Workers and the server clock.
-  int64_t server_clock() const { return clocks_.min_clock(); }
+  int64_t server_clock() const {
+    return live_.empty() ? floor_ : clocks_.min_clock();
+  }
   const std::set<int32_t>& live_workers() const { return live_; }
   // The largest clock of any worker request or CLOCK seen so far.
   int64_t max_clock_seen() const { return max_clock_seen_; }
   void NoteClock(int64_t clock);
   // `worker` reached `clock`; true if the server clock moved.
   bool Advance(int32_t worker, int64_t clock);
-  // The live workers are now `live`; true if the server clock moved.
+  // The live workers are now `live`; true if the server clock moved. A
+  // worker new to the set starts at the highest server clock so far (or
+  // its own clock, if higher), so adding one never moves the server clock
+  // back.
   bool SetWorkers(const std::set<int32_t>& live);
+  // The highest server clock so far (kept while no worker is live).
+  int64_t floor() const { return floor_; }
   // "1 (at clock 4), 3 (at clock 2)": the live workers below `required`.
   std::string Laggards(int64_t required) const;
   // A rollback: every worker in `live` is at `clock`; nothing is parked,
@@ -143,6 +153,7 @@ class ConsistencyController {
   ClockVector clocks_;                // live workers only
   std::map<int32_t, int64_t> known_;  // every worker heard from
   std::set<int32_t> live_;
+  int64_t floor_ = 0;  // the highest server clock so far
   int64_t max_clock_seen_ = 0;
   std::map<TableId, TableState> tables_;
   std::vector<ParkedPull> parked_;  // arrival order

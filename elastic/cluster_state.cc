@@ -40,6 +40,8 @@ Status ClusterState::Open() {
     m.state_dir = pm.state_dir();
     m.finished = pm.finished();
     m.dead = pm.dead();
+    m.left = pm.left();
+    m.draining = pm.draining();
     m.keep_checkpoints = pm.keep_checkpoints();
     // Not declared dead: alive until the heartbeat timeout says otherwise.
     // Each member's first message after the restart tells where it is (its
@@ -71,6 +73,8 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_state_dir(m.state_dir);
       pm->set_finished(m.finished);
       pm->set_dead(m.dead);
+      pm->set_left(m.left);
+      pm->set_draining(m.draining);
       pm->set_keep_checkpoints(m.keep_checkpoints);
     }
   }

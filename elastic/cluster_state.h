@@ -42,6 +42,8 @@ struct Member {
   int32_t keep_checkpoints = 0;  // servers: versions their store keeps
   bool finished = false;         // workers: called Finish()
   bool dead = false;             // silent past the heartbeat timeout
+  bool left = false;             // workers: left the job (Leave, drain)
+  bool draining = false;         // workers: asked to leave, not gone yet
   // In memory only.
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};
@@ -51,7 +53,7 @@ struct Member {
   wire::Counters counters;
   wire::WorkerMetrics metrics;
 
-  bool live_worker() const { return !finished && !dead; }
+  bool live_worker() const { return !finished && !dead && !left; }
 };
 
 using CatalogEntry = wire::CoordinatorState::CatalogEntry;

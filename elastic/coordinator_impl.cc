@@ -18,6 +18,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.num_workers < 0) {
     return InvalidArgumentError("num_workers must be >= 0");
   }
+  if (options.max_workers < 0 ||
+      (options.max_workers > 0 && options.max_workers < options.num_workers)) {
+    return InvalidArgumentError(
+        "max_workers must be 0 (no bound) or >= num_workers");
+  }
   if (options.num_slots < 1 || options.num_slots > RoutingTable::kMaxSlots) {
     return InvalidArgumentError("num_slots must be in [1, 1048576]");
   }

@@ -158,6 +158,10 @@ void CoordinatorNode::Handle(InMessage& message) {
       return barriers_.HandleBarrier(identity, h);
     case wire::FINISH:
       return HandleFinish(identity, h);
+    case wire::LEAVE:
+      return HandleLeave(identity, h);
+    case wire::DRAIN:
+      return membership_.Drain(identity, h);
     case wire::STATUS: {
       wire::Header reply;
       reply.set_type(wire::CONTROL_REPLY);
@@ -208,6 +212,17 @@ void CoordinatorNode::HandleFinish(const std::string& identity,
   membership_.Finish(identity, h);
   if (was_live && state_.LiveWorkers().count(h.member_id()) == 0) {
     OnWorkersChanged();
+  }
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+}
+
+void CoordinatorNode::HandleLeave(const std::string& identity,
+                                  const wire::Header& h) {
+  if (membership_.Leave(identity, h)) {
+    barriers_.MaybeRelease();
+    checkpoints_.ForgetGoneWorkers();
   }
   if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
     BeginShutdown();

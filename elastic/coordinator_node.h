@@ -74,6 +74,7 @@ class CoordinatorNode {
   void HandleHeartbeat(const std::string& identity, const wire::Header& h);
   void HandleRegister(const std::string& identity, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
+  void HandleLeave(const std::string& identity, const wire::Header& h);
   void CheckTimeouts();
   // The live workers changed: tell the servers, release a barrier that no
   // longer waits for anyone gone, and stop awaiting their resume states.

@@ -9,6 +9,21 @@ namespace ductile {
 
 using std::chrono::milliseconds;
 
+namespace {
+
+// A member's state for `ductile status`.
+std::string MemberState(const Member& m, const wire::MemberInfo& info,
+                        bool joining) {
+  if (m.role == wire::ROLE_SERVER) return info.alive() ? "active" : "dead";
+  if (m.finished) return "finished";
+  if (m.left) return "left";
+  if (!info.alive()) return "dead";
+  if (m.draining) return "draining";
+  return joining ? "joining" : "active";
+}
+
+}  // namespace
+
 Member* MembershipManager::FindMember(const wire::Header& h,
                                       const std::string& identity,
                                       bool* reconnected) {
@@ -113,7 +128,18 @@ MembershipManager::Registered MembershipManager::Register(
       return result;
     }
     case wire::ROLE_WORKER: {
-      if (Member* existing = state.FindByIdentity(identity)) {
+      Member* existing = state.FindByIdentity(identity);
+      const int32_t bound = ctx_.options.max_workers;
+      if (existing == nullptr && bound > 0 && CountLiveWorkers() >= bound) {
+        ctx_.out.Reply(
+            identity, h.seq(),
+            ResourceExhaustedError(
+                "the job has its maximum of " + std::to_string(bound) +
+                " workers (--max_workers); try again once one "
+                "has left"));
+        return result;
+      }
+      if (existing != nullptr) {
         member = *existing;  // a resent registration
       } else if (h.has_worker_id() && h.worker_id() >= 0) {
         // A worker asking for its id (`ductile local` numbers them, so its
@@ -127,7 +153,8 @@ MembershipManager::Registered MembershipManager::Register(
           return result;
         }
         auto taken = state.workers.find(id);
-        if (taken != state.workers.end() && !taken->second.dead) {
+        if (taken != state.workers.end() && !taken->second.dead &&
+            !taken->second.left) {
           ctx_.out.Reply(identity, h.seq(),
                          AlreadyExistsError("worker id " + std::to_string(id) +
                                             " is taken"));
@@ -175,17 +202,31 @@ void MembershipManager::Admit(const Waiter& waiter, const Member& worker) {
   ReleaseAdmissions();
 }
 
+int32_t MembershipManager::CountLiveWorkers() const {
+  return static_cast<int32_t>(ctx_.state.LiveWorkers().size());
+}
+
 void MembershipManager::HandleWorkersAck(const wire::Header& h) {
-  uint64_t& acked = workers_acked_[h.member_id()];
-  acked = std::max<uint64_t>(acked, h.change_id());
+  WorkersAck& acked = workers_acked_[h.member_id()];
+  if (h.change_id() >= acked.round) {
+    // Acks of one server arrive in order: the newest clock is its latest.
+    acked.round = h.change_id();
+    acked.clock = h.clock();
+  }
   ReleaseAdmissions();
 }
 
 void MembershipManager::ReleaseAdmissions() {
   for (auto it = admissions_.begin(); it != admissions_.end();) {
     bool known = true;
+    // A joiner starts at the highest server clock among the servers: on
+    // the others its CLOCK brings it there (nothing before it waits for
+    // it, and the clocks after it do).
+    int64_t start_clock = 0;
     for (int32_t server : ctx_.state.LiveServers()) {
-      known = known && workers_acked_[server] >= it->round;
+      const WorkersAck& acked = workers_acked_[server];
+      known = known && acked.round >= it->round;
+      start_clock = std::max(start_clock, acked.clock);
     }
     auto w = ctx_.state.workers.find(it->worker);
     if (!known && w != ctx_.state.workers.end()) {
@@ -193,10 +234,15 @@ void MembershipManager::ReleaseAdmissions() {
       continue;
     }
     if (w != ctx_.state.workers.end()) {
-      wire::Header reply;
-      reply.set_seq(it->waiter.seq);
-      FillRegistration(w->second, &reply);
-      ctx_.out.Send(it->waiter.identity, reply);
+      if (it->leave) {
+        ctx_.out.Reply(it->waiter.identity, it->waiter.seq, Status::Ok());
+      } else {
+        wire::Header reply;
+        reply.set_seq(it->waiter.seq);
+        FillRegistration(w->second, &reply);
+        reply.set_clock(start_clock);
+        ctx_.out.Send(it->waiter.identity, reply);
+      }
     }
     it = admissions_.erase(it);
   }
@@ -253,8 +299,79 @@ void MembershipManager::Finish(const std::string& identity,
         identity, h.seq(),
         AbortedError("the job is rolling back to a checkpoint"));
   }
+  if (it->second.left) {
+    // It left the job before: nothing more to count.
+    return ctx_.out.Reply(identity, h.seq(), Status::Ok());
+  }
   it->second.finished = true;
   LOG(INFO) << "coordinator: worker " << h.member_id() << " finished";
+  ctx_.out.Reply(identity, h.seq(), Status::Ok());
+}
+
+bool MembershipManager::Leave(const std::string& identity,
+                              const wire::Header& h) {
+  auto it = ctx_.state.workers.find(h.member_id());
+  if (it == ctx_.state.workers.end()) {
+    ctx_.out.Reply(
+        identity, h.seq(),
+        FailedPreconditionError("leave from an unregistered worker"));
+    return false;
+  }
+  Member& m = it->second;
+  m.identity = identity;  // after a coordinator restart
+  if (ctx_.state.recovering || h.generation() < ctx_.state.generation) {
+    ctx_.out.Reply(identity, h.seq(),
+                   AbortedError("the job is rolling back to a checkpoint"));
+    return false;
+  }
+  if (m.finished) {
+    ctx_.out.Reply(identity, h.seq(),
+                   FailedPreconditionError("worker " + std::to_string(m.id) +
+                                           " has finished; it cannot leave"));
+    return false;
+  }
+  const bool was_live = m.live_worker();
+  if (!m.left) {
+    LOG(INFO) << "coordinator: worker " << m.id << " left at clock "
+              << h.clock() << (m.draining ? " (drained)" : "");
+  }
+  m.left = true;
+  m.draining = false;
+  m.dead = false;
+  if (was_live) PublishWorkers();
+  admissions_.push_back({{identity, h.seq()}, m.id, workers_round_, true});
+  ReleaseAdmissions();
+  return was_live;
+}
+
+void MembershipManager::Drain(const std::string& identity,
+                              const wire::Header& h) {
+  auto it = ctx_.state.workers.find(h.worker_id());
+  if (!h.has_worker_id() || it == ctx_.state.workers.end()) {
+    return ctx_.out.Reply(
+        identity, h.seq(),
+        NotFoundError("no worker " + std::to_string(h.worker_id()) +
+                      " in the job"));
+  }
+  Member& m = it->second;
+  if (!m.live_worker()) {
+    return ctx_.out.Reply(
+        identity, h.seq(),
+        FailedPreconditionError("worker " + std::to_string(m.id) +
+                                " is not active (" +
+                                (m.finished ? "finished"
+                                 : m.left   ? "left"
+                                            : "dead") +
+                                ")"));
+  }
+  if (!m.draining) {
+    LOG(INFO) << "coordinator: worker " << m.id << " asked to leave (drain)";
+  }
+  m.draining = true;
+  wire::Header notice;
+  notice.set_type(wire::DRAIN);
+  notice.set_worker_id(m.id);
+  ctx_.out.Send(m.identity, notice);
   ctx_.out.Reply(identity, h.seq(), Status::Ok());
 }
 
@@ -310,13 +427,17 @@ bool MembershipManager::JobOver() const {
   for (const auto& [id, m] : state.workers) {
     if (m.finished) {
       ++finished;
-    } else if (m.dead && ctx_.MsSince(m.last_seen) >
-                             3 * ctx_.options.heartbeat_timeout_ms) {
+    } else if (m.left ||
+               (m.dead && ctx_.MsSince(m.last_seen) >
+                              3 * ctx_.options.heartbeat_timeout_ms)) {
       ++gone;
     } else {
       return false;  // still working
     }
   }
+  // Over once the workers the job started with have all registered and
+  // every one since has finished, left or died, one at least finished (a
+  // job whose workers all left waits for new ones).
   const int32_t total = ctx_.options.num_workers > 0
                             ? ctx_.options.num_workers
                             : static_cast<int32_t>(state.workers.size());
@@ -355,6 +476,11 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       info->set_last_heartbeat_ms_ago(ago);
       info->set_alive(!m.dead && ago <= ctx_.options.heartbeat_timeout_ms);
       info->set_finished(m.finished);
+      const bool joining = std::any_of(
+          admissions_.begin(), admissions_.end(), [&](const Admission& a) {
+            return !a.leave && a.worker == id && m.role == wire::ROLE_WORKER;
+          });
+      info->set_state(MemberState(m, *info, joining));
       if (m.role == wire::ROLE_SERVER) {
         auto it = slots.find(id);
         info->set_slots(it == slots.end() ? 0 : it->second);

@@ -53,6 +53,12 @@ class MembershipManager {
 
   // A worker finished; the reply is sent.
   void Finish(const std::string& identity, const wire::Header& h);
+  // A worker leaves the job (LEAVE); answered once every live server has
+  // dropped it from its clock vectors. True if the live set changed.
+  bool Leave(const std::string& identity, const wire::Header& h);
+  // `ductile drain worker:N` (DRAIN from an observer): the worker is told
+  // to leave; the observer is answered at once.
+  void Drain(const std::string& identity, const wire::Header& h);
 
   // Declares dead the workers silent past the timeout; true if any.
   bool DetectDeadWorkers();
@@ -83,20 +89,30 @@ class MembershipManager {
   Member* FindMember(const wire::Header& h, const std::string& identity,
                      bool* reconnected);
 
-  // A worker's registration, answered once every live server has
-  // installed a live-worker set with it (WORKERS_UPDATE `round`).
+  // A worker's registration (or leave), answered once every live server
+  // has installed a live-worker set with it (without it) (WORKERS_UPDATE
+  // `round`).
   struct Admission {
     Waiter waiter;
     int32_t worker = -1;
     uint64_t round = 0;
+    bool leave = false;
   };
   void Admit(const Waiter& waiter, const Member& worker);
+  // Live workers now (bounded by options.max_workers).
+  int32_t CountLiveWorkers() const;
 
   CoordinatorContext& ctx_;
   std::map<std::string, Member::TimePoint> observers_;  // identity -> seen
   std::vector<Waiter> waiting_for_routing_;
-  uint64_t workers_round_ = 0;                 // the last WORKERS_UPDATE's
-  std::map<int32_t, uint64_t> workers_acked_;  // by server
+  uint64_t workers_round_ = 0;  // the last WORKERS_UPDATE's
+  // A server's latest WORKERS_ACK: its round, and the clock a worker
+  // joining then starts at (its server clock).
+  struct WorkersAck {
+    uint64_t round = 0;
+    int64_t clock = 0;
+  };
+  std::map<int32_t, WorkersAck> workers_acked_;  // by server
   std::vector<Admission> admissions_;
 };
 

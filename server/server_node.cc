@@ -272,6 +272,8 @@ void ServerNode::SetWorkers(const wire::Header& header) {
   ack.set_type(wire::WORKERS_ACK);
   ack.set_member_id(id_);
   ack.set_change_id(header.change_id());
+  // Where a joining worker starts: nothing before this clock waits for it.
+  ack.set_clock(consistency_.floor());
   Send(ack);
   if (moved) {
     OnServerClock();

@@ -38,8 +38,39 @@ TEST(ConsistencyController, TheServerClockIsTheSlowestLiveWorkers) {
   EXPECT_EQ(c.server_clock(), 2);
   EXPECT_TRUE(c.SetWorkers({0}));
   EXPECT_EQ(c.server_clock(), 3);
-  // Back, it rejoins at the clock it had reached.
-  EXPECT_TRUE(c.SetWorkers({0, 1}));
+  // Back, it rejoins at the server clock (it had reached only 2): a
+  // worker coming back never moves the others' bound back.
+  EXPECT_FALSE(c.SetWorkers({0, 1}));
+  EXPECT_EQ(c.server_clock(), 3);
+  EXPECT_EQ(c.Laggards(4), "0 (at clock 3), 1 (at clock 3)");
+}
+
+TEST(ConsistencyController, AJoiningWorkerNeverMovesTheServerClockBack) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kSsp, 0});
+  c.SetWorkers({0, 1});
+  c.Advance(0, 6);
+  c.Advance(1, 5);
+  ASSERT_EQ(c.server_clock(), 5);
+  // A new worker starts at the server clock, not at 0.
+  EXPECT_FALSE(c.SetWorkers({0, 1, 2}));
+  EXPECT_EQ(c.server_clock(), 5);
+  EXPECT_EQ(c.floor(), 5);
+  // It holds later clocks like everyone else.
+  EXPECT_FALSE(c.Advance(1, 7));
+  EXPECT_EQ(c.Laggards(6), "2 (at clock 5)");
+  EXPECT_TRUE(c.Advance(2, 6));
+  EXPECT_EQ(c.server_clock(), 6);
+  // With every worker gone the server clock stays where it was, and a
+  // worker coming back (even one last heard at a lower clock) starts there.
+  EXPECT_FALSE(c.SetWorkers({}));
+  EXPECT_EQ(c.server_clock(), 6);
+  EXPECT_FALSE(c.SetWorkers({2}));
+  EXPECT_EQ(c.server_clock(), 6);
+  // A rollback sets it back, and joiners start from there.
+  c.Reset({0}, 2);
+  EXPECT_EQ(c.server_clock(), 2);
+  EXPECT_FALSE(c.SetWorkers({0, 3}));
   EXPECT_EQ(c.server_clock(), 2);
 }
 

@@ -377,6 +377,41 @@ TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// A worker drained from outside leaves at its next step and exits 0; the
+// others finish the job (under BSP, so a worker still waited for would
+// hang it).
+TEST(LocalCluster, ADrainedWorkerLeavesAndTheOthersFinishTheJob) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--workers=3", "--epochs=2", "--consistency=bsp",
+             "--log_every=20", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  std::smatch m;
+  const std::string started = p.output();
+  ASSERT_TRUE(std::regex_search(started, m,
+                                std::regex("coordinator at (tcp://[0-9.:]+)")));
+  Process drain({kBinary, "drain", "--coordinator=" + m[1].str(), "worker:2"});
+  ASSERT_EQ(ExitCode(drain.Wait(std::chrono::seconds(30))), 0)
+      << drain.output();
+  EXPECT_NE(drain.output().find("worker 2 asked to leave"), std::string::npos)
+      << drain.output();
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  const std::string out = p.output();
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("worker 2 left the job at clock [0-9]+ \\(drained\\)")))
+      << out;
+  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(Cli, DrainNamesWhatItTakes) {
+  Process bad({kBinary, "drain", "--coordinator=ipc:///nonexistent", "server"});
+  EXPECT_EQ(ExitCode(bad.Wait(std::chrono::seconds(30))), 1) << bad.output();
+  EXPECT_NE(bad.output().find("worker:N"), std::string::npos) << bad.output();
+  Process none({kBinary, "drain", "--coordinator=ipc:///nonexistent"});
+  EXPECT_EQ(ExitCode(none.Wait(std::chrono::seconds(30))), 2) << none.output();
+}
+
 TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
   Process unknown({kBinary, "frobnicate"});
   EXPECT_EQ(ExitCode(unknown.Wait(std::chrono::seconds(30))), 2);

@@ -17,6 +17,7 @@ namespace ductile::testing {
 struct TestClusterOptions {
   int num_servers = 2;
   int num_workers = 0;  // 0: any
+  int max_workers = 0;  // 0: no bound
   int num_slots = 64;
   int64_t heartbeat_timeout_ms = 5000;
   std::string coordinator_state_dir = "";  // "" = no checkpoints
@@ -30,6 +31,7 @@ class TestCluster {
     c.bind_address = "tcp://127.0.0.1:0";
     c.num_servers = options.num_servers;
     c.num_workers = options.num_workers;
+    c.max_workers = options.max_workers;
     c.num_slots = options.num_slots;
     c.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
     c.state_dir = options.coordinator_state_dir;

@@ -17,7 +17,10 @@ struct MemberStatus {
   std::string address;  // servers: tcp address
   int64_t last_heartbeat_ms_ago = 0;
   bool alive = false;
-  bool finished = false;    // workers: called Finish()
+  bool finished = false;  // workers: called Finish()
+  // Workers: joining (admission under way), active, draining (asked to
+  // leave), left, finished or dead; servers: active or dead.
+  std::string state;
   int32_t slots = 0;        // servers: slots owned
   ServerCounters counters;  // servers: as of the last heartbeat
   // Workers, as of the last heartbeat: clock, pulls, time blocked on the
@@ -52,6 +55,11 @@ Status RequestShutdown(const std::string& address, int64_t timeout_ms);
 // complete (`ductile checkpoint`).
 Result<int64_t> RequestCheckpoint(const std::string& address,
                                   int64_t timeout_ms);
+// Asks worker `worker_id` of the job to leave (`ductile drain worker:N`):
+// the worker is told at once and leaves at its next step (a training loop
+// checks Client::leave_requested()). Returns once the worker is told.
+Status RequestDrainWorker(const std::string& address, int32_t worker_id,
+                          int64_t timeout_ms);
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);
 

@@ -205,6 +205,20 @@ class Client {
   // finished, the coordinator shuts the cluster down.
   virtual Status Finish() = 0;
 
+  // ---- Elasticity (docs/elasticity.md).
+  //
+  // Workers may join a running job at any time: Connect() then returns at
+  // the job's current clock (clock() tells it), with every table known,
+  // and the first push counts at once. Leave() takes this worker out of
+  // the job at its current clock: its pushes so far are kept (call it
+  // once every asynchronous call has been waited for), and once it
+  // returns no server, barrier or checkpoint waits for it. The job goes on
+  // without it. A worker's calls after Leave() are not part of the job.
+  virtual Status Leave() = 0;
+  // True once the coordinator has asked this worker to leave (`ductile
+  // drain worker:N`): a training loop should Leave() at its next step.
+  virtual bool leave_requested() const = 0;
+
   // Changes a table's consistency model while the job runs. Every server
   // switches at the same clock boundary B, returned: requests of timestamp
   // >= B follow the new model, earlier ones the old.

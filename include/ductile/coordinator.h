@@ -27,6 +27,11 @@ struct CoordinatorOptions {
   // finished (workers declared dead do not count: they may come back).
   // 0: shut down once every worker that registered has finished.
   int32_t num_workers = 0;
+  // Most workers in the job at once (live ones: not finished, left or
+  // dead); a registration beyond it is refused with kResourceExhausted.
+  // 0 = no bound. Workers may join and leave at any time
+  // (docs/elasticity.md).
+  int32_t max_workers = 0;
   // Slots keys hash into; fixed for the cluster's life. 1 - 1048576.
   int32_t num_slots = 4096;
   // A member silent this long is not alive. A worker is then dropped from

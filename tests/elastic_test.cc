@@ -1,0 +1,273 @@
+// Workers joining and leaving a running job (docs/elasticity.md), in one
+// process: a coordinator, two servers and worker clients on threads. The
+// oracle is exact: every worker adds 1 to every key at every clock it
+// takes part in, so under BSP a read at clock c is exactly the number of
+// pushes of clocks before c, the same for every worker.
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "gtest/gtest.h"
+#include "tests/test_cluster.h"
+
+namespace ductile {
+namespace {
+
+using testing::TestCluster;
+using testing::TestClusterOptions;
+
+constexpr int kKeys = 16;  // spread over both servers
+
+TableOptions CountTable(ConsistencyMode mode, int staleness = 0) {
+  TableOptions t;
+  t.name = "count";
+  t.value_width = 1;
+  t.rule = UpdateRule::kAdd;
+  t.consistency.mode = mode;
+  t.consistency.staleness = staleness;
+  t.consistency.combine = BspCombine::kSum;
+  return t;
+}
+
+std::vector<Key> AllKeys() {
+  std::vector<Key> keys;
+  for (Key k = 0; k < kKeys; ++k) keys.push_back(k * 7919);
+  return keys;
+}
+
+// The state a worker's pulls returned, by clock: every key must hold the
+// same value (every push adds 1 to every key).
+struct Reads {
+  std::map<int64_t, float> at;  // clock -> value of every key
+  bool uniform = true;
+};
+
+// One worker's steps from its clock up to `end`: push 1 to every key,
+// Clock(), pull. Records what each pull returned. `before_step(clock)`, if
+// set, runs before each step.
+Status RunSteps(Client& client, TableId table, int64_t end, Reads* reads,
+                const std::function<void(int64_t)>& before_step = {}) {
+  const std::vector<Key> keys = AllKeys();
+  const std::vector<float> ones(keys.size(), 1.0f);
+  std::vector<float> out(keys.size());
+  while (client.clock() < end) {
+    if (before_step) before_step(client.clock());
+    DUCTILE_RETURN_IF_ERROR(client.Push(table, keys, ones));
+    client.Clock();
+    DUCTILE_RETURN_IF_ERROR(client.Pull(table, keys, out));
+    for (float v : out) reads->uniform = reads->uniform && v == out[0];
+    reads->at[client.clock()] = out[0];
+  }
+  return Status::Ok();
+}
+
+std::unique_ptr<Client> ConnectWorker(const TestCluster& cluster,
+                                      int64_t heartbeat_ms = 100) {
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.request_timeout_ms = 30000;
+  o.connect_timeout_ms = 30000;
+  o.heartbeat_interval_ms = heartbeat_ms;
+  auto client = Client::Connect(o);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+std::string StateOf(const std::string& address, int32_t worker) {
+  auto status = QueryClusterStatus(address, 5000);
+  if (!status.ok()) return status.status().ToString();
+  for (const MemberStatus& m : status->members) {
+    if (m.role == "worker" && m.id == worker) return m.state;
+  }
+  return "absent";
+}
+
+// A late joiner used to start at clock 0, which dragged the server clock
+// back to 0 and stalled everyone on the staleness bound.
+TEST(Elastic, AWorkerJoiningUnderSspStartsAtTheServerClock) {
+  TestCluster cluster({.num_servers = 2, .num_workers = 2});
+  auto a = ConnectWorker(cluster);
+  auto b = ConnectWorker(cluster);
+  ASSERT_TRUE(a && b);
+  auto table = a->CreateTable(CountTable(ConsistencyMode::kSsp, 0));
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(b->CreateTable(CountTable(ConsistencyMode::kSsp, 0)).ok());
+  Reads ra, rb;
+  Status sa, sb;
+  std::thread ta([&] { sa = RunSteps(*a, *table, 5, &ra); });
+  std::thread tb([&] { sb = RunSteps(*b, *table, 5, &rb); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
+
+  auto c = ConnectWorker(cluster);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->clock(), 5);
+  for (int i = 0; i < cluster.num_servers(); ++i) {
+    EXPECT_EQ(cluster.server(i).counters().min_clock, 5) << "server " << i;
+  }
+  // The joiner knows the table and reads the job's state at once.
+  auto info = c->GetTable("count");
+  ASSERT_TRUE(info.ok()) << info.status();
+  std::vector<float> out(kKeys);
+  ASSERT_TRUE(c->Pull(*table, AllKeys(), out).ok());
+  EXPECT_EQ(out[0], 10.0f);
+  // Everyone goes on to clock 8, the joiner included (SSP(0): every step
+  // waits for all three).
+  Reads rc;
+  Status sc;
+  std::thread t1([&] { sa = RunSteps(*a, *table, 8, &ra); });
+  std::thread t2([&] { sb = RunSteps(*b, *table, 8, &rb); });
+  std::thread t3([&] { sc = RunSteps(*c, *table, 8, &rc); });
+  t1.join();
+  t2.join();
+  t3.join();
+  ASSERT_TRUE(sa.ok() && sb.ok() && sc.ok()) << sa << sb << sc;
+  // Every push was acknowledged, and SSP applies them as they come.
+  ASSERT_TRUE(c->Pull(*table, AllKeys(), out).ok());
+  EXPECT_EQ(out[0], 10.0f + 3 * 3.0f);  // 2 x 5 clocks, then 3 x 3
+}
+
+// Under BSP a joiner enters at the first clock not yet combined; every
+// worker's read at clock c is exactly the pushes of the clocks before c,
+// with the joiner's counted from the clock it entered at.
+TEST(Elastic, AWorkerJoiningUnderBspIsCountedFromItsFirstClockExactly) {
+  TestCluster cluster({.num_servers = 2, .num_workers = 2});
+  auto a = ConnectWorker(cluster);
+  auto b = ConnectWorker(cluster);
+  ASSERT_TRUE(a && b);
+  auto table = a->CreateTable(CountTable(ConsistencyMode::kBsp));
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(b->CreateTable(CountTable(ConsistencyMode::kBsp)).ok());
+  constexpr int64_t kEnd = 30, kHold = 20;
+  Reads ra, rb, rc;
+  Status sa, sb, sc;
+  // The others run; from clock 5 on the join may happen at any step, and
+  // they hold at clock kHold until it has.
+  std::atomic<bool> joined_flag{false};
+  auto hold = [&](int64_t clock) {
+    while (clock == kHold && !joined_flag.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::thread ta([&] { sa = RunSteps(*a, *table, kEnd, &ra, hold); });
+  std::thread tb([&] { sb = RunSteps(*b, *table, kEnd, &rb, hold); });
+  while (a->clock() < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto c = ConnectWorker(cluster);
+  joined_flag.store(true);
+  ASSERT_TRUE(c);
+  const int64_t joined = c->clock();
+  std::thread tc([&] { sc = RunSteps(*c, *table, kEnd, &rc); });
+  ta.join();
+  tb.join();
+  tc.join();
+  ASSERT_TRUE(sa.ok() && sb.ok() && sc.ok()) << sa << sb << sc;
+  EXPECT_GE(joined, 5);
+  EXPECT_LE(joined, kHold);
+  auto expected = [&](int64_t clock) {
+    return static_cast<float>(2 * clock + std::max<int64_t>(0, clock - joined));
+  };
+  for (const Reads* r : {&ra, &rb, &rc}) {
+    EXPECT_TRUE(r->uniform);
+    for (const auto& [clock, value] : r->at) {
+      EXPECT_EQ(value, expected(clock))
+          << "read at clock " << clock << ", joiner entered at " << joined;
+    }
+  }
+  EXPECT_EQ(rc.at.size(), static_cast<size_t>(kEnd - joined));
+}
+
+// A worker that leaves at clock 3 is counted up to there; the others go on
+// without waiting for it, and their reads stay exact.
+TEST(Elastic, AWorkerThatLeavesIsNoLongerWaitedForAndItsPushesStay) {
+  TestCluster cluster({.num_servers = 2, .num_workers = 3});
+  auto a = ConnectWorker(cluster);
+  auto b = ConnectWorker(cluster);
+  auto c = ConnectWorker(cluster);
+  ASSERT_TRUE(a && b && c);
+  auto table = a->CreateTable(CountTable(ConsistencyMode::kBsp));
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(b->CreateTable(CountTable(ConsistencyMode::kBsp)).ok());
+  ASSERT_TRUE(c->CreateTable(CountTable(ConsistencyMode::kBsp)).ok());
+  constexpr int64_t kEnd = 12, kLeave = 3;
+  Reads ra, rb, rc;
+  Status sa, sb, sc;
+  std::thread ta([&] { sa = RunSteps(*a, *table, kEnd, &ra); });
+  std::thread tb([&] { sb = RunSteps(*b, *table, kEnd, &rb); });
+  std::thread tc([&] {
+    sc = RunSteps(*c, *table, kLeave, &rc);
+    if (sc.ok()) sc = c->Leave();
+  });
+  ta.join();
+  tb.join();
+  tc.join();
+  ASSERT_TRUE(sa.ok() && sb.ok() && sc.ok()) << sa << sb << sc;
+  EXPECT_EQ(StateOf(cluster.address(), c->worker_id()), "left");
+  for (const Reads* r : {&ra, &rb, &rc}) {
+    EXPECT_TRUE(r->uniform);
+    for (const auto& [clock, value] : r->at) {
+      const int64_t with_c = std::min(clock, kLeave);
+      EXPECT_EQ(value, static_cast<float>(2 * clock + with_c))
+          << "read at clock " << clock;
+    }
+  }
+  // The barrier counts the two left.
+  std::thread tbar([&] { sb = b->Barrier(); });
+  sa = a->Barrier();
+  tbar.join();
+  EXPECT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
+}
+
+TEST(Elastic, RegistrationsBeyondMaxWorkersAreRefusedUntilOneLeaves) {
+  TestCluster cluster({.num_servers = 1, .num_workers = 1, .max_workers = 2});
+  auto a = ConnectWorker(cluster);
+  auto b = ConnectWorker(cluster);
+  ASSERT_TRUE(a && b);
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.connect_timeout_ms = 5000;
+  auto refused = Client::Connect(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("maximum of 2 workers"),
+            std::string::npos)
+      << refused.status();
+  ASSERT_TRUE(b->Leave().ok());
+  auto admitted = Client::Connect(o);
+  EXPECT_TRUE(admitted.ok()) << admitted.status();
+}
+
+TEST(Elastic, ADrainedWorkerIsAskedToLeaveAndThenLeaves) {
+  TestCluster cluster({.num_servers = 1, .num_workers = 2});
+  auto a = ConnectWorker(cluster);
+  auto b = ConnectWorker(cluster);
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(b->leave_requested());
+  ASSERT_TRUE(RequestDrainWorker(cluster.address(), b->worker_id(), 5000).ok());
+  EXPECT_EQ(StateOf(cluster.address(), b->worker_id()), "draining");
+  for (int i = 0; i < 500 && !b->leave_requested(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(b->leave_requested());
+  EXPECT_FALSE(a->leave_requested());
+  ASSERT_TRUE(b->Leave().ok());
+  EXPECT_EQ(StateOf(cluster.address(), b->worker_id()), "left");
+  EXPECT_EQ(StateOf(cluster.address(), a->worker_id()), "active");
+  // Nobody to drain: clear errors.
+  Status missing = RequestDrainWorker(cluster.address(), 77, 5000);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing;
+  Status gone = RequestDrainWorker(cluster.address(), b->worker_id(), 5000);
+  EXPECT_EQ(gone.code(), StatusCode::kFailedPrecondition) << gone;
+  // The job ends when the one left finishes.
+  ASSERT_TRUE(a->Finish().ok());
+  EXPECT_TRUE(cluster.server(0).Wait().ok());
+}
+
+}  // namespace
+}  // namespace ductile

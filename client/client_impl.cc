@@ -91,11 +91,6 @@ Status ClientImpl::Init() {
         std::to_string(options_.connect_timeout_ms) +
         " ms (is it running, and have all its servers registered?)");
   }
-  if (s.ok() && worker_id_.load() >= 0 && clock_.load() > 0) {
-    // Joined a running job: every server learns where this worker starts
-    // (some installed it at a lower server clock than the job's).
-    SendClock(clock_.load());
-  }
   return s;
 }
 
@@ -130,6 +125,10 @@ std::shared_ptr<ControlOperation> ClientImpl::StartRegister() {
                           // clock, in its generation.
                           clock_.store(reply.clock());
                           recovery_.Join(reply.generation());
+                          // Every server learns where it starts (some
+                          // installed it at a lower server clock); queued
+                          // before anything the caller sends.
+                          if (reply.clock() > 0) SendClock(reply.clock());
                         }
                         num_workers_.store(reply.num_workers());
                         barrier_round_.store(reply.barrier_round());
@@ -270,20 +269,28 @@ Status ClientImpl::Finish() {
   return StartFinish()->Wait();
 }
 
-Status ClientImpl::Leave() {
-  if (worker_id_.load() < 0) {
-    return FailedPreconditionError(
-        "Leave() needs a client registered as a worker");
+std::shared_ptr<ControlOperation> ClientImpl::StartLeave() {
+  Status refused = worker_id_.load() < 0
+                       ? FailedPreconditionError(
+                             "Leave() needs a client registered as a worker")
+                       : recovery_.RefuseIfPending();
+  if (!refused.ok()) {
+    auto op = std::make_shared<ControlOperation>();
+    op->Hold();
+    op->Release(refused);
+    return op;
   }
-  DUCTILE_RETURN_IF_ERROR(recovery_.RefuseIfPending());
   wire::Header request;
   request.set_type(wire::LEAVE);
   request.set_member_id(worker_id_.load());
   request.set_clock(clock_.load());
   request.set_generation(recovery_.generation());
-  Status s = StartControl(request, options_.request_timeout_ms, {},
-                          /*resend=*/true)
-                 ->Wait();
+  return StartControl(request, options_.request_timeout_ms, {},
+                      /*resend=*/true);
+}
+
+Status ClientImpl::Leave() {
+  Status s = StartLeave()->Wait();
   if (s.ok()) {
     LOG(INFO) << "worker " << worker_id_.load() << ": left the job at clock "
               << clock_.load();

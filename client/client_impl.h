@@ -83,6 +83,7 @@ class ClientImpl final : public Client {
       const TableOptions& options);
   std::shared_ptr<ControlOperation> StartBarrier(int64_t timeout_ms);
   std::shared_ptr<ControlOperation> StartFinish();
+  std::shared_ptr<ControlOperation> StartLeave();
 
   // ---- A client without its own I/O thread.
   void Step() { engine_.Step(); }

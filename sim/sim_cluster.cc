@@ -48,6 +48,7 @@ class Worker {
     kFinalRead,
     kFinish,
     kRecover,
+    kLeave,
     kDone
   };
   // Handles a failed call: a rollback is taken, anything else fails the run.
@@ -66,6 +67,9 @@ class Worker {
   TableId table_ = 0;
   int64_t clock_ = 0;
   uint64_t generation_ = 0;  // the job's, as this worker resumed in it
+  const bool joiner_;        // joins the running job
+  int64_t end_;              // the clock it stops at (leaves, or the end)
+  bool leaves_ = false;
   std::vector<Key> own_key_, all_keys_;
   std::vector<float> one_{1.0f};
   std::vector<float> out_;
@@ -89,14 +93,37 @@ class Cluster {
   // clock the job rolled back to in it, plus the pushes made since.
   std::vector<int64_t>& sent(uint64_t generation, int64_t resumed_at = 0) {
     auto [it, inserted] = sent_.try_emplace(generation);
-    if (inserted) it->second.assign(options_.workers, resumed_at);
+    if (inserted) it->second.assign(total_workers(), resumed_at);
     return it->second;
   }
   SimResult& result() { return result_; }
+  bool all_joined() const {
+    if (workers_.size() < static_cast<size_t>(total_workers())) return false;
+    for (int64_t s : start_) {
+      if (s < 0) return false;
+    }
+    return true;
+  }
+  int total_workers() const {
+    return options_.workers + static_cast<int>(options_.joins.size());
+  }
+  // Worker w's clocks in the job: [start, end); start -1 until admitted.
+  int64_t& start_of(int w) { return start_[w]; }
+  int64_t end_of(int w) const { return end_[w]; }
+  // The pushes worker w's counter holds once the clocks before `clock`
+  // are all applied.
+  int64_t CountBefore(int w, int64_t clock) const {
+    if (start_[w] < 0) return 0;
+    return std::max<int64_t>(0, std::min(clock, end_[w]) - start_[w]);
+  }
 
  private:
   void StartServer(int i);
   void HandleCrashes();
+  void HandleJoins();
+  // With no rollback, a server clock never moves backwards (a joiner
+  // starts at it, a leaver's removal only raises it).
+  void CheckServerClocks();
   TimePoint NextEvent();
 
   const SimOptions options_;
@@ -108,6 +135,8 @@ class Cluster {
   std::vector<std::unique_ptr<ServerNode>> servers_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<uint64_t, std::vector<int64_t>> sent_;  // by generation
+  std::vector<int64_t> start_, end_;               // by worker
+  std::vector<int64_t> server_clock_;              // by server, seen last
   // Crashes: done, and when the server comes back.
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
@@ -115,7 +144,10 @@ class Cluster {
 };
 
 Worker::Worker(Cluster* cluster, int index)
-    : cluster_(*cluster), index_(index) {
+    : cluster_(*cluster),
+      index_(index),
+      joiner_(index >= cluster->options().workers),
+      end_(cluster->end_of(index)) {
   const SimOptions& o = cluster_.options();
   env_ = std::make_unique<SimEnv>(&cluster_.net(), &cluster_.disk(),
                                   "worker-" + std::to_string(index));
@@ -131,15 +163,16 @@ Worker::Worker(Cluster* cluster, int index)
   if (!s.ok())
     cluster_.Fail("worker " + std::to_string(index) + ": " + s.ToString());
   own_key_ = {static_cast<Key>(index)};
-  all_keys_.resize(o.workers);
+  all_keys_.resize(cluster_.total_workers());
   std::iota(all_keys_.begin(), all_keys_.end(), Key{0});
-  out_.assign(o.workers, -1.0f);
+  out_.assign(all_keys_.size(), -1.0f);
+  leaves_ = end_ < o.clocks;
 }
 
 std::string Worker::Where() const {
-  static const char* kNames[] = {"register", "create table", "start barrier",
-                                 "step",     "barrier",      "final read",
-                                 "finish",   "recover",      "done"};
+  static const char* kNames[] = {
+      "register",   "create table", "start barrier", "step",  "barrier",
+      "final read", "finish",       "recover",       "leave", "done"};
   return "worker " + std::to_string(index_) + " at clock " +
          std::to_string(clock_) + " (" + kNames[static_cast<int>(phase_)] + ")";
 }
@@ -159,7 +192,7 @@ void Worker::CheckRead() {
   const Consistency& c = o.consistency;
   const int64_t bsp = c.mode == ConsistencyMode::kBsp;
   ++cluster_.result().reads_checked;
-  for (int w = 0; w < o.workers; ++w) {
+  for (int w = 0; w < cluster_.total_workers(); ++w) {
     const int64_t value = static_cast<int64_t>(out_[w]);
     std::ostringstream what;
     what << Where() << " read counter[" << w << "] = " << out_[w];
@@ -174,30 +207,33 @@ void Worker::CheckRead() {
                            " pushes worker " + std::to_string(w) +
                            " sent: a push applied twice");
     }
-    if (w == index_ && value != clock_ + 1 - bsp) {
+    const int64_t own = cluster_.CountBefore(w, clock_ + 1 - bsp);
+    if (w == index_ && value != own) {
       return cluster_.Fail(what.str() + ": its own counter must be exactly " +
-                           std::to_string(clock_ + 1 - bsp));
+                           std::to_string(own));
     }
-    if (c.mode == ConsistencyMode::kBsp && value != clock_) {
+    const int64_t all = cluster_.CountBefore(w, clock_);
+    if (c.mode == ConsistencyMode::kBsp && value != all) {
       return cluster_.Fail(what.str() + ": BSP reads at clock " +
                            std::to_string(clock_) + " see exactly " +
-                           std::to_string(clock_));
+                           std::to_string(all));
     }
-    if (c.mode == ConsistencyMode::kSsp && value < clock_ - c.staleness) {
+    const int64_t least = cluster_.CountBefore(w, clock_ - c.staleness);
+    if (c.mode == ConsistencyMode::kSsp && value < least) {
       return cluster_.Fail(what.str() + ": SSP(" + std::to_string(c.staleness) +
-                           ") needs at least " +
-                           std::to_string(clock_ - c.staleness));
+                           ") needs at least " + std::to_string(least));
     }
   }
 }
 
 void Worker::CheckFinal() {
   const SimOptions& o = cluster_.options();
-  for (int w = 0; w < o.workers; ++w) {
-    if (out_[w] != static_cast<float>(o.clocks)) {
+  for (int w = 0; w < cluster_.total_workers(); ++w) {
+    const int64_t want = cluster_.CountBefore(w, o.clocks);
+    if (out_[w] != static_cast<float>(want)) {
       std::ostringstream what;
       what << Where() << ": after the final barrier counter[" << w
-           << "] = " << out_[w] << ", not " << o.clocks
+           << "] = " << out_[w] << ", not " << want
            << " (a push lost or applied twice)";
       return cluster_.Fail(what.str());
     }
@@ -218,6 +254,15 @@ void Worker::Advance() {
           return cluster_.Fail(Where() + ": registration: " + s.ToString());
         }
         issued_ = false;
+        // A joiner starts at the job's clock.
+        clock_ = client_->clock();
+        if (joiner_) ++cluster_.result().joined;
+        if (!joiner_ && clock_ != 0) {
+          return cluster_.Fail(Where() + ": a worker of the job's start " +
+                               "registered at clock " + std::to_string(clock_));
+        }
+        cluster_.start_of(index_) = clock_;
+        cluster_.sent(generation_)[index_] = clock_;
         phase_ = Phase::kCreateTable;
         break;
       case Phase::kCreateTable:
@@ -236,7 +281,8 @@ void Worker::Advance() {
         }
         table_ = control_->reply.table().id();
         issued_ = false;
-        phase_ = Phase::kStartBarrier;
+        // A joiner comes after the start barrier.
+        phase_ = joiner_ ? Phase::kStep : Phase::kStartBarrier;
         break;
       case Phase::kStartBarrier:
         // Every worker is in the job before anyone steps.
@@ -252,8 +298,8 @@ void Worker::Advance() {
         phase_ = Phase::kStep;
         break;
       case Phase::kStep: {
-        if (clock_ >= o.clocks) {
-          phase_ = Phase::kBarrier;
+        if (clock_ >= end_) {
+          phase_ = leaves_ ? Phase::kLeave : Phase::kBarrier;
           break;
         }
         if (!issued_) {
@@ -274,6 +320,9 @@ void Worker::Advance() {
         break;
       }
       case Phase::kBarrier:
+        // Everyone to join is in before the end: a joiner admitted after
+        // the final barrier would push under the final reads.
+        if (!cluster_.all_joined()) return;
         if (!issued_) {
           control_ = client_->StartBarrier(o.time_limit_ms);
           issued_ = true;
@@ -315,6 +364,17 @@ void Worker::Advance() {
         phase_ = Phase::kStep;
         break;
       }
+      case Phase::kLeave:
+        if (!issued_) {
+          control_ = client_->StartLeave();
+          issued_ = true;
+        }
+        if (!control_->done()) return;
+        issued_ = false;
+        if (Status s = control_->Wait(); !s.ok()) return Failed(s, "leave");
+        ++cluster_.result().left;
+        phase_ = Phase::kDone;
+        break;
       case Phase::kDone:
         return;
     }
@@ -355,6 +415,31 @@ void Cluster::HandleCrashes() {
     servers_[crash.server].reset();
     restart_at_[k] = net_.now() + milliseconds(crash.down_ms);
   }
+}
+
+void Cluster::CheckServerClocks() {
+  server_clock_.resize(servers_.size(), 0);
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (!servers_[i]) continue;
+    const int64_t now = servers_[i]->counters().min_clock;
+    if (now < server_clock_[i]) {
+      return Fail("server " + std::to_string(i) + "'s clock moved back from " +
+                  std::to_string(server_clock_[i]) + " to " +
+                  std::to_string(now) + " with no rollback");
+    }
+    server_clock_[i] = now;
+  }
+}
+
+void Cluster::HandleJoins() {
+  const size_t joined = workers_.size() - options_.workers;
+  if (joined >= options_.joins.size()) return;
+  const int64_t after = options_.joins[joined].after_clock;
+  for (const auto& w : workers_) {
+    if (!w->done() && w->clock() <= after) return;
+  }
+  workers_.push_back(
+      std::make_unique<Worker>(this, static_cast<int>(workers_.size())));
 }
 
 TimePoint Cluster::NextEvent() {
@@ -416,6 +501,19 @@ SimResult Cluster::Run() {
   server_envs_.resize(options_.servers);
   servers_.resize(options_.servers);
   for (int i = 0; i < options_.servers; ++i) StartServer(i);
+  if (!options_.crashes.empty() &&
+      (!options_.joins.empty() || !options_.leaves.empty())) {
+    // The oracle's rollback (every counter back to the checkpoint's clock)
+    // assumes every worker took part from clock 0 to the end.
+    Fail("server crashes together with joins or leaves are not simulated");
+  }
+  start_.assign(total_workers(), -1);
+  end_.assign(total_workers(), options_.clocks);
+  for (const SimOptions::Leave& l : options_.leaves) {
+    if (l.worker >= 0 && l.worker < total_workers()) {
+      end_[l.worker] = std::min<int64_t>(end_[l.worker], l.at_clock);
+    }
+  }
   sent(0);
   for (int i = 0; i < options_.workers; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i));
@@ -423,9 +521,10 @@ SimResult Cluster::Run() {
   crashed_.assign(options_.crashes.size(), false);
   restart_at_.assign(options_.crashes.size(), std::nullopt);
 
-  std::vector<int> order(1 + options_.servers + options_.workers);
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<int> order;
   while (!failed()) {
+    order.resize(1 + options_.servers + workers_.size());
+    std::iota(order.begin(), order.end(), 0);
     net_.DeliverDue();
     // Nodes take turns in an order drawn from the seed.
     std::shuffle(order.begin(), order.end(), net_.rng());
@@ -442,7 +541,9 @@ SimResult Cluster::Run() {
       }
     }
     HandleCrashes();
-    bool all_done = true;
+    if (options_.crashes.empty()) CheckServerClocks();
+    HandleJoins();
+    bool all_done = workers_.size() == static_cast<size_t>(total_workers());
     for (const auto& w : workers_) all_done = all_done && w->done();
     if (all_done) break;
     // Time always moves on: a node that wants to run again at once would
@@ -489,6 +590,10 @@ std::string Describe(const SimOptions& o) {
   for (const auto& c : o.crashes) {
     out << " crash=server:" << c.server << "@clock=" << c.at_clock << "+"
         << c.down_ms << "ms";
+  }
+  for (const auto& j : o.joins) out << " join@clock>" << j.after_clock;
+  for (const auto& l : o.leaves) {
+    out << " leave=worker:" << l.worker << "@clock=" << l.at_clock;
   }
   return out.str();
 }

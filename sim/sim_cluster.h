@@ -10,9 +10,15 @@
 //   - no counter is above the pushes its worker has sent (none applied
 //     twice);
 // and after a final barrier, every counter equals the number of clocks
-// (each push applied exactly once). Servers may crash and restart from
+// (each push applied exactly once), and, with no rollback, no server clock
+// ever moves backwards. Servers may crash and restart from
 // their checkpoints; the job then rolls back and the workers redo the
 // clocks since, and the checks continue on the rolled-back state.
+//
+// Workers may join and leave while the job runs (docs/elasticity.md): a
+// joiner takes part from the clock its registration returns, S, a leaver
+// up to the clock it leaves at, L, and the checks above count each
+// worker's clocks in [S, L) only (exactly, under BSP).
 //
 // The same options and seed give the same run, message for message
 // (trace()); a failing seed reproduces exactly.
@@ -46,6 +52,19 @@ struct SimOptions {
     int64_t down_ms = 100;
   };
   std::vector<Crash> crashes;
+  // Workers joining: a new worker registers once every worker in the job
+  // has passed `after_clock`, and runs to the end (or its leave).
+  struct Join {
+    int64_t after_clock = 0;
+  };
+  std::vector<Join> joins;  // joiner k has index workers + k
+  // Workers leaving: worker `worker` (an index, joiners included) leaves
+  // once it reaches `at_clock`.
+  struct Leave {
+    int worker = 0;
+    int64_t at_clock = 0;
+  };
+  std::vector<Leave> leaves;
   // Give up (and fail) after this much simulated time.
   int64_t time_limit_ms = 600000;
 };
@@ -57,7 +76,8 @@ struct SimResult {
   uint64_t trace = 0;  // SimNetwork::trace() at the end
   int64_t simulated_ms = 0;
   uint64_t messages = 0, dropped = 0, duplicated = 0;
-  int rollbacks = 0;  // rollbacks the workers resumed from
+  int rollbacks = 0;         // rollbacks the workers resumed from
+  int joined = 0, left = 0;  // workers that joined and left mid-job
   uint64_t reads_checked = 0;
 };
 

@@ -57,6 +57,11 @@ SimOptions Sweep(uint64_t seed, bool crashes) {
     o.checkpoint_every = 2;
     o.crashes.push_back({static_cast<int>(seed % o.servers),
                          static_cast<int64_t>(2 + seed % 3), 50});
+  } else if ((seed / 5) % 2 == 1) {
+    // A worker joins, and one (maybe the joiner) leaves.
+    o.joins.push_back({static_cast<int64_t>(seed % 4)});
+    o.leaves.push_back({static_cast<int>((seed / 2) % (o.workers + 1)),
+                        static_cast<int64_t>(2 + seed % 5)});
   }
   return o;
 }
@@ -128,6 +133,25 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
   const SimResult r = RunSimulation(o);
   EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
   EXPECT_GE(r.rollbacks, o.workers);
+}
+
+// Workers join and leave at several clocks under every model: every read
+// counts each worker's clocks from its join to its leave, exactly under BSP.
+TEST(Simulation, WorkersJoiningAndLeavingKeepEveryInvariant) {
+  for (const Consistency& c : {Bsp(), Ssp(0), Ssp(2), Async()}) {
+    SimOptions o;
+    o.seed = 17;
+    o.workers = 2;
+    o.clocks = 12;
+    o.consistency = c;
+    o.faults.delay = 0.05;
+    o.joins = {{2}, {5}};
+    o.leaves = {{0, 4}, {3, 9}};
+    const SimResult r = RunSimulation(o);
+    EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    EXPECT_EQ(r.joined, 2) << Describe(o);
+    EXPECT_EQ(r.left, 2) << Describe(o);
+  }
 }
 
 // Runs `count` seeds from `first` on and reports the first failures.

@@ -338,21 +338,35 @@ int RunShutdown() {
 std::string g_operand;
 
 int RunDrain() {
-  // worker:N
-  const std::string prefix = "worker:";
+  // worker:N or server:N
   int32_t id = -1;
-  if (g_operand.rfind(prefix, 0) == 0) {
-    const std::string digits = g_operand.substr(prefix.size());
+  std::string role;
+  for (const char* prefix : {"worker:", "server:"}) {
+    if (g_operand.rfind(prefix, 0) != 0) continue;
+    const std::string digits = g_operand.substr(std::strlen(prefix));
     if (!digits.empty() && digits.size() <= 7 &&
         digits.find_first_not_of("0123456789") == std::string::npos) {
       id = std::stoi(digits);
+      role = std::string(prefix, std::strlen(prefix) - 1);
     }
   }
   if (id < 0) {
     return Fail(ductile::InvalidArgumentError(
-        "drain takes the member to drain as worker:N (e.g. `ductile drain "
-        "--coordinator=ADDR worker:3`), not '" +
+        "drain takes the member to drain as worker:N or server:N (e.g. "
+        "`ductile drain --coordinator=ADDR worker:3`), not '" +
         g_operand + "'"));
+  }
+  if (role == "server") {
+    std::printf("server %d: moving its slots to the other servers...\n", id);
+    std::fflush(stdout);
+    ductile::Status s =
+        ductile::RequestDrainServer(FLAGS_coordinator, id, FLAGS_timeout_ms);
+    if (!s.ok()) return Fail(s);
+    std::printf(
+        "server %d drained: its slots are on the other servers and "
+        "it has stopped\n",
+        id);
+    return 0;
   }
   ductile::Status s =
       ductile::RequestDrainWorker(FLAGS_coordinator, id, FLAGS_timeout_ms);
@@ -507,12 +521,13 @@ const std::vector<Command>& Commands() {
        false,
        RunCheckpoint},
       {"drain",
-       "ask a worker of a running job to leave it at its next step "
-       "(--coordinator, worker:N)",
+       "take a member out of a running job: a worker leaves at its next "
+       "step; a server's slots move, with their keys, to the other servers, "
+       "then it stops (--coordinator, worker:N or server:N)",
        {"coordinator", "timeout_ms"},
        false,
        RunDrain,
-       "worker:N"},
+       "worker:N|server:N"},
   };
   return *kCommands;
 }

@@ -75,6 +75,7 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
       c.checkpoints() > 0 ? c.last_checkpoint_clock() : -1;
   status.checkpoints = c.checkpoints();
   status.recovering = c.recovering();
+  status.slots_moving = c.slots_moving();
   for (const auto& t : c.tables()) status.tables.push_back(t);
   for (const auto& m : c.members()) {
     MemberStatus s;
@@ -126,6 +127,17 @@ Status RequestDrainWorker(const std::string& address, int32_t worker_id,
   return AskCoordinator(address, request, timeout_ms).status();
 }
 
+Status RequestDrainServer(const std::string& address, int32_t server_id,
+                          int64_t timeout_ms) {
+  wire::Header request;
+  request.set_type(wire::DRAIN);
+  request.set_seq(1);
+  request.set_role(wire::ROLE_SERVER);
+  request.set_member_id(server_id);
+  return AskCoordinator(address, request, timeout_ms, "drained server")
+      .status();
+}
+
 Result<int64_t> RequestCheckpoint(const std::string& address,
                                   int64_t timeout_ms) {
   wire::Header request;
@@ -151,6 +163,9 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   }
   os << ", " << status.checkpoints << " checkpoint(s) kept";
   if (status.recovering) os << ", recovering";
+  if (status.slots_moving > 0) {
+    os << ", " << status.slots_moving << " slot(s) moving between servers";
+  }
   os << "\n";
   os << "tables:";
   for (const auto& t : status.tables) os << " " << t;
@@ -159,17 +174,17 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   char line[512];
   std::snprintf(
       line, sizeof(line),
-      "%-4s %-7s %-6s %9s %6s %10s %10s %10s %6s %6s %8s %7s %6s  %s\n", "id",
-      "role", "alive", "hb_ago", "slots", "requests", "pushes", "pulls", "dups",
+      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %8s %7s %6s  %s\n", "id",
+      "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls", "dups",
       "errors", "keys", "clock", "parked", "address");
   os << line;
   for (const auto& m : status.members) {
     if (m.role != "server") continue;
     std::snprintf(
         line, sizeof(line),
-        "%-4d %-7s %-6s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %8llu "
+        "%-4d %-7s %-8s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %8llu "
         "%7lld %6llu  %s\n",
-        m.id, m.role.c_str(), m.alive ? "yes" : "NO",
+        m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago), m.slots,
         static_cast<unsigned long long>(m.counters.requests),
         static_cast<unsigned long long>(m.counters.pushes),

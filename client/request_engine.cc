@@ -123,6 +123,8 @@ void RequestEngine::Shutdown(const Status& status) {
   for (AnyOperation& op : batch) {
     std::visit([&](const auto& o) { o->Release(status); }, op);
   }
+  for (auto& op : deferred_clocks_) op->Release(status);
+  deferred_clocks_.clear();
   FailInFlight(status);
   if (routing_) routing_->Clear();  // null if Start() failed
   sockets_.clear();
@@ -136,6 +138,9 @@ void RequestEngine::FailInFlight(const Status& status) {
   // done-below mark (which lets servers forget applied requests).
   open_seqs_.clear();
   for (auto& [seq, part] : parts) part.op->Release(status);
+  // Nothing holds them back now (a rollback's generation check drops
+  // those of the old timeline on the servers).
+  SendDueClocks();
   auto controls = std::move(controls_);
   controls_.clear();
   for (auto& [seq, op] : controls) op->Release(status);
@@ -161,21 +166,43 @@ void RequestEngine::Dispatch(const std::shared_ptr<NoticeOperation>& op) {
 }
 
 void RequestEngine::Dispatch(const std::shared_ptr<ClockOperation>& op) {
+  deferred_clocks_.push_back(op);
+  SendDueClocks();
+}
+
+void RequestEngine::SendDueClocks() {
+  while (!deferred_clocks_.empty()) {
+    const int64_t clock = deferred_clocks_.front()->clock;
+    for (const auto& [seq, part] : parts_) {
+      // A push (or push-pull) of an earlier clock still unanswered.
+      if (part.op->clock < clock && part.op->type != wire::PULL &&
+          !part.pull_only) {
+        return;
+      }
+    }
+    std::shared_ptr<ClockOperation> op = std::move(deferred_clocks_.front());
+    deferred_clocks_.pop_front();
+    SendClock(*op);
+    op->Release();
+  }
+}
+
+void RequestEngine::SendClock(const ClockOperation& op) {
+  last_clock_ = SentClock{op.clock, op.generation};
   // To every server of the routing table (not only those this worker has
   // talked to), on the same sockets as the pushes, so every server sees
   // this worker's pushes of the previous clock before the clock itself.
   wire::Header header;
   header.set_type(wire::CLOCK);
   header.set_worker_id(shared_.worker_id->load());
-  header.set_clock(op->clock);
-  header.set_generation(op->generation);
+  header.set_clock(op.clock);
+  header.set_generation(op.generation);
   const std::string bytes = header.SerializeAsString();
   for (Socket* socket : routing_->sockets()) {
     OutMessage out;
     out.AddString(bytes);
     socket->Send(std::move(out)).IgnoreError();
   }
-  op->Release();
 }
 
 void RequestEngine::Dispatch(const std::shared_ptr<DataOperation>& op) {
@@ -310,6 +337,7 @@ void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
   parts_.erase(it);
   open_seqs_.erase(seq);
   op->Release(status);
+  if (!deferred_clocks_.empty()) SendDueClocks();
 }
 
 // --------------------------------------------------------------- replies
@@ -588,7 +616,26 @@ void RequestEngine::RequestRouting() {
 }
 
 void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
-  if (routing_->Install(routing)) RebuildSockets();
+  const std::vector<int32_t> before = routing_->servers();
+  if (!routing_->Install(routing)) return;
+  RebuildSockets();
+  if (!last_clock_) return;
+  // A server that joined the job learns this worker's clock before any
+  // request of it (same socket), or it would wait for it forever.
+  wire::Header header;
+  header.set_type(wire::CLOCK);
+  header.set_worker_id(shared_.worker_id->load());
+  header.set_clock(last_clock_->clock);
+  header.set_generation(last_clock_->generation);
+  const std::string bytes = header.SerializeAsString();
+  for (int32_t id : routing_->servers()) {
+    if (std::find(before.begin(), before.end(), id) != before.end()) continue;
+    if (Socket* socket = routing_->SocketOf(id)) {
+      OutMessage out;
+      out.AddString(bytes);
+      socket->Send(std::move(out)).IgnoreError();
+    }
+  }
 }
 
 }  // namespace ductile

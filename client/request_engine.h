@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -129,6 +130,9 @@ class RequestEngine {
   void InstallRouting(const wire::RoutingTable& routing);
   void RebuildSockets();
   void FailInFlight(const Status& status);
+  // Sends the CLOCKs whose pushes are all answered (oldest first).
+  void SendDueClocks();
+  void SendClock(const ClockOperation& op);
 
   const Shared shared_;
   const ClientOptions& options_;
@@ -147,6 +151,17 @@ class RequestEngine {
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
   std::set<uint64_t> open_seqs_;              // seqs that may still be (re)sent
+  // CLOCKs waiting for this worker's earlier pushes to be answered: a
+  // server counts a worker's clock only once every push of the clocks
+  // before it is applied (or refused) wherever its keys now live, so a
+  // push re-routed after a slot moved is never late (docs/elasticity.md).
+  std::deque<std::shared_ptr<ClockOperation>> deferred_clocks_;
+  // The last CLOCK sent, for servers that join the job later.
+  struct SentClock {
+    int64_t clock = 0;
+    uint64_t generation = 0;
+  };
+  std::optional<SentClock> last_clock_;
   std::unordered_map<uint64_t, std::shared_ptr<ControlOperation>> controls_;
   TimePoint routing_requested_at_{};
   TimePoint next_timers_{};

@@ -12,6 +12,7 @@
 #define DUCTILE_CONSISTENCY_BSP_BUFFER_H_
 
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <span>
 #include <unordered_map>
@@ -38,6 +39,35 @@ class BspBuffer {
   void Add(int64_t clock, Key key, std::span<const float> values, bool replace);
   // Removes and returns the clocks below `server_clock`, oldest first.
   std::vector<std::pair<int64_t, Clock>> TakeBefore(int64_t server_clock);
+
+  // Live migration: one key's pushes of one clock, combined so far.
+  struct Entry {
+    int64_t clock = 0;
+    Key key = 0;
+    Combined combined;
+  };
+  // Removes and returns the entries whose key `pred` holds for.
+  template <typename Pred>
+  std::vector<Entry> TakeKeys(Pred&& pred) {
+    std::vector<Entry> out;
+    for (auto c = clocks_.begin(); c != clocks_.end();) {
+      for (auto k = c->second.begin(); k != c->second.end();) {
+        if (pred(k->first)) {
+          out.push_back({c->first, k->first, std::move(k->second)});
+          k = c->second.erase(k);
+        } else {
+          ++k;
+        }
+      }
+      c = c->second.empty() ? clocks_.erase(c) : std::next(c);
+    }
+    return out;
+  }
+  // Puts an entry taken elsewhere in (the key has none at that clock
+  // here yet: its pushes went to one server until it moved).
+  void PutEntry(Entry entry) {
+    clocks_[entry.clock][entry.key] = std::move(entry.combined);
+  }
 
   bool empty() const { return clocks_.empty(); }
   size_t pending_clocks() const { return clocks_.size(); }

@@ -214,4 +214,11 @@ std::vector<InMessage> ConsistencyController::TakeAllWaiting() {
   return out;
 }
 
+bool ConsistencyController::PutBuffered(TableId table, BspBuffer::Entry entry) {
+  auto it = tables_.find(table);
+  if (it == tables_.end() || entry.clock < server_clock()) return false;
+  it->second.bsp.PutEntry(std::move(entry));
+  return true;
+}
+
 }  // namespace ductile

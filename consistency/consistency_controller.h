@@ -111,6 +111,22 @@ class ConsistencyController {
               bool replace);
   // The buffered clocks below the server clock, oldest first, taken out.
   std::vector<CombinedClock> TakeCombined();
+  // Live migration: the buffered pushes of the keys `pred(table, key)`
+  // holds for, taken out (their slots move to another server).
+  template <typename Pred>
+  std::vector<std::pair<TableId, BspBuffer::Entry>> TakeBufferedKeys(
+      Pred&& pred) {
+    std::vector<std::pair<TableId, BspBuffer::Entry>> out;
+    for (auto& [id, state] : tables_) {
+      for (auto& e : state.bsp.TakeKeys([&](Key k) { return pred(id, k); })) {
+        out.emplace_back(id, std::move(e));
+      }
+    }
+    return out;
+  }
+  // Puts moved-in buffered pushes back: false when the clock is over here
+  // already (every push of it is in the entry: the caller applies it).
+  bool PutBuffered(TableId table, BspBuffer::Entry entry);
 
   // ---- The staleness gate.
   // The server clock a worker's pull at `clock` needs

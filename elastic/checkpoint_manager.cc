@@ -24,8 +24,8 @@ constexpr int64_t kCutHoldMs = 30000;
 void CheckpointManager::MaybeStart(bool on_demand) {
   ClusterState& state = ctx_.state;
   if (!state.durable() || round_ || state.recovering || ctx_.shutting_down ||
-      state.routing.empty()) {
-    return;
+      state.routing.empty() || ctx_.migrating) {
+    return;  // (a move's slots change owners under a checkpoint's catalog)
   }
   if (!on_demand) {
     // Nothing to save when no server clock moved since the last one.
@@ -71,6 +71,11 @@ void CheckpointManager::HandleRequest(const std::string& identity,
         identity, h.seq(),
         UnavailableError("the job is rolling back to a checkpoint; retry"));
   }
+  if (ctx_.migrating) {
+    return ctx_.out.Reply(identity, h.seq(),
+                          UnavailableError("slots are moving between servers; "
+                                           "retry once they are in place"));
+  }
   if (state.routing.empty()) {
     return ctx_.out.Reply(
         identity, h.seq(),
@@ -91,9 +96,11 @@ void CheckpointManager::Request(Callback done) {
   }
   MaybeStart(/*on_demand=*/true);
   if (!round_) {
-    return done(UnavailableError(ctx_.state.recovering
-                                     ? "the job is rolling back to a checkpoint"
-                                     : "the cluster is not running"));
+    return done(UnavailableError(
+        ctx_.state.recovering ? "the job is rolling back to a checkpoint"
+        : ctx_.migrating      ? "slots are moving between servers; retry once "
+                                "they are in place"
+                              : "the cluster is not running"));
   }
   round_->callbacks.push_back(std::move(done));
 }

@@ -42,8 +42,8 @@ struct Member {
   int32_t keep_checkpoints = 0;  // servers: versions their store keeps
   bool finished = false;         // workers: called Finish()
   bool dead = false;             // silent past the heartbeat timeout
-  bool left = false;             // workers: left the job (Leave, drain)
-  bool draining = false;         // workers: asked to leave, not gone yet
+  bool left = false;             // left the job (Leave, a drain)
+  bool draining = false;         // asked to leave, not gone yet
   // In memory only.
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};
@@ -95,7 +95,7 @@ class ClusterState {
   const wire::TableConfig* TableById(TableId id) const;
   // Workers alive and not finished.
   std::set<int32_t> LiveWorkers() const;
-  // Servers not declared dead.
+  // Servers not declared dead and not drained.
   std::set<int32_t> LiveServers() const;
   // Live servers that own slots: those a checkpoint is taken on.
   std::set<int32_t> ServersWithSlots() const;

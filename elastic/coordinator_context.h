@@ -54,6 +54,8 @@ struct CoordinatorContext {
   Outbox& out;
   // The cluster is shutting down: nothing new starts.
   bool shutting_down = false;
+  // Slots are moving between servers: no checkpoint round starts.
+  bool migrating = false;
 
   TimePoint Now() const { return env->Now(); }
   int64_t MsSince(TimePoint t) const {

@@ -28,7 +28,9 @@ CoordinatorNode::CoordinatorNode(const CoordinatorOptions& options, Env* env)
       tables_(&ctx_),
       barriers_(&ctx_),
       checkpoints_(&ctx_),
-      recovery_(&ctx_) {}
+      recovery_(&ctx_),
+      migrations_(&ctx_, &routing_,
+                  [this] { return checkpoints_.in_progress(); }) {}
 
 Status CoordinatorNode::Start() {
   transport_ = env_->NewTransport("coordinator");
@@ -51,6 +53,9 @@ Status CoordinatorNode::Start() {
                       : ", latest at clock " +
                             std::to_string(state_.catalog.back().clock()));
   }
+  // A drain or rebalance under way when the coordinator stopped is
+  // abandoned (its servers are told when they reconnect).
+  for (auto& [id, m] : state_.servers) m.draining = false;
   checkpoints_.RestartInterval();
   LOG(INFO) << "coordinator listening on " << address_ << ", waiting for "
             << options_.num_servers << " server(s)";
@@ -88,7 +93,7 @@ CoordinatorNode::TimePoint CoordinatorNode::NextWakeup() const {
 
 void CoordinatorNode::MoveSlot(int32_t slot, int32_t server_id,
                                std::function<void(const Status&)> done) {
-  routing_.MoveSlot(slot, server_id, std::move(done));
+  migrations_.MoveSlot(slot, server_id, std::move(done));
 }
 
 void CoordinatorNode::Checkpoint(
@@ -118,6 +123,12 @@ void CoordinatorNode::Handle(InMessage& message) {
       routing_.Publish();
       membership_.PublishWorkers();
       recovery_.Resend(m);
+      // Moves it was making for the coordinator before its restart are
+      // abandoned; the routing it just got says who owns what.
+      wire::Header abort;
+      abort.set_type(wire::MIGRATE_ABORT);
+      abort.set_change_id(0);
+      out_.Send(m.identity, abort);
     }
     checkpoints_.Resend(m);
   }
@@ -161,12 +172,16 @@ void CoordinatorNode::Handle(InMessage& message) {
     case wire::LEAVE:
       return HandleLeave(identity, h);
     case wire::DRAIN:
+      if (h.role() == wire::ROLE_SERVER) return HandleDrainServer(identity, h);
       return membership_.Drain(identity, h);
+    case wire::MIGRATE_DONE:
+      return migrations_.HandleDone(h);
     case wire::STATUS: {
       wire::Header reply;
       reply.set_type(wire::CONTROL_REPLY);
       reply.set_seq(h.seq());
       *reply.mutable_cluster() = membership_.Status(recovery_.in_progress());
+      reply.mutable_cluster()->set_slots_moving(migrations_.slots_moving());
       return out_.Send(identity, reply);
     }
     case wire::SHUTDOWN:
@@ -202,8 +217,21 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
     StartRecovery("a server joined while no server was left");
   } else if (routing_.MaybeAssign()) {
     membership_.AnswerWaiting();
+  } else if (!r.restarted && !state_.routing.OwnsAny(id)) {
+    // A server joining a running job: it takes its share of the slots.
+    migrations_.Rebalance();
   }
   membership_.PublishWorkers();
+}
+
+void CoordinatorNode::HandleDrainServer(const std::string& identity,
+                                        const wire::Header& h) {
+  const uint64_t seq = h.seq();
+  // Answered when the server is out (from a later message's handling,
+  // which persists and sends).
+  migrations_.Drain(h.member_id(), [this, identity, seq](const Status& s) {
+    out_.Reply(identity, seq, s);
+  });
 }
 
 void CoordinatorNode::HandleFinish(const std::string& identity,
@@ -242,6 +270,7 @@ void CoordinatorNode::CheckTimeouts() {
   // A worker silent past the heartbeat timeout is dead: nobody waits for
   // it any more (clock vectors, barriers, shutdown).
   if (membership_.DetectDeadWorkers()) OnWorkersChanged();
+  migrations_.CheckTimers();
   if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
     BeginShutdown();
   }
@@ -264,6 +293,7 @@ void CoordinatorNode::CheckTimeouts() {
 void CoordinatorNode::StartRecovery(const std::string& why) {
   if (state_.routing.empty() || ctx_.shutting_down) return;
   checkpoints_.Fail(AbortedError("a server failed: " + why));
+  migrations_.AbortAll(AbortedError("the job is rolling back: " + why));
   // Every wait of the abandoned timeline ends now.
   barriers_.AbortAll(AbortedError("the job is rolling back to a checkpoint"));
   recovery_.Start(why);

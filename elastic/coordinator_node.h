@@ -5,7 +5,9 @@
 // timers due, dispatching to one manager per responsibility:
 //   MembershipManager  registration, heartbeats, failure detection, the end
 //                      of the job;
-//   RoutingManager     slot assignment and publication, MoveSlot;
+//   RoutingManager     slot assignment and publication;
+//   MigrationManager   live slot moves: a server joining or drained,
+//                      MoveSlot;
 //   TableCatalog       tables and consistency changes;
 //   BarrierManager     barriers;
 //   CheckpointManager  checkpoint rounds and the catalog;
@@ -30,6 +32,7 @@
 #include "elastic/cluster_state.h"
 #include "elastic/coordinator_context.h"
 #include "elastic/membership_manager.h"
+#include "elastic/migration_manager.h"
 #include "elastic/recovery_manager.h"
 #include "elastic/routing_manager.h"
 #include "elastic/table_catalog.h"
@@ -75,6 +78,7 @@ class CoordinatorNode {
   void HandleRegister(const std::string& identity, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void HandleLeave(const std::string& identity, const wire::Header& h);
+  void HandleDrainServer(const std::string& identity, const wire::Header& h);
   void CheckTimeouts();
   // The live workers changed: tell the servers, release a barrier that no
   // longer waits for anyone gone, and stop awaiting their resume states.
@@ -99,6 +103,7 @@ class CoordinatorNode {
   BarrierManager barriers_;
   CheckpointManager checkpoints_;
   RecoveryManager recovery_;
+  MigrationManager migrations_;
   TimePoint shutdown_at_{};
 };
 

@@ -14,7 +14,11 @@ namespace {
 // A member's state for `ductile status`.
 std::string MemberState(const Member& m, const wire::MemberInfo& info,
                         bool joining) {
-  if (m.role == wire::ROLE_SERVER) return info.alive() ? "active" : "dead";
+  if (m.role == wire::ROLE_SERVER) {
+    if (m.left) return "drained";
+    if (!info.alive()) return "dead";
+    return m.draining ? "draining" : "active";
+  }
   if (m.finished) return "finished";
   if (m.left) return "left";
   if (!info.alive()) return "dead";
@@ -395,7 +399,7 @@ std::vector<int32_t> MembershipManager::DetectDeadServers() {
   if (ctx_.shutting_down) return dead;
   const Member::TimePoint now = ctx_.Now();
   for (auto& [id, m] : ctx_.state.servers) {
-    if (m.dead || now < m.busy_until) continue;
+    if (m.dead || m.left || now < m.busy_until) continue;
     const int64_t silent = ctx_.MsSince(m.last_seen);
     if (silent > ctx_.options.heartbeat_timeout_ms) {
       m.dead = true;

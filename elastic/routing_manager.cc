@@ -31,6 +31,9 @@ void RoutingManager::Publish() {
   update.set_type(wire::ROUTING_UPDATE);
   state.routing.ToWire(update.mutable_routing());
   for (const auto& [id, m] : state.servers) ctx_.out.Send(m.identity, update);
+  // Workers too: a server that joined hears of their clocks at once (a
+  // worker tells every server new to its routing where it is).
+  ctx_.SendTo(state.workers, state.LiveWorkers(), update);
 }
 
 void RoutingManager::HandleGet(const std::string& identity,
@@ -58,23 +61,10 @@ void RoutingManager::HandleAck(const wire::Header& h) {
   }
 }
 
-void RoutingManager::MoveSlot(int32_t slot, int32_t server_id,
-                              std::function<void(const Status&)> done) {
+void RoutingManager::WhenInstalled(std::function<void(const Status&)> done) {
   ClusterState& state = ctx_.state;
-  if (state.routing.empty()) {
-    return done(FailedPreconditionError("slots are not assigned yet"));
-  }
-  if (slot < 0 || slot >= state.routing.num_slots()) {
-    return done(InvalidArgumentError("no slot " + std::to_string(slot)));
-  }
-  if (state.servers.count(server_id) == 0) {
-    return done(NotFoundError("no server " + std::to_string(server_id)));
-  }
-  state.routing.Move(slot, server_id);
-  Publish();
-  // Done once every server has installed the new epoch.
   std::set<int32_t> awaiting;
-  for (const auto& [id, m] : state.servers) {
+  for (int32_t id : state.LiveServers()) {
     if (acked_[id] < state.routing.epoch()) awaiting.insert(id);
   }
   if (awaiting.empty()) return done(Status::Ok());

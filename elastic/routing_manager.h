@@ -1,9 +1,9 @@
 // The routing table's owner on the coordinator: the first assignment of
 // slots once the expected servers have registered, publication of every
 // change to the servers (clients learn lazily: a server answers "moved"
-// with its table, and every reply carries the server's epoch), and
-// MoveSlot, which completes once every server has acknowledged the new
-// epoch.
+// with its table, and every reply carries the server's epoch), and waits
+// for every server to have installed the current epoch. Slots change
+// owners through MigrationManager (their keys move with them).
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_ELASTIC_ROUTING_MANAGER_H_
@@ -34,10 +34,8 @@ class RoutingManager {
   // ROUTING_ACK: a server installed an epoch.
   void HandleAck(const wire::Header& h);
 
-  // Gives `slot` to `server_id`; `done` runs once every server has
-  // installed the new epoch (or with the error).
-  void MoveSlot(int32_t slot, int32_t server_id,
-                std::function<void(const Status&)> done);
+  // `done` runs once every live server has installed the current epoch.
+  void WhenInstalled(std::function<void(const Status&)> done);
   // Ends every wait with `status` (the coordinator stops).
   void CancelWaits(const Status& status);
 

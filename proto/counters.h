@@ -31,6 +31,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("checkpoint_clock", c.checkpoint_clock...);
   f("checkpoints_written", c.checkpoints_written...);
   f("held_pushes", c.held_pushes...);
+  f("slots_moving", c.slots_moving...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -62,6 +62,30 @@ class ParameterTable {
   void Restore(EntryRecord&& record, bool changed);
   // Removes every key (a rollback starts from the checkpoint's state).
   void Clear();
+  // Copies out the keys for which `pred(key)` holds.
+  template <typename Pred>
+  void Export(Pred&& pred, std::vector<EntryRecord>* out) const {
+    for (const auto& [key, e] : entries_) {
+      if (!pred(key)) continue;
+      EntryRecord& r = out->emplace_back();
+      r.table = id_;
+      r.key = key;
+      r.value = e.value;
+      r.state = e.state;
+      r.steps = e.steps;
+    }
+  }
+  // Removes the keys for which `pred(key)` holds (their slots moved away);
+  // returns how many.
+  template <typename Pred>
+  size_t EraseIf(Pred&& pred) {
+    const size_t before = entries_.size();
+    std::erase_if(entries_, [&](const auto& kv) { return pred(kv.first); });
+    if (entries_.size() != before) {
+      std::erase_if(changed_, [&](Key k) { return entries_.count(k) == 0; });
+    }
+    return before - entries_.size();
+  }
 
   // Reads one key (tests, debugging); false if absent.
   bool Get(Key key, std::vector<float>* value) const;

@@ -60,8 +60,9 @@ void ServerImpl::Stop() {
 }
 
 void ServerImpl::Run() {
-  const std::vector<Socket*> sockets = node_.sockets();
   while (!stop_.load() && !node_.shut_down()) {
+    // The list changes while slots move away.
+    const std::vector<Socket*> sockets = node_.sockets();
     Status s =
         node_.transport()->Wait(sockets, wakeup_.fd(), node_.NextWakeup());
     if (!s.ok()) {

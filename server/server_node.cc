@@ -42,6 +42,7 @@ ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
 
 Status ServerNode::Start() {
   transport_ = env_->NewTransport("server");
+  mover_ = std::make_unique<SlotMover>(env_, transport_.get());
   DUCTILE_ASSIGN_OR_RETURN(
       router_,
       transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes)));
@@ -134,7 +135,87 @@ ServerNode::TimePoint ServerNode::NextWakeup() const {
   TimePoint wake = next_heartbeat_;
   if (auto d = consistency_.NextDeadline()) wake = std::min(wake, *d);
   if (auto d = checkpointer_.NextDeadline()) wake = std::min(wake, *d);
+  if (mover_) {
+    if (auto d = mover_->NextDeadline()) wake = std::min(wake, *d);
+  }
   return wake;
+}
+
+std::vector<Socket*> ServerNode::sockets() const {
+  std::vector<Socket*> out = {router_.get(), coordinator_.get()};
+  if (mover_) {
+    for (Socket* s : mover_->sockets()) out.push_back(s);
+  }
+  return out;
+}
+
+bool ServerNode::ServesAll(const RequestAdmission::Request& request) const {
+  const TableId table = request.table->id();
+  for (Key key : request.data.keys()) {
+    if (!routing_.Serves(id_, routing_.SlotOf(table, key))) return false;
+  }
+  return true;
+}
+
+void ServerNode::StepMoves() {
+  if (!mover_ || !mover_->moving()) return;
+  for (const wire::Header& done : mover_->Step()) {
+    wire::Header h = done;
+    h.set_member_id(id_);
+    Send(h);
+  }
+  counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+}
+
+void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
+  const ByteSpan identity = message.frame(0);
+  wire::Header ack;
+  ack.set_type(wire::MIGRATE_DATA);
+  ack.set_ack(true);
+  ack.set_change_id(header.change_id());
+  ack.set_seq(header.seq());
+  std::vector<EntryRecord> entries;
+  std::vector<SlotMover::Buffered> buffered;
+  Status s = SlotMover::ParseChunk(message, &entries, &buffered);
+  for (const EntryRecord& e : entries) {
+    if (s.ok() && tables_.Find(e.table) == nullptr) {
+      s = NotFoundError("no table " + std::to_string(e.table) +
+                        " for a moved key");
+    }
+  }
+  for (const SlotMover::Buffered& b : buffered) {
+    if (s.ok() && tables_.Find(b.first) == nullptr) {
+      s = NotFoundError("no table " + std::to_string(b.first) +
+                        " for a moved push");
+    }
+  }
+  if (!s.ok()) {
+    counters_.Add(&ServerCounters::errors);
+    StatusToWire(s, &ack);
+    return replies_.Reply(identity, ack, nullptr);
+  }
+  for (EntryRecord& e : entries) {
+    // Changed: this server's next checkpoint writes it.
+    tables_.Find(e.table)->Restore(std::move(e), /*changed=*/true);
+  }
+  for (SlotMover::Buffered& b : buffered) {
+    ParameterTable& table = *tables_.Find(b.first);
+    BspBuffer::Entry& e = b.second;
+    const bool mean = table.options().rule != UpdateRule::kAssign &&
+                      consistency_.latest(b.first).combine == BspCombine::kMean;
+    if (consistency_.PutBuffered(b.first, e)) continue;
+    // Its clock is over here: every push of it is in the entry.
+    if (mean && e.combined.pushes > 1) {
+      const float scale = 1.0f / static_cast<float>(e.combined.pushes);
+      for (float& x : e.combined.values) x *= scale;
+    }
+    table.ApplyOne(e.key, e.combined.values);
+  }
+  SetKeysStored();
+  VLOG(1) << "server " << id_ << ": " << entries.size() << " key(s), "
+          << buffered.size() << " buffered push(es) moved in (move "
+          << header.change_id() << ", chunk " << header.seq() << ")";
+  replies_.Reply(identity, ack, nullptr);
 }
 
 void ServerNode::Step() {
@@ -166,6 +247,7 @@ void ServerNode::Step() {
     if (!coordinator_->Receive(&message_, &got).ok() || !got) break;
     HandleCoordinator(message_);
   }
+  StepMoves();
   HandleTimers();
 }
 
@@ -221,6 +303,20 @@ void ServerNode::HandleCoordinator(InMessage& message) {
       return WriteDueCheckpoints();
     case wire::RECOVER:
       return Recover(header);
+    case wire::MIGRATE_OUT: {
+      // The slots' BSP pushes not combined yet go with their keys.
+      std::vector<SlotMover::Buffered> buffered =
+          consistency_.TakeBufferedKeys([&](TableId table, Key key) {
+            return SlotMover::InSlots(header, routing_.SlotOf(table, key));
+          });
+      mover_->Start(header, routing_, tables_, std::move(buffered));
+      counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+      return StepMoves();
+    }
+    case wire::MIGRATE_ABORT:
+      mover_->Abort(header.change_id());
+      counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+      return;
     case wire::SHUTDOWN_NOTICE:
       LOG(INFO) << "server " << id_ << ": cluster shutdown";
       shut_down_ = true;
@@ -246,6 +342,11 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
   }
   routing_ = std::move(*routing);
   VLOG(1) << "server " << id_ << " routing epoch " << routing_.epoch();
+  if (mover_ && mover_->moving()) {
+    // Slots moved away are the new owner's now: their keys go.
+    if (mover_->OnRouting(routing_, id_, tables_) > 0) SetKeysStored();
+    counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+  }
 }
 
 void ServerNode::CreateTable(const wire::Header& header) {
@@ -334,7 +435,13 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     get.set_member_id(id_);
     Send(get);
   }
-  if (!s.ok()) return replies_.Error(identity, seq, s);
+  if (!s.ok()) {
+    // Another server's chunk of keys moving here.
+    if (request.header.type() == wire::MIGRATE_DATA && !request.header.ack()) {
+      return InstallMoved(message, request.header);
+    }
+    return replies_.Error(identity, seq, s);
+  }
   if (request.is_clock) return HandleClock(request.header);
 
   const TableId table = request.table->id();
@@ -361,7 +468,12 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
       admission_.Decide(request, routing_, id_, &duplicate);
   if (duplicate) counters_.Add(&ServerCounters::duplicates);
   if (!route.ok()) return replies_.Error(identity, seq, route.status());
-  if (*route == RequestAdmission::Route::kMoved) {
+  if (*route == RequestAdmission::Route::kMoved ||
+      (*route == RequestAdmission::Route::kServe && mover_->moving() &&
+       mover_->Bounces(routing_, table, request.data.keys()))) {
+    // Not served here (any more: its slot is moving away); the client asks
+    // again, and the new owner once the routing names it. A resent push
+    // applied here before is still acknowledged as a duplicate.
     return replies_.Moved(identity, seq, duplicate);
   }
   wire::Header reply;
@@ -488,6 +600,13 @@ void ServerNode::OnServerClock() {
       replies_.Error(p.message.frame(0), seq, s);
       continue;
     }
+    if (!ServesAll(request) ||
+        (mover_->moving() &&
+         mover_->Bounces(routing_, request.table->id(), request.data.keys()))) {
+      // Its slot moved away while it waited: the new owner serves it.
+      replies_.Moved(p.message.frame(0), seq, p.duplicate);
+      continue;
+    }
     const uint64_t blocked_us =
         std::chrono::duration_cast<std::chrono::microseconds>(now - p.parked_at)
             .count();
@@ -563,6 +682,10 @@ void ServerNode::Recover(const wire::Header& header) {
   counters_.Set(&ServerCounters::parked_pulls, 0);
   generation_ = header.generation();
   admission_.Reset();
+  // Moves under way belong to the abandoned timeline too: the
+  // checkpoint's routing says who owns what.
+  mover_->Abort(0);
+  counters_.Set(&ServerCounters::slots_moving, 0);
   Status s;
   for (const auto& config : header.tables()) {
     // A table this server has keeps its own options: they differ from the

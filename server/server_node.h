@@ -11,7 +11,9 @@
 //   TableSet               the tables, applied to and read;
 //   ConsistencyController  clocks, the staleness gate, BSP, model changes;
 //   Checkpointer           consistent-cut checkpoints;
-//   Restorer               rollbacks to a checkpoint.
+//   Restorer               rollbacks to a checkpoint;
+//   SlotMover              slots moving away to another server, or
+//                          arriving from one (live migration).
 // ServerImpl runs Step() on its request thread; the simulation runs it on
 // its one thread, with a simulated Env.
 //
@@ -38,6 +40,7 @@
 #include "server/reply_sender.h"
 #include "server/request_admission.h"
 #include "server/restorer.h"
+#include "server/slot_mover.h"
 #include "server/table_set.h"
 #include "transport/message.h"
 #include "transport/socket.h"
@@ -68,10 +71,9 @@ class ServerNode final : private CoordinatorLink {
   // When Step() has timers to handle next (the next heartbeat at the
   // latest).
   TimePoint NextWakeup() const;
-  // The sockets Step() reads, to wait on.
-  std::vector<Socket*> sockets() const {
-    return {router_.get(), coordinator_.get()};
-  }
+  // The sockets Step() reads, to wait on (the list changes while slots
+  // move away: ask again after each Step()).
+  std::vector<Socket*> sockets() const;
   Transport* transport() const { return transport_.get(); }
 
   int32_t id() const { return id_.load(); }
@@ -103,6 +105,12 @@ class ServerNode final : private CoordinatorLink {
   void PrepareChange(const wire::Header& header);
   void CommitChange(const wire::Header& header);
   void Recover(const wire::Header& header);
+  // A chunk of keys moving here (MIGRATE_DATA from another server).
+  void InstallMoved(InMessage& message, const wire::Header& header);
+  // Reports finished moves to the coordinator.
+  void StepMoves();
+  // Whether every key of `request` is in a slot this server serves now.
+  bool ServesAll(const RequestAdmission::Request& request) const;
 
   // After the server clock may have moved: apply the finished BSP clocks,
   // write the checkpoints due, release the pulls the clock allows.
@@ -145,6 +153,7 @@ class ServerNode final : private CoordinatorLink {
   ConsistencyController consistency_;
   Checkpointer checkpointer_;
   Restorer restorer_;
+  std::unique_ptr<SlotMover> mover_;  // made by Start()
 };
 
 }  // namespace ductile

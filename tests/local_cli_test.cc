@@ -364,7 +364,8 @@ TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
   const std::string s = status.output();
   EXPECT_NE(s.find("epoch 1, 512 slots"), std::string::npos) << s;
   // Two servers with 256 slots each, two workers.
-  std::regex server_row("\\n\\d+\\s+server\\s+yes\\s+\\d+ms\\s+256\\s+(\\d+)");
+  std::regex server_row(
+      "\\n\\d+\\s+server\\s+active\\s+\\d+ms\\s+256\\s+(\\d+)");
   int servers = 0;
   for (std::sregex_iterator it(s.begin(), s.end(), server_row), end; it != end;
        ++it) {

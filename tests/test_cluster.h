@@ -26,7 +26,8 @@ struct TestClusterOptions {
 
 class TestCluster {
  public:
-  explicit TestCluster(const TestClusterOptions& options = {}) {
+  explicit TestCluster(const TestClusterOptions& options = {})
+      : server_options_(options.server) {
     CoordinatorOptions c;
     c.bind_address = "tcp://127.0.0.1:0";
     c.num_servers = options.num_servers;
@@ -54,6 +55,15 @@ class TestCluster {
   // Stops server i and frees it, releasing its files (a server "killed";
   // server(i) must not be used after this).
   void DestroyServer(int i) { servers_[i].reset(); }
+  // Starts one more server against the running cluster; returns its index.
+  int AddServer() {
+    ServerOptions s = server_options_;
+    s.coordinator_address = coordinator_->address();
+    auto server = Server::Start(s);
+    EXPECT_TRUE(server.ok()) << server.status();
+    servers_.push_back(server.ok() ? std::move(*server) : nullptr);
+    return static_cast<int>(servers_.size()) - 1;
+  }
 
   std::unique_ptr<Client> Connect(bool as_worker = true,
                                   int64_t request_timeout_ms = 20000) {
@@ -68,6 +78,7 @@ class TestCluster {
   }
 
  private:
+  const ServerOptions server_options_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::unique_ptr<Server>> servers_;
 };

@@ -44,6 +44,7 @@ struct ClusterStatus {
   int64_t last_checkpoint_clock = -1;  // -1: none yet
   int32_t checkpoints = 0;             // complete checkpoints kept
   bool recovering = false;             // a rollback is under way
+  int32_t slots_moving = 0;            // slots moving between servers now
 };
 
 // Asks the coordinator at `address` for the cluster's state.
@@ -59,6 +60,11 @@ Result<int64_t> RequestCheckpoint(const std::string& address,
 // the worker is told at once and leaves at its next step (a training loop
 // checks Client::leave_requested()). Returns once the worker is told.
 Status RequestDrainWorker(const std::string& address, int32_t worker_id,
+                          int64_t timeout_ms);
+// Moves every slot of server `server_id`, with its keys, to the other
+// servers while the job runs, then stops it (`ductile drain server:N`).
+// Returns once the server is out of the job.
+Status RequestDrainServer(const std::string& address, int32_t server_id,
                           int64_t timeout_ms);
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);

@@ -1,0 +1,296 @@
+#include "server/slot_mover.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+#include "storage/checkpoint_format.h"
+
+namespace ductile {
+
+namespace cf = checkpoint_format;
+
+// ------------------------------------------------------------------ source
+
+bool SlotMover::InSlots(const wire::Header& out, int32_t slot) {
+  return std::find(out.slots().begin(), out.slots().end(), slot) !=
+         out.slots().end();
+}
+
+void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
+                      TableSet& tables, std::vector<Buffered> buffered) {
+  if (moves_.count(out.change_id()) > 0) return;  // sent again
+  Move& m = moves_[out.change_id()];
+  m.id = out.change_id();
+  m.slots.insert(out.slots().begin(), out.slots().end());
+  m.target = out.member_id();
+  m.address = out.endpoint().tcp_address();
+  std::vector<EntryRecord> records;
+  tables.ForEach([&](TableId id, ParameterTable& table) {
+    table.Export(
+        [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; },
+        &records);
+  });
+  std::string chunk;
+  auto flush = [&](bool force) {
+    if (chunk.size() < kChunkBytes && !force) return;
+    m.bytes += chunk.size();
+    m.chunks.push_back(std::move(chunk));
+    chunk.clear();
+  };
+  for (const EntryRecord& e : records) {
+    AppendEntry(e, &chunk);
+    flush(false);
+  }
+  for (const Buffered& b : buffered) {
+    AppendBuffered(b, &chunk);
+    flush(false);
+  }
+  // At least one chunk, the last: the target acknowledges it even empty.
+  if (!chunk.empty() || m.chunks.empty()) flush(true);
+  m.total_chunks = m.chunks.size();
+  m.last_progress = env_->Now();
+  LOG(INFO) << "move " << m.id << ": " << m.slots.size()
+            << " slot(s) to server " << m.target << ": " << records.size()
+            << " key(s), " << buffered.size() << " buffered push(es), "
+            << m.bytes << " bytes in " << m.total_chunks << " chunk(s)";
+  Connect(m);
+  Pump(m);
+}
+
+bool SlotMover::Bounces(const RoutingTable& routing, TableId table,
+                        std::span<const Key> keys) const {
+  for (const auto& [id, m] : moves_) {
+    for (Key key : keys) {
+      if (m.slots.count(routing.SlotOf(table, key)) > 0) return true;
+    }
+  }
+  return false;
+}
+
+void SlotMover::Connect(Move& m) {
+  if (m.address.empty()) {
+    m.failure = FailedPreconditionError("server " + std::to_string(m.target) +
+                                        " has no address");
+    return;
+  }
+  auto socket = transport_->NewDealer("");
+  if (!socket.ok()) {
+    m.failure = socket.status();
+    return;
+  }
+  Status s = (*socket)->Connect(m.address);
+  if (!s.ok()) {
+    m.failure = s;
+    return;
+  }
+  m.socket = std::move(*socket);
+}
+
+void SlotMover::Pump(Move& m) {
+  if (!m.failure.ok() || m.socket == nullptr) return;
+  while (!m.chunks.empty() && m.in_flight < kWindow) {
+    wire::Header h;
+    h.set_type(wire::MIGRATE_DATA);
+    h.set_change_id(m.id);
+    h.set_seq(m.next_chunk);
+    h.set_last(m.next_chunk + 1 == m.total_chunks);
+    OutMessage out;
+    out.AddString(h.SerializeAsString());
+    out.AddString(std::move(m.chunks.front()));
+    m.chunks.pop_front();
+    Status s = m.socket->Send(std::move(out));
+    if (!s.ok()) {
+      m.failure = s;
+      return;
+    }
+    ++m.next_chunk;
+    ++m.in_flight;
+  }
+}
+
+std::vector<wire::Header> SlotMover::Step() {
+  std::vector<wire::Header> done;
+  const TimePoint now = env_->Now();
+  for (auto& [id, m] : moves_) {
+    if (m.socket != nullptr) {
+      InMessage in;
+      bool got = true;
+      while (got && m.socket->Receive(&in, &got).ok() && got) {
+        wire::Header ack;
+        if (in.empty() || !ParseHeader(in.frame(0), &ack).ok() ||
+            ack.type() != wire::MIGRATE_DATA || ack.change_id() != m.id) {
+          continue;
+        }
+        Status s = StatusFromWire(ack);
+        if (!s.ok()) {
+          m.failure = Status(s.code(), "server " + std::to_string(m.target) +
+                                           ": " + s.message());
+          break;
+        }
+        if (m.in_flight > 0) --m.in_flight;
+        ++m.acked;
+        m.last_progress = now;
+      }
+      Pump(m);
+    }
+    if (m.failure.ok() && m.acked < m.total_chunks &&
+        now - m.last_progress > kAckTimeout) {
+      m.failure = DeadlineExceededError(
+          "server " + std::to_string(m.target) + " acknowledged " +
+          std::to_string(m.acked) + " of " + std::to_string(m.total_chunks) +
+          " chunk(s) and then nothing for " +
+          std::to_string(kAckTimeout.count()) + " ms");
+    }
+    const bool finished = m.acked >= m.total_chunks;
+    if (m.reported || (!finished && m.failure.ok())) continue;
+    m.reported = true;
+    wire::Header h;
+    h.set_type(wire::MIGRATE_DONE);
+    h.set_change_id(m.id);
+    h.set_bytes(m.bytes);
+    if (!m.failure.ok()) {
+      LOG(WARNING) << "move " << m.id << " failed: " << m.failure;
+      StatusToWire(m.failure, &h);
+    }
+    done.push_back(std::move(h));
+  }
+  return done;
+}
+
+uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
+                              TableSet& tables) {
+  uint64_t dropped = 0;
+  for (auto it = moves_.begin(); it != moves_.end();) {
+    Move& m = it->second;
+    const bool gone = std::all_of(m.slots.begin(), m.slots.end(), [&](int s) {
+      return s < routing.num_slots() && !routing.Serves(self, s);
+    });
+    if (!m.reported || !m.failure.ok() || !gone) {
+      ++it;
+      continue;
+    }
+    tables.ForEach([&](TableId id, ParameterTable& table) {
+      dropped += table.EraseIf(
+          [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; });
+    });
+    LOG(INFO) << "move " << m.id << " done: " << m.slots.size()
+              << " slot(s) now on server " << m.target;
+    it = moves_.erase(it);
+  }
+  return dropped;
+}
+
+void SlotMover::Abort(uint64_t id) {
+  if (id == 0) {
+    moves_.clear();
+  } else {
+    moves_.erase(id);
+  }
+}
+
+size_t SlotMover::slots_moving() const {
+  size_t n = 0;
+  for (const auto& [id, m] : moves_) n += m.slots.size();
+  return n;
+}
+
+std::vector<Socket*> SlotMover::sockets() const {
+  std::vector<Socket*> out;
+  for (const auto& [id, m] : moves_) {
+    if (m.socket != nullptr) out.push_back(m.socket.get());
+  }
+  return out;
+}
+
+std::optional<SlotMover::TimePoint> SlotMover::NextDeadline() const {
+  std::optional<TimePoint> next;
+  for (const auto& [id, m] : moves_) {
+    if (m.reported) continue;
+    const TimePoint t = m.last_progress + kAckTimeout;
+    if (!next || t < *next) next = t;
+  }
+  return next;
+}
+
+// ------------------------------------------------------------------ target
+
+void SlotMover::AppendEntry(const EntryRecord& e, std::string* chunk) {
+  std::string value;
+  cf::EncodeEntryValue(e, &value);
+  chunk->push_back('E');
+  cf::PutFixed32(chunk, e.table);
+  cf::PutFixed64(chunk, e.key);
+  cf::PutFixed32(chunk, static_cast<uint32_t>(value.size()));
+  chunk->append(value);
+}
+
+void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
+  const BspBuffer::Entry& e = b.second;
+  chunk->push_back('B');
+  cf::PutFixed32(chunk, b.first);
+  cf::PutFixed64(chunk, e.key);
+  cf::PutFixed64(chunk, static_cast<uint64_t>(e.clock));
+  cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.pushes));
+  cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.values.size()));
+  chunk->append(reinterpret_cast<const char*>(e.combined.values.data()),
+                e.combined.values.size() * sizeof(float));
+}
+
+Status SlotMover::ParseChunk(const InMessage& message,
+                             std::vector<EntryRecord>* entries,
+                             std::vector<Buffered>* buffered) {
+  if (message.size() != 3) {
+    return InvalidArgumentError("a chunk of moved keys has 3 frames, not " +
+                                std::to_string(message.size()));
+  }
+  const std::string_view chunk = message.frame_view(2);
+  const Status truncated =
+      InvalidArgumentError("a chunk of moved keys ends inside a record");
+  size_t at = 0;
+  auto need = [&](size_t n) { return chunk.size() - at >= n; };
+  while (at < chunk.size()) {
+    const char type = chunk[at++];
+    if (type == 'E') {
+      if (!need(16)) return truncated;
+      EntryRecord& e = entries->emplace_back();
+      e.table = cf::DecodeFixed32(chunk.data() + at);
+      e.key = cf::DecodeFixed64(chunk.data() + at + 4);
+      const uint32_t size = cf::DecodeFixed32(chunk.data() + at + 12);
+      at += 16;
+      if (!need(size)) return truncated;
+      const std::string why = cf::DecodeEntryValue(chunk.substr(at, size), &e);
+      if (!why.empty()) {
+        return InvalidArgumentError("a moved key's entry is unreadable: " +
+                                    why);
+      }
+      at += size;
+    } else if (type == 'B') {
+      if (!need(28)) return truncated;
+      Buffered& b = buffered->emplace_back();
+      b.first = cf::DecodeFixed32(chunk.data() + at);
+      b.second.key = cf::DecodeFixed64(chunk.data() + at + 4);
+      b.second.clock =
+          static_cast<int64_t>(cf::DecodeFixed64(chunk.data() + at + 12));
+      b.second.combined.pushes =
+          static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 20));
+      const uint32_t floats = cf::DecodeFixed32(chunk.data() + at + 24);
+      at += 28;
+      if (!need(uint64_t{floats} * sizeof(float))) return truncated;
+      b.second.combined.values.resize(floats);
+      std::memcpy(b.second.combined.values.data(), chunk.data() + at,
+                  floats * sizeof(float));
+      at += floats * sizeof(float);
+    } else {
+      return InvalidArgumentError(
+          "a chunk of moved keys has a record of "
+          "unknown type " +
+          std::to_string(static_cast<int>(type)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ductile

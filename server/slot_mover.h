@@ -1,0 +1,143 @@
+// Slots leaving and arriving on one server: live key migration
+// (docs/elasticity.md, "Servers").
+//
+// Source side. A move (MIGRATE_OUT from the coordinator) names slots and a
+// target. The source copies the slots' keys at once (values, optimizer
+// state, and, under BSP, the pushes of clocks not combined yet, which it
+// hands over rather than applies) and streams them to the target in
+// chunks, a bounded number in flight. From the copy on, every request for
+// the slots is answered "moved" (but a resent push it applied before,
+// which it acknowledges as a duplicate): the client asks again until the
+// routing names the new owner, so nothing is applied on both sides. Once
+// the target has acknowledged every chunk the source tells the
+// coordinator, which gives the slots to the target (routing epoch + 1);
+// when the source installs that routing it drops the keys.
+//
+// Why no push is late at the target: a worker tells a server its clock
+// only once its pushes of the clocks before are answered, and a push sent
+// back "moved" is answered only by the target. So the target's server
+// clock passes t only once every push of clock t for the slots is in the
+// copy or at the target, and a BSP clock is combined there with all of its
+// pushes.
+//
+// Target side. A chunk's keys are put into the target's tables (counted as
+// changed, so its next checkpoint writes them), its BSP pushes into the
+// target's buffer (or applied, combined, if the target's clock is past
+// theirs), and acknowledged. The target serves the slots once the routing
+// names it.
+//
+// Not thread-safe: owned by a server's request thread.
+#ifndef DUCTILE_SERVER_SLOT_MOVER_H_
+#define DUCTILE_SERVER_SLOT_MOVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "consistency/bsp_buffer.h"
+#include "ductile/status.h"
+#include "env/env.h"
+#include "proto/ductile.pb.h"
+#include "routing/routing_table.h"
+#include "server/table_set.h"
+#include "transport/message.h"
+#include "transport/socket.h"
+
+namespace ductile {
+
+class SlotMover {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // Bytes of keys per chunk, and chunks unacknowledged at once.
+  static constexpr size_t kChunkBytes = 4 << 20;
+  static constexpr size_t kWindow = 4;
+  // A target silent this long fails the move.
+  static constexpr std::chrono::milliseconds kAckTimeout{30000};
+
+  SlotMover(Env* env, Transport* transport)
+      : env_(env), transport_(transport) {}
+
+  // A BSP push buffered for a key (its clock not combined yet).
+  using Buffered = std::pair<TableId, BspBuffer::Entry>;
+
+  // ---- Source.
+  // MIGRATE_OUT: copies the slots' keys from `tables`, with `buffered`
+  // (the slots' BSP pushes, taken out of the consistency controller by the
+  // caller), and starts sending them.
+  void Start(const wire::Header& out, const RoutingTable& routing,
+             TableSet& tables, std::vector<Buffered> buffered);
+  // The slots of a move named in a MIGRATE_OUT, for the caller to take
+  // their buffered pushes.
+  static bool InSlots(const wire::Header& out, int32_t slot);
+  // True when a request for `keys` of `table` must be answered "moved":
+  // a slot of theirs is moving (or has moved) away.
+  bool Bounces(const RoutingTable& routing, TableId table,
+               std::span<const Key> keys) const;
+  // Reads the targets' acknowledgements; sends more chunks; fails moves
+  // whose target is silent. Returns MIGRATE_DONE messages for the
+  // coordinator.
+  std::vector<wire::Header> Step();
+  // The routing changed: keys of finished moves whose slots this server
+  // no longer serves are dropped. Returns the number of keys dropped.
+  uint64_t OnRouting(const RoutingTable& routing, int32_t self,
+                     TableSet& tables);
+  // MIGRATE_ABORT (id 0: all) or a rollback: the slots are served again.
+  void Abort(uint64_t id);
+  bool moving() const { return !moves_.empty(); }
+  // Slots being moved away now.
+  size_t slots_moving() const;
+  // The sockets to the targets, to wait on.
+  std::vector<Socket*> sockets() const;
+  std::optional<TimePoint> NextDeadline() const;
+
+  // ---- Target.
+  // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
+  // it): its keys and buffered pushes.
+  static Status ParseChunk(const InMessage& message,
+                           std::vector<EntryRecord>* entries,
+                           std::vector<Buffered>* buffered);
+
+  // The chunk format: records, each a type byte then
+  //   'E': table u32 LE | key u64 LE | size u32 LE | entry (the entry value
+  //        of storage/checkpoint_format.h);
+  //   'B': table u32 LE | key u64 LE | clock i64 LE | pushes i32 LE |
+  //        floats u32 LE | floats x f32.
+  static void AppendEntry(const EntryRecord& e, std::string* chunk);
+  static void AppendBuffered(const Buffered& b, std::string* chunk);
+
+ private:
+  struct Move {
+    uint64_t id = 0;
+    std::set<int32_t> slots;
+    int32_t target = -1;
+    std::string address;
+    bool reported = false;           // MIGRATE_DONE sent
+    std::deque<std::string> chunks;  // not sent yet
+    uint64_t next_chunk = 0;
+    uint64_t in_flight = 0;
+    uint64_t total_chunks = 0;
+    uint64_t acked = 0;
+    uint64_t bytes = 0;
+    Status failure;
+    TimePoint last_progress{};
+    std::unique_ptr<Socket> socket;
+  };
+  void Connect(Move& move);
+  void Pump(Move& move);
+
+  Env* const env_;
+  Transport* const transport_;
+  std::map<uint64_t, Move> moves_;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_SLOT_MOVER_H_

@@ -103,7 +103,8 @@ void RequestEngine::Step() {
     }
   }
   const TimePoint now = env_->Now();
-  if (now >= next_timers_) {
+  if (now >= next_timers_ || reroute_now_) {
+    reroute_now_ = false;
     HandleTimers();
     next_timers_ = now + kTimerPeriod;
   }
@@ -134,6 +135,10 @@ void RequestEngine::Shutdown(const Status& status) {
 void RequestEngine::FailInFlight(const Status& status) {
   auto parts = std::move(parts_);
   parts_.clear();
+  waiting_parts_ = 0;
+  auto held = std::move(held_ops_);
+  held_ops_.clear();
+  for (auto& op : held) op->Release(status);
   // None of them will be sent again: they no longer hold back the
   // done-below mark (which lets servers forget applied requests).
   open_seqs_.clear();
@@ -180,6 +185,9 @@ void RequestEngine::SendDueClocks() {
         return;
       }
     }
+    for (const auto& op : held_ops_) {
+      if (op->clock < clock && op->type != wire::PULL) return;
+    }
     std::shared_ptr<ClockOperation> op = std::move(deferred_clocks_.front());
     deferred_clocks_.pop_front();
     SendClock(*op);
@@ -206,8 +214,24 @@ void RequestEngine::SendClock(const ClockOperation& op) {
 }
 
 void RequestEngine::Dispatch(const std::shared_ptr<DataOperation>& op) {
+  op->order = ++next_order_;
+  if (waiting_parts_ > 0 || !held_ops_.empty()) {
+    // Parts of earlier calls wait to be re-routed (their slot moved): this
+    // call goes after them, or a read could overtake its own push.
+    held_ops_.push_back(op);
+    return;
+  }
   SplitAndSend(op, nullptr, /*pull_only=*/false);
   op->Release();  // the dispatcher's hold
+}
+
+void RequestEngine::SendHeldOps() {
+  while (waiting_parts_ == 0 && !held_ops_.empty()) {
+    std::shared_ptr<DataOperation> op = std::move(held_ops_.front());
+    held_ops_.pop_front();
+    SplitAndSend(op, nullptr, /*pull_only=*/false);
+    op->Release();
+  }
 }
 
 void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
@@ -322,6 +346,10 @@ void RequestEngine::SendPart(Part& part) {
   if (const int32_t worker = shared_.worker_id->load(); worker >= 0) {
     header.set_worker_id(worker);
   }
+  VLOG(2) << "client " << shared_.worker_id->load() << ": part " << seq << " ("
+          << wire::MessageType_Name(type) << " clock " << op.clock
+          << ") to server " << part.server << " epoch "
+          << routing_->table().epoch();
   OutMessage out = BuildDataRequest(header, part.op, part.begin, count,
                                     part.indices, type != wire::PULL);
   part.retry_at = {};
@@ -333,10 +361,12 @@ void RequestEngine::SendPart(Part& part) {
 void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
   auto it = parts_.find(seq);
   if (it == parts_.end()) return;
+  if (it->second.retry_at != TimePoint{}) --waiting_parts_;
   std::shared_ptr<DataOperation> op = std::move(it->second.op);
   parts_.erase(it);
   open_seqs_.erase(seq);
   op->Release(status);
+  if (waiting_parts_ == 0 && !held_ops_.empty()) SendHeldOps();
   if (!deferred_clocks_.empty()) SendDueClocks();
 }
 
@@ -372,6 +402,11 @@ void RequestEngine::HandleDataReply(InMessage& message) {
     // A duplicate push-pull was applied here before its slot moved: the
     // new owner is only asked for the values.
     if (header.duplicate()) part.pull_only = true;
+    VLOG(1) << "client " << shared_.worker_id->load() << ": part " << part.seq
+            << " (" << wire::MessageType_Name(part.op->type) << " clock "
+            << part.op->clock << ") moved by server " << part.server
+            << (newer ? ", new routing" : "");
+    if (part.retry_at == TimePoint{}) ++waiting_parts_;
     part.retry_at = env_->Now() + (newer ? milliseconds(0) : kRetryAfter);
     if (newer) HandleTimers();
     return;
@@ -537,14 +572,37 @@ void RequestEngine::HandleCheckpointCommit(const wire::Header& header) {
 
 // ---------------------------------------------------------------- timers
 
+bool RequestEngine::Overtakes(const Part& moved) const {
+  for (const auto& [seq, part] : parts_) {
+    // An earlier call's push to the same server, not re-routed yet:
+    // either unanswered (it may have been sent back too, its answer lost)
+    // or waiting itself. This one goes after it, or a read could miss it.
+    // (An earlier pull is no reason to wait: it may be parked a while.)
+    if (&part != &moved && part.server == moved.server &&
+        part.op->order < moved.op->order && part.op->type != wire::PULL &&
+        !part.pull_only) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void RequestEngine::HandleTimers() {
   const TimePoint now = env_->Now();
   std::vector<uint64_t> expired, resend, reroute;
+  bool reroute_due = false;
+  for (auto& [seq, part] : parts_) {
+    if (part.retry_at != TimePoint{} && now >= part.retry_at &&
+        now < part.op->deadline) {
+      reroute_due = true;
+    }
+  }
   for (auto& [seq, part] : parts_) {
     if (now >= part.op->deadline) {
       expired.push_back(seq);
     } else if (part.retry_at != TimePoint{}) {
-      if (now >= part.retry_at) reroute.push_back(seq);
+      // When one is due every waiting part is re-routed, in call order.
+      if (reroute_due) reroute.push_back(seq);
     } else if (now >= part.resend_at && part.op->type == wire::PUSH &&
                !part.pull_only) {
       // Only pushes are resent on silence: a pull may be waiting at the
@@ -559,19 +617,30 @@ void RequestEngine::HandleTimers() {
                         " within " +
                         std::to_string(options_.request_timeout_ms) + " ms"));
   }
+  // Oldest first: parts go out again in the order of their calls (a part
+  // re-routed before has a newer seq than its call's place says).
+  auto by_call = [this](uint64_t a, uint64_t b) {
+    const uint64_t oa = parts_.at(a).op->order, ob = parts_.at(b).op->order;
+    return oa != ob ? oa < ob : a < b;
+  };
+  std::sort(resend.begin(), resend.end(), by_call);
+  std::sort(reroute.begin(), reroute.end(), by_call);
   for (uint64_t seq : resend) {
     VLOG(1) << "client: resending request " << seq;
     SendPart(parts_.at(seq));
   }
   for (uint64_t seq : reroute) {
     auto it = parts_.find(seq);
+    if (Overtakes(it->second)) continue;  // after the earlier one
     Part part = std::move(it->second);
     parts_.erase(it);
+    --waiting_parts_;
     std::vector<uint32_t> indices(part.size());
     for (size_t j = 0; j < part.size(); ++j) indices[j] = part.index(j);
     SplitAndSend(part.op, &indices, part.pull_only);
     part.op->Release();  // the old part's hold, after the new parts took theirs
   }
+  SendHeldOps();
   for (auto it = controls_.begin(); it != controls_.end();) {
     ControlOperation& c = *it->second;
     if (c.resend && now >= c.resend_at && now < c.deadline) {
@@ -619,6 +688,15 @@ void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
   const std::vector<int32_t> before = routing_->servers();
   if (!routing_->Install(routing)) return;
   RebuildSockets();
+  // Parts waiting to be re-routed go now, under the new table, oldest
+  // first (Step's timers).
+  if (waiting_parts_ > 0) {
+    const TimePoint now = env_->Now();
+    for (auto& [seq, part] : parts_) {
+      if (part.retry_at != TimePoint{}) part.retry_at = now;
+    }
+    reroute_now_ = true;
+  }
   if (!last_clock_) return;
   // A server that joined the job learns this worker's clock before any
   // request of it (same socket), or it would wait for it forever.

@@ -130,6 +130,12 @@ class RequestEngine {
   void InstallRouting(const wire::RoutingTable& routing);
   void RebuildSockets();
   void FailInFlight(const Status& status);
+  // True when re-routing `moved` now would overtake an earlier call's part
+  // to the same server that is unanswered or not re-routed yet.
+  bool Overtakes(const Part& moved) const;
+  // Sends the calls held behind parts waiting to be re-routed, once none
+  // waits.
+  void SendHeldOps();
   // Sends the CLOCKs whose pushes are all answered (oldest first).
   void SendDueClocks();
   void SendClock(const ClockOperation& op);
@@ -156,6 +162,12 @@ class RequestEngine {
   // before it is applied (or refused) wherever its keys now live, so a
   // push re-routed after a slot moved is never late (docs/elasticity.md).
   std::deque<std::shared_ptr<ClockOperation>> deferred_clocks_;
+  // Parts answered "moved", waiting to be re-routed (retry_at set), and
+  // the calls held behind them (in order).
+  size_t waiting_parts_ = 0;
+  uint64_t next_order_ = 0;  // DataOperation::order of the last call
+  std::deque<std::shared_ptr<DataOperation>> held_ops_;
+  bool reroute_now_ = false;  // a new routing table: re-route them now
   // The last CLOCK sent, for servers that join the job later.
   struct SentClock {
     int64_t clock = 0;

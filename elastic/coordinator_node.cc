@@ -101,6 +101,11 @@ void CoordinatorNode::Checkpoint(
   checkpoints_.Request(std::move(done));
 }
 
+void CoordinatorNode::DrainServer(int32_t server,
+                                  std::function<void(const Status&)> done) {
+  migrations_.Drain(server, std::move(done));
+}
+
 void CoordinatorNode::CancelWaits(const Status& status) {
   routing_.CancelWaits(status);
 }

@@ -133,6 +133,7 @@ ServerNode::TimePoint ServerNode::NextWakeup() const {
   // Until registered only the coordinator's answer matters.
   if (!registered_) return TimePoint::max();
   TimePoint wake = next_heartbeat_;
+  if (!behind_.empty()) wake = std::min(wake, behind_since_ + kBehindWait);
   if (auto d = consistency_.NextDeadline()) wake = std::min(wake, *d);
   if (auto d = checkpointer_.NextDeadline()) wake = std::min(wake, *d);
   if (mover_) {
@@ -177,6 +178,10 @@ void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
   std::vector<EntryRecord> entries;
   std::vector<SlotMover::Buffered> buffered;
   Status s = SlotMover::ParseChunk(message, &entries, &buffered);
+  // Put in once: a chunk that arrives again is only acknowledged.
+  if (s.ok() && !mover_->FirstArrival(header.change_id(), header.seq())) {
+    return replies_.Reply(identity, ack, nullptr);
+  }
   for (const EntryRecord& e : entries) {
     if (s.ok() && tables_.Find(e.table) == nullptr) {
       s = NotFoundError("no table " + std::to_string(e.table) +
@@ -347,6 +352,14 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
     if (mover_->OnRouting(routing_, id_, tables_) > 0) SetKeysStored();
     counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
   }
+  ReplayBehind();
+}
+
+void ServerNode::ReplayBehind() {
+  if (behind_.empty()) return;
+  std::deque<InMessage> held = std::move(behind_);
+  behind_.clear();
+  for (InMessage& m : held) HandleRequest(m, /*replay=*/true);
 }
 
 void ServerNode::CreateTable(const wire::Header& header) {
@@ -424,6 +437,11 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     counters_.Add(&ServerCounters::errors);  // nobody to answer
     return;
   }
+  if (!behind_.empty()) {
+    // Requests wait, in order, behind one that named a newer routing.
+    behind_.push_back(std::move(message));
+    return;
+  }
   const ByteSpan identity = message.frame(0);
   RequestAdmission::Request request;
   uint64_t seq = 0;
@@ -439,6 +457,16 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     // Another server's chunk of keys moving here.
     if (request.header.type() == wire::MIGRATE_DATA && !request.header.ack()) {
       return InstallMoved(message, request.header);
+    }
+    if (!routing_.empty() && request.header.epoch() > routing_.epoch() &&
+        !refuse_behind_) {
+      // The sender knows a newer routing table than this server (asked for
+      // it above). Refused, this request would be sent again after the
+      // ones behind it: it waits for the table instead, and they wait
+      // behind it, so that a client's requests are taken in order.
+      behind_since_ = env_->Now();
+      behind_.push_back(std::move(message));
+      return;
     }
     return replies_.Error(identity, seq, s);
   }
@@ -654,6 +682,12 @@ void ServerNode::HandleTimers() {
     return consistency_.Laggards(clock);
   };
   if (checkpointer_.Expire(laggards, generation_)) ReplayCheckpointHeld();
+  if (!behind_.empty() && env_->Now() - behind_since_ >= kBehindWait) {
+    // The newer routing did not come: they are answered (and sent again).
+    refuse_behind_ = true;
+    ReplayBehind();
+    refuse_behind_ = false;
+  }
 }
 
 // --------------------------------------------------------------- recovery

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,6 +110,9 @@ class ServerNode final : private CoordinatorLink {
   void InstallMoved(InMessage& message, const wire::Header& header);
   // Reports finished moves to the coordinator.
   void StepMoves();
+  // Handles again the requests held for a newer routing table.
+  void ReplayBehind();
+  static constexpr std::chrono::milliseconds kBehindWait{1000};
   // Whether every key of `request` is in a slot this server serves now.
   bool ServesAll(const RequestAdmission::Request& request) const;
 
@@ -154,6 +158,11 @@ class ServerNode final : private CoordinatorLink {
   Checkpointer checkpointer_;
   Restorer restorer_;
   std::unique_ptr<SlotMover> mover_;  // made by Start()
+  // Requests held, in arrival order, behind one that named a routing epoch
+  // newer than this server's (until it arrives, or kBehindWait passes).
+  std::deque<InMessage> behind_;
+  TimePoint behind_since_{};
+  bool refuse_behind_ = false;
 };
 
 }  // namespace ductile

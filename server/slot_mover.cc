@@ -21,7 +21,12 @@ bool SlotMover::InSlots(const wire::Header& out, int32_t slot) {
 
 void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
                       TableSet& tables, std::vector<Buffered> buffered) {
-  if (moves_.count(out.change_id()) > 0) return;  // sent again
+  if (!started_.insert(out.change_id()).second) return;  // sent again
+  started_order_.push_back(out.change_id());
+  if (started_order_.size() > kRemembered) {
+    started_.erase(started_order_.front());
+    started_order_.pop_front();
+  }
   Move& m = moves_[out.change_id()];
   m.id = out.change_id();
   m.slots.insert(out.slots().begin(), out.slots().end());
@@ -216,6 +221,18 @@ std::optional<SlotMover::TimePoint> SlotMover::NextDeadline() const {
 }
 
 // ------------------------------------------------------------------ target
+
+bool SlotMover::FirstArrival(uint64_t id, uint64_t seq) {
+  auto [it, new_move] = arrived_.try_emplace(id);
+  if (new_move) {
+    arrived_order_.push_back(id);
+    if (arrived_order_.size() > kRemembered) {
+      arrived_.erase(arrived_order_.front());
+      arrived_order_.pop_front();
+    }
+  }
+  return it->second.insert(seq).second;
+}
 
 void SlotMover::AppendEntry(const EntryRecord& e, std::string* chunk) {
   std::string value;

@@ -99,6 +99,10 @@ class SlotMover {
   std::optional<TimePoint> NextDeadline() const;
 
   // ---- Target.
+  // True the first time chunk `seq` of move `id` arrives: a chunk that
+  // arrives again (resent, or duplicated by the network) must not be put
+  // in again, or it would undo what the target applied since.
+  bool FirstArrival(uint64_t id, uint64_t seq);
   // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
   // it): its keys and buffered pushes.
   static Status ParseChunk(const InMessage& message,
@@ -136,6 +140,13 @@ class SlotMover {
   Env* const env_;
   Transport* const transport_;
   std::map<uint64_t, Move> moves_;
+  // Moves started here (a MIGRATE_OUT that arrives again is not a new
+  // move), and the chunks put in here by move; the newest kRemembered.
+  static constexpr size_t kRemembered = 1024;
+  std::deque<uint64_t> started_order_;
+  std::set<uint64_t> started_;
+  std::deque<uint64_t> arrived_order_;
+  std::map<uint64_t, std::set<uint64_t>> arrived_;
 };
 
 }  // namespace ductile

@@ -121,6 +121,7 @@ class Cluster {
   void StartServer(int i);
   void HandleCrashes();
   void HandleJoins();
+  void HandleServerChanges();
   // With no rollback, a server clock never moves backwards (a joiner
   // starts at it, a leaver's removal only raises it).
   void CheckServerClocks();
@@ -137,6 +138,7 @@ class Cluster {
   std::map<uint64_t, std::vector<int64_t>> sent_;  // by generation
   std::vector<int64_t> start_, end_;               // by worker
   std::vector<int64_t> server_clock_;              // by server, seen last
+  size_t drains_started_ = 0, drains_ended_ = 0;
   // Crashes: done, and when the server comes back.
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
@@ -431,6 +433,39 @@ void Cluster::CheckServerClocks() {
   }
 }
 
+bool AllPassed(const std::vector<std::unique_ptr<Worker>>& workers,
+               int64_t clock) {
+  for (const auto& w : workers) {
+    if (!w->done() && w->clock() <= clock) return false;
+  }
+  return true;
+}
+
+void Cluster::HandleServerChanges() {
+  const size_t joined = servers_.size() - options_.servers;
+  if (joined < options_.server_joins.size() &&
+      AllPassed(workers_, options_.server_joins[joined].after_clock)) {
+    server_envs_.emplace_back();
+    servers_.emplace_back();
+    StartServer(static_cast<int>(servers_.size()) - 1);
+    ++result_.servers_joined;
+  }
+  if (drains_started_ < options_.server_drains.size() &&
+      AllPassed(workers_,
+                options_.server_drains[drains_started_].after_clock)) {
+    const int server = options_.server_drains[drains_started_].server;
+    ++drains_started_;
+    coordinator_->DrainServer(server, [this, server](const Status& s) {
+      ++drains_ended_;
+      if (!s.ok()) {
+        return Fail("drain of server " + std::to_string(server) + ": " +
+                    s.ToString());
+      }
+      ++result_.servers_drained;
+    });
+  }
+}
+
 void Cluster::HandleJoins() {
   const size_t joined = workers_.size() - options_.workers;
   if (joined >= options_.joins.size()) return;
@@ -458,7 +493,8 @@ TimePoint Cluster::NextEvent() {
 
 // The messages whose loss the protocol repairs without breaking the
 // contract: a push's reply (the push is resent under its sequence number
-// and acknowledged as a duplicate), heartbeats, barriers and finishes
+// and acknowledged as a duplicate; but not a "moved" answer), heartbeats,
+// barriers and finishes
 // (sent again while unanswered). A lost request is not among them: the
 // contract relies on each connection's order (a worker's push before its
 // next pull and its CLOCK), which only a broken connection breaks.
@@ -473,7 +509,9 @@ bool Droppable(const std::vector<std::string>& frames, bool to_router) {
     case wire::FINISH:
       return true;
     case wire::DATA_REPLY:
-      return frames.size() == header + 1;  // no values: a push's reply
+      // No values: a push's reply. Not a "moved" answer: a pull's is not
+      // sent again (a pull is not resent on silence).
+      return frames.size() == header + 1 && !h.moved();
     default:
       return false;
   }
@@ -502,7 +540,8 @@ SimResult Cluster::Run() {
   servers_.resize(options_.servers);
   for (int i = 0; i < options_.servers; ++i) StartServer(i);
   if (!options_.crashes.empty() &&
-      (!options_.joins.empty() || !options_.leaves.empty())) {
+      (!options_.joins.empty() || !options_.leaves.empty() ||
+       !options_.server_joins.empty() || !options_.server_drains.empty())) {
     // The oracle's rollback (every counter back to the checkpoint's clock)
     // assumes every worker took part from clock 0 to the end.
     Fail("server crashes together with joins or leaves are not simulated");
@@ -523,7 +562,7 @@ SimResult Cluster::Run() {
 
   std::vector<int> order;
   while (!failed()) {
-    order.resize(1 + options_.servers + workers_.size());
+    order.resize(1 + servers_.size() + workers_.size());
     std::iota(order.begin(), order.end(), 0);
     net_.DeliverDue();
     // Nodes take turns in an order drawn from the seed.
@@ -531,10 +570,10 @@ SimResult Cluster::Run() {
     for (int n : order) {
       if (n == 0) {
         coordinator_->Step();
-      } else if (n <= options_.servers) {
+      } else if (n <= static_cast<int>(servers_.size())) {
         if (servers_[n - 1]) servers_[n - 1]->Step();
       } else {
-        Worker& w = *workers_[n - 1 - options_.servers];
+        Worker& w = *workers_[n - 1 - servers_.size()];
         w.client().Step();
         w.Advance();
         w.client().Step();
@@ -543,7 +582,10 @@ SimResult Cluster::Run() {
     HandleCrashes();
     if (options_.crashes.empty()) CheckServerClocks();
     HandleJoins();
-    bool all_done = workers_.size() == static_cast<size_t>(total_workers());
+    HandleServerChanges();
+    // Done when every worker is, and every drain has ended.
+    bool all_done = workers_.size() == static_cast<size_t>(total_workers()) &&
+                    drains_ended_ == options_.server_drains.size();
     for (const auto& w : workers_) all_done = all_done && w->done();
     if (all_done) break;
     // Time always moves on: a node that wants to run again at once would
@@ -592,6 +634,12 @@ std::string Describe(const SimOptions& o) {
         << c.down_ms << "ms";
   }
   for (const auto& j : o.joins) out << " join@clock>" << j.after_clock;
+  for (const auto& j : o.server_joins) {
+    out << " server_join@clock>" << j.after_clock;
+  }
+  for (const auto& d : o.server_drains) {
+    out << " drain=server:" << d.server << "@clock>" << d.after_clock;
+  }
   for (const auto& l : o.leaves) {
     out << " leave=worker:" << l.worker << "@clock=" << l.at_clock;
   }

@@ -18,7 +18,9 @@
 // Workers may join and leave while the job runs (docs/elasticity.md): a
 // joiner takes part from the clock its registration returns, S, a leaver
 // up to the clock it leaves at, L, and the checks above count each
-// worker's clocks in [S, L) only (exactly, under BSP).
+// worker's clocks in [S, L) only (exactly, under BSP). Servers may join
+// and be drained: their slots move, with their keys, under the same
+// checks.
 //
 // The same options and seed give the same run, message for message
 // (trace()); a failing seed reproduces exactly.
@@ -65,6 +67,19 @@ struct SimOptions {
     int64_t at_clock = 0;
   };
   std::vector<Leave> leaves;
+  // Servers joining: a new server starts once every worker has passed
+  // `after_clock`; the coordinator moves it its share of the slots.
+  struct ServerJoin {
+    int64_t after_clock = 0;
+  };
+  std::vector<ServerJoin> server_joins;  // joiner k has index servers + k
+  // Servers drained: server `server`'s slots move to the others once every
+  // worker has passed `after_clock`, then it stops.
+  struct ServerDrain {
+    int server = 0;
+    int64_t after_clock = 0;
+  };
+  std::vector<ServerDrain> server_drains;
   // Give up (and fail) after this much simulated time.
   int64_t time_limit_ms = 600000;
 };
@@ -78,6 +93,7 @@ struct SimResult {
   uint64_t messages = 0, dropped = 0, duplicated = 0;
   int rollbacks = 0;         // rollbacks the workers resumed from
   int joined = 0, left = 0;  // workers that joined and left mid-job
+  int servers_joined = 0, servers_drained = 0;
   uint64_t reads_checked = 0;
 };
 

@@ -1,0 +1,312 @@
+// elastic_bench: what members joining and leaving a running job cost.
+//
+// One process: a coordinator, two servers and workers (Clients on threads)
+// on loopback, the model a table of S MB (1 MB = 1e6 bytes) of keys of
+// --width floats with the SGD rule, spread over the servers' slots. One
+// worker trains: each step pushes a gradient of the whole model, calls
+// Clock() and pulls it back (SSP(1)). For each size, --repeats times
+// (medians shown):
+//
+//   server join   a third server starts; the coordinator moves it a third of
+//                 the slots with their keys while the worker trains. Timed
+//                 from Server::Start until every slot is in place (the
+//                 coordinator's status: nothing moving, the new server
+//                 owning slots); MB/s = the bytes of keys the new server
+//                 holds / that time;
+//   server drain  the third server is drained (RequestDrainServer): its
+//                 slots move back to the other two; timed until the call
+//                 returns (the server is out, after its 2 s linger), and
+//                 until its slots were in place (status, as above);
+//   training      the median step time during each move against the
+//                 median before it (steps that overlap the move);
+//   worker join   a second worker connects while the first trains: time
+//                 from Connect() until its first push of the whole model
+//                 has been answered, and until its first step (push,
+//                 Clock, pull) is done.
+//
+//   elastic_bench                        # 100 MB, 3 repeats
+//   elastic_bench --sizes_mb=10,100,1000 --repeats=3
+//
+// Every wait is bounded by --timeout_ms.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "ductile/client.h"
+#include "ductile/coordinator.h"
+#include "ductile/server.h"
+#include "gflags/gflags.h"
+
+DEFINE_string(sizes_mb, "100", "model sizes in MB (1e6 bytes), by commas");
+DEFINE_int32(repeats, 3, "runs per size (medians shown)");
+DEFINE_int32(width, 1024, "floats per key");
+DEFINE_int32(slots, 96, "slots");
+DEFINE_int64(timeout_ms, 600000, "bound of every wait");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ductile::Status;
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void Check(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "elastic_bench: %s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+
+// Steps of one worker, timed, until `stop`.
+class Trainer {
+ public:
+  Trainer(ductile::Client& client, ductile::TableId table,
+          const std::vector<ductile::Key>& keys, size_t floats)
+      : client_(client),
+        table_(table),
+        keys_(keys),
+        grad_(floats, 1e-6f),
+        model_(floats) {}
+
+  void Start() {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        const Clock::time_point t0 = Clock::now();
+        Status s = client_.Push(table_, keys_, grad_);
+        if (s.ok()) {
+          client_.Clock();
+          s = client_.Pull(table_, keys_, model_);
+        }
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          failure_ = s;
+          return;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        steps_.push_back({t0, Clock::now()});
+      }
+    });
+  }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    Check(failure_, "training step");
+  }
+  size_t steps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return steps_.size();
+  }
+  // Median step time of the steps that ended in [from, to).
+  double MedianStepMs(Clock::time_point from, Clock::time_point to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<double> ms;
+    for (const auto& [a, b] : steps_) {
+      if (b >= from && b < to) ms.push_back(Ms(b - a));
+    }
+    return Median(ms);
+  }
+  // Median step time of the steps that overlap [from, to).
+  double MedianOverlappingMs(Clock::time_point from, Clock::time_point to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<double> ms;
+    for (const auto& [a, b] : steps_) {
+      if (b >= from && a < to) ms.push_back(Ms(b - a));
+    }
+    return Median(ms);
+  }
+
+ private:
+  ductile::Client& client_;
+  const ductile::TableId table_;
+  const std::vector<ductile::Key>& keys_;
+  std::vector<float> grad_, model_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> steps_;
+  Status failure_;
+};
+
+// Waits until nothing moves and `server` owns slots (or owns none when
+// `owns` is false).
+Clock::time_point WaitPlaced(const std::string& address, int32_t server,
+                             bool owns) {
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(FLAGS_timeout_ms);
+  while (Clock::now() < deadline) {
+    auto status = ductile::QueryClusterStatus(address, 5000);
+    if (status.ok() && status->slots_moving == 0) {
+      for (const auto& m : status->members) {
+        if (m.role == "server" && m.id == server && (m.slots > 0) == owns) {
+          return Clock::now();
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::fprintf(stderr, "elastic_bench: slots not in place in time\n");
+  std::exit(1);
+}
+
+void WaitSteps(Trainer& t, size_t n) {
+  const size_t target = t.steps() + n;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(FLAGS_timeout_ms);
+  while (t.steps() < target && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+struct Run {
+  double join_ms = 0, join_mbps = 0, moved_mb = 0;
+  double drain_ms = 0, drain_placed_ms = 0;
+  double steady_step_ms = 0, join_step_ms = 0, drain_step_ms = 0;
+  double worker_first_push_ms = 0, worker_first_step_ms = 0;
+};
+
+Run OneRun(int size_mb) {
+  Run run;
+  ductile::CoordinatorOptions c;
+  c.bind_address = "tcp://127.0.0.1:0";
+  c.num_servers = 2;
+  c.num_workers = 1;
+  c.num_slots = FLAGS_slots;
+  c.heartbeat_timeout_ms = 600000;
+  auto coordinator = ductile::Coordinator::Start(c);
+  Check(coordinator.status(), "coordinator");
+  const std::string address = (*coordinator)->address();
+  std::vector<std::unique_ptr<ductile::Server>> servers;
+  ductile::ServerOptions so;
+  so.coordinator_address = address;
+  for (int i = 0; i < 2; ++i) {
+    auto s = ductile::Server::Start(so);
+    Check(s.status(), "server");
+    servers.push_back(std::move(*s));
+  }
+  ductile::ClientOptions co;
+  co.coordinator_address = address;
+  co.request_timeout_ms = FLAGS_timeout_ms;
+  co.connect_timeout_ms = FLAGS_timeout_ms;
+  auto client = ductile::Client::Connect(co);
+  Check(client.status(), "worker");
+  ductile::TableOptions t;
+  t.name = "model";
+  t.value_width = static_cast<uint32_t>(FLAGS_width);
+  t.rule = ductile::UpdateRule::kSgd;
+  t.learning_rate = 0.1f;
+  t.consistency = {ductile::ConsistencyMode::kSsp, 1};
+  auto table = (*client)->CreateTable(t);
+  Check(table.status(), "table");
+  const size_t keys_n = std::max<size_t>(
+      1, static_cast<size_t>(size_mb) * 1000000 / (FLAGS_width * 4));
+  std::vector<ductile::Key> keys(keys_n);
+  for (size_t i = 0; i < keys_n; ++i) keys[i] = i;
+  const size_t floats = keys_n * FLAGS_width;
+
+  Trainer trainer(**client, *table, keys, floats);
+  trainer.Start();
+  WaitSteps(trainer, 5);
+
+  // A server joins.
+  const Clock::time_point join_start = Clock::now();
+  auto joined = ductile::Server::Start(so);
+  Check(joined.status(), "joining server");
+  const int32_t joined_id = (*joined)->id();
+  const Clock::time_point join_end = WaitPlaced(address, joined_id, true);
+  run.join_ms = Ms(join_end - join_start);
+  run.moved_mb = static_cast<double>((*joined)->counters().keys_stored) *
+                 FLAGS_width * 4 / 1e6;
+  run.join_mbps = run.moved_mb / (run.join_ms / 1000);
+  run.steady_step_ms = trainer.MedianStepMs(Clock::time_point(), join_start);
+  run.join_step_ms = trainer.MedianOverlappingMs(join_start, join_end);
+  WaitSteps(trainer, 3);
+
+  // A worker joins: its first push of the whole model, then its first step.
+  {
+    std::vector<float> grad(floats, 1e-6f), model(floats);
+    const Clock::time_point t0 = Clock::now();
+    auto second = ductile::Client::Connect(co);
+    Check(second.status(), "joining worker");
+    auto id = (*second)->CreateTable(t);
+    Check(id.status(), "joining worker's table");
+    Check((*second)->Push(*id, keys, grad), "joining worker's push");
+    run.worker_first_push_ms = Ms(Clock::now() - t0);
+    (*second)->Clock();
+    Check((*second)->Pull(*id, keys, model), "joining worker's pull");
+    run.worker_first_step_ms = Ms(Clock::now() - t0);
+    Check((*second)->Leave(), "leave");
+  }
+  WaitSteps(trainer, 3);
+
+  // The joined server is drained.
+  const Clock::time_point drain_start = Clock::now();
+  std::atomic<bool> drained{false};
+  Status drain;
+  std::thread drainer([&] {
+    drain = ductile::RequestDrainServer(address, joined_id, FLAGS_timeout_ms);
+    drained.store(true);
+  });
+  const Clock::time_point placed = WaitPlaced(address, joined_id, false);
+  drainer.join();
+  Check(drain, "drain");
+  run.drain_placed_ms = Ms(placed - drain_start);
+  run.drain_ms = Ms(Clock::now() - drain_start);
+  run.drain_step_ms = trainer.MedianOverlappingMs(drain_start, placed);
+  trainer.Stop();
+  (*joined)->Wait().IgnoreError();
+  (*client)->Finish().IgnoreError();
+  return run;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("elastic_bench [--sizes_mb=100] [--repeats=3]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  std::vector<int> sizes;
+  std::stringstream in(FLAGS_sizes_mb);
+  for (std::string s; std::getline(in, s, ',');) sizes.push_back(std::stoi(s));
+  std::printf("%8s %10s %10s %9s %11s %11s %10s %10s %10s %12s %12s\n",
+              "size_MB", "moved_MB", "join_ms", "join_MB/s", "drain_ms",
+              "placed_ms", "step_ms", "join_step", "drain_step", "worker_push",
+              "worker_step");
+  for (int size : sizes) {
+    std::vector<Run> runs;
+    for (int r = 0; r < FLAGS_repeats; ++r) {
+      runs.push_back(OneRun(size));
+      std::fprintf(stderr, "size %d MB run %d: join %.0f ms (%.1f MB/s)\n",
+                   size, r + 1, runs.back().join_ms, runs.back().join_mbps);
+    }
+    auto med = [&](double Run::*field) {
+      std::vector<double> v;
+      for (const Run& r : runs) v.push_back(r.*field);
+      return Median(v);
+    };
+    std::printf(
+        "%8d %10.1f %10.1f %9.1f %11.1f %11.1f %10.1f %10.1f %10.1f %12.1f "
+        "%12.1f\n",
+        size, med(&Run::moved_mb), med(&Run::join_ms), med(&Run::join_mbps),
+        med(&Run::drain_ms), med(&Run::drain_placed_ms),
+        med(&Run::steady_step_ms), med(&Run::join_step_ms),
+        med(&Run::drain_step_ms), med(&Run::worker_first_push_ms),
+        med(&Run::worker_first_step_ms));
+    std::fflush(stdout);
+  }
+  return 0;
+}

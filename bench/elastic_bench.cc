@@ -234,8 +234,8 @@ Run OneRun(int size_mb) {
                  FLAGS_width * 4 / 1e6;
   run.join_mbps = run.moved_mb / (run.join_ms / 1000);
   run.steady_step_ms = trainer.MedianStepMs(Clock::time_point(), join_start);
+  WaitSteps(trainer, 3);  // (the step under way during the move ends)
   run.join_step_ms = trainer.MedianOverlappingMs(join_start, join_end);
-  WaitSteps(trainer, 3);
 
   // A worker joins: its first push of the whole model, then its first step.
   {

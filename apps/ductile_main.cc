@@ -84,6 +84,11 @@ DEFINE_string(kill_schedule, "",
               "random clocks from 10 to the job's estimated length, drawn "
               "with --seed) or random:K@clock=A-B. Killed servers and "
               "coordinators are restarted, killed workers are not");
+DEFINE_string(resize_schedule, "",
+              "local: resize the job as it runs. Comma-separated items "
+              "workers=N@clock=C and servers=M@clock=C: new workers and "
+              "servers join the running job (slots move to new servers with "
+              "their keys); the newest are drained when there are too many");
 
 // App.
 DEFINE_string(app, "fmnist-logreg",
@@ -434,6 +439,9 @@ int RunLocal() {
     if (!schedule.ok()) return Fail(schedule.status());
     o.kill_schedule = std::move(*schedule);
   }
+  auto resizes = ductile::apps::ParseResizeSchedule(FLAGS_resize_schedule);
+  if (!resizes.ok()) return Fail(resizes.status());
+  o.resize_schedule = std::move(*resizes);
   const std::string log = FLAGS_verbose ? "--minloglevel=0" : "--minloglevel=1";
   // A local job keeps checkpoints unless told otherwise: a crashed server
   // then costs at most that many clocks.
@@ -483,7 +491,8 @@ const std::vector<Command>& Commands() {
        "train --app",
        {"servers", "workers", "slots", "heartbeat_timeout_ms", "timeout_ms",
         "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
-        "checkpoint_timeout_ms", "keep_checkpoints", "kill_schedule"},
+        "checkpoint_timeout_ms", "keep_checkpoints", "kill_schedule",
+        "resize_schedule"},
        true,
        RunLocal},
       {"coordinator",

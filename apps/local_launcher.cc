@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <string_view>
@@ -63,6 +64,47 @@ int64_t Draw(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 }
 
 }  // namespace
+
+Result<std::vector<ResizeEvent>> ParseResizeSchedule(const std::string& spec) {
+  std::vector<ResizeEvent> events;
+  std::string_view rest = spec;
+  while (!Trim(rest).empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item(Trim(rest.substr(0, comma)));
+    rest = comma == std::string_view::npos ? std::string_view()
+                                           : rest.substr(comma + 1);
+    const auto bad = [&](const std::string& why) {
+      return InvalidArgumentError("--resize_schedule: '" + item + "': " + why +
+                                  " (e.g. workers=4@clock=300,servers=3@"
+                                  "clock=600)");
+    };
+    const size_t eq = item.find('=');
+    const size_t at = item.find("@clock=");
+    if (eq == std::string::npos || at == std::string::npos || at < eq) {
+      return bad("expected ROLE=COUNT@clock=N");
+    }
+    const std::string role = item.substr(0, eq);
+    if (role != "workers" && role != "servers") {
+      return bad("the role is workers or servers");
+    }
+    int64_t count = 0, clock = 0;
+    if (!ParseCount(std::string_view(item).substr(eq + 1, at - eq - 1),
+                    &count) ||
+        count < 1 || count > 1024) {
+      return bad("the count is a number from 1 to 1024");
+    }
+    if (!ParseCount(std::string_view(item).substr(at + 7), &clock) ||
+        clock < 1) {
+      return bad("the clock is a number >= 1");
+    }
+    events.push_back({role == "servers", static_cast<int>(count), clock});
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const ResizeEvent& a, const ResizeEvent& b) {
+                     return a.clock < b.clock;
+                   });
+  return events;
+}
 
 std::string KillTargetName(const KillEvent& event) {
   switch (event.role) {
@@ -308,6 +350,7 @@ struct Child {
   bool finished = false;          // a worker that exited with status 0
   bool dropped = false;           // a worker that was killed: not restarted
   bool scheduled_kill = false;    // the schedule killed the running process
+  bool drained = false;           // resized away (drained; exits by itself)
 };
 
 // Owns the children. Used from the launching thread only.
@@ -410,6 +453,29 @@ class Supervisor {
       if (c.role == Role::kWorker && !c.finished && !c.dropped) return false;
     }
     return true;
+  }
+  // Children of `role` still in the job (not finished, dropped or
+  // drained), highest id first.
+  std::vector<int> Active(Role role) const {
+    std::vector<int> ids;
+    for (const Child& c : children_) {
+      if (c.role == role && !c.finished && !c.dropped && !c.drained) {
+        ids.push_back(c.id);
+      }
+    }
+    std::sort(ids.rbegin(), ids.rend());
+    return ids;
+  }
+  // The id the next child of `role` gets.
+  int NextId(Role role) const {
+    int n = 0;
+    for (const Child& c : children_) n += c.role == role ? 1 : 0;
+    return n;
+  }
+  void MarkDrained(Role role, int id) {
+    for (Child& c : children_) {
+      if (c.role == role && c.id == id) c.drained = true;
+    }
   }
   int WorkersFinished() const {
     int n = 0;
@@ -595,28 +661,108 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                address.c_str(), options.num_servers, options.num_workers,
                state_dir.c_str());
 
-  for (int i = 0; i < options.num_servers; ++i) {
+  const auto start_server = [&](int id) {
     std::vector<std::string> a = {options.program, "server",
                                   "--coordinator=" + address,
-                                  "--server_id=" + std::to_string(i),
+                                  "--server_id=" + std::to_string(id),
                                   "--state_dir=" + state_dir.string()};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
-    DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kServer, i, std::move(a)));
-  }
-  for (int i = 0; i < options.num_workers; ++i) {
+    return supervisor.Start(Role::kServer, id, std::move(a));
+  };
+  const auto start_worker = [&](int id) {
     std::vector<std::string> a = {options.program, "worker",
                                   "--coordinator=" + address,
-                                  "--worker_id=" + std::to_string(i)};
+                                  "--worker_id=" + std::to_string(id)};
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
-    DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kWorker, i, std::move(a)));
+    return supervisor.Start(Role::kWorker, id, std::move(a));
+  };
+  for (int i = 0; i < options.num_servers; ++i) {
+    DUCTILE_RETURN_IF_ERROR(start_server(i));
+  }
+  for (int i = 0; i < options.num_workers; ++i) {
+    DUCTILE_RETURN_IF_ERROR(start_worker(i));
   }
 
+  // Resizes: start members, or drain them.
+  // Members to drain, tried at each poll until they have registered; a
+  // server's drain (slots moving, then a linger) runs on a thread of its
+  // own, so that supervision goes on meanwhile.
+  struct Drain {
+    Role role;
+    int id;
+    int attempts = 0;
+    std::future<Status> running;
+  };
+  std::vector<Drain> drains;
+  const auto resize_log = [](const std::string& line) {
+    std::printf("resize-schedule: %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  const auto resize = [&](const ResizeEvent& e, int64_t clock) -> Status {
+    const Role role = e.servers ? Role::kServer : Role::kWorker;
+    const std::vector<int> active = supervisor.Active(role);
+    const int now = static_cast<int>(active.size());
+    std::string line = std::string(e.servers ? "servers " : "workers ") +
+                       std::to_string(now) + " -> " + std::to_string(e.count) +
+                       " at clock " + std::to_string(clock) + ":";
+    for (int i = now; i < e.count; ++i) {
+      const int id = supervisor.NextId(role);
+      DUCTILE_RETURN_IF_ERROR(e.servers ? start_server(id) : start_worker(id));
+      line += " started " + std::string(RoleName(role)) + " " +
+              std::to_string(id) + ";";
+    }
+    for (int i = 0; i < now - e.count; ++i) {
+      const int id = active[i];  // the newest first
+      supervisor.MarkDrained(role, id);
+      drains.push_back({role, id});
+      line += " draining " + std::string(RoleName(role)) + " " +
+              std::to_string(id) + ";";
+    }
+    resize_log(line);
+    return Status::Ok();
+  };
+  // A member started by a resize may not have registered yet: its drain
+  // is tried again at the next polls (for up to a minute).
+  const auto drain_pending = [&]() {
+    for (auto it = drains.begin(); it != drains.end();) {
+      const std::string name =
+          std::string(RoleName(it->role)) + " " + std::to_string(it->id);
+      if (!it->running.valid()) {
+        const Role role = it->role;
+        const int id = it->id;
+        it->running = std::async(std::launch::async, [address, role, id] {
+          return role == Role::kServer
+                     ? RequestDrainServer(address, id, 120000)
+                     : RequestDrainWorker(address, id, kClockQueryTimeoutMs);
+        });
+      }
+      if (it->running.wait_for(std::chrono::seconds(0)) !=
+          std::future_status::ready) {
+        ++it;
+        continue;
+      }
+      const Status s = it->running.get();
+      if (s.ok()) {
+        resize_log("drained " + name);
+      } else if (s.code() == StatusCode::kNotFound && ++it->attempts < 300) {
+        ++it;
+        continue;
+      } else {
+        resize_log("could not drain " + name + ": " + s.message());
+      }
+      it = drains.erase(it);
+    }
+  };
+
   // Supervise: a failed child or a signal stops everything; crashes are
-  // recovered from (Supervisor::Reap); kills are delivered on schedule.
-  size_t next_kill = 0;
+  // recovered from (Supervisor::Reap); kills and resizes are delivered on
+  // schedule.
+  const std::vector<ResizeEvent>& resizes = options.resize_schedule;
+  size_t next_kill = 0, next_resize = 0;
   auto next_poll = SteadyClock::now();
   while (!supervisor.WorkersDone()) {
-    const bool kill_pending = next_kill < schedule.size();
+    const bool kill_pending = next_kill < schedule.size() ||
+                              next_resize < resizes.size() || !drains.empty();
     int wait_ms = 200;
     if (kill_pending) {
       wait_ms = static_cast<int>(std::clamp<int64_t>(
@@ -651,11 +797,26 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
           supervisor.Kill(schedule[next_kill], *clock)) {
         ++next_kill;
       }
+      if (clock.ok() && next_resize < resizes.size() &&
+          resizes[next_resize].clock <= *clock) {
+        Status s = resize(resizes[next_resize++], *clock);
+        if (!s.ok()) {
+          supervisor.KillAll(3000);
+          return s;
+        }
+      }
+      drain_pending();
     }
   }
   if (next_kill < schedule.size()) {
     KillLog(std::to_string(schedule.size() - next_kill) +
             " kill(s) not reached before the workers finished");
+  }
+  if (next_resize < resizes.size()) {
+    std::printf(
+        "resize-schedule: %zu resize(s) not reached before the "
+        "workers finished\n",
+        resizes.size() - next_resize);
   }
   // Workers are done: the coordinator shuts the servers down by itself.
   // It does not know a killed worker is gone for good, and would wait

@@ -100,6 +100,24 @@ Result<std::vector<KillEvent>> ParseKillSchedule(
 // "server 1", "worker 0", "coordinator".
 std::string KillTargetName(const KillEvent& event);
 
+// One step of a resize schedule: the job's workers or servers become
+// `count` once the job reaches `clock` (docs/elasticity.md). More workers:
+// new `ductile worker` processes join; fewer: the newest are drained
+// (`ductile drain worker:N`) and leave at their next step. More servers:
+// new `ductile server` processes join and slots move to them; fewer: the
+// newest are drained (their slots move away) and stop.
+struct ResizeEvent {
+  bool servers = false;  // servers, or workers
+  int count = 0;         // >= 1
+  int64_t clock = 0;     // >= 1
+  bool operator==(const ResizeEvent&) const = default;
+};
+
+// Parses "workers=4@clock=300,servers=3@clock=600,workers=1@clock=900":
+// returns the events ordered by clock, or InvalidArgument naming the bad
+// item (unknown role, a count or clock that is not a positive number).
+Result<std::vector<ResizeEvent>> ParseResizeSchedule(const std::string& spec);
+
 struct LocalClusterOptions {
   std::string program;  // path of the ductile binary (children run it)
   int num_servers = 2;
@@ -118,6 +136,8 @@ struct LocalClusterOptions {
   std::string state_dir;
   // SIGKILLs to deliver as the job runs (ParseKillSchedule), in any order.
   std::vector<KillEvent> kill_schedule;
+  // Resizes of the job as it runs (ParseResizeSchedule), in clock order.
+  std::vector<ResizeEvent> resize_schedule;
   // After the workers finish, how long the coordinator and servers get to
   // exit by themselves before they are killed.
   int shutdown_grace_ms = 10000;

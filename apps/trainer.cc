@@ -1,6 +1,7 @@
 #include "apps/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/compute_backend.h"
@@ -180,6 +182,19 @@ class DataPosition {
     return Status::Ok();
   }
 
+  // Where a worker starts: at the first epoch, or, for a worker that
+  // joined a running job (its clock is the job's), at the start of the
+  // epoch the job is in, split among the live workers.
+  Status StartAtJobClock(size_t batch_size) {
+    const int64_t clock = client_.clock();
+    if (clock <= 0) return StartEpoch(0);
+    const uint64_t world = std::max<size_t>(1, client_.live_workers().size());
+    const uint64_t share = (num_samples_ + world - 1) / world;
+    const uint64_t steps =
+        std::max<uint64_t>(1, (share + batch_size - 1) / batch_size);
+    return StartEpoch(static_cast<uint64_t>(clock) / steps);
+  }
+
   // After a rollback: back to the state recorded at the checkpoint's clock
   // (the start, when there was none), counters included.
   Status Restore(const std::string& saved) {
@@ -260,6 +275,27 @@ bool IsLead(const Client& client) {
                       : live.front() == client.worker_id();
 }
 
+// The barrier after a worker's last step. Workers do not all end at one
+// clock (one joined late, shares differ by a batch): one that waits here
+// keeps its clock moving, pushing nothing, so that it never holds back the
+// others' staleness bound or BSP clocks while they finish.
+Status FinalBarrier(Client& client, DataPosition& data) {
+  std::atomic<bool> passed{false};
+  Status s;
+  std::thread barrier([&] {
+    s = client.Barrier();
+    passed.store(true);
+  });
+  while (!passed.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (passed.load()) break;
+    client.Clock();
+    data.Record();  // where it is (done) at every clock
+  }
+  barrier.join();
+  return s;
+}
+
 // One app's step: pull, gradient (its loss checked with CheckLoss before
 // anything is pushed) and push for `batch`, indices into its training set
 // of epoch `epoch`. Returns the batch's loss.
@@ -323,7 +359,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     // evaluation. A checkpoint may be taken at the final clock meanwhile:
     // it needs this worker's position there.
     if (!training) data.Record();
-    Status s = training ? one_step() : client.Barrier();
+    Status s = training ? one_step() : FinalBarrier(client, data);
     if (s.ok() && !training) return Status::Ok();
     if (s.ok()) continue;
     abandon();
@@ -525,9 +561,11 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   }
   ParamTensors tensors;
   DUCTILE_RETURN_IF_ERROR(tensors.Register(client, o, model->Blocks()));
-  DUCTILE_RETURN_IF_ERROR(client.Barrier());
+  // Everyone starts together; a worker joining a running job does not
+  // wait for the others (they are past that barrier).
+  if (client.clock() == 0) DUCTILE_RETURN_IF_ERROR(client.Barrier());
   DataPosition data(client, train->num_samples, o.seed);
-  DUCTILE_RETURN_IF_ERROR(data.StartEpoch(0));
+  DUCTILE_RETURN_IF_ERROR(data.StartAtJobClock(o.batch_size));
 
   std::vector<float> params(model->num_params()), grad(model->num_params());
   // Where the model allows reads one step old (async, SSP with s >= 1), the
@@ -645,9 +683,9 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     DUCTILE_RETURN_IF_ERROR(id.status());
     tables[i] = *id;
   }
-  DUCTILE_RETURN_IF_ERROR(client.Barrier());
+  if (client.clock() == 0) DUCTILE_RETURN_IF_ERROR(client.Barrier());
   DataPosition position(client, data.train.size(), o.seed);
-  DUCTILE_RETURN_IF_ERROR(position.StartEpoch(0));
+  DUCTILE_RETURN_IF_ERROR(position.StartAtJobClock(o.batch_size));
 
   const uint64_t steps_per_epoch =
       (position.cursor().share_size() + o.batch_size - 1) / o.batch_size;
@@ -719,13 +757,12 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
 Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
   DUCTILE_RETURN_IF_ERROR(Validate(options));
   const int rank = client.worker_id();
-  const int world = client.num_workers();
-  if (rank < 0 || world < 1 || rank >= world) {
-    return FailedPreconditionError(
-        "worker id " + std::to_string(rank) + " is outside the job's " +
-        std::to_string(world) +
-        " workers (start the coordinator with --workers)");
+  if (rank < 0) {
+    return FailedPreconditionError("this client is not registered as a worker");
   }
+  // The workers the job started with; a worker that joined later counts
+  // itself too (the data is split among the live workers each epoch).
+  const int world = std::max(client.num_workers(), rank + 1);
   if (options.app == "fmnist-logreg" || options.app == "fmnist-mlp") {
     return RunClassifier(client, options, rank, world);
   }

@@ -307,6 +307,9 @@ void CoordinatorNode::StartRecovery(const std::string& why) {
 void CoordinatorNode::BeginShutdown() {
   if (ctx_.shutting_down) return;
   ctx_.shutting_down = true;
+  // Moves under way end; a drain waiting for its server's linger is
+  // answered (its slots had moved).
+  migrations_.AbortAll(UnavailableError("the cluster is shutting down"));
   membership_.AnnounceShutdown();
   barriers_.AbortAll(UnavailableError("cluster shut down"));
   shutdown_at_ = env_->Now() + kShutdownFlush;

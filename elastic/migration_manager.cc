@@ -171,11 +171,13 @@ void MigrationManager::Launch() {
   }
 }
 
-void MigrationManager::CheckTimers() {
+void MigrationManager::CheckTimers() { CheckTimers(/*stop_all=*/false); }
+
+void MigrationManager::CheckTimers(bool stop_all) {
   if (plan_ && !launched_ && !checkpoint_busy_()) Launch();
   const TimePoint now = ctx_.Now();
   for (auto it = stops_.begin(); it != stops_.end();) {
-    if (now < it->at) {
+    if (!stop_all && now < it->at) {
       ++it;
       continue;
     }
@@ -191,7 +193,15 @@ void MigrationManager::CheckTimers() {
       LOG(INFO) << "coordinator: server " << it->server
                 << " drained and stopped";
     }
-    for (Done& done : it->done) routing_.WhenInstalled(std::move(done));
+    for (Done& done : it->done) {
+      // Its slots are elsewhere; when stopping everything, nobody waits
+      // for the servers to install the last routing.
+      if (stop_all) {
+        done(Status::Ok());
+      } else {
+        routing_.WhenInstalled(std::move(done));
+      }
+    }
     it = stops_.erase(it);
   }
 }
@@ -273,8 +283,7 @@ void MigrationManager::MaybeFinish() {
 void MigrationManager::AbortAll(const Status& status) {
   rebalance_pending_ = false;
   // Drained servers waiting out their linger stop now: they own nothing.
-  for (Stop& s : stops_) s.at = ctx_.Now();
-  CheckTimers();
+  CheckTimers(/*stop_all=*/true);
   for (auto& [id, m] : ctx_.state.servers) m.draining = false;
   wire::Header abort;
   abort.set_type(wire::MIGRATE_ABORT);

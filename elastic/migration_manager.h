@@ -56,7 +56,8 @@ class MigrationManager {
   void MoveSlot(int32_t slot, int32_t server, Done done);
   // MIGRATE_DONE from a source.
   void HandleDone(const wire::Header& h);
-  // Timers: starts a plan that waited for a checkpoint round.
+  // Timers: starts a plan that waited for a checkpoint round; stops the
+  // drained servers whose linger is over.
   void CheckTimers();
   // A rollback or a restart: every move is abandoned (the servers are
   // told), every waiter gets `status`.
@@ -89,6 +90,8 @@ class MigrationManager {
              std::optional<int32_t> drained, Done done);
   void Launch();
   void MaybeFinish();
+  // `stop_all`: every drained server stops now, its drain answered.
+  void CheckTimers(bool stop_all);
   // The slots each live server (not being drained) owns.
   std::map<int32_t, int32_t> Load() const;
 

@@ -405,6 +405,38 @@ TEST(LocalCluster, ADrainedWorkerLeavesAndTheOthersFinishTheJob) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// --resize_schedule: workers 2 -> 4 -> 1 -> 3 and servers 2 -> 3 -> 2
+// while logistic regression trains; the job still reaches its accuracy.
+TEST(LocalCluster, TrainsThroughAResizeSchedule) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--workers=2", "--epochs=2", "--log_every=100",
+             "--consistency=ssp", "--staleness=2", "--min_accuracy=0.78",
+             "--resize_schedule=workers=4@clock=100,servers=3@clock=200,"
+             "workers=1@clock=350,servers=2@clock=450,workers=3@clock=550",
+             marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  const std::string out = p.output();
+  for (const char* line : {"workers 2 -> 4 at clock", "started worker 3;",
+                           "servers 2 -> 3 at clock", "started server 2;",
+                           "workers 4 -> 1 at clock", "servers 3 -> 2 at clock",
+                           "drained server 2", "workers 1 -> 3 at clock",
+                           "started worker 5;", "final test accuracy"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(Cli, BadResizeSchedulesAreRefused) {
+  for (const char* bad : {"workers=0@clock=5", "clients=2@clock=5", "workers=2",
+                          "servers=2@clock=x"}) {
+    Process p({kBinary, "local", std::string("--resize_schedule=") + bad});
+    EXPECT_EQ(ExitCode(p.Wait(std::chrono::seconds(30))), 1) << p.output();
+    EXPECT_NE(p.output().find("--resize_schedule"), std::string::npos)
+        << p.output();
+  }
+}
+
 TEST(Cli, DrainNamesWhatItTakes) {
   Process bad({kBinary, "drain", "--coordinator=ipc:///nonexistent", "server"});
   EXPECT_EQ(ExitCode(bad.Wait(std::chrono::seconds(30))), 1) << bad.output();

@@ -62,6 +62,8 @@ class CoordinatorNode {
   void MoveSlot(int32_t slot, int32_t server_id,
                 std::function<void(const Status&)> done);
   void Checkpoint(std::function<void(const Result<int64_t>&)> done);
+  // The cluster is shutting down (every worker finished, or asked to).
+  bool finishing() const { return ctx_.shutting_down; }
   // Moves every slot of `server` away, then stops it (`ductile drain
   // server:N`); `done` runs once it is out.
   void DrainServer(int32_t server, std::function<void(const Status&)> done);

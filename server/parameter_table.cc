@@ -86,12 +86,7 @@ void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {
   for (Key key : changed_) {
     Entry& e = entries_.at(key);
     e.changed = false;
-    EntryRecord& r = out->emplace_back();
-    r.table = id_;
-    r.key = key;
-    r.value = e.value;
-    r.state = e.state;
-    r.steps = e.steps;
+    out->push_back(ToRecord(key, e));
   }
   changed_.clear();
 }

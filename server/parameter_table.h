@@ -66,13 +66,7 @@ class ParameterTable {
   template <typename Pred>
   void Export(Pred&& pred, std::vector<EntryRecord>* out) const {
     for (const auto& [key, e] : entries_) {
-      if (!pred(key)) continue;
-      EntryRecord& r = out->emplace_back();
-      r.table = id_;
-      r.key = key;
-      r.value = e.value;
-      r.state = e.state;
-      r.steps = e.steps;
+      if (pred(key)) out->push_back(ToRecord(key, e));
     }
   }
   // Removes the keys for which `pred(key)` holds (their slots moved away);
@@ -105,6 +99,9 @@ class ParameterTable {
     }
   }
   Entry& FindOrCreate(Key key, uint32_t width);
+  EntryRecord ToRecord(Key key, const Entry& e) const {
+    return EntryRecord{id_, key, e.value, e.state, e.steps};
+  }
   Status CheckWidths(const DataFrames& request) const;
 
   const TableId id_;

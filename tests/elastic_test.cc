@@ -298,127 +298,95 @@ bool WaitForSlots(const std::string& address, int32_t server) {
   return false;
 }
 
-class ServerMoves : public ::testing::TestWithParam<ConsistencyMode> {};
+// Two workers training the count table to kEnd while `change` runs: they
+// hold at kHold until it has returned, so that it happens while they run.
+// Then checks every read (BSP: exactly the pushes of the clocks before,
+// the same on every key; SSP(1): within its bound) and, after a barrier,
+// that the final state has every push once.
+class ServerMoves : public ::testing::TestWithParam<ConsistencyMode> {
+ protected:
+  static constexpr int64_t kEnd = 60, kHold = 45;
 
-// A server started against a running job takes its share of the slots,
-// with their keys, while the workers go on; every read stays exact (BSP:
-// the pushes of every clock before, exactly) and the final state has every
-// push once.
-TEST_P(ServerMoves, AServerJoiningTakesItsShareWhileTrainingGoesOn) {
-  TestCluster cluster({.num_servers = 2, .num_workers = 2, .num_slots = 48});
-  auto a = ConnectWorker(cluster);
-  auto b = ConnectWorker(cluster);
-  ASSERT_TRUE(a && b);
-  const TableOptions t = CountTable(GetParam(), 1);
-  auto table = a->CreateTable(t);
-  ASSERT_TRUE(table.ok()) << table.status();
-  ASSERT_TRUE(b->CreateTable(t).ok());
-  constexpr int64_t kEnd = 60, kHold = 45;
-  Reads ra, rb;
-  Status sa, sb;
-  std::atomic<bool> moved{false};
-  // The workers hold at kHold until the move is done, so it happens while
-  // they run.
-  auto hold = [&](int64_t clock) {
-    while (clock == kHold && !moved.load()) {
+  void TrainDuring(TestCluster& cluster, const std::function<void()>& change) {
+    auto a = ConnectWorker(cluster);
+    auto b = ConnectWorker(cluster);
+    ASSERT_TRUE(a && b);
+    const TableOptions t = CountTable(GetParam(), 1);
+    auto table = a->CreateTable(t);
+    ASSERT_TRUE(table.ok()) << table.status();
+    ASSERT_TRUE(b->CreateTable(t).ok());
+    Reads ra, rb;
+    Status sa, sb;
+    std::atomic<bool> changed{false};
+    auto hold = [&](int64_t clock) {
+      while (clock == kHold && !changed.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    };
+    std::thread ta([&] { sa = RunSteps(*a, *table, kEnd, &ra, hold); });
+    std::thread tb([&] { sb = RunSteps(*b, *table, kEnd, &rb, hold); });
+    while (a->clock() < 10) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-  };
-  std::thread ta([&] { sa = RunSteps(*a, *table, kEnd, &ra, hold); });
-  std::thread tb([&] { sb = RunSteps(*b, *table, kEnd, &rb, hold); });
-  while (a->clock() < 10) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    change();
+    changed.store(true);
+    ta.join();
+    tb.join();
+    ASSERT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
+    for (const Reads* r : {&ra, &rb}) {
+      // (Under SSP and async one pull's servers may be at different points.)
+      if (GetParam() == ConsistencyMode::kBsp) EXPECT_TRUE(r->uniform);
+      for (const auto& [clock, value] : r->at) {
+        if (GetParam() == ConsistencyMode::kBsp) {
+          EXPECT_EQ(value, 2.0f * clock) << "read at clock " << clock
+                                         << " by worker " << (r == &ra ? 0 : 1);
+        } else if (GetParam() == ConsistencyMode::kSsp) {  // SSP(1)
+          EXPECT_GE(value, 2.0f * (clock - 1)) << "read at clock " << clock;
+        }
+        EXPECT_LE(value, 2.0f * kEnd) << "read at clock " << clock;
+      }
+    }
+    // Every push once: the keys that moved kept their counts.
+    std::thread bar([&] { sb = b->Barrier(); });
+    sa = a->Barrier();
+    bar.join();
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    std::vector<float> out(kKeys);
+    ASSERT_TRUE(a->Pull(*table, AllKeys(), out).ok());
+    for (float v : out) EXPECT_EQ(v, 2.0f * kEnd);
   }
-  const int joined = cluster.AddServer();
-  const bool balanced = WaitForSlots(cluster.address(), joined);
-  moved.store(true);
-  ta.join();
-  tb.join();
+};
+
+// A server started against a running job takes its share of the slots,
+// with their keys, while the workers go on.
+TEST_P(ServerMoves, AServerJoiningTakesItsShareWhileTrainingGoesOn) {
+  TestCluster cluster({.num_servers = 2, .num_workers = 2, .num_slots = 48});
+  int joined = -1;
+  bool balanced = false;
+  TrainDuring(cluster, [&] {
+    joined = cluster.AddServer();
+    balanced = WaitForSlots(cluster.address(), joined);
+  });
   ASSERT_TRUE(balanced);
-  ASSERT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
   EXPECT_EQ(SlotsByServer(cluster.address()),
             (std::map<int32_t, int32_t>{{0, 16}, {1, 16}, {2, 16}}));
   EXPECT_GT(cluster.server(joined).counters().keys_stored, 0u);
-  for (const Reads* r : {&ra, &rb}) {
-    // (Under SSP and async one pull's servers may be at different points.)
-    if (GetParam() == ConsistencyMode::kBsp) EXPECT_TRUE(r->uniform);
-    for (const auto& [clock, value] : r->at) {
-      if (GetParam() == ConsistencyMode::kBsp) {
-        EXPECT_EQ(value, 2.0f * clock)
-            << "read at clock " << clock << " by worker " << (r == &ra ? 0 : 1);
-      } else if (GetParam() == ConsistencyMode::kSsp) {  // SSP(1)
-        EXPECT_GE(value, 2.0f * (clock - 1)) << "read at clock " << clock;
-      }
-      EXPECT_LE(value, 2.0f * kEnd) << "read at clock " << clock;
-    }
-  }
-  // Every push once: the keys that moved kept their counts.
-  std::thread bar([&] { sb = b->Barrier(); });
-  sa = a->Barrier();
-  bar.join();
-  ASSERT_TRUE(sa.ok() && sb.ok());
-  std::vector<float> out(kKeys);
-  ASSERT_TRUE(a->Pull(*table, AllKeys(), out).ok());
-  for (float v : out) EXPECT_EQ(v, 2.0f * kEnd);
 }
 
 // `ductile drain server:N`: its slots move, with their keys, to the
 // others while the workers go on, then it stops.
 TEST_P(ServerMoves, ADrainedServerHandsItsSlotsOverAndStops) {
   TestCluster cluster({.num_servers = 3, .num_workers = 2, .num_slots = 48});
-  auto a = ConnectWorker(cluster);
-  auto b = ConnectWorker(cluster);
-  ASSERT_TRUE(a && b);
-  const TableOptions t = CountTable(GetParam(), 1);
-  auto table = a->CreateTable(t);
-  ASSERT_TRUE(table.ok()) << table.status();
-  ASSERT_TRUE(b->CreateTable(t).ok());
-  constexpr int64_t kEnd = 60, kHold = 45;
-  Reads ra, rb;
-  Status sa, sb;
-  std::atomic<bool> drained{false};
-  auto hold = [&](int64_t clock) {
-    while (clock == kHold && !drained.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  };
-  std::thread ta([&] { sa = RunSteps(*a, *table, kEnd, &ra, hold); });
-  std::thread tb([&] { sb = RunSteps(*b, *table, kEnd, &rb, hold); });
-  while (a->clock() < 10) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  Status drain = RequestDrainServer(cluster.address(), 1, 60000);
-  drained.store(true);
-  ta.join();
-  tb.join();
+  Status drain;
+  TrainDuring(cluster,
+              [&] { drain = RequestDrainServer(cluster.address(), 1, 60000); });
   ASSERT_TRUE(drain.ok()) << drain;
-  ASSERT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
   EXPECT_TRUE(cluster.server(1).Wait().ok());  // it stopped
   const auto slots = SlotsByServer(cluster.address());
   EXPECT_EQ(slots.at(1), 0);
   EXPECT_EQ(slots.at(0) + slots.at(2), 48);
   EXPECT_EQ(StateOf(cluster.address(), 1, "server"), "drained");
-  for (const Reads* r : {&ra, &rb}) {
-    // (Under SSP and async one pull's servers may be at different points.)
-    if (GetParam() == ConsistencyMode::kBsp) EXPECT_TRUE(r->uniform);
-    for (const auto& [clock, value] : r->at) {
-      if (GetParam() == ConsistencyMode::kBsp) {
-        EXPECT_EQ(value, 2.0f * clock)
-            << "read at clock " << clock << " by worker " << (r == &ra ? 0 : 1);
-      } else if (GetParam() == ConsistencyMode::kSsp) {  // SSP(1)
-        EXPECT_GE(value, 2.0f * (clock - 1)) << "read at clock " << clock;
-      }
-      EXPECT_LE(value, 2.0f * kEnd) << "read at clock " << clock;
-    }
-  }
-  std::thread bar([&] { sb = b->Barrier(); });
-  sa = a->Barrier();
-  bar.join();
-  ASSERT_TRUE(sa.ok() && sb.ok());
-  std::vector<float> out(kKeys);
-  ASSERT_TRUE(a->Pull(*table, AllKeys(), out).ok());
-  for (float v : out) EXPECT_EQ(v, 2.0f * kEnd);
-  // Draining what is not there, or the last of something, is refused.
+  // Draining what is not there, or what is gone already, is refused.
   EXPECT_EQ(RequestDrainServer(cluster.address(), 9, 5000).code(),
             StatusCode::kNotFound);
   EXPECT_EQ(RequestDrainServer(cluster.address(), 1, 5000).code(),

@@ -714,7 +714,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     for (int i = 0; i < now - e.count; ++i) {
       const int id = active[i];  // the newest first
       supervisor.MarkDrained(role, id);
-      drains.push_back({role, id});
+      drains.push_back(Drain{role, id, 0, {}});
       line += " draining " + std::string(RoleName(role)) + " " +
               std::to_string(id) + ";";
     }

@@ -118,8 +118,10 @@ class ConsistencyController {
       Pred&& pred) {
     std::vector<std::pair<TableId, BspBuffer::Entry>> out;
     for (auto& [id, state] : tables_) {
-      for (auto& e : state.bsp.TakeKeys([&](Key k) { return pred(id, k); })) {
-        out.emplace_back(id, std::move(e));
+      const TableId table = id;
+      for (auto& e :
+           state.bsp.TakeKeys([&](Key k) { return pred(table, k); })) {
+        out.emplace_back(table, std::move(e));
       }
     }
     return out;

@@ -480,9 +480,11 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       info->set_last_heartbeat_ms_ago(ago);
       info->set_alive(!m.dead && ago <= ctx_.options.heartbeat_timeout_ms);
       info->set_finished(m.finished);
+      const int32_t member = id;
+      const bool worker = m.role == wire::ROLE_WORKER;
       const bool joining = std::any_of(
           admissions_.begin(), admissions_.end(), [&](const Admission& a) {
-            return !a.leave && a.worker == id && m.role == wire::ROLE_WORKER;
+            return !a.leave && a.worker == member && worker;
           });
       info->set_state(MemberState(m, *info, joining));
       if (m.role == wire::ROLE_SERVER) {

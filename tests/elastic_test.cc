@@ -335,7 +335,9 @@ class ServerMoves : public ::testing::TestWithParam<ConsistencyMode> {
     ASSERT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
     for (const Reads* r : {&ra, &rb}) {
       // (Under SSP and async one pull's servers may be at different points.)
-      if (GetParam() == ConsistencyMode::kBsp) EXPECT_TRUE(r->uniform);
+      if (GetParam() == ConsistencyMode::kBsp) {
+        EXPECT_TRUE(r->uniform);
+      }
       for (const auto& [clock, value] : r->at) {
         if (GetParam() == ConsistencyMode::kBsp) {
           EXPECT_EQ(value, 2.0f * clock) << "read at clock " << clock

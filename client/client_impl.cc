@@ -6,7 +6,6 @@
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "proto/table_config.h"
-#include "util/finite.h"
 
 namespace ductile {
 namespace {
@@ -450,17 +449,7 @@ Status ClientImpl::CheckPushValues(DataOperation& op,
   // when it goes to several servers (RequestEngine): a push to one server
   // is refused whole by that server, which checks it anyway.
   if (!cached || !table.reject_non_finite) return Status::Ok();
-  if (!AllFinite(op.values)) {
-    const size_t bad = FirstNonFinite(op.values);
-    size_t i = 0;  // the key holding float `bad`
-    while (i + 1 < op.keys.size() && op.offset(i + 1) <= bad) ++i;
-    return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
-                                std::to_string(op.keys[i]) + " of " +
-                                tables_.Name(op.table) +
-                                "; nothing was sent, table left unchanged");
-  }
-  op.values_checked = true;
-  return Status::Ok();
+  return CheckFiniteValues(op, tables_.Name(op.table));
 }
 
 bool ClientImpl::UseCache(DataOperation& op, const TableRegistry::View& table) {

@@ -1,6 +1,7 @@
 #include "client/operation.h"
 
 #include "ductile/client.h"
+#include "util/finite.h"
 
 namespace ductile {
 namespace internal {
@@ -38,5 +39,19 @@ Status Handle::Wait() const {
 }
 
 bool Handle::done() const { return !op_ || op_->done(); }
+
+Status CheckFiniteValues(DataOperation& op, const std::string& table_name) {
+  if (!AllFinite(op.values)) {
+    const size_t bad = FirstNonFinite(op.values);
+    size_t i = 0;  // the key holding float `bad`
+    while (i + 1 < op.keys.size() && op.offset(i + 1) <= bad) ++i;
+    return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
+                                std::to_string(op.keys[i]) + " of " +
+                                table_name +
+                                "; nothing was sent, table left unchanged");
+  }
+  op.values_checked = true;
+  return Status::Ok();
+}
 
 }  // namespace ductile

@@ -102,6 +102,10 @@ struct NoticeOperation : internal::Operation {
   wire::Header message;
 };
 
+// OK, or kInvalidArgument naming the key of `op`'s first NaN or infinity
+// (a push refused before anything is sent). Marks the values checked.
+Status CheckFiniteValues(DataOperation& op, const std::string& table_name);
+
 // A request to the coordinator; `reply` is filled before completion.
 struct ControlOperation : internal::Operation {
   wire::Header request;

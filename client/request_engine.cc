@@ -8,7 +8,6 @@
 #include "client/request_frames.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
-#include "util/finite.h"
 
 namespace ductile {
 namespace {
@@ -295,17 +294,7 @@ Status RequestEngine::CheckBeforeSplit(DataOperation& op) {
   if (op.type == wire::PULL || !op.reject_non_finite || op.values_checked) {
     return Status::Ok();
   }
-  if (!AllFinite(op.values)) {
-    const size_t bad = FirstNonFinite(op.values);
-    size_t i = 0;  // the key holding float `bad`
-    while (i + 1 < op.keys.size() && op.offset(i + 1) <= bad) ++i;
-    return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
-                                std::to_string(op.keys[i]) + " of " +
-                                shared_.tables->Name(op.table) +
-                                "; nothing was sent, table left unchanged");
-  }
-  op.values_checked = true;
-  return Status::Ok();
+  return CheckFiniteValues(op, shared_.tables->Name(op.table));
 }
 
 void RequestEngine::AddPart(Part part) {

@@ -175,51 +175,12 @@ void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
   ack.set_ack(true);
   ack.set_change_id(header.change_id());
   ack.set_seq(header.seq());
-  std::vector<EntryRecord> entries;
-  std::vector<SlotMover::Buffered> buffered;
-  Status s = SlotMover::ParseChunk(message, &entries, &buffered);
-  // Put in once: a chunk that arrives again is only acknowledged.
-  if (s.ok() && !mover_->FirstArrival(header.change_id(), header.seq())) {
-    return replies_.Reply(identity, ack, nullptr);
-  }
-  for (const EntryRecord& e : entries) {
-    if (s.ok() && tables_.Find(e.table) == nullptr) {
-      s = NotFoundError("no table " + std::to_string(e.table) +
-                        " for a moved key");
-    }
-  }
-  for (const SlotMover::Buffered& b : buffered) {
-    if (s.ok() && tables_.Find(b.first) == nullptr) {
-      s = NotFoundError("no table " + std::to_string(b.first) +
-                        " for a moved push");
-    }
-  }
+  Status s = mover_->Install(header, message, tables_, consistency_);
   if (!s.ok()) {
     counters_.Add(&ServerCounters::errors);
     StatusToWire(s, &ack);
-    return replies_.Reply(identity, ack, nullptr);
-  }
-  for (EntryRecord& e : entries) {
-    // Changed: this server's next checkpoint writes it.
-    tables_.Find(e.table)->Restore(std::move(e), /*changed=*/true);
-  }
-  for (SlotMover::Buffered& b : buffered) {
-    ParameterTable& table = *tables_.Find(b.first);
-    BspBuffer::Entry& e = b.second;
-    const bool mean = table.options().rule != UpdateRule::kAssign &&
-                      consistency_.latest(b.first).combine == BspCombine::kMean;
-    if (consistency_.PutBuffered(b.first, e)) continue;
-    // Its clock is over here: every push of it is in the entry.
-    if (mean && e.combined.pushes > 1) {
-      const float scale = 1.0f / static_cast<float>(e.combined.pushes);
-      for (float& x : e.combined.values) x *= scale;
-    }
-    table.ApplyOne(e.key, e.combined.values);
   }
   SetKeysStored();
-  VLOG(1) << "server " << id_ << ": " << entries.size() << " key(s), "
-          << buffered.size() << " buffered push(es) moved in (move "
-          << header.change_id() << ", chunk " << header.seq() << ")";
   replies_.Reply(identity, ack, nullptr);
 }
 
@@ -601,14 +562,8 @@ void ServerNode::OnServerClock() {
   for (auto& combined : consistency_.TakeCombined()) {
     ParameterTable* table = tables_.Find(combined.table);
     if (table == nullptr) continue;
-    const bool mean = table->options().rule != UpdateRule::kAssign &&
-                      combined.combine == BspCombine::kMean;
     for (auto& [key, c] : combined.keys) {
-      if (mean && c.pushes > 1) {
-        const float scale = 1.0f / static_cast<float>(c.pushes);
-        for (float& x : c.values) x *= scale;
-      }
-      table->ApplyOne(key, c.values);
+      table->ApplyCombined(key, c.values, c.pushes, combined.combine);
     }
     SetKeysStored();
   }

@@ -222,6 +222,42 @@ std::optional<SlotMover::TimePoint> SlotMover::NextDeadline() const {
 
 // ------------------------------------------------------------------ target
 
+Status SlotMover::Install(const wire::Header& header, const InMessage& message,
+                          TableSet& tables,
+                          ConsistencyController& consistency) {
+  std::vector<EntryRecord> entries;
+  std::vector<Buffered> buffered;
+  DUCTILE_RETURN_IF_ERROR(ParseChunk(message, &entries, &buffered));
+  for (const EntryRecord& e : entries) {
+    if (tables.Find(e.table) == nullptr) {
+      return NotFoundError("no table " + std::to_string(e.table) +
+                           " for a moved key");
+    }
+  }
+  for (const Buffered& b : buffered) {
+    if (tables.Find(b.first) == nullptr) {
+      return NotFoundError("no table " + std::to_string(b.first) +
+                           " for a moved push");
+    }
+  }
+  if (!FirstArrival(header.change_id(), header.seq())) return Status::Ok();
+  for (EntryRecord& e : entries) {
+    tables.Find(e.table)->Restore(std::move(e), /*changed=*/true);
+  }
+  for (Buffered& b : buffered) {
+    const BspCombine combine = consistency.latest(b.first).combine;
+    BspBuffer::Entry& e = b.second;
+    if (consistency.PutBuffered(b.first, e)) continue;
+    // Its clock is over here: every push of it is in the entry.
+    tables.Find(b.first)->ApplyCombined(e.key, e.combined.values,
+                                        e.combined.pushes, combine);
+  }
+  VLOG(1) << "move " << header.change_id() << ", chunk " << header.seq() << ": "
+          << entries.size() << " key(s), " << buffered.size()
+          << " buffered push(es) moved in";
+  return Status::Ok();
+}
+
 bool SlotMover::FirstArrival(uint64_t id, uint64_t seq) {
   auto [it, new_move] = arrived_.try_emplace(id);
   if (new_move) {

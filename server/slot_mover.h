@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "consistency/bsp_buffer.h"
+#include "consistency/consistency_controller.h"
 #include "ductile/status.h"
 #include "env/env.h"
 #include "proto/ductile.pb.h"
@@ -99,10 +100,14 @@ class SlotMover {
   std::optional<TimePoint> NextDeadline() const;
 
   // ---- Target.
-  // True the first time chunk `seq` of move `id` arrives: a chunk that
-  // arrives again (resent, or duplicated by the network) must not be put
-  // in again, or it would undo what the target applied since.
-  bool FirstArrival(uint64_t id, uint64_t seq);
+  // A MIGRATE_DATA chunk (`header`, `message` as the router got it): its
+  // keys go into `tables` (counted as changed, for the next checkpoint),
+  // its BSP pushes into `consistency`'s buffer, or, when their clock is
+  // over here, are applied combined. Nothing is applied if the chunk is
+  // unreadable or names an unknown table; a chunk that arrives again is
+  // applied once (again, it would undo what was applied since).
+  Status Install(const wire::Header& header, const InMessage& message,
+                 TableSet& tables, ConsistencyController& consistency);
   // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
   // it): its keys and buffered pushes.
   static Status ParseChunk(const InMessage& message,
@@ -136,6 +141,8 @@ class SlotMover {
   };
   void Connect(Move& move);
   void Pump(Move& move);
+  // True the first time chunk `seq` of move `id` arrives.
+  bool FirstArrival(uint64_t id, uint64_t seq);
 
   Env* const env_;
   Transport* const transport_;

@@ -20,10 +20,20 @@
 // update lost or applied twice across a rollback, or optimizer state not
 // restored bit for bit, makes the final Adam values differ.
 //
+// A worker asked to leave (`ductile drain worker:N`) leaves before its next
+// step, prints "left at clock L" and exits 0: its pushes of clocks [0, L)
+// stay in the job. In its final check, the other worker, told by the
+// coordinator that the leaver is "left", expects the leaver's pushes up to
+// the one clock whose sums match the "count" table (every push adds a
+// positive amount, so the sums grow with each clock), checks the rest of the
+// state against that, and names it ("worker W left at clock L"): a test
+// compares it with the leaver's own line.
+//
 // Prints "verified rollback to clock C" per rollback, "final state exact at
 // clock N" at the end; exits 0 only if every check passed.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -62,8 +72,10 @@ TableOptions Table(const char* name, ductile::UpdateRule rule) {
   return t;
 }
 
-// The state of every key after the combined updates of clocks [0, clock).
-void Expected(int64_t clock, size_t keys, const TableOptions& options,
+// The state of every key after the combined updates of clocks [0, clock),
+// where worker w pushed at clocks [0, pushed_until[w]) only.
+void Expected(int64_t clock, const int64_t (&pushed_until)[kWorkers],
+              size_t keys, const TableOptions& options,
               std::vector<float>* out) {
   const ductile::UpdateRuleKernel kernel(options, nullptr);
   out->assign(keys * kWidth, 0.0f);
@@ -75,7 +87,10 @@ void Expected(int64_t clock, size_t keys, const TableOptions& options,
     std::span<float> w(out->data() + k * kWidth, kWidth);
     for (int64_t c = 0; c < clock; ++c) {
       for (uint32_t j = 0; j < kWidth; ++j) {
-        g[j] = Gradient(0, c, k, j) + Gradient(1, c, k, j);
+        g[j] = 0.0f;
+        for (int worker = 0; worker < kWorkers; ++worker) {
+          if (c < pushed_until[worker]) g[j] += Gradient(worker, c, k, j);
+        }
       }
       kernel.Apply(w, g, state, &steps);
     }
@@ -155,12 +170,20 @@ class Worker {
 
   // Pulls both tables and compares them bit for bit with the state after
   // clocks [0, clock). Everyone is at a barrier: nobody pushes meanwhile.
-  Status Verify(int64_t clock, const char* what) {
+  // With `with_leavers`, a worker that left counts up to the clock it left
+  // at (FindWhereLeaversStopped).
+  Status Verify(int64_t clock, const char* what, bool with_leavers = false) {
+    int64_t pushed_until[kWorkers];
+    std::fill(std::begin(pushed_until), std::end(pushed_until), clock);
     for (int t = 0; t < exact_tables_; ++t) {
       std::vector<float> got(keys_.size() * kWidth), want;
       Status s = client_.Pull(tables_[t], keys_, got);
       if (!s.ok()) return s;
-      Expected(clock, keys_.size(), options_[t], &want);
+      if (t == 0 && with_leavers) {
+        s = FindWhereLeaversStopped(clock, got, pushed_until);
+        if (!s.ok()) return s;
+      }
+      Expected(clock, pushed_until, keys_.size(), options_[t], &want);
       if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) {
         for (size_t i = 0; i < got.size(); ++i) {
           if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
@@ -174,6 +197,43 @@ class Worker {
         }
         std::fflush(stdout);
         return ductile::InternalError("state mismatch");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // For each other worker the coordinator reports as "left", sets
+  // pushed_until[worker] to the clock L < `clock` at which the "count"
+  // table `count` matches its pushes of clocks [0, L). Leaves it as it is
+  // when none matches: the check that follows fails.
+  Status FindWhereLeaversStopped(int64_t clock, const std::vector<float>& count,
+                                 int64_t (&pushed_until)[kWorkers]) {
+    const std::vector<int32_t> live = client_.live_workers();
+    bool all_live = true;
+    for (int worker = 0; worker < kWorkers; ++worker) {
+      if (std::find(live.begin(), live.end(), worker) == live.end()) {
+        all_live = false;
+      }
+    }
+    if (all_live) return Status::Ok();  // nobody left: no status query
+    auto status = ductile::QueryClusterStatus(args_.coordinator, 10000);
+    if (!status.ok()) return status.status();
+    for (const ductile::MemberStatus& m : status->members) {
+      if (m.role != "worker" || m.state != "left" || m.id < 0 ||
+          m.id >= kWorkers || m.id == client_.worker_id()) {
+        continue;
+      }
+      int64_t until[kWorkers];
+      std::copy(std::begin(pushed_until), std::end(pushed_until), until);
+      std::vector<float> want;
+      for (until[m.id] = 0; until[m.id] < clock; ++until[m.id]) {
+        Expected(clock, until, keys_.size(), options_[0], &want);
+        if (std::memcmp(count.data(), want.data(),
+                        count.size() * sizeof(float)) == 0) {
+          pushed_until[m.id] = until[m.id];
+          left_at_[m.id] = until[m.id];
+          break;
+        }
       }
     }
     return Status::Ok();
@@ -212,6 +272,15 @@ class Worker {
     while (true) {
       Status s;
       const bool training = client_.clock() < args_.clocks;
+      if (training && client_.leave_requested()) {
+        s = client_.Leave();
+        if (!s.ok()) return s;
+        left_ = true;
+        std::printf("left at clock %lld\n",
+                    static_cast<long long>(client_.clock()));
+        std::fflush(stdout);
+        return Status::Ok();
+      }
       if (training) {
         client_.SetResumeState(std::to_string(client_.clock()));
         s = Step();
@@ -221,7 +290,7 @@ class Worker {
         }
       } else {
         s = client_.Barrier();
-        if (s.ok()) s = Verify(args_.clocks, "final");
+        if (s.ok()) s = Verify(args_.clocks, "final", /*with_leavers=*/true);
         if (s.ok()) s = client_.Barrier();
         if (s.ok()) break;
       }
@@ -230,11 +299,21 @@ class Worker {
       Status r = Recover(s);
       if (!r.ok()) return r;
     }
-    std::printf("final state exact at clock %lld\n",
+    std::printf("final state exact at clock %lld",
                 static_cast<long long>(args_.clocks));
+    for (int worker = 0; worker < kWorkers; ++worker) {
+      if (left_at_[worker] >= 0) {
+        std::printf(" (worker %d left at clock %lld)", worker,
+                    static_cast<long long>(left_at_[worker]));
+      }
+    }
+    std::printf("\n");
     std::fflush(stdout);
     return Status::Ok();
   }
+
+  // True once this worker has left the job (it was drained).
+  bool left() const { return left_; }
 
  private:
   Client& client_;
@@ -244,6 +323,10 @@ class Worker {
                                     Table("adam", ductile::UpdateRule::kAdam)};
   TableId tables_[2] = {0, 0};
   const int exact_tables_;  // tables with an exact expected state
+  bool left_ = false;
+  // The clock each other worker left at, as the final check found it (-1:
+  // it did not leave).
+  int64_t left_at_[kWorkers] = {-1, -1};
 };
 
 }  // namespace
@@ -285,7 +368,7 @@ int main(int argc, char** argv) {
   Worker worker(**client, args);
   Status s = worker.Setup();
   if (s.ok()) s = worker.Run();
-  if (s.ok()) s = (*client)->Finish();
+  if (s.ok() && !worker.left()) s = (*client)->Finish();
   if (!s.ok()) {
     std::printf("worker failed: %s\n", s.ToString().c_str());
     return 1;

@@ -15,7 +15,13 @@ const std::string& HostId() {
     std::string boot;
     std::ifstream in("/proc/sys/kernel/random/boot_id");
     std::getline(in, boot);
-    return std::string(name) + "/" + boot;
+    // ipc sockets are files: only peers that see the same files (the same
+    // mount namespace: not two containers of one kernel and host name)
+    // can reach each other's.
+    char mounts[128] = {};
+    const ssize_t n = readlink("/proc/self/ns/mnt", mounts, sizeof(mounts) - 1);
+    if (n > 0) mounts[n] = '\0';
+    return std::string(name) + "/" + boot + "/" + mounts;
   }();
   return id;
 }

@@ -38,8 +38,10 @@ DEFINE_string(listen, "tcp://127.0.0.1:7000",
               "coordinator: address to listen on (port 0 picks one)");
 DEFINE_string(address_file, "",
               "coordinator: write the address it listens on to this file");
-DEFINE_int32(servers, 2, "number of servers (coordinator, local)");
-DEFINE_int32(workers, 2, "number of workers (coordinator, local)");
+DEFINE_int32(servers, 2,
+             "number of servers (coordinator, local; resize: the target)");
+DEFINE_int32(workers, 2,
+             "number of workers (coordinator, local; resize: the target)");
 DEFINE_int32(max_workers, 0,
              "coordinator: most workers at once; more are refused "
              "(0: no bound)");
@@ -380,6 +382,34 @@ int RunDrain() {
   return 0;
 }
 
+int RunResize() {
+  // Only the flags given count: the other size stays as it is.
+  const bool workers =
+      !gflags::GetCommandLineFlagInfoOrDie("workers").is_default;
+  const bool servers =
+      !gflags::GetCommandLineFlagInfoOrDie("servers").is_default;
+  if (!workers && !servers) {
+    return Fail(ductile::InvalidArgumentError(
+        "resize needs --workers=N and/or --servers=M (the job's new size)"));
+  }
+  if ((workers && FLAGS_workers < 1) || (servers && FLAGS_servers < 1)) {
+    return Fail(ductile::InvalidArgumentError(
+        "resize: --workers and --servers must be at least 1"));
+  }
+  ductile::Status s =
+      ductile::RequestResize(FLAGS_coordinator, workers ? FLAGS_workers : 0,
+                             servers ? FLAGS_servers : 0, FLAGS_timeout_ms);
+  if (!s.ok()) return Fail(s);
+  std::printf(
+      "target size set:%s%s; `ductile local` (or the job's launcher) "
+      "starts or drains members to match\n",
+      workers ? (" " + std::to_string(FLAGS_workers) + " worker(s)").c_str()
+              : "",
+      servers ? (" " + std::to_string(FLAGS_servers) + " server(s)").c_str()
+              : "");
+  return 0;
+}
+
 int RunCheckpoint() {
   ductile::Result<int64_t> clock =
       ductile::RequestCheckpoint(FLAGS_coordinator, FLAGS_timeout_ms);
@@ -537,6 +567,13 @@ const std::vector<Command>& Commands() {
        false,
        RunDrain,
        "worker:N|server:N"},
+      {"resize",
+       "set a running job's target size (--coordinator, --workers and/or "
+       "--servers): `ductile local` starts or drains members to match; "
+       "`ductile status` shows it for other launchers",
+       {"coordinator", "workers", "servers", "timeout_ms"},
+       false,
+       RunResize},
   };
   return *kCommands;
 }

@@ -32,6 +32,8 @@ using Role = KillEvent::Role;
 // pending, and how long one question may take: a dead coordinator (killed
 // on schedule) must not hold up the reaping of children for long.
 constexpr auto kClockPollInterval = std::chrono::milliseconds(100);
+// How often the job's target size (`ductile resize`) is looked at.
+constexpr auto kTargetPollInterval = std::chrono::milliseconds(500);
 constexpr int64_t kClockQueryTimeoutMs = 500;
 
 // Random kills without an explicit range start here: the cluster is
@@ -555,16 +557,26 @@ int WaitSignal(const sigset_t& set, int ms) {
 
 // The job's clock as the coordinator last heard it: the furthest any
 // worker or any server's clock has got.
-Result<int64_t> JobClock(const std::string& coordinator) {
+// What the launcher watches: the job's clock (the furthest any member has
+// reached) and the target size `ductile resize` set (0: none).
+struct JobView {
+  int64_t clock = 0;
+  int32_t target_workers = 0;
+  int32_t target_servers = 0;
+};
+
+Result<JobView> WatchJob(const std::string& coordinator) {
   Result<ClusterStatus> status =
       QueryClusterStatus(coordinator, kClockQueryTimeoutMs);
   DUCTILE_RETURN_IF_ERROR(status.status());
-  int64_t clock = 0;
+  JobView view;
   for (const MemberStatus& m : status->members) {
-    clock =
-        std::max(clock, m.role == "server" ? m.counters.min_clock : m.clock);
+    view.clock = std::max(view.clock,
+                          m.role == "server" ? m.counters.min_clock : m.clock);
   }
-  return clock;
+  view.target_workers = status->target_workers;
+  view.target_servers = status->target_servers;
+  return view;
 }
 
 }  // namespace
@@ -694,8 +706,11 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     std::future<Status> running;
   };
   std::vector<Drain> drains;
-  const auto resize_log = [](const std::string& line) {
-    std::printf("resize-schedule: %s\n", line.c_str());
+  // "resize-schedule:" for --resize_schedule's steps, "resize:" for
+  // `ductile resize`'s targets.
+  std::string resize_source = "resize-schedule";
+  const auto resize_log = [&resize_source](const std::string& line) {
+    std::printf("%s: %s\n", resize_source.c_str(), line.c_str());
     std::fflush(stdout);
   };
   const auto resize = [&](const ResizeEvent& e, int64_t clock) -> Status {
@@ -757,20 +772,22 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   // Supervise: a failed child or a signal stops everything; crashes are
   // recovered from (Supervisor::Reap); kills and resizes are delivered on
   // schedule.
+  // The job is watched (its clock, `ductile resize`'s target) every
+  // kClockPollInterval while kills, resizes or drains are due, and every
+  // kTargetPollInterval otherwise.
   const std::vector<ResizeEvent>& resizes = options.resize_schedule;
   size_t next_kill = 0, next_resize = 0;
+  // The targets acted on so far (0: none).
+  int32_t applied_workers = 0, applied_servers = 0;
   auto next_poll = SteadyClock::now();
   while (!supervisor.WorkersDone()) {
     const bool kill_pending = next_kill < schedule.size() ||
                               next_resize < resizes.size() || !drains.empty();
-    int wait_ms = 200;
-    if (kill_pending) {
-      wait_ms = static_cast<int>(std::clamp<int64_t>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(
-              next_poll - SteadyClock::now())
-              .count(),
-          0, 200));
-    }
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            next_poll - SteadyClock::now())
+            .count(),
+        0, 200));
     const int sig = WaitSignal(set, wait_ms);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       std::fprintf(stderr, "ductile local: %s, stopping the cluster\n",
@@ -785,11 +802,14 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       supervisor.KillAll(3000);
       return s;
     }
-    if (kill_pending && SteadyClock::now() >= next_poll) {
-      next_poll = SteadyClock::now() + kClockPollInterval;
+    if (SteadyClock::now() >= next_poll) {
+      next_poll = SteadyClock::now() +
+                  (kill_pending ? kClockPollInterval : kTargetPollInterval);
       // An unanswered question (the coordinator is down or restarting) is
       // asked again at the next poll.
-      Result<int64_t> clock = JobClock(address);
+      Result<JobView> view = WatchJob(address);
+      Result<int64_t> clock =
+          view.ok() ? Result<int64_t>(view->clock) : view.status();
       // One kill per poll: a target killed but not yet restarted is not
       // killed again before it is back.
       if (clock.ok() && next_kill < schedule.size() &&
@@ -799,7 +819,23 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       }
       if (clock.ok() && next_resize < resizes.size() &&
           resizes[next_resize].clock <= *clock) {
+        resize_source = "resize-schedule";
         Status s = resize(resizes[next_resize++], *clock);
+        if (!s.ok()) {
+          supervisor.KillAll(3000);
+          return s;
+        }
+      }
+      // `ductile resize`: a new target is acted on once.
+      for (const bool servers : {false, true}) {
+        if (!view.ok()) break;
+        const int32_t target =
+            servers ? view->target_servers : view->target_workers;
+        int32_t& applied = servers ? applied_servers : applied_workers;
+        if (target <= 0 || target == applied) continue;
+        applied = target;
+        resize_source = "resize";
+        Status s = resize(ResizeEvent{servers, target, *clock}, *clock);
         if (!s.ok()) {
           supervisor.KillAll(3000);
           return s;

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "apps/compute_backend.h"
-#include "apps/data_cursor.h"
 #include "apps/fmnist_data.h"
 #include "apps/logreg_model.h"
 #include "apps/mf_model.h"
@@ -151,77 +150,84 @@ Status CheckLoss(double loss, int epoch, int64_t clock) {
 
 // --------------------------------------------------------- fault tolerance
 
-// Where one worker is in the data: a cursor over its share of each epoch,
-// the share taken among the workers alive when the epoch starts (so a dead
-// worker's share goes to the survivors from the next epoch on), recorded
-// with every clock for checkpoints and restored after a rollback.
+// Where one worker is in the data: the batch of the job's shared data plan
+// (Client::NextBatch) it trains on now. Batch b of epoch e is the b-th
+// slice of `batch_size` samples of e's shuffle, so every sample of an
+// epoch is trained on once across the workers, however they join, leave
+// or die; the plan rolls back with the model. The worker's own counters
+// are recorded with every clock for checkpoints and restored after a
+// rollback.
 class DataPosition {
  public:
-  DataPosition(Client& client, uint64_t num_samples, uint64_t seed)
-      : client_(client), num_samples_(num_samples), seed_(seed) {}
+  DataPosition(Client& client, uint64_t num_samples, uint64_t seed,
+               int batch_size, int epochs)
+      : client_(client),
+        num_samples_(num_samples),
+        seed_(seed),
+        batch_size_(batch_size),
+        epochs_(epochs),
+        batches_per_epoch_(std::max<int64_t>(
+            1, (num_samples + batch_size - 1) / batch_size)) {}
 
-  // A cursor at the start of `epoch` over this worker's share among the
-  // live workers.
-  Status StartEpoch(uint64_t epoch) {
-    int rank = client_.worker_id(), world = client_.num_workers();
-    const std::vector<int32_t> live = client_.live_workers();
-    auto self = std::find(live.begin(), live.end(), client_.worker_id());
-    if (self != live.end()) {
-      rank = static_cast<int>(self - live.begin());
-      world = static_cast<int>(live.size());
+  // The batch to train on now, taking one from the plan if none is held:
+  // false when there is none now (kWait: the last batches are in others'
+  // hands) or ever again (done() then says so).
+  Result<bool> Current(std::vector<size_t>* batch, int* epoch) {
+    if (!current_) {
+      DUCTILE_ASSIGN_OR_RETURN(
+          Client::Batch next,
+          client_.NextBatch(batches_per_epoch_, epochs_, nullptr, true));
+      current_ = next;
+      epochs_done_ = next.epochs_done;
     }
-    DataCursorState state;
-    state.num_samples = num_samples_;
-    state.seed = seed_;
-    state.rank = rank;
-    state.world_size = world;
-    state.epoch = epoch;
-    Result<DataCursor> cursor = DataCursor::Restore(state);
-    DUCTILE_RETURN_IF_ERROR(cursor.status());
-    cursor_ = std::move(*cursor);
+    if (current_->kind != Client::Batch::kTrain) {
+      done_ = current_->kind == Client::Batch::kEnd;
+      current_.reset();  // ask again next time
+      return false;
+    }
+    *epoch = static_cast<int>(current_->epoch);
+    Slice(current_->epoch, current_->index, batch);
+    return true;
+  }
+
+  // The current batch's gradient is pushed: reports it to the plan at this
+  // clock (before the caller clocks past it) and takes the next, unless
+  // `stop`.
+  Status Trained(bool stop) {
+    DUCTILE_ASSIGN_OR_RETURN(
+        Client::Batch next,
+        client_.NextBatch(batches_per_epoch_, epochs_, &*current_, !stop));
+    current_ = next;
+    epochs_done_ = next.epochs_done;
+    if (stop) done_ = true;
     return Status::Ok();
   }
 
-  // Where a worker starts: at the first epoch, or, for a worker that
-  // joined a running job (its clock is the job's), at the start of the
-  // epoch the job is in, split among the live workers.
-  Status StartAtJobClock(size_t batch_size) {
-    const int64_t clock = client_.clock();
-    if (clock <= 0) return StartEpoch(0);
-    const uint64_t world = std::max<size_t>(1, client_.live_workers().size());
-    const uint64_t share = (num_samples_ + world - 1) / world;
-    const uint64_t steps =
-        std::max<uint64_t>(1, (share + batch_size - 1) / batch_size);
-    return StartEpoch(static_cast<uint64_t>(clock) / steps);
-  }
+  // Every batch of every epoch is done (or this worker stopped taking).
+  bool done() const { return done_; }
+  // Epochs done in full, job-wide, as the plan last said.
+  int64_t epochs_done() const { return epochs_done_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
-  // After a rollback: back to the state recorded at the checkpoint's clock
-  // (the start, when there was none), counters included.
+  // After a rollback: back to the counters recorded at the checkpoint's
+  // clock (zero when there was none); the plan went back on its own, and
+  // the batch held before is nobody's any more.
   Status Restore(const std::string& saved) {
     samples = 0;
     steps = 0;
-    if (saved.empty()) return StartEpoch(0);
-    const size_t bar = saved.find('|');
-    Result<DataCursorState> state =
-        DataCursorState::FromString(saved.substr(0, bar));
-    DUCTILE_RETURN_IF_ERROR(state.status());
-    if (bar != std::string::npos &&
-        std::sscanf(saved.c_str() + bar + 1,
-                    "samples=%" SCNd64 " steps=%" SCNu64, &samples,
-                    &steps) != 2) {
+    current_.reset();
+    done_ = false;
+    if (saved.empty()) return Status::Ok();
+    if (std::sscanf(saved.c_str(), "samples=%" SCNd64 " steps=%" SCNu64,
+                    &samples, &steps) != 2) {
       return InvalidArgumentError("unreadable resume state '" + saved + "'");
     }
-    Result<DataCursor> cursor = DataCursor::Restore(*state);
-    DUCTILE_RETURN_IF_ERROR(cursor.status());
-    cursor_ = std::move(*cursor);
     return Status::Ok();
   }
 
-  // Records where the next step starts, for a checkpoint at this clock:
-  // "<cursor>|samples=N steps=M".
+  // Records this worker's counters for a checkpoint at this clock.
   void Record() {
-    client_.SetResumeState(cursor_->Save().ToString() +
-                           "|samples=" + std::to_string(samples) +
+    client_.SetResumeState("samples=" + std::to_string(samples) +
                            " steps=" + std::to_string(steps));
   }
 
@@ -231,13 +237,31 @@ class DataPosition {
   // This worker left the job (it was drained): no more data for it.
   bool left = false;
 
-  DataCursor& cursor() { return *cursor_; }
-
  private:
+  // The samples of batch `index` of `epoch`.
+  void Slice(int64_t epoch, int64_t index, std::vector<size_t>* batch) {
+    if (shuffle_epoch_ != epoch) {
+      shuffle_ = PartitionIndices(num_samples_, 0, 1, seed_,
+                                  static_cast<uint64_t>(epoch));
+      shuffle_epoch_ = epoch;
+    }
+    const size_t begin =
+        std::min(shuffle_.size(), static_cast<size_t>(index) * batch_size_);
+    const size_t end = std::min(shuffle_.size(), begin + batch_size_);
+    batch->assign(shuffle_.begin() + begin, shuffle_.begin() + end);
+  }
+
   Client& client_;
   const uint64_t num_samples_;
   const uint64_t seed_;
-  std::optional<DataCursor> cursor_;
+  const size_t batch_size_;
+  const int64_t epochs_;
+  const int64_t batches_per_epoch_;
+  std::optional<Client::Batch> current_;
+  bool done_ = false;
+  int64_t epochs_done_ = 0;
+  std::vector<size_t> shuffle_;  // of epoch shuffle_epoch_
+  int64_t shuffle_epoch_ = -1;
 };
 
 // A step failed: if it is because the job rolls back (a server died),
@@ -261,9 +285,8 @@ Status RecoverOrFail(Client& client, const Status& failed, DataPosition& data,
   if (lead) {
     std::printf(
         "rolled back to the checkpoint at clock %lld after a "
-        "failure (%s); resuming at epoch %llu\n",
-        static_cast<long long>(r->clock), failed.message().c_str(),
-        static_cast<unsigned long long>(data.cursor().epoch() + 1));
+        "failure (%s); resuming\n",
+        static_cast<long long>(r->clock), failed.message().c_str());
     std::fflush(stdout);
   }
   return Status::Ok();
@@ -303,47 +326,66 @@ using StepFn =
     std::function<Result<float>(std::span<const size_t> batch, int epoch)>;
 
 // Runs one worker's training. Per step: records the data position (the
-// resume state), takes the next batch, runs `step`, clocks and reports
-// progress. At an epoch's end the lead worker reports `metric` (`evaluate`)
-// and the next epoch is split among the live workers. Ends after the final
-// barrier, once every worker's last push is in. A step failed by a rollback
-// resumes from the checkpoint, after `abandon` drops what the step left in
-// flight; any other error is returned.
+// resume state), takes the plan's next batch, runs `step`, reports the
+// batch trained and clocks, and reports progress. The lead worker reports
+// `metric` (`evaluate`) for each epoch once it learns the epoch is done
+// (a step later, when another worker's batch completed it). When the plan has
+// no free batch but others still hold some, the worker keeps its clock moving
+// and asks again. Ends after the final barrier, once every worker's last
+// push is in. A step failed by a rollback resumes from the checkpoint,
+// after `abandon` drops what the step left in flight; any other error is
+// returned.
 Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
                 Progress& progress, const StepFn& step, const char* metric,
                 const std::function<Result<double>()>& evaluate,
                 const std::function<void()>& abandon) {
   std::vector<size_t> batch;
-  bool stop = false;
+  // Epochs done whose metric was reported (or that ended before this
+  // worker led).
+  int64_t reported = 0;
+  auto report_epochs = [&]() -> Status {
+    if (data.epochs_done() <= reported) return Status::Ok();
+    progress.set_lead(IsLead(client));
+    if (!progress.lead()) {
+      reported = data.epochs_done();
+      return Status::Ok();
+    }
+    Result<double> value = evaluate();
+    DUCTILE_RETURN_IF_ERROR(value.status());
+    for (; reported < data.epochs_done(); ++reported) {
+      progress.Epoch(static_cast<int>(reported), client.clock(), metric,
+                     *value);
+    }
+    return Status::Ok();
+  };
   auto one_step = [&]() -> Status {
-    DataCursor& cursor = data.cursor();
-    const int epoch = static_cast<int>(cursor.epoch());
     data.Record();
-    // The last batch of an epoch may be short; the cursor then moves on.
-    const size_t left = cursor.share_size() - cursor.position();
-    cursor.Next(std::min<size_t>(o.batch_size, left), &batch);
+    int epoch = 0;
+    DUCTILE_ASSIGN_OR_RETURN(const bool have, data.Current(&batch, &epoch));
+    if (!have) {
+      if (data.done()) return report_epochs();
+      // The last batches are in others' hands (one may die and free its).
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      client.Clock();
+      return Status::Ok();
+    }
     Result<float> loss = step(batch, epoch);
     DUCTILE_RETURN_IF_ERROR(loss.status());
-    client.Clock();
     ++data.steps;
     data.samples += static_cast<int64_t>(batch.size());
-    stop = o.max_samples > 0 && data.samples >= o.max_samples;
+    const bool stop = o.max_samples > 0 && data.samples >= o.max_samples;
+    DUCTILE_RETURN_IF_ERROR(data.Trained(stop));
+    client.Clock();
     progress.set_lead(IsLead(client));
     progress.Step(epoch, client.clock(), *loss, batch.size(), data.steps,
                   o.log_every, stop);
-    if (static_cast<int>(cursor.epoch()) == epoch || stop) return Status::Ok();
-    if (progress.lead()) {
-      Result<double> value = evaluate();
-      DUCTILE_RETURN_IF_ERROR(value.status());
-      progress.Epoch(epoch, client.clock(), metric, *value);
-    }
-    return data.StartEpoch(cursor.epoch());
+    return report_epochs();
   };
   while (true) {
-    const bool training =
-        !stop && data.cursor().epoch() < static_cast<uint64_t>(o.epochs);
+    const bool training = !data.done();
     if (training && client.leave_requested()) {
-      // Drained: out of the job at this clock, its pushes so far kept.
+      // Drained: out of the job at this clock, its pushes so far kept and
+      // the batch it held back in the plan.
       Status s = client.Leave();
       if (s.ok()) {
         std::printf("worker %d left the job at clock %lld (drained)\n",
@@ -364,7 +406,6 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     if (s.ok()) continue;
     abandon();
     DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
-    stop = false;
   }
 }
 
@@ -564,8 +605,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   // Everyone starts together; a worker joining a running job does not
   // wait for the others (they are past that barrier).
   if (client.clock() == 0) DUCTILE_RETURN_IF_ERROR(client.Barrier());
-  DataPosition data(client, train->num_samples, o.seed);
-  DUCTILE_RETURN_IF_ERROR(data.StartAtJobClock(o.batch_size));
+  DataPosition data(client, train->num_samples, o.seed, o.batch_size, o.epochs);
 
   std::vector<float> params(model->num_params()), grad(model->num_params());
   // Where the model allows reads one step old (async, SSP with s >= 1), the
@@ -584,9 +624,9 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       for (Handle& h : handles) h.Wait().IgnoreError();
     }
   } wait_on_exit{next_pull};
-  const uint64_t steps_per_epoch =
-      (data.cursor().share_size() + o.batch_size - 1) / o.batch_size;
-  Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
+  Progress progress(lead, o.epochs,
+                    (data.batches_per_epoch() * o.epochs + world - 1) / world,
+                    world);
   DUCTILE_RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
   if (lead) {
     std::printf(
@@ -684,12 +724,11 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
     tables[i] = *id;
   }
   if (client.clock() == 0) DUCTILE_RETURN_IF_ERROR(client.Barrier());
-  DataPosition position(client, data.train.size(), o.seed);
-  DUCTILE_RETURN_IF_ERROR(position.StartAtJobClock(o.batch_size));
-
-  const uint64_t steps_per_epoch =
-      (position.cursor().share_size() + o.batch_size - 1) / o.batch_size;
-  Progress progress(lead, o.epochs, steps_per_epoch * o.epochs, world);
+  DataPosition position(client, data.train.size(), o.seed, o.batch_size,
+                        o.epochs);
+  Progress progress(
+      lead, o.epochs,
+      (position.batches_per_epoch() * o.epochs + world - 1) / world, world);
   DUCTILE_RETURN_IF_ERROR(progress.OpenLog(o.csv_log));
   std::vector<uint64_t> test_rows, test_cols;
   MfModel::TouchedKeys(data.test, &test_rows, &test_cols);

@@ -76,6 +76,12 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
   status.checkpoints = c.checkpoints();
   status.recovering = c.recovering();
   status.slots_moving = c.slots_moving();
+  status.target_workers = c.target_workers();
+  status.target_servers = c.target_servers();
+  status.data_epochs = c.data_epochs();
+  status.data_batches_per_epoch = c.data_batches_per_epoch();
+  status.data_epoch = c.data_epoch();
+  status.data_batches_done = c.data_batches_done();
   for (const auto& t : c.tables()) status.tables.push_back(t);
   for (const auto& m : c.members()) {
     MemberStatus s;
@@ -138,6 +144,20 @@ Status RequestDrainServer(const std::string& address, int32_t server_id,
       .status();
 }
 
+Status RequestResize(const std::string& address, int32_t workers,
+                     int32_t servers, int64_t timeout_ms) {
+  if (workers < 0 || servers < 0 || (workers == 0 && servers == 0)) {
+    return InvalidArgumentError(
+        "a resize needs a number of workers and/or servers of at least 1");
+  }
+  wire::Header request;
+  request.set_type(wire::RESIZE);
+  request.set_seq(1);
+  request.set_num_workers(workers);
+  request.set_target_servers(servers);
+  return AskCoordinator(address, request, timeout_ms).status();
+}
+
 Result<int64_t> RequestCheckpoint(const std::string& address,
                                   int64_t timeout_ms) {
   wire::Header request;
@@ -167,6 +187,25 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     os << ", " << status.slots_moving << " slot(s) moving between servers";
   }
   os << "\n";
+  if (status.target_workers > 0 || status.target_servers > 0) {
+    os << "target size:";
+    if (status.target_workers > 0) {
+      os << " " << status.target_workers << " worker(s)";
+    }
+    if (status.target_servers > 0) {
+      os << " " << status.target_servers << " server(s)";
+    }
+    os << "\n";
+  }
+  if (status.data_epochs > 0) {
+    if (status.data_epoch >= status.data_epochs) {
+      os << "data: all " << status.data_epochs << " epoch(s) done\n";
+    } else {
+      os << "data: epoch " << status.data_epoch + 1 << "/" << status.data_epochs
+         << ", " << status.data_batches_done << "/"
+         << status.data_batches_per_epoch << " batches done\n";
+    }
+  }
   os << "tables:";
   for (const auto& t : status.tables) os << " " << t;
   if (status.tables.empty()) os << " (none)";

@@ -297,6 +297,48 @@ Status ClientImpl::Leave() {
   return s;
 }
 
+Result<Client::Batch> ClientImpl::NextBatch(int64_t batches_per_epoch,
+                                            int64_t epochs,
+                                            const Batch* trained,
+                                            bool take_next) {
+  if (worker_id_.load() < 0) {
+    return FailedPreconditionError(
+        "NextBatch() needs a client registered as a worker");
+  }
+  DUCTILE_RETURN_IF_ERROR(recovery_.RefuseIfPending());
+  wire::Header request;
+  request.set_type(wire::DATA_CLAIM);
+  request.set_member_id(worker_id_.load());
+  request.set_generation(recovery_.generation());
+  wire::DataClaim* claim = request.mutable_data_claim();
+  claim->set_batches_per_epoch(batches_per_epoch);
+  claim->set_epochs(epochs);
+  if (trained != nullptr && trained->kind == Batch::kTrain) {
+    claim->set_has_done(true);
+    claim->set_done_epoch(trained->epoch);
+    claim->set_done_batch(trained->index);
+    claim->set_done_clock(clock_.load());
+  }
+  claim->set_no_next(!take_next);
+  auto next = std::make_shared<Batch>();
+  DUCTILE_RETURN_IF_ERROR(
+      StartControl(
+          request, options_.request_timeout_ms,
+          [next](const wire::Header& reply) {
+            const wire::DataGrant& g = reply.data_grant();
+            next->kind = g.kind() == wire::DataGrant::GRANTED ? Batch::kTrain
+                         : g.kind() == wire::DataGrant::WAIT  ? Batch::kWait
+                                                              : Batch::kEnd;
+            next->epoch = g.epoch();
+            next->index = g.batch();
+            next->epochs_done = g.epochs_done();
+            return Status::Ok();
+          },
+          /*resend=*/true)
+          ->Wait());
+  return *next;
+}
+
 // ---------------------------------------------------------------- clocks
 
 int64_t ClientImpl::Clock() {

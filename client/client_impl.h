@@ -68,6 +68,8 @@ class ClientImpl final : public Client {
   Status Finish() override;
   Status Leave() override;
   bool leave_requested() const override { return recovery_.leave_requested(); }
+  Result<Batch> NextBatch(int64_t batches_per_epoch, int64_t epochs,
+                          const Batch* trained, bool take_next) override;
   Result<Recovery> AwaitRecovery(int64_t timeout_ms) override;
   void SetResumeState(std::string state) override;
   std::vector<int32_t> live_workers() const override {

@@ -197,6 +197,10 @@ void CheckpointManager::MaybeComplete() {
     w->set_resume_state(resume);
   }
   entry.set_written_unix_ms(ctx_.env->UnixMs());
+  // Every batch pushed before the clock was reported done before its
+  // worker clocked past it, so the plan records exactly those.
+  *entry.mutable_data_plan() = state.data_plan.At(round_->clock);
+  state.data_plan.Forget(round_->clock);
   state.catalog.push_back(std::move(entry));
   // Only checkpoints every server still keeps can be restored.
   size_t keep = ClusterState::kMaxCatalog;

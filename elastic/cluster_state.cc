@@ -31,6 +31,8 @@ Status ClusterState::Open() {
   next_table_id = std::max<uint32_t>(state.next_table_id(), 1);
   next_worker_id = state.next_worker_id();
   barrier_round = state.barrier_round();
+  target_workers = state.target_workers();
+  target_servers = state.target_servers();
   const Member::TimePoint now = env_->Now();
   for (const auto& pm : state.members()) {
     Member m;
@@ -54,6 +56,16 @@ Status ClusterState::Open() {
   resume_clock = state.resume_clock();
   resumed_ = true;
   saved_ = ToWire().SerializeAsString();
+  Result<std::optional<wire::DataPlanState>> plan = store_->LoadDataPlan();
+  DUCTILE_RETURN_IF_ERROR(plan.status());
+  if (plan->has_value()) {
+    Status s = data_plan.FromWire(**plan);
+    if (!s.ok()) {
+      return FailedPreconditionError("the data plan in " + options_.state_dir +
+                                     " is inconsistent: " + s.message());
+    }
+    saved_plan_ = data_plan.ToWire().SerializeAsString();
+  }
   return Status::Ok();
 }
 
@@ -83,6 +95,8 @@ wire::CoordinatorState ClusterState::ToWire() const {
   state.set_recovering(recovering);
   state.set_resume_clock(resume_clock);
   state.set_barrier_round(barrier_round);
+  state.set_target_workers(target_workers);
+  state.set_target_servers(target_servers);
   return state;
 }
 
@@ -91,6 +105,7 @@ void ClusterState::PersistIfChanged() {
   const wire::CoordinatorState state = ToWire();
   std::string bytes;
   state.SerializeToString(&bytes);
+  PersistDataPlan();
   if (bytes == saved_) return;
   Status s = store_->Save(state);
   if (!s.ok()) {
@@ -98,6 +113,19 @@ void ClusterState::PersistIfChanged() {
     return;
   }
   saved_ = std::move(bytes);
+}
+
+void ClusterState::PersistDataPlan() {
+  const wire::DataPlanState plan = data_plan.ToWire();
+  std::string bytes;
+  plan.SerializeToString(&bytes);
+  if (bytes == saved_plan_) return;
+  Status s = store_->SaveDataPlan(plan);
+  if (!s.ok()) {
+    LOG(ERROR) << "coordinator: " << s;
+    return;
+  }
+  saved_plan_ = std::move(bytes);
 }
 
 Member* ClusterState::FindByIdentity(const std::string& identity) {

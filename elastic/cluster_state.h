@@ -24,6 +24,7 @@
 
 #include "ductile/coordinator.h"
 #include "ductile/status.h"
+#include "elastic/data_plan.h"
 #include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"
@@ -89,6 +90,13 @@ class ClusterState {
   bool recovering = false;            // a rollback is under way
   int64_t resume_clock = 0;           // the clock the last rollback resumed at
   int64_t barrier_round = 0;          // the barrier round now open
+  // The size `ductile resize` asked for, which launchers act on (0: none).
+  int32_t target_workers = 0;
+  int32_t target_servers = 0;
+  // The job's shared data plan: durable too, but in a record of its own
+  // written without a sync (it changes at every step; see
+  // CoordinatorStore::SaveDataPlan).
+  DataPlan data_plan;
 
   // ---- Lookups.
   Member* FindByIdentity(const std::string& identity);
@@ -109,11 +117,13 @@ class ClusterState {
 
  private:
   wire::CoordinatorState ToWire() const;
+  void PersistDataPlan();
 
   Env* const env_;
   const CoordinatorOptions& options_;
   std::unique_ptr<CoordinatorStore> store_;  // null without a state_dir
-  std::string saved_;  // the serialized state last written
+  std::string saved_;       // the serialized state last written
+  std::string saved_plan_;  // the serialized data plan last written
   bool resumed_ = false;
 };
 

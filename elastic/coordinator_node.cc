@@ -181,14 +181,26 @@ void CoordinatorNode::Handle(InMessage& message) {
       return membership_.Drain(identity, h);
     case wire::MIGRATE_DONE:
       return migrations_.HandleDone(h);
+    case wire::DATA_CLAIM:
+      return HandleDataClaim(identity, h);
     case wire::STATUS: {
       wire::Header reply;
       reply.set_type(wire::CONTROL_REPLY);
       reply.set_seq(h.seq());
-      *reply.mutable_cluster() = membership_.Status(recovery_.in_progress());
-      reply.mutable_cluster()->set_slots_moving(migrations_.slots_moving());
+      wire::ClusterState* c = reply.mutable_cluster();
+      *c = membership_.Status(recovery_.in_progress());
+      c->set_slots_moving(migrations_.slots_moving());
+      c->set_target_workers(state_.target_workers);
+      c->set_target_servers(state_.target_servers);
+      const DataPlan& plan = state_.data_plan;
+      c->set_data_epochs(plan.epochs());
+      c->set_data_batches_per_epoch(plan.batches_per_epoch());
+      c->set_data_epoch(plan.current_epoch());
+      c->set_data_batches_done(plan.batches_done_in_current());
       return out_.Send(identity, reply);
     }
+    case wire::RESIZE:
+      return HandleResize(identity, h);
     case wire::SHUTDOWN:
       out_.Reply(identity, h.seq(), Status::Ok());
       LOG(INFO) << "coordinator: shutdown requested";
@@ -256,6 +268,7 @@ void CoordinatorNode::HandleLeave(const std::string& identity,
   if (membership_.Leave(identity, h)) {
     barriers_.MaybeRelease();
     checkpoints_.ForgetGoneWorkers();
+    ReleaseGoneWorkersData();
   }
   if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
     BeginShutdown();
@@ -266,6 +279,82 @@ void CoordinatorNode::OnWorkersChanged() {
   membership_.PublishWorkers();
   barriers_.MaybeRelease();
   checkpoints_.ForgetGoneWorkers();
+  ReleaseGoneWorkersData();
+}
+
+void CoordinatorNode::ReleaseGoneWorkersData() {
+  for (const auto& [id, m] : state_.workers) {
+    if (!m.live_worker()) state_.data_plan.Release(id);
+  }
+}
+
+void CoordinatorNode::HandleResize(const std::string& identity,
+                                   const wire::Header& h) {
+  const int32_t workers = h.num_workers(), servers = h.target_servers();
+  if (workers < 0 || servers < 0 || (workers == 0 && servers == 0)) {
+    return out_.Reply(
+        identity, h.seq(),
+        InvalidArgumentError("a resize needs --workers and/or --servers of at "
+                             "least 1 (got workers " +
+                             std::to_string(workers) + ", servers " +
+                             std::to_string(servers) + ")"));
+  }
+  if (workers > 0 && options_.max_workers > 0 &&
+      workers > options_.max_workers) {
+    return out_.Reply(
+        identity, h.seq(),
+        InvalidArgumentError(
+            "the job allows at most " + std::to_string(options_.max_workers) +
+            " workers (--max_workers); asked for " + std::to_string(workers)));
+  }
+  if (workers > 0) state_.target_workers = workers;
+  if (servers > 0) state_.target_servers = servers;
+  LOG(INFO) << "coordinator: target size " << state_.target_workers
+            << " worker(s), " << state_.target_servers << " server(s)";
+  out_.Reply(identity, h.seq(), Status::Ok());
+}
+
+void CoordinatorNode::HandleDataClaim(const std::string& identity,
+                                      const wire::Header& h) {
+  if (state_.recovering || h.generation() != state_.generation) {
+    // A claim of the abandoned timeline: the worker takes the rollback,
+    // and the plan is the checkpoint's.
+    return out_.Reply(identity, h.seq(),
+                      AbortedError("the job rolled back to a checkpoint: "
+                                   "call AwaitRecovery()"));
+  }
+  auto worker = state_.workers.find(h.member_id());
+  if (worker == state_.workers.end() || !worker->second.live_worker()) {
+    return out_.Reply(
+        identity, h.seq(),
+        FailedPreconditionError("worker " + std::to_string(h.member_id()) +
+                                " is not in the job: it cannot take data"));
+  }
+  const wire::DataClaim& claim = h.data_claim();
+  DataPlan& plan = state_.data_plan;
+  if (Status s = plan.Configure(claim.batches_per_epoch(), claim.epochs());
+      !s.ok()) {
+    return out_.Reply(identity, h.seq(), s);
+  }
+  wire::Header reply;
+  reply.set_type(wire::CONTROL_REPLY);
+  reply.set_seq(h.seq());
+  wire::DataGrant* grant = reply.mutable_data_grant();
+  if (claim.has_done()) {
+    plan.Done(h.member_id(), claim.done_epoch(), claim.done_batch(),
+              claim.done_clock());
+  }
+  grant->set_epochs_done(plan.epochs_done());
+  if (claim.no_next()) {
+    plan.Release(h.member_id());
+    grant->set_kind(wire::DataGrant::END);
+    return out_.Send(identity, reply);
+  }
+  const DataPlan::Grant next = plan.Next(h.member_id());
+  grant->set_kind(next.kind);
+  grant->set_epoch(next.epoch);
+  grant->set_batch(next.batch);
+  out_.Send(identity, reply);
 }
 
 void CoordinatorNode::CheckTimeouts() {

@@ -84,6 +84,11 @@ class CoordinatorNode {
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void HandleLeave(const std::string& identity, const wire::Header& h);
   void HandleDrainServer(const std::string& identity, const wire::Header& h);
+  void HandleDataClaim(const std::string& identity, const wire::Header& h);
+  // `ductile resize`: records the target size launchers act on.
+  void HandleResize(const std::string& identity, const wire::Header& h);
+  // Batches held by workers no longer live go back to the data plan.
+  void ReleaseGoneWorkersData();
   void CheckTimeouts();
   // The live workers changed: tell the servers, release a barrier that no
   // longer waits for anyone gone, and stop awaiting their resume states.

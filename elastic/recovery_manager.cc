@@ -45,6 +45,10 @@ void RecoveryManager::Start(const std::string& why) {
   Round round;
   round.clock = clock;
   state.recovering = true;
+  // The data plan goes back with the model: batches pushed at or after
+  // the clock are to do again, and nobody holds any.
+  state.data_plan.Restore(clock > 0 ? state.catalog.back().data_plan()
+                                    : wire::DataPlanState());
   if (live.empty()) {
     LOG(ERROR) << "coordinator: " << why
                << "; no server is left: waiting for one to register";

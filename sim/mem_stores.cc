@@ -130,8 +130,9 @@ class MemCheckpointStore final : public CheckpointStore {
 
 class MemCoordinatorStore final : public CoordinatorStore {
  public:
-  MemCoordinatorStore(std::optional<wire::CoordinatorState>* state, bool* open)
-      : state_(state), open_(open) {
+  MemCoordinatorStore(std::optional<wire::CoordinatorState>* state,
+                      std::optional<wire::DataPlanState>* plan, bool* open)
+      : state_(state), plan_(plan), open_(open) {
     *open_ = true;
   }
   ~MemCoordinatorStore() override { *open_ = false; }
@@ -143,9 +144,17 @@ class MemCoordinatorStore final : public CoordinatorStore {
     *state_ = state;
     return Status::Ok();
   }
+  Result<std::optional<wire::DataPlanState>> LoadDataPlan() const override {
+    return *plan_;
+  }
+  Status SaveDataPlan(const wire::DataPlanState& plan) override {
+    *plan_ = plan;
+    return Status::Ok();
+  }
 
  private:
   std::optional<wire::CoordinatorState>* state_;
+  std::optional<wire::DataPlanState>* plan_;
   bool* open_;
 };
 
@@ -184,7 +193,7 @@ Result<std::unique_ptr<CoordinatorStore>> MemDisk::OpenCoordinatorStore(
   bool& open = coordinator_open_[dir];
   if (open) return FailedPreconditionError(dir + " is held by another store");
   return std::unique_ptr<CoordinatorStore>(
-      new MemCoordinatorStore(&coordinators_[dir], &open));
+      new MemCoordinatorStore(&coordinators_[dir], &data_plans_[dir], &open));
 }
 
 }  // namespace ductile::sim

@@ -35,6 +35,7 @@ class MemDisk {
  private:
   std::map<std::string, std::shared_ptr<StoreData>> stores_;
   std::map<std::string, std::optional<wire::CoordinatorState>> coordinators_;
+  std::map<std::string, std::optional<wire::DataPlanState>> data_plans_;
   std::map<std::string, bool> coordinator_open_;
 };
 

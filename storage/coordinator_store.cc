@@ -12,6 +12,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kStateKey[] = "coordinator-state/v1";
+constexpr char kDataPlanKey[] = "data-plan/v1";
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -49,6 +50,29 @@ class RocksCoordinatorStore final : public CoordinatorStore {
     write.sync = true;
     return FromRocks(db_->Put(write, kStateKey, state.SerializeAsString()),
                      "cannot save the coordinator state in " + dir_);
+  }
+
+  Result<std::optional<wire::DataPlanState>> LoadDataPlan() const override {
+    std::string bytes;
+    rocksdb::ReadOptions read;
+    read.verify_checksums = true;
+    rocksdb::Status s = db_->Get(read, kDataPlanKey, &bytes);
+    if (s.IsNotFound()) return std::optional<wire::DataPlanState>();
+    DUCTILE_RETURN_IF_ERROR(
+        FromRocks(s, "cannot read the data plan in " + dir_));
+    wire::DataPlanState plan;
+    if (!plan.ParseFromString(bytes)) {
+      return FailedPreconditionError("the data plan in " + dir_ +
+                                     " is corrupt (unparseable record)");
+    }
+    return std::optional<wire::DataPlanState>(std::move(plan));
+  }
+
+  Status SaveDataPlan(const wire::DataPlanState& plan) override {
+    rocksdb::WriteOptions write;
+    write.sync = false;
+    return FromRocks(db_->Put(write, kDataPlanKey, plan.SerializeAsString()),
+                     "cannot save the data plan in " + dir_);
   }
 
  private:

@@ -31,6 +31,13 @@ class CoordinatorStore {
   virtual Result<std::optional<wire::CoordinatorState>> Load() const = 0;
   // Replaces the saved state, durably (synced) before it returns.
   virtual Status Save(const wire::CoordinatorState& state) = 0;
+
+  // The job's data plan (elastic/data_plan.h), a record of its own that
+  // changes at every step: written without a sync, so it survives the
+  // coordinator's process (the write is in the operating system's hands)
+  // but not its machine. nullopt if none was saved.
+  virtual Result<std::optional<wire::DataPlanState>> LoadDataPlan() const = 0;
+  virtual Status SaveDataPlan(const wire::DataPlanState& plan) = 0;
 };
 
 }  // namespace ductile

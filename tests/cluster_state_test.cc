@@ -14,9 +14,9 @@ namespace {
 // A coordinator store in memory that counts its writes.
 class CountingStore final : public CoordinatorStore {
  public:
-  explicit CountingStore(std::optional<wire::CoordinatorState>* saved,
-                         int* saves)
-      : saved_(saved), saves_(saves) {}
+  CountingStore(std::optional<wire::CoordinatorState>* saved, int* saves,
+                std::optional<wire::DataPlanState>* plan, int* plan_saves)
+      : saved_(saved), saves_(saves), plan_(plan), plan_saves_(plan_saves) {}
   Result<std::optional<wire::CoordinatorState>> Load() const override {
     return *saved_;
   }
@@ -25,10 +25,20 @@ class CountingStore final : public CoordinatorStore {
     ++*saves_;
     return Status::Ok();
   }
+  Result<std::optional<wire::DataPlanState>> LoadDataPlan() const override {
+    return *plan_;
+  }
+  Status SaveDataPlan(const wire::DataPlanState& plan) override {
+    *plan_ = plan;
+    ++*plan_saves_;
+    return Status::Ok();
+  }
 
  private:
   std::optional<wire::CoordinatorState>* saved_;
   int* saves_;
+  std::optional<wire::DataPlanState>* plan_;
+  int* plan_saves_;
 };
 
 // Time and a counting coordinator store; nothing else is used.
@@ -50,11 +60,14 @@ class StoreOnlyEnv final : public Env {
   }
   Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
       const std::string&) override {
-    return std::unique_ptr<CoordinatorStore>(new CountingStore(&saved, &saves));
+    return std::unique_ptr<CoordinatorStore>(
+        new CountingStore(&saved, &saves, &plan, &plan_saves));
   }
 
   std::optional<wire::CoordinatorState> saved;
   int saves = 0;
+  std::optional<wire::DataPlanState> plan;
+  int plan_saves = 0;
 };
 
 CoordinatorOptions Durable() {
@@ -119,6 +132,34 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
   EXPECT_EQ(again.routing.epoch(), 1u);
   EXPECT_EQ(again.servers.count(0), 1u);
   EXPECT_FALSE(again.servers[0].dead);
+}
+
+TEST(ClusterState, TheDataPlanIsWrittenApartAndReadBack) {
+  StoreOnlyEnv env;
+  const CoordinatorOptions options = Durable();
+  {
+    ClusterState state(&env, options);
+    ASSERT_TRUE(state.Open().ok());
+    state.workers[0].role = wire::ROLE_WORKER;
+    state.PersistIfChanged();
+    const int saves = env.saves, plan_saves = env.plan_saves;
+    ASSERT_TRUE(state.data_plan.Configure(5, 2).ok());
+    const DataPlan::Grant g = state.data_plan.Next(0);
+    state.data_plan.Done(0, g.epoch, g.batch, 0);
+    state.data_plan.Next(0);
+    state.PersistIfChanged();
+    // A step's change to the plan is not a rewrite of the synced record.
+    EXPECT_EQ(env.saves, saves);
+    EXPECT_EQ(env.plan_saves, plan_saves + 1);
+    state.PersistIfChanged();
+    EXPECT_EQ(env.plan_saves, plan_saves + 1) << "nothing changed";
+  }
+  ClusterState again(&env, options);
+  ASSERT_TRUE(again.Open().ok());
+  EXPECT_EQ(again.data_plan.batches_per_epoch(), 5);
+  EXPECT_EQ(again.data_plan.batches_done_in_current(), 1);
+  EXPECT_EQ(again.data_plan.holders(), 1u);
+  EXPECT_EQ(again.data_plan.Next(0).batch, 1) << "the batch it held";
 }
 
 TEST(ClusterState, StateOfAClusterWithOtherSlotsIsRefused) {

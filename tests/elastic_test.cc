@@ -303,6 +303,92 @@ bool WaitForSlots(const std::string& address, int32_t server) {
 // Then checks every read (BSP: exactly the pushes of the clocks before,
 // the same on every key; SSP(1): within its bound) and, after a barrier,
 // that the final state has every push once.
+// ---------------------------------------------------------- data plan
+
+// The oracle of the data-plan tests: batch b of epoch e adds 1 to key
+// e * batches + b, so the final table says how many times each batch was
+// trained on (exactly once, for every batch).
+struct PlanWorker {
+  Client* client;
+  TableId table;
+  int64_t batches, epochs;
+  int trained = 0;
+
+  // Trains until the plan is done, or `stop_after` batches (then leaves,
+  // holding the next one, which someone else must take).
+  Status Run(int stop_after = -1) {
+    Client::Batch batch;
+    DUCTILE_ASSIGN_OR_RETURN(batch,
+                             client->NextBatch(batches, epochs, nullptr, true));
+    while (batch.kind != Client::Batch::kEnd) {
+      if (batch.kind == Client::Batch::kWait) {
+        client->Clock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        DUCTILE_ASSIGN_OR_RETURN(
+            batch, client->NextBatch(batches, epochs, nullptr, true));
+        continue;
+      }
+      if (trained == stop_after) return client->Leave();
+      const Key key = static_cast<Key>(batch.epoch * batches + batch.index);
+      const float one = 1.0f;
+      DUCTILE_RETURN_IF_ERROR(client->Push(table, {&key, 1}, {&one, 1}));
+      ++trained;
+      DUCTILE_ASSIGN_OR_RETURN(
+          batch, client->NextBatch(batches, epochs, &batch, true));
+      client->Clock();
+    }
+    return Status::Ok();
+  }
+};
+
+// Exactly once across a leave (with a batch in hand) and a join mid-epoch;
+// the epochs are counted done job-wide.
+TEST(Elastic, EveryBatchIsTrainedOnceAcrossAJoinAndALeave) {
+  TestCluster cluster({.num_servers = 2, .num_workers = 2});
+  auto a = ConnectWorker(cluster);
+  auto b = ConnectWorker(cluster);
+  ASSERT_TRUE(a && b);
+  auto table = a->CreateTable(CountTable(ConsistencyMode::kAsync));
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(b->CreateTable(CountTable(ConsistencyMode::kAsync)).ok());
+  constexpr int64_t kBatches = 40, kEpochs = 2;
+  PlanWorker wa{a.get(), *table, kBatches, kEpochs};
+  PlanWorker wb{b.get(), *table, kBatches, kEpochs};
+  Status sa, sb, sc;
+  std::thread ta([&] { sa = wa.Run(); });
+  // b leaves mid-epoch, holding a batch it never trains.
+  sb = wb.Run(/*stop_after=*/10);
+  if (!sb.ok()) ta.join();
+  ASSERT_TRUE(sb.ok()) << sb;
+  EXPECT_EQ(StateOf(cluster.address(), b->worker_id()), "left");
+  // c joins while a is (most likely) still in the first epoch.
+  auto c = ConnectWorker(cluster);
+  if (!c) ta.join();
+  ASSERT_TRUE(c);
+  PlanWorker wc{c.get(), *table, kBatches, kEpochs};
+  std::thread tc([&] { sc = wc.Run(); });
+  ta.join();
+  tc.join();
+  ASSERT_TRUE(sa.ok() && sc.ok()) << sa << " / " << sc;
+  EXPECT_EQ(wa.trained + wb.trained + wc.trained, kBatches * kEpochs);
+
+  std::vector<Key> keys;
+  for (Key k = 0; k < kBatches * kEpochs; ++k) keys.push_back(k);
+  std::vector<float> out(keys.size());
+  ASSERT_TRUE(a->Pull(*table, keys, out).ok());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(out[k], 1.0f)
+        << "epoch " << k / kBatches << " batch " << k % kBatches;
+  }
+  auto end = a->NextBatch(kBatches, kEpochs, nullptr, true);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->kind, Client::Batch::kEnd);
+  EXPECT_EQ(end->epochs_done, kEpochs);
+  // Every worker of the job must agree on the plan.
+  auto other = c->NextBatch(kBatches + 1, kEpochs, nullptr, true);
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+}
+
 class ServerMoves : public ::testing::TestWithParam<ConsistencyMode> {
  protected:
   static constexpr int64_t kEnd = 60, kHold = 45;

@@ -427,6 +427,57 @@ TEST(LocalCluster, TrainsThroughAResizeSchedule) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// `ductile resize` sets a target that `ductile status` shows and `ductile
+// local` meets: a worker and a server join the running job.
+TEST(LocalCluster, ResizeSetsATargetTheLauncherMeets) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--workers=2", "--epochs=2", "--log_every=50",
+             marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  std::smatch m;
+  const std::string started = p.output();
+  ASSERT_TRUE(std::regex_search(started, m,
+                                std::regex("coordinator at (tcp://[0-9.:]+)")));
+  const std::string coordinator = "--coordinator=" + m[1].str();
+  Process resize(
+      {kBinary, "resize", coordinator, "--workers=3", "--servers=3"});
+  ASSERT_EQ(ExitCode(resize.Wait(std::chrono::seconds(30))), 0)
+      << resize.output();
+  EXPECT_NE(resize.output().find("target size set: 3 worker(s) 3 server(s)"),
+            std::string::npos)
+      << resize.output();
+  Process status({kBinary, "status", coordinator});
+  ASSERT_EQ(ExitCode(status.Wait(std::chrono::seconds(30))), 0)
+      << status.output();
+  EXPECT_NE(status.output().find("target size: 3 worker(s) 3 server(s)"),
+            std::string::npos)
+      << status.output();
+  EXPECT_TRUE(std::regex_search(
+      status.output(), std::regex("data: epoch [12]/2, [0-9]+/938 batches")))
+      << status.output();
+  ASSERT_EQ(ExitCode(p.Wait(std::chrono::seconds(240))), 0) << p.output();
+  const std::string out = p.output();
+  for (const char* line :
+       {"resize: workers 2 -> 3 at clock", "started worker 2;",
+        "resize: servers 2 -> 3", "started server 2;", "final test accuracy"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(Cli, ResizeNeedsASize) {
+  Process none({kBinary, "resize", "--coordinator=ipc:///nonexistent"});
+  EXPECT_EQ(ExitCode(none.Wait(std::chrono::seconds(30))), 1) << none.output();
+  EXPECT_NE(none.output().find("--workers=N and/or --servers=M"),
+            std::string::npos)
+      << none.output();
+  Process zero(
+      {kBinary, "resize", "--coordinator=ipc:///nonexistent", "--workers=0"});
+  EXPECT_EQ(ExitCode(zero.Wait(std::chrono::seconds(30))), 1) << zero.output();
+  EXPECT_NE(zero.output().find("at least 1"), std::string::npos)
+      << zero.output();
+}
+
 TEST(Cli, BadResizeSchedulesAreRefused) {
   for (const char* bad : {"workers=0@clock=5", "clients=2@clock=5", "workers=2",
                           "servers=2@clock=x"}) {

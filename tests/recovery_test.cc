@@ -343,5 +343,75 @@ TEST(Rollback, ARestartedServerRestoresTheCheckpointAfterAConsistencyChange) {
   for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(out[k], 7.0f) << k;
 }
 
+// The shared data plan rolls back with the model: batches trained after
+// the checkpoint are handed out again, those before are not, so each
+// batch's push (1 on its own key) is in the final state exactly once.
+TEST(Rollback, TheDataPlanGoesBackWithTheModel) {
+  TempDir dir;
+  const testing::TestClusterOptions options = CheckpointingCluster(dir, 2);
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = ConnectWorker(cluster, 50);
+  ASSERT_NE(worker, nullptr);
+  TableOptions t;
+  t.name = "batches";
+  t.rule = UpdateRule::kAdd;
+  t.consistency.mode = ConsistencyMode::kSsp;
+  t.consistency.staleness = 1;
+  auto table = worker->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  constexpr int64_t kBatches = 8, kEpochs = 2;
+  Client::Batch batch;
+  auto take = [&](const Client::Batch* trained) {
+    auto next = worker->NextBatch(kBatches, kEpochs, trained, true);
+    ASSERT_TRUE(next.ok()) << next.status();
+    batch = *next;
+  };
+  // One step: push the batch's 1, report it (before the clock), clock.
+  auto step = [&]() -> Status {
+    const Key key = static_cast<Key>(batch.epoch * kBatches + batch.index);
+    const float one = 1.0f;
+    DUCTILE_RETURN_IF_ERROR(worker->Push(*table, {&key, 1}, {&one, 1}));
+    auto next = worker->NextBatch(kBatches, kEpochs, &batch, true);
+    DUCTILE_RETURN_IF_ERROR(next.status());
+    batch = *next;
+    worker->Clock();
+    return Status::Ok();
+  };
+  take(nullptr);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(step().ok());  // into epoch 1
+  auto clock = RequestCheckpoint(cluster.address(), 20000);
+  ASSERT_TRUE(clock.ok()) << clock.status();
+  ASSERT_EQ(*clock, 10);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(step().ok());  // lost below
+  const int32_t id = cluster.server(1).id();
+  cluster.DestroyServer(1);
+  ServerOptions s = options.server;
+  s.coordinator_address = cluster.address();
+  s.requested_id = id;
+  auto restarted = Server::Start(s);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  auto r = worker->AwaitRecovery(30000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->clock, 10);
+  // The batch held before the rollback is nobody's; the plan is the
+  // checkpoint's: 10 batches done, 6 to go.
+  take(nullptr);
+  EXPECT_EQ(batch.kind, Client::Batch::kTrain);
+  EXPECT_EQ(batch.epoch, 1);
+  EXPECT_EQ(batch.index, 2);
+  int steps = 0;
+  while (batch.kind == Client::Batch::kTrain) {
+    ASSERT_TRUE(step().ok());
+    ++steps;
+  }
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(batch.kind, Client::Batch::kEnd);
+  std::vector<Key> keys;
+  for (Key k = 0; k < kBatches * kEpochs; ++k) keys.push_back(k);
+  std::vector<float> out(keys.size());
+  ASSERT_TRUE(worker->Pull(*table, keys, out).ok());
+  for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(out[k], 1.0f) << k;
+}
+
 }  // namespace
 }  // namespace ductile

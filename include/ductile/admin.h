@@ -45,6 +45,16 @@ struct ClusterStatus {
   int32_t checkpoints = 0;             // complete checkpoints kept
   bool recovering = false;             // a rollback is under way
   int32_t slots_moving = 0;            // slots moving between servers now
+  // The size `ductile resize` asked for (0: none asked): a launcher that
+  // manages the job starts or drains members to match.
+  int32_t target_workers = 0;
+  int32_t target_servers = 0;
+  // The shared data plan (Client::NextBatch; data_epochs 0: none yet):
+  // the lowest epoch not done in full and its batches done.
+  int64_t data_epochs = 0;
+  int64_t data_batches_per_epoch = 0;
+  int64_t data_epoch = 0;
+  int64_t data_batches_done = 0;
 };
 
 // Asks the coordinator at `address` for the cluster's state.
@@ -66,6 +76,13 @@ Status RequestDrainWorker(const std::string& address, int32_t worker_id,
 // Returns once the server is out of the job.
 Status RequestDrainServer(const std::string& address, int32_t server_id,
                           int64_t timeout_ms);
+// Sets the job's target size (`ductile resize`): `workers` and `servers`
+// (0: unchanged; at least one of them set). The coordinator records it and
+// shows it in the status; `ductile local` starts or drains members to
+// match, and other launchers act on it likewise. kInvalidArgument beyond
+// the job's --max_workers.
+Status RequestResize(const std::string& address, int32_t workers,
+                     int32_t servers, int64_t timeout_ms);
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);
 

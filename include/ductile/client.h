@@ -219,6 +219,36 @@ class Client {
   // drain worker:N`): a training loop should Leave() at its next step.
   virtual bool leave_requested() const = 0;
 
+  // The job's shared data plan. An epoch is `batches_per_epoch` batches
+  // (what a batch holds is the caller's: say, batch b of epoch e is the
+  // b-th slice of e's shuffle); the coordinator hands them out one at a
+  // time, so that every batch of an epoch is trained on exactly once
+  // however workers join, leave or die: what a leaving or dead worker held
+  // goes to the next worker that asks, within the epoch, and a joiner
+  // takes its share of what remains. The plan rolls back with the model.
+  struct Batch {
+    enum Kind {
+      kTrain,  // train on `index` of `epoch`
+      kWait,   // none free now; others hold the last ones: ask again soon
+      kEnd,    // every batch of every epoch is done
+    };
+    Kind kind = kEnd;
+    int64_t epoch = -1;
+    int64_t index = -1;
+    // Epochs done in full so far, job-wide: 0, ..., epochs_done - 1.
+    int64_t epochs_done = 0;
+  };
+  // Reports `trained` (the batch NextBatch last gave this worker, its
+  // gradient pushed, before Clock() moves past the clock it was pushed
+  // at; null: none) and takes the next, unless `take_next` is false (the
+  // worker stops taking data: kEnd comes back, and a batch it held is
+  // freed). Every worker of a job must give the same `batches_per_epoch`
+  // and `epochs` (kInvalidArgument otherwise). Safe to call again after a
+  // timeout: a worker holds one batch at a time and gets the same one
+  // back. kAborted after a rollback (see AwaitRecovery).
+  virtual Result<Batch> NextBatch(int64_t batches_per_epoch, int64_t epochs,
+                                  const Batch* trained, bool take_next) = 0;
+
   // Changes a table's consistency model while the job runs. Every server
   // switches at the same clock boundary B, returned: requests of timestamp
   // >= B follow the new model, earlier ones the old.

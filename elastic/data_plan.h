@@ -1,0 +1,110 @@
+// The job's shared data plan: which batches of which epochs are done, and
+// which worker holds which, so that every sample of an epoch is trained on
+// exactly once however workers join, leave or die (docs/elasticity.md).
+//
+// An epoch is `batches_per_epoch` batches (the training app maps batch b
+// of epoch e to samples of e's shuffle). A worker claims one batch at a
+// time; the next it gets is the lowest free batch of the lowest epoch that
+// has one, and a new epoch opens when every batch of the open ones is done
+// or held. When a worker leaves or dies, what it held is free again and
+// goes to whoever asks next, within the same epoch. A worker reports a
+// batch done with the clock its gradient was pushed at, before it clocks
+// past it: a checkpoint at clock C then records exactly the batches pushed
+// before C (At(C)), and a rollback to C restores them (Restore).
+//
+// Example (the coordinator's side):
+//   DataPlan plan;
+//   plan.Configure(938, 10);                      // from the first claim
+//   DataPlan::Grant g = plan.Next(/*worker=*/0);  // epoch 0, batch 0
+//   ... worker 0 pushes batch 0 at clock 5 ...
+//   plan.Done(0, g.epoch, g.batch, /*clock=*/5);
+//   plan.Release(1);  // worker 1 left: its batch is free again
+//
+// Not thread-safe: owned by the coordinator's loop.
+#ifndef DUCTILE_ELASTIC_DATA_PLAN_H_
+#define DUCTILE_ELASTIC_DATA_PLAN_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "ductile/status.h"
+#include "proto/ductile.pb.h"
+
+namespace ductile {
+
+class DataPlan {
+ public:
+  struct Grant {
+    wire::DataGrant::Kind kind = wire::DataGrant::END;
+    int64_t epoch = -1;
+    int64_t batch = -1;
+  };
+
+  // Sets the plan's shape, on the first claim; a later claim must give
+  // the same. InvalidArgument if a count is below 1 or the shape differs
+  // from the plan's.
+  Status Configure(int64_t batches_per_epoch, int64_t epochs);
+  bool configured() const { return batches_per_epoch_ > 0; }
+
+  // `worker` finished `batch` of `epoch`, pushed at `clock`. Ignored
+  // unless `worker` holds that batch (a resend of a report already taken,
+  // or one from before a rollback).
+  void Done(int32_t worker, int64_t epoch, int64_t batch, int64_t clock);
+  // Epochs done in full: 0, 1, ..., epochs_done() - 1.
+  int64_t epochs_done() const;
+  // The batch `worker` holds, or else the next free one, now held by it;
+  // WAIT when none is free but others hold some of the last epoch; END
+  // when every batch of every epoch is done.
+  Grant Next(int32_t worker);
+  // Frees the batch `worker` holds (it left or died).
+  void Release(int32_t worker);
+
+  // The plan as it was at `clock`: the batches done at earlier clocks,
+  // none held. What a checkpoint at `clock` records.
+  wire::DataPlanState At(int64_t clock) const;
+  // Back to a state At() returned (a rollback); an empty state (no
+  // checkpoint) is the start, keeping the shape.
+  void Restore(const wire::DataPlanState& state);
+  // Everything, holders included (the coordinator's own state).
+  wire::DataPlanState ToWire() const;
+  // From ToWire()'s output; InvalidArgument if it is inconsistent.
+  Status FromWire(const wire::DataPlanState& state);
+
+  // Drops the per-batch clocks no checkpoint after `clock` needs: epochs
+  // done in full before it.
+  void Forget(int64_t clock);
+
+  // For status: the lowest epoch not done in full, and its batches done.
+  int64_t current_epoch() const { return first_epoch_; }
+  int64_t batches_done_in_current() const;
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t epochs() const { return epochs_; }
+  size_t holders() const { return held_.size(); }
+
+ private:
+  static constexpr int64_t kNotDone = -1;
+  static constexpr int64_t kHeld = -2;
+
+  // The per-batch state of `epoch`, opened if need be; null if out of
+  // range.
+  std::vector<int64_t>* EpochState(int64_t epoch);
+  // Pops the leading epochs done in full with every clock below
+  // forget_below_.
+  void Seal();
+
+  int64_t batches_per_epoch_ = 0;
+  int64_t epochs_ = 0;
+  // Epochs first_epoch_, first_epoch_ + 1, ...: per batch its done clock,
+  // kNotDone or kHeld.
+  int64_t first_epoch_ = 0;
+  std::deque<std::vector<int64_t>> open_;
+  std::map<int32_t, std::pair<int64_t, int64_t>> held_;  // worker -> batch
+  int64_t forget_below_ = 0;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_ELASTIC_DATA_PLAN_H_

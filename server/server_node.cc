@@ -280,7 +280,8 @@ void ServerNode::HandleCoordinator(InMessage& message) {
       return StepMoves();
     }
     case wire::MIGRATE_ABORT:
-      mover_->Abort(header.change_id());
+      // The slots are served here again, with their BSP pushes.
+      mover_->Abort(header.change_id(), tables_, consistency_);
       counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
       return;
     case wire::SHUTDOWN_NOTICE:
@@ -672,8 +673,9 @@ void ServerNode::Recover(const wire::Header& header) {
   generation_ = header.generation();
   admission_.Reset();
   // Moves under way belong to the abandoned timeline too: the
-  // checkpoint's routing says who owns what.
-  mover_->Abort(0);
+  // checkpoint's routing says who owns what (what they put back is
+  // cleared with the rest below).
+  mover_->Abort(0, tables_, consistency_);
   counters_.Set(&ServerCounters::slots_moving, 0);
   Status s;
   for (const auto& config : header.tables()) {

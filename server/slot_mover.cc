@@ -56,10 +56,11 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   // At least one chunk, the last: the target acknowledges it even empty.
   if (!chunk.empty() || m.chunks.empty()) flush(true);
   m.total_chunks = m.chunks.size();
+  m.buffered = std::move(buffered);
   m.last_progress = env_->Now();
   LOG(INFO) << "move " << m.id << ": " << m.slots.size()
             << " slot(s) to server " << m.target << ": " << records.size()
-            << " key(s), " << buffered.size() << " buffered push(es), "
+            << " key(s), " << m.buffered.size() << " buffered push(es), "
             << m.bytes << " bytes in " << m.total_chunks << " chunk(s)";
   Connect(m);
   Pump(m);
@@ -188,11 +189,30 @@ uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
   return dropped;
 }
 
-void SlotMover::Abort(uint64_t id) {
-  if (id == 0) {
-    moves_.clear();
-  } else {
-    moves_.erase(id);
+void SlotMover::Abort(uint64_t id, TableSet& tables,
+                      ConsistencyController& consistency) {
+  for (auto it = moves_.begin(); it != moves_.end();) {
+    if (id != 0 && it->first != id) {
+      ++it;
+      continue;
+    }
+    PutBuffered(std::move(it->second.buffered), tables, consistency);
+    it = moves_.erase(it);
+  }
+}
+
+void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
+                            ConsistencyController& consistency) {
+  // Oldest clock first for each key, as taken: a clock over here is
+  // applied before a later one is buffered.
+  for (Buffered& b : buffered) {
+    ParameterTable* table = tables.Find(b.first);
+    if (table == nullptr) continue;
+    const BspCombine combine = consistency.latest(b.first).combine;
+    BspBuffer::Entry& e = b.second;
+    if (consistency.PutBuffered(b.first, e)) continue;
+    // Its clock is over here: every push of it is in the entry.
+    table->ApplyCombined(e.key, e.combined.values, e.combined.pushes, combine);
   }
 }
 
@@ -244,16 +264,10 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
   for (EntryRecord& e : entries) {
     tables.Find(e.table)->Restore(std::move(e), /*changed=*/true);
   }
-  for (Buffered& b : buffered) {
-    const BspCombine combine = consistency.latest(b.first).combine;
-    BspBuffer::Entry& e = b.second;
-    if (consistency.PutBuffered(b.first, e)) continue;
-    // Its clock is over here: every push of it is in the entry.
-    tables.Find(b.first)->ApplyCombined(e.key, e.combined.values,
-                                        e.combined.pushes, combine);
-  }
+  const size_t pushes = buffered.size();
+  PutBuffered(std::move(buffered), tables, consistency);
   VLOG(1) << "move " << header.change_id() << ", chunk " << header.seq() << ": "
-          << entries.size() << " key(s), " << buffered.size()
+          << entries.size() << " key(s), " << pushes
           << " buffered push(es) moved in";
   return Status::Ok();
 }

@@ -90,8 +90,12 @@ class SlotMover {
   // no longer serves are dropped. Returns the number of keys dropped.
   uint64_t OnRouting(const RoutingTable& routing, int32_t self,
                      TableSet& tables);
-  // MIGRATE_ABORT (id 0: all) or a rollback: the slots are served again.
-  void Abort(uint64_t id);
+  // MIGRATE_ABORT (id 0: all) or a rollback: the slots are served here
+  // again. The BSP pushes that went with their copy come back: into
+  // `consistency`'s buffer, or applied to `tables`, combined, if their
+  // clock is over here (no push for the slots was taken meanwhile: every
+  // one was answered "moved").
+  void Abort(uint64_t id, TableSet& tables, ConsistencyController& consistency);
   bool moving() const { return !moves_.empty(); }
   // Slots being moved away now.
   size_t slots_moving() const;
@@ -138,7 +142,14 @@ class SlotMover {
     Status failure;
     TimePoint last_progress{};
     std::unique_ptr<Socket> socket;
+    // The slots' BSP pushes, taken out of the consistency controller for
+    // the copy: they are put back if the move is aborted.
+    std::vector<Buffered> buffered;
   };
+  // `buffered` into `consistency`'s buffer, or applied to `tables`,
+  // combined, when their clock is over there.
+  static void PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
+                          ConsistencyController& consistency);
   void Connect(Move& move);
   void Pump(Move& move);
   // True the first time chunk `seq` of move `id` arrives.

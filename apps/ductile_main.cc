@@ -52,6 +52,9 @@ DEFINE_int64(heartbeat_timeout_ms, 5000,
 DEFINE_string(host, "127.0.0.1",
               "server: interface to listen on and advertise");
 DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
+DEFINE_string(ipc_dir, "/tmp",
+              "server: directory of its ipc:// socket, which clients on the "
+              "same host use (a server killed by a signal leaves the file)");
 DEFINE_int32(server_id, -1, "server: ask for this id (-1: any)");
 DEFINE_int32(worker_id, -1,
              "worker: ask for this id (-1: any; ids are 0 to --workers - 1)");
@@ -223,6 +226,7 @@ int RunServer() {
   o.coordinator_address = FLAGS_coordinator;
   o.host = FLAGS_host;
   o.port = FLAGS_port;
+  o.ipc_dir = FLAGS_ipc_dir;
   o.requested_id = FLAGS_server_id;
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.state_dir = FLAGS_state_dir;

@@ -6,8 +6,8 @@
 
 namespace ductile {
 
-// Identifies this host (hostname + boot id): processes with equal ids can
-// reach each other's ipc:// sockets.
+// Identifies this host (host name, boot id and mount namespace): processes
+// with equal ids can reach each other's ipc:// sockets.
 const std::string& HostId();
 
 // A fresh ipc:// endpoint path for a listener in `dir`, unique on this host.

@@ -539,7 +539,7 @@ const std::vector<Command>& Commands() {
       {"server",
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
-        "keep_checkpoints"},
+        "keep_checkpoints", "ipc_dir"},
        false,
        RunServer},
       {"worker",

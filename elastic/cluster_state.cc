@@ -44,6 +44,7 @@ Status ClusterState::Open() {
     m.dead = pm.dead();
     m.left = pm.left();
     m.draining = pm.draining();
+    m.awaiting_slots = pm.awaiting_slots();
     m.keep_checkpoints = pm.keep_checkpoints();
     // Not declared dead: alive until the heartbeat timeout says otherwise.
     // Each member's first message after the restart tells where it is (its
@@ -87,6 +88,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_dead(m.dead);
       pm->set_left(m.left);
       pm->set_draining(m.draining);
+      pm->set_awaiting_slots(m.awaiting_slots);
       pm->set_keep_checkpoints(m.keep_checkpoints);
     }
   }

@@ -45,6 +45,9 @@ struct Member {
   bool dead = false;             // silent past the heartbeat timeout
   bool left = false;             // left the job (Leave, a drain)
   bool draining = false;         // asked to leave, not gone yet
+  // Servers: joined a running job and owns no slot yet (its rebalance may
+  // have been abandoned: MigrationManager plans it again).
+  bool awaiting_slots = false;
   // In memory only.
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};

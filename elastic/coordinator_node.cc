@@ -235,7 +235,9 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
   } else if (routing_.MaybeAssign()) {
     membership_.AnswerWaiting();
   } else if (!r.restarted && !state_.routing.OwnsAny(id)) {
-    // A server joining a running job: it takes its share of the slots.
+    // A server joining a running job: it takes its share of the slots
+    // (planned again if this rebalance is abandoned).
+    r.server->awaiting_slots = true;
     migrations_.Rebalance();
   }
   membership_.PublishWorkers();

@@ -171,7 +171,42 @@ void MigrationManager::Launch() {
   }
 }
 
-void MigrationManager::CheckTimers() { CheckTimers(/*stop_all=*/false); }
+void MigrationManager::CheckTimers() {
+  CheckTimers(/*stop_all=*/false);
+  RebalanceStranded();
+}
+
+void MigrationManager::RebalanceStranded() {
+  ClusterState& state = ctx_.state;
+  if (plan_ || rebalance_pending_ || !stops_.empty() || state.routing.empty() ||
+      state.recovering || ctx_.shutting_down ||
+      ctx_.Now() < next_stranded_check_) {
+    return;
+  }
+  bool awaiting = false;
+  for (const auto& [id, m] : state.servers)
+    awaiting = awaiting || m.awaiting_slots;
+  if (!awaiting) return;  // the common case, checked cheaply
+  const std::map<int32_t, int32_t> load = Load();
+  bool stranded = false;
+  for (auto& [id, m] : state.servers) {
+    auto it = load.find(id);
+    if (it == load.end() || it->second > 0) {
+      m.awaiting_slots = false;  // it got slots, or it is gone
+    }
+    stranded = stranded || m.awaiting_slots;
+  }
+  if (!stranded) return;
+  for (const auto& [id, slots] : load) {
+    // Not heard from since a coordinator restart: it cannot be asked yet.
+    if (state.servers.at(id).identity.empty()) return;
+  }
+  if (!stranded || load.size() < 2) return;
+  next_stranded_check_ = ctx_.Now() + std::chrono::seconds(5);
+  LOG(INFO) << "coordinator: a server that joined owns no slot (its "
+               "rebalance was abandoned); rebalancing";
+  Rebalance();
+}
 
 void MigrationManager::CheckTimers(bool stop_all) {
   if (plan_ && !launched_ && !checkpoint_busy_()) Launch();

@@ -57,7 +57,9 @@ class MigrationManager {
   // MIGRATE_DONE from a source.
   void HandleDone(const wire::Header& h);
   // Timers: starts a plan that waited for a checkpoint round; stops the
-  // drained servers whose linger is over.
+  // drained servers whose linger is over; rebalances when a live server
+  // owns no slot (its rebalance was abandoned by a rollback or a
+  // coordinator restart) and every live server can be reached.
   void CheckTimers();
   // A rollback or a restart: every move is abandoned (the servers are
   // told), every waiter gets `status`.
@@ -94,6 +96,7 @@ class MigrationManager {
   void CheckTimers(bool stop_all);
   // The slots each live server (not being drained) owns.
   std::map<int32_t, int32_t> Load() const;
+  void RebalanceStranded();
 
   CoordinatorContext& ctx_;
   RoutingManager& routing_;
@@ -110,6 +113,8 @@ class MigrationManager {
   std::vector<Stop> stops_;
   bool rebalance_pending_ = false;
   uint64_t next_id_ = 0;
+  // A stranded server's rebalance is tried at most this often.
+  TimePoint next_stranded_check_{};
 };
 
 }  // namespace ductile

@@ -175,7 +175,7 @@ void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
   ack.set_ack(true);
   ack.set_change_id(header.change_id());
   ack.set_seq(header.seq());
-  Status s = mover_->Install(header, message, tables_, consistency_);
+  Status s = mover_->Install(header, message, routing_, tables_, consistency_);
   if (!s.ok()) {
     counters_.Add(&ServerCounters::errors);
     StatusToWire(s, &ack);

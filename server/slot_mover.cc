@@ -103,6 +103,7 @@ void SlotMover::Pump(Move& m) {
     h.set_change_id(m.id);
     h.set_seq(m.next_chunk);
     h.set_last(m.next_chunk + 1 == m.total_chunks);
+    for (int32_t slot : m.slots) h.add_slots(slot);
     OutMessage out;
     out.AddString(h.SerializeAsString());
     out.AddString(std::move(m.chunks.front()));
@@ -243,7 +244,7 @@ std::optional<SlotMover::TimePoint> SlotMover::NextDeadline() const {
 // ------------------------------------------------------------------ target
 
 Status SlotMover::Install(const wire::Header& header, const InMessage& message,
-                          TableSet& tables,
+                          const RoutingTable& routing, TableSet& tables,
                           ConsistencyController& consistency) {
   std::vector<EntryRecord> entries;
   std::vector<Buffered> buffered;
@@ -258,6 +259,24 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
     if (tables.Find(b.first) == nullptr) {
       return NotFoundError("no table " + std::to_string(b.first) +
                            " for a moved push");
+    }
+  }
+  if (arrived_.count(header.change_id()) == 0) {
+    // A move's first chunk here: whatever an earlier move of these slots
+    // left here (one abandoned after some of its chunks arrived) is
+    // stale, its keys and BSP pushes; this move brings them all again.
+    const std::set<int32_t> slots(header.slots().begin(), header.slots().end());
+    auto moving = [&](TableId table, Key key) {
+      return slots.count(routing.SlotOf(table, key)) > 0;
+    };
+    uint64_t stale = 0;
+    tables.ForEach([&](TableId id, ParameterTable& table) {
+      stale += table.EraseIf([&](Key key) { return moving(id, key); });
+    });
+    stale += consistency.TakeBufferedKeys(moving).size();
+    if (stale > 0) {
+      LOG(WARNING) << "move " << header.change_id() << ": " << stale
+                   << " stale key(s) and push(es) of its slots dropped";
     }
   }
   if (!FirstArrival(header.change_id(), header.seq())) return Status::Ok();

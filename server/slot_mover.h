@@ -109,9 +109,12 @@ class SlotMover {
   // its BSP pushes into `consistency`'s buffer, or, when their clock is
   // over here, are applied combined. Nothing is applied if the chunk is
   // unreadable or names an unknown table; a chunk that arrives again is
-  // applied once (again, it would undo what was applied since).
+  // applied once (again, it would undo what was applied since). A move's
+  // first chunk drops what an earlier, abandoned move of its slots left
+  // here (`routing` tells a key's slot).
   Status Install(const wire::Header& header, const InMessage& message,
-                 TableSet& tables, ConsistencyController& consistency);
+                 const RoutingTable& routing, TableSet& tables,
+                 ConsistencyController& consistency);
   // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
   // it): its keys and buffered pushes.
   static Status ParseChunk(const InMessage& message,

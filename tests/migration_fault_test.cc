@@ -129,7 +129,8 @@ TEST(MigrationFault, ATargetKilledMidMoveRollsTheJobBackWithoutIt) {
 
 // A source restarted on its state directory rolls the job back; the moves
 // are abandoned and the target, which acknowledged nothing, restores no
-// slot.
+// slot. Once the rollback is over, the target, owning nothing, gets its
+// share in a new rebalance.
 TEST(MigrationFault, ASourceKilledMidMoveAndRestartedRollsTheJobBack) {
   RecoveryCluster cluster;
   cluster.Start(kClocks);
@@ -141,17 +142,29 @@ TEST(MigrationFault, ASourceKilledMidMoveAndRestartedRollsTheJobBack) {
   ASSERT_TRUE(cluster.WaitForStatus(
       [](const ClusterStatus& s) { return s.generation > 0; }, 10000));
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
+  // After the rollback the joiner, owning nothing, gets its share again.
+  EXPECT_TRUE(cluster.WaitForStatus(
+      [](const ClusterStatus& s) {
+        const MemberStatus* joiner = FindServer(s, 2);
+        return s.slots_moving == 0 && joiner != nullptr && joiner->slots > 0;
+      },
+      kWaitMs))
+      << cluster.coordinator().output();
   cluster.ExpectWorkersExact(kClocks, /*rolled_back=*/true);
   ExpectCleanExit(cluster, {0, 1, 2});
   const std::string log = cluster.coordinator().output();
   EXPECT_NE(log.find("server 0 restarted"), std::string::npos) << log;
-  EXPECT_NE(log.find("rebalance abandoned"), std::string::npos) << log;
-  EXPECT_EQ(log.find("slot(s) moved from"), std::string::npos) << log;
+  const size_t abandoned = log.find("rebalance abandoned");
+  EXPECT_NE(abandoned, std::string::npos) << log;
+  // Nothing moved before the rollback; the new rebalance moved its slots.
+  EXPECT_LT(abandoned, log.find("owns no slot")) << log;
+  EXPECT_LT(log.find("owns no slot"), log.find("slot(s) moved from")) << log;
 }
 
 // A coordinator restarted on its state directory abandons the moves under
 // way: each source, reconnecting, is told to abort and serves its slots
-// again; the routing last persisted stands. No rollback.
+// again; the routing last persisted stands. No rollback. Once the target is
+// heard from again, it gets its share in a new rebalance.
 TEST(MigrationFault, ACoordinatorRestartedMidMoveAbandonsTheMove) {
   RecoveryCluster cluster;
   cluster.Start(kClocks);
@@ -179,12 +192,22 @@ TEST(MigrationFault, ACoordinatorRestartedMidMoveAbandonsTheMove) {
       RecoveryCluster::kHeartbeatTimeoutMs / 2))
       << cluster.coordinator().output();
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
+  // Heard from again, the joiner (owning nothing) gets its share: a new
+  // rebalance by the restarted coordinator.
+  EXPECT_TRUE(cluster.WaitForStatus(
+      [](const ClusterStatus& s) {
+        const MemberStatus* joiner = FindServer(s, 2);
+        return s.slots_moving == 0 && joiner != nullptr && joiner->slots > 0;
+      },
+      kWaitMs))
+      << cluster.coordinator().output();
   const std::string out =
       cluster.ExpectWorkersExact(kClocks, /*rolled_back=*/false);
   EXPECT_EQ(out.find("verified rollback"), std::string::npos) << out;
   ExpectCleanExit(cluster, {0, 1, 2});
-  const std::string log = old_log + cluster.coordinator().output();
-  EXPECT_EQ(log.find("slot(s) moved from"), std::string::npos) << log;
+  EXPECT_EQ(old_log.find("slot(s) moved from"), std::string::npos) << old_log;
+  const std::string log = cluster.coordinator().output();
+  EXPECT_NE(log.find("owns no slot"), std::string::npos) << log;
 }
 
 // A checkpoint requested while slots move is refused with kUnavailable

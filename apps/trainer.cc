@@ -190,8 +190,8 @@ class DataPosition {
     return true;
   }
 
-  // The current batch's gradient is pushed: reports it to the plan at this
-  // clock (before the caller clocks past it) and takes the next, unless
+  // The current batch's gradient is pushed: reports it as trained at this
+  // clock (the caller clocks past it next) and takes the next, unless
   // `stop`.
   Status Trained(bool stop) {
     DUCTILE_ASSIGN_OR_RETURN(

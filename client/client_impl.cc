@@ -47,7 +47,10 @@ ClientImpl::ClientImpl(const ClientOptions& options, Env* env, bool own_thread)
       env_(env),
       own_thread_(own_thread),
       engine_({&options_, env_, client_id_, &worker_id_, &clock_, &tables_,
-               &cache_, &recovery_, &stats_}) {}
+               &cache_, &recovery_, &stats_,
+               [this](int64_t clock, wire::Header* report) {
+                 AddDataReports(clock, report);
+               }}) {}
 
 ClientImpl::~ClientImpl() {
   stop_.store(true);
@@ -289,6 +292,17 @@ std::shared_ptr<ControlOperation> ClientImpl::StartLeave() {
 }
 
 Status ClientImpl::Leave() {
+  bool planned = false;
+  {
+    MutexLock lock(&data_mu_);
+    planned = batches_.has_shape();
+  }
+  if (planned && worker_id_.load() >= 0) {
+    // The batches trained are reported, those held given back, before the
+    // worker is out (a worker gone holds nothing).
+    Result<Batch> end = Claim(/*take_next=*/false);
+    if (!end.ok()) return end.status();
+  }
   Status s = StartLeave()->Wait();
   if (s.ok()) {
     LOG(INFO) << "worker " << worker_id_.load() << ": left the job at clock "
@@ -305,38 +319,85 @@ Result<Client::Batch> ClientImpl::NextBatch(int64_t batches_per_epoch,
     return FailedPreconditionError(
         "NextBatch() needs a client registered as a worker");
   }
+  if (batches_per_epoch < 1 || epochs < 1) {
+    return InvalidArgumentError(
+        "NextBatch() needs at least one batch per epoch and one epoch");
+  }
   DUCTILE_RETURN_IF_ERROR(recovery_.RefuseIfPending());
+  {
+    MutexLock lock(&data_mu_);
+    batches_.SetShape(batches_per_epoch, epochs);
+    if (trained != nullptr && trained->kind == Batch::kTrain) {
+      batches_.Trained(*trained, clock_.load());
+    }
+  }
+  return Claim(take_next);
+}
+
+Result<Client::Batch> ClientImpl::Claim(bool take_next) {
+  // A batch held is handed out at once; the queue is topped up by a claim
+  // in the background when it runs low. Only an empty queue waits.
+  bool asked = false;
+  while (true) {
+    std::shared_ptr<ControlOperation> wait;
+    {
+      MutexLock lock(&data_mu_);
+      if (claim_ != nullptr && claim_->done()) {
+        DUCTILE_RETURN_IF_ERROR(TakeClaim());
+      }
+      if (claim_ == nullptr) {
+        Batch idle;
+        idle.kind = take_next ? batches_.idle_kind() : Batch::kEnd;
+        idle.epochs_done = batches_.epochs_done();
+        if (!take_next) {
+          if (asked) return idle;
+          StartClaim(0);  // reports, and gives back what is held
+          asked = true;
+        } else if (std::optional<Batch> b = batches_.Pop()) {
+          if (batches_.queued() < BatchQueue::kAhead / 2) {
+            StartClaim(BatchQueue::kAhead + 1);
+          }
+          return *b;
+        } else if (asked) {
+          return idle;
+        } else {
+          StartClaim(BatchQueue::kAhead);
+          asked = true;
+        }
+      }
+      wait = claim_;
+    }
+    wait->Wait().IgnoreError();  // its status is taken above
+  }
+}
+
+void ClientImpl::AddDataReports(int64_t clock, wire::Header* report) {
+  MutexLock lock(&data_mu_);
+  for (const wire::DataBatch& b : batches_.UnackedBefore(clock)) {
+    *report->add_data_done() = b;
+  }
+}
+
+void ClientImpl::StartClaim(int want) {
   wire::Header request;
   request.set_type(wire::DATA_CLAIM);
   request.set_member_id(worker_id_.load());
   request.set_generation(recovery_.generation());
-  wire::DataClaim* claim = request.mutable_data_claim();
-  claim->set_batches_per_epoch(batches_per_epoch);
-  claim->set_epochs(epochs);
-  if (trained != nullptr && trained->kind == Batch::kTrain) {
-    claim->set_has_done(true);
-    claim->set_done_epoch(trained->epoch);
-    claim->set_done_batch(trained->index);
-    claim->set_done_clock(clock_.load());
+  claim_reports_ = batches_.FillClaim(want, request.mutable_data_claim());
+  claim_generation_ = recovery_.generation();
+  claim_ = StartControl(request, options_.request_timeout_ms, {},
+                        /*resend=*/true);
+}
+
+Status ClientImpl::TakeClaim() {
+  std::shared_ptr<ControlOperation> op = std::move(claim_);
+  claim_.reset();
+  DUCTILE_RETURN_IF_ERROR(op->Wait());
+  if (claim_generation_ != recovery_.generation()) {
+    return AbortedError("the job rolled back while a data claim was answered");
   }
-  claim->set_no_next(!take_next);
-  auto next = std::make_shared<Batch>();
-  DUCTILE_RETURN_IF_ERROR(
-      StartControl(
-          request, options_.request_timeout_ms,
-          [next](const wire::Header& reply) {
-            const wire::DataGrant& g = reply.data_grant();
-            next->kind = g.kind() == wire::DataGrant::GRANTED ? Batch::kTrain
-                         : g.kind() == wire::DataGrant::WAIT  ? Batch::kWait
-                                                              : Batch::kEnd;
-            next->epoch = g.epoch();
-            next->index = g.batch();
-            next->epochs_done = g.epochs_done();
-            return Status::Ok();
-          },
-          /*resend=*/true)
-          ->Wait());
-  return *next;
+  batches_.OnGrant(op->reply.data_grant(), claim_reports_);
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- clocks
@@ -364,6 +425,13 @@ Result<Client::Recovery> ClientImpl::AwaitRecovery(int64_t timeout_ms) {
   DUCTILE_ASSIGN_OR_RETURN(Recovery r, recovery_.Await(timeout_ms));
   clock_.store(r.clock);
   cache_.Clear();
+  {
+    // The data plan went back with the model: nothing held or trained of
+    // the abandoned timeline is this worker's.
+    MutexLock lock(&data_mu_);
+    batches_.Clear();
+    claim_.reset();
+  }
   LOG(INFO) << "worker " << worker_id_.load() << ": resuming at clock "
             << r.clock << " (generation " << r.generation << ")";
   return r;
@@ -383,6 +451,7 @@ void ClientImpl::ReportResumeState(int64_t clock) {
   op->message.set_clock(clock);
   op->message.set_generation(recovery_.generation());
   op->message.set_resume_state(recovery_.StateAt(clock));
+  AddDataReports(clock, &op->message);
   op->Hold();
   engine_.Submit(op);
 }

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/batch_queue.h"
 #include "client/operation.h"
 #include "client/param_cache.h"
 #include "client/recovery_state.h"
@@ -30,6 +31,7 @@
 #include "client/table_registry.h"
 #include "ductile/client.h"
 #include "env/env.h"
+#include "util/mutex.h"
 
 namespace ductile {
 
@@ -112,8 +114,18 @@ class ClientImpl final : public Client {
       wire::Header request, int64_t timeout_ms,
       std::function<Status(const wire::Header&)> on_reply = {},
       bool resend = false);
-  // Sends this worker's resume state at `clock` to the coordinator.
+  // Sends this worker's resume state at `clock` to the coordinator, with
+  // the data-plan reports of batches pushed before it not acknowledged yet.
   void ReportResumeState(int64_t clock);
+  // Adds to a checkpoint report at `clock` the data-plan reports of
+  // batches pushed before it that no claim has had answered.
+  void AddDataReports(int64_t clock, wire::Header* report) EXCLUDES(data_mu_);
+  // The data plan: a claim (DATA_CLAIM) to hold `want` batches, in flight
+  // as claim_; its answer taken into batches_ (its error, if any).
+  void StartClaim(int want) REQUIRES(data_mu_);
+  Status TakeClaim() REQUIRES(data_mu_);
+  // NextBatch's body on the shape given last.
+  Result<Batch> Claim(bool take_next);
   // Tells every server this worker is at `clock` (CLOCK).
   void SendClock(int64_t clock);
   void Run();
@@ -138,6 +150,14 @@ class ClientImpl final : public Client {
   StatsRecorder stats_;
   RequestEngine engine_;
   std::thread thread_;
+
+  // The shared data plan (NextBatch): the batches held, and the claim in
+  // flight with the reports it carries and the generation it left in.
+  Mutex data_mu_;
+  BatchQueue batches_ GUARDED_BY(data_mu_);
+  std::shared_ptr<ControlOperation> claim_ GUARDED_BY(data_mu_);
+  size_t claim_reports_ GUARDED_BY(data_mu_) = 0;
+  uint64_t claim_generation_ GUARDED_BY(data_mu_) = 0;
 };
 
 }  // namespace ductile

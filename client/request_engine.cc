@@ -556,6 +556,7 @@ void RequestEngine::HandleCheckpointCommit(const wire::Header& header) {
   done.set_clock(clock);
   done.set_generation(shared_.recovery->generation());
   done.set_resume_state(shared_.recovery->StateAt(clock));
+  if (shared_.complete_report) shared_.complete_report(clock, &done);
   SendToCoordinator(done);
 }
 

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -57,6 +58,9 @@ class RequestEngine {
     ParamCache* cache;
     RecoveryState* recovery;
     StatsRecorder* stats;
+    // Adds to a worker's checkpoint report at a clock what else it must
+    // carry (the data plan's unacknowledged reports); may be empty.
+    std::function<void(int64_t clock, wire::Header* report)> complete_report;
   };
 
   explicit RequestEngine(const Shared& shared);

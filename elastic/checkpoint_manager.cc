@@ -150,6 +150,14 @@ void CheckpointManager::Commit() {
 }
 
 void CheckpointManager::HandleDone(const wire::Header& h) {
+  if (h.role() == wire::ROLE_WORKER &&
+      h.generation() == ctx_.state.generation) {
+    // The data-plan batches it trained before the clock and had no claim
+    // answered for yet: in the plan before the checkpoint records it.
+    for (const wire::DataBatch& b : h.data_done()) {
+      ctx_.state.data_plan.Done(h.member_id(), b.epoch(), b.batch(), b.clock());
+    }
+  }
   if (!round_ || round_->clock < 0 || h.clock() != round_->clock ||
       h.generation() != ctx_.state.generation) {
     return;
@@ -197,8 +205,9 @@ void CheckpointManager::MaybeComplete() {
     w->set_resume_state(resume);
   }
   entry.set_written_unix_ms(ctx_.env->UnixMs());
-  // Every batch pushed before the clock was reported done before its
-  // worker clocked past it, so the plan records exactly those.
+  // Every batch pushed before the clock was reported done by now (in a
+  // claim, or with its worker's report at this clock), so the plan
+  // records exactly those.
   *entry.mutable_data_plan() = state.data_plan.At(round_->clock);
   state.data_plan.Forget(round_->clock);
   state.catalog.push_back(std::move(entry));

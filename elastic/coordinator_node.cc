@@ -10,6 +10,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// The most data-plan batches a worker holds at once.
+constexpr int32_t kMaxHeldBatches = 64;
 // How long shutdown notices get to leave before the socket closes.
 constexpr milliseconds kShutdownFlush{300};
 // The longest the loop sleeps: liveness and deadlines are checked at
@@ -342,20 +344,23 @@ void CoordinatorNode::HandleDataClaim(const std::string& identity,
   reply.set_type(wire::CONTROL_REPLY);
   reply.set_seq(h.seq());
   wire::DataGrant* grant = reply.mutable_data_grant();
-  if (claim.has_done()) {
-    plan.Done(h.member_id(), claim.done_epoch(), claim.done_batch(),
-              claim.done_clock());
+  for (const wire::DataBatch& b : claim.done()) {
+    plan.Done(h.member_id(), b.epoch(), b.batch(), b.clock());
   }
   grant->set_epochs_done(plan.epochs_done());
-  if (claim.no_next()) {
+  if (claim.want() <= 0) {
     plan.Release(h.member_id());
     grant->set_kind(wire::DataGrant::END);
     return out_.Send(identity, reply);
   }
-  const DataPlan::Grant next = plan.Next(h.member_id());
-  grant->set_kind(next.kind);
-  grant->set_epoch(next.epoch);
-  grant->set_batch(next.batch);
+  wire::DataGrant::Kind kind;
+  for (const auto& [epoch, batch] : plan.Take(
+           h.member_id(), std::min(claim.want(), kMaxHeldBatches), &kind)) {
+    wire::DataBatch* held = grant->add_held();
+    held->set_epoch(epoch);
+    held->set_batch(batch);
+  }
+  grant->set_kind(kind);
   out_.Send(identity, reply);
 }
 

@@ -37,10 +37,13 @@ std::vector<int64_t>* DataPlan::EpochState(int64_t epoch) {
 void DataPlan::Done(int32_t worker, int64_t epoch, int64_t batch,
                     int64_t clock) {
   auto held = held_.find(worker);
-  if (held == held_.end() || held->second != std::make_pair(epoch, batch)) {
-    return;
-  }
-  held_.erase(held);
+  if (held == held_.end()) return;
+  auto& batches = held->second;
+  auto it =
+      std::find(batches.begin(), batches.end(), std::make_pair(epoch, batch));
+  if (it == batches.end()) return;
+  batches.erase(it);
+  if (batches.empty()) held_.erase(held);
   std::vector<int64_t>* state = EpochState(epoch);
   if (state == nullptr) return;
   (*state)[batch] = std::max<int64_t>(clock, 0);
@@ -59,39 +62,57 @@ int64_t DataPlan::epochs_done() const {
   return done;
 }
 
-DataPlan::Grant DataPlan::Next(int32_t worker) {
-  Grant g;
-  if (!configured()) return g;
-  auto held = held_.find(worker);
-  if (held != held_.end()) {
-    g.kind = wire::DataGrant::GRANTED;
-    g.epoch = held->second.first;
-    g.batch = held->second.second;
-    return g;
-  }
-  for (int64_t epoch = first_epoch_; epoch < epochs_; ++epoch) {
+std::vector<std::pair<int64_t, int64_t>> DataPlan::Take(
+    int32_t worker, int want, wire::DataGrant::Kind* kind) {
+  std::vector<std::pair<int64_t, int64_t>> held;
+  *kind = wire::DataGrant::END;
+  if (!configured()) return held;
+  auto it = held_.find(worker);
+  if (it != held_.end()) held = it->second;
+  for (int64_t epoch = first_epoch_;
+       static_cast<int>(held.size()) < want && epoch < epochs_;) {
     std::vector<int64_t>& state = *EpochState(epoch);
     auto free = std::find(state.begin(), state.end(), kNotDone);
-    if (free == state.end()) continue;
+    if (free == state.end()) {
+      ++epoch;
+      continue;
+    }
     *free = kHeld;
-    g.kind = wire::DataGrant::GRANTED;
-    g.epoch = epoch;
-    g.batch = free - state.begin();
-    held_[worker] = {g.epoch, g.batch};
-    return g;
+    held.push_back({epoch, free - state.begin()});
   }
-  g.kind = held_.empty() ? wire::DataGrant::END : wire::DataGrant::WAIT;
+  if (!held.empty()) {
+    held_[worker] = held;
+    *kind = wire::DataGrant::GRANTED;
+  } else if (!held_.empty()) {
+    *kind = wire::DataGrant::WAIT;
+  }
+  return held;
+}
+
+DataPlan::Grant DataPlan::Next(int32_t worker) {
+  Grant g;
+  const std::vector<std::pair<int64_t, int64_t>> held =
+      Take(worker, 1, &g.kind);
+  if (!held.empty()) {
+    g.epoch = held.front().first;
+    g.batch = held.front().second;
+  }
   return g;
 }
 
 void DataPlan::Release(int32_t worker) {
   auto held = held_.find(worker);
   if (held == held_.end()) return;
-  const auto [epoch, batch] = held->second;
+  for (const auto& [epoch, batch] : held->second) {
+    std::vector<int64_t>* state = EpochState(epoch);
+    if (state != nullptr && (*state)[batch] == kHeld) {
+      (*state)[batch] = kNotDone;
+    }
+  }
   held_.erase(held);
-  std::vector<int64_t>* state = EpochState(epoch);
-  if (state != nullptr && (*state)[batch] == kHeld) (*state)[batch] = kNotDone;
 }
+
+size_t DataPlan::holders() const { return held_.size(); }
 
 void DataPlan::Seal() {
   while (!open_.empty() && std::all_of(open_.front().begin(),
@@ -153,11 +174,13 @@ wire::DataPlanState DataPlan::ToWire() const {
     wire::DataPlanState::Epoch* e = out.add_open();
     for (int64_t c : state) e->add_done_clock(c >= 0 ? c : -1);
   }
-  for (const auto& [worker, batch] : held_) {
-    wire::DataPlanState::Held* h = out.add_held();
-    h->set_worker(worker);
-    h->set_epoch(batch.first);
-    h->set_batch(batch.second);
+  for (const auto& [worker, batches] : held_) {
+    for (const auto& [epoch, batch] : batches) {
+      wire::DataPlanState::Held* h = out.add_held();
+      h->set_worker(worker);
+      h->set_epoch(epoch);
+      h->set_batch(batch);
+    }
   }
   return out;
 }
@@ -187,13 +210,13 @@ Status DataPlan::FromWire(const wire::DataPlanState& state) {
   for (const auto& h : state.held()) {
     std::vector<int64_t>* s = plan.EpochState(h.epoch());
     if (s == nullptr || h.batch() < 0 || h.batch() >= plan.batches_per_epoch_ ||
-        (*s)[h.batch()] != kNotDone || plan.held_.count(h.worker()) > 0) {
+        (*s)[h.batch()] != kNotDone) {
       return InvalidArgumentError("data plan: worker " +
                                   std::to_string(h.worker()) +
                                   " holds a batch that is not free");
     }
     (*s)[h.batch()] = kHeld;
-    plan.held_[h.worker()] = {h.epoch(), h.batch()};
+    plan.held_[h.worker()].push_back({h.epoch(), h.batch()});
   }
   *this = std::move(plan);
   return Status::Ok();

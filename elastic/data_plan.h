@@ -6,11 +6,13 @@
 // of epoch e to samples of e's shuffle). A worker claims one batch at a
 // time; the next it gets is the lowest free batch of the lowest epoch that
 // has one, and a new epoch opens when every batch of the open ones is done
-// or held. When a worker leaves or dies, what it held is free again and
-// goes to whoever asks next, within the same epoch. A worker reports a
-// batch done with the clock its gradient was pushed at, before it clocks
-// past it: a checkpoint at clock C then records exactly the batches pushed
-// before C (At(C)), and a rollback to C restores them (Restore).
+// or held. A worker may hold a few ahead (Take). When a worker leaves or
+// dies, what it held is free again and goes to whoever asks next, within
+// the same epoch. A worker reports a batch done with the clock its
+// gradient was pushed at, at the latest with its checkpoint report at the
+// next checkpoint's clock: a checkpoint at clock C then records exactly
+// the batches pushed before C (At(C)), and a rollback to C restores them
+// (Restore).
 //
 // Example (the coordinator's side):
 //   DataPlan plan;
@@ -18,7 +20,8 @@
 //   DataPlan::Grant g = plan.Next(/*worker=*/0);  // epoch 0, batch 0
 //   ... worker 0 pushes batch 0 at clock 5 ...
 //   plan.Done(0, g.epoch, g.batch, /*clock=*/5);
-//   plan.Release(1);  // worker 1 left: its batch is free again
+//   plan.Take(1, 4, &kind);  // worker 1 holds 4 batches ahead
+//   plan.Release(1);         // worker 1 left: its batches are free again
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_ELASTIC_DATA_PLAN_H_
@@ -55,11 +58,16 @@ class DataPlan {
   void Done(int32_t worker, int64_t epoch, int64_t batch, int64_t clock);
   // Epochs done in full: 0, 1, ..., epochs_done() - 1.
   int64_t epochs_done() const;
-  // The batch `worker` holds, or else the next free one, now held by it;
-  // WAIT when none is free but others hold some of the last epoch; END
-  // when every batch of every epoch is done.
+  // Tops up what `worker` holds to `want` batches with the next free ones,
+  // and returns every batch it holds, oldest first. When it holds none,
+  // *kind says why: WAIT (none is free, others hold some of the last
+  // epoch) or END (every batch of every epoch is done); GRANTED otherwise.
+  std::vector<std::pair<int64_t, int64_t>> Take(int32_t worker, int want,
+                                                wire::DataGrant::Kind* kind);
+  // The oldest batch `worker` holds, or else the next free one, now held
+  // by it (Take with want 1).
   Grant Next(int32_t worker);
-  // Frees the batch `worker` holds (it left or died).
+  // Frees every batch `worker` holds (it left or died).
   void Release(int32_t worker);
 
   // The plan as it was at `clock`: the batches done at earlier clocks,
@@ -82,7 +90,7 @@ class DataPlan {
   int64_t batches_done_in_current() const;
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   int64_t epochs() const { return epochs_; }
-  size_t holders() const { return held_.size(); }
+  size_t holders() const;
 
  private:
   static constexpr int64_t kNotDone = -1;
@@ -101,7 +109,8 @@ class DataPlan {
   // kNotDone or kHeld.
   int64_t first_epoch_ = 0;
   std::deque<std::vector<int64_t>> open_;
-  std::map<int32_t, std::pair<int64_t, int64_t>> held_;  // worker -> batch
+  // worker -> the batches it holds, oldest first.
+  std::map<int32_t, std::vector<std::pair<int64_t, int64_t>>> held_;
   int64_t forget_below_ = 0;
 };
 

@@ -83,6 +83,29 @@ TEST(DataPlan, AnEpochOpensWhileTheLastOneHasBatchesInFlight) {
   EXPECT_EQ(plan.Next(2).epoch, 0);  // the lowest epoch first
 }
 
+TEST(DataPlan, AWorkerHoldsAFewAheadAcrossAnEpochsEnd) {
+  DataPlan plan;
+  ASSERT_TRUE(plan.Configure(3, 2).ok());
+  wire::DataGrant::Kind kind;
+  const auto held = plan.Take(0, 4, &kind);
+  EXPECT_EQ(kind, wire::DataGrant::GRANTED);
+  EXPECT_EQ(held, (std::vector<std::pair<int64_t, int64_t>>{
+                      {0, 0}, {0, 1}, {0, 2}, {1, 0}}));
+  // Asking again tops up, keeping the order; what it holds is not given
+  // to another.
+  plan.Done(0, 0, 1, 7);
+  EXPECT_EQ(plan.Take(0, 4, &kind), (std::vector<std::pair<int64_t, int64_t>>{
+                                        {0, 0}, {0, 2}, {1, 0}, {1, 1}}));
+  EXPECT_EQ(plan.Take(1, 4, &kind),
+            (std::vector<std::pair<int64_t, int64_t>>{{1, 2}}));
+  EXPECT_TRUE(plan.Take(2, 4, &kind).empty());
+  EXPECT_EQ(kind, wire::DataGrant::WAIT);
+  // Gone: all it held is free again, lowest first.
+  plan.Release(0);
+  EXPECT_EQ(plan.Take(2, 2, &kind),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {0, 2}}));
+}
+
 TEST(DataPlan, TheShapeMustMatch) {
   DataPlan plan;
   EXPECT_FALSE(plan.Configure(0, 1).ok());

@@ -239,13 +239,17 @@ class Client {
     int64_t epochs_done = 0;
   };
   // Reports `trained` (the batch NextBatch last gave this worker, its
-  // gradient pushed, before Clock() moves past the clock it was pushed
-  // at; null: none) and takes the next, unless `take_next` is false (the
-  // worker stops taking data: kEnd comes back, and a batch it held is
-  // freed). Every worker of a job must give the same `batches_per_epoch`
-  // and `epochs` (kInvalidArgument otherwise). Safe to call again after a
-  // timeout: a worker holds one batch at a time and gets the same one
-  // back. kAborted after a rollback (see AwaitRecovery).
+  // gradient pushed at the current clock: call this before Clock(); null:
+  // none) and returns the next, unless `take_next` is false (the worker
+  // stops taking data: kEnd comes back, and what it holds is freed). The
+  // client holds a few batches ahead, taken from the coordinator in the
+  // background, so a call rarely waits; reports travel with the next claim
+  // or with this worker's report at the next checkpoint, whichever is
+  // first. Every worker of a job must give the same `batches_per_epoch`
+  // and `epochs` (kInvalidArgument otherwise). kAborted after a rollback
+  // (see AwaitRecovery): the batches held and trained since the
+  // checkpoint are no longer this worker's. Leave() reports and gives back
+  // first.
   virtual Result<Batch> NextBatch(int64_t batches_per_epoch, int64_t epochs,
                                   const Batch* trained, bool take_next) = 0;
 

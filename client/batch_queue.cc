@@ -1,0 +1,85 @@
+#include "client/batch_queue.h"
+
+#include <algorithm>
+
+namespace ductile {
+namespace {
+
+bool Same(const wire::DataBatch& a, int64_t epoch, int64_t index) {
+  return a.epoch() == epoch && a.batch() == index;
+}
+
+}  // namespace
+
+void BatchQueue::Trained(const Client::Batch& batch, int64_t clock) {
+  wire::DataBatch b;
+  b.set_epoch(batch.epoch);
+  b.set_batch(batch.index);
+  b.set_clock(clock);
+  unacked_.push_back(b);
+  if (in_hand_ && in_hand_->epoch == batch.epoch &&
+      in_hand_->index == batch.index) {
+    in_hand_.reset();
+  }
+}
+
+size_t BatchQueue::FillClaim(int want, wire::DataClaim* claim) const {
+  claim->set_batches_per_epoch(batches_per_epoch_);
+  claim->set_epochs(epochs_);
+  claim->set_want(want);
+  for (const wire::DataBatch& b : unacked_) *claim->add_done() = b;
+  return unacked_.size();
+}
+
+void BatchQueue::OnGrant(const wire::DataGrant& grant, size_t reports) {
+  unacked_.erase(unacked_.begin(),
+                 unacked_.begin() + std::min(reports, unacked_.size()));
+  epochs_done_ = std::max(epochs_done_, grant.epochs_done());
+  queue_.clear();
+  for (const wire::DataBatch& b : grant.held()) {
+    // The batch in hand, and those trained since the claim left, are held
+    // too: not to be handed out again.
+    if (in_hand_ && in_hand_->epoch == b.epoch() &&
+        in_hand_->index == b.batch()) {
+      continue;
+    }
+    if (std::any_of(unacked_.begin(), unacked_.end(), [&](const auto& u) {
+          return Same(u, b.epoch(), b.batch());
+        })) {
+      continue;
+    }
+    Client::Batch batch;
+    batch.kind = Client::Batch::kTrain;
+    batch.epoch = b.epoch();
+    batch.index = b.batch();
+    queue_.push_back(batch);
+  }
+  idle_kind_ = grant.kind() == wire::DataGrant::WAIT ? Client::Batch::kWait
+                                                     : Client::Batch::kEnd;
+}
+
+std::optional<Client::Batch> BatchQueue::Pop() {
+  if (queue_.empty()) return std::nullopt;
+  Client::Batch b = queue_.front();
+  queue_.pop_front();
+  b.epochs_done = epochs_done_;
+  in_hand_ = b;
+  return b;
+}
+
+std::vector<wire::DataBatch> BatchQueue::UnackedBefore(int64_t clock) const {
+  std::vector<wire::DataBatch> out;
+  for (const wire::DataBatch& b : unacked_) {
+    if (b.clock() < clock) out.push_back(b);
+  }
+  return out;
+}
+
+void BatchQueue::Clear() {
+  queue_.clear();
+  in_hand_.reset();
+  unacked_.clear();
+  idle_kind_ = Client::Batch::kEnd;
+}
+
+}  // namespace ductile

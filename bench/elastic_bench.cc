@@ -23,15 +23,29 @@
 //                 from Connect() until its first push of the whole model
 //                 has been answered, and until its first step (push,
 //                 Clock, pull) is done.
+//   restart       the peers' way, as the reference (--restart): the same
+//                 server join done by stopping the whole job and starting
+//                 it again from ductile's own checkpoint. A second job
+//                 (with state directories) trains; at the decision a
+//                 checkpoint is taken, the worker leaves, the servers and
+//                 the coordinator stop; a coordinator is started on the
+//                 same state, the two servers with their ids and stores
+//                 and a third, new server; the servers restore the
+//                 checkpoint and the third gets its share; a new worker
+//                 joins. Timed from the decision to the end of the first
+//                 step with the third server owning slots.
 //
 //   elastic_bench                        # 100 MB, 3 repeats
 //   elastic_bench --sizes_mb=10,100,1000 --repeats=3
 //
 // Every wait is bounded by --timeout_ms.
+#include <stdlib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +65,13 @@ DEFINE_int32(repeats, 3, "runs per size (medians shown)");
 DEFINE_int32(width, 1024, "floats per key");
 DEFINE_int32(slots, 96, "slots");
 DEFINE_int64(timeout_ms, 600000, "bound of every wait");
+DEFINE_bool(drain, true,
+            "also drain the joined server (at 1 GB on a 2-core machine a "
+            "step outlasts the drained server's linger: see "
+            "docs/benchmarks.md)");
+DEFINE_bool(restart, true,
+            "also time the reference: checkpoint, stop and restart of the "
+            "whole job with a third server");
 
 namespace {
 
@@ -174,6 +195,7 @@ void WaitSteps(Trainer& t, size_t n) {
 }
 
 struct Run {
+  double restart_ms = 0;  // the reference (--restart)
   double join_ms = 0, join_mbps = 0, moved_mb = 0;
   double drain_ms = 0, drain_placed_ms = 0;
   double steady_step_ms = 0, join_step_ms = 0, drain_step_ms = 0;
@@ -255,23 +277,115 @@ Run OneRun(int size_mb) {
   WaitSteps(trainer, 3);
 
   // The joined server is drained.
-  const Clock::time_point drain_start = Clock::now();
-  std::atomic<bool> drained{false};
-  Status drain;
-  std::thread drainer([&] {
-    drain = ductile::RequestDrainServer(address, joined_id, FLAGS_timeout_ms);
-    drained.store(true);
-  });
-  const Clock::time_point placed = WaitPlaced(address, joined_id, false);
-  drainer.join();
-  Check(drain, "drain");
-  run.drain_placed_ms = Ms(placed - drain_start);
-  run.drain_ms = Ms(Clock::now() - drain_start);
-  run.drain_step_ms = trainer.MedianOverlappingMs(drain_start, placed);
+  if (FLAGS_drain) {
+    const Clock::time_point drain_start = Clock::now();
+    Status drain;
+    std::thread drainer([&] {
+      drain = ductile::RequestDrainServer(address, joined_id, FLAGS_timeout_ms);
+    });
+    const Clock::time_point placed = WaitPlaced(address, joined_id, false);
+    drainer.join();
+    Check(drain, "drain");
+    run.drain_placed_ms = Ms(placed - drain_start);
+    run.drain_ms = Ms(Clock::now() - drain_start);
+    run.drain_step_ms = trainer.MedianOverlappingMs(drain_start, placed);
+  }
   trainer.Stop();
+  if (!FLAGS_drain) (*joined)->Stop();
   (*joined)->Wait().IgnoreError();
   (*client)->Finish().IgnoreError();
   return run;
+}
+
+// The reference: a job of two servers stopped at a checkpoint and started
+// again from it with a third. Returns the time from the decision to the end
+// of the first step with the third server owning slots.
+double RestartRun(int size_mb) {
+  char pattern[] = "/tmp/elastic-bench-XXXXXX";
+  const char* made = mkdtemp(pattern);
+  if (made == nullptr) Check(ductile::InternalError("mkdtemp"), "temp dir");
+  const std::string dir = made;
+  ductile::CoordinatorOptions c;
+  c.bind_address = "tcp://127.0.0.1:0";
+  c.num_servers = 2;
+  c.num_workers = 1;
+  c.num_slots = FLAGS_slots;
+  c.heartbeat_timeout_ms = 600000;
+  c.state_dir = dir + "/coordinator";
+  ductile::ServerOptions so;
+  so.state_dir = dir + "/servers";
+  ductile::ClientOptions co;
+  co.request_timeout_ms = FLAGS_timeout_ms;
+  co.connect_timeout_ms = FLAGS_timeout_ms;
+  ductile::TableOptions t;
+  t.name = "model";
+  t.value_width = static_cast<uint32_t>(FLAGS_width);
+  t.rule = ductile::UpdateRule::kSgd;
+  t.learning_rate = 0.1f;
+  t.consistency = {ductile::ConsistencyMode::kSsp, 1};
+  const size_t keys_n = std::max<size_t>(
+      1, static_cast<size_t>(size_mb) * 1000000 / (FLAGS_width * 4));
+  std::vector<ductile::Key> keys(keys_n);
+  for (size_t i = 0; i < keys_n; ++i) keys[i] = i;
+  const size_t floats = keys_n * FLAGS_width;
+
+  Clock::time_point decision;
+  {
+    auto coordinator = ductile::Coordinator::Start(c);
+    Check(coordinator.status(), "coordinator");
+    so.coordinator_address = co.coordinator_address = (*coordinator)->address();
+    std::vector<std::unique_ptr<ductile::Server>> servers;
+    for (int i = 0; i < 2; ++i) {
+      so.requested_id = i;
+      auto s = ductile::Server::Start(so);
+      Check(s.status(), "server");
+      servers.push_back(std::move(*s));
+    }
+    auto client = ductile::Client::Connect(co);
+    Check(client.status(), "worker");
+    auto table = (*client)->CreateTable(t);
+    Check(table.status(), "table");
+    Trainer trainer(**client, *table, keys, floats);
+    trainer.Start();
+    WaitSteps(trainer, 5);
+    // The decision: checkpoint, then stop everything.
+    decision = Clock::now();
+    Check(ductile::RequestCheckpoint(co.coordinator_address, FLAGS_timeout_ms)
+              .status(),
+          "checkpoint");
+    trainer.Stop();
+    Check((*client)->Leave(), "leave");
+    client->reset();
+    servers.clear();
+    (*coordinator)->Stop();
+  }
+  // Everything again, from the checkpoint, with a third server.
+  auto coordinator = ductile::Coordinator::Start(c);
+  Check(coordinator.status(), "restarted coordinator");
+  const std::string address = (*coordinator)->address();
+  so.coordinator_address = co.coordinator_address = address;
+  std::vector<std::unique_ptr<ductile::Server>> servers;
+  for (int i = 0; i < 3; ++i) {
+    so.requested_id = i;
+    auto s = ductile::Server::Start(so);
+    Check(s.status(), "restarted server");
+    servers.push_back(std::move(*s));
+  }
+  WaitPlaced(address, 2, true);
+  auto client = ductile::Client::Connect(co);
+  Check(client.status(), "new worker");
+  auto table = (*client)->GetTable("model");
+  Check(table.status(), "table after the restart");
+  std::vector<float> grad(floats, 1e-6f), model(floats);
+  Check((*client)->Push(table->id, keys, grad), "first push");
+  (*client)->Clock();
+  Check((*client)->Pull(table->id, keys, model), "first pull");
+  const double ms = Ms(Clock::now() - decision);
+  Check((*client)->Finish(), "finish");
+  for (auto& s : servers) s->Wait().IgnoreError();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return ms;
 }
 
 }  // namespace
@@ -282,16 +396,20 @@ int main(int argc, char** argv) {
   std::vector<int> sizes;
   std::stringstream in(FLAGS_sizes_mb);
   for (std::string s; std::getline(in, s, ',');) sizes.push_back(std::stoi(s));
-  std::printf("%8s %10s %10s %9s %11s %11s %10s %10s %10s %12s %12s\n",
+  std::printf("%8s %10s %10s %9s %11s %11s %10s %10s %10s %12s %12s %11s\n",
               "size_MB", "moved_MB", "join_ms", "join_MB/s", "drain_ms",
               "placed_ms", "step_ms", "join_step", "drain_step", "worker_push",
-              "worker_step");
+              "worker_step", "restart_ms");
   for (int size : sizes) {
     std::vector<Run> runs;
     for (int r = 0; r < FLAGS_repeats; ++r) {
       runs.push_back(OneRun(size));
-      std::fprintf(stderr, "size %d MB run %d: join %.0f ms (%.1f MB/s)\n",
-                   size, r + 1, runs.back().join_ms, runs.back().join_mbps);
+      if (FLAGS_restart) runs.back().restart_ms = RestartRun(size);
+      std::fprintf(stderr,
+                   "size %d MB run %d: join %.0f ms (%.1f MB/s), restart "
+                   "%.0f ms\n",
+                   size, r + 1, runs.back().join_ms, runs.back().join_mbps,
+                   runs.back().restart_ms);
     }
     auto med = [&](double Run::*field) {
       std::vector<double> v;
@@ -300,12 +418,12 @@ int main(int argc, char** argv) {
     };
     std::printf(
         "%8d %10.1f %10.1f %9.1f %11.1f %11.1f %10.1f %10.1f %10.1f %12.1f "
-        "%12.1f\n",
+        "%12.1f %11.1f\n",
         size, med(&Run::moved_mb), med(&Run::join_ms), med(&Run::join_mbps),
         med(&Run::drain_ms), med(&Run::drain_placed_ms),
         med(&Run::steady_step_ms), med(&Run::join_step_ms),
         med(&Run::drain_step_ms), med(&Run::worker_first_push_ms),
-        med(&Run::worker_first_step_ms));
+        med(&Run::worker_first_step_ms), med(&Run::restart_ms));
     std::fflush(stdout);
   }
   return 0;

@@ -36,6 +36,10 @@ using testing::RecoveryCluster;
 using testing::Resume;
 
 constexpr int kClocks = 80;
+// The coordinator's heartbeat timeout here: the sources stay paused while
+// the joiners start (a process start, slow under a sanitizer on a loaded
+// machine), and must not be declared dead meanwhile.
+constexpr int64_t kHeartbeatTimeoutMs = 10000;
 
 // The status of server `id` in `status`, or null.
 const MemberStatus* FindServer(const ClusterStatus& status, int32_t id) {
@@ -70,7 +74,7 @@ void JoinWhileSourcesArePaused(RecoveryCluster& cluster,
                                 std::chrono::steady_clock::now() - paused_at)
                                 .count();
   // Otherwise the sources would be declared dead: not the fault under test.
-  ASSERT_LT(paused_ms, RecoveryCluster::kHeartbeatTimeoutMs / 2)
+  ASSERT_LT(paused_ms, kHeartbeatTimeoutMs / 2)
       << "the joiners took too long to register";
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(0)));
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(1)));
@@ -113,7 +117,7 @@ void ExpectCleanExit(RecoveryCluster& cluster,
 // checkpoint, and the moves to it are abandoned with the abandoned
 // timeline. Its slots were never its own: the sources restore them.
 TEST(MigrationFault, ATargetKilledMidMoveRollsTheJobBackWithoutIt) {
-  RecoveryCluster cluster;
+  RecoveryCluster cluster(kHeartbeatTimeoutMs);
   cluster.Start(kClocks);
   ASSERT_TRUE(cluster.WaitForCheckpoint(10));
   ASSERT_NO_FATAL_FAILURE(HoldMovesToAJoiner(cluster));
@@ -132,7 +136,7 @@ TEST(MigrationFault, ATargetKilledMidMoveRollsTheJobBackWithoutIt) {
 // slot. Once the rollback is over, the target, owning nothing, gets its
 // share in a new rebalance.
 TEST(MigrationFault, ASourceKilledMidMoveAndRestartedRollsTheJobBack) {
-  RecoveryCluster cluster;
+  RecoveryCluster cluster(kHeartbeatTimeoutMs);
   cluster.Start(kClocks);
   ASSERT_TRUE(cluster.WaitForCheckpoint(10));
   ASSERT_NO_FATAL_FAILURE(HoldMovesToAJoiner(cluster));
@@ -166,7 +170,7 @@ TEST(MigrationFault, ASourceKilledMidMoveAndRestartedRollsTheJobBack) {
 // again; the routing last persisted stands. No rollback. Once the target is
 // heard from again, it gets its share in a new rebalance.
 TEST(MigrationFault, ACoordinatorRestartedMidMoveAbandonsTheMove) {
-  RecoveryCluster cluster;
+  RecoveryCluster cluster(kHeartbeatTimeoutMs);
   cluster.Start(kClocks);
   ASSERT_TRUE(cluster.WaitForCheckpoint(10));
   ASSERT_NO_FATAL_FAILURE(HoldMovesToAJoiner(cluster));
@@ -189,7 +193,7 @@ TEST(MigrationFault, ACoordinatorRestartedMidMoveAbandonsTheMove) {
         const MemberStatus* joiner = FindServer(s, 2);
         return s.slots_moving == 0 && joiner != nullptr && joiner->slots == 0;
       },
-      RecoveryCluster::kHeartbeatTimeoutMs / 2))
+      kHeartbeatTimeoutMs / 2))
       << cluster.coordinator().output();
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
   // Heard from again, the joiner (owning nothing) gets its share: a new
@@ -215,7 +219,7 @@ TEST(MigrationFault, ACoordinatorRestartedMidMoveAbandonsTheMove) {
 // is done, one is taken with the moved slots at their new owner, and a
 // rollback to it restores them there exactly.
 TEST(MigrationFault, ACheckpointRequestedMidMoveIsRefusedAndOneAfterItWorks) {
-  RecoveryCluster cluster;
+  RecoveryCluster cluster(kHeartbeatTimeoutMs);
   cluster.Start(kClocks);
   ASSERT_TRUE(cluster.WaitForCheckpoint(10));
   ASSERT_NO_FATAL_FAILURE(HoldMovesToAJoiner(cluster));
@@ -261,7 +265,7 @@ TEST(MigrationFault, ACheckpointRequestedMidMoveIsRefusedAndOneAfterItWorks) {
 // A server that registers while another's slots are moving waits for that
 // plan; then the load is evened again, over all four servers.
 TEST(MigrationFault, TwoServersJoiningAtOnceBothGetTheirShare) {
-  RecoveryCluster cluster;
+  RecoveryCluster cluster(kHeartbeatTimeoutMs);
   cluster.Start(kClocks);
   ASSERT_TRUE(cluster.WaitForCheckpoint(10));
   ASSERT_NO_FATAL_FAILURE(

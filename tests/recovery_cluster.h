@@ -48,7 +48,9 @@ class RecoveryCluster {
   // state would, rightly, count as a mismatch).
   static constexpr int64_t kHeartbeatTimeoutMs = 4000;
 
-  RecoveryCluster() {
+  // `heartbeat_timeout_ms`: the coordinator's.
+  explicit RecoveryCluster(int64_t heartbeat_timeout_ms = kHeartbeatTimeoutMs)
+      : heartbeat_timeout_ms_(heartbeat_timeout_ms) {
     char pattern[] = "/tmp/ductile-recovery-XXXXXX";
     const char* made = mkdtemp(pattern);
     EXPECT_NE(made, nullptr);
@@ -67,13 +69,14 @@ class RecoveryCluster {
 
   const std::string& address() const { return address_; }
   const std::string& dir() const { return dir_; }
+  int64_t heartbeat_timeout_ms() const { return heartbeat_timeout_ms_; }
 
   void StartCoordinator() {
     coordinator_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         DUCTILE_CLI, "coordinator", "--listen=" + address_, "--servers=2",
         "--workers=2", "--slots=64", "--state_dir=" + dir_ + "/coordinator",
         "--checkpoint_every=10",
-        "--heartbeat_timeout_ms=" + std::to_string(kHeartbeatTimeoutMs)});
+        "--heartbeat_timeout_ms=" + std::to_string(heartbeat_timeout_ms_)});
   }
   // Starts server `id` (again, if it was killed: same state directory).
   // The job starts with servers 0 and 1; a higher id joins it.
@@ -202,6 +205,7 @@ class RecoveryCluster {
   }
 
  private:
+  const int64_t heartbeat_timeout_ms_;
   std::string dir_;
   std::string address_;
   std::unique_ptr<ChildProcess> coordinator_;

@@ -202,15 +202,48 @@ struct Run {
   double worker_first_push_ms = 0, worker_first_step_ms = 0;
 };
 
-Run OneRun(int size_mb) {
-  Run run;
+// The job both runs start: a coordinator for two servers and one worker.
+ductile::CoordinatorOptions JobCoordinator() {
   ductile::CoordinatorOptions c;
   c.bind_address = "tcp://127.0.0.1:0";
   c.num_servers = 2;
   c.num_workers = 1;
   c.num_slots = FLAGS_slots;
   c.heartbeat_timeout_ms = 600000;
-  auto coordinator = ductile::Coordinator::Start(c);
+  return c;
+}
+
+ductile::ClientOptions WorkerOptions(const std::string& address) {
+  ductile::ClientOptions co;
+  co.coordinator_address = address;
+  co.request_timeout_ms = FLAGS_timeout_ms;
+  co.connect_timeout_ms = FLAGS_timeout_ms;
+  return co;
+}
+
+// The model: a table of keys of --width floats, SGD, SSP(1).
+ductile::TableOptions ModelTable() {
+  ductile::TableOptions t;
+  t.name = "model";
+  t.value_width = static_cast<uint32_t>(FLAGS_width);
+  t.rule = ductile::UpdateRule::kSgd;
+  t.learning_rate = 0.1f;
+  t.consistency = {ductile::ConsistencyMode::kSsp, 1};
+  return t;
+}
+
+// The keys of a model of `size_mb` MB (1 MB = 1e6 bytes).
+std::vector<ductile::Key> ModelKeys(int size_mb) {
+  const size_t n = std::max<size_t>(
+      1, static_cast<size_t>(size_mb) * 1000000 / (FLAGS_width * 4));
+  std::vector<ductile::Key> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = i;
+  return keys;
+}
+
+Run OneRun(int size_mb) {
+  Run run;
+  auto coordinator = ductile::Coordinator::Start(JobCoordinator());
   Check(coordinator.status(), "coordinator");
   const std::string address = (*coordinator)->address();
   std::vector<std::unique_ptr<ductile::Server>> servers;
@@ -221,25 +254,14 @@ Run OneRun(int size_mb) {
     Check(s.status(), "server");
     servers.push_back(std::move(*s));
   }
-  ductile::ClientOptions co;
-  co.coordinator_address = address;
-  co.request_timeout_ms = FLAGS_timeout_ms;
-  co.connect_timeout_ms = FLAGS_timeout_ms;
+  const ductile::ClientOptions co = WorkerOptions(address);
   auto client = ductile::Client::Connect(co);
   Check(client.status(), "worker");
-  ductile::TableOptions t;
-  t.name = "model";
-  t.value_width = static_cast<uint32_t>(FLAGS_width);
-  t.rule = ductile::UpdateRule::kSgd;
-  t.learning_rate = 0.1f;
-  t.consistency = {ductile::ConsistencyMode::kSsp, 1};
+  const ductile::TableOptions t = ModelTable();
   auto table = (*client)->CreateTable(t);
   Check(table.status(), "table");
-  const size_t keys_n = std::max<size_t>(
-      1, static_cast<size_t>(size_mb) * 1000000 / (FLAGS_width * 4));
-  std::vector<ductile::Key> keys(keys_n);
-  for (size_t i = 0; i < keys_n; ++i) keys[i] = i;
-  const size_t floats = keys_n * FLAGS_width;
+  const std::vector<ductile::Key> keys = ModelKeys(size_mb);
+  const size_t floats = keys.size() * FLAGS_width;
 
   Trainer trainer(**client, *table, keys, floats);
   trainer.Start();
@@ -305,29 +327,14 @@ double RestartRun(int size_mb) {
   const char* made = mkdtemp(pattern);
   if (made == nullptr) Check(ductile::InternalError("mkdtemp"), "temp dir");
   const std::string dir = made;
-  ductile::CoordinatorOptions c;
-  c.bind_address = "tcp://127.0.0.1:0";
-  c.num_servers = 2;
-  c.num_workers = 1;
-  c.num_slots = FLAGS_slots;
-  c.heartbeat_timeout_ms = 600000;
+  ductile::CoordinatorOptions c = JobCoordinator();
   c.state_dir = dir + "/coordinator";
   ductile::ServerOptions so;
   so.state_dir = dir + "/servers";
-  ductile::ClientOptions co;
-  co.request_timeout_ms = FLAGS_timeout_ms;
-  co.connect_timeout_ms = FLAGS_timeout_ms;
-  ductile::TableOptions t;
-  t.name = "model";
-  t.value_width = static_cast<uint32_t>(FLAGS_width);
-  t.rule = ductile::UpdateRule::kSgd;
-  t.learning_rate = 0.1f;
-  t.consistency = {ductile::ConsistencyMode::kSsp, 1};
-  const size_t keys_n = std::max<size_t>(
-      1, static_cast<size_t>(size_mb) * 1000000 / (FLAGS_width * 4));
-  std::vector<ductile::Key> keys(keys_n);
-  for (size_t i = 0; i < keys_n; ++i) keys[i] = i;
-  const size_t floats = keys_n * FLAGS_width;
+  ductile::ClientOptions co = WorkerOptions("");
+  const ductile::TableOptions t = ModelTable();
+  const std::vector<ductile::Key> keys = ModelKeys(size_mb);
+  const size_t floats = keys.size() * FLAGS_width;
 
   Clock::time_point decision;
   {

@@ -6,10 +6,12 @@
 namespace ductile {
 
 Status DataPlan::Configure(int64_t batches_per_epoch, int64_t epochs) {
-  if (batches_per_epoch < 1 || epochs < 1) {
+  if (batches_per_epoch < 1 || epochs < 1 ||
+      batches_per_epoch > kMaxBatchesPerEpoch || epochs > kMaxEpochs) {
     return InvalidArgumentError(
-        "a data plan needs at least one batch per epoch and one epoch (got " +
-        std::to_string(batches_per_epoch) + " batch(es), " +
+        "a data plan needs 1 to " + std::to_string(kMaxBatchesPerEpoch) +
+        " batches per epoch and 1 to " + std::to_string(kMaxEpochs) +
+        " epochs (got " + std::to_string(batches_per_epoch) + " batch(es), " +
         std::to_string(epochs) + " epoch(s))");
   }
   if (configured() &&

@@ -46,9 +46,15 @@ class DataPlan {
     int64_t batch = -1;
   };
 
+  // The largest shape a plan takes: each open epoch costs 8 bytes per
+  // batch on the coordinator, so a claim cannot make it allocate more than
+  // 128 MiB per open epoch.
+  static constexpr int64_t kMaxBatchesPerEpoch = int64_t{1} << 24;
+  static constexpr int64_t kMaxEpochs = int64_t{1} << 20;
+
   // Sets the plan's shape, on the first claim; a later claim must give
-  // the same. InvalidArgument if a count is below 1 or the shape differs
-  // from the plan's.
+  // the same. InvalidArgument if a count is below 1 or above its maximum,
+  // or the shape differs from the plan's.
   Status Configure(int64_t batches_per_epoch, int64_t epochs);
   bool configured() const { return batches_per_epoch_ > 0; }
 

@@ -110,6 +110,12 @@ TEST(DataPlan, TheShapeMustMatch) {
   DataPlan plan;
   EXPECT_FALSE(plan.Configure(0, 1).ok());
   EXPECT_FALSE(plan.Configure(1, 0).ok());
+  // A peer's claim cannot make the coordinator allocate without bound.
+  EXPECT_EQ(plan.Configure(int64_t{1} << 40, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.Configure(1, int64_t{1} << 40).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(plan.configured());
   ASSERT_TRUE(plan.Configure(10, 2).ok());
   EXPECT_TRUE(plan.Configure(10, 2).ok());
   const Status s = plan.Configure(11, 2);

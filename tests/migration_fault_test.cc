@@ -49,6 +49,12 @@ const MemberStatus* FindServer(const ClusterStatus& status, int32_t id) {
   return nullptr;
 }
 
+// Server 2 (the joiner) owns slots and nothing is moving.
+bool JoinerHasSlots(const ClusterStatus& status) {
+  const MemberStatus* joiner = FindServer(status, 2);
+  return status.slots_moving == 0 && joiner != nullptr && joiner->slots > 0;
+}
+
 // Pauses servers 0 and 1 (the sources of any rebalance), starts `joiners`
 // and waits until each has registered, then resumes the sources: each
 // joiner's registration has started a rebalance (or queued one behind it)
@@ -147,12 +153,7 @@ TEST(MigrationFault, ASourceKilledMidMoveAndRestartedRollsTheJobBack) {
       [](const ClusterStatus& s) { return s.generation > 0; }, 10000));
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
   // After the rollback the joiner, owning nothing, gets its share again.
-  EXPECT_TRUE(cluster.WaitForStatus(
-      [](const ClusterStatus& s) {
-        const MemberStatus* joiner = FindServer(s, 2);
-        return s.slots_moving == 0 && joiner != nullptr && joiner->slots > 0;
-      },
-      kWaitMs))
+  EXPECT_TRUE(cluster.WaitForStatus(JoinerHasSlots, kWaitMs))
       << cluster.coordinator().output();
   cluster.ExpectWorkersExact(kClocks, /*rolled_back=*/true);
   ExpectCleanExit(cluster, {0, 1, 2});
@@ -198,12 +199,7 @@ TEST(MigrationFault, ACoordinatorRestartedMidMoveAbandonsTheMove) {
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
   // Heard from again, the joiner (owning nothing) gets its share: a new
   // rebalance by the restarted coordinator.
-  EXPECT_TRUE(cluster.WaitForStatus(
-      [](const ClusterStatus& s) {
-        const MemberStatus* joiner = FindServer(s, 2);
-        return s.slots_moving == 0 && joiner != nullptr && joiner->slots > 0;
-      },
-      kWaitMs))
+  EXPECT_TRUE(cluster.WaitForStatus(JoinerHasSlots, kWaitMs))
       << cluster.coordinator().output();
   const std::string out =
       cluster.ExpectWorkersExact(kClocks, /*rolled_back=*/false);
@@ -232,12 +228,7 @@ TEST(MigrationFault, ACheckpointRequestedMidMoveIsRefusedAndOneAfterItWorks) {
   auto before = QueryClusterStatus(cluster.address(), 5000);
   ASSERT_TRUE(before.ok()) << before.status();
   ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
-  ASSERT_TRUE(cluster.WaitForStatus(
-      [](const ClusterStatus& s) {
-        const MemberStatus* joiner = FindServer(s, 2);
-        return s.slots_moving == 0 && joiner != nullptr && joiner->slots > 0;
-      },
-      20000));
+  ASSERT_TRUE(cluster.WaitForStatus(JoinerHasSlots, 20000));
   Result<int64_t> taken = RequestCheckpoint(cluster.address(), 30000);
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_GT(*taken, before->last_checkpoint_clock);

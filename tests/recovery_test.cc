@@ -49,6 +49,19 @@ testing::TestClusterOptions CheckpointingCluster(const TempDir& dir,
   return options;
 }
 
+// Kills server `i` of `cluster` (its process gone, its store kept) and
+// starts it again with the same id: the job rolls back.
+Result<std::unique_ptr<Server>> RestartServer(
+    testing::TestCluster& cluster, const testing::TestClusterOptions& options,
+    int i) {
+  const int32_t id = cluster.server(i).id();
+  cluster.DestroyServer(i);
+  ServerOptions s = options.server;
+  s.coordinator_address = cluster.address();
+  s.requested_id = id;
+  return Server::Start(s);
+}
+
 // The worker of such a cluster, heartbeating every `heartbeat_ms`.
 std::unique_ptr<Client> ConnectWorker(const testing::TestCluster& cluster,
                                       int64_t heartbeat_ms) {
@@ -318,12 +331,7 @@ TEST(Rollback, ARestartedServerRestoresTheCheckpointAfterAConsistencyChange) {
   ASSERT_TRUE(clock.ok()) << clock.status();
   ASSERT_EQ(*clock, 6);  // above every push so far (timestamps 0-5)
   step();                // timestamp 6: after the checkpoint
-  const int32_t id = cluster.server(1).id();
-  cluster.DestroyServer(1);
-  ServerOptions s = options.server;
-  s.coordinator_address = cluster.address();
-  s.requested_id = id;
-  auto restarted = Server::Start(s);
+  auto restarted = RestartServer(cluster, options, 1);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   auto r = worker->AwaitRecovery(30000);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -383,12 +391,7 @@ TEST(Rollback, TheDataPlanGoesBackWithTheModel) {
   ASSERT_TRUE(clock.ok()) << clock.status();
   ASSERT_EQ(*clock, 10);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(step().ok());  // lost below
-  const int32_t id = cluster.server(1).id();
-  cluster.DestroyServer(1);
-  ServerOptions s = options.server;
-  s.coordinator_address = cluster.address();
-  s.requested_id = id;
-  auto restarted = Server::Start(s);
+  auto restarted = RestartServer(cluster, options, 1);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   auto r = worker->AwaitRecovery(30000);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -19,6 +19,9 @@ using std::chrono::milliseconds;
 constexpr milliseconds kResendAfter{5000};
 // Back-off before re-routing a request a server could not take yet.
 constexpr milliseconds kRetryAfter{20};
+// Servers that may leave the job, one after another, without answering a
+// request before it fails.
+constexpr size_t kMaxPriors = 8;
 // How often deadlines and resends are checked while requests are open.
 constexpr milliseconds kTimerPeriod{10};
 // Barrier and Finish requests unanswered this long are sent again.
@@ -141,6 +144,7 @@ void RequestEngine::FailInFlight(const Status& status) {
   // None of them will be sent again: they no longer hold back the
   // done-below mark (which lets servers forget applied requests).
   open_seqs_.clear();
+  prior_holds_.clear();
   for (auto& [seq, part] : parts) part.op->Release(status);
   // Nothing holds them back now (a rollback's generation check drops
   // those of the old timeline on the servers).
@@ -235,7 +239,8 @@ void RequestEngine::SendHeldOps() {
 
 void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
                                  const std::vector<uint32_t>* subset,
-                                 bool pull_only) {
+                                 bool pull_only,
+                                 const std::vector<uint64_t>& priors) {
   const size_t n = subset ? subset->size() : op->keys.size();
   if (n == 0) return;
   const RoutingTable& routing = routing_->table();
@@ -259,6 +264,7 @@ void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
     Part part;
     part.op = op;
     part.pull_only = pull_only;
+    part.priors = priors;
     part.server = first;
     part.begin = 0;
     part.end = n;
@@ -279,6 +285,7 @@ void RequestEngine::SplitAndSend(const std::shared_ptr<DataOperation>& op,
     Part part;
     part.op = op;
     part.pull_only = pull_only;
+    part.priors = priors;
     part.server = server;
     if (indices.back() - indices.front() + 1 == indices.size()) {
       part.begin = indices.front();
@@ -302,11 +309,44 @@ void RequestEngine::AddPart(Part part) {
   part.seq = seq;
   part.op->Hold();
   open_seqs_.insert(seq);
+  prior_holds_.insert(part.priors.begin(), part.priors.end());
   SendPart(parts_.emplace(seq, std::move(part)).first->second);
 }
 
 uint64_t RequestEngine::DoneBelow() const {
-  return open_seqs_.empty() ? next_seq_ : *open_seqs_.begin();
+  uint64_t below = open_seqs_.empty() ? next_seq_ : *open_seqs_.begin();
+  if (!prior_holds_.empty()) below = std::min(below, *prior_holds_.begin());
+  return below;
+}
+
+void RequestEngine::ReleasePriors(const Part& part) {
+  for (uint64_t prior : part.priors) {
+    auto it = prior_holds_.find(prior);
+    if (it != prior_holds_.end()) prior_holds_.erase(it);
+  }
+}
+
+void RequestEngine::Orphan(Part& part, milliseconds delay) {
+  const uint64_t seq = part.seq;
+  if (part.sent && part.op->type != wire::PULL && !part.pull_only) {
+    // A chain of servers that each left before answering is bounded.
+    if (part.priors.size() >= kMaxPriors) {
+      return FinishPart(
+          seq, UnavailableError("request re-routed after " +
+                                std::to_string(kMaxPriors) +
+                                " servers left the job without answering it"));
+    }
+    part.priors.push_back(seq);
+    prior_holds_.insert(seq);
+  }
+  VLOG(1) << "client " << shared_.worker_id->load() << ": part " << seq
+          << " (" << wire::MessageType_Name(part.op->type) << " clock "
+          << part.op->clock << ") to server " << part.server
+          << ", which left the routing: re-routed";
+  open_seqs_.erase(seq);
+  if (part.retry_at == TimePoint{}) ++waiting_parts_;
+  part.retry_at = env_->Now() + delay;
+  if (delay.count() == 0) reroute_now_ = true;
 }
 
 void RequestEngine::SendPart(Part& part) {
@@ -314,9 +354,10 @@ void RequestEngine::SendPart(Part& part) {
   const uint64_t seq = part.seq;
   Socket* socket = routing_->SocketOf(part.server);
   if (socket == nullptr) {
-    return FinishPart(seq, UnavailableError("routing names server " +
-                                            std::to_string(part.server) +
-                                            " but gives no address for it"));
+    // The server left the routing (a drain ended): its slots are
+    // elsewhere now, or will be once a newer table names their owner.
+    RequestRouting();
+    return Orphan(part, kRetryAfter);
   }
   const size_t count = part.size();
   const wire::MessageType type = part.pull_only ? wire::PULL : op.type;
@@ -332,6 +373,9 @@ void RequestEngine::SendPart(Part& part) {
   header.set_has_lengths(op.width == 0);
   header.set_done_below(DoneBelow());
   header.set_timeout_ms(options_.request_timeout_ms);
+  if (type != wire::PULL) {
+    for (uint64_t prior : part.priors) header.add_prior_seqs(prior);
+  }
   if (const int32_t worker = shared_.worker_id->load(); worker >= 0) {
     header.set_worker_id(worker);
   }
@@ -344,7 +388,8 @@ void RequestEngine::SendPart(Part& part) {
   part.retry_at = {};
   part.resend_at = env_->Now() + kResendAfter;
   Status s = socket->Send(std::move(out));
-  if (!s.ok()) FinishPart(seq, s);
+  if (!s.ok()) return FinishPart(seq, s);
+  part.sent = true;
 }
 
 void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
@@ -352,6 +397,7 @@ void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
   if (it == parts_.end()) return;
   if (it->second.retry_at != TimePoint{}) --waiting_parts_;
   std::shared_ptr<DataOperation> op = std::move(it->second.op);
+  ReleasePriors(it->second);
   parts_.erase(it);
   open_seqs_.erase(seq);
   op->Release(status);
@@ -627,8 +673,10 @@ void RequestEngine::HandleTimers() {
     --waiting_parts_;
     std::vector<uint32_t> indices(part.size());
     for (size_t j = 0; j < part.size(); ++j) indices[j] = part.index(j);
-    SplitAndSend(part.op, &indices, part.pull_only);
-    part.op->Release();  // the old part's hold, after the new parts took theirs
+    SplitAndSend(part.op, &indices, part.pull_only, part.priors);
+    // The old part's holds, after the new parts took theirs.
+    ReleasePriors(part);
+    part.op->Release();
   }
   SendHeldOps();
   for (auto it = controls_.begin(); it != controls_.end();) {
@@ -678,6 +726,16 @@ void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
   const std::vector<int32_t> before = routing_->servers();
   if (!routing_->Install(routing)) return;
   RebuildSockets();
+  // Parts sent to a server that has left the routing will not be answered
+  // (its connection is closed): they go to the new owners of their keys.
+  std::vector<uint64_t> orphans;
+  for (const auto& [seq, part] : parts_) {
+    if (part.retry_at == TimePoint{} &&
+        routing_->SocketOf(part.server) == nullptr) {
+      orphans.push_back(seq);
+    }
+  }
+  for (uint64_t seq : orphans) Orphan(parts_.at(seq), milliseconds(0));
   // Parts waiting to be re-routed go now, under the new table, oldest
   // first (Step's timers).
   if (waiting_parts_ > 0) {

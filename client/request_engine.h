@@ -97,6 +97,12 @@ class RequestEngine {
     std::vector<uint32_t> indices;
     // A push-pull whose push a server already applied: only pull.
     bool pull_only = false;
+    // Sent under `seq` at least once (it may have been applied).
+    bool sent = false;
+    // Earlier seqs of these values, sent to a server that left the job
+    // before answering (they may have been applied there; its window
+    // moved with its slots): the new owner checks them.
+    std::vector<uint64_t> priors;
     TimePoint retry_at{};   // waiting for a retry (not in flight) if set
     TimePoint resend_at{};  // resend the same seq if silent until then
     size_t size() const {
@@ -112,13 +118,18 @@ class RequestEngine {
   void Dispatch(const std::shared_ptr<NoticeOperation>& op);
   void Dispatch(const std::shared_ptr<ControlOperation>& op);
   void SplitAndSend(const std::shared_ptr<DataOperation>& op,
-                    const std::vector<uint32_t>* subset, bool pull_only);
+                    const std::vector<uint32_t>* subset, bool pull_only,
+                    const std::vector<uint64_t>& priors = {});
   // A push about to go to several servers: its values must all be
   // acceptable first (the servers check too, each its own part).
   Status CheckBeforeSplit(DataOperation& op);
   void AddPart(Part part);
   void SendPart(Part& part);
   void FinishPart(uint64_t seq, const Status& status);
+  // A part's server left the routing before answering: its keys are
+  // re-routed, after `delay`, checked against its seq at the new owners.
+  void Orphan(Part& part, std::chrono::milliseconds delay);
+  void ReleasePriors(const Part& part);
   uint64_t DoneBelow() const;
   void HandleDataReply(InMessage& message);
   void CopyPulledValues(Part& part, const wire::Header& header,
@@ -161,6 +172,9 @@ class RequestEngine {
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying
   std::set<uint64_t> open_seqs_;              // seqs that may still be (re)sent
+  // The priors of parts in flight: they hold the done-below mark back
+  // too, or servers would forget whether they were applied.
+  std::multiset<uint64_t> prior_holds_;
   // CLOCKs waiting for this worker's earlier pushes to be answered: a
   // server counts a worker's clock only once every push of the clocks
   // before it is applied (or refused) wherever its keys now live, so a

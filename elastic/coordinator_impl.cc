@@ -31,6 +31,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
     return InvalidArgumentError(
         "heartbeat_timeout_ms must be in [100, 86400000]");
   }
+  if (options.drain_linger_ms < 0 || options.drain_linger_ms > 60000) {
+    return InvalidArgumentError("drain_linger_ms must be in [0, 60000]");
+  }
   if (options.num_slots < options.num_servers) {
     return InvalidArgumentError("num_slots must be >= num_servers");
   }

@@ -287,9 +287,11 @@ void MigrationManager::MaybeFinish() {
       // It owns nothing now. It stops after a linger, answering requests
       // sent under older routing tables ("moved", or "duplicate" for a
       // push it applied before), and stays in the routing's endpoints
-      // meanwhile so that clients keep their connection to it.
-      const int64_t linger_ms =
-          std::min<int64_t>(ctx_.options.heartbeat_timeout_ms, 2000);
+      // meanwhile so that clients keep their connection to it. What it
+      // leaves unanswered the clients send to the new owners, with the
+      // seqs it was sent under (its window moved with its slots).
+      const int64_t linger_ms = std::min(ctx_.options.heartbeat_timeout_ms,
+                                         ctx_.options.drain_linger_ms);
       stops_.push_back({*plan.drained,
                         ctx_.Now() + std::chrono::milliseconds(linger_ms),
                         std::move(plan.done)});

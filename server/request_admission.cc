@@ -93,6 +93,13 @@ Result<RequestAdmission::Route> RequestAdmission::Decide(
   if (request.has_values()) {
     dedup_.Advance(header.client_id(), header.done_below());
     *duplicate = dedup_.IsDuplicate(header.client_id(), header.seq());
+    // The same values sent before under other sequence numbers, to a
+    // server that stopped before answering: its window came here with its
+    // slots.
+    for (uint64_t prior : header.prior_seqs()) {
+      if (*duplicate) break;
+      *duplicate = dedup_.IsDuplicate(header.client_id(), prior);
+    }
   }
   if (*duplicate && !request.has_pull()) return Route::kDuplicate;
   const TableId table = request.table->id();

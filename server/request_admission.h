@@ -9,7 +9,9 @@
 // and, for a worker, the job's generation. Route() then decides, after
 // the holds the server applies in between: a push applied before is a
 // duplicate (even if its slot has moved since, or it would be applied
-// twice by the new owner); otherwise every key's slot must be served here,
+// twice by the new owner), and so is one whose earlier sequence numbers
+// (`prior_seqs`: sent to a server that left before answering) were
+// applied; otherwise every key's slot must be served here,
 // and a pull's reply must fit the size limit.
 //
 // Nothing here changes a table; a refused request changes nothing.
@@ -76,6 +78,8 @@ class RequestAdmission {
   }
   // Forgets every applied request (a rollback starts a new timeline).
   void Reset() { dedup_ = RequestDedup(); }
+  // The exactly-once window, which moves with slots.
+  RequestDedup& dedup() { return dedup_; }
 
  private:
   const uint64_t max_message_bytes_;

@@ -23,6 +23,27 @@ void RequestDedup::MarkApplied(int64_t client, uint64_t seq) {
   clients_[client].applied.insert(seq);
 }
 
+std::vector<RequestDedup::Window> RequestDedup::Snapshot() const {
+  std::vector<Window> out;
+  out.reserve(clients_.size());
+  for (const auto& [client, w] : clients_) {
+    Window& o = out.emplace_back();
+    o.client = client;
+    o.done_below = w.done_below;
+    o.applied.assign(w.applied.begin(), w.applied.end());
+  }
+  return out;
+}
+
+void RequestDedup::Merge(const Window& w) {
+  for (uint64_t seq : w.applied) {
+    if (seq >= w.done_below && !IsDuplicate(w.client, seq)) {
+      MarkApplied(w.client, seq);
+    }
+  }
+  Advance(w.client, w.done_below);
+}
+
 size_t RequestDedup::tracked() const {
   size_t n = 0;
   for (const auto& [client, w] : clients_) n += w.applied.size();

@@ -9,6 +9,12 @@
 //   - applied holds exactly the applied sequences >= done_below.
 // A request is a duplicate iff its seq < done_below or seq is in applied.
 // Memory per client is bounded by the client's requests in flight.
+//
+// The window moves with slots (docs/elasticity.md, "Exactly-once across a
+// move"): a source's Snapshot() at the copy of its slots goes to the target,
+// which Merge()s it, so a request the source applied is recognised there.
+// Sequence numbers are unique per client across servers, so windows of
+// different servers merge by union.
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_SERVER_REQUEST_DEDUP_H_
 #define DUCTILE_SERVER_REQUEST_DEDUP_H_
@@ -17,6 +23,7 @@
 #include <cstdint>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace ductile {
 
@@ -30,6 +37,17 @@ class RequestDedup {
   void MarkApplied(int64_t client, uint64_t seq);
 
   size_t tracked() const;
+
+  // One client's window, as it travels with moved slots.
+  struct Window {
+    int64_t client = 0;
+    uint64_t done_below = 0;
+    std::vector<uint64_t> applied;
+  };
+  std::vector<Window> Snapshot() const;
+  // Adds what `w` knows: the higher done-below mark, and the applied
+  // sequences at or above it.
+  void Merge(const Window& w);
 
  private:
   struct ClientWindow {

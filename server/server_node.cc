@@ -175,7 +175,8 @@ void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
   ack.set_ack(true);
   ack.set_change_id(header.change_id());
   ack.set_seq(header.seq());
-  Status s = mover_->Install(header, message, routing_, tables_, consistency_);
+  Status s = mover_->Install(header, message, routing_, tables_, consistency_,
+                             admission_.dedup());
   if (!s.ok()) {
     counters_.Add(&ServerCounters::errors);
     StatusToWire(s, &ack);
@@ -275,7 +276,8 @@ void ServerNode::HandleCoordinator(InMessage& message) {
           consistency_.TakeBufferedKeys([&](TableId table, Key key) {
             return SlotMover::InSlots(header, routing_.SlotOf(table, key));
           });
-      mover_->Start(header, routing_, tables_, std::move(buffered));
+      mover_->Start(header, routing_, tables_, std::move(buffered),
+                    admission_.dedup().Snapshot());
       counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
       return StepMoves();
     }

@@ -20,7 +20,8 @@ bool SlotMover::InSlots(const wire::Header& out, int32_t slot) {
 }
 
 void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
-                      TableSet& tables, std::vector<Buffered> buffered) {
+                      TableSet& tables, std::vector<Buffered> buffered,
+                      const std::vector<RequestDedup::Window>& windows) {
   if (!started_.insert(out.change_id()).second) return;  // sent again
   started_order_.push_back(out.change_id());
   if (started_order_.size() > kRemembered) {
@@ -45,6 +46,8 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
     m.chunks.push_back(std::move(chunk));
     chunk.clear();
   };
+  // The window first: it is in place before any key is served there.
+  for (const RequestDedup::Window& w : windows) AppendWindow(w, &chunk);
   for (const EntryRecord& e : records) {
     AppendEntry(e, &chunk);
     flush(false);
@@ -245,10 +248,12 @@ std::optional<SlotMover::TimePoint> SlotMover::NextDeadline() const {
 
 Status SlotMover::Install(const wire::Header& header, const InMessage& message,
                           const RoutingTable& routing, TableSet& tables,
-                          ConsistencyController& consistency) {
+                          ConsistencyController& consistency,
+                          RequestDedup& dedup) {
   std::vector<EntryRecord> entries;
   std::vector<Buffered> buffered;
-  DUCTILE_RETURN_IF_ERROR(ParseChunk(message, &entries, &buffered));
+  std::vector<RequestDedup::Window> windows;
+  DUCTILE_RETURN_IF_ERROR(ParseChunk(message, &entries, &buffered, &windows));
   for (const EntryRecord& e : entries) {
     if (tables.Find(e.table) == nullptr) {
       return NotFoundError("no table " + std::to_string(e.table) +
@@ -280,6 +285,7 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
     }
   }
   if (!FirstArrival(header.change_id(), header.seq())) return Status::Ok();
+  for (const RequestDedup::Window& w : windows) dedup.Merge(w);
   for (EntryRecord& e : entries) {
     tables.Find(e.table)->Restore(std::move(e), /*changed=*/true);
   }
@@ -313,6 +319,15 @@ void SlotMover::AppendEntry(const EntryRecord& e, std::string* chunk) {
   chunk->append(value);
 }
 
+void SlotMover::AppendWindow(const RequestDedup::Window& w,
+                             std::string* chunk) {
+  chunk->push_back('W');
+  cf::PutFixed64(chunk, static_cast<uint64_t>(w.client));
+  cf::PutFixed64(chunk, w.done_below);
+  cf::PutFixed32(chunk, static_cast<uint32_t>(w.applied.size()));
+  for (uint64_t seq : w.applied) cf::PutFixed64(chunk, seq);
+}
+
 void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
   const BspBuffer::Entry& e = b.second;
   chunk->push_back('B');
@@ -327,7 +342,8 @@ void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
 
 Status SlotMover::ParseChunk(const InMessage& message,
                              std::vector<EntryRecord>* entries,
-                             std::vector<Buffered>* buffered) {
+                             std::vector<Buffered>* buffered,
+                             std::vector<RequestDedup::Window>* windows) {
   if (message.size() != 3) {
     return InvalidArgumentError("a chunk of moved keys has 3 frames, not " +
                                 std::to_string(message.size()));
@@ -369,6 +385,19 @@ Status SlotMover::ParseChunk(const InMessage& message,
       std::memcpy(b.second.combined.values.data(), chunk.data() + at,
                   floats * sizeof(float));
       at += floats * sizeof(float);
+    } else if (type == 'W') {
+      if (!need(20)) return truncated;
+      RequestDedup::Window& w = windows->emplace_back();
+      w.client = static_cast<int64_t>(cf::DecodeFixed64(chunk.data() + at));
+      w.done_below = cf::DecodeFixed64(chunk.data() + at + 8);
+      const uint32_t count = cf::DecodeFixed32(chunk.data() + at + 16);
+      at += 20;
+      if (!need(uint64_t{count} * sizeof(uint64_t))) return truncated;
+      w.applied.resize(count);
+      for (uint32_t i = 0; i < count; ++i) {
+        w.applied[i] = cf::DecodeFixed64(chunk.data() + at + 8 * i);
+      }
+      at += uint64_t{count} * sizeof(uint64_t);
     } else {
       return InvalidArgumentError(
           "a chunk of moved keys has a record of "

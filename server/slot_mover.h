@@ -47,6 +47,7 @@
 #include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"
+#include "server/request_dedup.h"
 #include "server/table_set.h"
 #include "transport/message.h"
 #include "transport/socket.h"
@@ -72,9 +73,12 @@ class SlotMover {
   // ---- Source.
   // MIGRATE_OUT: copies the slots' keys from `tables`, with `buffered`
   // (the slots' BSP pushes, taken out of the consistency controller by the
-  // caller), and starts sending them.
+  // caller) and `windows` (the server's exactly-once window, taken at the
+  // copy: every request applied here before it, and none after it, as the
+  // slots' requests bounce from then on), and starts sending them.
   void Start(const wire::Header& out, const RoutingTable& routing,
-             TableSet& tables, std::vector<Buffered> buffered);
+             TableSet& tables, std::vector<Buffered> buffered,
+             const std::vector<RequestDedup::Window>& windows);
   // The slots of a move named in a MIGRATE_OUT, for the caller to take
   // their buffered pushes.
   static bool InSlots(const wire::Header& out, int32_t slot);
@@ -107,27 +111,32 @@ class SlotMover {
   // A MIGRATE_DATA chunk (`header`, `message` as the router got it): its
   // keys go into `tables` (counted as changed, for the next checkpoint),
   // its BSP pushes into `consistency`'s buffer, or, when their clock is
-  // over here, are applied combined. Nothing is applied if the chunk is
+  // over here, are applied combined, and the source's exactly-once window
+  // into `dedup` (a request applied there is a duplicate here). Nothing is applied if the chunk is
   // unreadable or names an unknown table; a chunk that arrives again is
   // applied once (again, it would undo what was applied since). A move's
   // first chunk drops what an earlier, abandoned move of its slots left
   // here (`routing` tells a key's slot).
   Status Install(const wire::Header& header, const InMessage& message,
                  const RoutingTable& routing, TableSet& tables,
-                 ConsistencyController& consistency);
+                 ConsistencyController& consistency, RequestDedup& dedup);
   // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
-  // it): its keys and buffered pushes.
+  // it): its keys, buffered pushes and exactly-once windows.
   static Status ParseChunk(const InMessage& message,
                            std::vector<EntryRecord>* entries,
-                           std::vector<Buffered>* buffered);
+                           std::vector<Buffered>* buffered,
+                           std::vector<RequestDedup::Window>* windows);
 
   // The chunk format: records, each a type byte then
   //   'E': table u32 LE | key u64 LE | size u32 LE | entry (the entry value
   //        of storage/checkpoint_format.h);
   //   'B': table u32 LE | key u64 LE | clock i64 LE | pushes i32 LE |
-  //        floats u32 LE | floats x f32.
+  //        floats u32 LE | floats x f32;
+  //   'W': client i64 LE | done_below u64 LE | count u32 LE |
+  //        count x applied seq u64 LE (in the first chunk).
   static void AppendEntry(const EntryRecord& e, std::string* chunk);
   static void AppendBuffered(const Buffered& b, std::string* chunk);
+  static void AppendWindow(const RequestDedup::Window& w, std::string* chunk);
 
  private:
   struct Move {

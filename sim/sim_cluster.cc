@@ -532,6 +532,7 @@ SimResult Cluster::Run() {
   c.num_workers = options_.workers;
   c.num_slots = 64;
   c.heartbeat_timeout_ms = 5000;
+  c.drain_linger_ms = options_.drain_linger_ms;
   if (options_.checkpoint_every > 0) {
     c.state_dir = kCoordinatorStateDir;
     c.checkpoint_every_clocks = options_.checkpoint_every;
@@ -582,6 +583,14 @@ SimResult Cluster::Run() {
         w.client().Step();
         w.Advance();
         w.client().Step();
+      }
+    }
+    // A server told to stop (a drained one) exits, as its process would:
+    // what was on its way to it is lost.
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      if (servers_[i] && servers_[i]->shut_down()) {
+        net_.Crash("server-" + std::to_string(i));
+        servers_[i].reset();
       }
     }
     HandleCrashes();
@@ -644,6 +653,9 @@ std::string Describe(const SimOptions& o) {
   }
   for (const auto& d : o.server_drains) {
     out << " drain=server:" << d.server << "@clock>" << d.after_clock;
+  }
+  if (!o.server_drains.empty()) {
+    out << " linger=" << o.drain_linger_ms << "ms";
   }
   for (const auto& l : o.leaves) {
     out << " leave=worker:" << l.worker << "@clock=" << l.at_clock;

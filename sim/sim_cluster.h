@@ -80,6 +80,10 @@ struct SimOptions {
     int64_t after_clock = 0;
   };
   std::vector<ServerDrain> server_drains;
+  // How long a drained server answers after its slots moved, before it
+  // stops (CoordinatorOptions::drain_linger_ms); 0: requests on their way
+  // to it are lost, and their clients re-route them.
+  int64_t drain_linger_ms = 2000;
   // Give up (and fail) after this much simulated time.
   int64_t time_limit_ms = 600000;
 };

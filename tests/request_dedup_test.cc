@@ -92,5 +92,25 @@ TEST(RequestDedup, AnOlderSeqAppliedAfterANewerOneIsNotADuplicate) {
   EXPECT_FALSE(dedup.IsDuplicate(1, 6));
 }
 
+// A source's window, taken when its slots are copied, merged into the
+// target's: what either applied is a duplicate there, and the higher
+// done-below mark holds.
+TEST(RequestDedup, AMergedWindowKnowsWhatEitherServerApplied) {
+  RequestDedup source, target;
+  source.Advance(1, 4);
+  source.MarkApplied(1, 6);
+  source.MarkApplied(2, 3);
+  target.Advance(1, 2);
+  target.MarkApplied(1, 5);
+  for (const RequestDedup::Window& w : source.Snapshot()) target.Merge(w);
+  EXPECT_TRUE(target.IsDuplicate(1, 3));  // below the source's mark
+  EXPECT_TRUE(target.IsDuplicate(1, 5));  // the target's own
+  EXPECT_TRUE(target.IsDuplicate(1, 6));  // the source's
+  EXPECT_FALSE(target.IsDuplicate(1, 7));
+  EXPECT_TRUE(target.IsDuplicate(2, 3));
+  EXPECT_FALSE(target.IsDuplicate(2, 4));
+  EXPECT_EQ(target.tracked(), 3u);
+}
+
 }  // namespace
 }  // namespace ductile

@@ -35,8 +35,12 @@ class SlotMoverTarget : public ::testing::Test {
 
   // A MIGRATE_DATA chunk of move `id` for `key`'s slot: its value and,
   // if `push` is set, a BSP push of clock 3 not combined yet.
-  Status Install(uint64_t id, Key key, float value, float push) {
+  Status Install(uint64_t id, Key key, float value, float push,
+                 const std::vector<RequestDedup::Window>& windows = {}) {
     std::string chunk;
+    for (const RequestDedup::Window& w : windows) {
+      SlotMover::AppendWindow(w, &chunk);
+    }
     EntryRecord e;
     e.table = kTable;
     e.key = key;
@@ -58,13 +62,14 @@ class SlotMoverTarget : public ::testing::Test {
     h.add_slots(routing_.SlotOf(kTable, key));
     const InMessage message =
         InMessage::Copy({"source", h.SerializeAsString(), chunk});
-    return mover_.Install(h, message, routing_, tables_, consistency_);
+    return mover_.Install(h, message, routing_, tables_, consistency_, dedup_);
   }
 
   std::map<std::string, CustomRule> rules_;
   TableSet tables_;
   ConsistencyController consistency_;
   RoutingTable routing_;
+  RequestDedup dedup_;
   SlotMover mover_;
 };
 
@@ -93,6 +98,39 @@ TEST_F(SlotMoverTarget, AMovesFirstChunkDropsWhatAnAbandonedMoveLeft) {
   EXPECT_TRUE(
       consistency_.TakeBufferedKeys([](TableId, Key key) { return key == 42; })
           .empty());
+}
+
+// The source's exactly-once window travels in the chunk: a push the
+// source applied (client 7, seq 31) is a duplicate at the target, one it
+// did not apply is not.
+TEST_F(SlotMoverTarget, TheSourcesExactlyOnceWindowComesWithTheChunk) {
+  RequestDedup::Window w;
+  w.client = 7;
+  w.done_below = 30;
+  w.applied = {31, 35};
+  ASSERT_TRUE(Install(11, 42, 5.0f, 0.0f, {w}).ok());
+  EXPECT_TRUE(dedup_.IsDuplicate(7, 29));
+  EXPECT_TRUE(dedup_.IsDuplicate(7, 31));
+  EXPECT_FALSE(dedup_.IsDuplicate(7, 32));
+  EXPECT_TRUE(dedup_.IsDuplicate(7, 35));
+  EXPECT_FALSE(dedup_.IsDuplicate(8, 31));
+}
+
+// A chunk whose window record is cut short is refused whole.
+TEST_F(SlotMoverTarget, ATruncatedWindowRecordIsRefused) {
+  RequestDedup::Window w;
+  w.client = 7;
+  w.applied = {31, 35};
+  std::string chunk;
+  SlotMover::AppendWindow(w, &chunk);
+  chunk.resize(chunk.size() - 3);
+  const InMessage message = InMessage::Copy({"source", "header", chunk});
+  std::vector<EntryRecord> entries;
+  std::vector<SlotMover::Buffered> buffered;
+  std::vector<RequestDedup::Window> windows;
+  const Status s =
+      SlotMover::ParseChunk(message, &entries, &buffered, &windows);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
 }
 
 }  // namespace

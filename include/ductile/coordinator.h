@@ -39,6 +39,13 @@ struct CoordinatorOptions {
   // or a barrier) until it is heard from again. Workers send a heartbeat
   // every second. 100 ms - 1 day.
   int64_t heartbeat_timeout_ms = 5000;
+  // A drained server, once its slots have moved, answers requests sent
+  // under older routing tables this long (at most heartbeat_timeout_ms),
+  // then stops. Requests it left unanswered go to their keys' new owners,
+  // which know whether it applied them (its exactly-once window moved with
+  // its slots): a short linger costs resends, never an update.
+  // 0 - 60000.
+  int64_t drain_linger_ms = 2000;
 
   // Fault tolerance (docs/fault_tolerance.md).
   // Directory of the coordinator's own RocksDB (members, routing, tables,

@@ -65,10 +65,7 @@ DEFINE_int32(repeats, 3, "runs per size (medians shown)");
 DEFINE_int32(width, 1024, "floats per key");
 DEFINE_int32(slots, 96, "slots");
 DEFINE_int64(timeout_ms, 600000, "bound of every wait");
-DEFINE_bool(drain, true,
-            "also drain the joined server (at 1 GB on a 2-core machine a "
-            "step outlasts the drained server's linger: see "
-            "docs/benchmarks.md)");
+DEFINE_bool(drain, true, "also drain the joined server");
 DEFINE_bool(restart, true,
             "also time the reference: checkpoint, stop and restart of the "
             "whole job with a third server");

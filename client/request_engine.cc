@@ -339,8 +339,8 @@ void RequestEngine::Orphan(Part& part, milliseconds delay) {
     part.priors.push_back(seq);
     prior_holds_.insert(seq);
   }
-  VLOG(1) << "client " << shared_.worker_id->load() << ": part " << seq
-          << " (" << wire::MessageType_Name(part.op->type) << " clock "
+  VLOG(1) << "client " << shared_.worker_id->load() << ": part " << seq << " ("
+          << wire::MessageType_Name(part.op->type) << " clock "
           << part.op->clock << ") to server " << part.server
           << ", which left the routing: re-routed";
   open_seqs_.erase(seq);

@@ -112,11 +112,11 @@ class SlotMover {
   // keys go into `tables` (counted as changed, for the next checkpoint),
   // its BSP pushes into `consistency`'s buffer, or, when their clock is
   // over here, are applied combined, and the source's exactly-once window
-  // into `dedup` (a request applied there is a duplicate here). Nothing is applied if the chunk is
-  // unreadable or names an unknown table; a chunk that arrives again is
-  // applied once (again, it would undo what was applied since). A move's
-  // first chunk drops what an earlier, abandoned move of its slots left
-  // here (`routing` tells a key's slot).
+  // into `dedup` (a request applied there is a duplicate here). Nothing is
+  // applied if the chunk is unreadable or names an unknown table; a chunk that
+  // arrives again is applied once (again, it would undo what was applied
+  // since). A move's first chunk drops what an earlier, abandoned move of its
+  // slots left here (`routing` tells a key's slot).
   Status Install(const wire::Header& header, const InMessage& message,
                  const RoutingTable& routing, TableSet& tables,
                  ConsistencyController& consistency, RequestDedup& dedup);

@@ -196,7 +196,8 @@ TEST(Simulation, ServersJoiningAndDrainedKeepEveryInvariant) {
 // pushes that never reached it, go to the new owners of their keys, and
 // each is applied exactly once (its exactly-once window moved with its
 // slots; the oracle fails on "applied twice" or a lost push).
-TEST(Simulation, ADrainedServerThatStopsAtOnceLosesNothingAndAppliesNothingTwice) {
+TEST(Simulation,
+     ADrainedServerThatStopsAtOnceLosesNothingAndAppliesNothingTwice) {
   int drained = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {

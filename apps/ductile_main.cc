@@ -80,6 +80,9 @@ DEFINE_double(checkpoint_interval_s, 0,
 DEFINE_int64(checkpoint_timeout_ms, 120000,
              "coordinator, local: how long servers may take to write or "
              "restore a checkpoint before the attempt is abandoned");
+DEFINE_int64(move_timeout_ms, 30000,
+             "server, local: a slot move fails (and is aborted) when its "
+             "target acknowledges nothing for this long");
 DEFINE_int32(keep_checkpoints, 3,
              "server, local: checkpoint versions each server keeps");
 DEFINE_string(kill_schedule, "",
@@ -231,6 +234,7 @@ int RunServer() {
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.state_dir = FLAGS_state_dir;
   o.keep_checkpoints = FLAGS_keep_checkpoints;
+  o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto server = ductile::Server::Start(o);
   if (!server.ok()) return Fail(server.status());
   ductile::Status s = (*server)->Wait();
@@ -457,6 +461,10 @@ std::string Forward(const char* name) {
 int RunLocal() {
   ductile::Status valid = ValidateCheckpointFlags("local");
   if (!valid.ok()) return Fail(valid);
+  if (FLAGS_move_timeout_ms < 100 || FLAGS_move_timeout_ms > 86400000) {
+    return Fail(ductile::InvalidArgumentError(
+        "--move_timeout_ms must be in [100, 86400000]"));
+  }
   ductile::apps::LocalClusterOptions o;
   o.program = SelfPath();
   o.num_servers = FLAGS_servers;
@@ -492,7 +500,7 @@ int RunLocal() {
       Forward("checkpoint_timeout_ms")};
   o.server_flags = {log, "--host=127.0.0.1",
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
-                    Forward("keep_checkpoints")};
+                    Forward("keep_checkpoints"), Forward("move_timeout_ms")};
   o.worker_flags = {log};
   for (const char* name : kTrainingFlags) {
     o.worker_flags.push_back(Forward(name));
@@ -525,8 +533,8 @@ const std::vector<Command>& Commands() {
        "train --app",
        {"servers", "workers", "slots", "heartbeat_timeout_ms", "timeout_ms",
         "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
-        "checkpoint_timeout_ms", "keep_checkpoints", "kill_schedule",
-        "resize_schedule"},
+        "checkpoint_timeout_ms", "keep_checkpoints", "move_timeout_ms",
+        "kill_schedule", "resize_schedule"},
        true,
        RunLocal},
       {"coordinator",
@@ -539,7 +547,7 @@ const std::vector<Command>& Commands() {
       {"server",
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
-        "keep_checkpoints", "ipc_dir"},
+        "keep_checkpoints", "ipc_dir", "move_timeout_ms"},
        false,
        RunServer},
       {"worker",

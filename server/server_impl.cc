@@ -12,6 +12,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       options.heartbeat_interval_ms > 60000) {
     return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
   }
+  if (options.move_timeout_ms < 100 || options.move_timeout_ms > 86400000) {
+    return InvalidArgumentError("move_timeout_ms must be in [100, 86400000]");
+  }
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("port must be in [0, 65535]");
   }

@@ -147,12 +147,12 @@ std::vector<wire::Header> SlotMover::Step() {
       Pump(m);
     }
     if (m.failure.ok() && m.acked < m.total_chunks &&
-        now - m.last_progress > kAckTimeout) {
+        now - m.last_progress > ack_timeout_) {
       m.failure = DeadlineExceededError(
           "server " + std::to_string(m.target) + " acknowledged " +
           std::to_string(m.acked) + " of " + std::to_string(m.total_chunks) +
           " chunk(s) and then nothing for " +
-          std::to_string(kAckTimeout.count()) + " ms");
+          std::to_string(ack_timeout_.count()) + " ms");
     }
     const bool finished = m.acked >= m.total_chunks;
     if (m.reported || (!finished && m.failure.ok())) continue;
@@ -238,7 +238,7 @@ std::optional<SlotMover::TimePoint> SlotMover::NextDeadline() const {
   std::optional<TimePoint> next;
   for (const auto& [id, m] : moves_) {
     if (m.reported) continue;
-    const TimePoint t = m.last_progress + kAckTimeout;
+    const TimePoint t = m.last_progress + ack_timeout_;
     if (!next || t < *next) next = t;
   }
   return next;

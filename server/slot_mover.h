@@ -61,11 +61,10 @@ class SlotMover {
   // Bytes of keys per chunk, and chunks unacknowledged at once.
   static constexpr size_t kChunkBytes = 4 << 20;
   static constexpr size_t kWindow = 4;
-  // A target silent this long fails the move.
-  static constexpr std::chrono::milliseconds kAckTimeout{30000};
-
-  SlotMover(Env* env, Transport* transport)
-      : env_(env), transport_(transport) {}
+  // `ack_timeout`: a target silent this long fails the move.
+  SlotMover(Env* env, Transport* transport,
+            std::chrono::milliseconds ack_timeout)
+      : env_(env), transport_(transport), ack_timeout_(ack_timeout) {}
 
   // A BSP push buffered for a key (its clock not combined yet).
   using Buffered = std::pair<TableId, BspBuffer::Entry>;
@@ -169,6 +168,7 @@ class SlotMover {
 
   Env* const env_;
   Transport* const transport_;
+  const std::chrono::milliseconds ack_timeout_;
   std::map<uint64_t, Move> moves_;
   // Moves started here (a MIGRATE_OUT that arrives again is not a new
   // move), and the chunks put in here by move; the newest kRemembered.

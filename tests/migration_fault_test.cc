@@ -137,6 +137,37 @@ TEST(MigrationFault, ATargetKilledMidMoveRollsTheJobBackWithoutIt) {
   EXPECT_EQ(log.find("slot(s) moved from"), std::string::npos) << log;
 }
 
+// A target that acknowledges nothing for the move timeout (3 s here; it
+// stays paused, far less than the heartbeat timeout, so it is not declared
+// dead) fails the move: each source reports it, the coordinator aborts it
+// and the sources serve their slots again, with no rollback. The target,
+// going on, owns nothing and gets its share in a new rebalance, whose
+// first chunks drop the partial copy the failed move may have left there.
+TEST(MigrationFault, ASilentTargetFailsTheMoveWhichIsAbortedWithoutARollback) {
+  RecoveryCluster cluster(kHeartbeatTimeoutMs);
+  cluster.set_move_timeout_ms(3000);
+  cluster.Start(kClocks);
+  ASSERT_TRUE(cluster.WaitForCheckpoint(10));
+  ASSERT_NO_FATAL_FAILURE(HoldMovesToAJoiner(cluster));
+  for (int source : {0, 1}) {
+    ASSERT_TRUE(cluster.WaitForOutput(cluster.server(source),
+                                      "acknowledged 0 of", 10000))
+        << cluster.server(source).output();
+  }
+  ASSERT_NO_FATAL_FAILURE(Resume(cluster.server(2)));
+  EXPECT_TRUE(cluster.WaitForStatus(JoinerHasSlots, kWaitMs))
+      << cluster.coordinator().output();
+  const std::string out =
+      cluster.ExpectWorkersExact(kClocks, /*rolled_back=*/false);
+  EXPECT_EQ(out.find("verified rollback"), std::string::npos) << out;
+  ExpectCleanExit(cluster, {0, 1, 2});
+  const std::string log = cluster.coordinator().output();
+  const size_t failed = log.find("ended with a failure");
+  EXPECT_NE(failed, std::string::npos) << log;
+  EXPECT_EQ(log.find("silent for"), std::string::npos) << log;
+  EXPECT_LT(failed, log.find("slot(s) moved from")) << log;
+}
+
 // A source restarted on its state directory rolls the job back; the moves
 // are abandoned and the target, which acknowledged nothing, restores no
 // slot. Once the rollback is over, the target, owning nothing, gets its

@@ -86,8 +86,11 @@ class RecoveryCluster {
         DUCTILE_CLI, "server", "--coordinator=" + address_,
         "--server_id=" + std::to_string(id), "--state_dir=" + dir_ + "/servers",
         // A killed server's socket file goes with the job's directory.
-        "--ipc_dir=" + dir_, "--timeout_ms=30000"});
+        "--ipc_dir=" + dir_, "--timeout_ms=30000",
+        "--move_timeout_ms=" + std::to_string(move_timeout_ms_)});
   }
+  // A slot move's timeout at the servers started from now on.
+  void set_move_timeout_ms(int64_t ms) { move_timeout_ms_ = ms; }
   void StartWorkers(int clocks, const std::string& mode) {
     for (int i = 0; i < 2; ++i) {
       workers_.push_back(
@@ -206,6 +209,7 @@ class RecoveryCluster {
 
  private:
   const int64_t heartbeat_timeout_ms_;
+  int64_t move_timeout_ms_ = 30000;
   std::string dir_;
   std::string address_;
   std::unique_ptr<ChildProcess> coordinator_;

@@ -17,7 +17,9 @@ constexpr TableId kTable = 1;
 
 class SlotMoverTarget : public ::testing::Test {
  protected:
-  SlotMoverTarget() : tables_(&rules_, 2), mover_(SystemEnv(), nullptr) {
+  SlotMoverTarget()
+      : tables_(&rules_, 2),
+        mover_(SystemEnv(), nullptr, std::chrono::milliseconds(30000)) {
     TableOptions options;
     options.name = "t";
     options.value_width = 1;

@@ -53,6 +53,10 @@ struct ServerOptions {
   int64_t heartbeat_interval_ms = 500;
   // How long Start() waits for the coordinator to answer.
   int64_t connect_timeout_ms = 60000;
+  // A slot move from this server fails when its target acknowledges no
+  // chunk for this long; the coordinator then aborts it and this server
+  // serves the slots again (docs/elasticity.md). 100 ms - 1 day.
+  int64_t move_timeout_ms = 30000;
   // Base directory of checkpoint stores: this server keeps its RocksDB in
   // <state_dir>/server-<id>. It must be readable by the other servers (the
   // same machine or a shared file system): when a server dies, the

@@ -120,6 +120,8 @@ class Cluster {
  private:
   void StartServer(int i);
   void HandleCrashes();
+  // Updates the longest stall of any worker (SimResult::longest_stall_ms).
+  void NoteProgress();
   void HandleJoins();
   void HandleServerChanges();
   // With no rollback, a server clock never moves backwards (a joiner
@@ -139,6 +141,9 @@ class Cluster {
   std::vector<int64_t> start_, end_;               // by worker
   std::vector<int64_t> server_clock_;              // by server, seen last
   size_t drains_started_ = 0, drains_ended_ = 0;
+  TimePoint drain_retry_at_{};
+  // Per worker: the clock last seen, and since when.
+  std::vector<std::pair<int64_t, TimePoint>> progress_;
   // Crashes: done, and when the server comes back.
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
@@ -398,6 +403,21 @@ void Cluster::StartServer(int i) {
   if (!st.ok()) Fail("server " + std::to_string(i) + ": " + st.ToString());
 }
 
+void Cluster::NoteProgress() {
+  progress_.resize(workers_.size(), {-1, net_.now()});
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const Worker& w = *workers_[i];
+    auto& [clock, since] = progress_[i];
+    if (w.clock() != clock || w.done()) {
+      clock = w.clock();
+      since = net_.now();
+    }
+    result_.longest_stall_ms = std::max<int64_t>(
+        result_.longest_stall_ms,
+        std::chrono::duration_cast<milliseconds>(net_.now() - since).count());
+  }
+}
+
 void Cluster::HandleCrashes() {
   for (size_t k = 0; k < options_.crashes.size(); ++k) {
     const SimOptions::Crash& crash = options_.crashes[k];
@@ -451,17 +471,30 @@ void Cluster::HandleServerChanges() {
     ++result_.servers_joined;
   }
   if (drains_started_ < options_.server_drains.size() &&
+      net_.now() >= drain_retry_at_ &&
       AllPassed(workers_,
                 options_.server_drains[drains_started_].after_clock)) {
     const int server = options_.server_drains[drains_started_].server;
     ++drains_started_;
+    if (coordinator_->finishing()) {
+      ++drains_ended_;  // the job ended first: nothing left to drain
+      return;
+    }
     coordinator_->DrainServer(server, [this, server](const Status& s) {
-      ++drains_ended_;
       // The job may end first (every worker finished): the drain then
       // ends unfinished, which is no failure of the protocol.
       if (s.code() == StatusCode::kUnavailable && coordinator_->finishing()) {
+        ++drains_ended_;
         return;
       }
+      if (s.code() == StatusCode::kUnavailable) {
+        // Refused while other slots move (a server's join): asked again
+        // a little later, as an operator would.
+        --drains_started_;
+        drain_retry_at_ = net_.now() + milliseconds(50);
+        return;
+      }
+      ++drains_ended_;
       if (!s.ok()) {
         return Fail("drain of server " + std::to_string(server) + ": " +
                     s.ToString());
@@ -492,6 +525,10 @@ TimePoint Cluster::NextEvent() {
     next = std::min(next, w->client().NextWakeup());
   for (const auto& r : restart_at_) {
     if (r) next = std::min(next, *r);
+  }
+  if (drains_started_ < options_.server_drains.size() &&
+      drain_retry_at_ > net_.now()) {
+    next = std::min(next, drain_retry_at_);
   }
   return next;
 }
@@ -593,6 +630,7 @@ SimResult Cluster::Run() {
         servers_[i].reset();
       }
     }
+    NoteProgress();
     HandleCrashes();
     if (options_.crashes.empty()) CheckServerClocks();
     HandleJoins();

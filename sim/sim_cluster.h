@@ -99,6 +99,10 @@ struct SimResult {
   int joined = 0, left = 0;  // workers that joined and left mid-job
   int servers_joined = 0, servers_drained = 0;
   uint64_t reads_checked = 0;
+  // The longest a worker went without its clock moving (simulated ms),
+  // from its start to its end: how long a membership change or a fault
+  // held anyone up.
+  int64_t longest_stall_ms = 0;
 };
 
 // Runs the cluster to the end of the workload (or the first violation).

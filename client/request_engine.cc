@@ -331,10 +331,12 @@ void RequestEngine::Orphan(Part& part, milliseconds delay) {
   if (part.sent && part.op->type != wire::PULL && !part.pull_only) {
     // A chain of servers that each left before answering is bounded.
     if (part.priors.size() >= kMaxPriors) {
+      // It may have been applied: not kUnavailable, which says "retry".
       return FinishPart(
-          seq, UnavailableError("request re-routed after " +
-                                std::to_string(kMaxPriors) +
-                                " servers left the job without answering it"));
+          seq, AbortedError("request re-routed after " +
+                            std::to_string(kMaxPriors) +
+                            " servers left the job without answering it; it "
+                            "may have been applied"));
     }
     part.priors.push_back(seq);
     prior_holds_.insert(seq);
@@ -353,11 +355,18 @@ void RequestEngine::SendPart(Part& part) {
   DataOperation& op = *part.op;
   const uint64_t seq = part.seq;
   Socket* socket = routing_->SocketOf(part.server);
-  if (socket == nullptr) {
+  if (socket == nullptr && !routing_->Lists(part.server)) {
     // The server left the routing (a drain ended): its slots are
     // elsewhere now, or will be once a newer table names their owner.
     RequestRouting();
     return Orphan(part, kRetryAfter);
+  }
+  if (socket == nullptr) {
+    // Listed, but its address could not be connected to: an earlier copy
+    // of this part may still reach it, so it is not sent elsewhere.
+    return FinishPart(seq, UnavailableError("routing names " +
+                                            routing_->Describe(part.server) +
+                                            " but it cannot be reached"));
   }
   const size_t count = part.size();
   const wire::MessageType type = part.pull_only ? wire::PULL : op.type;
@@ -428,11 +437,6 @@ void RequestEngine::HandleDataReply(InMessage& message) {
     // sent one) with fresh sequence numbers.
     const bool newer = header.has_routing() &&
                        header.routing().epoch() > routing_->table().epoch();
-    if (newer) {
-      InstallRouting(header.routing());
-    } else {
-      RequestRouting();
-    }
     open_seqs_.erase(part.seq);
     // A duplicate push-pull was applied here before its slot moved: the
     // new owner is only asked for the values.
@@ -441,9 +445,16 @@ void RequestEngine::HandleDataReply(InMessage& message) {
             << " (" << wire::MessageType_Name(part.op->type) << " clock "
             << part.op->clock << ") moved by server " << part.server
             << (newer ? ", new routing" : "");
+    // Waiting before the routing is installed: the answer is in, so the
+    // part is not orphaned if the new table no longer lists its server.
     if (part.retry_at == TimePoint{}) ++waiting_parts_;
     part.retry_at = env_->Now() + (newer ? milliseconds(0) : kRetryAfter);
-    if (newer) HandleTimers();
+    if (newer) {
+      InstallRouting(header.routing());
+      HandleTimers();
+    } else {
+      RequestRouting();
+    }
     return;
   }
   if (!status.ok()) {
@@ -730,8 +741,7 @@ void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
   // (its connection is closed): they go to the new owners of their keys.
   std::vector<uint64_t> orphans;
   for (const auto& [seq, part] : parts_) {
-    if (part.retry_at == TimePoint{} &&
-        routing_->SocketOf(part.server) == nullptr) {
+    if (part.retry_at == TimePoint{} && !routing_->Lists(part.server)) {
       orphans.push_back(seq);
     }
   }

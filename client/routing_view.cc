@@ -53,6 +53,13 @@ Socket* RoutingView::SocketOf(int32_t server) const {
   return it == connections_.end() ? nullptr : it->second.socket.get();
 }
 
+bool RoutingView::Lists(int32_t server) const {
+  for (const auto& s : table_.servers()) {
+    if (s.id() == server) return true;
+  }
+  return false;
+}
+
 std::string RoutingView::Describe(int32_t server) const {
   std::string out = "server " + std::to_string(server);
   auto it = connections_.find(server);

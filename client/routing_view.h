@@ -30,6 +30,9 @@ class RoutingView {
 
   // The connection to `server`, null if the table gives no address.
   Socket* SocketOf(int32_t server) const;
+  // Whether the table lists `server` (connected to or not): a server not
+  // listed has left the job.
+  bool Lists(int32_t server) const;
   // "server 3 (tcp://...)" for messages.
   std::string Describe(int32_t server) const;
   // Every connected server, ascending by id.

@@ -56,7 +56,10 @@ class ConsistencyController {
     TableId table = 0;
     int64_t required = 0;
     int64_t clock = 0;
-    bool duplicate = false;  // its push part was a resend (push-pull)
+    // A push-pull: its values are applied here (now or by an earlier copy),
+    // so if it is answered "moved" the client only pulls from the new
+    // owner, which has them in its copy of the slot.
+    bool duplicate = false;
     TimePoint parked_at;
     TimePoint deadline;
   };

@@ -28,6 +28,11 @@ Status RequestAdmission::Check(const InMessage& message,
         "servers take push, pull, push-pull and clock messages, not type " +
         std::to_string(type));
   }
+  if (header.prior_seqs_size() > kMaxPriorSeqs) {
+    return InvalidArgumentError(
+        "a request lists " + std::to_string(header.prior_seqs_size()) +
+        " earlier sequence numbers; at most " + std::to_string(kMaxPriorSeqs));
+  }
   if (message.bytes() > max_message_bytes_) {
     return InvalidArgumentError("request of " +
                                 std::to_string(message.bytes()) +

@@ -50,6 +50,9 @@ class RequestAdmission {
     kMoved,      // a key's slot is not served here: answer "moved"
   };
 
+  // Earlier sequence numbers a request may list (clients list at most 8).
+  static constexpr int kMaxPriorSeqs = 64;
+
   explicit RequestAdmission(uint64_t max_message_bytes)
       : max_message_bytes_(max_message_bytes) {}
 

@@ -497,9 +497,10 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     const auto wait = milliseconds(std::max<int64_t>(
         1, timeout_ms - std::min<int64_t>(timeout_ms / 10, 1000)));
     // A parked push-pull has applied its push already: released, it is
-    // only served (ServePull reads keys and lengths, never values).
-    consistency_.Park({std::move(message), table, required, clock, duplicate,
-                       now, now + wait});
+    // only served (ServePull reads keys and lengths, never values), or
+    // answered "moved" as a duplicate (its values went with the slot).
+    consistency_.Park({std::move(message), table, required, clock,
+                       duplicate || request.has_values(), now, now + wait});
     counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
     return;
   }

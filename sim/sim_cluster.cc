@@ -73,6 +73,7 @@ class Worker {
   std::vector<Key> own_key_, all_keys_;
   std::vector<float> one_{1.0f};
   std::vector<float> out_;
+  std::vector<float> own_out_{0.0f};  // a push-pull's read of own_key_
 };
 
 class Cluster {
@@ -142,6 +143,8 @@ class Cluster {
   std::vector<int64_t> server_clock_;              // by server, seen last
   size_t drains_started_ = 0, drains_ended_ = 0;
   TimePoint drain_retry_at_{};
+  bool draining_call_ = false;  // inside DrainServer()
+  bool drain_refused_ = false;  // and refused there, to be asked again
   // Per worker: the clock last seen, and since when.
   std::vector<std::pair<int64_t, TimePoint>> progress_;
   // Crashes: done, and when the server comes back.
@@ -312,7 +315,9 @@ void Worker::Advance() {
         if (!issued_) {
           // Push, then read everything, on one connection per server:
           // the read sees the push.
-          push_ = client_->PushAsync(table_, own_key_, one_, {});
+          push_ = o.push_pull ? client_->PushPullAsync(table_, own_key_, one_,
+                                                       own_out_, {})
+                              : client_->PushAsync(table_, own_key_, one_, {});
           ++cluster_.sent(generation_)[index_];
           pull_ = client_->PullAsync(table_, all_keys_, out_, {});
           issued_ = true;
@@ -408,13 +413,13 @@ void Cluster::NoteProgress() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     const Worker& w = *workers_[i];
     auto& [clock, since] = progress_[i];
+    result_.longest_stall_ms = std::max<int64_t>(
+        result_.longest_stall_ms,
+        std::chrono::duration_cast<milliseconds>(net_.now() - since).count());
     if (w.clock() != clock || w.done()) {
       clock = w.clock();
       since = net_.now();
     }
-    result_.longest_stall_ms = std::max<int64_t>(
-        result_.longest_stall_ms,
-        std::chrono::duration_cast<milliseconds>(net_.now() - since).count());
   }
 }
 
@@ -480,27 +485,33 @@ void Cluster::HandleServerChanges() {
       ++drains_ended_;  // the job ended first: nothing left to drain
       return;
     }
+    draining_call_ = true;
+    drain_refused_ = false;
     coordinator_->DrainServer(server, [this, server](const Status& s) {
-      // The job may end first (every worker finished): the drain then
-      // ends unfinished, which is no failure of the protocol.
-      if (s.code() == StatusCode::kUnavailable && coordinator_->finishing()) {
-        ++drains_ended_;
-        return;
-      }
-      if (s.code() == StatusCode::kUnavailable) {
-        // Refused while other slots move (a server's join): asked again
-        // a little later, as an operator would.
-        --drains_started_;
-        drain_retry_at_ = net_.now() + milliseconds(50);
+      if (draining_call_ && s.code() == StatusCode::kUnavailable &&
+          !coordinator_->finishing()) {
+        // Refused at once while other slots move (a server's join): asked
+        // again a little later, as an operator would.
+        drain_refused_ = true;
         return;
       }
       ++drains_ended_;
+      // The job may end first (every worker finished): the drain then
+      // ends unfinished, which is no failure of the protocol.
+      if (s.code() == StatusCode::kUnavailable && coordinator_->finishing()) {
+        return;
+      }
       if (!s.ok()) {
         return Fail("drain of server " + std::to_string(server) + ": " +
                     s.ToString());
       }
       ++result_.servers_drained;
     });
+    draining_call_ = false;
+    if (drain_refused_) {
+      --drains_started_;
+      drain_retry_at_ = net_.now() + milliseconds(50);
+    }
   }
 }
 
@@ -677,6 +688,7 @@ std::string Describe(const SimOptions& o) {
   out << "seed=" << o.seed << " servers=" << o.servers
       << " workers=" << o.workers << " clocks=" << o.clocks << " "
       << ToString(o.consistency) << " cache=" << o.cache
+      << " push_pull=" << o.push_pull
       << " latency_us=" << o.faults.min_latency_us << "-"
       << o.faults.max_latency_us << " delay=" << o.faults.delay
       << " duplicate=" << o.faults.duplicate << " drop=" << o.faults.drop

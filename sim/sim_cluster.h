@@ -43,6 +43,9 @@ struct SimOptions {
   int clocks = 10;  // each worker's
   Consistency consistency;
   bool cache = false;  // the workers' SSP cache
+  // Workers push with a push-pull of their key (its pull gated by the
+  // staleness bound, as a pull is) instead of a push.
+  bool push_pull = false;
   NetworkFaults faults;
   // Checkpoints every this many clocks (0: none kept).
   int64_t checkpoint_every = 0;

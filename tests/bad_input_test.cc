@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "routing/slot_map.h"
+#include "server/request_admission.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/ductile.pb.h"
@@ -390,9 +391,11 @@ class ServerResend : public OneServerTest {
   // (kRawClientId, seq); the reply is read with ExpectOk.
   void SendPush(Key key, uint64_t seq, uint64_t done_below,
                 const std::vector<float>& values,
-                wire::MessageType type = wire::PUSH) {
+                wire::MessageType type = wire::PUSH,
+                const std::vector<uint64_t>& priors = {}) {
     wire::Header h = Request(type, table_, seq, 1);
     h.set_done_below(done_below);
+    for (uint64_t prior : priors) h.add_prior_seqs(prior);
     peer_->Send({Serialize(h), Bytes(std::vector<Key>{key}), Bytes(values)});
   }
   // Expects an OK reply to `seq`, flagged duplicate or not.
@@ -468,6 +471,30 @@ TEST_F(ServerResend, AnOlderSeqArrivingAfterANewerOneIsApplied) {
   SendPush(30, 201, 201, {0, 1, 0, 0});
   ExpectOk(201, false);
   ExpectTableHolds({30}, {1, 1, 0, 0});
+}
+
+// A push re-sent under a new seq after the server it went to left the job
+// lists its old seq: if that was applied here (a moved window brings the
+// old server's), the push is a duplicate; if not, it is applied.
+TEST_F(ServerResend, APushWhosePriorSeqWasAppliedIsADuplicate) {
+  SendPush(40, 500, 500, {1, 0, 0, 0});
+  ExpectOk(500, false);
+  SendPush(40, 510, 500, {1, 0, 0, 0}, wire::PUSH, {505, 500});
+  ExpectOk(510, true);
+  SendPush(40, 511, 500, {0, 1, 0, 0}, wire::PUSH, {506});
+  ExpectOk(511, false);
+  ExpectTableHolds({40}, {1, 1, 0, 0});
+}
+
+TEST_F(ServerBadInput, ARequestListingTooManyPriorSeqsIsRefused) {
+  wire::Header h = Request(wire::PUSH, table_, 12, 3);
+  for (uint64_t i = 0; i <= RequestAdmission::kMaxPriorSeqs; ++i) {
+    h.add_prior_seqs(i + 1);
+  }
+  ExpectRefused(PushFrames(h, std::vector<float>(3 * kWidth, 1.0f)),
+                StatusCode::kInvalidArgument, "earlier sequence numbers", 12);
+  ExpectTableHolds(keys_, initial_);
+  ExpectStillServing();
 }
 
 // ---------------------------------------------------------------------------

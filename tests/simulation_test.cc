@@ -55,6 +55,7 @@ SimOptions Sweep(uint64_t seed, bool crashes) {
     default:
       o.consistency = Async();
   }
+  o.push_pull = (seed / 7) % 2 == 1;
   o.faults.delay = (seed % 7) * 0.01;
   o.faults.duplicate = (seed % 4) * 0.02;
   o.faults.drop = (seed % 6) * 0.01;
@@ -213,12 +214,14 @@ TEST(Simulation,
       o.faults.max_latency_us = 4000;
       o.server_drains = {{static_cast<int>(seed % 3), 2 + int64_t(seed % 5)}};
       o.drain_linger_ms = 0;
+      o.push_pull = seed % 2 == 0;
       const SimResult r = RunSimulation(o);
       EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
       drained += r.servers_drained;
     }
   }
-  EXPECT_GT(drained, 0);
+  // A run whose workers all finish first ends its drain unfinished: rare.
+  EXPECT_GE(drained, 110) << "of 120 runs";
 }
 
 // Members join and leave (workers, and servers joining and drained) at

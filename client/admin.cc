@@ -94,6 +94,9 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.state = m.state();
     s.slots = m.slots();
     s.counters = CountersFromWire(m.counters());
+    if (s.role == "server" && status.slots_moving > 0) {
+      status.move_bytes_left += s.counters.move_bytes_left;
+    }
     const wire::WorkerMetrics& w = m.metrics();
     s.clock = w.clock();
     s.pulls = w.pulls();
@@ -184,7 +187,10 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   os << ", " << status.checkpoints << " checkpoint(s) kept";
   if (status.recovering) os << ", recovering";
   if (status.slots_moving > 0) {
-    os << ", " << status.slots_moving << " slot(s) moving between servers";
+    char left[64];
+    std::snprintf(left, sizeof(left), "%.1f MB", status.move_bytes_left / 1e6);
+    os << ", " << status.slots_moving << " slot(s) moving between servers ("
+       << left << " left)";
   }
   os << "\n";
   if (status.target_workers > 0 || status.target_servers > 0) {

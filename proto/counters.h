@@ -32,6 +32,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("checkpoints_written", c.checkpoints_written...);
   f("held_pushes", c.held_pushes...);
   f("slots_moving", c.slots_moving...);
+  f("move_bytes_left", c.move_bytes_left...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -159,6 +159,11 @@ bool ServerNode::ServesAll(const RequestAdmission::Request& request) const {
   return true;
 }
 
+void ServerNode::SetMoveCounters() {
+  counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+  counters_.Set(&ServerCounters::move_bytes_left, mover_->bytes_left());
+}
+
 void ServerNode::StepMoves() {
   if (!mover_ || !mover_->moving()) return;
   for (const wire::Header& done : mover_->Step()) {
@@ -166,7 +171,7 @@ void ServerNode::StepMoves() {
     h.set_member_id(id_);
     Send(h);
   }
-  counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+  SetMoveCounters();
 }
 
 void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
@@ -279,13 +284,13 @@ void ServerNode::HandleCoordinator(InMessage& message) {
           });
       mover_->Start(header, routing_, tables_, std::move(buffered),
                     admission_.dedup().Snapshot());
-      counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+      SetMoveCounters();
       return StepMoves();
     }
     case wire::MIGRATE_ABORT:
       // The slots are served here again, with their BSP pushes.
       mover_->Abort(header.change_id(), tables_, consistency_);
-      counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+      SetMoveCounters();
       return;
     case wire::SHUTDOWN_NOTICE:
       LOG(INFO) << "server " << id_ << ": cluster shutdown";
@@ -315,7 +320,7 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
   if (mover_ && mover_->moving()) {
     // Slots moved away are the new owner's now: their keys go.
     if (mover_->OnRouting(routing_, id_, tables_) > 0) SetKeysStored();
-    counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
+    SetMoveCounters();
   }
   ReplayBehind();
 }
@@ -681,6 +686,7 @@ void ServerNode::Recover(const wire::Header& header) {
   // cleared with the rest below).
   mover_->Abort(0, tables_, consistency_);
   counters_.Set(&ServerCounters::slots_moving, 0);
+  counters_.Set(&ServerCounters::move_bytes_left, 0);
   Status s;
   for (const auto& config : header.tables()) {
     // A table this server has keeps its own options: they differ from the

@@ -110,6 +110,8 @@ class ServerNode final : private CoordinatorLink {
   void InstallMoved(InMessage& message, const wire::Header& header);
   // Reports finished moves to the coordinator.
   void StepMoves();
+  // The counters of moves under way: slots, bytes left.
+  void SetMoveCounters();
   // Handles again the requests held for a newer routing table.
   void ReplayBehind();
   static constexpr std::chrono::milliseconds kBehindWait{1000};

@@ -109,6 +109,7 @@ void SlotMover::Pump(Move& m) {
     for (int32_t slot : m.slots) h.add_slots(slot);
     OutMessage out;
     out.AddString(h.SerializeAsString());
+    m.unacked.push_back(m.chunks.front().size());
     out.AddString(std::move(m.chunks.front()));
     m.chunks.pop_front();
     Status s = m.socket->Send(std::move(out));
@@ -141,6 +142,10 @@ std::vector<wire::Header> SlotMover::Step() {
           break;
         }
         if (m.in_flight > 0) --m.in_flight;
+        if (!m.unacked.empty()) {
+          m.acked_bytes += m.unacked.front();
+          m.unacked.pop_front();
+        }
         ++m.acked;
         m.last_progress = now;
       }
@@ -223,6 +228,14 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
 size_t SlotMover::slots_moving() const {
   size_t n = 0;
   for (const auto& [id, m] : moves_) n += m.slots.size();
+  return n;
+}
+
+uint64_t SlotMover::bytes_left() const {
+  uint64_t n = 0;
+  for (const auto& [id, m] : moves_) {
+    if (!m.reported) n += m.bytes - std::min(m.bytes, m.acked_bytes);
+  }
   return n;
 }
 

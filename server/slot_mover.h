@@ -102,6 +102,8 @@ class SlotMover {
   bool moving() const { return !moves_.empty(); }
   // Slots being moved away now.
   size_t slots_moving() const;
+  // Bytes of the moves under way their targets have not acknowledged.
+  uint64_t bytes_left() const;
   // The sockets to the targets, to wait on.
   std::vector<Socket*> sockets() const;
   std::optional<TimePoint> NextDeadline() const;
@@ -150,6 +152,8 @@ class SlotMover {
     uint64_t total_chunks = 0;
     uint64_t acked = 0;
     uint64_t bytes = 0;
+    uint64_t acked_bytes = 0;
+    std::deque<size_t> unacked;  // sizes of the chunks in flight, in order
     Status failure;
     TimePoint last_progress{};
     std::unique_ptr<Socket> socket;

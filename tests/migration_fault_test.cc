@@ -97,9 +97,23 @@ void HoldMovesToAJoiner(RecoveryCluster& cluster) {
                                       "slot(s) to server 2:", 10000))
         << cluster.server(source).output();
   }
-  auto status = QueryClusterStatus(cluster.address(), 5000);
+  // The status shows the moves and the bytes the target has not
+  // acknowledged (the sources report them in their heartbeats).
+  Result<ClusterStatus> status = UnavailableError("not asked yet");
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = QueryClusterStatus(cluster.address(), 5000);
+    if (status.ok() && status->slots_moving > 0 &&
+        status->move_bytes_left > 0) {
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_GT(status->slots_moving, 0);
+  EXPECT_GT(status->move_bytes_left, 0u);
+  EXPECT_NE(FormatClusterStatus(*status).find(" MB left)"), std::string::npos)
+      << FormatClusterStatus(*status);
   const MemberStatus* joiner = FindServer(*status, 2);
   ASSERT_NE(joiner, nullptr);
   EXPECT_EQ(joiner->slots, 0);

@@ -45,6 +45,9 @@ struct ClusterStatus {
   int32_t checkpoints = 0;             // complete checkpoints kept
   bool recovering = false;             // a rollback is under way
   int32_t slots_moving = 0;            // slots moving between servers now
+  // Bytes of those moves the targets have not acknowledged yet, as the
+  // sources last reported them (heartbeats).
+  uint64_t move_bytes_left = 0;
   // The size `ductile resize` asked for (0: none asked): a launcher that
   // manages the job starts or drains members to match.
   int32_t target_workers = 0;

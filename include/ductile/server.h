@@ -84,8 +84,9 @@ struct ServerCounters {
   int64_t min_clock = 0;          // server clock: minimum over live workers
   int64_t checkpoint_clock = -1;  // clock of the last checkpoint written
   uint64_t checkpoints_written = 0;
-  uint64_t held_pushes = 0;   // pushes waiting for a checkpoint's cut
-  uint64_t slots_moving = 0;  // slots being moved away to another server
+  uint64_t held_pushes = 0;      // pushes waiting for a checkpoint's cut
+  uint64_t slots_moving = 0;     // slots being moved away to another server
+  uint64_t move_bytes_left = 0;  // of those moves: bytes not acknowledged yet
 };
 
 class Server {

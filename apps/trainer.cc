@@ -292,6 +292,36 @@ Status RecoverOrFail(Client& client, const Status& failed, DataPosition& data,
   return Status::Ok();
 }
 
+// A worker's start: `create_tables`, then, unless it joins a running job,
+// the barrier where every worker starts together. A server dying meanwhile
+// aborts these calls as it would a step's: the worker waits for the
+// rollback and starts again (tables are created idempotently).
+Status StartUp(Client& client, const std::function<Status()>& create_tables) {
+  constexpr int kAttempts = 10;
+  for (int attempt = 1;; ++attempt) {
+    Status s = create_tables();
+    if (s.ok() && client.clock() == 0) s = client.Barrier();
+    if (s.ok()) return s;
+    int64_t wait_ms = 0;
+    if (s.code() == StatusCode::kAborted) {
+      wait_ms = 300000;  // a rollback was announced: restoring may be slow
+    } else if (s.code() == StatusCode::kDeadlineExceeded ||
+               s.code() == StatusCode::kUnavailable) {
+      wait_ms = 10000;  // maybe a server died and nobody has said so yet
+    } else {
+      return s;
+    }
+    if (attempt == kAttempts) return s;
+    Result<Client::Recovery> r = client.AwaitRecovery(wait_ms);
+    if (!r.ok()) return s;
+    std::printf(
+        "worker %d: the job rolled back while it started (%s); starting "
+        "again\n",
+        client.worker_id(), s.message().c_str());
+    std::fflush(stdout);
+  }
+}
+
 bool IsLead(const Client& client) {
   const std::vector<int32_t> live = client.live_workers();
   return live.empty() ? client.worker_id() == 0
@@ -601,10 +631,10 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     model = std::move(*mlp);
   }
   ParamTensors tensors;
-  DUCTILE_RETURN_IF_ERROR(tensors.Register(client, o, model->Blocks()));
-  // Everyone starts together; a worker joining a running job does not
-  // wait for the others (they are past that barrier).
-  if (client.clock() == 0) DUCTILE_RETURN_IF_ERROR(client.Barrier());
+  DUCTILE_RETURN_IF_ERROR(StartUp(client, [&] {
+    tensors = ParamTensors();
+    return tensors.Register(client, o, model->Blocks());
+  }));
   DataPosition data(client, train->num_samples, o.seed, o.batch_size, o.epochs);
 
   std::vector<float> params(model->num_params()), grad(model->num_params());
@@ -708,22 +738,25 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
   const MfModel model(o.mf_rank, o.l2);
   TableId tables[2];
   const char* names[2] = {"mf.rows", "mf.cols"};
-  for (int i = 0; i < 2; ++i) {
-    TableOptions t;
-    t.name = names[i];
-    t.value_width = static_cast<uint32_t>(o.mf_rank);
-    t.rule = o.optimizer;
-    t.learning_rate = o.learning_rate;
-    t.init.kind = InitKind::kUniform;
-    t.init.low = -0.3f;
-    t.init.high = 0.3f;
-    t.init.seed = o.seed + i;
-    t.consistency = o.consistency;
-    Result<TableId> id = client.CreateTable(t);
-    DUCTILE_RETURN_IF_ERROR(id.status());
-    tables[i] = *id;
-  }
-  if (client.clock() == 0) DUCTILE_RETURN_IF_ERROR(client.Barrier());
+  auto create_tables = [&]() -> Status {
+    for (int i = 0; i < 2; ++i) {
+      TableOptions t;
+      t.name = names[i];
+      t.value_width = static_cast<uint32_t>(o.mf_rank);
+      t.rule = o.optimizer;
+      t.learning_rate = o.learning_rate;
+      t.init.kind = InitKind::kUniform;
+      t.init.low = -0.3f;
+      t.init.high = 0.3f;
+      t.init.seed = o.seed + i;
+      t.consistency = o.consistency;
+      Result<TableId> id = client.CreateTable(t);
+      DUCTILE_RETURN_IF_ERROR(id.status());
+      tables[i] = *id;
+    }
+    return Status::Ok();
+  };
+  DUCTILE_RETURN_IF_ERROR(StartUp(client, create_tables));
   DataPosition position(client, data.train.size(), o.seed, o.batch_size,
                         o.epochs);
   Progress progress(

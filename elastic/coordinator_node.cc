@@ -17,6 +17,9 @@ constexpr milliseconds kShutdownFlush{300};
 // The longest the loop sleeps: liveness and deadlines are checked at
 // least this often.
 constexpr milliseconds kTimerPeriod{100};
+// A gap this long between two turns of the loop (which wakes every
+// kTimerPeriod) is a pause of the coordinator's own.
+constexpr milliseconds kPauseForgiven{1000};
 
 }  // namespace
 
@@ -65,6 +68,19 @@ Status CoordinatorNode::Start() {
 }
 
 void CoordinatorNode::Step() {
+  const TimePoint now = env_->Now();
+  if (last_step_ != TimePoint{} && now - last_step_ > kPauseForgiven) {
+    // This node did not run (stopped, or starved on a loaded host): the
+    // members' silence meanwhile is not theirs, and their heartbeats of
+    // that time may still be on the way in.
+    const auto pause = now - last_step_;
+    membership_.ForgivePause(pause);
+    LOG(WARNING) << "coordinator: did not run for "
+                 << std::chrono::duration_cast<milliseconds>(pause).count()
+                 << " ms; the members' silence over that time is not held "
+                    "against them";
+  }
+  last_step_ = now;
   while (true) {
     bool got = false;
     if (!socket_->Receive(&message_, &got).ok() || !got) break;

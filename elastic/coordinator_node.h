@@ -115,6 +115,7 @@ class CoordinatorNode {
   RecoveryManager recovery_;
   MigrationManager migrations_;
   TimePoint shutdown_at_{};
+  TimePoint last_step_{};  // when Step() last ran
 };
 
 }  // namespace ductile

@@ -379,6 +379,16 @@ void MembershipManager::Drain(const std::string& identity,
   ctx_.out.Reply(identity, h.seq(), Status::Ok());
 }
 
+void MembershipManager::ForgivePause(
+    std::chrono::steady_clock::duration pause) {
+  const Member::TimePoint now = ctx_.Now();
+  for (auto* members : {&ctx_.state.workers, &ctx_.state.servers}) {
+    for (auto& [id, m] : *members) {
+      m.last_seen = std::min(now, m.last_seen + pause);
+    }
+  }
+}
+
 bool MembershipManager::DetectDeadWorkers() {
   bool died = false;
   for (auto& [id, m] : ctx_.state.workers) {

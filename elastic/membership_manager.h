@@ -61,6 +61,9 @@ class MembershipManager {
   void Drain(const std::string& identity, const wire::Header& h);
 
   // Declares dead the workers silent past the timeout; true if any.
+  // The coordinator did not run for `pause`: every member's last sign of
+  // life moves that much later, so that silence is not held against it.
+  void ForgivePause(std::chrono::steady_clock::duration pause);
   bool DetectDeadWorkers();
   // Declares dead the servers silent past the timeout (and not announced
   // busy); returns them.

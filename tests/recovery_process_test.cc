@@ -78,6 +78,29 @@ TEST(RecoveryProcess, AKilledCoordinatorRestartedOnItsStateResumesTheJob) {
   EXPECT_EQ(cluster.server(1).WaitExit(kWaitMs), 0);
 }
 
+// A coordinator paused (SIGSTOP) for twice the heartbeat timeout, as a
+// long GC pause or a starved host would: on SIGCONT it must not declare
+// every member dead before their heartbeats, queued meanwhile, are read.
+// Their silence while it was not running is not theirs: the job goes on
+// with no rollback and ends.
+TEST(RecoveryProcess, ACoordinatorPausedLongerThanTheHeartbeatTimeoutGoesOn) {
+  RecoveryCluster cluster(/*heartbeat_timeout_ms=*/2000);
+  // Long enough to train on after the pause (a clock takes about 15 ms).
+  cluster.Start(/*clocks=*/400);
+  ASSERT_TRUE(cluster.WaitForCheckpoint(10));
+  ASSERT_NO_FATAL_FAILURE(testing::Pause(cluster.coordinator()));
+  std::this_thread::sleep_for(milliseconds(4000));
+  ASSERT_NO_FATAL_FAILURE(testing::Resume(cluster.coordinator()));
+  const std::string out =
+      cluster.ExpectWorkersExact(400, /*rolled_back=*/false);
+  EXPECT_EQ(out.find("verified rollback"), std::string::npos) << out;
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+  const std::string log = cluster.coordinator().output();
+  EXPECT_EQ(log.find("declared dead"), std::string::npos) << log;
+  EXPECT_NE(log.find("did not run for"), std::string::npos) << log;
+}
+
 TEST(RecoveryProcess, ACorruptLatestCheckpointFallsBackToTheOneBefore) {
   RecoveryCluster cluster;
   cluster.Start(/*clocks=*/160);

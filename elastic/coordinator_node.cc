@@ -102,7 +102,16 @@ void CoordinatorNode::PersistAndSend() {
 }
 
 bool CoordinatorNode::finished() const {
-  return ctx_.shutting_down && env_->Now() >= shutdown_at_;
+  if (!ctx_.shutting_down || env_->Now() < shutdown_at_) return false;
+  // Every server still in the job must have been told, or it would run
+  // on forever: one not heard from since a restart of this coordinator is
+  // told when it reconnects, unless it stays silent past the heartbeat
+  // timeout (then it is dead, or cut off).
+  if (env_->Now() >= shutdown_deadline_) return true;
+  for (const auto& [id, m] : ctx_.state.servers) {
+    if (!m.dead && !m.left && m.identity.empty()) return false;
+  }
+  return true;
 }
 
 CoordinatorNode::TimePoint CoordinatorNode::NextWakeup() const {
@@ -139,7 +148,15 @@ void CoordinatorNode::Handle(InMessage& message) {
   if (touched.back_from_dead && touched.member->role == wire::ROLE_WORKER) {
     OnWorkersChanged();
   }
-  if (touched.reconnected) {
+  if (touched.reconnected && ctx_.shutting_down) {
+    // The job ended while it was away: it learns so now.
+    wire::Header notice;
+    notice.set_type(wire::SHUTDOWN_NOTICE);
+    out_.Send(touched.member->identity, notice);
+    LOG(INFO) << "coordinator: " << wire::Role_Name(touched.member->role) << " "
+              << touched.member->id
+              << " reconnected after the job ended; told to shut down";
+  } else if (touched.reconnected) {
     // Bring it up to date with what it may have missed.
     const Member& m = *touched.member;
     if (m.role == wire::ROLE_SERVER) {
@@ -425,6 +442,15 @@ void CoordinatorNode::BeginShutdown() {
   membership_.AnnounceShutdown();
   barriers_.AbortAll(UnavailableError("cluster shut down"));
   shutdown_at_ = env_->Now() + kShutdownFlush;
+  shutdown_deadline_ =
+      env_->Now() + milliseconds(ctx_.options.heartbeat_timeout_ms);
+  for (const auto& [id, m] : ctx_.state.servers) {
+    if (!m.dead && !m.left && m.identity.empty()) {
+      LOG(INFO) << "coordinator: server " << id
+                << " not heard from since this coordinator started; it is "
+                   "told of the shutdown when it reconnects";
+    }
+  }
 }
 
 }  // namespace ductile

@@ -115,6 +115,8 @@ class CoordinatorNode {
   RecoveryManager recovery_;
   MigrationManager migrations_;
   TimePoint shutdown_at_{};
+  // Past this, the coordinator ends without servers it could not tell.
+  TimePoint shutdown_deadline_{};
   TimePoint last_step_{};  // when Step() last ran
 };
 

@@ -101,6 +101,53 @@ TEST(RecoveryProcess, ACoordinatorPausedLongerThanTheHeartbeatTimeoutGoesOn) {
   EXPECT_NE(log.find("did not run for"), std::string::npos) << log;
 }
 
+// A restarted coordinator sees every worker finish before any server has
+// reconnected: it must not end the job without the servers, which would
+// run on forever. Held so on purpose: the coordinator is killed while the
+// workers train; the servers are paused while it restarts, so they cannot
+// reconnect; once the workers have reconnected, its socket file is
+// renamed, so that the servers, going on, serve the workers (already
+// connected) but cannot reach it; the workers finish. The file then comes
+// back: the servers reconnect, are told the job is over, and exit.
+TEST(RecoveryProcess, ServersBackAfterTheJobEndedAreToldToShutDown) {
+  RecoveryCluster cluster(/*heartbeat_timeout_ms=*/10000);
+  cluster.Start(/*clocks=*/40);
+  ASSERT_TRUE(cluster.WaitForCheckpoint(10));
+  Kill9(cluster.coordinator());
+  // The workers train to the end (data does not go through the
+  // coordinator) and wait for it at their final barrier.
+  std::this_thread::sleep_for(milliseconds(2000));
+  ASSERT_NO_FATAL_FAILURE(testing::Pause(cluster.server(0)));
+  ASSERT_NO_FATAL_FAILURE(testing::Pause(cluster.server(1)));
+  cluster.StartCoordinator();  // same address, same state directory
+  for (int w : {0, 1}) {
+    ASSERT_TRUE(cluster.WaitForOutput(
+        cluster.coordinator(), "worker " + std::to_string(w) + " reconnected",
+        10000))
+        << cluster.coordinator().output();
+  }
+  const std::string path =
+      cluster.address().substr(std::string("ipc://").size());
+  ASSERT_EQ(std::rename(path.c_str(), (path + ".away").c_str()), 0) << path;
+  ASSERT_NO_FATAL_FAILURE(testing::Resume(cluster.server(0)));
+  ASSERT_NO_FATAL_FAILURE(testing::Resume(cluster.server(1)));
+  const bool finished = cluster.WaitForOutput(cluster.coordinator(),
+                                              "every worker finished", 8000);
+  // Give a coordinator that would not wait for the servers time to end.
+  std::this_thread::sleep_for(milliseconds(1000));
+  ASSERT_EQ(std::rename((path + ".away").c_str(), path.c_str()), 0) << path;
+  ASSERT_TRUE(finished) << cluster.coordinator().output()
+                        << cluster.WorkerOutput();
+  cluster.ExpectWorkersExact(40, /*rolled_back=*/false);
+  EXPECT_EQ(cluster.server(0).WaitExit(30000), 0) << cluster.server(0).output();
+  EXPECT_EQ(cluster.server(1).WaitExit(30000), 0) << cluster.server(1).output();
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+  EXPECT_NE(cluster.coordinator().output().find("told to shut down"),
+            std::string::npos)
+      << cluster.coordinator().output();
+}
+
 TEST(RecoveryProcess, ACorruptLatestCheckpointFallsBackToTheOneBefore) {
   RecoveryCluster cluster;
   cluster.Start(/*clocks=*/160);

@@ -84,12 +84,13 @@ TEST(RecoveryProcess, AKilledCoordinatorRestartedOnItsStateResumesTheJob) {
 // Their silence while it was not running is not theirs: the job goes on
 // with no rollback and ends.
 TEST(RecoveryProcess, ACoordinatorPausedLongerThanTheHeartbeatTimeoutGoesOn) {
-  RecoveryCluster cluster(/*heartbeat_timeout_ms=*/2000);
+  RecoveryCluster cluster;  // heartbeat timeout 4 s
   // Long enough to train on after the pause (a clock takes about 15 ms).
   cluster.Start(/*clocks=*/400);
   ASSERT_TRUE(cluster.WaitForCheckpoint(10));
   ASSERT_NO_FATAL_FAILURE(testing::Pause(cluster.coordinator()));
-  std::this_thread::sleep_for(milliseconds(4000));
+  std::this_thread::sleep_for(
+      milliseconds(2 * cluster.heartbeat_timeout_ms() + 500));
   ASSERT_NO_FATAL_FAILURE(testing::Resume(cluster.coordinator()));
   const std::string out =
       cluster.ExpectWorkersExact(400, /*rolled_back=*/false);

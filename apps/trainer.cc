@@ -267,18 +267,23 @@ class DataPosition {
 // A step failed: if it is because the job rolls back (a server died),
 // waits for the rollback and restores the data position; otherwise, or if
 // no rollback comes, returns the step's error.
+// How long to wait for a rollback after a call failed with `code` (0: the
+// failure is not one a rollback explains).
+int64_t RecoveryWaitMs(StatusCode code) {
+  if (code == StatusCode::kAborted) {
+    return 300000;  // a rollback was announced: restoring may be slow
+  }
+  if (code == StatusCode::kDeadlineExceeded ||
+      code == StatusCode::kUnavailable) {
+    return 10000;  // maybe a server died and nobody has said so yet
+  }
+  return 0;
+}
+
 Status RecoverOrFail(Client& client, const Status& failed, DataPosition& data,
                      bool lead) {
-  const StatusCode code = failed.code();
-  int64_t wait_ms = 0;
-  if (code == StatusCode::kAborted) {
-    wait_ms = 300000;  // a rollback was announced: restoring may be slow
-  } else if (code == StatusCode::kDeadlineExceeded ||
-             code == StatusCode::kUnavailable) {
-    wait_ms = 10000;  // maybe a server died and nobody has said so yet
-  } else {
-    return failed;
-  }
+  const int64_t wait_ms = RecoveryWaitMs(failed.code());
+  if (wait_ms == 0) return failed;
   Result<Client::Recovery> r = client.AwaitRecovery(wait_ms);
   if (!r.ok()) return failed;
   DUCTILE_RETURN_IF_ERROR(data.Restore(r->resume_state));
@@ -302,16 +307,8 @@ Status StartUp(Client& client, const std::function<Status()>& create_tables) {
     Status s = create_tables();
     if (s.ok() && client.clock() == 0) s = client.Barrier();
     if (s.ok()) return s;
-    int64_t wait_ms = 0;
-    if (s.code() == StatusCode::kAborted) {
-      wait_ms = 300000;  // a rollback was announced: restoring may be slow
-    } else if (s.code() == StatusCode::kDeadlineExceeded ||
-               s.code() == StatusCode::kUnavailable) {
-      wait_ms = 10000;  // maybe a server died and nobody has said so yet
-    } else {
-      return s;
-    }
-    if (attempt == kAttempts) return s;
+    const int64_t wait_ms = RecoveryWaitMs(s.code());
+    if (wait_ms == 0 || attempt == kAttempts) return s;
     Result<Client::Recovery> r = client.AwaitRecovery(wait_ms);
     if (!r.ok()) return s;
     std::printf(

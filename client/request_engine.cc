@@ -333,10 +333,10 @@ void RequestEngine::Orphan(Part& part, milliseconds delay) {
     if (part.priors.size() >= kMaxPriors) {
       // It may have been applied: not kUnavailable, which says "retry".
       return FinishPart(
-          seq, AbortedError("request re-routed after " +
-                            std::to_string(kMaxPriors) +
-                            " servers left the job without answering it; it "
-                            "may have been applied"));
+          seq,
+          AbortedError("request re-routed after " + std::to_string(kMaxPriors) +
+                       " servers left the job without answering it; it "
+                       "may have been applied"));
     }
     part.priors.push_back(seq);
     prior_holds_.insert(seq);

@@ -18,11 +18,11 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "routing/slot_map.h"
-#include "server/request_admission.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/ductile.pb.h"
+#include "routing/slot_map.h"
+#include "server/request_admission.h"
 #include "tests/test_cluster.h"
 
 namespace ductile {

@@ -1,9 +1,12 @@
 #include "storage/checkpoint_reader.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdarg>
+#include <cstdio>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -97,6 +100,46 @@ Status FromErrno(int err, const std::string& what, const fs::path& path) {
 Status FromErrorCode(const std::error_code& ec, const std::string& what,
                      const fs::path& path) {
   return FromErrno(ec.value(), what, path);
+}
+
+namespace {
+std::string Megabytes(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MB", bytes / 1e6);
+  return text;
+}
+}  // namespace
+
+Status CheckFreeSpace(const fs::path& dir, uint64_t bytes, uint64_t reserve,
+                      const std::string& what) {
+  if (reserve == 0) return Status::Ok();
+  struct statvfs st;
+  if (::statvfs(dir.c_str(), &st) != 0) {
+    return FromErrno(errno, "cannot tell the free space of", dir);
+  }
+  const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+  if (free_bytes >= reserve && free_bytes - reserve >= bytes) {
+    return Status::Ok();
+  }
+  return ResourceExhaustedError(
+      what + " needs about " + Megabytes(bytes) + " in '" + dir.string() +
+      "', which has " + Megabytes(free_bytes) + " free; " + Megabytes(reserve) +
+      " are kept free so that the disk never fills under the store: free "
+      "some space (or keep fewer checkpoints)");
+}
+
+uint64_t BytesUnder(const fs::path& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec)) {
+      const uintmax_t size = it->file_size(type_ec);
+      if (!type_ec) bytes += size;
+    }
+  }
+  return bytes;
 }
 
 std::string VersionName(int64_t clock) {

@@ -43,6 +43,17 @@ Status FromErrno(int err, const std::string& what,
 Status FromErrorCode(const std::error_code& ec, const std::string& what,
                      const std::filesystem::path& path);
 
+// OK if writing about `bytes` into `dir` leaves at least `reserve` bytes
+// free on its file system (for an unprivileged writer); else
+// ResourceExhausted: "<what> needs about X MB in '<dir>', which has Y MB
+// free; Z MB are kept free ...". RocksDB aborts the process on some writes
+// that fail on a full disk, so a store refuses before it gets there.
+// `reserve` 0: no check.
+Status CheckFreeSpace(const std::filesystem::path& dir, uint64_t bytes,
+                      uint64_t reserve, const std::string& what);
+// Bytes of the regular files under `dir` (0 if it cannot be listed).
+uint64_t BytesUnder(const std::filesystem::path& dir);
+
 // "checkpoint at clock <clock>", how messages name a frozen version.
 std::string VersionName(int64_t clock);
 

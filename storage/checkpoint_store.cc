@@ -58,6 +58,7 @@ using checkpoint_format::kMaxField;
 using checkpoint_format::Metadata;
 using checkpoint_format::MetaKey;
 using checkpoint_format::TableKey;
+using checkpoint_reader::CheckFreeSpace;
 using checkpoint_reader::FromErrno;
 using checkpoint_reader::FromErrorCode;
 using checkpoint_reader::FromRocks;
@@ -380,6 +381,11 @@ Status RocksCheckpointStore::WriteCheckpoint(
   DUCTILE_RETURN_IF_ERROR(
       CheckChanges(tables, changed_entries, deleted, &new_tables, &keys));
   DUCTILE_RETURN_IF_ERROR(CheckCanWrite(clock));
+  // The batch lands in the flushed files of the new version.
+  const size_t batch_bytes =
+      EstimateBatchBytes(tables, changed_entries, deleted, blob);
+  DUCTILE_RETURN_IF_ERROR(CheckFreeSpace(
+      dir_, batch_bytes, options_.min_free_bytes, "the " + VersionName(clock)));
 
   const std::string what = "working DB " + live_path_.string();
   if (needs_resume_) {
@@ -396,8 +402,7 @@ Status RocksCheckpointStore::WriteCheckpoint(
   // One atomic batch, written without the WAL: Freeze flushes it right away
   // (RocksDB syncs the flushed files), and a crash before that loses the
   // whole batch, leaving live/ at the newest version, a consistent state.
-  rocksdb::WriteBatch batch(
-      EstimateBatchBytes(tables, changed_entries, deleted, blob));
+  rocksdb::WriteBatch batch(batch_bytes);
   for (const TableRecord& t : tables) batch.Put(TableKey(t.id), t.config);
   std::string key;
   std::string value;
@@ -523,7 +528,12 @@ Status RocksCheckpointStore::RollBackTo(int64_t clock) {
   const bool live_is_there =
       db_ != nullptr && live_error_.ok() && live_clock_ == clock;
   // Verify and copy the version before deleting anything.
-  if (!live_is_there) DUCTILE_RETURN_IF_ERROR(CopyVersionToNext(clock));
+  if (!live_is_there) {
+    DUCTILE_RETURN_IF_ERROR(CheckFreeSpace(
+        dir_, checkpoint_reader::BytesUnder(VersionPath(clock)),
+        options_.min_free_bytes, "the copy of the " + VersionName(clock)));
+    DUCTILE_RETURN_IF_ERROR(CopyVersionToNext(clock));
+  }
   bool removed = false;
   for (auto it = clocks->rbegin(); it != clocks->rend() && *it > clock; ++it) {
     DUCTILE_RETURN_IF_ERROR(RemoveVersion(*it));

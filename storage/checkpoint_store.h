@@ -93,6 +93,12 @@ struct CheckpointStoreOptions {
   // machine crash, not only a process crash, cannot lose the new version.
   // The version's files are synced by RocksDB's flush either way.
   bool sync = true;
+  // WriteCheckpoint and RollBackTo refuse (ResourceExhausted, naming the
+  // space needed and free) a write that would leave less than this free on
+  // the store's file system: RocksDB aborts the process on some writes
+  // that fail on a full disk, and the reserve keeps the store from getting
+  // there. 0: no check. Default: 64 MiB.
+  uint64_t min_free_bytes = uint64_t{64} << 20;
 };
 
 class CheckpointStore {

@@ -5,6 +5,7 @@
 
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "storage/checkpoint_reader.h"
 
 namespace ductile {
 namespace {
@@ -13,6 +14,8 @@ namespace fs = std::filesystem;
 
 constexpr char kStateKey[] = "coordinator-state/v1";
 constexpr char kDataPlanKey[] = "data-plan/v1";
+// Space left free on the state's file system (see CheckFreeSpace).
+constexpr uint64_t kMinFreeBytes = uint64_t{64} << 20;
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -46,10 +49,8 @@ class RocksCoordinatorStore final : public CoordinatorStore {
   }
 
   Status Save(const wire::CoordinatorState& state) override {
-    rocksdb::WriteOptions write;
-    write.sync = true;
-    return FromRocks(db_->Put(write, kStateKey, state.SerializeAsString()),
-                     "cannot save the coordinator state in " + dir_);
+    return Put(kStateKey, state.SerializeAsString(), /*sync=*/true,
+               "the coordinator state");
   }
 
   Result<std::optional<wire::DataPlanState>> LoadDataPlan() const override {
@@ -69,13 +70,32 @@ class RocksCoordinatorStore final : public CoordinatorStore {
   }
 
   Status SaveDataPlan(const wire::DataPlanState& plan) override {
-    rocksdb::WriteOptions write;
-    write.sync = false;
-    return FromRocks(db_->Put(write, kDataPlanKey, plan.SerializeAsString()),
-                     "cannot save the data plan in " + dir_);
+    return Put(kDataPlanKey, plan.SerializeAsString(), /*sync=*/false,
+               "the data plan");
   }
 
  private:
+  Status Put(const char* key, const std::string& bytes, bool sync,
+             const std::string& what) {
+    // The record goes to the log and, flushed, to a table file; RocksDB
+    // aborts on some writes that fail on a full disk, so refuse first.
+    DUCTILE_RETURN_IF_ERROR(checkpoint_reader::CheckFreeSpace(
+        dir_, 2 * bytes.size(), kMinFreeBytes,
+        "saving " + what + " (" + std::to_string(bytes.size()) + " bytes)"));
+    if (needs_resume_) {
+      // A failed write stopped the database; go on once space is back.
+      DUCTILE_RETURN_IF_ERROR(
+          FromRocks(db_->Resume(), "cannot save " + what + " in " + dir_));
+      needs_resume_ = false;
+    }
+    rocksdb::WriteOptions write;
+    write.sync = sync;
+    rocksdb::Status s = db_->Put(write, key, bytes);
+    if (!s.ok()) needs_resume_ = true;
+    return FromRocks(s, "cannot save " + what + " in " + dir_);
+  }
+
+  bool needs_resume_ = false;
   std::unique_ptr<rocksdb::DB> db_;
   const std::string dir_;
 };

@@ -30,6 +30,9 @@ class CoordinatorStore {
   // ("corrupt") if the record cannot be read.
   virtual Result<std::optional<wire::CoordinatorState>> Load() const = 0;
   // Replaces the saved state, durably (synced) before it returns.
+  // ResourceExhausted, with nothing written, if it would leave less than
+  // 64 MiB free on the directory's file system (a full disk could make
+  // RocksDB abort the process); a later call goes on once there is space.
   virtual Status Save(const wire::CoordinatorState& state) = 0;
 
   // The job's data plan (elastic/data_plan.h), a record of its own that

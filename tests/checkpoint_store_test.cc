@@ -113,10 +113,12 @@ std::vector<TableRecord> TwoTables() {
 }
 
 std::unique_ptr<CheckpointStore> OpenStore(const fs::path& dir,
-                                           int keep_last = 3) {
+                                           int keep_last = 3,
+                                           uint64_t min_free_bytes = 0) {
   CheckpointStoreOptions options;
   options.dir = dir.string();
   options.keep_last = keep_last;
+  options.min_free_bytes = min_free_bytes;
   Result<std::unique_ptr<CheckpointStore>> store =
       CheckpointStore::Open(options);
   EXPECT_TRUE(store.ok()) << store.status();
@@ -661,16 +663,65 @@ TEST(CheckpointStore, AFullDiskIsResourceExhausted) {
     GTEST_SKIP() << "cannot mount a tmpfs here: "
                  << std::strerror(small.error());
   }
-  auto store = OpenStore(tmp.path() / "small" / "ckpt");
-  ASSERT_NE(store, nullptr);
   std::vector<EntryRecord> entries;  // 8 MB of floats
   for (Key k = 0; k < 2048; ++k) entries.push_back(Entry(1, k, 0, 512, 512));
+  {
+    // With the default reserve, the write is refused before RocksDB sees
+    // it.
+    CheckpointStoreOptions options;
+    options.dir = (tmp.path() / "small" / "ckpt").string();
+    Result<std::unique_ptr<CheckpointStore>> store =
+        CheckpointStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Status s = (*store)->WriteCheckpoint(10, 1, TwoTables(), entries, {}, "");
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("kept free"));
+  }
+  // With no reserve, RocksDB's own failure is reported as a full disk.
+  auto store = OpenStore(tmp.path() / "small" / "ckpt");
+  ASSERT_NE(store, nullptr);
   Status s = store->WriteCheckpoint(10, 1, TwoTables(), entries, {}, "");
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(s.message(), HasSubstr("disk full"));
   Result<std::vector<int64_t>> clocks = store->ListCheckpoints();
   ASSERT_TRUE(clocks.ok());
   EXPECT_TRUE(clocks->empty());
+}
+
+// A checkpoint that would leave less than the reserve free is refused with
+// the space needed and free, writes nothing, and the store goes on once
+// there is room (here: once the reserve is lowered).
+TEST(CheckpointStore, AWriteIntoTheReserveIsRefusedAndLosesNothing) {
+  TempDir tmp;
+  State at10;
+  {
+    auto store = OpenStore(tmp.path());
+    ASSERT_NE(store, nullptr);
+    at10 = WriteInitial(store.get(), 10);
+  }
+  {
+    auto store = OpenStore(tmp.path(), 3, /*min_free_bytes=*/uint64_t{1} << 62);
+    ASSERT_NE(store, nullptr);
+    std::vector<EntryRecord> changed = {Entry(1, 3, 1, 8, 16)};
+    Status s = store->WriteCheckpoint(20, 1, TwoTables(), changed, {}, "b20");
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("the checkpoint at clock 20 needs"));
+    EXPECT_THAT(s.message(), HasSubstr("kept free"));
+    EXPECT_THAT(s.message(), HasSubstr(tmp.path().string()));
+    Result<std::vector<int64_t>> clocks = store->ListCheckpoints();
+    ASSERT_TRUE(clocks.ok());
+    EXPECT_EQ(*clocks, std::vector<int64_t>{10});
+  }
+  auto store = OpenStore(tmp.path());
+  ASSERT_NE(store, nullptr);
+  State at20 = at10;
+  WriteChange(store.get(), &at20, 20, 0, 10, 1);
+  Result<LoadedCheckpoint> loaded = store->Load(10);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectHolds(*loaded, at10);
+  loaded = store->Load(20);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectHolds(*loaded, at20);
 }
 
 }  // namespace

@@ -677,7 +677,9 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     std::vector<std::string> a = {options.program, "server",
                                   "--coordinator=" + address,
                                   "--server_id=" + std::to_string(id),
-                                  "--state_dir=" + state_dir.string()};
+                                  "--state_dir=" + state_dir.string(),
+                                  // The job's own directory, gone with it.
+                                  "--ipc_dir=" + run_dir};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     return supervisor.Start(Role::kServer, id, std::move(a));
   };

@@ -1,9 +1,15 @@
 #include "transport/endpoint.h"
 
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace ductile {
@@ -37,6 +43,64 @@ void RemoveIpcFile(const std::string& address) {
   if (address.rfind(prefix, 0) == 0) {
     std::remove(address.substr(prefix.size()).c_str());
   }
+}
+
+namespace {
+
+// The pid in "ductile-<role>-<pid>-<n>.sock", or -1.
+pid_t PidOfIpcFile(const std::string& name) {
+  const std::string prefix = "ductile-", suffix = ".sock";
+  if (name.size() <= prefix.size() + suffix.size() ||
+      name.rfind(prefix, 0) != 0 || !name.ends_with(suffix)) {
+    return -1;
+  }
+  const std::string stem = name.substr(0, name.size() - suffix.size());
+  const size_t last = stem.rfind('-');
+  if (last == std::string::npos || last == 0) return -1;
+  const size_t before = stem.rfind('-', last - 1);
+  if (before == std::string::npos || before < prefix.size() - 1) return -1;
+  const std::string digits = stem.substr(before + 1, last - before - 1);
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return -1;
+  }
+  return static_cast<pid_t>(std::stol(digits));
+}
+
+// Whether something accepts connections on the unix socket at `path`.
+bool Listening(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return true;  // cannot tell
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;
+  const bool connected =
+      ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return connected;
+}
+
+}  // namespace
+
+int RemoveStaleIpcFiles(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const pid_t pid = PidOfIpcFile(name);
+    if (pid <= 0 || pid == getpid()) continue;
+    std::error_code type_ec;
+    if (!it->is_socket(type_ec)) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // running
+    // (A process of another pid namespace sharing the directory may still
+    // listen on it.)
+    if (Listening(it->path().string())) continue;
+    std::error_code rm_ec;
+    if (std::filesystem::remove(it->path(), rm_ec)) ++removed;
+  }
+  return removed;
 }
 
 std::string ChooseAddress(const std::string& tcp_address,

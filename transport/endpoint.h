@@ -16,6 +16,12 @@ std::string MakeIpcAddress(const std::string& dir, const std::string& role);
 // Removes the socket file of an ipc:// address (no-op for others).
 void RemoveIpcFile(const std::string& address);
 
+// Removes the socket files MakeIpcAddress made in `dir` for processes that
+// are gone (killed before they could remove theirs): the pid in the name is
+// no running process and nothing accepts a connection on the file.
+// Returns how many it removed.
+int RemoveStaleIpcFiles(const std::string& dir);
+
 // The address a client should use to reach a server: its ipc address when
 // both are on this host and ipc is preferred, else its tcp address.
 std::string ChooseAddress(const std::string& tcp_address,

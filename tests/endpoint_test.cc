@@ -1,0 +1,79 @@
+// Addresses between processes: stale ipc socket files.
+#include "transport/endpoint.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ductile {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A unix socket file at `path`, bound (and listening if `listen`); the
+// descriptor is returned (closing it leaves the file, as a killed process
+// does).
+int MakeSocketFile(const std::string& path, bool listen) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << path << ": " << std::strerror(errno);
+  if (listen) {
+    EXPECT_EQ(::listen(fd, 1), 0);
+  }
+  return fd;
+}
+
+// The pid of a process that has exited (and been reaped).
+pid_t DeadPid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+TEST(Endpoint, StaleIpcFilesOfGoneProcessesAreRemovedAndNoOthers) {
+  char pattern[] = "/tmp/ductile-endpoint-test-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const pid_t dead = DeadPid();
+  const std::string stale =
+      dir + "/ductile-server-" + std::to_string(dead) + "-0.sock";
+  const std::string alive_pid =
+      dir + "/ductile-server-" + std::to_string(getppid()) + "-0.sock";
+  const std::string listening =
+      dir + "/ductile-server-" + std::to_string(dead) + "-1.sock";
+  const std::string other = dir + "/other-" + std::to_string(dead) + "-0.sock";
+  const std::string not_a_socket =
+      dir + "/ductile-server-" + std::to_string(dead) + "-2.sock";
+  ::close(MakeSocketFile(stale, false));
+  ::close(MakeSocketFile(alive_pid, false));
+  const int listener = MakeSocketFile(listening, true);
+  ::close(MakeSocketFile(other, false));
+  std::ofstream(not_a_socket) << "data";
+
+  EXPECT_EQ(RemoveStaleIpcFiles(dir), 1);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(alive_pid));  // its process runs
+  EXPECT_TRUE(fs::exists(listening));  // something accepts on it
+  EXPECT_TRUE(fs::exists(other));      // not one of ours
+  EXPECT_TRUE(fs::exists(not_a_socket));
+  ::close(listener);
+  EXPECT_EQ(RemoveStaleIpcFiles(dir + "/missing"), 0);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace ductile

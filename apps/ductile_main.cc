@@ -46,6 +46,10 @@ DEFINE_int32(max_workers, 0,
              "coordinator: most workers at once; more are refused "
              "(0: no bound)");
 DEFINE_int32(slots, 4096, "coordinator: number of slots keys hash into");
+DEFINE_int64(no_worker_timeout_ms, 600000,
+             "coordinator, local: the job fails when no worker has been "
+             "live for this long and none has finished (0: wait for new "
+             "workers forever)");
 DEFINE_int64(heartbeat_timeout_ms, 5000,
              "coordinator: a member silent this long is dead (a dead worker "
              "is no longer waited for)");
@@ -85,6 +89,13 @@ DEFINE_int64(move_timeout_ms, 30000,
              "target acknowledges nothing for this long");
 DEFINE_int32(keep_checkpoints, 3,
              "server, local: checkpoint versions each server keeps");
+DEFINE_int64(coordinator_timeout_ms, 600000,
+             "server, local: a server stops when it has heard nothing from "
+             "the coordinator for this long (0: never)");
+DEFINE_int64(disk_reserve_mb, 64,
+             "server, local: space each server's checkpoint store leaves "
+             "free on its disk; a checkpoint that would leave less fails "
+             "with a clear error (0: no check)");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "
               "tolerance tests. Comma-separated items: server:ID@clock=N, "
@@ -189,6 +200,25 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
       FLAGS_keep_checkpoints < 1) {
     return ductile::InvalidArgumentError("--keep_checkpoints must be >= 1");
   }
+  if ((command == "server" || command == "local") &&
+      FLAGS_coordinator_timeout_ms != 0 &&
+      (FLAGS_coordinator_timeout_ms < 1000 ||
+       FLAGS_coordinator_timeout_ms > 604800000)) {
+    return ductile::InvalidArgumentError(
+        "--coordinator_timeout_ms must be 0 or in [1000, 604800000]");
+  }
+  if ((command == "coordinator" || command == "local") &&
+      FLAGS_no_worker_timeout_ms != 0 &&
+      (FLAGS_no_worker_timeout_ms < 1000 ||
+       FLAGS_no_worker_timeout_ms > 604800000)) {
+    return ductile::InvalidArgumentError(
+        "--no_worker_timeout_ms must be 0 or in [1000, 604800000]");
+  }
+  if ((command == "server" || command == "local") &&
+      (FLAGS_disk_reserve_mb < 0 || FLAGS_disk_reserve_mb > (1 << 20))) {
+    return ductile::InvalidArgumentError(
+        "--disk_reserve_mb must be in [0, 1048576]");
+  }
   return ductile::Status::Ok();
 }
 
@@ -202,6 +232,7 @@ int RunCoordinator() {
   o.max_workers = FLAGS_max_workers;
   o.num_slots = FLAGS_slots;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
+  o.no_worker_timeout_ms = FLAGS_no_worker_timeout_ms;
   o.state_dir = FLAGS_state_dir;
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
   o.checkpoint_interval_s = FLAGS_checkpoint_interval_s;
@@ -234,6 +265,8 @@ int RunServer() {
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.state_dir = FLAGS_state_dir;
   o.keep_checkpoints = FLAGS_keep_checkpoints;
+  o.disk_reserve_mb = FLAGS_disk_reserve_mb;
+  o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto server = ductile::Server::Start(o);
   if (!server.ok()) return Fail(server.status());
@@ -494,13 +527,18 @@ int RunLocal() {
       log,
       "--slots=" + std::to_string(FLAGS_slots),
       Forward("heartbeat_timeout_ms"),
+      Forward("no_worker_timeout_ms"),
       by_default ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
                  : Forward("checkpoint_every"),
       Forward("checkpoint_interval_s"),
       Forward("checkpoint_timeout_ms")};
-  o.server_flags = {log, "--host=127.0.0.1",
+  o.server_flags = {log,
+                    "--host=127.0.0.1",
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
-                    Forward("keep_checkpoints"), Forward("move_timeout_ms")};
+                    Forward("keep_checkpoints"),
+                    Forward("disk_reserve_mb"),
+                    Forward("coordinator_timeout_ms"),
+                    Forward("move_timeout_ms")};
   o.worker_flags = {log};
   for (const char* name : kTrainingFlags) {
     o.worker_flags.push_back(Forward(name));
@@ -533,21 +571,23 @@ const std::vector<Command>& Commands() {
        "train --app",
        {"servers", "workers", "slots", "heartbeat_timeout_ms", "timeout_ms",
         "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
-        "checkpoint_timeout_ms", "keep_checkpoints", "move_timeout_ms",
+        "checkpoint_timeout_ms", "keep_checkpoints", "disk_reserve_mb",
+        "coordinator_timeout_ms", "no_worker_timeout_ms", "move_timeout_ms",
         "kill_schedule", "resize_schedule"},
        true,
        RunLocal},
       {"coordinator",
        "run the coordinator (--listen, --servers, --workers)",
        {"listen", "address_file", "servers", "workers", "max_workers", "slots",
-        "heartbeat_timeout_ms", "state_dir", "checkpoint_every",
-        "checkpoint_interval_s", "checkpoint_timeout_ms"},
+        "heartbeat_timeout_ms", "no_worker_timeout_ms", "state_dir",
+        "checkpoint_every", "checkpoint_interval_s", "checkpoint_timeout_ms"},
        false,
        RunCoordinator},
       {"server",
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
-        "keep_checkpoints", "ipc_dir", "move_timeout_ms"},
+        "keep_checkpoints", "disk_reserve_mb", "coordinator_timeout_ms",
+        "ipc_dir", "move_timeout_ms"},
        false,
        RunServer},
       {"worker",

@@ -75,6 +75,7 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
       c.checkpoints() > 0 ? c.last_checkpoint_clock() : -1;
   status.checkpoints = c.checkpoints();
   status.recovering = c.recovering();
+  status.problem = c.problem();
   status.slots_moving = c.slots_moving();
   status.target_workers = c.target_workers();
   status.target_servers = c.target_servers();
@@ -193,6 +194,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
        << left << " left)";
   }
   os << "\n";
+  if (!status.problem.empty()) os << "problem: " << status.problem << "\n";
   if (status.target_workers > 0 || status.target_servers > 0) {
     os << "target size:";
     if (status.target_workers > 0) {

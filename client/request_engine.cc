@@ -689,6 +689,20 @@ void RequestEngine::HandleTimers() {
     ReleasePriors(part);
     part.op->Release();
   }
+  // A call held behind earlier ones past its own deadline fails: it was
+  // never sent, so nothing of it was applied.
+  for (auto it = held_ops_.begin(); it != held_ops_.end();) {
+    if (now < (*it)->deadline) {
+      ++it;
+      continue;
+    }
+    std::shared_ptr<DataOperation> op = std::move(*it);
+    it = held_ops_.erase(it);
+    op->Release(DeadlineExceededError(
+        "not sent within " + std::to_string(options_.request_timeout_ms) +
+        " ms: it waited behind earlier calls whose requests were being "
+        "re-routed (nothing of it was applied)"));
+  }
   SendHeldOps();
   for (auto it = controls_.begin(); it != controls_.end();) {
     ControlOperation& c = *it->second;

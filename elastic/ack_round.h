@@ -39,6 +39,7 @@ class AckRound {
   bool complete() const { return awaiting_.empty(); }
   bool expired(TimePoint now) const { return now >= deadline_; }
   TimePoint deadline() const { return deadline_; }
+  void set_deadline(TimePoint deadline) { deadline_ = deadline; }
   // "1, 3": the members still awaited.
   std::string Missing() const;
 

@@ -18,6 +18,8 @@ constexpr int64_t kPrepareHoldMs = 3000;
 // (60 s by default), so a straggler under async fails the checkpoint, not
 // the faster workers' pushes.
 constexpr int64_t kCutHoldMs = 30000;
+// The longest wait after failed rounds before the next by clock or time.
+constexpr int64_t kMaxBackoffMs = 60000;
 
 }  // namespace
 
@@ -27,6 +29,7 @@ void CheckpointManager::MaybeStart(bool on_demand) {
       state.routing.empty() || ctx_.migrating) {
     return;  // (a move's slots change owners under a checkpoint's catalog)
   }
+  if (!on_demand && ctx_.Now() < retry_after_) return;  // backing off
   if (!on_demand) {
     // Nothing to save when no server clock moved since the last one.
     int64_t progress = -1;
@@ -222,6 +225,9 @@ void CheckpointManager::MaybeComplete() {
     state.catalog.erase(state.catalog.begin());
   const int64_t clock = round_->clock;
   LOG(INFO) << "coordinator: checkpoint at clock " << clock << " complete";
+  failures_in_a_row_ = 0;
+  retry_after_ = {};
+  problem_.clear();
   wire::Header reply;
   reply.set_type(wire::CONTROL_REPLY);
   reply.set_clock(clock);
@@ -234,13 +240,25 @@ void CheckpointManager::MaybeComplete() {
   for (Callback& done : callbacks) done(clock);
 }
 
-void CheckpointManager::Fail(const Status& status) {
+void CheckpointManager::Fail(const Status& status, bool counts) {
   if (!round_) return;
+  int64_t wait_ms = 0;
+  if (counts) {
+    ++failures_in_a_row_;
+    wait_ms = std::min<int64_t>(
+        int64_t{1000} << std::min(failures_in_a_row_ - 1, 6), kMaxBackoffMs);
+    retry_after_ = ctx_.Now() + milliseconds(wait_ms);
+    problem_ = std::to_string(failures_in_a_row_) +
+               " checkpoint(s) failed in a row; the last: " + status.ToString();
+  }
   LOG(WARNING) << "coordinator: checkpoint"
                << (round_->clock >= 0
                        ? " at clock " + std::to_string(round_->clock)
                        : std::string())
-               << " failed: " << status;
+               << " failed: " << status
+               << (counts ? "; the next one in " + std::to_string(wait_ms) +
+                                " ms at the earliest"
+                          : std::string());
   if (round_->clock < 0) {
     // Release the holds of the servers that prepared: a commit they cannot
     // take tells them the round is over.

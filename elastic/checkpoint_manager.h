@@ -7,7 +7,8 @@
 // state at C and every live worker has reported its resume state at C.
 // The complete checkpoint enters the catalog (the oldest beyond what every
 // server keeps leave it). One round at a time; a failure, a deadline or a
-// rollback ends it.
+// rollback ends it. After k failures in a row, the next round by clock or
+// time waits 2^(k-1) s (at most 60 s); one asked for is started at once.
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_ELASTIC_CHECKPOINT_MANAGER_H_
@@ -53,8 +54,11 @@ class CheckpointManager {
   // the round's message.
   void Resend(const Member& member);
   // Ends the round with `status`; servers that prepared release their
-  // holds.
-  void Fail(const Status& status);
+  // holds. `counts`: a failure of the checkpoint (false when a rollback or
+  // shutdown ends it), which delays the next round.
+  void Fail(const Status& status, bool counts = true);
+  // "3 checkpoint(s) failed in a row; the last: ..." or empty.
+  const std::string& problem() const { return problem_; }
   bool in_progress() const { return round_.has_value(); }
   // A rollback restarts the interval.
   void RestartInterval() { last_started_ = ctx_.Now(); }
@@ -78,6 +82,9 @@ class CheckpointManager {
   std::optional<Round> round_;
   uint64_t next_round_ = 1;
   CoordinatorContext::TimePoint last_started_;
+  int failures_in_a_row_ = 0;
+  CoordinatorContext::TimePoint retry_after_{};
+  std::string problem_;
 };
 
 }  // namespace ductile

@@ -46,10 +46,12 @@ Status ClusterState::Open() {
     m.draining = pm.draining();
     m.awaiting_slots = pm.awaiting_slots();
     m.keep_checkpoints = pm.keep_checkpoints();
-    // Not declared dead: alive until the heartbeat timeout says otherwise.
-    // Each member's first message after the restart tells where it is (its
-    // identity) again.
-    m.last_seen = now;
+    // Not declared dead: alive until the heartbeat timeout says otherwise,
+    // counting the silence it had under the previous coordinator (not the
+    // time this one was down). Each member's first message after the
+    // restart tells where it is (its identity) again.
+    m.last_seen = now - std::chrono::milliseconds(
+                            std::clamp<int64_t>(pm.silent_ms(), 0, 86400000));
     (m.role == wire::ROLE_SERVER ? servers : workers)[m.id] = m;
   }
   catalog.assign(state.catalog().begin(), state.catalog().end());
@@ -71,6 +73,7 @@ Status ClusterState::Open() {
 }
 
 wire::CoordinatorState ClusterState::ToWire() const {
+  const Member::TimePoint now = env_->Now();
   wire::CoordinatorState state;
   state.set_generation(generation);
   routing.ToWire(state.mutable_routing());
@@ -90,6 +93,17 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_draining(m.draining);
       pm->set_awaiting_slots(m.awaiting_slots);
       pm->set_keep_checkpoints(m.keep_checkpoints);
+      if (!m.dead && !m.left && !m.finished) {
+        // In whole quanta: a member that speaks regularly changes nothing,
+        // and a silent one causes a write once per quantum.
+        const int64_t quantum =
+            std::max<int64_t>(options_.heartbeat_timeout_ms / 4, 1);
+        const int64_t silent =
+            std::chrono::duration_cast<std::chrono::milliseconds>(now -
+                                                                  m.last_seen)
+                .count();
+        if (silent >= quantum) pm->set_silent_ms(silent / quantum * quantum);
+      }
     }
   }
   for (const auto& e : catalog) *state.add_catalog() = e;
@@ -102,32 +116,26 @@ wire::CoordinatorState ClusterState::ToWire() const {
   return state;
 }
 
-void ClusterState::PersistIfChanged() {
-  if (!store_) return;
+Status ClusterState::PersistIfChanged() {
+  if (!store_) return Status::Ok();
   const wire::CoordinatorState state = ToWire();
   std::string bytes;
   state.SerializeToString(&bytes);
-  PersistDataPlan();
-  if (bytes == saved_) return;
-  Status s = store_->Save(state);
-  if (!s.ok()) {
-    LOG(ERROR) << "coordinator: " << s;
-    return;
-  }
+  DUCTILE_RETURN_IF_ERROR(PersistDataPlan());
+  if (bytes == saved_) return Status::Ok();
+  DUCTILE_RETURN_IF_ERROR(store_->Save(state));
   saved_ = std::move(bytes);
+  return Status::Ok();
 }
 
-void ClusterState::PersistDataPlan() {
+Status ClusterState::PersistDataPlan() {
   const wire::DataPlanState plan = data_plan.ToWire();
   std::string bytes;
   plan.SerializeToString(&bytes);
-  if (bytes == saved_plan_) return;
-  Status s = store_->SaveDataPlan(plan);
-  if (!s.ok()) {
-    LOG(ERROR) << "coordinator: " << s;
-    return;
-  }
+  if (bytes == saved_plan_) return Status::Ok();
+  DUCTILE_RETURN_IF_ERROR(store_->SaveDataPlan(plan));
   saved_plan_ = std::move(bytes);
+  return Status::Ok();
 }
 
 Member* ClusterState::FindByIdentity(const std::string& identity) {

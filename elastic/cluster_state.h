@@ -78,8 +78,10 @@ class ClusterState {
   bool durable() const { return store_ != nullptr; }
   // True when Open() found a previous run's state.
   bool resumed() const { return resumed_; }
-  // Writes the durable part if it changed since the last write.
-  void PersistIfChanged();
+  // Writes the durable part if it changed since the last write. An error
+  // (a read-only or full disk) leaves it to be written at the next call;
+  // meanwhile the coordinator sends nothing that tells of it.
+  Status PersistIfChanged();
 
   // ---- Durable.
   uint64_t generation = 0;
@@ -120,7 +122,7 @@ class ClusterState {
 
  private:
   wire::CoordinatorState ToWire() const;
-  void PersistDataPlan();
+  Status PersistDataPlan();
 
   Env* const env_;
   const CoordinatorOptions& options_;

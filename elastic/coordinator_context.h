@@ -4,7 +4,8 @@
 // The outbox holds every message a manager sends until the coordinator has
 // persisted the state that caused it (ClusterState::PersistIfChanged), then
 // Flush() sends them in order: nobody hears of a change a crash could
-// still undo.
+// still undo. While the state cannot be written, they stay held; only
+// replies that tell of no change (SendStateless: the status) go out.
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_ELASTIC_COORDINATOR_CONTEXT_H_
@@ -30,13 +31,23 @@ class Outbox {
   void Send(const std::string& identity, const wire::Header& header);
   // A CONTROL_REPLY with `status` to request `seq`.
   void Reply(const std::string& identity, uint64_t seq, const Status& status);
+  // A message that tells of no change of the durable state (a status
+  // reply): sent by FlushStateless too.
+  void SendStateless(const std::string& identity, const wire::Header& header);
   // Sends everything queued, in order (a message that cannot be sent is
   // dropped, as a lost message would be).
   void Flush(Socket* socket);
-  bool empty() const { return pending_.empty(); }
+  // Sends only the stateless messages.
+  void FlushStateless(Socket* socket);
+  bool empty() const { return pending_.empty() && stateless_.empty(); }
+  size_t held() const { return pending_.size(); }
 
  private:
-  std::vector<std::pair<std::string, std::string>> pending_;
+  using Queue = std::vector<std::pair<std::string, std::string>>;
+  static void SendAll(Queue* queue, Socket* socket);
+
+  Queue pending_;
+  Queue stateless_;
 };
 
 // A request answered later: who asked, and the sequence number to answer.

@@ -31,6 +31,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
     return InvalidArgumentError(
         "heartbeat_timeout_ms must be in [100, 86400000]");
   }
+  if (options.no_worker_timeout_ms != 0 &&
+      (options.no_worker_timeout_ms < 1000 ||
+       options.no_worker_timeout_ms > 604800000)) {
+    return InvalidArgumentError(
+        "no_worker_timeout_ms must be 0 or in [1000, 604800000]");
+  }
   if (options.drain_linger_ms < 0 || options.drain_linger_ms > 60000) {
     return InvalidArgumentError("drain_linger_ms must be in [0, 60000]");
   }
@@ -71,7 +77,7 @@ Status CoordinatorImpl::Init() {
 
 Status CoordinatorImpl::Wait() {
   if (thread_.joinable()) thread_.join();
-  return Status::Ok();
+  return node_.failure();
 }
 
 void CoordinatorImpl::Stop() {

@@ -20,6 +20,8 @@ constexpr milliseconds kTimerPeriod{100};
 // A gap this long between two turns of the loop (which wakes every
 // kTimerPeriod) is a pause of the coordinator's own.
 constexpr milliseconds kPauseForgiven{1000};
+// How often a state that could not be saved is tried again.
+constexpr milliseconds kSaveRetry{200};
 
 }  // namespace
 
@@ -97,7 +99,29 @@ void CoordinatorNode::Run(const std::function<void()>& task) {
 }
 
 void CoordinatorNode::PersistAndSend() {
-  state_.PersistIfChanged();
+  const TimePoint now = env_->Now();
+  if (!save_error_.ok() && now < save_retry_at_) {
+    return out_.FlushStateless(socket_.get());
+  }
+  Status saved = state_.PersistIfChanged();
+  if (!saved.ok()) {
+    // What is queued tells of changes the state on disk lacks: a restart
+    // now would load the older state, and members must not have heard of
+    // the newer one (a generation, a routing, a checkpoint). Hold it all
+    // until the state is written; the cluster waits meanwhile.
+    if (save_error_.ok()) {
+      LOG(ERROR) << "coordinator: cannot save its state (" << saved
+                 << "); every message is held until it can be saved";
+    }
+    save_error_ = std::move(saved);
+    save_retry_at_ = now + kSaveRetry;
+    return out_.FlushStateless(socket_.get());
+  }
+  if (!save_error_.ok()) {
+    LOG(WARNING) << "coordinator: its state is saved again; sending the "
+                 << out_.held() << " message(s) held meanwhile";
+    save_error_ = Status::Ok();
+  }
   if (!out_.empty()) out_.Flush(socket_.get());
 }
 
@@ -225,6 +249,13 @@ void CoordinatorNode::Handle(InMessage& message) {
       wire::ClusterState* c = reply.mutable_cluster();
       *c = membership_.Status(recovery_.in_progress());
       c->set_slots_moving(migrations_.slots_moving());
+      c->set_problem(
+          !save_error_.ok()
+              ? "the coordinator cannot save its state (" +
+                    save_error_.ToString() +
+                    "); every message to the members is held until it can"
+          : recovery_.in_progress() ? recovery_.problem()
+                                    : checkpoints_.problem());
       c->set_target_workers(state_.target_workers);
       c->set_target_servers(state_.target_servers);
       const DataPlan& plan = state_.data_plan;
@@ -232,7 +263,7 @@ void CoordinatorNode::Handle(InMessage& message) {
       c->set_data_batches_per_epoch(plan.batches_per_epoch());
       c->set_data_epoch(plan.current_epoch());
       c->set_data_batches_done(plan.batches_done_in_current());
-      return out_.Send(identity, reply);
+      return out_.SendStateless(identity, reply);
     }
     case wire::RESIZE:
       return HandleResize(identity, h);
@@ -254,6 +285,12 @@ void CoordinatorNode::HandleHeartbeat(const std::string& identity,
   if (m == nullptr) return;
   recovery_.ResendIfBehind(*m, h.generation());
   if (m->role == wire::ROLE_SERVER) {
+    // A server that hears nothing for its coordinator_timeout_ms stops.
+    // The answer tells of no change: it goes out even while the state
+    // cannot be saved.
+    wire::Header alive;
+    alive.set_type(wire::HEARTBEAT);
+    out_.SendStateless(identity, alive);
     checkpoints_.OnServerClock(m->counters.min_clock());
   }
 }
@@ -408,6 +445,7 @@ void CoordinatorNode::CheckTimeouts() {
   if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
     BeginShutdown();
   }
+  CheckWorkersGone();
   // A server silent past the timeout is dead: the job rolls back to the
   // latest checkpoint with its slots on the survivors.
   const std::vector<int32_t> dead = membership_.DetectDeadServers();
@@ -417,6 +455,7 @@ void CoordinatorNode::CheckTimeouts() {
     for (int32_t id : dead) why += " " + std::to_string(id);
     StartRecovery(why + " died");
   }
+  recovery_.RetryFailed();
   if (recovery_.Expired()) {
     StartRecovery("servers did not finish restoring in time");
   }
@@ -424,9 +463,36 @@ void CoordinatorNode::CheckTimeouts() {
   tables_.CheckDeadlines();
 }
 
+void CoordinatorNode::CheckWorkersGone() {
+  const int64_t timeout = ctx_.options.no_worker_timeout_ms;
+  bool any_finished = false;
+  for (const auto& [id, m] : state_.workers) any_finished |= m.finished;
+  if (timeout <= 0 || ctx_.shutting_down || state_.workers.empty() ||
+      any_finished || !state_.LiveWorkers().empty()) {
+    no_worker_since_.reset();
+    return;
+  }
+  const TimePoint now = env_->Now();
+  if (!no_worker_since_) {
+    no_worker_since_ = now;
+    LOG(WARNING) << "coordinator: no worker is left (each died or left); the "
+                    "job fails unless one joins within "
+                 << timeout << " ms";
+    return;
+  }
+  if (now - *no_worker_since_ < milliseconds(timeout)) return;
+  failure_ = AbortedError("the job failed: no worker was left for " +
+                          std::to_string(timeout) +
+                          " ms (each died or left) and none had finished");
+  LOG(ERROR) << "coordinator: " << failure_.message()
+             << "; shutting the cluster down";
+  BeginShutdown();
+}
+
 void CoordinatorNode::StartRecovery(const std::string& why) {
   if (state_.routing.empty() || ctx_.shutting_down) return;
-  checkpoints_.Fail(AbortedError("a server failed: " + why));
+  checkpoints_.Fail(AbortedError("a server failed: " + why),
+                    /*counts=*/false);
   migrations_.AbortAll(AbortedError("the job is rolling back: " + why));
   // Every wait of the abandoned timeline ends now.
   barriers_.AbortAll(AbortedError("the job is rolling back to a checkpoint"));

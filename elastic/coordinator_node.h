@@ -23,6 +23,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,9 @@ class CoordinatorNode {
 
   // The cluster has shut down and the notices had time to leave.
   bool finished() const;
+  // Why the job failed (OK unless it did): every worker gone for
+  // no_worker_timeout_ms.
+  const Status& failure() const { return failure_; }
   TimePoint NextWakeup() const;
   Socket* socket() const { return socket_.get(); }
   Transport* transport() const { return transport_.get(); }
@@ -95,6 +99,8 @@ class CoordinatorNode {
   void OnWorkersChanged();
   void StartRecovery(const std::string& why);
   void BeginShutdown();
+  // Fails the job when no worker has been live for no_worker_timeout_ms.
+  void CheckWorkersGone();
   void PersistAndSend();
 
   const CoordinatorOptions options_;
@@ -118,6 +124,13 @@ class CoordinatorNode {
   // Past this, the coordinator ends without servers it could not tell.
   TimePoint shutdown_deadline_{};
   TimePoint last_step_{};  // when Step() last ran
+  Status failure_;
+  // Since when no worker has been live, none having finished (unset while
+  // one is).
+  std::optional<TimePoint> no_worker_since_;
+  // The last failure to save the state (OK: saved), and when to try again.
+  Status save_error_;
+  TimePoint save_retry_at_{};
 };
 
 }  // namespace ductile

@@ -17,15 +17,27 @@ void Outbox::Reply(const std::string& identity, uint64_t seq,
   Send(identity, reply);
 }
 
-void Outbox::Flush(Socket* socket) {
-  for (auto& [identity, bytes] : pending_) {
+void Outbox::SendStateless(const std::string& identity,
+                           const wire::Header& header) {
+  stateless_.emplace_back(identity, header.SerializeAsString());
+}
+
+void Outbox::SendAll(Queue* queue, Socket* socket) {
+  for (auto& [identity, bytes] : *queue) {
     OutMessage out;
     out.AddString(std::move(identity));
     out.AddString(std::move(bytes));
     Status s = socket->Send(std::move(out));
     if (!s.ok()) VLOG(1) << "coordinator: send failed: " << s;
   }
-  pending_.clear();
+  queue->clear();
 }
+
+void Outbox::Flush(Socket* socket) {
+  SendAll(&stateless_, socket);
+  SendAll(&pending_, socket);
+}
+
+void Outbox::FlushStateless(Socket* socket) { SendAll(&stateless_, socket); }
 
 }  // namespace ductile

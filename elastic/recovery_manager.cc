@@ -7,6 +7,11 @@ namespace ductile {
 
 using std::chrono::milliseconds;
 
+namespace {
+// The longest wait before asking a server that failed to restore again.
+constexpr int64_t kMaxRetryWaitMs = 60000;
+}  // namespace
+
 void RecoveryManager::Load() {
   const ClusterState& state = ctx_.state;
   if (state.recovering) {
@@ -90,6 +95,29 @@ void RecoveryManager::HandleAck(const wire::Header& h) {
   if (!round_ || h.generation() != state.generation) return;
   if (!round_->round.Awaits(h.member_id())) return;
   Status s = StatusFromWire(h);
+  if (!s.ok() && !h.checkpoint_unreadable()) {
+    // The server could not take it (its own store failed): the checkpoint
+    // may be good, and dropping it would lose every clock since. Keep it
+    // and ask the server again later.
+    const int failures = ++failures_[h.member_id()];
+    const int64_t wait_ms = std::min<int64_t>(
+        int64_t{1000} << std::min(failures - 1, 6), kMaxRetryWaitMs);
+    const auto at = ctx_.Now() + milliseconds(wait_ms);
+    round_->retry_at[h.member_id()] = at;
+    // The round waits for the retry, not for its old deadline.
+    round_->round.set_deadline(
+        std::max(round_->round.deadline(),
+                 at + milliseconds(ctx_.options.checkpoint_timeout_ms)));
+    problem_ = "server " + std::to_string(h.member_id()) +
+               " cannot take the checkpoint at " +
+               (round_->clock > 0 ? "clock " + std::to_string(round_->clock)
+                                  : std::string("the start")) +
+               ": " + s.message();
+    LOG(ERROR) << "coordinator: " << problem_ << " (failure " << failures
+               << "); the checkpoint is kept, and the server is asked again in "
+               << wait_ms << " ms";
+    return;
+  }
   if (!s.ok()) {
     if (!state.catalog.empty()) {
       // That checkpoint cannot be restored: fall back to the one before.
@@ -143,8 +171,31 @@ void RecoveryManager::Finish() {
   LOG(INFO) << "coordinator: every server restored clock " << clock
             << "; workers resume (generation " << state.generation << ")";
   round_.reset();
+  failures_.clear();
+  problem_.clear();
   state.recovering = false;
   state.resume_clock = clock;
+}
+
+void RecoveryManager::RetryFailed() {
+  if (!round_) return;
+  const auto now = ctx_.Now();
+  for (auto it = round_->retry_at.begin(); it != round_->retry_at.end();) {
+    const int32_t id = it->first;
+    if (now < it->second) {
+      ++it;
+      continue;
+    }
+    it = round_->retry_at.erase(it);
+    auto m = ctx_.state.servers.find(id);
+    if (!round_->round.Awaits(id) || m == ctx_.state.servers.end() ||
+        m->second.dead || m->second.identity.empty()) {
+      continue;  // gone (a new rollback follows) or not reconnected yet
+    }
+    LOG(INFO) << "coordinator: asking server " << id
+              << " again to restore the checkpoint at clock " << round_->clock;
+    ctx_.out.Send(m->second.identity, round_->round.message());
+  }
 }
 
 bool RecoveryManager::Expired() const {

@@ -5,7 +5,10 @@
 // every live server restores its slots' state at C (RECOVER), and once all
 // have, every live worker resumes at C with its resume state (RESUME). A
 // checkpoint that cannot be restored is dropped and the one before is
-// tried. A member that missed the message (its heartbeat shows an older
+// tried. A server that cannot take a checkpoint (its own store failed:
+// read-only, full) says nothing about the checkpoint: the catalog is kept
+// and the server is asked again, 1 s later, then 2 s, ... up to 60 s. A
+// member that missed the message (its heartbeat shows an older
 // generation) gets it again; a coordinator restarted during a rollback
 // starts it again.
 //
@@ -46,6 +49,10 @@ class RecoveryManager {
   void HandleAck(const wire::Header& h);  // RECOVER_ACK
   // A rollback not finished by its deadline starts again.
   bool Expired() const;
+  // Asks the servers that failed to restore again once their wait is over.
+  void RetryFailed();
+  // Why the rollback is held up ("server 1 cannot take ..."), or empty.
+  const std::string& problem() const { return problem_; }
   // `member` is behind the job's generation: send it what it missed.
   void ResendIfBehind(const Member& member, uint64_t member_generation);
   // A server reconnected after a coordinator restart.
@@ -55,6 +62,8 @@ class RecoveryManager {
   struct Round {
     int64_t clock = 0;
     AckRound round;  // servers restoring
+    // Servers that failed to take the checkpoint: when to ask again.
+    std::map<int32_t, CoordinatorContext::TimePoint> retry_at;
   };
 
   void Finish();
@@ -62,6 +71,10 @@ class RecoveryManager {
   CoordinatorContext& ctx_;
   std::optional<Round> round_;
   bool interrupted_ = false;
+  // Failed restores of each server since the last finished rollback (the
+  // backoff grows with them).
+  std::map<int32_t, int> failures_;
+  std::string problem_;
   // The last RESUME (without a worker's state) and each worker's state in
   // it: sent again to a worker whose heartbeat shows an older generation.
   std::optional<wire::Header> last_resume_;

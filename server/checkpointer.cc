@@ -12,13 +12,18 @@ namespace ductile {
 using std::chrono::milliseconds;
 
 Status Checkpointer::Open(const std::string& state_dir, int32_t server_id,
-                          int keep_checkpoints) {
+                          int keep_checkpoints, int64_t disk_reserve_mb) {
   server_id_ = server_id;
   if (state_dir.empty()) return Status::Ok();
   store_dir_ = state_dir + "/server-" + std::to_string(server_id);
   CheckpointStoreOptions o;
   o.dir = store_dir_;
-  o.keep_last = keep_checkpoints;
+  // One more than the complete versions to keep: the version being
+  // written belongs to a round that may still fail, and must not push a
+  // complete one out (versions of failed rounds are dropped at the next
+  // write).
+  o.keep_last = keep_checkpoints + 1;
+  o.min_free_bytes = static_cast<uint64_t>(disk_reserve_mb) << 20;
   Result<std::unique_ptr<CheckpointStore>> store = env_->OpenCheckpointStore(o);
   if (!store.ok()) {
     return Status(

@@ -46,7 +46,7 @@ class Checkpointer {
   // Opens <state_dir>/server-<id>; without a state_dir the server keeps no
   // checkpoints (enabled() is false).
   Status Open(const std::string& state_dir, int32_t server_id,
-              int keep_checkpoints);
+              int keep_checkpoints, int64_t disk_reserve_mb = 64);
   bool enabled() const { return store_ != nullptr; }
   const std::string& store_dir() const { return store_dir_; }
   CheckpointStore* store() { return store_.get(); }

@@ -9,7 +9,9 @@ namespace ductile {
 Result<uint64_t> Restorer::Restore(const wire::Header& recover,
                                    const RoutingTable& routing,
                                    int32_t server_id, TableSet& tables,
-                                   Checkpointer& checkpointer) {
+                                   Checkpointer& checkpointer,
+                                   bool* unreadable) {
+  *unreadable = false;
   const int64_t clock = recover.clock();
   checkpointer.pending_deletes().clear();
   tables.ClearKeys();
@@ -34,6 +36,7 @@ Result<uint64_t> Restorer::Restore(const wire::Header& recover,
           store != nullptr && source.state_dir() == checkpointer.store_dir();
       if (!any && !mine) continue;
       if (source.state_dir().empty()) {
+        *unreadable = true;
         return FailedPreconditionError(
             "server " + std::to_string(source.server_id()) +
             " kept no checkpoints; its slots cannot be restored");
@@ -42,6 +45,7 @@ Result<uint64_t> Restorer::Restore(const wire::Header& recover,
           mine ? store->Load(clock)
                : env_->LoadCheckpointFrom(source.state_dir(), clock);
       if (!loaded.ok()) {
+        *unreadable = true;
         return Status(loaded.status().code(),
                       "checkpoint at clock " + std::to_string(clock) +
                           " of server " + std::to_string(source.server_id()) +

@@ -28,10 +28,15 @@ class Restorer {
   // recover.clock() (nothing for clock 0: the start), for the slots
   // `server_id` owns in `routing` (the caller creates the tables first).
   // On success the checkpointer is reset to that clock.
-  // Returns the number of keys restored.
+  // Returns the number of keys restored. On failure, `*unreadable` says
+  // whether the checkpoint itself could not be read (missing, corrupt, kept
+  // nowhere) rather than this server failing to take it (its own store
+  // could not be rolled back or written): only the first is a reason to
+  // give the checkpoint up.
   Result<uint64_t> Restore(const wire::Header& recover,
                            const RoutingTable& routing, int32_t server_id,
-                           TableSet& tables, Checkpointer& checkpointer);
+                           TableSet& tables, Checkpointer& checkpointer,
+                           bool* unreadable);
 
  private:
   Env* const env_;

@@ -15,6 +15,15 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.move_timeout_ms < 100 || options.move_timeout_ms > 86400000) {
     return InvalidArgumentError("move_timeout_ms must be in [100, 86400000]");
   }
+  if (options.coordinator_timeout_ms != 0 &&
+      (options.coordinator_timeout_ms < 1000 ||
+       options.coordinator_timeout_ms > 604800000)) {
+    return InvalidArgumentError(
+        "coordinator_timeout_ms must be 0 or in [1000, 604800000]");
+  }
+  if (options.disk_reserve_mb < 0 || options.disk_reserve_mb > (1 << 20)) {
+    return InvalidArgumentError("disk_reserve_mb must be in [0, 1048576]");
+  }
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("port must be in [0, 65535]");
   }
@@ -75,6 +84,7 @@ void ServerImpl::Run() {
     wakeup_.Drain();
     node_.Step();
   }
+  if (exit_status_.ok()) exit_status_ = node_.failure();
   LOG(INFO) << "server " << node_.id() << " stopped";
 }
 

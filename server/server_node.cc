@@ -53,6 +53,11 @@ Status ServerNode::Start() {
   DUCTILE_ASSIGN_OR_RETURN(
       tcp_address_, router_->Bind("tcp://" + options_.host + ":" + port));
   if (options_.enable_ipc) {
+    // Servers killed before they could remove their socket files.
+    if (const int stale = RemoveStaleIpcFiles(options_.ipc_dir); stale > 0) {
+      LOG(INFO) << "removed " << stale << " stale ipc socket file(s) from "
+                << options_.ipc_dir;
+    }
     DUCTILE_ASSIGN_OR_RETURN(ipc_address_, router_->Bind(MakeIpcAddress(
                                                options_.ipc_dir, "server")));
   }
@@ -72,8 +77,9 @@ Status ServerNode::Start() {
     // counts this server in (and, if it restarted, rolls the job back).
     id_ = options_.requested_id;
     tables_.set_server_id(id_);
-    DUCTILE_RETURN_IF_ERROR(
-        checkpointer_.Open(options_.state_dir, id_, options_.keep_checkpoints));
+    DUCTILE_RETURN_IF_ERROR(checkpointer_.Open(options_.state_dir, id_,
+                                               options_.keep_checkpoints,
+                                               options_.disk_reserve_mb));
   }
   reg.set_keep_checkpoints(options_.keep_checkpoints);
   OutMessage out;
@@ -94,6 +100,7 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
     return;
   }
   id_ = reply.member_id();
+  last_heard_ = env_->Now();
   tables_.set_server_id(id_);
   replies_.set_server_id(id_);
   checkpointer_.set_server_id(id_);
@@ -108,7 +115,8 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
   }
   if (!checkpointer_.enabled()) {
     Status s =
-        checkpointer_.Open(options_.state_dir, id_, options_.keep_checkpoints);
+        checkpointer_.Open(options_.state_dir, id_, options_.keep_checkpoints,
+                           options_.disk_reserve_mb);
     if (!s.ok()) {
       failure_ = s;
       return;
@@ -247,6 +255,7 @@ void ServerNode::Heartbeat(int64_t busy_ms) {
 }
 
 void ServerNode::HandleCoordinator(InMessage& message) {
+  last_heard_ = env_->Now();
   wire::Header header;
   if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
     LOG(WARNING) << "server " << id_ << ": unreadable message from coordinator";
@@ -627,6 +636,19 @@ void ServerNode::ReplayCheckpointHeld() {
 }
 
 void ServerNode::HandleTimers() {
+  if (options_.coordinator_timeout_ms > 0 &&
+      env_->Now() - last_heard_ >=
+          milliseconds(options_.coordinator_timeout_ms)) {
+    // Gone for good, or the job ended while this server was cut off.
+    failure_ = UnavailableError(
+        "server " + std::to_string(id_) + " heard nothing from the " +
+        "coordinator at " + options_.coordinator_address + " for " +
+        std::to_string(options_.coordinator_timeout_ms) +
+        " ms (coordinator_timeout_ms): stopping");
+    LOG(ERROR) << failure_.message();
+    shut_down_ = true;
+    return;
+  }
   std::vector<ConsistencyController::ParkedPull> expired =
       consistency_.TakeExpired(env_->Now());
   if (!expired.empty()) {
@@ -697,8 +719,10 @@ void ServerNode::Recover(const wire::Header& header) {
     consistency_.AddTable(config.id(), FromWire(config.consistency()));
   }
   Result<uint64_t> restored = 0;
+  bool unreadable = false;
   if (s.ok()) {
-    restored = restorer_.Restore(header, routing_, id_, tables_, checkpointer_);
+    restored = restorer_.Restore(header, routing_, id_, tables_, checkpointer_,
+                                 &unreadable);
     s = restored.status();
   }
   if (s.ok()) {
@@ -723,6 +747,7 @@ void ServerNode::Recover(const wire::Header& header) {
                << s;
   }
   StatusToWire(s, &ack);
+  ack.set_checkpoint_unreadable(!s.ok() && unreadable);
   Send(ack);
 }
 

@@ -143,6 +143,7 @@ class ServerNode final : private CoordinatorLink {
   // Owned by the stepping thread.
   bool registered_ = false;
   bool shut_down_ = false;
+  TimePoint last_heard_{};  // the coordinator's last message
   Status failure_;
   RoutingTable routing_;
   uint64_t generation_ = 0;

@@ -37,8 +37,12 @@ LoadedCheckpoint ToLoaded(const StoreData::State& s) {
 
 class MemCheckpointStore final : public CheckpointStore {
  public:
-  MemCheckpointStore(std::shared_ptr<StoreData> data, int keep_last)
-      : data_(std::move(data)), keep_last_(keep_last) {
+  MemCheckpointStore(const MemDisk* disk, std::string dir,
+                     std::shared_ptr<StoreData> data, int keep_last)
+      : disk_(disk),
+        dir_(std::move(dir)),
+        data_(std::move(data)),
+        keep_last_(keep_last) {
     data_->open = true;
   }
   ~MemCheckpointStore() override { data_->open = false; }
@@ -48,6 +52,7 @@ class MemCheckpointStore final : public CheckpointStore {
                          const std::vector<EntryRecord>& changed,
                          const std::vector<std::pair<TableId, Key>>& deleted,
                          const std::string& blob) override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     if (clock < 0) return InvalidArgumentError("negative clock");
     if (!data_->versions.empty() && clock <= data_->versions.rbegin()->first) {
       return InvalidArgumentError("clock " + std::to_string(clock) +
@@ -103,6 +108,7 @@ class MemCheckpointStore final : public CheckpointStore {
   }
 
   Status RollBackTo(int64_t clock) override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     auto it = data_->versions.find(clock);
     if (it == data_->versions.end()) {
       return NotFoundError("no checkpoint at clock " + std::to_string(clock));
@@ -113,26 +119,35 @@ class MemCheckpointStore final : public CheckpointStore {
   }
 
   Status DiscardAll() override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     data_->versions.clear();
     data_->live = StoreData::State();
     return Status::Ok();
   }
 
   Status DropCheckpoint(int64_t clock) override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     data_->versions.erase(clock);
     return Status::Ok();
   }
 
  private:
+  const MemDisk* const disk_;
+  const std::string dir_;
   std::shared_ptr<StoreData> data_;
   const int keep_last_;
 };
 
 class MemCoordinatorStore final : public CoordinatorStore {
  public:
-  MemCoordinatorStore(std::optional<wire::CoordinatorState>* state,
+  MemCoordinatorStore(const MemDisk* disk, std::string dir,
+                      std::optional<wire::CoordinatorState>* state,
                       std::optional<wire::DataPlanState>* plan, bool* open)
-      : state_(state), plan_(plan), open_(open) {
+      : disk_(disk),
+        dir_(std::move(dir)),
+        state_(state),
+        plan_(plan),
+        open_(open) {
     *open_ = true;
   }
   ~MemCoordinatorStore() override { *open_ = false; }
@@ -141,6 +156,7 @@ class MemCoordinatorStore final : public CoordinatorStore {
     return *state_;
   }
   Status Save(const wire::CoordinatorState& state) override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     *state_ = state;
     return Status::Ok();
   }
@@ -148,11 +164,14 @@ class MemCoordinatorStore final : public CoordinatorStore {
     return *plan_;
   }
   Status SaveDataPlan(const wire::DataPlanState& plan) override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     *plan_ = plan;
     return Status::Ok();
   }
 
  private:
+  const MemDisk* const disk_;
+  const std::string dir_;
   std::optional<wire::CoordinatorState>* state_;
   std::optional<wire::DataPlanState>* plan_;
   bool* open_;
@@ -162,6 +181,27 @@ class MemCoordinatorStore final : public CoordinatorStore {
 
 MemDisk::MemDisk() = default;
 MemDisk::~MemDisk() = default;
+
+void MemDisk::SetFault(const std::string& dir, DiskFault fault) {
+  if (fault == DiskFault::kNone) {
+    faults_.erase(dir);
+  } else {
+    faults_[dir] = fault;
+  }
+}
+
+Status MemDisk::WriteError(const std::string& dir) const {
+  for (const auto& [under, fault] : faults_) {
+    if (dir != under && !dir.starts_with(under + "/")) continue;
+    if (fault == DiskFault::kReadOnly) {
+      return FailedPreconditionError("cannot write to " + dir +
+                                     ": Read-only file system");
+    }
+    return ResourceExhaustedError("cannot write to " + dir +
+                                  ": No space left on device");
+  }
+  return Status::Ok();
+}
 
 Result<std::unique_ptr<CheckpointStore>> MemDisk::OpenCheckpointStore(
     const CheckpointStoreOptions& options) {
@@ -173,7 +213,7 @@ Result<std::unique_ptr<CheckpointStore>> MemDisk::OpenCheckpointStore(
     return FailedPreconditionError(options.dir + " is held by another store");
   }
   return std::unique_ptr<CheckpointStore>(
-      new MemCheckpointStore(data, options.keep_last));
+      new MemCheckpointStore(this, options.dir, data, options.keep_last));
 }
 
 Result<LoadedCheckpoint> MemDisk::LoadCheckpointFrom(const std::string& dir,
@@ -192,8 +232,8 @@ Result<std::unique_ptr<CoordinatorStore>> MemDisk::OpenCoordinatorStore(
     const std::string& dir) {
   bool& open = coordinator_open_[dir];
   if (open) return FailedPreconditionError(dir + " is held by another store");
-  return std::unique_ptr<CoordinatorStore>(
-      new MemCoordinatorStore(&coordinators_[dir], &data_plans_[dir], &open));
+  return std::unique_ptr<CoordinatorStore>(new MemCoordinatorStore(
+      this, dir, &coordinators_[dir], &data_plans_[dir], &open));
 }
 
 }  // namespace ductile::sim

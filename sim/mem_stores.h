@@ -18,10 +18,19 @@
 
 namespace ductile::sim {
 
+enum class DiskFault { kNone, kReadOnly, kFull };
+
 class MemDisk {
  public:
   MemDisk();
   ~MemDisk();
+
+  // From now on, every write to a store in or under `dir` fails as on a
+  // read-only (kFailedPrecondition) or full (kResourceExhausted) disk;
+  // kNone ends the fault. Reads keep working.
+  void SetFault(const std::string& dir, DiskFault fault);
+  // OK, or the error a write to the store in `dir` gets now.
+  Status WriteError(const std::string& dir) const;
 
   Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
       const CheckpointStoreOptions& options);
@@ -37,6 +46,7 @@ class MemDisk {
   std::map<std::string, std::optional<wire::CoordinatorState>> coordinators_;
   std::map<std::string, std::optional<wire::DataPlanState>> data_plans_;
   std::map<std::string, bool> coordinator_open_;
+  std::map<std::string, DiskFault> faults_;  // by directory
 };
 
 }  // namespace ductile::sim

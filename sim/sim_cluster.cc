@@ -121,6 +121,9 @@ class Cluster {
  private:
   void StartServer(int i);
   void HandleCrashes();
+  void HandleDiskFaults();
+  void StartCoordinator();
+  void HandleCoordinatorCrashes();
   // Updates the longest stall of any worker (SimResult::longest_stall_ms).
   void NoteProgress();
   void HandleJoins();
@@ -150,6 +153,14 @@ class Cluster {
   // Crashes: done, and when the server comes back.
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
+  // Disk faults: started, and when they end.
+  std::vector<bool> disk_fault_started_;
+  std::vector<std::optional<TimePoint>> disk_fault_end_;
+  // Coordinator crashes: when it goes down (once its clock is passed) and
+  // comes back; both reset once done.
+  std::vector<std::optional<TimePoint>> coordinator_down_at_,
+      coordinator_up_at_;
+  std::vector<bool> coordinator_crash_done_;
   SimResult result_;
 };
 
@@ -369,6 +380,7 @@ void Worker::Advance() {
         Result<Client::Recovery> r = client_->AwaitRecovery(0);
         if (!r.ok()) return;  // not announced yet
         ++cluster_.result().rollbacks;
+        cluster_.result().resume_clocks.push_back(r->clock);
         clock_ = r->clock;
         generation_ = r->generation;
         // The checkpoint holds exactly the pushes of the clocks before it.
@@ -441,6 +453,78 @@ void Cluster::HandleCrashes() {
     net_.Crash("server-" + std::to_string(crash.server));
     servers_[crash.server].reset();
     restart_at_[k] = net_.now() + milliseconds(crash.down_ms);
+  }
+}
+
+void Cluster::HandleDiskFaults() {
+  for (size_t k = 0; k < options_.disk_faults.size(); ++k) {
+    const SimOptions::DiskFault& f = options_.disk_faults[k];
+    const std::string dir = f.server < 0
+                                ? std::string(kCoordinatorStateDir)
+                                : std::string(kServerStateDir) + "/server-" +
+                                      std::to_string(f.server);
+    if (disk_fault_started_[k]) {
+      if (disk_fault_end_[k] && net_.now() >= *disk_fault_end_[k]) {
+        disk_fault_end_[k].reset();
+        disk_.SetFault(dir, DiskFault::kNone);
+      }
+      continue;
+    }
+    bool passed = true;
+    for (const auto& w : workers_) passed = passed && w->clock() > f.at_clock;
+    if (!passed) continue;
+    disk_fault_started_[k] = true;
+    disk_.SetFault(dir, f.full ? DiskFault::kFull : DiskFault::kReadOnly);
+    disk_fault_end_[k] = net_.now() + milliseconds(f.for_ms);
+  }
+}
+
+void Cluster::StartCoordinator() {
+  CoordinatorOptions c;
+  c.bind_address = kCoordinatorAddress;
+  c.num_servers = options_.servers;
+  c.num_workers = options_.workers;
+  c.num_slots = 64;
+  c.heartbeat_timeout_ms = 5000;
+  c.drain_linger_ms = options_.drain_linger_ms;
+  if (options_.checkpoint_every > 0) {
+    c.state_dir = kCoordinatorStateDir;
+    c.checkpoint_every_clocks = options_.checkpoint_every;
+  }
+  coordinator_env_ = std::make_unique<SimEnv>(&net_, &disk_, "coordinator");
+  coordinator_ = std::make_unique<CoordinatorNode>(c, coordinator_env_.get());
+  if (Status s = coordinator_->Start(); !s.ok()) {
+    Fail("coordinator: " + s.ToString());
+  }
+}
+
+void Cluster::HandleCoordinatorCrashes() {
+  for (size_t k = 0; k < options_.coordinator_crashes.size(); ++k) {
+    const SimOptions::CoordinatorCrash& crash = options_.coordinator_crashes[k];
+    if (coordinator_crash_done_[k]) continue;
+    if (coordinator_up_at_[k]) {
+      if (net_.now() >= *coordinator_up_at_[k]) {
+        coordinator_up_at_[k].reset();
+        coordinator_crash_done_[k] = true;
+        StartCoordinator();
+      }
+      continue;
+    }
+    if (coordinator_down_at_[k]) {
+      if (net_.now() >= *coordinator_down_at_[k] && coordinator_) {
+        net_.Crash("coordinator");
+        coordinator_.reset();
+        coordinator_env_.reset();
+        coordinator_up_at_[k] = net_.now() + milliseconds(crash.down_ms);
+      }
+      continue;
+    }
+    bool passed = true;
+    for (const auto& w : workers_)
+      passed = passed && w->clock() > crash.at_clock;
+    if (passed) {
+      coordinator_down_at_[k] = net_.now() + milliseconds(crash.delay_ms);
+    }
   }
 }
 
@@ -527,7 +611,15 @@ void Cluster::HandleJoins() {
 }
 
 TimePoint Cluster::NextEvent() {
-  TimePoint next = coordinator_->NextWakeup();
+  TimePoint next = coordinator_ ? coordinator_->NextWakeup()
+                                : net_.now() + milliseconds(100);
+  for (size_t k = 0; k < coordinator_down_at_.size(); ++k) {
+    if (coordinator_crash_done_[k]) continue;
+    if (coordinator_up_at_[k]) next = std::min(next, *coordinator_up_at_[k]);
+    if (coordinator_down_at_[k] && coordinator_) {
+      next = std::min(next, *coordinator_down_at_[k]);
+    }
+  }
   if (auto d = net_.NextDelivery()) next = std::min(next, *d);
   for (const auto& s : servers_) {
     if (s) next = std::min(next, s->NextWakeup());
@@ -536,6 +628,9 @@ TimePoint Cluster::NextEvent() {
     next = std::min(next, w->client().NextWakeup());
   for (const auto& r : restart_at_) {
     if (r) next = std::min(next, *r);
+  }
+  for (const auto& e : disk_fault_end_) {
+    if (e) next = std::min(next, *e);
   }
   if (drains_started_ < options_.server_drains.size() &&
       drain_retry_at_ > net_.now()) {
@@ -574,21 +669,10 @@ SimResult Cluster::Run() {
   net_.set_droppable(&Droppable);
   const TimePoint start = net_.now();
   const TimePoint limit = start + milliseconds(options_.time_limit_ms);
-  CoordinatorOptions c;
-  c.bind_address = kCoordinatorAddress;
-  c.num_servers = options_.servers;
-  c.num_workers = options_.workers;
-  c.num_slots = 64;
-  c.heartbeat_timeout_ms = 5000;
-  c.drain_linger_ms = options_.drain_linger_ms;
-  if (options_.checkpoint_every > 0) {
-    c.state_dir = kCoordinatorStateDir;
-    c.checkpoint_every_clocks = options_.checkpoint_every;
-  }
-  coordinator_env_ = std::make_unique<SimEnv>(&net_, &disk_, "coordinator");
-  coordinator_ = std::make_unique<CoordinatorNode>(c, coordinator_env_.get());
-  if (Status s = coordinator_->Start(); !s.ok()) {
-    Fail("coordinator: " + s.ToString());
+  StartCoordinator();
+  if (!options_.coordinator_crashes.empty() &&
+      !options_.server_drains.empty()) {
+    Fail("coordinator crashes together with server drains are not simulated");
   }
   server_envs_.resize(options_.servers);
   servers_.resize(options_.servers);
@@ -613,6 +697,12 @@ SimResult Cluster::Run() {
   }
   crashed_.assign(options_.crashes.size(), false);
   restart_at_.assign(options_.crashes.size(), std::nullopt);
+  disk_fault_started_.assign(options_.disk_faults.size(), false);
+  disk_fault_end_.assign(options_.disk_faults.size(), std::nullopt);
+  coordinator_down_at_.assign(options_.coordinator_crashes.size(),
+                              std::nullopt);
+  coordinator_up_at_.assign(options_.coordinator_crashes.size(), std::nullopt);
+  coordinator_crash_done_.assign(options_.coordinator_crashes.size(), false);
 
   std::vector<int> order;
   while (!failed()) {
@@ -623,7 +713,7 @@ SimResult Cluster::Run() {
     std::shuffle(order.begin(), order.end(), net_.rng());
     for (int n : order) {
       if (n == 0) {
-        coordinator_->Step();
+        if (coordinator_) coordinator_->Step();
       } else if (n <= static_cast<int>(servers_.size())) {
         if (servers_[n - 1]) servers_[n - 1]->Step();
       } else {
@@ -643,6 +733,8 @@ SimResult Cluster::Run() {
     }
     NoteProgress();
     HandleCrashes();
+    HandleDiskFaults();
+    HandleCoordinatorCrashes();
     if (options_.crashes.empty()) CheckServerClocks();
     HandleJoins();
     HandleServerChanges();
@@ -696,6 +788,16 @@ std::string Describe(const SimOptions& o) {
   for (const auto& c : o.crashes) {
     out << " crash=server:" << c.server << "@clock=" << c.at_clock << "+"
         << c.down_ms << "ms";
+  }
+  for (const auto& f : o.disk_faults) {
+    out << " disk_" << (f.full ? "full" : "read_only") << "="
+        << (f.server < 0 ? std::string("coordinator")
+                         : "server:" + std::to_string(f.server))
+        << "@clock>" << f.at_clock << "+" << f.for_ms << "ms";
+  }
+  for (const auto& c : o.coordinator_crashes) {
+    out << " crash=coordinator@clock>" << c.at_clock << "+" << c.delay_ms
+        << "ms+" << c.down_ms << "ms";
   }
   for (const auto& j : o.joins) out << " join@clock>" << j.after_clock;
   for (const auto& j : o.server_joins) {

@@ -57,6 +57,25 @@ struct SimOptions {
     int64_t down_ms = 100;
   };
   std::vector<Crash> crashes;
+  // Disk faults: once every worker has passed `at_clock`, writes to server
+  // `server`'s store (-1: the coordinator's) fail as on a read-only (or,
+  // with `full`, a full) disk, for `for_ms`.
+  struct DiskFault {
+    int server = 0;
+    int64_t at_clock = 0;
+    int64_t for_ms = 1000;
+    bool full = false;
+  };
+  std::vector<DiskFault> disk_faults;
+  // Coordinator crashes: `delay_ms` after every worker has passed
+  // `at_clock`, the coordinator is killed, and restarted on its state
+  // `down_ms` later. (Not with server drains.)
+  struct CoordinatorCrash {
+    int64_t at_clock = 0;
+    int64_t delay_ms = 0;
+    int64_t down_ms = 100;
+  };
+  std::vector<CoordinatorCrash> coordinator_crashes;
   // Workers joining: a new worker registers once every worker in the job
   // has passed `after_clock`, and runs to the end (or its leave).
   struct Join {
@@ -98,7 +117,9 @@ struct SimResult {
   uint64_t trace = 0;  // SimNetwork::trace() at the end
   int64_t simulated_ms = 0;
   uint64_t messages = 0, dropped = 0, duplicated = 0;
-  int rollbacks = 0;         // rollbacks the workers resumed from
+  int rollbacks = 0;  // rollbacks the workers resumed from
+  // The clock each of those resumed at (0: the start, nothing kept).
+  std::vector<int64_t> resume_clocks;
   int joined = 0, left = 0;  // workers that joined and left mid-job
   int servers_joined = 0, servers_drained = 0;
   uint64_t reads_checked = 0;

@@ -104,6 +104,18 @@ class ChildProcess {
     return false;
   }
 
+  // Whether it is still running (not exited or killed).
+  bool Running() {
+    Pump(0);
+    if (exited_) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      exit_status_ = status;
+    }
+    return !exited_;
+  }
+
   // Waits for exit; returns the exit code, or -1 (killed, or out of time).
   int WaitExit(int64_t limit_ms) {
     const auto deadline =

@@ -83,30 +83,61 @@ TEST(ClusterState, EveryChangeIsWrittenOnceAndNoChangeIsNotWritten) {
   ClusterState state(&env, options);
   ASSERT_TRUE(state.Open().ok());
   EXPECT_FALSE(state.resumed());
-  state.PersistIfChanged();
+  ASSERT_TRUE(state.PersistIfChanged().ok());
   const int first = env.saves;
-  state.PersistIfChanged();
+  ASSERT_TRUE(state.PersistIfChanged().ok());
   EXPECT_EQ(env.saves, first) << "nothing changed";
   // A change anywhere in the durable part, even one no caller thought of
   // saving (a slot moved, a barrier passed), is written.
   wire::ServerEndpoint e;
   e.set_id(0);
   state.routing = RoutingTable::Initial(16, {e});
-  state.PersistIfChanged();
+  ASSERT_TRUE(state.PersistIfChanged().ok());
   EXPECT_EQ(env.saves, first + 1);
   state.routing.Move(3, 0);
   state.barrier_round = 2;
-  state.PersistIfChanged();
+  ASSERT_TRUE(state.PersistIfChanged().ok());
   EXPECT_EQ(env.saves, first + 2);
   // Liveness details are not durable: no write for them.
   Member& m = state.workers[0];
   m.role = wire::ROLE_WORKER;
-  state.PersistIfChanged();
+  m.last_seen = std::chrono::steady_clock::now();
+  ASSERT_TRUE(state.PersistIfChanged().ok());
   const int with_worker = env.saves;
   m.last_seen = std::chrono::steady_clock::now();
   m.identity = "somewhere";
-  state.PersistIfChanged();
+  ASSERT_TRUE(state.PersistIfChanged().ok());
   EXPECT_EQ(env.saves, with_worker);
+}
+
+// A member's silence under one coordinator carries over to the next: a
+// worker that died just before a restart is not given a fresh heartbeat
+// timeout by it (restarts in a row would otherwise keep it "alive", and
+// every checkpoint waiting for it, for ever).
+TEST(ClusterState, ASilenceCarriesOverARestart) {
+  StoreOnlyEnv env;
+  CoordinatorOptions options = Durable();
+  options.heartbeat_timeout_ms = 4000;  // silences are kept in whole seconds
+  const auto now = std::chrono::steady_clock::now();
+  {
+    ClusterState state(&env, options);
+    ASSERT_TRUE(state.Open().ok());
+    state.workers[0].role = wire::ROLE_WORKER;
+    state.workers[0].last_seen = now - std::chrono::milliseconds(3500);
+    state.workers[1].role = wire::ROLE_WORKER;
+    state.workers[1].last_seen = now;
+    ASSERT_TRUE(state.PersistIfChanged().ok());
+  }
+  ClusterState again(&env, options);
+  ASSERT_TRUE(again.Open().ok());
+  const auto silence = [&](int id) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now() - again.workers[id].last_seen)
+        .count();
+  };
+  EXPECT_GE(silence(0), 3000);
+  EXPECT_LT(silence(0), 3500 + 1000);
+  EXPECT_LT(silence(1), 1000);
 }
 
 TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
@@ -122,7 +153,7 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
     state.barrier_round = 5;
     state.servers[0].role = wire::ROLE_SERVER;
     state.servers[0].endpoint = e;
-    state.PersistIfChanged();
+    ASSERT_TRUE(state.PersistIfChanged().ok());
   }
   ClusterState again(&env, options);
   ASSERT_TRUE(again.Open().ok());
@@ -141,17 +172,17 @@ TEST(ClusterState, TheDataPlanIsWrittenApartAndReadBack) {
     ClusterState state(&env, options);
     ASSERT_TRUE(state.Open().ok());
     state.workers[0].role = wire::ROLE_WORKER;
-    state.PersistIfChanged();
+    ASSERT_TRUE(state.PersistIfChanged().ok());
     const int saves = env.saves, plan_saves = env.plan_saves;
     ASSERT_TRUE(state.data_plan.Configure(5, 2).ok());
     const DataPlan::Grant g = state.data_plan.Next(0);
     state.data_plan.Done(0, g.epoch, g.batch, 0);
     state.data_plan.Next(0);
-    state.PersistIfChanged();
+    ASSERT_TRUE(state.PersistIfChanged().ok());
     // A step's change to the plan is not a rewrite of the synced record.
     EXPECT_EQ(env.saves, saves);
     EXPECT_EQ(env.plan_saves, plan_saves + 1);
-    state.PersistIfChanged();
+    ASSERT_TRUE(state.PersistIfChanged().ok());
     EXPECT_EQ(env.plan_saves, plan_saves + 1) << "nothing changed";
   }
   ClusterState again(&env, options);
@@ -171,7 +202,7 @@ TEST(ClusterState, StateOfAClusterWithOtherSlotsIsRefused) {
     wire::ServerEndpoint e;
     e.set_id(0);
     state.routing = RoutingTable::Initial(16, {e});
-    state.PersistIfChanged();
+    ASSERT_TRUE(state.PersistIfChanged().ok());
   }
   options.num_slots = 32;
   ClusterState other(&env, options);

@@ -72,11 +72,23 @@ class RecoveryCluster {
   int64_t heartbeat_timeout_ms() const { return heartbeat_timeout_ms_; }
 
   void StartCoordinator() {
-    coordinator_ = std::make_unique<ChildProcess>(std::vector<std::string>{
-        DUCTILE_CLI, "coordinator", "--listen=" + address_, "--servers=2",
-        "--workers=2", "--slots=64", "--state_dir=" + dir_ + "/coordinator",
+    std::vector<std::string> args = {
+        DUCTILE_CLI,
+        "coordinator",
+        "--listen=" + address_,
+        "--servers=2",
+        "--workers=2",
+        "--slots=64",
+        "--state_dir=" + dir_ + "/coordinator",
         "--checkpoint_every=10",
-        "--heartbeat_timeout_ms=" + std::to_string(heartbeat_timeout_ms_)});
+        "--heartbeat_timeout_ms=" + std::to_string(heartbeat_timeout_ms_)};
+    args.insert(args.end(), coordinator_flags_.begin(),
+                coordinator_flags_.end());
+    coordinator_ = std::make_unique<ChildProcess>(std::move(args));
+  }
+  // Flags of the coordinators started from now on, beyond the usual.
+  void set_coordinator_flags(std::vector<std::string> flags) {
+    coordinator_flags_ = std::move(flags);
   }
   // Starts server `id` (again, if it was killed: same state directory).
   // The job starts with servers 0 and 1; a higher id joins it.
@@ -87,10 +99,14 @@ class RecoveryCluster {
         "--server_id=" + std::to_string(id), "--state_dir=" + dir_ + "/servers",
         // A killed server's socket file goes with the job's directory.
         "--ipc_dir=" + dir_, "--timeout_ms=30000",
-        "--move_timeout_ms=" + std::to_string(move_timeout_ms_)});
+        "--move_timeout_ms=" + std::to_string(move_timeout_ms_),
+        "--coordinator_timeout_ms=" + std::to_string(coordinator_timeout_ms_)});
   }
   // A slot move's timeout at the servers started from now on.
   void set_move_timeout_ms(int64_t ms) { move_timeout_ms_ = ms; }
+  // How long the servers started from now on wait for word from the
+  // coordinator before they stop.
+  void set_coordinator_timeout_ms(int64_t ms) { coordinator_timeout_ms_ = ms; }
   void StartWorkers(int clocks, const std::string& mode) {
     for (int i = 0; i < 2; ++i) {
       workers_.push_back(
@@ -210,6 +226,8 @@ class RecoveryCluster {
  private:
   const int64_t heartbeat_timeout_ms_;
   int64_t move_timeout_ms_ = 30000;
+  int64_t coordinator_timeout_ms_ = 600000;
+  std::vector<std::string> coordinator_flags_;
   std::string dir_;
   std::string address_;
   std::unique_ptr<ChildProcess> coordinator_;

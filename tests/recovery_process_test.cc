@@ -149,6 +149,64 @@ TEST(RecoveryProcess, ServersBackAfterTheJobEndedAreToldToShutDown) {
       << cluster.coordinator().output();
 }
 
+// A coordinator gone for good (killed, never restarted) leaves no server
+// running on forever: each stops once it has heard nothing for its
+// coordinator timeout, and says why. While the coordinator lives, its
+// answers to the heartbeats keep them running past that timeout.
+TEST(RecoveryProcess, ServersStopWhenTheCoordinatorIsGoneForGood) {
+  RecoveryCluster cluster;
+  cluster.set_coordinator_timeout_ms(3000);
+  cluster.Start(/*clocks=*/100000);
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [](const ClusterStatus& s) {
+        int servers = 0;
+        for (const auto& m : s.members) servers += m.role == "server";
+        return servers == 2;
+      },
+      kWaitMs));
+  std::this_thread::sleep_for(milliseconds(4500));
+  for (int s : {0, 1}) {
+    ASSERT_TRUE(cluster.server(s).Running()) << cluster.server(s).output();
+  }
+  Kill9(cluster.coordinator());
+  for (int s : {0, 1}) {
+    EXPECT_EQ(cluster.server(s).WaitExit(kWaitMs), 1)
+        << cluster.server(s).output();
+    EXPECT_NE(
+        cluster.server(s).output().find("heard nothing from the coordinator"),
+        std::string::npos)
+        << cluster.server(s).output();
+  }
+}
+
+// A job whose workers all died, with none finished and none joining, fails
+// after the coordinator's no-worker timeout: the coordinator says why and
+// exits with an error, and the servers are told to stop. (It used to wait
+// for new workers forever.)
+TEST(RecoveryProcess, AJobWhoseWorkersAllDiedFailsAndEnds) {
+  RecoveryCluster cluster;
+  cluster.set_coordinator_flags({"--no_worker_timeout_ms=2000"});
+  cluster.Start(/*clocks=*/100000);
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [](const ClusterStatus& s) {
+        int workers = 0;
+        for (const auto& m : s.members) workers += m.role == "worker";
+        return workers == 2;
+      },
+      kWaitMs));
+  Kill9(cluster.worker(0));
+  Kill9(cluster.worker(1));
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 1)
+      << cluster.coordinator().output();
+  EXPECT_NE(cluster.coordinator().output().find("no worker was left"),
+            std::string::npos)
+      << cluster.coordinator().output();
+  for (int s : {0, 1}) {
+    EXPECT_EQ(cluster.server(s).WaitExit(kWaitMs), 0)
+        << cluster.server(s).output();
+  }
+}
+
 TEST(RecoveryProcess, ACorruptLatestCheckpointFallsBackToTheOneBefore) {
   RecoveryCluster cluster;
   cluster.Start(/*clocks=*/160);

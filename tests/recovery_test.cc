@@ -266,6 +266,26 @@ TEST(OnDemandCheckpoint, WithoutAStateDirectoryIsAClearError) {
       << clock.status();
 }
 
+// Checkpoints failing in a row (here: none can be kept) show in the status
+// as a problem, with the reason.
+TEST(OnDemandCheckpoint, FailuresInARowShowAsAProblemInTheStatus) {
+  TempDir dir;
+  testing::TestClusterOptions options = CheckpointingCluster(dir, 1);
+  options.server.state_dir.clear();  // the server keeps none
+  testing::TestCluster cluster(options);
+  ASSERT_FALSE(RequestCheckpoint(cluster.address(), 5000).ok());
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_NE(status->problem.find("1 checkpoint(s) failed in a row"),
+            std::string::npos)
+      << status->problem;
+  EXPECT_NE(status->problem.find("keeps no checkpoints"), std::string::npos)
+      << status->problem;
+  const std::string text = FormatClusterStatus(*status);
+  EXPECT_NE(text.find("problem: 1 checkpoint(s) failed"), std::string::npos)
+      << text;
+}
+
 // A server writing a large checkpoint sends no heartbeat meanwhile; it says
 // so first, and is not declared dead (which would roll the job back) while
 // it writes. The write here (100 MB) takes longer than the timeout.

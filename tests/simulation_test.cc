@@ -152,6 +152,70 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
   EXPECT_GE(r.rollbacks, o.workers);
 }
 
+// A server whose store turns read-only cannot restore the checkpoint the
+// job rolls back to when another server crashes. That says nothing about
+// the checkpoint: the job waits for the server (asking it again with
+// backoff) and resumes from the checkpoint once its disk works again,
+// rather than dropping every checkpoint and starting over.
+TEST(Simulation, AServerThatCannotTakeACheckpointLosesNoCheckpoint) {
+  int rollbacks = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SimOptions o;
+    o.seed = seed;
+    o.servers = 3;
+    o.workers = 2;
+    o.clocks = 20;
+    o.consistency = seed % 3 == 0 ? Bsp() : seed % 3 == 1 ? Ssp(1) : Async();
+    o.checkpoint_every = 2;
+    o.disk_faults.push_back(
+        {.server = 0, .at_clock = 7, .for_ms = 6000, .full = seed % 2 == 0});
+    o.crashes.push_back({.server = 2, .at_clock = 9, .down_ms = 100});
+    const SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    for (int64_t clock : r.resume_clocks) {
+      EXPECT_GT(clock, 0) << Describe(o)
+                          << ": rolled back to the start: the checkpoints "
+                             "were given up";
+    }
+    rollbacks += r.rollbacks;
+  }
+  EXPECT_GT(rollbacks, 0);
+}
+
+// The coordinator's disk turns read-only; meanwhile a server crashes (the
+// job rolls back to a new generation), then the coordinator is killed and
+// restarted on the state it could save, and another server crashes. Nobody
+// may have heard of what it could not save: the restarted coordinator
+// would give the next rollback the same generation, which the members
+// would take for one they had seen. The counts stay exact and the job
+// ends.
+TEST(Simulation, ACoordinatorThatCannotSaveItsStateTellsNobodyOfTheChange) {
+  int rollbacks = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SimOptions o;
+    o.seed = seed;
+    o.servers = 2;
+    o.workers = 2;
+    o.clocks = 16;
+    o.consistency = seed % 3 == 0 ? Bsp() : seed % 3 == 1 ? Ssp(1) : Async();
+    o.checkpoint_every = 2;
+    o.disk_faults.push_back(
+        {.server = -1, .at_clock = 5, .for_ms = 3000, .full = seed % 2 == 0});
+    o.crashes.push_back(
+        {.server = static_cast<int>(seed % 2), .at_clock = 6, .down_ms = 100});
+    o.coordinator_crashes.push_back(
+        {.at_clock = 7, .delay_ms = 0, .down_ms = 100});
+    // A rollback after the restart: its generation must be new to all.
+    o.crashes.push_back({.server = static_cast<int>((seed + 1) % 2),
+                         .at_clock = 10,
+                         .down_ms = 100});
+    const SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    rollbacks += r.rollbacks;
+  }
+  EXPECT_GT(rollbacks, 0);
+}
+
 // Workers join and leave at several clocks under every model: every read
 // counts each worker's clocks from its join to its leave, exactly under BSP.
 TEST(Simulation, WorkersJoiningAndLeavingKeepEveryInvariant) {

@@ -44,7 +44,11 @@ struct ClusterStatus {
   int64_t last_checkpoint_clock = -1;  // -1: none yet
   int32_t checkpoints = 0;             // complete checkpoints kept
   bool recovering = false;             // a rollback is under way
-  int32_t slots_moving = 0;            // slots moving between servers now
+  // What holds the job up or fails its checkpoints, with the reason (a
+  // server that cannot restore a checkpoint, checkpoints failing in a
+  // row); empty when nothing does.
+  std::string problem;
+  int32_t slots_moving = 0;  // slots moving between servers now
   // Bytes of those moves the targets have not acknowledged yet, as the
   // sources last reported them (heartbeats).
   uint64_t move_bytes_left = 0;

@@ -57,6 +57,12 @@ struct ServerOptions {
   // chunk for this long; the coordinator then aborts it and this server
   // serves the slots again (docs/elasticity.md). 100 ms - 1 day.
   int64_t move_timeout_ms = 30000;
+  // The server stops, and Wait() returns kUnavailable, when it has heard
+  // nothing from the coordinator (which answers every heartbeat) for this
+  // long: a coordinator gone for good, or a job that ended while this
+  // server was cut off, leaves no server running on forever. A restarted
+  // coordinator is back well within it. 0 (never) or 1 s - 7 days.
+  int64_t coordinator_timeout_ms = 600000;
   // Base directory of checkpoint stores: this server keeps its RocksDB in
   // <state_dir>/server-<id>. It must be readable by the other servers (the
   // same machine or a shared file system): when a server dies, the
@@ -65,6 +71,12 @@ struct ServerOptions {
   std::string state_dir;
   // Checkpoint versions kept (the newest K). >= 1.
   int keep_checkpoints = 3;
+  // Space the checkpoint store leaves free on its disk: a checkpoint (or a
+  // rollback's copy) that would leave less fails with ResourceExhausted
+  // and a message naming the space needed and free, and writes nothing.
+  // RocksDB can abort the process on a write that fails on a full disk.
+  // 0 - 1048576 (0: no check).
+  int64_t disk_reserve_mb = 64;
   // User update rules, usable by tables created with UpdateRule::kCustom.
   std::map<std::string, CustomRule> custom_rules;
 };

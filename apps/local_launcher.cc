@@ -180,7 +180,11 @@ Result<std::vector<KillEvent>> ParseKillSchedule(
               "the job's length is not known; give the clocks: "
               "random:K@clock=A-B");
         }
-        if (context.estimated_clocks < kFirstRandomClock) {
+        // The last fifth stays free of kills: the estimate is only one,
+        // and kills drawn past the job's real end would all fire at once
+        // at its final barrier.
+        const int64_t last = context.estimated_clocks * 4 / 5;
+        if (last < kFirstRandomClock) {
           return bad("the job is expected to last only " +
                      std::to_string(context.estimated_clocks) +
                      " clocks, too few for random kills from clock " +
@@ -188,7 +192,7 @@ Result<std::vector<KillEvent>> ParseKillSchedule(
                      "; give the clocks: random:K@clock=A-B");
         }
         r.first_clock = kFirstRandomClock;
-        r.last_clock = context.estimated_clocks;
+        r.last_clock = last;
       } else {
         const size_t dash = clock_text.find('-');
         if (dash == std::string_view::npos ||

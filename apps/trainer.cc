@@ -557,7 +557,8 @@ class ParamTensors {
       t.learning_rate = o.learning_rate;
       t.init = b.init;
       t.consistency = o.consistency;
-      Result<Tensor> tensor = client.RegisterTensor(t, b.size, 8192);
+      Result<Tensor> tensor =
+          client.RegisterTensor(t, b.size, TensorChunkFloats(b.size));
       DUCTILE_RETURN_IF_ERROR(tensor.status());
       blocks_.push_back(b);
       tensors_.push_back(std::move(*tensor));
@@ -838,6 +839,12 @@ Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
   if (options.app == "mf") return RunMf(client, options, rank, world);
   return InvalidArgumentError("unknown --app '" + options.app +
                               "' (apps: fmnist-logreg, fmnist-mlp, mf)");
+}
+
+uint32_t TensorChunkFloats(uint64_t num_floats) {
+  constexpr uint64_t kChunksPerBlock = 64, kMin = 256, kMax = 8192;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(
+      (num_floats + kChunksPerBlock - 1) / kChunksPerBlock, kMin, kMax));
 }
 
 }  // namespace ductile::apps

@@ -68,6 +68,14 @@ struct TrainerOptions {
 // Runs the app as one worker of the job; returns when training is done.
 Status RunTrainingWorker(Client& client, const TrainerOptions& options);
 
+// The chunk size (floats per key) of a parameter block of `num_floats` on
+// the servers: about 64 chunks per block, 256 to 8192 floats each, so that
+// even a small model (logistic regression's 7,850 floats) spreads over the
+// servers by its keys' slots. It depends on the block alone, not on the
+// servers of the moment: every worker, joiners included, must chunk a
+// tensor the same way.
+uint32_t TensorChunkFloats(uint64_t num_floats);
+
 }  // namespace ductile::apps
 
 #endif  // DUCTILE_APPS_TRAINER_H_

@@ -136,8 +136,11 @@ TEST(KillSchedule, RandomKillsFallInTheGivenRange) {
                              }));
 }
 
-TEST(KillSchedule, RandomKillsWithoutARangeSpanFromClockTenToTheEstimate) {
-  auto events = ParseKillSchedule("random:200", Cluster(2, 2, 7, 40));
+// Without a range, kills fall from clock 10 to four fifths of the job's
+// estimated length: none is left for the job's end, where the workers wait
+// at the final barrier and every kill due would fire at once.
+TEST(KillSchedule, RandomKillsWithoutARangeSpanFromClockTenToFourFifths) {
+  auto events = ParseKillSchedule("random:200", Cluster(2, 2, 7, 50));
   ASSERT_TRUE(events.ok()) << events.status();
   ASSERT_EQ(events->size(), 200u);
   for (const KillEvent& e : *events) {
@@ -146,6 +149,8 @@ TEST(KillSchedule, RandomKillsWithoutARangeSpanFromClockTenToTheEstimate) {
   }
   EXPECT_EQ(events->front().clock, 10) << "200 draws from 31 clocks";
   EXPECT_EQ(events->back().clock, 40) << "200 draws from 31 clocks";
+  EXPECT_NE(ErrorOf("random:2", Cluster(2, 2, 1, 12)).find("only 12 clocks"),
+            std::string::npos);
 }
 
 TEST(KillSchedule, RandomKillsNeedARangeWhenTheJobLengthIsUnknownOrShort) {

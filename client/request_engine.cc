@@ -703,6 +703,7 @@ void RequestEngine::HandleTimers() {
         " ms: it waited behind earlier calls whose requests were being "
         "re-routed (nothing of it was applied)"));
   }
+  SendDueClocks();  // one may have waited for an expired push
   SendHeldOps();
   for (auto it = controls_.begin(); it != controls_.end();) {
     ControlOperation& c = *it->second;

@@ -93,11 +93,13 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_draining(m.draining);
       pm->set_awaiting_slots(m.awaiting_slots);
       pm->set_keep_checkpoints(m.keep_checkpoints);
-      if (!m.dead && !m.left && !m.finished) {
-        // In whole quanta: a member that speaks regularly changes nothing,
-        // and a silent one causes a write once per quantum.
+      if (!m.dead && !m.left && !m.finished && m.busy_until <= now) {
+        // In whole quanta of at least two worker heartbeat intervals: a
+        // member that speaks regularly changes nothing, and a silent one
+        // causes a write once per quantum. (A server busy writing or
+        // restoring a checkpoint is silent by announcement: not counted.)
         const int64_t quantum =
-            std::max<int64_t>(options_.heartbeat_timeout_ms / 4, 1);
+            std::max<int64_t>(options_.heartbeat_timeout_ms / 4, 2000);
         const int64_t silent =
             std::chrono::duration_cast<std::chrono::milliseconds>(now -
                                                                   m.last_seen)

@@ -5,7 +5,9 @@
 // persisted the state that caused it (ClusterState::PersistIfChanged), then
 // Flush() sends them in order: nobody hears of a change a crash could
 // still undo. While the state cannot be written, they stay held; only
-// replies that tell of no change (SendStateless: the status) go out.
+// replies that tell of no change (SendStateless: the status) go out. A
+// message equal to one already held (same member, same bytes) is not held
+// twice.
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_ELASTIC_COORDINATOR_CONTEXT_H_

@@ -115,6 +115,13 @@ void CoordinatorNode::PersistAndSend() {
     }
     save_error_ = std::move(saved);
     save_retry_at_ = now + kSaveRetry;
+    if (ctx_.shutting_down && now >= shutdown_deadline_ && failure_.ok()) {
+      failure_ = UnavailableError(
+          "the job ended while the coordinator could not save its state (" +
+          save_error_.ToString() + "); " + std::to_string(out_.held()) +
+          " message(s) to the members were never sent");
+      LOG(ERROR) << "coordinator: " << failure_.message();
+    }
     return out_.FlushStateless(socket_.get());
   }
   if (!save_error_.ok()) {
@@ -131,6 +138,11 @@ bool CoordinatorNode::finished() const {
   // on forever: one not heard from since a restart of this coordinator is
   // told when it reconnects, unless it stays silent past the heartbeat
   // timeout (then it is dead, or cut off).
+  if (!save_error_.ok() && out_.held() > 0) {
+    // The shutdown notices wait for the state to be written; past the
+    // deadline the coordinator ends without them, as a failure.
+    return !failure_.ok();
+  }
   if (env_->Now() >= shutdown_deadline_) return true;
   for (const auto& [id, m] : ctx_.state.servers) {
     if (!m.dead && !m.left && m.identity.empty()) return false;
@@ -465,25 +477,28 @@ void CoordinatorNode::CheckTimeouts() {
 
 void CoordinatorNode::CheckWorkersGone() {
   const int64_t timeout = ctx_.options.no_worker_timeout_ms;
-  bool any_finished = false;
-  for (const auto& [id, m] : state_.workers) any_finished |= m.finished;
+  // (A job whose workers are all done has begun its shutdown already.)
   if (timeout <= 0 || ctx_.shutting_down || state_.workers.empty() ||
-      any_finished || !state_.LiveWorkers().empty()) {
+      !state_.LiveWorkers().empty()) {
     no_worker_since_.reset();
     return;
   }
   const TimePoint now = env_->Now();
   if (!no_worker_since_) {
     no_worker_since_ = now;
-    LOG(WARNING) << "coordinator: no worker is left (each died or left); the "
-                    "job fails unless one joins within "
+    LOG(WARNING) << "coordinator: no worker is live and the job is not done; "
+                    "it fails unless one joins within "
                  << timeout << " ms";
     return;
   }
   if (now - *no_worker_since_ < milliseconds(timeout)) return;
-  failure_ = AbortedError("the job failed: no worker was left for " +
-                          std::to_string(timeout) +
-                          " ms (each died or left) and none had finished");
+  int finished = 0;
+  for (const auto& [id, m] : state_.workers) finished += m.finished;
+  failure_ = AbortedError(
+      "the job failed: no worker was live for " + std::to_string(timeout) +
+      " ms and the job is not done (" + std::to_string(finished) + " of " +
+      std::to_string(state_.workers.size()) +
+      " worker(s) finished; the others died or left)");
   LOG(ERROR) << "coordinator: " << failure_.message()
              << "; shutting the cluster down";
   BeginShutdown();

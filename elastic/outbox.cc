@@ -5,7 +5,14 @@
 namespace ductile {
 
 void Outbox::Send(const std::string& identity, const wire::Header& header) {
-  pending_.emplace_back(identity, header.SerializeAsString());
+  std::string bytes = header.SerializeAsString();
+  // While messages are held (the state cannot be saved), members' resends
+  // and heartbeats ask for the same messages again and again: one copy
+  // each is enough.
+  for (const auto& [to, pending] : pending_) {
+    if (to == identity && pending == bytes) return;
+  }
+  pending_.emplace_back(identity, std::move(bytes));
 }
 
 void Outbox::Reply(const std::string& identity, uint64_t seq,

@@ -20,6 +20,9 @@ using std::chrono::milliseconds;
 // Requests handled per Step() before the coordinator's messages and the
 // timers get their turn.
 constexpr int kRequestsPerStep = 256;
+// A gap between two runs of the timers this much longer than the heartbeat
+// interval is a pause of this server's own.
+constexpr std::chrono::milliseconds kPauseForgiven{1000};
 
 std::string RandomIdentity(const char* role) {
   std::random_device rd;
@@ -636,9 +639,17 @@ void ServerNode::ReplayCheckpointHeld() {
 }
 
 void ServerNode::HandleTimers() {
+  const TimePoint now = env_->Now();
+  // The timers run at least once per heartbeat interval; a longer gap is
+  // time this server did not run (stopped, starved, or busy writing), and
+  // the coordinator's answer to the heartbeat it just sent is on its way.
+  const auto expected = milliseconds(heartbeat_interval_ms_) + kPauseForgiven;
+  if (last_timers_ != TimePoint{} && now - last_timers_ > expected) {
+    last_heard_ += now - last_timers_ - milliseconds(heartbeat_interval_ms_);
+  }
+  last_timers_ = now;
   if (options_.coordinator_timeout_ms > 0 &&
-      env_->Now() - last_heard_ >=
-          milliseconds(options_.coordinator_timeout_ms)) {
+      now - last_heard_ >= milliseconds(options_.coordinator_timeout_ms)) {
     // Gone for good, or the job ended while this server was cut off.
     failure_ = UnavailableError(
         "server " + std::to_string(id_) + " heard nothing from the " +

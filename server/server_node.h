@@ -143,7 +143,8 @@ class ServerNode final : private CoordinatorLink {
   // Owned by the stepping thread.
   bool registered_ = false;
   bool shut_down_ = false;
-  TimePoint last_heard_{};  // the coordinator's last message
+  TimePoint last_heard_{};   // the coordinator's last message
+  TimePoint last_timers_{};  // HandleTimers() last ran
   Status failure_;
   RoutingTable routing_;
   uint64_t generation_ = 0;

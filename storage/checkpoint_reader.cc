@@ -105,7 +105,8 @@ Status FromErrorCode(const std::error_code& ec, const std::string& what,
 namespace {
 std::string Megabytes(uint64_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof(text), "%.1f MB", bytes / 1e6);
+  std::snprintf(text, sizeof(text), "%.1f MiB",
+                static_cast<double>(bytes) / (1 << 20));
   return text;
 }
 }  // namespace

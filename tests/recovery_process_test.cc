@@ -198,7 +198,7 @@ TEST(RecoveryProcess, AJobWhoseWorkersAllDiedFailsAndEnds) {
   Kill9(cluster.worker(1));
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 1)
       << cluster.coordinator().output();
-  EXPECT_NE(cluster.coordinator().output().find("no worker was left"),
+  EXPECT_NE(cluster.coordinator().output().find("no worker was live"),
             std::string::npos)
       << cluster.coordinator().output();
   for (int s : {0, 1}) {

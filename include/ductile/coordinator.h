@@ -46,10 +46,11 @@ struct CoordinatorOptions {
   // its slots): a short linger costs resends, never an update.
   // 0 - 60000.
   int64_t drain_linger_ms = 2000;
-  // The job fails when no worker has been live for this long and none has
-  // finished (every worker that registered died or left, and none joined
-  // since): the cluster shuts down, so its servers stop too, and Wait()
-  // returns kAborted. 0: wait for new workers forever. 0 or 1 s - 7 days.
+  // The job fails when no worker has been live for this long while the job
+  // is not done (the workers that registered died or left, or finished
+  // short of num_workers, and none joined since): the cluster shuts down,
+  // so its servers stop too, and Wait() returns kAborted. 0: wait for new
+  // workers forever. 0 or 1 s - 7 days.
   int64_t no_worker_timeout_ms = 600000;
 
   // Fault tolerance (docs/fault_tolerance.md).

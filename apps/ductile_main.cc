@@ -200,19 +200,21 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
       FLAGS_keep_checkpoints < 1) {
     return ductile::InvalidArgumentError("--keep_checkpoints must be >= 1");
   }
-  if ((command == "server" || command == "local") &&
-      FLAGS_coordinator_timeout_ms != 0 &&
-      (FLAGS_coordinator_timeout_ms < 1000 ||
-       FLAGS_coordinator_timeout_ms > 604800000)) {
-    return ductile::InvalidArgumentError(
-        "--coordinator_timeout_ms must be 0 or in [1000, 604800000]");
+  // Timeouts that may be off (0), else 1 s - 7 days.
+  const auto off_or_in_range = [](const char* name, int64_t ms) {
+    return ms == 0 || (ms >= 1000 && ms <= 604800000)
+               ? ductile::Status::Ok()
+               : ductile::InvalidArgumentError(
+                     std::string("--") + name +
+                     " must be 0 or in [1000, 604800000]");
+  };
+  if (command == "server" || command == "local") {
+    DUCTILE_RETURN_IF_ERROR(off_or_in_range("coordinator_timeout_ms",
+                                            FLAGS_coordinator_timeout_ms));
   }
-  if ((command == "coordinator" || command == "local") &&
-      FLAGS_no_worker_timeout_ms != 0 &&
-      (FLAGS_no_worker_timeout_ms < 1000 ||
-       FLAGS_no_worker_timeout_ms > 604800000)) {
-    return ductile::InvalidArgumentError(
-        "--no_worker_timeout_ms must be 0 or in [1000, 604800000]");
+  if (command == "coordinator" || command == "local") {
+    DUCTILE_RETURN_IF_ERROR(
+        off_or_in_range("no_worker_timeout_ms", FLAGS_no_worker_timeout_ms));
   }
   if ((command == "server" || command == "local") &&
       (FLAGS_disk_reserve_mb < 0 || FLAGS_disk_reserve_mb > (1 << 20))) {

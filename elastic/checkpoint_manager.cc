@@ -18,8 +18,6 @@ constexpr int64_t kPrepareHoldMs = 3000;
 // (60 s by default), so a straggler under async fails the checkpoint, not
 // the faster workers' pushes.
 constexpr int64_t kCutHoldMs = 30000;
-// The longest wait after failed rounds before the next by clock or time.
-constexpr int64_t kMaxBackoffMs = 60000;
 
 }  // namespace
 
@@ -245,8 +243,7 @@ void CheckpointManager::Fail(const Status& status, bool counts) {
   int64_t wait_ms = 0;
   if (counts) {
     ++failures_in_a_row_;
-    wait_ms = std::min<int64_t>(
-        int64_t{1000} << std::min(failures_in_a_row_ - 1, 6), kMaxBackoffMs);
+    wait_ms = BackoffMs(failures_in_a_row_);
     retry_after_ = ctx_.Now() + milliseconds(wait_ms);
     problem_ = std::to_string(failures_in_a_row_) +
                " checkpoint(s) failed in a row; the last: " + status.ToString();

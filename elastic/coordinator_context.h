@@ -13,7 +13,9 @@
 #ifndef DUCTILE_ELASTIC_COORDINATOR_CONTEXT_H_
 #define DUCTILE_ELASTIC_COORDINATOR_CONTEXT_H_
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
@@ -57,6 +59,13 @@ struct Waiter {
   std::string identity;
   uint64_t seq = 0;
 };
+
+// How long to wait after the `failures`-th failure in a row before trying
+// again: 1 s, doubling, at most 60 s (failed restores, checkpoint rounds).
+inline int64_t BackoffMs(int failures) {
+  return std::min<int64_t>(int64_t{1000} << std::clamp(failures - 1, 0, 6),
+                           60000);
+}
 
 struct CoordinatorContext {
   using TimePoint = std::chrono::steady_clock::time_point;

@@ -7,11 +7,6 @@ namespace ductile {
 
 using std::chrono::milliseconds;
 
-namespace {
-// The longest wait before asking a server that failed to restore again.
-constexpr int64_t kMaxRetryWaitMs = 60000;
-}  // namespace
-
 void RecoveryManager::Load() {
   const ClusterState& state = ctx_.state;
   if (state.recovering) {
@@ -100,8 +95,7 @@ void RecoveryManager::HandleAck(const wire::Header& h) {
     // may be good, and dropping it would lose every clock since. Keep it
     // and ask the server again later.
     const int failures = ++failures_[h.member_id()];
-    const int64_t wait_ms = std::min<int64_t>(
-        int64_t{1000} << std::min(failures - 1, 6), kMaxRetryWaitMs);
+    const int64_t wait_ms = BackoffMs(failures);
     const auto at = ctx_.Now() + milliseconds(wait_ms);
     round_->retry_at[h.member_id()] = at;
     // The round waits for the retry, not for its old deadline.

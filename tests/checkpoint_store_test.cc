@@ -668,12 +668,10 @@ TEST(CheckpointStore, AFullDiskIsResourceExhausted) {
   {
     // With the default reserve, the write is refused before RocksDB sees
     // it.
-    CheckpointStoreOptions options;
-    options.dir = (tmp.path() / "small" / "ckpt").string();
-    Result<std::unique_ptr<CheckpointStore>> store =
-        CheckpointStore::Open(options);
-    ASSERT_TRUE(store.ok()) << store.status();
-    Status s = (*store)->WriteCheckpoint(10, 1, TwoTables(), entries, {}, "");
+    auto store = OpenStore(tmp.path() / "small" / "ckpt", 3,
+                           CheckpointStoreOptions().min_free_bytes);
+    ASSERT_NE(store, nullptr);
+    Status s = store->WriteCheckpoint(10, 1, TwoTables(), entries, {}, "");
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(s.message(), HasSubstr("kept free"));
   }

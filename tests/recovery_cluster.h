@@ -156,6 +156,17 @@ class RecoveryCluster {
 
   // Waits (bounded) until the coordinator's catalog has a checkpoint at
   // `clock` or later.
+  // Waits until the coordinator lists `n` members of `role` ("server",
+  // "worker").
+  bool WaitForMembers(const std::string& role, int n) {
+    return WaitForStatus(
+        [&](const ClusterStatus& s) {
+          int count = 0;
+          for (const auto& m : s.members) count += m.role == role;
+          return count == n;
+        },
+        kWaitMs);
+  }
   bool WaitForCheckpoint(int64_t clock) {
     return WaitForStatus([clock](const ClusterStatus& s) {
       return s.last_checkpoint_clock >= clock;

@@ -157,13 +157,7 @@ TEST(RecoveryProcess, ServersStopWhenTheCoordinatorIsGoneForGood) {
   RecoveryCluster cluster;
   cluster.set_coordinator_timeout_ms(3000);
   cluster.Start(/*clocks=*/100000);
-  ASSERT_TRUE(cluster.WaitForStatus(
-      [](const ClusterStatus& s) {
-        int servers = 0;
-        for (const auto& m : s.members) servers += m.role == "server";
-        return servers == 2;
-      },
-      kWaitMs));
+  ASSERT_TRUE(cluster.WaitForMembers("server", 2));
   std::this_thread::sleep_for(milliseconds(4500));
   for (int s : {0, 1}) {
     ASSERT_TRUE(cluster.server(s).Running()) << cluster.server(s).output();
@@ -187,13 +181,7 @@ TEST(RecoveryProcess, AJobWhoseWorkersAllDiedFailsAndEnds) {
   RecoveryCluster cluster;
   cluster.set_coordinator_flags({"--no_worker_timeout_ms=2000"});
   cluster.Start(/*clocks=*/100000);
-  ASSERT_TRUE(cluster.WaitForStatus(
-      [](const ClusterStatus& s) {
-        int workers = 0;
-        for (const auto& m : s.members) workers += m.role == "worker";
-        return workers == 2;
-      },
-      kWaitMs));
+  ASSERT_TRUE(cluster.WaitForMembers("worker", 2));
   Kill9(cluster.worker(0));
   Kill9(cluster.worker(1));
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 1)

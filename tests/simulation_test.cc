@@ -152,6 +152,20 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
   EXPECT_GE(r.rollbacks, o.workers);
 }
 
+// The disk-fault cases' common options: `seed` picks the model (BSP, SSP(1)
+// or async) and whether the disk is full or read-only; checkpoints every 2
+// clocks.
+SimOptions DiskFaultCase(uint64_t seed, int servers, int clocks) {
+  SimOptions o;
+  o.seed = seed;
+  o.servers = servers;
+  o.workers = 2;
+  o.clocks = clocks;
+  o.consistency = seed % 3 == 0 ? Bsp() : seed % 3 == 1 ? Ssp(1) : Async();
+  o.checkpoint_every = 2;
+  return o;
+}
+
 // A server whose store turns read-only cannot restore the checkpoint the
 // job rolls back to when another server crashes. That says nothing about
 // the checkpoint: the job waits for the server (asking it again with
@@ -160,13 +174,7 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
 TEST(Simulation, AServerThatCannotTakeACheckpointLosesNoCheckpoint) {
   int rollbacks = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    SimOptions o;
-    o.seed = seed;
-    o.servers = 3;
-    o.workers = 2;
-    o.clocks = 20;
-    o.consistency = seed % 3 == 0 ? Bsp() : seed % 3 == 1 ? Ssp(1) : Async();
-    o.checkpoint_every = 2;
+    SimOptions o = DiskFaultCase(seed, /*servers=*/3, /*clocks=*/20);
     o.disk_faults.push_back(
         {.server = 0, .at_clock = 7, .for_ms = 6000, .full = seed % 2 == 0});
     o.crashes.push_back({.server = 2, .at_clock = 9, .down_ms = 100});
@@ -192,13 +200,7 @@ TEST(Simulation, AServerThatCannotTakeACheckpointLosesNoCheckpoint) {
 TEST(Simulation, ACoordinatorThatCannotSaveItsStateTellsNobodyOfTheChange) {
   int rollbacks = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    SimOptions o;
-    o.seed = seed;
-    o.servers = 2;
-    o.workers = 2;
-    o.clocks = 16;
-    o.consistency = seed % 3 == 0 ? Bsp() : seed % 3 == 1 ? Ssp(1) : Async();
-    o.checkpoint_every = 2;
+    SimOptions o = DiskFaultCase(seed, /*servers=*/2, /*clocks=*/16);
     o.disk_faults.push_back(
         {.server = -1, .at_clock = 5, .for_ms = 3000, .full = seed % 2 == 0});
     o.crashes.push_back(

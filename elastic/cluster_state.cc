@@ -45,6 +45,7 @@ Status ClusterState::Open() {
     m.left = pm.left();
     m.draining = pm.draining();
     m.awaiting_slots = pm.awaiting_slots();
+    m.rejoining = pm.rejoining();
     m.keep_checkpoints = pm.keep_checkpoints();
     // Not declared dead: alive until the heartbeat timeout says otherwise,
     // counting the silence it had under the previous coordinator (not the
@@ -92,6 +93,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_left(m.left);
       pm->set_draining(m.draining);
       pm->set_awaiting_slots(m.awaiting_slots);
+      pm->set_rejoining(m.rejoining);
       pm->set_keep_checkpoints(m.keep_checkpoints);
       if (!m.dead && !m.left && !m.finished && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a

@@ -48,6 +48,10 @@ struct Member {
   // Servers: joined a running job and owns no slot yet (its rebalance may
   // have been abandoned: MigrationManager plans it again).
   bool awaiting_slots = false;
+  // Servers: declared dead, then heard from again (it was paused): it is
+  // told to rejoin with no keys (REJOIN), and takes no slot until its
+  // heartbeat shows the job's generation.
+  bool rejoining = false;
   // In memory only.
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};

@@ -304,6 +304,25 @@ void CoordinatorNode::HandleHeartbeat(const std::string& identity,
     alive.set_type(wire::HEARTBEAT);
     out_.SendStateless(identity, alive);
     checkpoints_.OnServerClock(m->counters.min_clock());
+    if (m->rejoining) Rejoin(*m, h.generation());
+  }
+}
+
+void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
+  // After a rollback under way: it may take part in that one instead.
+  if (state_.recovering || recovery_.in_progress() || ctx_.shutting_down) {
+    return;
+  }
+  if (its_generation < state_.generation) {
+    // Until its heartbeat shows it was heard (it ignores a repeat).
+    return membership_.AskToRejoin(server);
+  }
+  server.rejoining = false;
+  LOG(INFO) << "coordinator: server " << server.id << " rejoined at generation "
+            << its_generation;
+  if (!state_.routing.OwnsAny(server.id)) {
+    server.awaiting_slots = true;
+    migrations_.Rebalance();
   }
 }
 

@@ -78,12 +78,17 @@ class CoordinatorNode {
   const Status& failure() const { return failure_; }
   TimePoint NextWakeup() const;
   Socket* socket() const { return socket_.get(); }
+  // The cluster as the coordinator sees it (read between steps).
+  const ClusterState& state() const { return state_; }
   Transport* transport() const { return transport_.get(); }
   const std::string& address() const { return address_; }
 
  private:
   void Handle(InMessage& message);
   void HandleHeartbeat(const std::string& identity, const wire::Header& h);
+  // A server declared dead while alive, at generation `its_generation`:
+  // told to rejoin, then given its share of the slots.
+  void Rejoin(Member& server, uint64_t its_generation);
   void HandleRegister(const std::string& identity, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void HandleLeave(const std::string& identity, const wire::Header& h);

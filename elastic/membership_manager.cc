@@ -62,11 +62,35 @@ MembershipManager::Touched MembershipManager::Touch(
       LOG(WARNING) << "coordinator: worker " << m.id
                    << " is heard from again; back in the clock vectors";
     } else {
+      m.rejoining = true;
       LOG(WARNING) << "coordinator: server " << m.id
-                   << " is heard from again, but its slots have moved";
+                   << " is heard from again, but its slots have moved; it "
+                      "rejoins the job with no keys";
     }
   }
   return t;
+}
+
+void MembershipManager::AskToRejoin(const Member& server) const {
+  const ClusterState& state = ctx_.state;
+  wire::Header rejoin;
+  rejoin.set_type(wire::REJOIN);
+  rejoin.set_member_id(server.id);
+  rejoin.set_generation(state.generation);
+  if (!state.routing.empty()) state.routing.ToWire(rejoin.mutable_routing());
+  for (const auto& [name, table] : state.tables) *rejoin.add_tables() = table;
+  for (int32_t w : state.LiveWorkers()) rejoin.add_worker_ids(w);
+  // Its store may still be read for rollbacks to these checkpoints.
+  for (const CatalogEntry& entry : state.catalog) {
+    for (const wire::CheckpointSource& source : entry.sources()) {
+      if (source.server_id() == server.id &&
+          source.state_dir() == server.state_dir) {
+        rejoin.add_keep_clocks(entry.clock());
+      }
+    }
+  }
+  rejoin.set_clock(std::max<int64_t>(0, state.LastCheckpointClock()));
+  ctx_.out.Send(server.identity, rejoin);
 }
 
 void MembershipManager::FillRegistration(const Member& member,

@@ -85,6 +85,9 @@ class MembershipManager {
 
   // The cluster's state for `ductile status`.
   wire::ClusterState Status(bool recovering) const;
+  // Tells `server`, declared dead while it was alive, to rejoin the job
+  // with no keys at the job's generation (REJOIN).
+  void AskToRejoin(const Member& server) const;
   // Fills a registration reply for `member` (an observer: a default one).
   void FillRegistration(const Member& member, wire::Header* reply) const;
 

@@ -174,6 +174,22 @@ std::optional<int64_t> Checkpointer::TakeDue(int64_t server_clock,
 
 Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
                            uint64_t generation) {
+  if (start_over_) {
+    // What the store holds belongs to the time before this server
+    // rejoined: the changes below would be written on top of it.
+    Status s = store_->StartOver(*start_over_);
+    if (!s.ok()) {
+      s = Status(s.code(),
+                 "the store cannot drop the state it kept from "
+                 "before this server rejoined the job: " +
+                     s.message());
+      LOG(ERROR) << "server " << server_id_ << ": checkpoint at clock " << clock
+                 << " failed: " << s;
+      Report(clock, generation, 0, s);
+      return s;
+    }
+    start_over_.reset();
+  }
   const TimePoint start = env_->Now();
   // No heartbeat goes out while copying and writing the changes: say for
   // how long at most first, at a pessimistic 25 MB/s (a crash meanwhile is
@@ -230,7 +246,18 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
   return s;
 }
 
+Status Checkpointer::StartOver(std::vector<int64_t> keep, int64_t newest) {
+  pending_deletes_.clear();
+  Reset(newest);
+  if (store_ == nullptr) return Status::Ok();
+  start_over_ = std::move(keep);
+  Status s = store_->StartOver(*start_over_);
+  if (s.ok()) start_over_.reset();
+  return s;
+}
+
 void Checkpointer::Reset(int64_t clock) {
+  start_over_.reset();
   prepare_above_.reset();
   pending_.clear();
   last_checkpoint_ = clock > 0 ? clock : -1;

@@ -100,6 +100,11 @@ class Checkpointer {
   // The state is now the one at `clock` (0: the start); rounds under way
   // are abandoned.
   void Reset(int64_t clock);
+  // The server rejoins the job with no keys; the job's newest complete
+  // checkpoint is at `newest` (0: none). The store keeps only the versions
+  // at `keep` and empties its working state, now or, if that fails (a
+  // read-only disk), before the next write, which fails until it is done.
+  Status StartOver(std::vector<int64_t> keep, int64_t newest);
 
  private:
   void Report(int64_t clock, uint64_t generation, uint64_t round,
@@ -132,6 +137,8 @@ class Checkpointer {
   std::vector<InMessage> held_;     // arrival order
   std::set<int64_t> held_clients_;  // the clients of held_
   std::vector<std::pair<TableId, Key>> pending_deletes_;
+  // The versions to keep while the store still has to start over.
+  std::optional<std::vector<int64_t>> start_over_;
 };
 
 }  // namespace ductile

@@ -288,6 +288,8 @@ void ServerNode::HandleCoordinator(InMessage& message) {
       return WriteDueCheckpoints();
     case wire::RECOVER:
       return Recover(header);
+    case wire::REJOIN:
+      return Rejoin(header);
     case wire::MIGRATE_OUT: {
       // The slots' BSP pushes not combined yet go with their keys.
       std::vector<SlotMover::Buffered> buffered =
@@ -686,80 +688,6 @@ void ServerNode::HandleTimers() {
     ReplayBehind();
     refuse_behind_ = false;
   }
-}
-
-// --------------------------------------------------------------- recovery
-
-void ServerNode::Recover(const wire::Header& header) {
-  if (header.generation() < generation_) return;  // an older rollback's
-  wire::Header ack;
-  ack.set_type(wire::RECOVER_ACK);
-  ack.set_member_id(id_);
-  ack.set_generation(header.generation());
-  ack.set_clock(header.clock());
-  if (restored_generation_ == header.generation()) {
-    // Sent again (the coordinator restarted, or missed the ack): restored
-    // already, and requests of this generation may have been applied since.
-    return Send(ack);
-  }
-  Heartbeat(/*busy_ms=*/-1);  // no heartbeat goes out while restoring
-  const TimePoint start = env_->Now();
-  const int64_t clock = header.clock();
-  // Everything waiting belongs to the abandoned timeline.
-  const Status aborted =
-      AbortedError("the job is rolling back to the checkpoint at clock " +
-                   std::to_string(clock));
-  replies_.FailAll(consistency_.TakeAllWaiting(), aborted);
-  replies_.FailAll(checkpointer_.TakeHeld(), aborted);
-  counters_.Set(&ServerCounters::parked_pulls, 0);
-  generation_ = header.generation();
-  admission_.Reset();
-  // Moves under way belong to the abandoned timeline too: the
-  // checkpoint's routing says who owns what (what they put back is
-  // cleared with the rest below).
-  mover_->Abort(0, tables_, consistency_);
-  counters_.Set(&ServerCounters::slots_moving, 0);
-  counters_.Set(&ServerCounters::move_bytes_left, 0);
-  Status s;
-  for (const auto& config : header.tables()) {
-    // A table this server has keeps its own options: they differ from the
-    // coordinator's after a consistency change (kept in the schedule).
-    if (tables_.Has(config.id())) continue;
-    s = tables_.Create(config);
-    if (!s.ok()) break;
-    consistency_.AddTable(config.id(), FromWire(config.consistency()));
-  }
-  Result<uint64_t> restored = 0;
-  bool unreadable = false;
-  if (s.ok()) {
-    restored = restorer_.Restore(header, routing_, id_, tables_, checkpointer_,
-                                 &unreadable);
-    s = restored.status();
-  }
-  if (s.ok()) {
-    // Every live worker resumes at the checkpoint's clock.
-    consistency_.Reset(std::set<int32_t>(header.worker_ids().begin(),
-                                         header.worker_ids().end()),
-                       clock);
-    counters_.Set(&ServerCounters::min_clock, consistency_.server_clock());
-    restored_generation_ = header.generation();
-  }
-  SetKeysStored();
-  Heartbeat(0);  // done: silence means death again
-  const double ms =
-      std::chrono::duration<double, std::milli>(env_->Now() - start).count();
-  if (s.ok()) {
-    LOG(INFO) << "server " << id_ << ": rolled back to clock " << clock
-              << " (generation " << generation_ << ", " << *restored
-              << " keys) in " << ms << " ms";
-  } else {
-    LOG(ERROR) << "server " << id_
-               << ": cannot restore the checkpoint at clock " << clock << ": "
-               << s;
-  }
-  StatusToWire(s, &ack);
-  ack.set_checkpoint_unreadable(!s.ok() && unreadable);
-  Send(ack);
 }
 
 bool ServerNode::GetForTesting(TableId table, Key key,

@@ -105,7 +105,8 @@ class ServerNode final : private CoordinatorLink {
   void SetWorkers(const wire::Header& header);
   void PrepareChange(const wire::Header& header);
   void CommitChange(const wire::Header& header);
-  void Recover(const wire::Header& header);
+  void Recover(const wire::Header& header);  // server_node_recovery.cc
+  void Rejoin(const wire::Header& header);   // server_node_recovery.cc
   // A chunk of keys moving here (MIGRATE_DATA from another server).
   void InstallMoved(InMessage& message, const wire::Header& header);
   // Reports finished moves to the coordinator.

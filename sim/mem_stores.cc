@@ -125,6 +125,15 @@ class MemCheckpointStore final : public CheckpointStore {
     return Status::Ok();
   }
 
+  Status StartOver(const std::vector<int64_t>& keep) override {
+    DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
+    std::erase_if(data_->versions, [&](const auto& v) {
+      return std::find(keep.begin(), keep.end(), v.first) == keep.end();
+    });
+    data_->live = StoreData::State();
+    return Status::Ok();
+  }
+
   Status DropCheckpoint(int64_t clock) override {
     DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     data_->versions.erase(clock);

@@ -153,6 +153,7 @@ class Cluster {
   // Crashes: done, and when the server comes back.
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
+  std::vector<bool> paused_;  // by server
   // Disk faults: started, and when they end.
   std::vector<bool> disk_fault_started_;
   std::vector<std::optional<TimePoint>> disk_fault_end_;
@@ -441,7 +442,11 @@ void Cluster::HandleCrashes() {
     if (crashed_[k]) {
       if (restart_at_[k] && net_.now() >= *restart_at_[k]) {
         restart_at_[k].reset();
-        StartServer(crash.server);
+        if (crash.pause) {
+          paused_[crash.server] = false;
+        } else {
+          StartServer(crash.server);
+        }
       }
       continue;
     }
@@ -450,8 +455,12 @@ void Cluster::HandleCrashes() {
       passed = passed && w->clock() > crash.at_clock;
     if (!passed) continue;
     crashed_[k] = true;
-    net_.Crash("server-" + std::to_string(crash.server));
-    servers_[crash.server].reset();
+    if (crash.pause) {
+      paused_[crash.server] = true;
+    } else {
+      net_.Crash("server-" + std::to_string(crash.server));
+      servers_[crash.server].reset();
+    }
     restart_at_[k] = net_.now() + milliseconds(crash.down_ms);
   }
 }
@@ -556,6 +565,7 @@ void Cluster::HandleServerChanges() {
       AllPassed(workers_, options_.server_joins[joined].after_clock)) {
     server_envs_.emplace_back();
     servers_.emplace_back();
+    paused_.push_back(false);
     StartServer(static_cast<int>(servers_.size()) - 1);
     ++result_.servers_joined;
   }
@@ -621,8 +631,10 @@ TimePoint Cluster::NextEvent() {
     }
   }
   if (auto d = net_.NextDelivery()) next = std::min(next, *d);
-  for (const auto& s : servers_) {
-    if (s) next = std::min(next, s->NextWakeup());
+  for (size_t i = 0; i < servers_.size(); ++i) {
+    if (servers_[i] && !paused_[i]) {
+      next = std::min(next, servers_[i]->NextWakeup());
+    }
   }
   for (const auto& w : workers_)
     next = std::min(next, w->client().NextWakeup());
@@ -676,6 +688,7 @@ SimResult Cluster::Run() {
   }
   server_envs_.resize(options_.servers);
   servers_.resize(options_.servers);
+  paused_.assign(options_.servers, false);
   for (int i = 0; i < options_.servers; ++i) StartServer(i);
   if (!options_.crashes.empty() &&
       (!options_.joins.empty() || !options_.leaves.empty() ||
@@ -715,7 +728,7 @@ SimResult Cluster::Run() {
       if (n == 0) {
         if (coordinator_) coordinator_->Step();
       } else if (n <= static_cast<int>(servers_.size())) {
-        if (servers_[n - 1]) servers_[n - 1]->Step();
+        if (servers_[n - 1] && !paused_[n - 1]) servers_[n - 1]->Step();
       } else {
         Worker& w = *workers_[n - 1 - servers_.size()];
         w.client().Step();
@@ -761,6 +774,16 @@ SimResult Cluster::Run() {
   result_.messages = net_.sent();
   result_.dropped = net_.dropped();
   result_.duplicated = net_.duplicated();
+  if (coordinator_) {
+    const RoutingTable& routing = coordinator_->state().routing;
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      result_.slots_at_end.push_back(
+          routing.empty()
+              ? 0
+              : static_cast<int>(
+                    routing.SlotsOf(static_cast<int32_t>(i)).size()));
+    }
+  }
   // Nodes go before the network they use.
   workers_.clear();
   servers_.clear();
@@ -786,8 +809,8 @@ std::string Describe(const SimOptions& o) {
       << " duplicate=" << o.faults.duplicate << " drop=" << o.faults.drop
       << " checkpoint_every=" << o.checkpoint_every;
   for (const auto& c : o.crashes) {
-    out << " crash=server:" << c.server << "@clock=" << c.at_clock << "+"
-        << c.down_ms << "ms";
+    out << (c.pause ? " pause" : " crash") << "=server:" << c.server
+        << "@clock=" << c.at_clock << "+" << c.down_ms << "ms";
   }
   for (const auto& f : o.disk_faults) {
     out << " disk_" << (f.full ? "full" : "read_only") << "="

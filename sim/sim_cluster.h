@@ -50,11 +50,14 @@ struct SimOptions {
   // Checkpoints every this many clocks (0: none kept).
   int64_t checkpoint_every = 0;
   // Server crashes: server `server` is killed once every worker has passed
-  // `at_clock`, and restarted on its state `down_ms` later.
+  // `at_clock`, and restarted on its state `down_ms` later. With `pause`,
+  // it is not killed but stops running for `down_ms` (as on SIGSTOP):
+  // what is sent to it waits, and it goes on with all it had.
   struct Crash {
     int server = 0;
     int64_t at_clock = 0;
     int64_t down_ms = 100;
+    bool pause = false;
   };
   std::vector<Crash> crashes;
   // Disk faults: once every worker has passed `at_clock`, writes to server
@@ -122,6 +125,8 @@ struct SimResult {
   std::vector<int64_t> resume_clocks;
   int joined = 0, left = 0;  // workers that joined and left mid-job
   int servers_joined = 0, servers_drained = 0;
+  // The slots each server owns at the end (the coordinator's routing).
+  std::vector<int> slots_at_end;
   uint64_t reads_checked = 0;
   // The longest a worker went without its clock moving (simulated ms),
   // from its start to its end: how long a membership change or a fault

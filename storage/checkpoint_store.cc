@@ -148,6 +148,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
   Status RollBackTo(int64_t clock) override;
   Status DiscardAll() override;
+  Status StartOver(const std::vector<int64_t>& keep) override;
   Status DropCheckpoint(int64_t clock) override {
     DUCTILE_RETURN_IF_ERROR(RemoveVersion(clock));
     return options_.sync ? SyncDir(versions_path_) : Status::Ok();
@@ -550,10 +551,13 @@ Status RocksCheckpointStore::RollBackTo(int64_t clock) {
   return Status::Ok();
 }
 
-Status RocksCheckpointStore::DiscardAll() {
+Status RocksCheckpointStore::DiscardAll() { return StartOver({}); }
+
+Status RocksCheckpointStore::StartOver(const std::vector<int64_t>& keep) {
   Result<std::vector<int64_t>> clocks = ListCheckpoints();
   if (!clocks.ok()) return clocks.status();
   for (auto it = clocks->rbegin(); it != clocks->rend(); ++it) {
+    if (std::find(keep.begin(), keep.end(), *it) != keep.end()) continue;
     DUCTILE_RETURN_IF_ERROR(RemoveVersion(*it));
   }
   if (options_.sync) DUCTILE_RETURN_IF_ERROR(SyncDir(versions_path_));

@@ -171,6 +171,13 @@ class CheckpointStore {
   // nothing to restore, in a directory used before.
   [[nodiscard]] virtual Status DiscardAll() = 0;
 
+  // Keeps the versions at `keep` (clocks absent from the store are
+  // ignored), deletes every other one and empties live/: the next
+  // WriteCheckpoint holds only what it lists. For a server that rejoins the
+  // job with no state: the versions kept may still be read for rollbacks to
+  // older checkpoints, the others belong to a timeline the job abandoned.
+  [[nodiscard]] virtual Status StartOver(const std::vector<int64_t>& keep) = 0;
+
   // Deletes the frozen version at `clock` (one that will never be
   // restored, e.g. of a checkpoint that did not complete on every server),
   // so it does not count among the newest keep_last. live/ is unchanged.

@@ -636,6 +636,40 @@ TEST(CheckpointStore, DiscardAllStartsOver) {
   ExpectHolds(*latest, state);
 }
 
+// A server that rejoins the job keeps the versions the coordinator still
+// names, drops the others (a timeline the job abandoned), and its next
+// write holds only what it lists: nothing of the old working state.
+TEST(CheckpointStore, StartingOverKeepsTheNamedVersionsAndEmptiesTheWorkingDb) {
+  TempDir tmp;
+  auto store = OpenStore(tmp.path(), /*keep_last=*/5);
+  ASSERT_NE(store, nullptr);
+  State at10 = WriteInitial(store.get(), 10);
+  State at20 = at10;
+  WriteChange(store.get(), &at20, 20, 0, 30, 1);
+  State at30 = at20;
+  WriteChange(store.get(), &at30, 30, 0, 30, 2);
+  ASSERT_TRUE(store->StartOver({10, 20, 99}).ok());
+  Result<std::vector<int64_t>> clocks = store->ListCheckpoints();
+  ASSERT_TRUE(clocks.ok());
+  EXPECT_EQ(*clocks, (std::vector<int64_t>{10, 20}));
+  Result<LoadedCheckpoint> kept = store->Load(20);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ExpectHolds(*kept, at20);
+  // The next write builds on nothing (a clock between those kept and the
+  // dropped one is fine: the dropped one is gone).
+  State fresh;
+  std::vector<EntryRecord> mine = {Entry(1, 5000, 3, 8, 16)};
+  ASSERT_TRUE(store->WriteCheckpoint(25, 1, TwoTables(), mine, {}, "b25").ok());
+  Apply(&fresh, mine);
+  Result<LoadedCheckpoint> latest = store->LoadLatest();
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->clock, 25);
+  ExpectHolds(*latest, fresh);
+  kept = store->Load(10);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ExpectHolds(*kept, at10);
+}
+
 // A small tmpfs mounted for the test; needs CAP_SYS_ADMIN.
 class SmallFilesystem {
  public:

@@ -155,6 +155,8 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
 // The disk-fault cases' common options: `seed` picks the model (BSP, SSP(1)
 // or async) and whether the disk is full or read-only; checkpoints every 2
 // clocks.
+constexpr int kRejoinClocks = 600;
+
 SimOptions DiskFaultCase(uint64_t seed, int servers, int clocks) {
   SimOptions o;
   o.seed = seed;
@@ -216,6 +218,36 @@ TEST(Simulation, ACoordinatorThatCannotSaveItsStateTellsNobodyOfTheChange) {
     rollbacks += r.rollbacks;
   }
   EXPECT_GT(rollbacks, 0);
+}
+
+// A server paused past the heartbeat timeout (SIGSTOP, a long stall) is
+// declared dead: its slots move and the job rolls back without it. When it
+// runs again it is told so, rejoins with no keys and gets its share of the
+// slots back, rather than idling to the end. What it then writes to its
+// store is exact: another server's crash later rolls every server back to
+// a checkpoint written after the rejoin, and the counts stay exact.
+TEST(Simulation, AServerDeclaredDeadWhileAliveRejoinsTheJob) {
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SimOptions o = DiskFaultCase(seed, /*servers=*/3, /*clocks=*/kRejoinClocks);
+    o.crashes.push_back(
+        {.server = 0, .at_clock = 4, .down_ms = 6000, .pause = true});
+    o.crashes.push_back(
+        {.server = 1, .at_clock = kRejoinClocks - 50, .down_ms = 100});
+    if (seed % 3 == 0) {
+      // Its store is read-only when it rejoins: it cannot drop what it
+      // kept, and writes nothing on top of it until it can.
+      o.disk_faults.push_back({.server = 0, .at_clock = 4, .for_ms = 7000});
+    }
+    const SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    EXPECT_GE(r.rollbacks, 2 * o.workers) << Describe(o);
+    ASSERT_EQ(r.slots_at_end.size(), 3u);
+    EXPECT_GT(r.slots_at_end[0], 0)
+        << Describe(o) << ": the paused server never got slots again";
+    for (size_t i = 1; i < r.resume_clocks.size(); ++i) {
+      EXPECT_GT(r.resume_clocks[i], 0) << Describe(o);
+    }
+  }
 }
 
 // Workers join and leave at several clocks under every model: every read

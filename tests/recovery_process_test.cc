@@ -102,6 +102,40 @@ TEST(RecoveryProcess, ACoordinatorPausedLongerThanTheHeartbeatTimeoutGoesOn) {
   EXPECT_NE(log.find("did not run for"), std::string::npos) << log;
 }
 
+// A server paused (SIGSTOP) past the heartbeat timeout is declared dead and
+// the job rolls back without it. When it runs again it rejoins with no
+// keys and gets its share of the slots back while the job trains on; the
+// counts stay exact and it ends with the job.
+TEST(RecoveryProcess, AServerPausedPastTheHeartbeatTimeoutRejoinsTheJob) {
+  RecoveryCluster cluster;  // heartbeat timeout 4 s
+  // Long enough to train on after the pause (a clock takes about 15 ms).
+  cluster.Start(/*clocks=*/1200);
+  ASSERT_TRUE(cluster.WaitForCheckpoint(10));
+  ASSERT_NO_FATAL_FAILURE(testing::Pause(cluster.server(1)));
+  ASSERT_TRUE(cluster.WaitForOutput(cluster.coordinator(),
+                                    "server 1 silent for", 20000))
+      << cluster.coordinator().output();
+  ASSERT_TRUE(
+      cluster.WaitForOutput(cluster.coordinator(), "rolling back", 10000))
+      << cluster.coordinator().output();
+  ASSERT_NO_FATAL_FAILURE(testing::Resume(cluster.server(1)));
+  ASSERT_TRUE(cluster.WaitForOutput(cluster.coordinator(),
+                                    "server 1 rejoined at generation", 20000))
+      << cluster.coordinator().output() << cluster.server(1).output();
+  // Its share of the slots moves back to it.
+  ASSERT_TRUE(
+      cluster.WaitForOutput(cluster.coordinator(), "to server 1 (", 30000))
+      << cluster.coordinator().output();
+  cluster.ExpectWorkersExact(1200, /*rolled_back=*/true);
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+  EXPECT_EQ(cluster.server(1).WaitExit(kWaitMs), 0)
+      << cluster.server(1).output();
+  EXPECT_NE(cluster.server(1).output().find("rejoining at generation"),
+            std::string::npos)
+      << cluster.server(1).output();
+}
+
 // A restarted coordinator sees every worker finish before any server has
 // reconnected: it must not end the job without the servers, which would
 // run on forever. Held so on purpose: the coordinator is killed while the

@@ -96,6 +96,9 @@ DEFINE_int64(disk_reserve_mb, 64,
              "server, local: space each server's checkpoint store leaves "
              "free on its disk; a checkpoint that would leave less fails "
              "with a clear error (0: no check)");
+DEFINE_uint64(max_key_floats, 1 << 24,
+              "server, local: widest value one key may have, in floats "
+              "(1 to 268435456); wider pushes and pulls are refused");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "
               "tolerance tests. Comma-separated items: server:ID@clock=N, "
@@ -217,6 +220,11 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
         off_or_in_range("no_worker_timeout_ms", FLAGS_no_worker_timeout_ms));
   }
   if ((command == "server" || command == "local") &&
+      (FLAGS_max_key_floats < 1 || FLAGS_max_key_floats > (1u << 28))) {
+    return ductile::InvalidArgumentError(
+        "--max_key_floats must be in [1, 268435456]");
+  }
+  if ((command == "server" || command == "local") &&
       (FLAGS_disk_reserve_mb < 0 || FLAGS_disk_reserve_mb > (1 << 20))) {
     return ductile::InvalidArgumentError(
         "--disk_reserve_mb must be in [0, 1048576]");
@@ -268,6 +276,7 @@ int RunServer() {
   o.state_dir = FLAGS_state_dir;
   o.keep_checkpoints = FLAGS_keep_checkpoints;
   o.disk_reserve_mb = FLAGS_disk_reserve_mb;
+  o.max_key_floats = FLAGS_max_key_floats;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto server = ductile::Server::Start(o);
@@ -539,6 +548,7 @@ int RunLocal() {
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
                     Forward("keep_checkpoints"),
                     Forward("disk_reserve_mb"),
+                    Forward("max_key_floats"),
                     Forward("coordinator_timeout_ms"),
                     Forward("move_timeout_ms")};
   o.worker_flags = {log};
@@ -574,8 +584,8 @@ const std::vector<Command>& Commands() {
        {"servers", "workers", "slots", "heartbeat_timeout_ms", "timeout_ms",
         "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
         "checkpoint_timeout_ms", "keep_checkpoints", "disk_reserve_mb",
-        "coordinator_timeout_ms", "no_worker_timeout_ms", "move_timeout_ms",
-        "kill_schedule", "resize_schedule"},
+        "max_key_floats", "coordinator_timeout_ms", "no_worker_timeout_ms",
+        "move_timeout_ms", "kill_schedule", "resize_schedule"},
        true,
        RunLocal},
       {"coordinator",
@@ -588,8 +598,8 @@ const std::vector<Command>& Commands() {
       {"server",
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
-        "keep_checkpoints", "disk_reserve_mb", "coordinator_timeout_ms",
-        "ipc_dir", "move_timeout_ms"},
+        "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
+        "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms"},
        false,
        RunServer},
       {"worker",

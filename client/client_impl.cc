@@ -20,8 +20,11 @@ int64_t NewClientId(Env* env) {
 }  // namespace
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  if (options.connect_timeout_ms < 1 || options.request_timeout_ms < 1) {
-    return InvalidArgumentError("timeouts must be >= 1 ms");
+  if (options.connect_timeout_ms < 1 || options.request_timeout_ms < 1 ||
+      options.connect_timeout_ms > kMaxTimeoutMs ||
+      options.request_timeout_ms > kMaxTimeoutMs) {
+    return InvalidArgumentError("timeouts must be in [1, " +
+                                std::to_string(kMaxTimeoutMs) + "] ms");
   }
   if (options.heartbeat_interval_ms < 10 ||
       options.heartbeat_interval_ms > 60000) {

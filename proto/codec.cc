@@ -8,6 +8,7 @@ namespace ductile {
 Status ParseHeader(ByteSpan bytes, wire::Header* header) {
   if (bytes.empty()) return InvalidArgumentError("empty header frame");
   if (!header->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    header->Clear();  // nothing of it is to be trusted, not even its seq
     return InvalidArgumentError("header frame is not a valid protobuf (" +
                                 std::to_string(bytes.size()) + " bytes)");
   }
@@ -15,6 +16,16 @@ Status ParseHeader(ByteSpan bytes, wire::Header* header) {
       header->type() == wire::MESSAGE_UNKNOWN) {
     return InvalidArgumentError("unknown message type " +
                                 std::to_string(header->type()));
+  }
+  if (header->clock() < -1 || header->clock() > kMaxClock) {
+    return InvalidArgumentError("clock " + std::to_string(header->clock()) +
+                                " is out of range (-1 to " +
+                                std::to_string(kMaxClock) + ")");
+  }
+  if (header->timeout_ms() < 0 || header->timeout_ms() > kMaxTimeoutMs) {
+    return InvalidArgumentError(
+        "timeout_ms " + std::to_string(header->timeout_ms()) +
+        " is out of range (0 to " + std::to_string(kMaxTimeoutMs) + ")");
   }
   return Status::Ok();
 }

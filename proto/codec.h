@@ -25,7 +25,16 @@ using ByteSpan = std::span<const uint8_t>;
 // Largest vector one key may hold, in floats (1 GiB).
 inline constexpr uint32_t kMaxValueFloats = 1u << 28;
 
-// Parses frame 0. Fails on garbage bytes or an unknown message type.
+// The clocks and timeouts a message may carry. Beyond them, the sums and
+// differences made of them could overflow (a parked pull's deadline, an
+// SSP bound, the clock a consistency change starts from), and a push
+// clock of 2^62 would hold every later checkpoint above it. A clock of -1
+// means "none" in some messages.
+inline constexpr int64_t kMaxClock = int64_t{1} << 40;
+inline constexpr int64_t kMaxTimeoutMs = int64_t{30} * 24 * 3600 * 1000;
+
+// Parses frame 0. Fails on garbage bytes (leaving `header` empty), an
+// unknown message type, or a clock or timeout out of range (above).
 Status ParseHeader(ByteSpan bytes, wire::Header* header);
 
 // Typed, validated views of a data message's frames. Views point into the

@@ -66,10 +66,17 @@ void ParameterTable::ApplyPush(const DataFrames& request) {
   }
 }
 
-void ParameterTable::ApplyOne(Key key, std::span<const float> update) {
+Status ParameterTable::ApplyOne(Key key, std::span<const float> update) {
   Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
+  if (e.value.size() != update.size()) {
+    return InvalidArgumentError(
+        "key " + std::to_string(key) + " of table '" + options_.name +
+        "' has width " + std::to_string(e.value.size()) + ", its pushes of " +
+        std::to_string(update.size()) + " floats are dropped");
+  }
   kernel_.Apply(e.value, update, e.state, &e.steps);
   MarkChanged(key, e);
+  return Status::Ok();
 }
 
 uint64_t ParameterTable::changed_bytes() const {

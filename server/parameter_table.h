@@ -31,19 +31,22 @@ class ParameterTable {
   Status CheckPush(const DataFrames& request) const;
   // Applies a checked push.
   void ApplyPush(const DataFrames& request);
-  // Applies one vector to one key (a BSP clock's combined pushes).
-  void ApplyOne(Key key, std::span<const float> update);
+  // Applies one vector to one key (a BSP clock's combined pushes). An
+  // existing key of another width is left unchanged (InvalidArgument): a
+  // pull may have created it, with its own width, after the pushes were
+  // checked and buffered.
+  Status ApplyOne(Key key, std::span<const float> update);
   // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`:
   // their mean under BspCombine::kMean (not for assign tables), else the
   // sum. `sum` is scaled in place.
-  void ApplyCombined(Key key, std::span<float> sum, int32_t pushes,
-                     BspCombine combine) {
+  Status ApplyCombined(Key key, std::span<float> sum, int32_t pushes,
+                       BspCombine combine) {
     if (options_.rule != UpdateRule::kAssign && combine == BspCombine::kMean &&
         pushes > 1) {
       const float scale = 1.0f / static_cast<float>(pushes);
       for (float& x : sum) x *= scale;
     }
-    ApplyOne(key, sum);
+    return ApplyOne(key, sum);
   }
   // Checks a pull's widths against stored keys (variable-width tables).
   Status CheckPull(const DataFrames& request) const;

@@ -15,8 +15,10 @@ Status RequestAdmission::Check(const InMessage& message,
     return InvalidArgumentError("message has no header frame");
   }
   wire::Header& header = out->header;
-  DUCTILE_RETURN_IF_ERROR(ParseHeader(message.frame(1), &header));
+  // A header that parses but fails a check is answered under its seq.
+  const Status parsed = ParseHeader(message.frame(1), &header);
   *seq = header.seq();
+  DUCTILE_RETURN_IF_ERROR(parsed);
   const auto type = header.type();
   out->is_worker = header.has_worker_id() && header.worker_id() >= 0;
   if (type == wire::CLOCK && message.size() == 2) {
@@ -73,6 +75,15 @@ Status RequestAdmission::Check(const InMessage& message,
   DUCTILE_RETURN_IF_ERROR(out->data.Parse(header, {frames, n_data},
                                           out->table->options().value_width,
                                           type != wire::PULL));
+  for (size_t i = 0; i < out->data.keys().size(); ++i) {
+    if (out->data.length(i) > max_key_floats_) {
+      return InvalidArgumentError(
+          "key " + std::to_string(out->data.keys()[i]) + " of " +
+          std::to_string(out->data.length(i)) +
+          " floats is wider than this server's limit of " +
+          std::to_string(max_key_floats_) + " (--max_key_floats)");
+    }
+  }
   if (out->is_worker && header.generation() != generation) {
     // A request from before a rollback belongs to the abandoned timeline;
     // one from after a rollback this server has not heard of yet is

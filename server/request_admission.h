@@ -53,8 +53,9 @@ class RequestAdmission {
   // Earlier sequence numbers a request may list (clients list at most 8).
   static constexpr int kMaxPriorSeqs = 64;
 
-  explicit RequestAdmission(uint64_t max_message_bytes)
-      : max_message_bytes_(max_message_bytes) {}
+  RequestAdmission(uint64_t max_message_bytes, uint64_t max_key_floats)
+      : max_message_bytes_(max_message_bytes),
+        max_key_floats_(max_key_floats) {}
 
   // The epoch of a newer routing table a request has named (0: none since
   // the last call): the server should fetch it from the coordinator.
@@ -86,6 +87,7 @@ class RequestAdmission {
 
  private:
   const uint64_t max_message_bytes_;
+  const uint64_t max_key_floats_;
   RequestDedup dedup_;
   uint64_t newer_epoch_ = 0;
   uint64_t requested_epoch_ = 0;  // the newest epoch fetched so far

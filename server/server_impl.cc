@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "glog/logging.h"
+#include "proto/codec.h"
 
 namespace ductile {
 
@@ -23,6 +24,10 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   if (options.disk_reserve_mb < 0 || options.disk_reserve_mb > (1 << 20)) {
     return InvalidArgumentError("disk_reserve_mb must be in [0, 1048576]");
+  }
+  if (options.max_key_floats < 1 || options.max_key_floats > kMaxValueFloats) {
+    return InvalidArgumentError("max_key_floats must be in [1, " +
+                                std::to_string(kMaxValueFloats) + "]");
   }
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("port must be in [0, 65535]");

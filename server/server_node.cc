@@ -20,6 +20,9 @@ using std::chrono::milliseconds;
 // Requests handled per Step() before the coordinator's messages and the
 // timers get their turn.
 constexpr int kRequestsPerStep = 256;
+// A request of this many bytes of values or more is announced to the
+// coordinator as a busy spell before it is served.
+constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
 // A gap between two runs of the timers this much longer than the heartbeat
 // interval is a pause of this server's own.
 constexpr std::chrono::milliseconds kPauseForgiven{1000};
@@ -36,7 +39,7 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
     : options_(options),
       env_(env),
       replies_(&routing_, &counters_),
-      admission_(options.max_message_bytes),
+      admission_(options.max_message_bytes, options.max_key_floats),
       tables_(&options_.custom_rules, -1),
       checkpointer_(env, this, &counters_),
       restorer_(env) {}
@@ -455,6 +458,14 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     return replies_.Error(identity, seq, s);
   }
   if (request.is_clock) return HandleClock(request.header);
+  // A large request keeps this thread, and so the heartbeats, busy for a
+  // while (a pull may create its keys, optimizer state included): say for
+  // how long at most first, at a pessimistic 25 MB/s as for a checkpoint
+  // write, or a working server would be taken for a dead one.
+  const uint64_t bytes = request.data.total_floats() * sizeof(float);
+  if (bytes >= kLongRequestBytes) {
+    Heartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
+  }
 
   const TableId table = request.table->id();
   const int64_t clock = request.header.clock();
@@ -587,7 +598,13 @@ void ServerNode::OnServerClock() {
     ParameterTable* table = tables_.Find(combined.table);
     if (table == nullptr) continue;
     for (auto& [key, c] : combined.keys) {
-      table->ApplyCombined(key, c.values, c.pushes, combined.combine);
+      Status s =
+          table->ApplyCombined(key, c.values, c.pushes, combined.combine);
+      if (!s.ok()) {
+        counters_.Add(&ServerCounters::errors);
+        LOG(ERROR) << "server " << id_ << ": clock " << combined.clock << ": "
+                   << s.message();
+      }
     }
     SetKeysStored();
   }

@@ -221,7 +221,9 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
     BspBuffer::Entry& e = b.second;
     if (consistency.PutBuffered(b.first, e)) continue;
     // Its clock is over here: every push of it is in the entry.
-    table->ApplyCombined(e.key, e.combined.values, e.combined.pushes, combine);
+    Status s = table->ApplyCombined(e.key, e.combined.values, e.combined.pushes,
+                                    combine);
+    if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();
   }
 }
 

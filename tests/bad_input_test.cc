@@ -20,6 +20,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/codec.h"
 #include "proto/ductile.pb.h"
 #include "routing/slot_map.h"
 #include "server/request_admission.h"
@@ -665,7 +666,7 @@ TEST_F(ServerBadInput, APullOfAHugeNewVariableWidthKeyIsRefused) {
   // Within it, but the reply would be over the server's message limit.
   h.set_seq(91);
   ExpectRefused({Serialize(h), Bytes(std::vector<Key>{7}),
-                 Bytes(std::vector<uint32_t>{1u << 28})},
+                 Bytes(std::vector<uint32_t>{1u << 20})},
                 StatusCode::kInvalidArgument, "reply limit", 91);
   // Nothing was created for the refused key.
   std::vector<float> out(2, -1.0f);
@@ -673,6 +674,112 @@ TEST_F(ServerBadInput, APullOfAHugeNewVariableWidthKeyIsRefused) {
   const std::vector<uint32_t> two = {2};
   ASSERT_TRUE(client_->Pull(*table, key, out, two).ok());
   EXPECT_EQ(out, std::vector<float>(2, 0.0f));
+  ExpectStillServing();
+}
+
+// With the default limits (1 GiB messages), a 24-byte pull of one key of
+// 2^28 floats on a variable-width table used to make the server allocate
+// and initialise 1 GiB, silent for many seconds: the coordinator declared it
+// dead. Keys wider than max_key_floats (16M floats) are refused at once.
+TEST(ServerLimits, APullOfAKeyWiderThanTheServersLimitIsRefused) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  TableOptions t;
+  t.name = "variable";
+  t.value_width = 0;
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  RawPeer peer(cluster.server(0).address());
+  const std::vector<Key> key = {7};
+  for (uint32_t length : {1u << 28, (1u << 24) + 1}) {
+    wire::Header h = Request(wire::PULL, *table, length, 1);
+    h.set_has_lengths(true);
+    peer.Send({Serialize(h), Bytes(key), Bytes(std::vector<uint32_t>{length})});
+    std::optional<wire::Header> reply = peer.ReceiveHeader();
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->status_code(),
+              static_cast<int>(StatusCode::kInvalidArgument));
+    EXPECT_THAT(reply->status_message(),
+                HasSubstr("wider than this server's limit of 16777216"));
+  }
+  EXPECT_EQ(cluster.server(0).counters().keys_stored, 0u);
+  // A pull within the limit creates the key.
+  std::vector<float> out(1024, -1.0f);
+  const std::vector<uint32_t> length = {1024};
+  ASSERT_TRUE(client->Pull(*table, key, out, length).ok());
+  EXPECT_EQ(out, std::vector<float>(1024, 0.0f));
+}
+
+// A BSP push is checked when it arrives and applied at its clock's end. A
+// pull of the same absent key with another width, in between, creates the
+// key with the pull's width: the buffered push no longer fits. It is
+// dropped with an error, never written past the key's value.
+TEST_F(ServerBadInput, ABufferedBspPushThatNoLongerFitsItsKeyIsDropped) {
+  TableOptions t;
+  t.name = "bsp-variable";
+  t.value_width = 0;
+  t.rule = UpdateRule::kAssign;
+  t.consistency = {ConsistencyMode::kBsp, 0};
+  Result<TableId> table = client_->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {77};
+  const std::vector<float> wide(4096, 5.0f);
+  const std::vector<uint32_t> wide_length = {4096};
+  ASSERT_TRUE(client_->Push(*table, key, wide, wide_length).ok());
+  // Another peer pulls key 77 with width 1 (no worker: not held by BSP).
+  wire::Header h = Request(wire::PULL, *table, 95, 1);
+  h.set_has_lengths(true);
+  peer_->Send({Serialize(h), Bytes(key), Bytes(std::vector<uint32_t>{1})});
+  std::optional<wire::Header> reply = peer_->ReceiveHeader();
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_EQ(reply->status_code(), 0) << reply->status_message();
+  // The clock ends: the 4096 floats do not fit the 1-float key.
+  client_->Clock();
+  ++bad_messages_;
+  std::vector<float> out(1, -1.0f);
+  const std::vector<uint32_t> one = {1};
+  ASSERT_TRUE(client_->Pull(*table, key, out, one).ok());
+  EXPECT_EQ(out, std::vector<float>{0.0f});
+  ExpectStillServing();
+}
+
+// Clocks and timeouts are range-checked where the header is read: sums
+// made of them (a parked pull's deadline, an SSP bound, a consistency
+// change's first clock) cannot overflow.
+TEST_F(ServerBadInput, ClocksAndTimeoutsOutOfRangeAreRefused) {
+  TableOptions t;
+  t.name = "ssp";
+  t.value_width = kWidth;
+  t.consistency = {ConsistencyMode::kSsp, 2};
+  Result<TableId> table = client_->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {1};
+  uint64_t seq = 100;
+  for (int64_t clock : {std::numeric_limits<int64_t>::min(), int64_t{-2},
+                        kMaxClock + 1, std::numeric_limits<int64_t>::max()}) {
+    wire::Header pull = Request(wire::PULL, *table, ++seq, 1);
+    pull.set_worker_id(0);
+    pull.set_clock(clock);
+    ExpectRefused({Serialize(pull), Bytes(key)}, StatusCode::kInvalidArgument,
+                  "clock " + std::to_string(clock) + " is out of range", seq);
+    wire::Header push = Request(wire::PUSH, *table, ++seq, 1);
+    push.set_clock(clock);
+    ExpectRefused(
+        {Serialize(push), Bytes(key), Bytes(std::vector<float>(kWidth, 1.0f))},
+        StatusCode::kInvalidArgument, "is out of range", seq);
+  }
+  for (int64_t timeout :
+       {int64_t{-1}, kMaxTimeoutMs + 1, std::numeric_limits<int64_t>::max()}) {
+    wire::Header pull = Request(wire::PULL, *table, ++seq, 1);
+    pull.set_clock(50);  // parked: beyond the bound
+    pull.set_timeout_ms(timeout);
+    ExpectRefused({Serialize(pull), Bytes(key)}, StatusCode::kInvalidArgument,
+                  "timeout_ms " + std::to_string(timeout) + " is out of range",
+                  seq);
+  }
   ExpectStillServing();
 }
 

@@ -64,10 +64,11 @@ struct ClientOptions {
   // Coordinator's address, "tcp://host:port" or "ipc:///path".
   std::string coordinator_address = "tcp://127.0.0.1:7000";
   // How long Connect() waits for the coordinator and a complete routing
-  // table (all servers registered). 1 ms - 1 day.
+  // table (all servers registered). 1 ms to 30 days.
   int64_t connect_timeout_ms = 60000;
   // How long one call waits for all of its replies before it fails with
-  // kDeadlineExceeded naming the servers that did not answer.
+  // kDeadlineExceeded naming the servers that did not answer. 1 ms to 30
+  // days.
   int64_t request_timeout_ms = 60000;
   // Talk to servers on the same host over ipc:// (faster than tcp loopback).
   bool prefer_ipc = true;

@@ -9,9 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "transport/zmq_transport.h"
 
 namespace ductile {
 namespace {
@@ -41,6 +43,27 @@ pid_t DeadPid() {
   if (pid == 0) _exit(0);
   waitpid(pid, nullptr, 0);
   return pid;
+}
+
+// libzmq takes tcp://host:70000 as port 4464: a port out of range is an
+// error, before anything is bound or connected.
+TEST(Endpoint, ATcpPortOutOfRangeIsRefused) {
+  for (const char* ok : {"tcp://127.0.0.1:0", "tcp://127.0.0.1:65535",
+                         "tcp://*:*", "tcp://[::1]:7000", "ipc:///tmp/x:9"}) {
+    EXPECT_TRUE(CheckTcpPort(ok).ok()) << ok;
+  }
+  for (const char* bad :
+       {"tcp://127.0.0.1:65536", "tcp://127.0.0.1:70000", "tcp://127.0.0.1",
+        "tcp://127.0.0.1:", "tcp://127.0.0.1:-1", "tcp://127.0.0.1:123456"}) {
+    const Status s = CheckTcpPort(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("[0, 65535]"), std::string::npos) << s;
+  }
+  std::unique_ptr<Transport> transport = NewZmqTransport();
+  Result<std::unique_ptr<Socket>> router = transport->NewRouter(0);
+  ASSERT_TRUE(router.ok()) << router.status();
+  Result<std::string> bound = (*router)->Bind("tcp://127.0.0.1:70000");
+  EXPECT_EQ(bound.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Endpoint, StaleIpcFilesOfGoneProcessesAreRemovedAndNoOthers) {

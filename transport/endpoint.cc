@@ -103,6 +103,22 @@ int RemoveStaleIpcFiles(const std::string& dir) {
   return removed;
 }
 
+Status CheckTcpPort(const std::string& address) {
+  if (!address.starts_with("tcp://")) return Status::Ok();
+  const size_t colon = address.rfind(':');
+  const std::string port =
+      colon == std::string::npos || colon < 6 ? "" : address.substr(colon + 1);
+  if (port == "*") return Status::Ok();
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      port.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoi(port) > 65535) {
+    return InvalidArgumentError("address '" + address +
+                                "' needs a port in [0, 65535] or '*' after "
+                                "its last ':'");
+  }
+  return Status::Ok();
+}
+
 std::string ChooseAddress(const std::string& tcp_address,
                           const std::string& ipc_address,
                           const std::string& host_id, bool prefer_ipc) {

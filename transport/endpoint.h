@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "ductile/status.h"
+
 namespace ductile {
 
 // Identifies this host (host name, boot id and mount namespace): processes
@@ -21,6 +23,11 @@ void RemoveIpcFile(const std::string& address);
 // no running process and nothing accepts a connection on the file.
 // Returns how many it removed.
 int RemoveStaleIpcFiles(const std::string& dir);
+
+// For a tcp:// address, checks that it ends in ":PORT" with PORT "*" or a
+// number in [0, 65535] (libzmq would take 70000 as port 4464). Other
+// transports are not checked.
+Status CheckTcpPort(const std::string& address);
 
 // The address a client should use to reach a server: its ipc address when
 // both are on this host and ipc is preferred, else its tcp address.

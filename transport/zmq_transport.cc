@@ -5,6 +5,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "transport/endpoint.h"
+
 namespace ductile {
 namespace {
 
@@ -61,6 +63,7 @@ class ZmqSocket final : public Socket {
   explicit ZmqSocket(zmq::socket_t socket) : socket_(std::move(socket)) {}
 
   Result<std::string> Bind(const std::string& address) override {
+    DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
     try {
       socket_.bind(address);
       return socket_.get(zmq::sockopt::last_endpoint);
@@ -70,6 +73,7 @@ class ZmqSocket final : public Socket {
   }
 
   Status Connect(const std::string& address) override {
+    DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
     try {
       socket_.connect(address);
     } catch (const zmq::error_t& e) {

@@ -678,5 +678,28 @@ TEST(ValidateTableOptions, RejectsAnUnknownInitializer) {
   ExpectInvalid(t, "unknown initializer 4");
 }
 
+// Text fields are bytes on the wire: a peer sending names that are not
+// UTF-8 gets a clear refusal where names matter (table creation), and
+// cannot make libprotobuf log a line per message.
+TEST(ParseHeader, TextThatIsNotUtf8ParsesSilentlyAndIsRefusedAsATableName) {
+  wire::Header h;
+  h.set_type(wire::TABLE_CREATE);
+  h.set_name("\xff\xfe-not-utf8");
+  h.mutable_table()->set_name("\xc3\x28");
+  h.set_status_message("\x80");
+  const std::string bytes = h.SerializeAsString();
+  wire::Header parsed;
+  ::testing::internal::CaptureStderr();
+  const Status s = ParseHeader(
+      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, &parsed);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(logged, "");
+  EXPECT_EQ(parsed.table().name(), "\xc3\x28");
+  const Status refused = ValidateTableOptions(FromWire(parsed.table()));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("[A-Za-z0-9_.-]"));
+}
+
 }  // namespace
 }  // namespace ductile

@@ -1,10 +1,14 @@
 #include "transport/zmq_transport.h"
 
+#include <sys/resource.h>
+
 #include <cerrno>
+#include <mutex>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
 
+#include "glog/logging.h"
 #include "transport/endpoint.h"
 
 namespace ductile {
@@ -205,7 +209,33 @@ class ZmqTransport final : public Transport {
 
 }  // namespace
 
+namespace {
+
+// The soft RLIMIT_NOFILE up to the hard one.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= limit.rlim_max) {
+    return;
+  }
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    LOG(INFO) << "raised the open-file limit from " << before << " to "
+              << limit.rlim_cur
+              << " (each connection to this process takes one)";
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Transport> NewZmqTransport() {
+  // Once per process: libzmq aborts when accepting on an ipc:// socket
+  // finds no file descriptor left (tcp:// only refuses), so idle
+  // connections up to the soft limit would let the next one kill the
+  // process.
+  static std::once_flag raised;
+  std::call_once(raised, RaiseOpenFileLimit);
   return std::make_unique<ZmqTransport>();
 }
 

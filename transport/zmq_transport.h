@@ -13,6 +13,9 @@
 
 namespace ductile {
 
+// The first call in a process raises its soft limit of open files to the
+// hard limit: libzmq aborts the process when accepting a connection on an
+// ipc:// socket finds no file descriptor left.
 std::unique_ptr<Transport> NewZmqTransport();
 
 }  // namespace ductile

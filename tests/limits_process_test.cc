@@ -1,0 +1,127 @@
+// Limits a peer must not be able to push a process past, tried on real
+// processes: every wait is bounded and every process killed when the test
+// ends.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/recovery_cluster.h"
+
+namespace ductile {
+namespace {
+
+using testing::kWaitMs;
+using testing::RecoveryCluster;
+
+// The port of the tcp:// address in "... listening on tcp://H:PORT ...".
+int ListeningPort(const std::string& output) {
+  const std::string marker = "listening on tcp://";
+  const size_t at = output.find(marker);
+  if (at == std::string::npos) return -1;
+  const size_t colon = output.find(':', at + marker.size());
+  return colon == std::string::npos ? -1 : std::stoi(output.substr(colon + 1));
+}
+
+// How many file descriptors process `pid` has open.
+size_t OpenFiles(pid_t pid) {
+  std::error_code ec;
+  size_t n = 0;
+  for (std::filesystem::directory_iterator
+           it("/proc/" + std::to_string(pid) + "/fd", ec),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+// Idle TCP connections to 127.0.0.1:port, closed when it goes.
+class IdleConnections {
+ public:
+  IdleConnections(int port, int n) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < n; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+        close(fd);
+        break;
+      }
+      fds_.push_back(fd);
+    }
+  }
+  ~IdleConnections() {
+    for (int fd : fds_) close(fd);
+  }
+  size_t size() const { return fds_.size(); }
+
+ private:
+  std::vector<int> fds_;
+};
+
+// A server started with a soft limit of 256 open files gets 400 idle TCP
+// connections (an attacker needs no key for that). With no descriptor left
+// it cannot accept anyone (libzmq can even abort the process when that
+// happens on its ipc:// socket), and same-host workers waited until libzmq
+// dropped the idle connections. The server raises its soft limit to the
+// hard one at start: it holds all 400, and the workers train to the end.
+TEST(Limits, IdleConnectionsUpToTheSoftFileLimitDoNotKillAServer) {
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max != RLIM_INFINITY && original.rlim_max < 4096) {
+    GTEST_SKIP() << "the hard limit of open files (" << original.rlim_max
+                 << ") leaves no room above the test's 256";
+  }
+  RecoveryCluster cluster;
+  rlimit low = original;
+  low.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  cluster.StartCoordinator();
+  cluster.StartServer(0);
+  cluster.StartServer(1);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);  // this process's own
+  ASSERT_TRUE(
+      cluster.WaitForOutput(cluster.server(0), "listening on tcp://", 20000))
+      << cluster.server(0).output();
+  const int port = ListeningPort(cluster.server(0).output());
+  ASSERT_GT(port, 0) << cluster.server(0).output();
+  IdleConnections idle(port, 400);
+  ASSERT_EQ(idle.size(), 400u);
+  // The server accepts every one (it holds a descriptor for each): with
+  // its soft limit left at 256 it could not.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t open = 0;
+  while ((open = OpenFiles(cluster.server(0).pid())) < 400 &&
+         std::chrono::steady_clock::now() < deadline) {
+    cluster.PumpAll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(open, 400u) << cluster.server(0).output();
+  cluster.StartWorkers(/*clocks=*/30, "bsp");
+  cluster.ExpectWorkersExact(30, /*rolled_back=*/false);
+  EXPECT_TRUE(cluster.server(0).Running()) << cluster.server(0).output();
+  EXPECT_NE(cluster.server(0).output().find("raised the open-file limit"),
+            std::string::npos)
+      << cluster.server(0).output();
+  EXPECT_EQ(cluster.server(0).WaitExit(kWaitMs), 0)
+      << cluster.server(0).output();
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+}
+
+}  // namespace
+}  // namespace ductile

@@ -97,7 +97,8 @@ DEFINE_int64(disk_reserve_mb, 64,
              "free on its disk; a checkpoint that would leave less fails "
              "with a clear error (0: no check)");
 DEFINE_uint64(max_key_floats, 1 << 24,
-              "server, local: widest value one key may have, in floats "
+              "server, local: widest value one key of a variable-width "
+              "table may have, in floats "
               "(1 to 268435456); wider pushes and pulls are refused");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "

@@ -169,7 +169,7 @@ std::set<int32_t> ClusterState::LiveWorkers() const {
 std::set<int32_t> ClusterState::LiveServers() const {
   std::set<int32_t> live;
   for (const auto& [id, m] : servers) {
-    if (!m.dead && !m.left) live.insert(id);
+    if (!m.dead && !m.left && !m.rejoining) live.insert(id);
   }
   return live;
 }
@@ -191,7 +191,7 @@ int32_t ClusterState::WorkersNotYetRegistered() const {
 std::vector<wire::ServerEndpoint> ClusterState::LiveEndpoints() const {
   std::vector<wire::ServerEndpoint> out;
   for (const auto& [id, m] : servers) {
-    if (!m.dead && !m.left) out.push_back(m.endpoint);
+    if (!m.dead && !m.left && !m.rejoining) out.push_back(m.endpoint);
   }
   return out;
 }

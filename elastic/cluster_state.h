@@ -112,7 +112,8 @@ class ClusterState {
   const wire::TableConfig* TableById(TableId id) const;
   // Workers alive and not finished.
   std::set<int32_t> LiveWorkers() const;
-  // Servers not declared dead and not drained.
+  // Servers not declared dead, not drained and not rejoining (those take
+  // part in nothing until they are at the job's generation).
   std::set<int32_t> LiveServers() const;
   // Live servers that own slots: those a checkpoint is taken on.
   std::set<int32_t> ServersWithSlots() const;

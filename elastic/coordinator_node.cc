@@ -178,7 +178,8 @@ void CoordinatorNode::Handle(InMessage& message) {
   const std::string identity(message.frame_view(0));
   wire::Header h;
   Status s = ParseHeader(message.frame(1), &h);
-  if (!s.ok()) return out_.Reply(identity, 0, s);
+  // A header that parses but fails a check is answered under its seq.
+  if (!s.ok()) return out_.Reply(identity, h.seq(), s);
 
   const MembershipManager::Touched touched = membership_.Touch(h, identity);
   if (touched.back_from_dead && touched.member->role == wire::ROLE_WORKER) {
@@ -309,10 +310,16 @@ void CoordinatorNode::HandleHeartbeat(const std::string& identity,
 }
 
 void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
-  // After a rollback under way: it may take part in that one instead.
-  if (state_.recovering || recovery_.in_progress() || ctx_.shutting_down) {
-    return;
+  if (ctx_.shutting_down) return;
+  if (recovery_.waiting_for_a_server()) {
+    // Every server was declared dead (all paused together): the rollback
+    // waits for one. This one has its store as it was: it takes part.
+    server.rejoining = false;
+    return StartRecovery("server " + std::to_string(server.id) +
+                         " is heard from again");
   }
+  // After the rollback under way, which goes on without it.
+  if (state_.recovering || recovery_.in_progress()) return;
   if (its_generation < state_.generation) {
     // Until its heartbeat shows it was heard (it ignores a repeat).
     return membership_.AskToRejoin(server);

@@ -12,9 +12,7 @@ std::map<int32_t, int32_t> MigrationManager::Load() const {
   const ClusterState& state = ctx_.state;
   std::map<int32_t, int32_t> load;
   for (int32_t id : state.LiveServers()) {
-    const Member& m = state.servers.at(id);
-    // A rejoining server takes slots once it is at the job's generation.
-    if (!m.draining && !m.rejoining) load[id] = 0;
+    if (!state.servers.at(id).draining) load[id] = 0;
   }
   for (int32_t s = 0; s < state.routing.num_slots(); ++s) {
     auto it = load.find(state.routing.owner(s));

@@ -75,7 +75,10 @@ Status RequestAdmission::Check(const InMessage& message,
   DUCTILE_RETURN_IF_ERROR(out->data.Parse(header, {frames, n_data},
                                           out->table->options().value_width,
                                           type != wire::PULL));
-  for (size_t i = 0; i < out->data.keys().size(); ++i) {
+  // On a variable-width table a request decides a new key's width (a
+  // fixed-width table's was checked when the table was made).
+  const bool variable = out->table->options().value_width == 0;
+  for (size_t i = 0; variable && i < out->data.keys().size(); ++i) {
     if (out->data.length(i) > max_key_floats_) {
       return InvalidArgumentError(
           "key " + std::to_string(out->data.keys()[i]) + " of " +

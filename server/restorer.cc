@@ -72,8 +72,17 @@ Result<uint64_t> Restorer::Restore(const wire::Header& recover,
       DUCTILE_RETURN_IF_ERROR(store->RollBackTo(clock));
     } else {
       // Nothing of this server's own at that clock: start its store over,
-      // and write everything it now holds at the next checkpoint.
-      DUCTILE_RETURN_IF_ERROR(store->DiscardAll());
+      // and write everything it now holds at the next checkpoint. Its
+      // versions before the clock stay: older checkpoints of the catalog
+      // may name them (a rollback there reads them); those after belong
+      // to the abandoned timeline.
+      Result<std::vector<int64_t>> versions = store->ListCheckpoints();
+      if (!versions.ok()) return versions.status();
+      std::vector<int64_t> older;
+      for (int64_t v : *versions) {
+        if (v < clock) older.push_back(v);
+      }
+      DUCTILE_RETURN_IF_ERROR(store->StartOver(older));
       tables.ForEach([](TableId, ParameterTable& t) {
         std::vector<Key> keys;
         t.ForEachKey([&](Key k) { keys.push_back(k); });

@@ -42,7 +42,9 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
       admission_(options.max_message_bytes, options.max_key_floats),
       tables_(&options_.custom_rules, -1),
       checkpointer_(env, this, &counters_),
-      restorer_(env) {}
+      restorer_(env) {
+  tables_.set_max_key_floats(options.max_key_floats);
+}
 
 ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
 
@@ -458,14 +460,6 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     return replies_.Error(identity, seq, s);
   }
   if (request.is_clock) return HandleClock(request.header);
-  // A large request keeps this thread, and so the heartbeats, busy for a
-  // while (a pull may create its keys, optimizer state included): say for
-  // how long at most first, at a pessimistic 25 MB/s as for a checkpoint
-  // write, or a working server would be taken for a dead one.
-  const uint64_t bytes = request.data.total_floats() * sizeof(float);
-  if (bytes >= kLongRequestBytes) {
-    Heartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
-  }
 
   const TableId table = request.table->id();
   const int64_t clock = request.header.clock();
@@ -506,6 +500,7 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   if (*route == RequestAdmission::Route::kDuplicate) {
     return replies_.Reply(identity, reply, nullptr);
   }
+  AnnounceLongWork(request);
   if (request.has_values() && !duplicate) {
     s = ApplyValues(request);
     if (!s.ok()) return replies_.Error(identity, seq, s);
@@ -535,6 +530,17 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     return;
   }
   ServePull(message, request, 0, duplicate);
+}
+
+void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
+  // A large request keeps this thread, and so the heartbeats, busy for a
+  // while (a pull may create its keys, optimizer state included): say for
+  // how long at most first, at a pessimistic 25 MB/s as for a checkpoint
+  // write, or a working server would be taken for a dead one.
+  const uint64_t bytes = request.data.total_floats() * sizeof(float);
+  if (bytes >= kLongRequestBytes) {
+    Heartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
+  }
 }
 
 Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
@@ -634,6 +640,7 @@ void ServerNode::OnServerClock() {
     const uint64_t blocked_us =
         std::chrono::duration_cast<std::chrono::microseconds>(now - p.parked_at)
             .count();
+    AnnounceLongWork(request);
     ServePull(p.message, request, blocked_us, p.duplicate);
   }
 }

@@ -95,6 +95,8 @@ class ServerNode final : private CoordinatorLink {
   void HandleRequest(InMessage& message, bool replay = false);
   void HandleClock(const wire::Header& header);
   // A request's values, applied or buffered.
+  // Tells the coordinator first when serving `request` will take a while.
+  void AnnounceLongWork(const RequestAdmission::Request& request);
   Status ApplyValues(const RequestAdmission::Request& request);
   void ServePull(const InMessage& message,
                  const RequestAdmission::Request& request, uint64_t blocked_us,

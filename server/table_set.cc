@@ -15,6 +15,13 @@ Status TableSet::Create(const wire::TableConfig& config) {
   }
   TableOptions options = FromWire(config);
   DUCTILE_RETURN_IF_ERROR(ValidateTableOptions(options));
+  if (options.value_width > max_key_floats_) {
+    return InvalidArgumentError(
+        "table '" + options.name + "' has " +
+        std::to_string(options.value_width) + " floats per key, over server " +
+        std::to_string(server_id_) + "'s limit of " +
+        std::to_string(max_key_floats_) + " (--max_key_floats)");
+  }
   const CustomRule* custom = nullptr;
   if (options.rule == UpdateRule::kCustom) {
     auto rule = custom_rules_->find(options.custom_rule);

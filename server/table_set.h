@@ -27,10 +27,14 @@ class TableSet {
       : custom_rules_(custom_rules), server_id_(server_id) {}
 
   void set_server_id(int32_t id) { server_id_ = id; }
+  // Tables wider than this many floats per key are refused (the server's
+  // --max_key_floats).
+  void set_max_key_floats(uint64_t floats) { max_key_floats_ = floats; }
 
   // Creates the table of `config`; OK if an equal one exists.
   // kAlreadyExists if one with the id differs; kFailedPrecondition if it
-  // names a custom rule this server lacks; kInvalidArgument if invalid.
+  // names a custom rule this server lacks; kInvalidArgument if invalid or
+  // wider than max_key_floats.
   Status Create(const wire::TableConfig& config);
   // Null if there is no such table.
   ParameterTable* Find(TableId id);
@@ -50,6 +54,7 @@ class TableSet {
  private:
   const std::map<std::string, CustomRule>* custom_rules_;
   int32_t server_id_;
+  uint64_t max_key_floats_ = uint64_t{1} << 28;
   std::map<TableId, std::unique_ptr<ParameterTable>> tables_;
 };
 

@@ -706,6 +706,13 @@ TEST(ServerLimits, APullOfAKeyWiderThanTheServersLimitIsRefused) {
                 HasSubstr("wider than this server's limit of 16777216"));
   }
   EXPECT_EQ(cluster.server(0).counters().keys_stored, 0u);
+  // Nor can a fixed-width table be wider.
+  TableOptions wide;
+  wide.name = "wide";
+  wide.value_width = (1u << 24) + 1;
+  Result<TableId> refused = client->CreateTable(wide);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--max_key_floats"));
   // A pull within the limit creates the key.
   std::vector<float> out(1024, -1.0f);
   const std::vector<uint32_t> length = {1024};

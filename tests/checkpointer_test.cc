@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "proto/table_config.h"
 
 namespace ductile {
 namespace {
@@ -78,6 +79,40 @@ TEST_F(CheckpointerTest, AVersionWhoseRoundFailsPushesNoCompleteOneOut) {
   // Once 8 is complete, the two newest complete ones are 4 and 8.
   WriteRound(10, 8);
   EXPECT_EQ(Versions(), (std::vector<int64_t>{4, 8, 10}));
+}
+
+// A server declared dead while alive rejoins the job with no keys: its
+// store keeps the versions the coordinator's catalog names (others may read
+// them in a rollback) and nothing else, and its next version holds only
+// what it holds from then on, none of its keys from before.
+TEST_F(CheckpointerTest, AfterStartingOverTheNextVersionHoldsOnlyNewKeys) {
+  ASSERT_TRUE(checkpointer_.Open(dir_, 1, /*keep_checkpoints=*/4).ok());
+  TableOptions options;
+  options.name = "t";
+  options.value_width = 2;
+  ASSERT_TRUE(tables_.Create(ToWire(options, 3)).ok());
+  ParameterTable* table = tables_.Find(3);
+  ASSERT_NE(table, nullptr);
+  const std::vector<float> one = {1.0f, 1.0f};
+  for (Key k : {1, 2}) ASSERT_TRUE(table->ApplyOne(k, one).ok());
+  WriteRound(2, -1);
+  ASSERT_TRUE(table->ApplyOne(3, one).ok());
+  WriteRound(4, 2);
+  ASSERT_TRUE(table->ApplyOne(4, one).ok());
+  WriteRound(6, 4);  // a round the job abandoned with this server
+
+  tables_.ClearKeys();
+  ASSERT_TRUE(checkpointer_.StartOver({2, 4}, /*newest=*/4).ok());
+  EXPECT_EQ(Versions(), (std::vector<int64_t>{2, 4}));
+  ASSERT_TRUE(table->ApplyOne(9, one).ok());  // moved here since
+  WriteRound(8, 4);
+  Result<LoadedCheckpoint> now = checkpointer_.store()->Load(8);
+  ASSERT_TRUE(now.ok()) << now.status();
+  ASSERT_EQ(now->entries.size(), 1u);
+  EXPECT_EQ(now->entries[0].key, 9u);
+  Result<LoadedCheckpoint> kept = checkpointer_.store()->Load(4);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->entries.size(), 3u);  // keys 1, 2, 3
 }
 
 }  // namespace

@@ -152,11 +152,12 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
   EXPECT_GE(r.rollbacks, o.workers);
 }
 
+// Clocks of the rejoin cases: the job still trains once the pause is over.
+constexpr int kRejoinClocks = 600;
+
 // The disk-fault cases' common options: `seed` picks the model (BSP, SSP(1)
 // or async) and whether the disk is full or read-only; checkpoints every 2
 // clocks.
-constexpr int kRejoinClocks = 600;
-
 SimOptions DiskFaultCase(uint64_t seed, int servers, int clocks) {
   SimOptions o;
   o.seed = seed;
@@ -246,6 +247,25 @@ TEST(Simulation, AServerDeclaredDeadWhileAliveRejoinsTheJob) {
         << Describe(o) << ": the paused server never got slots again";
     for (size_t i = 1; i < r.resume_clocks.size(); ++i) {
       EXPECT_GT(r.resume_clocks[i], 0) << Describe(o);
+    }
+  }
+}
+
+// The only server is paused past the heartbeat timeout: declared dead, it
+// leaves the rollback waiting for a server. It never registers again (it
+// never stopped): hearing from it must start the rollback with it, from its
+// own store, or the job would wait forever.
+TEST(Simulation, TheOnlyServerPausedPastTheTimeoutTakesTheJobBack) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SimOptions o = DiskFaultCase(seed, /*servers=*/1, /*clocks=*/40);
+    o.crashes.push_back(
+        {.server = 0, .at_clock = 9, .down_ms = 6000, .pause = true});
+    o.time_limit_ms = 120000;
+    const SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    EXPECT_GE(r.rollbacks, o.workers) << Describe(o);
+    for (int64_t clock : r.resume_clocks) {
+      EXPECT_GT(clock, 0) << Describe(o) << ": its checkpoints were lost";
     }
   }
 }

@@ -49,10 +49,11 @@ struct ServerOptions {
   // dropped by the transport and the connection reset.
   uint64_t max_message_bytes = 1ull << 30;
   // Widest value one key may have here, in floats (16M floats, 64 MiB; 1 to
-  // 2^28). A push or pull that names a wider key gets a kInvalidArgument
-  // reply: on a variable-width table a pull of an absent key creates it, and
-  // one small request must not make the server allocate and initialise
-  // gigabytes (and fall silent meanwhile).
+  // 2^28). A push or pull that names a wider key of a variable-width table
+  // gets a kInvalidArgument reply (a pull of an absent key creates it: one
+  // small request must not make the server allocate and initialise
+  // gigabytes, and fall silent meanwhile), and a fixed-width table wider
+  // than this cannot be created.
   uint64_t max_key_floats = 1ull << 24;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.

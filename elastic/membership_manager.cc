@@ -17,6 +17,7 @@ std::string MemberState(const Member& m, const wire::MemberInfo& info,
   if (m.role == wire::ROLE_SERVER) {
     if (m.left) return "drained";
     if (!info.alive()) return "dead";
+    if (m.rejoining) return "rejoining";
     return m.draining ? "draining" : "active";
   }
   if (m.finished) return "finished";
@@ -437,7 +438,9 @@ std::vector<int32_t> MembershipManager::DetectDeadServers() {
     const int64_t silent = ctx_.MsSince(m.last_seen);
     if (silent > ctx_.options.heartbeat_timeout_ms) {
       m.dead = true;
-      dead.push_back(id);
+      // A rejoining server holds nothing and takes part in nothing: its
+      // death needs no rollback.
+      if (!m.rejoining) dead.push_back(id);
       LOG(WARNING) << "coordinator: server " << id << " silent for " << silent
                    << " ms; declared dead";
     }

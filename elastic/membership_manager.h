@@ -66,7 +66,8 @@ class MembershipManager {
   void ForgivePause(std::chrono::steady_clock::duration pause);
   bool DetectDeadWorkers();
   // Declares dead the servers silent past the timeout (and not announced
-  // busy); returns them.
+  // busy); returns those whose death calls for a rollback (not the
+  // rejoining ones, which hold nothing).
   std::vector<int32_t> DetectDeadServers();
 
   // Tells every server and live worker who the live workers are.

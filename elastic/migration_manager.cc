@@ -68,10 +68,13 @@ void MigrationManager::Drain(int32_t server, Done done) {
         NotFoundError("no server " + std::to_string(server) + " in the job"));
   }
   Member& m = it->second;
-  if (m.dead || m.left) {
+  if (m.dead || m.left || m.rejoining) {
     return done(FailedPreconditionError("server " + std::to_string(server) +
                                         " is not active (" +
-                                        (m.dead ? "dead" : "drained") + ")"));
+                                        (m.dead   ? "dead"
+                                         : m.left ? "drained"
+                                                  : "rejoining the job") +
+                                        ")"));
   }
   if (state.routing.empty() || state.recovering) {
     return done(UnavailableError(
@@ -150,6 +153,8 @@ void MigrationManager::Begin(std::map<int32_t, int32_t> moves, std::string why,
   ctx_.migrating = true;
   LOG(INFO) << "coordinator: " << plan_->why << ": " << moves.size()
             << " slot(s) in " << plan_->groups.size() << " move(s)";
+  // Nothing to move (a drained server without slots): done now.
+  if (plan_->groups.empty()) return MaybeFinish();
   CheckTimers();  // at once, unless a checkpoint round is under way
 }
 

@@ -56,8 +56,12 @@ void TableCatalog::HandleCreate(const std::string& identity,
   create.set_type(wire::TABLE_CREATE);
   create.set_seq(round);
   *create.mutable_table() = p.config;
+  // Every server that may answer: a dead or drained one gets the tables
+  // when it registers again (a rejoining one takes part).
   std::set<int32_t> servers;
-  for (const auto& [id, m] : ctx_.state.servers) servers.insert(id);
+  for (const auto& [id, m] : ctx_.state.servers) {
+    if (!m.dead && !m.left) servers.insert(id);
+  }
   p.round = AckRound(create, servers, ctx_.Now() + kAckTimeout);
   ctx_.SendTo(ctx_.state.servers, servers, create);
   pending_tables_[round] = std::move(p);
@@ -133,8 +137,12 @@ void TableCatalog::HandleSetConsistency(const std::string& identity,
   prepare.set_table_id(h.table_id());
   prepare.set_change_id(round);
   const auto deadline = ctx_.Now() + kAckTimeout;
+  // Every server that may answer: a dead or drained one gets the tables
+  // when it registers again (a rejoining one takes part).
   std::set<int32_t> servers;
-  for (const auto& [id, m] : ctx_.state.servers) servers.insert(id);
+  for (const auto& [id, m] : ctx_.state.servers) {
+    if (!m.dead && !m.left) servers.insert(id);
+  }
   // Workers too: a worker's cache must not answer from the old model past
   // the boundary, so it stops reading cached copies until the commit.
   const std::set<int32_t> workers = ctx_.state.LiveWorkers();

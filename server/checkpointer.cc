@@ -192,13 +192,13 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
   }
   const TimePoint start = env_->Now();
   // No heartbeat goes out while copying and writing the changes: say for
-  // how long at most first, at a pessimistic 25 MB/s (a crash meanwhile is
+  // how long at most first, at a pessimistic 10 MB/s (a crash meanwhile is
   // noticed after that).
   uint64_t bytes = 0;
   tables.ForEach([&](TableId, ParameterTable& t) {
     bytes += t.changed_bytes() + 32 * t.changed();
   });
-  link_->Heartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
+  link_->Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000));
   std::vector<TableRecord> records;
   std::vector<EntryRecord> changed;
   tables.ForEach([&](TableId id, ParameterTable& t) {

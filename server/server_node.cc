@@ -535,11 +535,11 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
 void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
   // A large request keeps this thread, and so the heartbeats, busy for a
   // while (a pull may create its keys, optimizer state included): say for
-  // how long at most first, at a pessimistic 25 MB/s as for a checkpoint
+  // how long at most first, at a pessimistic 10 MB/s as for a checkpoint
   // write, or a working server would be taken for a dead one.
   const uint64_t bytes = request.data.total_floats() * sizeof(float);
   if (bytes >= kLongRequestBytes) {
-    Heartbeat(/*busy_ms=*/1000 + static_cast<int64_t>(bytes / 25000));
+    Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000));
   }
 }
 

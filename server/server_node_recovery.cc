@@ -116,6 +116,13 @@ void ServerNode::Rejoin(const wire::Header& header) {
     }
     consistency_.AddTable(config.id(), FromWire(config.consistency()));
   }
+  // A table whose creation round ended after the coordinator sent this
+  // keeps the model it was created with.
+  tables_.ForEach([&](TableId id, ParameterTable& table) {
+    if (!consistency_.HasTable(id)) {
+      consistency_.AddTable(id, table.options().consistency);
+    }
+  });
   consistency_.SetWorkers(std::set<int32_t>(header.worker_ids().begin(),
                                             header.worker_ids().end()));
   counters_.Set(&ServerCounters::min_clock, consistency_.server_clock());

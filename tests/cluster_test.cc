@@ -2,6 +2,7 @@
 // and pulling across several servers.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -429,6 +430,40 @@ TEST(Cluster, BarrierWaitsForTheReplacementOfADeadWorker) {
 // unregistered rule, servers' acknowledgements were credited to whichever
 // pending table came first, so the valid one failed with the other's error
 // and the invalid one was reported created.
+// A table is created once every server that can answer has created it: a
+// dead one (it gets the tables when it registers again) is not waited for.
+// Before, every creation after a server's death failed after 10 s.
+TEST(Cluster, ATableCreatedAfterAServerDiedIsCreated) {
+  TestClusterOptions options;
+  options.heartbeat_timeout_ms = 1000;
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  cluster.server(1).Stop();
+  cluster.server(1).Wait().IgnoreError();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool dead = false;
+  while (!dead && std::chrono::steady_clock::now() < deadline) {
+    Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 2000);
+    if (status.ok()) {
+      for (const MemberStatus& m : status->members) {
+        dead = dead || (m.role == "server" && m.id == 1 && m.state == "dead");
+      }
+    }
+    if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(dead) << "server 1 was never declared dead";
+  // Its death rolled the job back (to the start: no checkpoints here).
+  auto recovered = client->AwaitRecovery(30000);
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  TableOptions t;
+  t.name = "after";
+  t.value_width = 2;
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+}
+
 TEST(Cluster, ConcurrentTableCreationsGetTheirOwnAnswers) {
   TestCluster cluster;
   auto a = cluster.Connect();

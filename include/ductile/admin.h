@@ -19,7 +19,9 @@ struct MemberStatus {
   bool alive = false;
   bool finished = false;  // workers: called Finish()
   // Workers: joining (admission under way), active, draining (asked to
-  // leave), left, finished or dead; servers: active or dead.
+  // leave), left, finished or dead; servers: active, draining, drained,
+  // rejoining (declared dead while alive, back at the job's generation
+  // soon) or dead.
   std::string state;
   int32_t slots = 0;        // servers: slots owned
   ServerCounters counters;  // servers: as of the last heartbeat

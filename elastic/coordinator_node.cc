@@ -313,7 +313,8 @@ void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
   if (ctx_.shutting_down) return;
   if (recovery_.waiting_for_a_server()) {
     // Every server was declared dead (all paused together): the rollback
-    // waits for one. This one has its store as it was: it takes part.
+    // waits for one. This one takes part: its store still holds every
+    // version the catalog names (a REJOIN keeps them).
     server.rejoining = false;
     return StartRecovery("server " + std::to_string(server.id) +
                          " is heard from again");

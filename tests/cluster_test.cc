@@ -426,10 +426,6 @@ TEST(Cluster, BarrierWaitsForTheReplacementOfADeadWorker) {
   EXPECT_TRUE(other.ok()) << other;
 }
 
-// Regression: with two creations in flight, one valid and one naming an
-// unregistered rule, servers' acknowledgements were credited to whichever
-// pending table came first, so the valid one failed with the other's error
-// and the invalid one was reported created.
 // A table is created once every server that can answer has created it: a
 // dead one (it gets the tables when it registers again) is not waited for.
 // Before, every creation after a server's death failed after 10 s.
@@ -464,6 +460,10 @@ TEST(Cluster, ATableCreatedAfterAServerDiedIsCreated) {
   ASSERT_TRUE(table.ok()) << table.status();
 }
 
+// Regression: with two creations in flight, one valid and one naming an
+// unregistered rule, servers' acknowledgements were credited to whichever
+// pending table came first, so the valid one failed with the other's error
+// and the invalid one was reported created.
 TEST(Cluster, ConcurrentTableCreationsGetTheirOwnAnswers) {
   TestCluster cluster;
   auto a = cluster.Connect();

@@ -100,6 +100,14 @@ DEFINE_uint64(max_key_floats, 1 << 24,
               "server, local: widest value one key of a variable-width "
               "table may have, in floats "
               "(1 to 268435456); wider pushes and pulls are refused");
+DEFINE_string(keys, "",
+              "directory of the cluster's keys (`ductile keygen`): CURVE "
+              "on every connection; admin commands need admin.key. "
+              "Empty: plain mode, loopback only");
+DEFINE_bool(insecure, false,
+            "plain mode beyond loopback: anyone who reaches it can act as "
+            "any member");
+DEFINE_string(out, "", "keygen: directory to write the new keys into");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "
               "tolerance tests. Comma-separated items: server:ID@clock=N, "
@@ -176,6 +184,21 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, n) : std::string("ductile");
 }
 
+// The security --keys and --insecure ask for; `as_admin` for commands that
+// need the admin key.
+ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
+  if (FLAGS_keys.empty()) {
+    ductile::Security plain;
+    plain.allow_plain_network = FLAGS_insecure;
+    return plain;
+  }
+  if (FLAGS_insecure) {
+    return ductile::InvalidArgumentError(
+        "--insecure is for plain mode: it cannot go with --keys");
+  }
+  return ductile::LoadClusterKeys(FLAGS_keys, as_admin);
+}
+
 // Checks the fault-tolerance flags `command` uses.
 ductile::Status ValidateCheckpointFlags(const std::string& command) {
   if (command == "coordinator" || command == "local") {
@@ -248,6 +271,9 @@ int RunCoordinator() {
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
   o.checkpoint_interval_s = FLAGS_checkpoint_interval_s;
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_ms;
+  auto security = SecurityFromFlags(false);
+  if (!security.ok()) return Fail(security.status());
+  o.security = *security;
   auto coordinator = ductile::Coordinator::Start(o);
   if (!coordinator.ok()) return Fail(coordinator.status());
   if (!FLAGS_address_file.empty()) {
@@ -280,6 +306,9 @@ int RunServer() {
   o.max_key_floats = FLAGS_max_key_floats;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
+  auto security = SecurityFromFlags(false);
+  if (!security.ok()) return Fail(security.status());
+  o.security = *security;
   auto server = ductile::Server::Start(o);
   if (!server.ok()) return Fail(server.status());
   ductile::Status s = (*server)->Wait();
@@ -371,6 +400,9 @@ int RunWorker() {
   o.request_timeout_ms = FLAGS_timeout_ms;
   o.enable_cache = FLAGS_cache;
   o.requested_worker_id = FLAGS_worker_id;
+  auto security = SecurityFromFlags(false);
+  if (!security.ok()) return Fail(security.status());
+  o.security = *security;
   auto client = ductile::Client::Connect(o);
   if (!client.ok()) return Fail(client.status());
   ductile::Status s = ductile::apps::RunTrainingWorker(**client, t);
@@ -381,16 +413,20 @@ int RunWorker() {
 }
 
 int RunStatus() {
+  auto security = SecurityFromFlags(false);
+  if (!security.ok()) return Fail(security.status());
   auto status = ductile::QueryClusterStatus(
-      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000));
+      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000), *security);
   if (!status.ok()) return Fail(status.status());
   std::printf("%s", ductile::FormatClusterStatus(*status).c_str());
   return 0;
 }
 
 int RunShutdown() {
+  auto security = SecurityFromFlags(true);
+  if (!security.ok()) return Fail(security.status());
   ductile::Status s = ductile::RequestShutdown(
-      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000));
+      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000), *security);
   return s.ok() ? 0 : Fail(s);
 }
 
@@ -416,11 +452,13 @@ int RunDrain() {
         "`ductile drain --coordinator=ADDR worker:3`), not '" +
         g_operand + "'"));
   }
+  auto security = SecurityFromFlags(true);
+  if (!security.ok()) return Fail(security.status());
   if (role == "server") {
     std::printf("server %d: moving its slots to the other servers...\n", id);
     std::fflush(stdout);
-    ductile::Status s =
-        ductile::RequestDrainServer(FLAGS_coordinator, id, FLAGS_timeout_ms);
+    ductile::Status s = ductile::RequestDrainServer(
+        FLAGS_coordinator, id, FLAGS_timeout_ms, *security);
     if (!s.ok()) return Fail(s);
     std::printf(
         "server %d drained: its slots are on the other servers and "
@@ -428,8 +466,8 @@ int RunDrain() {
         id);
     return 0;
   }
-  ductile::Status s =
-      ductile::RequestDrainWorker(FLAGS_coordinator, id, FLAGS_timeout_ms);
+  ductile::Status s = ductile::RequestDrainWorker(FLAGS_coordinator, id,
+                                                  FLAGS_timeout_ms, *security);
   if (!s.ok()) return Fail(s);
   std::printf("worker %d asked to leave; it leaves at its next step\n", id);
   return 0;
@@ -449,9 +487,11 @@ int RunResize() {
     return Fail(ductile::InvalidArgumentError(
         "resize: --workers and --servers must be at least 1"));
   }
-  ductile::Status s =
-      ductile::RequestResize(FLAGS_coordinator, workers ? FLAGS_workers : 0,
-                             servers ? FLAGS_servers : 0, FLAGS_timeout_ms);
+  auto security = SecurityFromFlags(true);
+  if (!security.ok()) return Fail(security.status());
+  ductile::Status s = ductile::RequestResize(
+      FLAGS_coordinator, workers ? FLAGS_workers : 0,
+      servers ? FLAGS_servers : 0, FLAGS_timeout_ms, *security);
   if (!s.ok()) return Fail(s);
   std::printf(
       "target size set:%s%s; `ductile local` (or the job's launcher) "
@@ -464,10 +504,26 @@ int RunResize() {
 }
 
 int RunCheckpoint() {
-  ductile::Result<int64_t> clock =
-      ductile::RequestCheckpoint(FLAGS_coordinator, FLAGS_timeout_ms);
+  auto security = SecurityFromFlags(true);
+  if (!security.ok()) return Fail(security.status());
+  ductile::Result<int64_t> clock = ductile::RequestCheckpoint(
+      FLAGS_coordinator, FLAGS_timeout_ms, *security);
   if (!clock.ok()) return Fail(clock.status());
   std::printf("checkpoint at clock %lld\n", static_cast<long long>(*clock));
+  return 0;
+}
+
+int RunKeygen() {
+  if (FLAGS_out.empty()) {
+    return Fail(ductile::InvalidArgumentError(
+        "keygen needs --out=DIR, the directory for the new keys"));
+  }
+  ductile::Status s = ductile::GenerateClusterKeys(FLAGS_out);
+  if (!s.ok()) return Fail(s);
+  std::printf(
+      "keys written to %s: every member needs cluster.key and admin.pub "
+      "(--keys=DIR); only administrators need admin.key\n",
+      FLAGS_out.c_str());
   return 0;
 }
 
@@ -510,8 +566,14 @@ int RunLocal() {
     return Fail(ductile::InvalidArgumentError(
         "--move_timeout_ms must be in [100, 86400000]"));
   }
+  if (FLAGS_insecure) {
+    return Fail(ductile::InvalidArgumentError(
+        "local listens on loopback and ipc:// only: --insecure does not "
+        "apply (it makes its own keys unless --keys is given)"));
+  }
   ductile::apps::LocalClusterOptions o;
   o.program = SelfPath();
+  o.keys_dir = FLAGS_keys;
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.state_dir = FLAGS_state_dir;
@@ -586,49 +648,51 @@ const std::vector<Command>& Commands() {
         "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
         "checkpoint_timeout_ms", "keep_checkpoints", "disk_reserve_mb",
         "max_key_floats", "coordinator_timeout_ms", "no_worker_timeout_ms",
-        "move_timeout_ms", "kill_schedule", "resize_schedule"},
+        "move_timeout_ms", "kill_schedule", "resize_schedule", "keys"},
        true,
        RunLocal},
       {"coordinator",
        "run the coordinator (--listen, --servers, --workers)",
        {"listen", "address_file", "servers", "workers", "max_workers", "slots",
         "heartbeat_timeout_ms", "no_worker_timeout_ms", "state_dir",
-        "checkpoint_every", "checkpoint_interval_s", "checkpoint_timeout_ms"},
+        "checkpoint_every", "checkpoint_interval_s", "checkpoint_timeout_ms",
+        "keys", "insecure"},
        false,
        RunCoordinator},
       {"server",
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
         "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
-        "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms"},
+        "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms", "keys",
+        "insecure"},
        false,
        RunServer},
       {"worker",
        "run a worker of --app (--coordinator)",
-       {"coordinator", "worker_id", "timeout_ms"},
+       {"coordinator", "worker_id", "timeout_ms", "keys"},
        true,
        RunWorker},
       {"status",
        "print a running cluster's members and counters (--coordinator)",
-       {"coordinator", "timeout_ms"},
+       {"coordinator", "timeout_ms", "keys"},
        false,
        RunStatus},
       {"shutdown",
        "stop a running cluster (--coordinator)",
-       {"coordinator", "timeout_ms"},
+       {"coordinator", "timeout_ms", "keys"},
        false,
        RunShutdown},
       {"checkpoint",
        "take a checkpoint of a running cluster now and print its clock "
        "(--coordinator, --timeout_ms)",
-       {"coordinator", "timeout_ms"},
+       {"coordinator", "timeout_ms", "keys"},
        false,
        RunCheckpoint},
       {"drain",
        "take a member out of a running job: a worker leaves at its next "
        "step; a server's slots move, with their keys, to the other servers, "
        "then it stops (--coordinator, worker:N or server:N)",
-       {"coordinator", "timeout_ms"},
+       {"coordinator", "timeout_ms", "keys"},
        false,
        RunDrain,
        "worker:N|server:N"},
@@ -636,9 +700,15 @@ const std::vector<Command>& Commands() {
        "set a running job's target size (--coordinator, --workers and/or "
        "--servers): `ductile local` starts or drains members to match; "
        "`ductile status` shows it for other launchers",
-       {"coordinator", "workers", "servers", "timeout_ms"},
+       {"coordinator", "workers", "servers", "timeout_ms", "keys"},
        false,
        RunResize},
+      {"keygen",
+       "make a cluster's keys in --out: cluster.key for every member, "
+       "admin.key for administrators, admin.pub (docs/security.md)",
+       {"out"},
+       false,
+       RunKeygen},
   };
   return *kCommands;
 }

@@ -569,9 +569,10 @@ struct JobView {
   int32_t target_servers = 0;
 };
 
-Result<JobView> WatchJob(const std::string& coordinator) {
+Result<JobView> WatchJob(const std::string& coordinator,
+                         const Security& security) {
   Result<ClusterStatus> status =
-      QueryClusterStatus(coordinator, kClockQueryTimeoutMs);
+      QueryClusterStatus(coordinator, kClockQueryTimeoutMs, security);
   DUCTILE_RETURN_IF_ERROR(status.status());
   JobView view;
   for (const MemberStatus& m : status->members) {
@@ -638,6 +639,17 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                             state_dir.string() + ": " + ec.message());
   }
 
+  // The cluster's keys: the given ones, or ones made for this launch only
+  // (gone with the run directory). The launcher itself acts as the admin.
+  const std::string keys_dir =
+      options.keys_dir.empty() ? run_dir + "/keys" : options.keys_dir;
+  if (options.keys_dir.empty()) {
+    DUCTILE_RETURN_IF_ERROR(GenerateClusterKeys(keys_dir));
+  }
+  DUCTILE_ASSIGN_OR_RETURN(const Security security,
+                           LoadClusterKeys(keys_dir, /*as_admin=*/true));
+  const std::string keys_flag = "--keys=" + keys_dir;
+
   Supervisor supervisor(set);
   // Port 0 picks a free port; once the coordinator reports it, restarts
   // listen on that same address (SetCoordinatorAddress).
@@ -648,7 +660,8 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       "--servers=" + std::to_string(options.num_servers),
       "--workers=" + std::to_string(options.num_workers),
       "--address_file=" + address_file,
-      "--state_dir=" + (state_dir / "coordinator").string()};
+      "--state_dir=" + (state_dir / "coordinator").string(),
+      keys_flag};
   args.insert(args.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
   DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kCoordinator, 0, args));
@@ -673,9 +686,9 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   supervisor.SetCoordinatorAddress(address);
   std::fprintf(stderr,
                "ductile local: coordinator at %s, %d server(s), %d "
-               "worker(s), state in %s\n",
+               "worker(s), state in %s, keys in %s\n",
                address.c_str(), options.num_servers, options.num_workers,
-               state_dir.c_str());
+               state_dir.c_str(), keys_dir.c_str());
 
   const auto start_server = [&](int id) {
     std::vector<std::string> a = {options.program, "server",
@@ -683,14 +696,14 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                                   "--server_id=" + std::to_string(id),
                                   "--state_dir=" + state_dir.string(),
                                   // The job's own directory, gone with it.
-                                  "--ipc_dir=" + run_dir};
+                                  "--ipc_dir=" + run_dir, keys_flag};
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     return supervisor.Start(Role::kServer, id, std::move(a));
   };
   const auto start_worker = [&](int id) {
-    std::vector<std::string> a = {options.program, "worker",
-                                  "--coordinator=" + address,
-                                  "--worker_id=" + std::to_string(id)};
+    std::vector<std::string> a = {
+        options.program, "worker", "--coordinator=" + address,
+        "--worker_id=" + std::to_string(id), keys_flag};
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
     return supervisor.Start(Role::kWorker, id, std::move(a));
   };
@@ -751,11 +764,13 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       if (!it->running.valid()) {
         const Role role = it->role;
         const int id = it->id;
-        it->running = std::async(std::launch::async, [address, role, id] {
-          return role == Role::kServer
-                     ? RequestDrainServer(address, id, 120000)
-                     : RequestDrainWorker(address, id, kClockQueryTimeoutMs);
-        });
+        it->running =
+            std::async(std::launch::async, [address, role, id, security] {
+              return role == Role::kServer
+                         ? RequestDrainServer(address, id, 120000, security)
+                         : RequestDrainWorker(address, id, kClockQueryTimeoutMs,
+                                              security);
+            });
       }
       if (it->running.wait_for(std::chrono::seconds(0)) !=
           std::future_status::ready) {
@@ -813,7 +828,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                   (kill_pending ? kClockPollInterval : kTargetPollInterval);
       // An unanswered question (the coordinator is down or restarting) is
       // asked again at the next poll.
-      Result<JobView> view = WatchJob(address);
+      Result<JobView> view = WatchJob(address, security);
       Result<int64_t> clock =
           view.ok() ? Result<int64_t>(view->clock) : view.status();
       // One kill per poll: a target killed but not yet restarted is not
@@ -866,7 +881,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   // better, and ends the job now.
   supervisor.StopRestarting();
   if (supervisor.WorkersDropped() > 0) {
-    RequestShutdown(address, kClockQueryTimeoutMs).IgnoreError();
+    RequestShutdown(address, kClockQueryTimeoutMs, security).IgnoreError();
   }
   const auto grace =
       SteadyClock::now() + std::chrono::milliseconds(options.shutdown_grace_ms);

@@ -138,6 +138,12 @@ struct LocalClusterOptions {
   std::vector<KillEvent> kill_schedule;
   // Resizes of the job as it runs (ParseResizeSchedule), in clock order.
   std::vector<ResizeEvent> resize_schedule;
+  // Directory of the cluster's keys (ductile keygen), admin.key included:
+  // every child gets --keys=DIR and the launcher acts as the admin. "" =
+  // keys made for this launch in its temporary run directory (the line
+  // "ductile local: coordinator at ADDR, ..., keys in DIR" names it, for
+  // `ductile status --keys=DIR` from elsewhere while the job runs).
+  std::string keys_dir;
   // After the workers finish, how long the coordinator and servers get to
   // exit by themselves before they are killed.
   int shutdown_grace_ms = 10000;

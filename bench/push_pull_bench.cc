@@ -22,6 +22,7 @@
 //   push_pull_bench                 # about 2 minutes on 2 cores
 //   push_pull_bench --quick         # about 20 s: 4 KiB and 1 MiB only
 //   push_pull_bench --sizes=65536 --configs=1x1 --csv=/tmp/bench.csv
+//   push_pull_bench --configs=1x1,1x1+curve   # the cost of CURVE (keys)
 #include <sched.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -47,6 +49,7 @@
 
 #include "ductile/client.h"
 #include "ductile/coordinator.h"
+#include "ductile/security.h"
 #include "ductile/server.h"
 #include "ductile/status.h"
 #include "ductile/table.h"
@@ -56,7 +59,8 @@ DEFINE_string(sizes, "4096,1048576,16777216",
               "Value sizes in bytes, comma-separated; each a positive "
               "multiple of 4. One key holds the whole value.");
 DEFINE_string(configs, "1x1,2x2",
-              "Cluster shapes SERVERSxWORKERS, comma-separated.");
+              "Cluster shapes SERVERSxWORKERS, comma-separated; "
+              "SERVERSxWORKERS+curve runs that shape with CURVE keys.");
 DEFINE_int32(iters, 0,
              "Requests per worker per measurement; 0 scales with the size: "
              "one at a time 2000 up to 64 KiB, 300 up to 4 MiB, 100 above; "
@@ -90,7 +94,8 @@ constexpr Key kMaxProbedKeys = 64;
 struct ClusterShape {
   int servers = 1;
   int workers = 1;
-  std::string name;  // "2x2"
+  bool curve = false;  // every connection CURVE-authenticated and encrypted
+  std::string name;    // "2x2", "2x2+curve"
 };
 
 // What to measure; filled from the flags in main().
@@ -481,7 +486,21 @@ class LocalCluster {
   static Result<std::unique_ptr<LocalCluster>> Start(
       const ClusterShape& shape, const std::string& ipc_dir) {
     std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+    Security security;
+    if (shape.curve) {
+      // Keys of this cluster only, in a directory removed at once.
+      const std::string dir = ipc_dir + "/ductile-bench-keys-" +
+                              std::to_string(getpid()) + "-" + shape.name;
+      std::filesystem::remove_all(dir);
+      Status made = GenerateClusterKeys(dir);
+      Result<Security> keys =
+          made.ok() ? LoadClusterKeys(dir, true) : Result<Security>(made);
+      std::filesystem::remove_all(dir);
+      DUCTILE_RETURN_IF_ERROR(keys.status());
+      security = *keys;
+    }
     CoordinatorOptions c;
+    c.security = security;
     c.bind_address = "tcp://127.0.0.1:0";
     c.num_servers = shape.servers;
     c.num_workers = shape.workers;
@@ -493,6 +512,7 @@ class LocalCluster {
       s.coordinator_address = cluster->coordinator_->address();
       s.ipc_dir = ipc_dir;
       s.connect_timeout_ms = 20000;
+      s.security = security;
       auto server = Server::Start(s);
       DUCTILE_RETURN_IF_ERROR(server.status());
       cluster->servers_.push_back(std::move(*server));
@@ -502,6 +522,7 @@ class LocalCluster {
       o.coordinator_address = cluster->coordinator_->address();
       o.connect_timeout_ms = 20000;
       o.prefer_ipc = true;
+      o.security = security;
       auto client = Client::Connect(o);
       DUCTILE_RETURN_IF_ERROR(client.status());
       cluster->clients_.push_back(std::move(*client));
@@ -1037,11 +1058,17 @@ Result<BenchOptions> OptionsFromFlags() {
   for (const std::string& part : SplitCommas(FLAGS_configs)) {
     ClusterShape shape;
     char x = 0;
-    std::istringstream in(part);
+    std::string plain = part;
+    const std::string kCurve = "+curve";
+    if (plain.ends_with(kCurve)) {
+      shape.curve = true;
+      plain.resize(plain.size() - kCurve.size());
+    }
+    std::istringstream in(plain);
     if (!(in >> shape.servers >> x >> shape.workers) || x != 'x' || !in.eof() ||
         shape.servers < 1 || shape.workers < 1) {
       return InvalidArgumentError("--configs: '" + part +
-                                  "' is not SERVERSxWORKERS");
+                                  "' is not SERVERSxWORKERS[+curve]");
     }
     shape.name = part;
     options.configs.push_back(shape);

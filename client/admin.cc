@@ -20,10 +20,12 @@ namespace {
 // the caller waits for in the timeout's message: a checkpoint request waits
 // for the checkpoint itself, not just for a reachable coordinator.
 Result<wire::Header> AskCoordinator(const std::string& address,
+                                    const Security& security,
                                     const wire::Header& request,
                                     int64_t timeout_ms,
                                     const std::string& awaited = "answer") {
-  std::unique_ptr<Transport> transport = SystemEnv()->NewTransport("admin");
+  std::unique_ptr<Transport> transport =
+      SystemEnv()->NewTransport("admin", security);
   DUCTILE_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
                            transport->NewDealer(""));
   DUCTILE_RETURN_IF_ERROR(socket->Connect(address));
@@ -57,11 +59,13 @@ Result<wire::Header> AskCoordinator(const std::string& address,
 }  // namespace
 
 Result<ClusterStatus> QueryClusterStatus(const std::string& address,
-                                         int64_t timeout_ms) {
+                                         int64_t timeout_ms,
+                                         const Security& security) {
   wire::Header request;
   request.set_type(wire::STATUS);
   request.set_seq(1);
-  Result<wire::Header> reply = AskCoordinator(address, request, timeout_ms);
+  Result<wire::Header> reply =
+      AskCoordinator(address, security, request, timeout_ms);
   DUCTILE_RETURN_IF_ERROR(reply.status());
   const wire::ClusterState& c = reply->cluster();
   ClusterStatus status;
@@ -121,35 +125,38 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
   return status;
 }
 
-Status RequestShutdown(const std::string& address, int64_t timeout_ms) {
+Status RequestShutdown(const std::string& address, int64_t timeout_ms,
+                       const Security& security) {
   wire::Header request;
   request.set_type(wire::SHUTDOWN);
   request.set_seq(1);
-  return AskCoordinator(address, request, timeout_ms).status();
+  return AskCoordinator(address, security, request, timeout_ms).status();
 }
 
 Status RequestDrainWorker(const std::string& address, int32_t worker_id,
-                          int64_t timeout_ms) {
+                          int64_t timeout_ms, const Security& security) {
   wire::Header request;
   request.set_type(wire::DRAIN);
   request.set_seq(1);
   request.set_worker_id(worker_id);
-  return AskCoordinator(address, request, timeout_ms).status();
+  return AskCoordinator(address, security, request, timeout_ms).status();
 }
 
 Status RequestDrainServer(const std::string& address, int32_t server_id,
-                          int64_t timeout_ms) {
+                          int64_t timeout_ms, const Security& security) {
   wire::Header request;
   request.set_type(wire::DRAIN);
   request.set_seq(1);
   request.set_role(wire::ROLE_SERVER);
   request.set_member_id(server_id);
-  return AskCoordinator(address, request, timeout_ms, "drained server")
+  return AskCoordinator(address, security, request, timeout_ms,
+                        "drained server")
       .status();
 }
 
 Status RequestResize(const std::string& address, int32_t workers,
-                     int32_t servers, int64_t timeout_ms) {
+                     int32_t servers, int64_t timeout_ms,
+                     const Security& security) {
   if (workers < 0 || servers < 0 || (workers == 0 && servers == 0)) {
     return InvalidArgumentError(
         "a resize needs a number of workers and/or servers of at least 1");
@@ -159,18 +166,19 @@ Status RequestResize(const std::string& address, int32_t workers,
   request.set_seq(1);
   request.set_num_workers(workers);
   request.set_target_servers(servers);
-  return AskCoordinator(address, request, timeout_ms).status();
+  return AskCoordinator(address, security, request, timeout_ms).status();
 }
 
 Result<int64_t> RequestCheckpoint(const std::string& address,
-                                  int64_t timeout_ms) {
+                                  int64_t timeout_ms,
+                                  const Security& security) {
   wire::Header request;
   request.set_type(wire::CHECKPOINT);
   request.set_seq(1);
   // The coordinator answers only once every server has written the
   // checkpoint, so the wait covers the whole checkpoint, not a round trip.
-  Result<wire::Header> reply =
-      AskCoordinator(address, request, timeout_ms, "complete checkpoint");
+  Result<wire::Header> reply = AskCoordinator(
+      address, security, request, timeout_ms, "complete checkpoint");
   DUCTILE_RETURN_IF_ERROR(reply.status());
   return reply->clock();
 }

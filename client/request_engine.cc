@@ -35,7 +35,7 @@ RequestEngine::RequestEngine(const Shared& shared)
 RequestEngine::~RequestEngine() = default;
 
 Status RequestEngine::Start() {
-  transport_ = env_->NewTransport("client");
+  transport_ = env_->NewTransport("client", options_.security);
   DUCTILE_ASSIGN_OR_RETURN(coordinator_, transport_->NewDealer(""));
   DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
   routing_ =

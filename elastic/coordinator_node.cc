@@ -40,7 +40,7 @@ CoordinatorNode::CoordinatorNode(const CoordinatorOptions& options, Env* env)
                   [this] { return checkpoints_.in_progress(); }) {}
 
 Status CoordinatorNode::Start() {
-  transport_ = env_->NewTransport("coordinator");
+  transport_ = env_->NewTransport("coordinator", options_.security);
   DUCTILE_ASSIGN_OR_RETURN(socket_, transport_->NewRouter(int64_t{64} << 20));
   std::string bind = options_.bind_address;
   if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) {
@@ -173,6 +173,25 @@ void CoordinatorNode::CancelWaits(const Status& status) {
   routing_.CancelWaits(status);
 }
 
+namespace {
+
+// Requests only an administrator may make (with keys; in plain mode every
+// sender counts as one).
+bool NeedsAdmin(wire::MessageType type) {
+  switch (type) {
+    case wire::SHUTDOWN:
+    case wire::CHECKPOINT:
+    case wire::RESIZE:
+    case wire::DRAIN:
+    case wire::SET_CONSISTENCY:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void CoordinatorNode::Handle(InMessage& message) {
   if (message.size() < 2) return;  // no header: nothing to answer
   const std::string identity(message.frame_view(0));
@@ -208,6 +227,16 @@ void CoordinatorNode::Handle(InMessage& message) {
       out_.Send(m.identity, abort);
     }
     checkpoints_.Resend(m);
+  }
+
+  if (NeedsAdmin(h.type()) && !message.from_admin()) {
+    LOG(WARNING) << "coordinator: refused " << wire::MessageType_Name(h.type())
+                 << " from a peer without the admin key";
+    return out_.Reply(
+        identity, h.seq(),
+        PermissionDeniedError(wire::MessageType_Name(h.type()) +
+                              " needs the admin key (ductile keygen's "
+                              "admin.key; the CLI reads it with --keys)"));
   }
 
   switch (h.type()) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "ductile/security.h"
 #include "ductile/status.h"
 #include "storage/checkpoint_store.h"
 #include "storage/coordinator_store.h"
@@ -41,8 +42,10 @@ class Env {
   virtual uint64_t RandomU64() = 0;
 
   // A transport of the node's own: its sockets belong to it. `node` names
-  // the node (the simulation uses it to tell nodes apart).
-  virtual std::unique_ptr<Transport> NewTransport(const std::string& node) = 0;
+  // the node (the simulation uses it to tell nodes apart); `security` says
+  // how its connections are secured (a simulation ignores it).
+  virtual std::unique_ptr<Transport> NewTransport(const std::string& node,
+                                                  const Security& security) = 0;
 
   // Durable storage (storage/checkpoint_store.h, storage/coordinator_store.h).
   virtual Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(

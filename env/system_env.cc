@@ -22,8 +22,9 @@ class RealEnv final : public Env {
     return (uint64_t{rd()} << 32) | rd();
   }
 
-  std::unique_ptr<Transport> NewTransport(const std::string&) override {
-    return NewZmqTransport();
+  std::unique_ptr<Transport> NewTransport(const std::string&,
+                                          const Security& security) override {
+    return NewZmqTransport(security);
   }
 
   Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(

@@ -188,6 +188,7 @@ Status StatusFromWire(const wire::Header& header) {
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kNotFound:
     case StatusCode::kAlreadyExists:
+    case StatusCode::kPermissionDenied:
     case StatusCode::kResourceExhausted:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kAborted:

@@ -49,7 +49,7 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
 ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
 
 Status ServerNode::Start() {
-  transport_ = env_->NewTransport("server");
+  transport_ = env_->NewTransport("server", options_.security);
   mover_ = std::make_unique<SlotMover>(env_, transport_.get(),
                                        milliseconds(options_.move_timeout_ms));
   DUCTILE_ASSIGN_OR_RETURN(

@@ -59,7 +59,7 @@ TEST(Endpoint, ATcpPortOutOfRangeIsRefused) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("[0, 65535]"), std::string::npos) << s;
   }
-  std::unique_ptr<Transport> transport = NewZmqTransport();
+  std::unique_ptr<Transport> transport = NewZmqTransport(Security());
   Result<std::unique_ptr<Socket>> router = transport->NewRouter(0);
   ASSERT_TRUE(router.ok()) << router.status();
   Result<std::string> bound = (*router)->Bind("tcp://127.0.0.1:70000");

@@ -7,6 +7,8 @@
 # tests/recovery_worker_main.cc (BSP, Adam) start; while the workers train,
 # a third server joins from a namespace created then and takes its share of
 # the slots, and one worker is drained (`ductile drain worker:1`) and leaves.
+# Every member holds the keys `ductile keygen` made: every connection is
+# CURVE-authenticated and encrypted.
 # The test passes when:
 #   - `ductile status`, run from a namespace of its own, shows 3 active
 #     servers, the one that joined owning slots;
@@ -15,7 +17,9 @@
 #   - the other worker finds the final state bit for bit equal to every push
 #     of both workers applied once (the leaver's up to clock L, the same L)
 #     and exits 0;
-#   - the coordinator ends the job and exits 0.
+#   - the coordinator ends the job and exits 0;
+#   - a coordinator without keys refuses to listen on the network, and
+#     `ductile status` without the keys gets no answer.
 #
 # Usage: multihost_test.sh DUCTILE_CLI RECOVERY_WORKER
 # Needs root and network namespaces; exits 77 (skipped) without them. Every
@@ -171,7 +175,8 @@ log "namespaces: $(ip netns list | grep -c "^${RUN}-") under ${RUN}-*"
 status() {
   local out
   out=$(timeout 15 ip netns exec "${RUN}-admin" "$DUCTILE" status \
-    --coordinator="$COORDINATOR" --timeout_ms=5000 2>&1) || return 1
+    --coordinator="$COORDINATOR" --keys="$KEYS" --timeout_ms=5000 2>&1) ||
+    return 1
   echo "$out" >>"$TMP/status.log"
   echo "$out"
 }
@@ -219,23 +224,35 @@ min_worker_clock() {
   awk '$2 == "worker" && $3 == "active" {print $5}' <<<"$1" | sort -n | head -n 1
 }
 
+# ---- The cluster's keys: every connection is authenticated and encrypted.
+KEYS="$TMP/keys"
+"$DUCTILE" keygen --out="$KEYS" >/dev/null || fail "ductile keygen"
+# Without them, a member cannot even listen beyond loopback.
+if plain_out=$(timeout 15 ip netns exec "${RUN}-coord" "$DUCTILE" coordinator \
+  --listen="tcp://${SUBNET}.1:7001" 2>&1); then
+  fail "a plain coordinator listened on the network: ${plain_out}"
+fi
+grep -q "PermissionDenied: refusing to listen" <<<"$plain_out" ||
+  fail "a plain coordinator on the network: ${plain_out}"
+
 # ---- The job: coordinator, two servers, two workers.
 start_time=$SECONDS
 start coord coordinator.log "$DUCTILE" coordinator --listen="$COORDINATOR" \
   --servers=2 --workers=2 --slots=64 --checkpoint_every=50 \
   --heartbeat_timeout_ms=10000 \
-  --state_dir="$TMP/coordinator"
+  --state_dir="$TMP/coordinator" --keys="$KEYS"
 COORD_PID=$STARTED
 for i in 0 1; do
   start "s$i" "server$i.log" "$DUCTILE" server --coordinator="$COORDINATOR" \
     --host="${SUBNET}.1$((i + 1))" --port="$SERVER_PORT" \
-    --state_dir="$TMP/servers" --timeout_ms=30000
+    --state_dir="$TMP/servers" --timeout_ms=30000 --keys="$KEYS"
   SERVER_PIDS+=("$STARTED")
 done
 WORKER_PIDS=()
 for i in 0 1; do
   start "w$i" "worker$i.log" "$WORKER" --coordinator="$COORDINATOR" \
-    --clocks="$CLOCKS" --sleep_ms="$SLEEP_MS" --mode=bsp
+    --clocks="$CLOCKS" --sleep_ms="$SLEEP_MS" --mode=bsp \
+    --cluster_keys="$KEYS"
   WORKER_PIDS+=("$STARTED")
 done
 
@@ -252,7 +269,7 @@ log "training over TCP across namespaces; workers past clock ${JOIN_AT}"
 attach s2 13 || fail "namespace s2 (created mid-run)"
 start s2 server2.log "$DUCTILE" server --coordinator="$COORDINATOR" \
   --host="${SUBNET}.13" --port="$SERVER_PORT" --state_dir="$TMP/servers" \
-  --timeout_ms=30000
+  --timeout_ms=30000 --keys="$KEYS"
 SERVER_PIDS+=("$STARTED")
 JOINED_ADDRESS="tcp://${SUBNET}.13:${SERVER_PORT}"
 
@@ -276,11 +293,27 @@ for s in s0 s1 s2; do
 done
 log "both workers talk to every server over TCP"
 
+# ---- A peer without the cluster's keys asks for the status (in the
+# background, so that the drain below comes while both workers train).
+timeout 15 ip netns exec "${RUN}-admin" "$DUCTILE" status \
+  --coordinator="$COORDINATOR" --timeout_ms=2000 >"$TMP/stranger.out" 2>&1 &
+STRANGER_PID=$!
+
 # ---- Worker 1 leaves.
+
 drain_out=$(timeout 30 ip netns exec "${RUN}-admin" "$DUCTILE" drain \
-  --coordinator="$COORDINATOR" --timeout_ms=10000 worker:1 2>&1) ||
+  --coordinator="$COORDINATOR" --keys="$KEYS" --timeout_ms=10000 worker:1 2>&1) ||
   fail "ductile drain worker:1: ${drain_out}"
 log "drain: ${drain_out}"
+
+# The stranger got no answer from the coordinator that answered the drain.
+STRANGER_CODE=0
+wait "$STRANGER_PID" || STRANGER_CODE=$?
+((STRANGER_CODE != 0)) ||
+  fail "status without the cluster's keys answered: $(cat "$TMP/stranger.out")"
+grep -q "DeadlineExceeded" "$TMP/stranger.out" ||
+  fail "status without keys: $(cat "$TMP/stranger.out")"
+log "status without the keys: $(cat "$TMP/stranger.out")"
 
 # ---- Both workers end: the drained one leaves, the other checks the state.
 for i in 0 1; do

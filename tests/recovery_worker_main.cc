@@ -104,6 +104,8 @@ struct Args {
   int sleep_ms = 10;
   std::string mode = "bsp";
   int staleness = 2;
+  std::string cluster_keys;    // directory of the cluster's keys ("" plain)
+  ductile::Security security;  // loaded from cluster_keys
 };
 
 bool Parse(int argc, char** argv, Args* a) {
@@ -125,6 +127,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->mode = v;
     } else if (const char* v = value("staleness")) {
       a->staleness = std::stoi(v);
+    } else if (const char* v = value("cluster_keys")) {
+      a->cluster_keys = v;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return false;
@@ -216,7 +220,8 @@ class Worker {
       }
     }
     if (all_live) return Status::Ok();  // nobody left: no status query
-    auto status = ductile::QueryClusterStatus(args_.coordinator, 10000);
+    auto status =
+        ductile::QueryClusterStatus(args_.coordinator, 10000, args_.security);
     if (!status.ok()) return status.status();
     for (const ductile::MemberStatus& m : status->members) {
       if (m.role != "worker" || m.state != "left" || m.id < 0 ||
@@ -337,7 +342,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: recovery_worker --coordinator=ADDR [--clocks=N] "
                  "[--keys=K] [--sleep_ms=M] [--mode=bsp|ssp|async] "
-                 "[--staleness=S]\n");
+                 "[--staleness=S] [--cluster_keys=DIR]\n");
     return 2;
   }
   if (args.mode == "bsp") {
@@ -356,6 +361,15 @@ int main(int argc, char** argv) {
   o.coordinator_address = args.coordinator;
   o.heartbeat_interval_ms = 100;
   o.request_timeout_ms = 60000;
+  if (!args.cluster_keys.empty()) {
+    auto keys = ductile::LoadClusterKeys(args.cluster_keys, false);
+    if (!keys.ok()) {
+      std::printf("keys: %s\n", keys.status().ToString().c_str());
+      return 1;
+    }
+    args.security = *keys;
+  }
+  o.security = args.security;
   auto client = Client::Connect(o);
   if (!client.ok()) {
     std::printf("connect: %s\n", client.status().ToString().c_str());

@@ -22,12 +22,15 @@ struct TestClusterOptions {
   int64_t heartbeat_timeout_ms = 5000;
   std::string coordinator_state_dir = "";  // "" = no checkpoints
   ServerOptions server = {};               // coordinator_address is filled in
+  // Every member's keys (the coordinator's, the servers' and Connect()'s).
+  Security security = {};
 };
 
 class TestCluster {
  public:
   explicit TestCluster(const TestClusterOptions& options = {})
-      : server_options_(options.server) {
+      : server_options_(options.server), security_(options.security) {
+    server_options_.security = options.security;
     CoordinatorOptions c;
     c.bind_address = "tcp://127.0.0.1:0";
     c.num_servers = options.num_servers;
@@ -36,11 +39,12 @@ class TestCluster {
     c.num_slots = options.num_slots;
     c.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
     c.state_dir = options.coordinator_state_dir;
+    c.security = options.security;
     auto coordinator = Coordinator::Start(c);
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);
     for (int i = 0; i < options.num_servers; ++i) {
-      ServerOptions s = options.server;
+      ServerOptions s = server_options_;
       s.coordinator_address = coordinator_->address();
       auto server = Server::Start(s);
       EXPECT_TRUE(server.ok()) << server.status();
@@ -72,13 +76,15 @@ class TestCluster {
     o.register_as_worker = as_worker;
     o.request_timeout_ms = request_timeout_ms;
     o.connect_timeout_ms = 20000;
+    o.security = security_;
     auto client = Client::Connect(o);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
   }
 
  private:
-  const ServerOptions server_options_;
+  ServerOptions server_options_;
+  const Security security_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<std::unique_ptr<Server>> servers_;
 };

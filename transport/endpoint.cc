@@ -119,6 +119,21 @@ Status CheckTcpPort(const std::string& address) {
   return Status::Ok();
 }
 
+bool IsLocalOnlyAddress(const std::string& address) {
+  if (address.starts_with("ipc://") || address.starts_with("inproc://")) {
+    return true;
+  }
+  if (!address.starts_with("tcp://")) return false;
+  const std::string rest = address.substr(6);
+  const size_t colon = rest.rfind(':');
+  const std::string host =
+      colon == std::string::npos ? rest : rest.substr(0, colon);
+  const bool dotted_127 =
+      host.starts_with("127.") &&
+      host.find_first_not_of("0123456789.") == std::string::npos;
+  return dotted_127 || host == "localhost" || host == "[::1]";
+}
+
 std::string ChooseAddress(const std::string& tcp_address,
                           const std::string& ipc_address,
                           const std::string& host_id, bool prefer_ipc) {

@@ -29,6 +29,11 @@ int RemoveStaleIpcFiles(const std::string& dir);
 // transports are not checked.
 Status CheckTcpPort(const std::string& address);
 
+// Whether only this host can reach `address`: ipc://, inproc://, or tcp://
+// on a loopback address (127.0.0.0/8, localhost, [::1]). Anything else,
+// "*" and 0.0.0.0 included, is on the network.
+bool IsLocalOnlyAddress(const std::string& address);
+
 // The address a client should use to reach a server: its ipc address when
 // both are on this host and ipc is preferred, else its tcp address.
 std::string ChooseAddress(const std::string& tcp_address,

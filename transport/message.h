@@ -50,16 +50,24 @@ class InMessage {
   }
   uint64_t bytes() const;
 
+  // Whether the sender has admin rights, as the transport authenticated
+  // it: with CURVE keys, a peer that connected with the admin key; in plain
+  // mode (and in a simulation) every sender, since nobody is authenticated
+  // and nobody can be refused.
+  bool from_admin() const { return from_admin_; }
+
   // Transports: replaces the frames with views into `storage`.
   void Reset(std::unique_ptr<FrameStorage> storage,
              std::vector<ByteSpan> frames);
   // Transports: the storage of the frames now held (may be reused).
   FrameStorage* storage() const { return storage_.get(); }
   std::vector<ByteSpan>& mutable_frames() { return frames_; }
+  void set_from_admin(bool from_admin) { from_admin_ = from_admin; }
 
  private:
   std::unique_ptr<FrameStorage> storage_;
   std::vector<ByteSpan> frames_;
+  bool from_admin_ = true;
 };
 
 class OutMessage {

@@ -2,12 +2,16 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
 
+#include "ductile/security.h"
 #include "glog/logging.h"
 #include "transport/endpoint.h"
 
@@ -62,12 +66,39 @@ zmq::message_t ToZmq(OutMessage::Frame& f) {
                         holder);
 }
 
+// ZAP user ids: what a router's peer proved it holds.
+constexpr char kMemberUser[] = "member";
+constexpr char kAdminUser[] = "admin";
+
+// Logs once per process that a plain socket is bound.
+void NotePlainMode(const std::string& address) {
+  static std::once_flag noted;
+  std::call_once(noted, [&] {
+    LOG(WARNING) << "plain mode on " << address
+                 << ": no authentication or encryption; anyone who reaches "
+                    "this host's loopback or ipc:// sockets can act as any "
+                    "member (use --keys; docs/security.md)";
+  });
+}
+
 class ZmqSocket final : public Socket {
  public:
-  explicit ZmqSocket(zmq::socket_t socket) : socket_(std::move(socket)) {}
+  // `security` outlives the socket (the transport's).
+  ZmqSocket(zmq::socket_t socket, const Security& security, bool router)
+      : socket_(std::move(socket)), security_(security), router_(router) {}
 
   Result<std::string> Bind(const std::string& address) override {
     DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
+    if (!security_.curve()) {
+      if (!IsLocalOnlyAddress(address) && !security_.allow_plain_network) {
+        return PermissionDeniedError(
+            "refusing to listen on '" + address +
+            "' in plain mode: anyone on the network could act as any member. "
+            "Give the cluster's keys (--keys, from `ductile keygen`), or "
+            "--insecure to accept that");
+      }
+      NotePlainMode(address);
+    }
     try {
       socket_.bind(address);
       return socket_.get(zmq::sockopt::last_endpoint);
@@ -130,7 +161,22 @@ class ZmqSocket final : public Socket {
     for (const zmq::message_t& m : storage->messages) {
       views.emplace_back(static_cast<const uint8_t*>(m.data()), m.size());
     }
+    // A router's peers proved a key to the ZAP handler, which named them;
+    // a dealer's one peer is a router holding the cluster's key.
+    bool from_admin = true;
+    if (security_.curve()) {
+      from_admin = false;
+      if (router_) {
+        try {
+          const char* user = storage->messages.back().gets("User-Id");
+          from_admin = user != nullptr && std::strcmp(user, kAdminUser) == 0;
+        } catch (const zmq::error_t&) {
+          // No user id: not admitted by our handler, so no rights.
+        }
+      }
+    }
     message->Reset(std::move(storage), std::move(views));
+    message->set_from_admin(from_admin);
     *got = true;
     return Status::Ok();
   }
@@ -139,14 +185,101 @@ class ZmqSocket final : public Socket {
 
  private:
   zmq::socket_t socket_;
+  const Security& security_;
+  const bool router_;
 };
+
+// Answers the ZAP requests of a context's CURVE routers (RFC 27): admits
+// the cluster's key as a member and the admin's key as the admin, and
+// nobody else. Runs until the context is shut down.
+void ServeZap(const Security& security, zmq::socket_t& socket) {
+  uint8_t cluster[32];
+  uint8_t admin[32];
+  const bool keys_ok =
+      zmq_z85_decode(cluster, security.cluster_public.c_str()) != nullptr &&
+      zmq_z85_decode(admin, security.admin_public.c_str()) != nullptr;
+  uint64_t refused = 0;
+  while (true) {
+    std::vector<zmq::message_t> request;
+    try {
+      do {
+        zmq::message_t frame;
+        if (!socket.recv(frame)) continue;
+        request.push_back(std::move(frame));
+      } while (request.back().more());
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+      LOG(ERROR) << "ZAP handler: " << e.what();
+      return;
+    }
+    // version, request id, domain, address, identity, mechanism, key
+    std::string status = "400";
+    std::string user;
+    if (request.size() == 7 && request[5].to_string_view() == "CURVE" &&
+        request[6].size() == 32 && keys_ok) {
+      if (std::memcmp(request[6].data(), cluster, 32) == 0) {
+        status = "200";
+        user = kMemberUser;
+      } else if (std::memcmp(request[6].data(), admin, 32) == 0) {
+        status = "200";
+        user = kAdminUser;
+      }
+    }
+    if (status != "200") {
+      ++refused;
+      // The first refusals, then every 1000th: a scan cannot flood the log.
+      if (refused <= 10 || refused % 1000 == 0) {
+        LOG(WARNING) << "refused a connection from "
+                     << (request.size() > 3 ? request[3].to_string() : "?")
+                     << ": it holds none of the cluster's keys (" << refused
+                     << " refused so far)";
+      }
+    }
+    try {
+      const std::string request_id =
+          request.size() > 1 ? request[1].to_string() : "";
+      socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(status), zmq::send_flags::sndmore);
+      socket.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
+      socket.send(zmq::buffer(user), zmq::send_flags::sndmore);
+      socket.send(zmq::str_buffer(""), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) return;
+      LOG(ERROR) << "ZAP handler: " << e.what();
+      return;
+    }
+  }
+}
 
 class ZmqTransport final : public Transport {
  public:
+  explicit ZmqTransport(const Security& security) : security_(security) {
+    if (!security_.curve()) return;
+    // Bound before any router exists: a CURVE handshake with no handler
+    // bound would admit any client key.
+    zap_socket_ = zmq::socket_t(context_, zmq::socket_type::rep);
+    zap_socket_.set(zmq::sockopt::linger, 0);
+    zap_socket_.bind("inproc://zeromq.zap.01");
+    zap_thread_ = std::thread([this] { ServeZap(security_, zap_socket_); });
+  }
+
+  ~ZmqTransport() override {
+    if (!zap_thread_.joinable()) return;
+    context_.shutdown();  // the handler's receive returns ETERM
+    zap_thread_.join();
+    zap_socket_.close();
+  }
+
   Result<std::unique_ptr<Socket>> NewRouter(
       int64_t max_message_bytes) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::router);
+      if (security_.curve()) {
+        socket.set(zmq::sockopt::curve_server, 1);
+        socket.set(zmq::sockopt::curve_secretkey, security_.cluster_secret);
+        socket.set(zmq::sockopt::zap_domain, "ductile");
+      }
       socket.set(zmq::sockopt::linger, 0);
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
@@ -159,7 +292,8 @@ class ZmqTransport final : public Transport {
         socket.set(zmq::sockopt::maxmsgsize,
                    max_message_bytes * 2 + (int64_t{1} << 20));
       }
-      return std::unique_ptr<Socket>(new ZmqSocket(std::move(socket)));
+      return std::unique_ptr<Socket>(
+          new ZmqSocket(std::move(socket), security_, /*router=*/true));
     } catch (const zmq::error_t& e) {
       return ZmqError("router socket", e);
     }
@@ -169,11 +303,23 @@ class ZmqTransport final : public Transport {
       const std::string& identity) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::dealer);
+      if (security_.curve()) {
+        // The router must prove it holds the cluster's secret key; this
+        // side proves the admin's key if it has it, else the cluster's.
+        socket.set(zmq::sockopt::curve_serverkey, security_.cluster_public);
+        socket.set(zmq::sockopt::curve_publickey,
+                   security_.admin() ? security_.admin_public
+                                     : security_.cluster_public);
+        socket.set(zmq::sockopt::curve_secretkey,
+                   security_.admin() ? security_.admin_secret
+                                     : security_.cluster_secret);
+      }
       socket.set(zmq::sockopt::linger, 0);
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
       if (!identity.empty()) socket.set(zmq::sockopt::routing_id, identity);
-      return std::unique_ptr<Socket>(new ZmqSocket(std::move(socket)));
+      return std::unique_ptr<Socket>(
+          new ZmqSocket(std::move(socket), security_, /*router=*/false));
     } catch (const zmq::error_t& e) {
       return ZmqError("dealer socket", e);
     }
@@ -203,7 +349,10 @@ class ZmqTransport final : public Transport {
   }
 
  private:
+  const Security security_;
   zmq::context_t context_{1};
+  zmq::socket_t zap_socket_;
+  std::thread zap_thread_;
   std::vector<zmq::pollitem_t> items_;
 };
 
@@ -229,14 +378,14 @@ void RaiseOpenFileLimit() {
 
 }  // namespace
 
-std::unique_ptr<Transport> NewZmqTransport() {
+std::unique_ptr<Transport> NewZmqTransport(const Security& security) {
   // Once per process: libzmq aborts when accepting on an ipc:// socket
   // finds no file descriptor left (tcp:// only refuses), so idle
   // connections up to the soft limit would let the next one kill the
   // process.
   static std::once_flag raised;
   std::call_once(raised, RaiseOpenFileLimit);
-  return std::make_unique<ZmqTransport>();
+  return std::make_unique<ZmqTransport>(security);
 }
 
 }  // namespace ductile

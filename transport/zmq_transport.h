@@ -4,11 +4,19 @@
 // it belong to it and must be destroyed before it. Sockets have linger 0
 // and no high water marks (ductile does its own flow control); routers drop
 // messages to peers that are gone.
+//
+// With CURVE keys (ductile/security.h) every socket authenticates and
+// encrypts: the transport runs a ZAP handler thread that admits only the
+// cluster's and the admin's keys, and marks each received message with
+// whether its sender holds the admin key (InMessage::from_admin). In plain
+// mode, binding to an address other than loopback or ipc:// is refused
+// (kPermissionDenied) unless the security allows it.
 #ifndef DUCTILE_TRANSPORT_ZMQ_TRANSPORT_H_
 #define DUCTILE_TRANSPORT_ZMQ_TRANSPORT_H_
 
 #include <memory>
 
+#include "ductile/security.h"
 #include "transport/socket.h"
 
 namespace ductile {
@@ -16,7 +24,7 @@ namespace ductile {
 // The first call in a process raises its soft limit of open files to the
 // hard limit: libzmq aborts the process when accepting a connection on an
 // ipc:// socket finds no file descriptor left.
-std::unique_ptr<Transport> NewZmqTransport();
+std::unique_ptr<Transport> NewZmqTransport(const Security& security);
 
 }  // namespace ductile
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ductile/security.h"
 #include "ductile/server.h"
 #include "ductile/status.h"
 
@@ -66,32 +67,40 @@ struct ClusterStatus {
   int64_t data_batches_done = 0;
 };
 
+// Each call takes the cluster's keys (LoadClusterKeys; empty in plain
+// mode). Shutdown, checkpoint, drain and resize need the admin key on a
+// cluster with keys: without it they fail with kPermissionDenied.
+
 // Asks the coordinator at `address` for the cluster's state.
 Result<ClusterStatus> QueryClusterStatus(const std::string& address,
-                                         int64_t timeout_ms);
+                                         int64_t timeout_ms,
+                                         const Security& security = {});
 // Asks the coordinator to shut the whole cluster down.
-Status RequestShutdown(const std::string& address, int64_t timeout_ms);
+Status RequestShutdown(const std::string& address, int64_t timeout_ms,
+                       const Security& security = {});
 // Asks the coordinator for a checkpoint now; returns its clock once it is
 // complete (`ductile checkpoint`).
 Result<int64_t> RequestCheckpoint(const std::string& address,
-                                  int64_t timeout_ms);
+                                  int64_t timeout_ms,
+                                  const Security& security = {});
 // Asks worker `worker_id` of the job to leave (`ductile drain worker:N`):
 // the worker is told at once and leaves at its next step (a training loop
 // checks Client::leave_requested()). Returns once the worker is told.
 Status RequestDrainWorker(const std::string& address, int32_t worker_id,
-                          int64_t timeout_ms);
+                          int64_t timeout_ms, const Security& security = {});
 // Moves every slot of server `server_id`, with its keys, to the other
 // servers while the job runs, then stops it (`ductile drain server:N`).
 // Returns once the server is out of the job.
 Status RequestDrainServer(const std::string& address, int32_t server_id,
-                          int64_t timeout_ms);
+                          int64_t timeout_ms, const Security& security = {});
 // Sets the job's target size (`ductile resize`): `workers` and `servers`
 // (0: unchanged; at least one of them set). The coordinator records it and
 // shows it in the status; `ductile local` starts or drains members to
 // match, and other launchers act on it likewise. kInvalidArgument beyond
 // the job's --max_workers.
 Status RequestResize(const std::string& address, int32_t workers,
-                     int32_t servers, int64_t timeout_ms);
+                     int32_t servers, int64_t timeout_ms,
+                     const Security& security = {});
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);
 

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "ductile/security.h"
 #include "ductile/status.h"
 #include "ductile/table.h"
 
@@ -90,6 +91,9 @@ struct ClientOptions {
   // Ask the coordinator for this worker id (-1: let it choose). Refused
   // (kAlreadyExists) if a live worker holds it.
   int32_t requested_worker_id = -1;
+  // The cluster's keys (ductile/security.h), needed to reach a cluster
+  // that uses them. SetConsistency needs the admin key there.
+  Security security;
 };
 
 // A dense tensor stored as fixed-size chunks (one key each) spread over the
@@ -256,7 +260,9 @@ class Client {
 
   // Changes a table's consistency model while the job runs. Every server
   // switches at the same clock boundary B, returned: requests of timestamp
-  // >= B follow the new model, earlier ones the old.
+  // >= B follow the new model, earlier ones the old. On a cluster with
+  // keys, only a client holding the admin key may (else
+  // kPermissionDenied).
   virtual Result<int64_t> SetConsistency(TableId table,
                                          const Consistency& consistency) = 0;
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "ductile/security.h"
 #include "ductile/status.h"
 
 namespace ductile {
@@ -68,6 +69,13 @@ struct CoordinatorOptions {
   // How long servers may take to write a checkpoint or restore one before
   // the attempt is abandoned (and, for a restore, retried). >= 1000.
   int64_t checkpoint_timeout_ms = 120000;
+
+  // The cluster's keys (ductile/security.h). With them, only peers holding
+  // the cluster's keys reach the coordinator, and shutdown, checkpoints,
+  // resizes, drains and consistency changes need the admin key (others
+  // get kPermissionDenied). Plain mode without them: `bind_address` must
+  // then be loopback or ipc:// unless allow_plain_network.
+  Security security;
 };
 
 class Coordinator {

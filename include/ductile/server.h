@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "ductile/security.h"
 #include "ductile/status.h"
 #include "ductile/table.h"
 
@@ -86,6 +87,9 @@ struct ServerOptions {
   int64_t disk_reserve_mb = 64;
   // User update rules, usable by tables created with UpdateRule::kCustom.
   std::map<std::string, CustomRule> custom_rules;
+  // The cluster's keys (ductile/security.h); plain mode without them, and
+  // then `host` must be a loopback address unless allow_plain_network.
+  Security security;
 };
 
 // Request counters of one server, as reported by `ductile status`.

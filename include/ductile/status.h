@@ -13,6 +13,9 @@
 //                       ran out; the operation may still complete later.
 //   kNotFound           a named thing (table, member) does not exist.
 //   kAlreadyExists      the name or id is taken (by something different).
+//   kPermissionDenied   the caller may not do this: an admin operation
+//                       without the admin key, a secret key file others
+//                       can read.
 //   kResourceExhausted  out of a resource: disk, memory, device memory.
 //   kFailedPrecondition the system is not in a state that allows the call
 //                       (no state directory, not registered as a worker,
@@ -55,6 +58,7 @@ enum class StatusCode : int {
   kDeadlineExceeded = 4,
   kNotFound = 5,
   kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kAborted = 10,
@@ -76,6 +80,8 @@ inline std::string_view StatusCodeName(StatusCode code) {
       return "NotFound";
     case StatusCode::kAlreadyExists:
       return "AlreadyExists";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
     case StatusCode::kResourceExhausted:
       return "ResourceExhausted";
     case StatusCode::kFailedPrecondition:
@@ -128,6 +134,9 @@ inline Status NotFoundError(std::string m) {
 }
 inline Status AlreadyExistsError(std::string m) {
   return Status(StatusCode::kAlreadyExists, std::move(m));
+}
+inline Status PermissionDeniedError(std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(m));
 }
 inline Status FailedPreconditionError(std::string m) {
   return Status(StatusCode::kFailedPrecondition, std::move(m));

@@ -1,0 +1,69 @@
+// How a cluster's connections are secured (docs/security.md).
+//
+// With keys, every connection uses ZeroMQ's CURVE: both ends authenticate
+// and everything is encrypted. Every router (the coordinator's port, each
+// server's tcp:// and ipc:// ports) admits only peers that prove they hold
+// the cluster's secret key or the admin's; anyone else completes no
+// handshake and gets nothing from any port. Shutting the cluster down,
+// checkpoints on demand, resizes, drains and consistency changes need the
+// admin key.
+//
+// Without keys (plain mode) nothing is authenticated or encrypted and every
+// peer may do anything: for one host only. A plain socket bound to an
+// address other than loopback or ipc:// is refused unless
+// `allow_plain_network` is set.
+//
+// Example (a member, and an administrator's tool):
+//
+//   ductile::Status made = ductile::GenerateClusterKeys("/etc/ductile/keys");
+//   ductile::ServerOptions options;
+//   auto keys = ductile::LoadClusterKeys("/etc/ductile/keys", false);
+//   if (!keys.ok()) return 1;
+//   options.security = *keys;
+//   ...
+//   auto admin = ductile::LoadClusterKeys("/etc/ductile/keys", true);
+//   ductile::RequestShutdown(address, 10000, *admin);
+#ifndef DUCTILE_SECURITY_H_
+#define DUCTILE_SECURITY_H_
+
+#include <string>
+
+#include "ductile/status.h"
+
+namespace ductile {
+
+struct Security {
+  // CURVE keys, Z85-encoded (40 characters each); all empty in plain mode.
+  // Every member holds the cluster's key pair: routers use it as their
+  // server key, and connections use it as their client key.
+  std::string cluster_public;
+  std::string cluster_secret;
+  // The admin's public key, which routers admit with admin rights, and,
+  // in an administrator's process only, its secret: connections then use
+  // the admin key pair as their client key.
+  std::string admin_public;
+  std::string admin_secret;
+  // Plain mode only: allow binding to addresses other than loopback and
+  // ipc:// (anyone who reaches them can act as any member).
+  bool allow_plain_network = false;
+
+  bool curve() const { return !cluster_secret.empty(); }
+  bool admin() const { return !admin_secret.empty(); }
+};
+
+// Writes a new set of keys into `dir` (created if absent, mode 0700):
+// cluster.key (the cluster's key pair), admin.key (the admin's key pair)
+// and admin.pub (the admin's public key), secret files with mode 0600.
+// Refuses (kAlreadyExists) to overwrite keys already there. Members need
+// cluster.key and admin.pub; only administrators need admin.key.
+Status GenerateClusterKeys(const std::string& dir);
+
+// Reads the keys in `dir`; with `as_admin`, admin.key too (then
+// connections use the admin key). Checks that each public key is the one
+// its secret key makes and that secret files are readable by their owner
+// only.
+Result<Security> LoadClusterKeys(const std::string& dir, bool as_admin);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SECURITY_H_

@@ -144,6 +144,17 @@ Status ValidateTableOptions(const TableOptions& o) {
   if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
     return InvalidArgumentError("unknown initializer " + std::to_string(init));
   }
+  // Every parameter finite, used by the kind or not: a NaN makes NaN
+  // weights where it is used, and where it is not, a table that differs
+  // from itself (SameTable), so that a resent creation is refused.
+  for (float x :
+       {o.init.value, o.init.low, o.init.high, o.init.mean, o.init.stddev}) {
+    if (!finite(x)) {
+      return InvalidArgumentError(
+          "initializer parameters (value, low, high, mean, stddev) must be "
+          "finite");
+    }
+  }
   if (o.init.kind == InitKind::kUniform && !(o.init.low < o.init.high)) {
     return InvalidArgumentError("uniform initializer needs low < high");
   }

@@ -673,6 +673,28 @@ TEST(ValidateTableOptions, RejectsANormalInitializerWithNegativeStddev) {
   ExpectInvalid(t, "stddev");
 }
 
+// Found by tests/fuzz/table_config_fuzzer: a normal initializer with a NaN
+// mean (or a constant one with a NaN value) made NaN weights, and a NaN in
+// a parameter the kind does not use made a table unequal to itself, so a
+// resent creation was refused as "a different table".
+TEST(ValidateTableOptions, RejectsNonFiniteInitializerParametersUsedOrNot) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  for (InitKind kind : {InitKind::kZeros, InitKind::kConstant,
+                        InitKind::kUniform, InitKind::kNormal}) {
+    for (float bad : {kNan, kInf, -kInf}) {
+      for (float Initializer::*field :
+           {&Initializer::value, &Initializer::low, &Initializer::high,
+            &Initializer::mean, &Initializer::stddev}) {
+        TableOptions t = ValidTable();
+        t.init.kind = kind;
+        t.init.*field = bad;
+        ExpectInvalid(t, "must be finite");
+      }
+    }
+  }
+}
+
 TEST(ValidateTableOptions, RejectsAnUnknownInitializer) {
   TableOptions t = ValidTable();
   t.init.kind = static_cast<InitKind>(4);

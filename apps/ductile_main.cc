@@ -100,13 +100,17 @@ DEFINE_uint64(max_key_floats, 1 << 24,
               "server, local: widest value one key of a variable-width "
               "table may have, in floats "
               "(1 to 268435456); wider pushes and pulls are refused");
+DEFINE_uint64(max_stored_mb, 0,
+              "server, local: memory each server's tables may hold, in MB; "
+              "a push of new keys beyond it is refused (0: three quarters "
+              "of physical memory)");
 DEFINE_string(keys, "",
               "directory of the cluster's keys (`ductile keygen`): CURVE "
               "on every connection; admin commands need admin.key. "
               "Empty: plain mode, loopback only");
 DEFINE_bool(insecure, false,
             "plain mode beyond loopback: anyone who reaches it can act as "
-            "any member");
+            "any member (local: no keys, on loopback)");
 DEFINE_string(out, "", "keygen: directory to write the new keys into");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "
@@ -249,6 +253,11 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
         "--max_key_floats must be in [1, 268435456]");
   }
   if ((command == "server" || command == "local") &&
+      FLAGS_max_stored_mb > (uint64_t{1} << 30)) {
+    return ductile::InvalidArgumentError(
+        "--max_stored_mb must be in [0, 1073741824]");
+  }
+  if ((command == "server" || command == "local") &&
       (FLAGS_disk_reserve_mb < 0 || FLAGS_disk_reserve_mb > (1 << 20))) {
     return ductile::InvalidArgumentError(
         "--disk_reserve_mb must be in [0, 1048576]");
@@ -304,6 +313,7 @@ int RunServer() {
   o.keep_checkpoints = FLAGS_keep_checkpoints;
   o.disk_reserve_mb = FLAGS_disk_reserve_mb;
   o.max_key_floats = FLAGS_max_key_floats;
+  o.max_stored_mb = FLAGS_max_stored_mb;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto security = SecurityFromFlags(false);
@@ -566,14 +576,14 @@ int RunLocal() {
     return Fail(ductile::InvalidArgumentError(
         "--move_timeout_ms must be in [100, 86400000]"));
   }
-  if (FLAGS_insecure) {
+  if (FLAGS_insecure && !FLAGS_keys.empty()) {
     return Fail(ductile::InvalidArgumentError(
-        "local listens on loopback and ipc:// only: --insecure does not "
-        "apply (it makes its own keys unless --keys is given)"));
+        "--insecure is for plain mode: it cannot go with --keys"));
   }
   ductile::apps::LocalClusterOptions o;
   o.program = SelfPath();
   o.keys_dir = FLAGS_keys;
+  o.plain = FLAGS_insecure;
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.state_dir = FLAGS_state_dir;
@@ -612,6 +622,7 @@ int RunLocal() {
                     Forward("keep_checkpoints"),
                     Forward("disk_reserve_mb"),
                     Forward("max_key_floats"),
+                    Forward("max_stored_mb"),
                     Forward("coordinator_timeout_ms"),
                     Forward("move_timeout_ms")};
   o.worker_flags = {log};
@@ -644,11 +655,27 @@ const std::vector<Command>& Commands() {
       {"local",
        "run a cluster (coordinator, --servers, --workers) on this machine and "
        "train --app",
-       {"servers", "workers", "slots", "heartbeat_timeout_ms", "timeout_ms",
-        "verbose", "state_dir", "checkpoint_every", "checkpoint_interval_s",
-        "checkpoint_timeout_ms", "keep_checkpoints", "disk_reserve_mb",
-        "max_key_floats", "coordinator_timeout_ms", "no_worker_timeout_ms",
-        "move_timeout_ms", "kill_schedule", "resize_schedule", "keys"},
+       {"servers",
+        "workers",
+        "slots",
+        "heartbeat_timeout_ms",
+        "timeout_ms",
+        "verbose",
+        "state_dir",
+        "checkpoint_every",
+        "checkpoint_interval_s",
+        "checkpoint_timeout_ms",
+        "keep_checkpoints",
+        "disk_reserve_mb",
+        "max_key_floats",
+        "max_stored_mb",
+        "coordinator_timeout_ms",
+        "no_worker_timeout_ms",
+        "move_timeout_ms",
+        "kill_schedule",
+        "resize_schedule",
+        "keys",
+        "insecure"},
        true,
        RunLocal},
       {"coordinator",
@@ -663,8 +690,8 @@ const std::vector<Command>& Commands() {
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
         "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
-        "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms", "keys",
-        "insecure"},
+        "max_stored_mb", "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms",
+        "keys", "insecure"},
        false,
        RunServer},
       {"worker",

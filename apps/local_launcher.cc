@@ -641,13 +641,21 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
 
   // The cluster's keys: the given ones, or ones made for this launch only
   // (gone with the run directory). The launcher itself acts as the admin.
-  const std::string keys_dir =
-      options.keys_dir.empty() ? run_dir + "/keys" : options.keys_dir;
-  if (options.keys_dir.empty()) {
+  if (options.plain && !options.keys_dir.empty()) {
+    return InvalidArgumentError("plain mode with keys");
+  }
+  const std::string keys_dir = options.plain              ? ""
+                               : options.keys_dir.empty() ? run_dir + "/keys"
+                                                          : options.keys_dir;
+  if (!options.plain && options.keys_dir.empty()) {
     DUCTILE_RETURN_IF_ERROR(GenerateClusterKeys(keys_dir));
   }
-  DUCTILE_ASSIGN_OR_RETURN(const Security security,
-                           LoadClusterKeys(keys_dir, /*as_admin=*/true));
+  Security security;
+  if (!options.plain) {
+    DUCTILE_ASSIGN_OR_RETURN(security,
+                             LoadClusterKeys(keys_dir, /*as_admin=*/true));
+  }
+  // Every child gets it ("--keys=" alone: plain mode).
   const std::string keys_flag = "--keys=" + keys_dir;
 
   Supervisor supervisor(set);
@@ -686,9 +694,11 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   supervisor.SetCoordinatorAddress(address);
   std::fprintf(stderr,
                "ductile local: coordinator at %s, %d server(s), %d "
-               "worker(s), state in %s, keys in %s\n",
+               "worker(s), state in %s, %s%s\n",
                address.c_str(), options.num_servers, options.num_workers,
-               state_dir.c_str(), keys_dir.c_str());
+               state_dir.c_str(),
+               options.plain ? "plain mode (no keys)" : "keys in ",
+               keys_dir.c_str());
 
   const auto start_server = [&](int id) {
     std::vector<std::string> a = {options.program, "server",

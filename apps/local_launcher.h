@@ -144,6 +144,9 @@ struct LocalClusterOptions {
   // "ductile local: coordinator at ADDR, ..., keys in DIR" names it, for
   // `ductile status --keys=DIR` from elsewhere while the job runs).
   std::string keys_dir;
+  // No keys at all (plain mode): faster, for a host whose every user may
+  // act as any member (anyone on it can reach the loopback ports).
+  bool plain = false;
   // After the workers finish, how long the coordinator and servers get to
   // exit by themselves before they are killed.
   int shutdown_grace_ms = 10000;

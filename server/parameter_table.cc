@@ -53,8 +53,20 @@ ParameterTable::Entry& ParameterTable::FindOrCreate(Key key, uint32_t width) {
     it->second.value.resize(width);
     InitializeValue(options_.init, id_, key, it->second.value);
     it->second.state.assign(size_t{width} * kernel_.state_per_value(), 0.0f);
+    stored_floats_ += it->second.value.size() + it->second.state.size();
   }
   return it->second;
+}
+
+uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
+  uint64_t floats = 0;
+  const auto keys = request.keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (entries_.count(keys[i]) == 0) {
+      floats += uint64_t{request.length(i)} * (1 + kernel_.state_per_value());
+    }
+  }
+  return floats;
 }
 
 void ParameterTable::ApplyPush(const DataFrames& request) {
@@ -100,6 +112,8 @@ void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {
 
 void ParameterTable::Restore(EntryRecord&& record, bool changed) {
   Entry& e = entries_[record.key];
+  stored_floats_ -= e.value.size() + e.state.size();
+  stored_floats_ += record.value.size() + record.state.size();
   e.value = std::move(record.value);
   e.state = std::move(record.state);
   e.steps = record.steps;
@@ -108,6 +122,7 @@ void ParameterTable::Restore(EntryRecord&& record, bool changed) {
 
 void ParameterTable::Clear() {
   entries_.clear();
+  stored_floats_ = 0;
   changed_.clear();
 }
 
@@ -115,8 +130,18 @@ void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {
   const auto keys = request.keys();
   out->reserve(out->size() + request.total_floats());
   for (size_t i = 0; i < keys.size(); ++i) {
-    const Entry& e = FindOrCreate(keys[i], request.length(i));
-    out->insert(out->end(), e.value.begin(), e.value.end());
+    auto it = entries_.find(keys[i]);
+    if (it != entries_.end()) {
+      out->insert(out->end(), it->second.value.begin(), it->second.value.end());
+      continue;
+    }
+    // An absent key reads as its initial value, without being stored: the
+    // value is a function of (table, key, element), the same whenever it
+    // is made, and pulls of keys never pushed must not grow the server.
+    const size_t at = out->size();
+    out->resize(at + request.length(i));
+    InitializeValue(options_.init, id_, keys[i],
+                    std::span<float>(out->data() + at, request.length(i)));
   }
 }
 

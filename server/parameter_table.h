@@ -50,8 +50,8 @@ class ParameterTable {
   }
   // Checks a pull's widths against stored keys (variable-width tables).
   Status CheckPull(const DataFrames& request) const;
-  // Appends the requested keys' values to `out` (creating missing keys with
-  // the initializer).
+  // Appends the requested keys' values to `out`; an absent key reads as its
+  // initial value and is not stored (only a push stores a key).
   void Pull(const DataFrames& request, std::vector<float>* out);
 
   // Checkpoints. Keys whose value or optimizer state changed since the last
@@ -89,12 +89,22 @@ class ParameterTable {
   template <typename Pred>
   size_t EraseIf(Pred&& pred) {
     const size_t before = entries_.size();
-    std::erase_if(entries_, [&](const auto& kv) { return pred(kv.first); });
+    std::erase_if(entries_, [&](const auto& kv) {
+      if (!pred(kv.first)) return false;
+      stored_floats_ -= kv.second.value.size() + kv.second.state.size();
+      return true;
+    });
     if (entries_.size() != before) {
       std::erase_if(changed_, [&](Key k) { return entries_.count(k) == 0; });
     }
     return before - entries_.size();
   }
+
+  // Floats held (values and optimizer state), over every key.
+  uint64_t stored_floats() const { return stored_floats_; }
+  // Floats a push of `request` would add: its keys not held yet, with
+  // their optimizer state.
+  uint64_t NewFloats(const DataFrames& request) const;
 
   // Reads one key (tests, debugging); false if absent.
   bool Get(Key key, std::vector<float>* value) const;
@@ -123,6 +133,7 @@ class ParameterTable {
   const TableOptions options_;
   const UpdateRuleKernel kernel_;
   std::unordered_map<Key, Entry> entries_;
+  uint64_t stored_floats_ = 0;
   std::vector<Key> changed_;  // keys with Entry::changed set
 };
 

@@ -29,6 +29,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     return InvalidArgumentError("max_key_floats must be in [1, " +
                                 std::to_string(kMaxValueFloats) + "]");
   }
+  if (options.max_stored_mb > (uint64_t{1} << 30)) {
+    return InvalidArgumentError("max_stored_mb must be in [0, 1073741824]");
+  }
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("port must be in [0, 65535]");
   }

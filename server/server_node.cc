@@ -44,6 +44,15 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
       checkpointer_(env, this, &counters_),
       restorer_(env) {
   tables_.set_max_key_floats(options.max_key_floats);
+  if (options.max_stored_mb > 0) {
+    max_stored_floats_ = options.max_stored_mb * (uint64_t{1} << 20) / 4;
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    max_stored_floats_ = pages > 0 && page > 0
+                             ? static_cast<uint64_t>(pages) * page / 4 * 3 / 4
+                             : ~uint64_t{0};
+  }
 }
 
 ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
@@ -546,6 +555,17 @@ void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
 Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   ParameterTable& table = *request.table;
   DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
+  const uint64_t adds = table.NewFloats(request.data);
+  if (adds > 0 && tables_.stored_floats() + adds > max_stored_floats_) {
+    return ResourceExhaustedError(
+        "server " + std::to_string(id_) + " holds " +
+        std::to_string(tables_.stored_floats() * 4 >> 20) +
+        " MB of tables; this push's new keys (" +
+        std::to_string(adds * 4 >> 10) + " KB with their optimizer state) " +
+        "would pass its limit of " +
+        std::to_string(max_stored_floats_ * 4 >> 20) +
+        " MB (--max_stored_mb); nothing of it was applied");
+  }
   const int64_t clock = request.header.clock();
   // BSP: a worker's push of clock t becomes visible once every worker has
   // finished clock t (a late one, below the server clock, applies now).

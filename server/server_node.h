@@ -133,6 +133,8 @@ class ServerNode final : private CoordinatorLink {
 
   // Constant after construction.
   const ServerOptions options_;
+  // Floats the tables may hold (ServerOptions::max_stored_mb).
+  uint64_t max_stored_floats_ = 0;
   Env* const env_;
 
   // Set by Start(), then constant.

@@ -51,6 +51,12 @@ uint64_t TableSet::keys() const {
   return n;
 }
 
+uint64_t TableSet::stored_floats() const {
+  uint64_t n = 0;
+  for (const auto& [id, table] : tables_) n += table->stored_floats();
+  return n;
+}
+
 void TableSet::ClearKeys() {
   for (auto& [id, table] : tables_) table->Clear();
 }

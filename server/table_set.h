@@ -42,6 +42,8 @@ class TableSet {
 
   // Keys held, over every table.
   uint64_t keys() const;
+  // Floats held (values and optimizer state), over every table.
+  uint64_t stored_floats() const;
   // Removes every key of every table (the tables stay).
   void ClearKeys();
 

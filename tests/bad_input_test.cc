@@ -713,17 +713,87 @@ TEST(ServerLimits, APullOfAKeyWiderThanTheServersLimitIsRefused) {
   Result<TableId> refused = client->CreateTable(wide);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("--max_key_floats"));
-  // A pull within the limit creates the key.
+  // A pull within the limit reads the initial value and stores nothing.
   std::vector<float> out(1024, -1.0f);
   const std::vector<uint32_t> length = {1024};
   ASSERT_TRUE(client->Pull(*table, key, out, length).ok());
   EXPECT_EQ(out, std::vector<float>(1024, 0.0f));
+  EXPECT_EQ(cluster.server(0).counters().keys_stored, 0u);
+}
+
+// Pulls of keys never pushed store nothing: a peer pulling new keys cannot
+// grow a server (each such pull once stored its key).
+TEST(ServerLimits, PullsOfKeysNeverPushedStoreNothing) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  TableOptions t;
+  t.name = "normal";
+  t.value_width = 16;
+  t.init.kind = InitKind::kNormal;
+  t.init.stddev = 1.0f;
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys(1000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 1000003;
+  std::vector<float> first(keys.size() * 16), again(keys.size() * 16);
+  ASSERT_TRUE(client->Pull(*table, keys, first).ok());
+  EXPECT_EQ(cluster.server(0).counters().keys_stored, 0u);
+  // The same initial values every time, and once a key is pushed, its
+  // update applies to that value.
+  ASSERT_TRUE(client->Pull(*table, keys, again).ok());
+  EXPECT_EQ(first, again);
+  const std::vector<Key> one = {keys[5]};
+  ASSERT_TRUE(client->Push(*table, one, std::vector<float>(16, 1.0f)).ok());
+  std::vector<float> pushed(16);
+  ASSERT_TRUE(client->Pull(*table, one, pushed).ok());
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(pushed[i], first[5 * 16 + i] + 1.0f);
+  EXPECT_EQ(cluster.server(0).counters().keys_stored, 1u);
+}
+
+// --max_stored_mb: a push that would store new keys past the server's
+// limit is refused whole; keys already held still take pushes.
+TEST(ServerLimits, APushOfNewKeysPastTheStoredLimitIsRefusedWhole) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  options.server.max_stored_mb = 1;  // 262144 floats
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  TableOptions t;
+  t.name = "momentum";
+  t.value_width = 1024;
+  t.rule = UpdateRule::kMomentum;  // one float of state per value: 2048/key
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> first(100), more(40);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = i;
+  for (size_t i = 0; i < more.size(); ++i) more[i] = 1000 + i;
+  ASSERT_TRUE(
+      client->Push(*table, first, std::vector<float>(100 * 1024, 1.0f)).ok());
+  // 100 keys hold 204800 floats; 40 more would make 286720.
+  Status refused =
+      client->Push(*table, more, std::vector<float>(40 * 1024, 1.0f));
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--max_stored_mb"));
+  EXPECT_EQ(cluster.server(0).counters().keys_stored, 100u);
+  // Keys held still take pushes, and new keys within the limit too.
+  ASSERT_TRUE(
+      client->Push(*table, first, std::vector<float>(100 * 1024, 1.0f)).ok());
+  more.resize(20);
+  ASSERT_TRUE(
+      client->Push(*table, more, std::vector<float>(20 * 1024, 1.0f)).ok());
+  EXPECT_EQ(cluster.server(0).counters().keys_stored, 120u);
 }
 
 // A BSP push is checked when it arrives and applied at its clock's end. A
-// pull of the same absent key with another width, in between, creates the
-// key with the pull's width: the buffered push no longer fits. It is
-// dropped with an error, never written past the key's value.
+// push of the same absent key with another width from a peer that is no
+// worker, in between, creates the key with its width: the buffered push
+// no longer fits. It is dropped with an error, never written past the
+// key's value. (A pull in between once created the key too; it now stores
+// nothing.)
 TEST_F(ServerBadInput, ABufferedBspPushThatNoLongerFitsItsKeyIsDropped) {
   TableOptions t;
   t.name = "bsp-variable";
@@ -736,11 +806,19 @@ TEST_F(ServerBadInput, ABufferedBspPushThatNoLongerFitsItsKeyIsDropped) {
   const std::vector<float> wide(4096, 5.0f);
   const std::vector<uint32_t> wide_length = {4096};
   ASSERT_TRUE(client_->Push(*table, key, wide, wide_length).ok());
-  // Another peer pulls key 77 with width 1 (no worker: not held by BSP).
+  // A pull of another width stores nothing (it once created the key).
   wire::Header h = Request(wire::PULL, *table, 95, 1);
   h.set_has_lengths(true);
   peer_->Send({Serialize(h), Bytes(key), Bytes(std::vector<uint32_t>{1})});
   std::optional<wire::Header> reply = peer_->ReceiveHeader();
+  ASSERT_TRUE(reply.has_value());
+  ASSERT_EQ(reply->status_code(), 0) << reply->status_message();
+  // Another peer pushes key 77 with width 1 (no worker: not held by BSP).
+  wire::Header push = Request(wire::PUSH, *table, 96, 1);
+  push.set_has_lengths(true);
+  peer_->Send({Serialize(push), Bytes(key), Bytes(std::vector<float>{3.0f}),
+               Bytes(std::vector<uint32_t>{1})});
+  reply = peer_->ReceiveHeader();
   ASSERT_TRUE(reply.has_value());
   ASSERT_EQ(reply->status_code(), 0) << reply->status_message();
   // The clock ends: the 4096 floats do not fit the 1-float key.
@@ -749,7 +827,7 @@ TEST_F(ServerBadInput, ABufferedBspPushThatNoLongerFitsItsKeyIsDropped) {
   std::vector<float> out(1, -1.0f);
   const std::vector<uint32_t> one = {1};
   ASSERT_TRUE(client_->Pull(*table, key, out, one).ok());
-  EXPECT_EQ(out, std::vector<float>{0.0f});
+  EXPECT_EQ(out, std::vector<float>{3.0f});
   ExpectStillServing();
 }
 

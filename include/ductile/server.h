@@ -51,11 +51,18 @@ struct ServerOptions {
   uint64_t max_message_bytes = 1ull << 30;
   // Widest value one key may have here, in floats (16M floats, 64 MiB; 1 to
   // 2^28). A push or pull that names a wider key of a variable-width table
-  // gets a kInvalidArgument reply (a pull of an absent key creates it: one
-  // small request must not make the server allocate and initialise
-  // gigabytes, and fall silent meanwhile), and a fixed-width table wider
-  // than this cannot be created.
+  // gets a kInvalidArgument reply (one small request must not make the
+  // server initialise gigabytes and fall silent meanwhile), and a
+  // fixed-width table wider than this cannot be created. A pull of a key
+  // never pushed reads its initial value and stores nothing.
   uint64_t max_key_floats = 1ull << 24;
+  // Memory this server's tables may hold, values and optimizer state
+  // together, in MB (0: three quarters of the machine's physical memory).
+  // A push that would store new keys beyond it gets kResourceExhausted and
+  // changes nothing; pushes to keys already held, and pulls, go on.
+  // Checked when a push arrives (a BSP push's keys are stored at its
+  // clock's end). Restores and slot moves are never refused. 0 - 2^30.
+  uint64_t max_stored_mb = 0;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;

@@ -89,7 +89,8 @@ struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].
   std::string name;
   // Floats per key. 0 makes a variable-width table: each key's width is set
-  // by its first push (with explicit lengths) and never changes.
+  // by its first push (with explicit lengths) and never changes; until
+  // then, a pull of any length reads the initial value.
   uint32_t value_width = 1;
   UpdateRule rule = UpdateRule::kAdd;
   // Optimizer hyper-parameters (used by the rules named).

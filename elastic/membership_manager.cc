@@ -39,10 +39,8 @@ Member* MembershipManager::FindMember(const wire::Header& h,
   if (h.type() != wire::HEARTBEAT) return nullptr;
   auto& group = h.has_counters() ? ctx_.state.servers : ctx_.state.workers;
   auto it = group.find(h.member_id());
-  // A member bound to another connection is not taken over by whoever
-  // names it (CoordinatorNode::CheckSender refuses the message).
-  if (it == group.end() || !it->second.identity.empty()) return nullptr;
-  *reconnected = true;
+  if (it == group.end()) return nullptr;
+  *reconnected = it->second.identity.empty();
   it->second.identity = identity;
   if (*reconnected) {
     LOG(INFO) << "coordinator: " << (h.has_counters() ? "server " : "worker ")

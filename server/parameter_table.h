@@ -33,8 +33,8 @@ class ParameterTable {
   void ApplyPush(const DataFrames& request);
   // Applies one vector to one key (a BSP clock's combined pushes). An
   // existing key of another width is left unchanged (InvalidArgument): a
-  // pull may have created it, with its own width, after the pushes were
-  // checked and buffered.
+  // push from a peer that is no worker may have created it, with its own
+  // width, after the pushes were checked and buffered.
   Status ApplyOne(Key key, std::span<const float> update);
   // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`:
   // their mean under BspCombine::kMean (not for assign tables), else the

@@ -201,16 +201,21 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
   uint64_t refused = 0;
   while (true) {
     std::vector<zmq::message_t> request;
-    try {
-      do {
-        zmq::message_t frame;
+    bool more = true;
+    while (more) {
+      zmq::message_t frame;
+      try {
         if (!socket.recv(frame)) continue;
-        request.push_back(std::move(frame));
-      } while (request.back().more());
-    } catch (const zmq::error_t& e) {
-      if (e.num() == ETERM) return;
-      LOG(ERROR) << "ZAP handler: " << e.what();
-      return;
+      } catch (const zmq::error_t& e) {
+        // A process stopped and resumed (SIGSTOP, SIGCONT) sees EINTR
+        // here: the handler must go on, or no handshake would complete.
+        if (e.num() == EINTR) continue;
+        if (e.num() == ETERM) return;
+        LOG(ERROR) << "ZAP handler: " << e.what();
+        return;
+      }
+      more = frame.more();
+      request.push_back(std::move(frame));
     }
     // version, request id, domain, address, identity, mechanism, key
     std::string status = "400";
@@ -235,19 +240,21 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
                      << " refused so far)";
       }
     }
-    try {
-      const std::string request_id =
-          request.size() > 1 ? request[1].to_string() : "";
-      socket.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(status), zmq::send_flags::sndmore);
-      socket.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
-      socket.send(zmq::buffer(user), zmq::send_flags::sndmore);
-      socket.send(zmq::str_buffer(""), zmq::send_flags::none);
-    } catch (const zmq::error_t& e) {
-      if (e.num() == ETERM) return;
-      LOG(ERROR) << "ZAP handler: " << e.what();
-      return;
+    const std::string request_id =
+        request.size() > 1 ? request[1].to_string() : "";
+    const std::string reply[] = {"1.0", request_id, status, "", user, ""};
+    for (size_t i = 0; i < std::size(reply);) {
+      try {
+        socket.send(zmq::buffer(reply[i]), i + 1 < std::size(reply)
+                                               ? zmq::send_flags::sndmore
+                                               : zmq::send_flags::none);
+        ++i;
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;  // as above: send it again
+        if (e.num() == ETERM) return;
+        LOG(ERROR) << "ZAP handler: " << e.what();
+        return;
+      }
     }
   }
 }

@@ -60,8 +60,10 @@ struct ServerOptions {
   // together, in MB (0: three quarters of the machine's physical memory).
   // A push that would store new keys beyond it gets kResourceExhausted and
   // changes nothing; pushes to keys already held, and pulls, go on.
-  // Checked when a push arrives (a BSP push's keys are stored at its
-  // clock's end). Restores and slot moves are never refused. 0 - 2^30.
+  // Checked when a push arrives, against what the tables hold then: BSP
+  // pushes waiting for their clock's end are not counted, so one clock's
+  // new keys can pass it together. Restores and slot moves are never
+  // refused. 0 - 2^30.
   uint64_t max_stored_mb = 0;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.

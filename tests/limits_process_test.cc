@@ -21,16 +21,8 @@ namespace ductile {
 namespace {
 
 using testing::kWaitMs;
+using testing::ListeningPort;
 using testing::RecoveryCluster;
-
-// The port of the tcp:// address in "... listening on tcp://H:PORT ...".
-int ListeningPort(const std::string& output) {
-  const std::string marker = "listening on tcp://";
-  const size_t at = output.find(marker);
-  if (at == std::string::npos) return -1;
-  const size_t colon = output.find(':', at + marker.size());
-  return colon == std::string::npos ? -1 : std::stoi(output.substr(colon + 1));
-}
 
 // How many file descriptors process `pid` has open.
 size_t OpenFiles(pid_t pid) {

@@ -265,6 +265,16 @@ inline void Resume(ChildProcess& p) {
   ASSERT_EQ(kill(p.pid(), SIGCONT), 0);
 }
 
+// The port of the tcp:// address a process printed ("... listening on
+// tcp://H:PORT ..."), or -1.
+inline int ListeningPort(const std::string& output) {
+  const std::string marker = "listening on tcp://";
+  const size_t at = output.find(marker);
+  if (at == std::string::npos) return -1;
+  const size_t colon = output.find(':', at + marker.size());
+  return colon == std::string::npos ? -1 : std::stoi(output.substr(colon + 1));
+}
+
 }  // namespace ductile::testing
 
 #endif  // DUCTILE_TESTS_RECOVERY_CLUSTER_H_

@@ -8,6 +8,7 @@
 #include "client/request_frames.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
+#include "transport/endpoint.h"
 
 namespace ductile {
 namespace {
@@ -36,10 +37,14 @@ RequestEngine::~RequestEngine() = default;
 
 Status RequestEngine::Start() {
   transport_ = env_->NewTransport("client", options_.security);
-  DUCTILE_ASSIGN_OR_RETURN(coordinator_, transport_->NewDealer(""));
+  // One fixed identity on every connection: after a reconnection the
+  // coordinator and the servers still know this member (a worker is bound
+  // to its connections).
+  const std::string identity = NewMemberIdentity("client");
+  DUCTILE_ASSIGN_OR_RETURN(coordinator_, transport_->NewDealer(identity));
   DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
-  routing_ =
-      std::make_unique<RoutingView>(transport_.get(), options_.prefer_ipc);
+  routing_ = std::make_unique<RoutingView>(transport_.get(),
+                                           options_.prefer_ipc, identity);
   RebuildSockets();
   const TimePoint now = env_->Now();
   next_timers_ = now;

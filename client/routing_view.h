@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/ductile.pb.h"
@@ -21,8 +22,13 @@ namespace ductile {
 
 class RoutingView {
  public:
-  RoutingView(Transport* transport, bool prefer_ipc)
-      : transport_(transport), prefer_ipc_(prefer_ipc) {}
+  // `identity` names this client to every server (the one its
+  // coordinator connection has: servers take a worker's requests only from
+  // the connection the coordinator bound it to).
+  RoutingView(Transport* transport, bool prefer_ipc, std::string identity)
+      : transport_(transport),
+        prefer_ipc_(prefer_ipc),
+        identity_(std::move(identity)) {}
 
   const RoutingTable& table() const { return table_; }
   // Installs `wire` if it is newer and well formed; true if installed.
@@ -49,6 +55,7 @@ class RoutingView {
 
   Transport* const transport_;
   const bool prefer_ipc_;
+  const std::string identity_;
   RoutingTable table_;
   std::map<int32_t, Connection> connections_;
   std::vector<int32_t> servers_;  // connections_' ids

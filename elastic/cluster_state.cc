@@ -166,6 +166,14 @@ std::set<int32_t> ClusterState::LiveWorkers() const {
   return live;
 }
 
+void ClusterState::AddLiveWorkers(wire::Header* to_servers) const {
+  for (const auto& [id, m] : workers) {
+    if (!m.live_worker()) continue;
+    to_servers->add_worker_ids(id);
+    to_servers->add_worker_identities(m.identity);
+  }
+}
+
 std::set<int32_t> ClusterState::LiveServers() const {
   std::set<int32_t> live;
   for (const auto& [id, m] : servers) {

@@ -112,6 +112,9 @@ class ClusterState {
   const wire::TableConfig* TableById(TableId id) const;
   // Workers alive and not finished.
   std::set<int32_t> LiveWorkers() const;
+  // Adds the live workers to a message for servers: their ids, and the
+  // connections they are bound to (wire::Header::worker_identities).
+  void AddLiveWorkers(wire::Header* to_servers) const;
   // Servers not declared dead, not drained and not rejoining (those take
   // part in nothing until they are at the job's generation).
   std::set<int32_t> LiveServers() const;

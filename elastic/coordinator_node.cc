@@ -190,7 +190,60 @@ bool NeedsAdmin(wire::MessageType type) {
   }
 }
 
+// The role of the member a message's member_id names as its sender
+// (ROLE_UNKNOWN: its member_id names no sender, or it has none).
+wire::Role SenderRole(const wire::Header& h) {
+  switch (h.type()) {
+    case wire::CHECKPOINT_ACK:
+    case wire::RECOVER_ACK:
+    case wire::TABLE_CREATE_ACK:
+    case wire::ROUTING_ACK:
+    case wire::WORKERS_ACK:
+    case wire::MIGRATE_DONE:
+      return wire::ROLE_SERVER;
+    case wire::BARRIER:
+    case wire::FINISH:
+    case wire::LEAVE:
+    case wire::DATA_CLAIM:
+      return wire::ROLE_WORKER;
+    case wire::CHECKPOINT_DONE:
+    case wire::CONSISTENCY_ACK:  // servers and caching workers
+      return h.role() == wire::ROLE_WORKER ? wire::ROLE_WORKER
+                                           : wire::ROLE_SERVER;
+    case wire::HEARTBEAT:
+      return h.has_counters() ? wire::ROLE_SERVER : wire::ROLE_WORKER;
+    default:
+      return wire::ROLE_UNKNOWN;
+  }
+}
+
 }  // namespace
+
+Status CoordinatorNode::CheckSender(const Member* member,
+                                    const wire::Header& h) const {
+  const wire::Role role = SenderRole(h);
+  if (role == wire::ROLE_UNKNOWN) return Status::Ok();
+  const char* what = role == wire::ROLE_SERVER ? "server " : "worker ";
+  if (member != nullptr) {
+    if (member->role == role && member->id == h.member_id()) {
+      return Status::Ok();
+    }
+    return PermissionDeniedError(
+        wire::MessageType_Name(h.type()) + " names " + what +
+        std::to_string(h.member_id()) + " but comes from " +
+        (member->role == wire::ROLE_SERVER ? "server " : "worker ") +
+        std::to_string(member->id) + ": a member acts for itself only");
+  }
+  // Not a member's connection: only a member that has none (a coordinator
+  // restarted since it was last heard from) may be named.
+  const auto& group =
+      role == wire::ROLE_SERVER ? state_.servers : state_.workers;
+  auto it = group.find(h.member_id());
+  if (it == group.end() || it->second.identity.empty()) return Status::Ok();
+  return PermissionDeniedError(wire::MessageType_Name(h.type()) + " names " +
+                               what + std::to_string(h.member_id()) +
+                               ", which is connected elsewhere");
+}
 
 void CoordinatorNode::Handle(InMessage& message) {
   if (message.size() < 2) return;  // no header: nothing to answer
@@ -201,6 +254,10 @@ void CoordinatorNode::Handle(InMessage& message) {
   if (!s.ok()) return out_.Reply(identity, h.seq(), s);
 
   const MembershipManager::Touched touched = membership_.Touch(h, identity);
+  if (Status sender = CheckSender(touched.member, h); !sender.ok()) {
+    LOG(WARNING) << "coordinator: refused: " << sender.message();
+    return out_.Reply(identity, h.seq(), sender);
+  }
   if (touched.back_from_dead && touched.member->role == wire::ROLE_WORKER) {
     OnWorkersChanged();
   }

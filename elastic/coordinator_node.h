@@ -85,6 +85,11 @@ class CoordinatorNode {
 
  private:
   void Handle(InMessage& message);
+  // Whether a message whose member_id names its sender (an ack, a
+  // heartbeat, a worker's barrier or finish) comes from that member:
+  // kPermissionDenied when it comes from another member's connection, or
+  // names a member connected elsewhere.
+  Status CheckSender(const Member* member, const wire::Header& h) const;
   void HandleHeartbeat(const std::string& identity, const wire::Header& h);
   // A server declared dead while alive, at generation `its_generation`:
   // told to rejoin, then given its share of the slots.

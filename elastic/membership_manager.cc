@@ -39,8 +39,10 @@ Member* MembershipManager::FindMember(const wire::Header& h,
   if (h.type() != wire::HEARTBEAT) return nullptr;
   auto& group = h.has_counters() ? ctx_.state.servers : ctx_.state.workers;
   auto it = group.find(h.member_id());
-  if (it == group.end()) return nullptr;
-  *reconnected = it->second.identity.empty();
+  // A member bound to another connection is not taken over by whoever
+  // names it (CoordinatorNode::CheckSender refuses the message).
+  if (it == group.end() || !it->second.identity.empty()) return nullptr;
+  *reconnected = true;
   it->second.identity = identity;
   if (*reconnected) {
     LOG(INFO) << "coordinator: " << (h.has_counters() ? "server " : "worker ")
@@ -80,7 +82,7 @@ void MembershipManager::AskToRejoin(const Member& server) const {
   rejoin.set_generation(state.generation);
   if (!state.routing.empty()) state.routing.ToWire(rejoin.mutable_routing());
   for (const auto& [name, table] : state.tables) *rejoin.add_tables() = table;
-  for (int32_t w : state.LiveWorkers()) rejoin.add_worker_ids(w);
+  state.AddLiveWorkers(&rejoin);
   // Its store may still be read for rollbacks to these checkpoints.
   for (const CatalogEntry& entry : state.catalog) {
     for (const wire::CheckpointSource& source : entry.sources()) {
@@ -454,11 +456,14 @@ void MembershipManager::PublishWorkers() {
   update.set_change_id(++workers_round_);
   const std::set<int32_t> live = ctx_.state.LiveWorkers();
   for (int32_t id : live) update.add_worker_ids(id);
+  // Workers too: a survivor takes a share of the data of those gone. They
+  // are not told each other's connections.
+  ctx_.SendTo(ctx_.state.workers, live, update);
+  update.clear_worker_ids();
+  ctx_.state.AddLiveWorkers(&update);
   for (const auto& [id, m] : ctx_.state.servers) {
     ctx_.out.Send(m.identity, update);
   }
-  // Workers too: a survivor takes a share of the data of those gone.
-  ctx_.SendTo(ctx_.state.workers, live, update);
 }
 
 bool MembershipManager::JobOver() const {

@@ -75,7 +75,7 @@ void RecoveryManager::Start(const std::string& why) {
       *m.add_sources() = source;
     }
   }
-  for (int32_t id : state.LiveWorkers()) m.add_worker_ids(id);
+  state.AddLiveWorkers(&m);
   round.round = AckRound(
       m, live, ctx_.Now() + milliseconds(ctx_.options.checkpoint_timeout_ms));
   round_ = std::move(round);

@@ -1,10 +1,22 @@
 #include "server/request_admission.h"
 
+#include <algorithm>
 #include <iterator>
 #include <string>
 #include <vector>
 
 namespace ductile {
+
+void RequestAdmission::BindWorkers(const wire::Header& from_coordinator) {
+  const int n = std::min(from_coordinator.worker_ids_size(),
+                         from_coordinator.worker_identities_size());
+  for (int i = 0; i < n; ++i) {
+    const std::string& identity = from_coordinator.worker_identities(i);
+    if (!identity.empty()) {
+      worker_identity_[from_coordinator.worker_ids(i)] = identity;
+    }
+  }
+}
 
 Status RequestAdmission::Check(const InMessage& message,
                                const RoutingTable& routing, uint64_t generation,
@@ -21,6 +33,15 @@ Status RequestAdmission::Check(const InMessage& message,
   DUCTILE_RETURN_IF_ERROR(parsed);
   const auto type = header.type();
   out->is_worker = header.has_worker_id() && header.worker_id() >= 0;
+  if (out->is_worker) {
+    auto bound = worker_identity_.find(header.worker_id());
+    if (bound != worker_identity_.end() &&
+        bound->second != message.frame_view(0)) {
+      return PermissionDeniedError(
+          "a request names worker " + std::to_string(header.worker_id()) +
+          ", which is connected elsewhere: a worker acts for itself only");
+    }
+  }
   if (type == wire::CLOCK && message.size() == 2) {
     out->is_clock = true;
     return Status::Ok();

@@ -20,6 +20,8 @@
 #define DUCTILE_SERVER_REQUEST_ADMISSION_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "ductile/status.h"
 #include "proto/codec.h"
@@ -80,6 +82,12 @@ class RequestAdmission {
   void MarkApplied(const Request& request) {
     dedup_.MarkApplied(request.header.client_id(), request.header.seq());
   }
+  // Takes the connection each worker is bound to from the coordinator's
+  // message (worker_ids and worker_identities); Check() then refuses a
+  // request naming a worker that comes from another connection. A worker
+  // whose identity is not known (none sent yet, or "" after a coordinator
+  // restart) keeps the one known before, if any.
+  void BindWorkers(const wire::Header& from_coordinator);
   // Forgets every applied request (a rollback starts a new timeline).
   void Reset() { dedup_ = RequestDedup(); }
   // The exactly-once window, which moves with slots.
@@ -89,6 +97,7 @@ class RequestAdmission {
   const uint64_t max_message_bytes_;
   const uint64_t max_key_floats_;
   RequestDedup dedup_;
+  std::map<int32_t, std::string> worker_identity_;  // worker id -> identity
   uint64_t newer_epoch_ = 0;
   uint64_t requested_epoch_ = 0;  // the newest epoch fetched so far
 };

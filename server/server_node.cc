@@ -1,9 +1,6 @@
 #include "server/server_node.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "glog/logging.h"
@@ -26,12 +23,6 @@ constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
 // A gap between two runs of the timers this much longer than the heartbeat
 // interval is a pause of this server's own.
 constexpr std::chrono::milliseconds kPauseForgiven{1000};
-
-std::string RandomIdentity(const char* role) {
-  std::random_device rd;
-  return std::string(role) + "-" + std::to_string(getpid()) + "-" +
-         std::to_string(rd());
-}
 
 }  // namespace
 
@@ -79,7 +70,7 @@ Status ServerNode::Start() {
                                                options_.ipc_dir, "server")));
   }
   DUCTILE_ASSIGN_OR_RETURN(coordinator_,
-                           transport_->NewDealer(RandomIdentity("server")));
+                           transport_->NewDealer(NewMemberIdentity("server")));
   DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
   wire::Header reg;
   reg.set_type(wire::REGISTER);
@@ -375,6 +366,7 @@ void ServerNode::CreateTable(const wire::Header& header) {
 }
 
 void ServerNode::SetWorkers(const wire::Header& header) {
+  admission_.BindWorkers(header);
   const std::set<int32_t> live(header.worker_ids().begin(),
                                header.worker_ids().end());
   const bool moved = consistency_.SetWorkers(live);
@@ -457,7 +449,7 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
       return InstallMoved(message, request.header);
     }
     if (!routing_.empty() && request.header.epoch() > routing_.epoch() &&
-        !refuse_behind_) {
+        !refuse_behind_ && s.code() != StatusCode::kPermissionDenied) {
       // The sender knows a newer routing table than this server (asked for
       // it above). Refused, this request would be sent again after the
       // ones behind it: it waits for the table instead, and they wait

@@ -13,6 +13,7 @@ namespace ductile {
 
 void ServerNode::Recover(const wire::Header& header) {
   if (header.generation() < generation_) return;  // an older rollback's
+  admission_.BindWorkers(header);
   wire::Header ack;
   ack.set_type(wire::RECOVER_ACK);
   ack.set_member_id(id_);
@@ -85,6 +86,7 @@ void ServerNode::Recover(const wire::Header& header) {
 
 void ServerNode::Rejoin(const wire::Header& header) {
   if (header.generation() <= generation_) return;  // sent again
+  admission_.BindWorkers(header);
   LOG(WARNING) << "server " << id_
                << ": the coordinator declared this server dead (it was "
                   "silent past the heartbeat timeout) and rolled the job back "

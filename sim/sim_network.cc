@@ -86,15 +86,23 @@ std::unique_ptr<Transport> SimNetwork::NewTransport(const std::string& node) {
 
 SimNetwork::SocketState* SimNetwork::NewSocket(const std::string& node,
                                                bool router,
-                                               const std::string&) {
+                                               const std::string& identity) {
   auto s = std::make_unique<SocketState>();
   s->id = next_socket_++;
   s->node = node;
   s->router = router;
   if (!router) {
-    // Unique over the whole run: a restarted node is a new peer.
-    s->identity = node + "#" + std::to_string(next_identity_++);
-    by_identity_[s->identity] = s->id;
+    // Unique over the whole run: a restarted node is a new peer. Dealers
+    // given the same identity share one, numbered by first use so that
+    // a run does not depend on the (random) names chosen.
+    std::string* named = identity.empty() ? nullptr : &named_[identity];
+    if (named == nullptr || named->empty()) {
+      s->identity = node + "#" + std::to_string(next_identity_++);
+      if (named != nullptr) *named = s->identity;
+    } else {
+      s->identity = *named;
+    }
+    by_identity_[s->identity].push_back(s->id);
   }
   SocketState* raw = s.get();
   sockets_[s->id] = std::move(s);
@@ -106,7 +114,7 @@ void SimNetwork::CloseSocket(SocketState* s) {
     auto it = bound_.find(a);
     if (it != bound_.end() && it->second == s->id) bound_.erase(it);
   }
-  by_identity_.erase(s->identity);
+  ForgetIdentity(*s);
   sockets_.erase(s->id);
 }
 
@@ -120,8 +128,15 @@ void SimNetwork::Crash(const std::string& node) {
       auto it = bound_.find(a);
       if (it != bound_.end() && it->second == s->id) bound_.erase(it);
     }
-    by_identity_.erase(s->identity);
+    ForgetIdentity(*s);
   }
+}
+
+void SimNetwork::ForgetIdentity(const SocketState& dealer) {
+  auto it = by_identity_.find(dealer.identity);
+  if (it == by_identity_.end()) return;
+  std::erase(it->second, dealer.id);
+  if (it->second.empty()) by_identity_.erase(it);
 }
 
 Result<std::string> SimNetwork::Bind(SocketState* s,
@@ -170,8 +185,15 @@ Status SimNetwork::Send(SocketState* s, OutMessage&& message) {
     if (frames.empty()) return Status::Ok();
     auto it = by_identity_.find(frames.front());
     if (it == by_identity_.end()) return Status::Ok();  // peer gone
-    frames.erase(frames.begin());
-    Enqueue(s->id, it->second, std::move(frames));
+    // The dealer of that identity connected to this router.
+    for (int64_t dealer : it->second) {
+      auto bound = bound_.find(sockets_.at(dealer)->connected);
+      if (bound != bound_.end() && bound->second == s->id) {
+        frames.erase(frames.begin());
+        Enqueue(s->id, dealer, std::move(frames));
+        break;
+      }
+    }
     return Status::Ok();
   }
   auto it = bound_.find(s->connected);

@@ -112,8 +112,12 @@ class SimNetwork {
   uint64_t next_order_ = 0;
   uint64_t next_identity_ = 1;
   std::map<int64_t, std::unique_ptr<SocketState>> sockets_;
-  std::map<std::string, int64_t> bound_;        // address -> router
-  std::map<std::string, int64_t> by_identity_;  // identity -> dealer
+  std::map<std::string, int64_t> bound_;  // address -> router
+  // identity -> its dealers (one per router they connect to)
+  std::map<std::string, std::vector<int64_t>> by_identity_;
+  // A dealer identity chosen by its owner -> the run's name for it
+  std::map<std::string, std::string> named_;
+  void ForgetIdentity(const SocketState& dealer);
   std::map<std::pair<int64_t, int64_t>, TimePoint> link_last_;  // FIFO
   std::multimap<std::pair<TimePoint, uint64_t>, InFlight> in_flight_;
   uint64_t sent_ = 0, dropped_ = 0, duplicated_ = 0;

@@ -10,9 +10,12 @@
 #include <fstream>
 #include <string>
 #include <vector>
+#include <zmq.hpp>
 
 #include "ductile/admin.h"
 #include "gtest/gtest.h"
+#include "proto/ductile.pb.h"
+#include "tests/tcp_relay.h"
 #include "tests/test_cluster.h"
 #include "transport/message.h"
 #include "transport/socket.h"
@@ -296,6 +299,135 @@ TEST(SecureCluster, MembersTrainOnlyTheAdminMayStopItAndStrangersGetNothing) {
   EXPECT_EQ(out, grad);
   ASSERT_TRUE(RequestShutdown(cluster.address(), 10000, admin).ok());
   EXPECT_TRUE(cluster.coordinator().Wait().ok());
+}
+
+// A raw peer's request to the coordinator and its reply's header.
+wire::Header AskRaw(const std::string& address, const wire::Header& request) {
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.connect(address);
+  const std::string bytes = request.SerializeAsString();
+  socket.send(zmq::buffer(bytes), zmq::send_flags::none);
+  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, 1, std::chrono::seconds(10));
+  wire::Header reply;
+  zmq::message_t frame;
+  if ((items[0].revents & ZMQ_POLLIN) &&
+      socket.recv(frame, zmq::recv_flags::none)) {
+    reply.ParseFromArray(frame.data(), static_cast<int>(frame.size()));
+  }
+  return reply;
+}
+
+// Messages that name their sender (acks, heartbeats, a worker's finish,
+// clocks and pushes) are taken only from that member's own connection:
+// another peer cannot finish a worker, take over a server's heartbeat,
+// forge its acks or advance a worker's clock.
+TEST(MemberIdentity, NoPeerActsForAMemberConnectedElsewhere) {
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  ASSERT_EQ(worker->worker_id(), 0);
+
+  wire::Header finish;
+  finish.set_type(wire::FINISH);
+  finish.set_seq(1);
+  finish.set_member_id(0);
+  wire::Header heartbeat;
+  heartbeat.set_type(wire::HEARTBEAT);
+  heartbeat.set_seq(2);
+  heartbeat.set_member_id(0);
+  heartbeat.mutable_counters();  // a server's heartbeat
+  wire::Header ack;
+  ack.set_type(wire::RECOVER_ACK);
+  ack.set_seq(3);
+  ack.set_member_id(0);
+  for (const wire::Header& spoofed : {finish, heartbeat, ack}) {
+    const wire::Header reply = AskRaw(cluster.address(), spoofed);
+    EXPECT_EQ(reply.status_code(),
+              static_cast<int>(StatusCode::kPermissionDenied))
+        << wire::MessageType_Name(spoofed.type()) << ": "
+        << reply.status_message();
+    EXPECT_NE(reply.status_message().find("connected elsewhere"),
+              std::string::npos)
+        << reply.status_message();
+  }
+  // Nor can another peer send the server a clock or a push in worker 0's
+  // name (the coordinator told the server worker 0's connection).
+  wire::Header clock;
+  clock.set_type(wire::CLOCK);
+  clock.set_seq(4);
+  clock.set_worker_id(0);
+  clock.set_clock(5);
+  wire::Header push;
+  push.set_type(wire::PUSH);
+  push.set_seq(5);
+  push.set_worker_id(0);
+  for (const wire::Header& spoofed : {clock, push}) {
+    const wire::Header reply = AskRaw(cluster.server(0).address(), spoofed);
+    EXPECT_EQ(reply.status_code(),
+              static_cast<int>(StatusCode::kPermissionDenied))
+        << wire::MessageType_Name(spoofed.type()) << ": "
+        << reply.status_message();
+    EXPECT_NE(reply.status_message().find("connected elsewhere"),
+              std::string::npos)
+        << reply.status_message();
+  }
+  // Worker 0 is still in the job and server 0 still its own.
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 10000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const MemberStatus& m : status->members) {
+    EXPECT_EQ(m.state, "active") << m.role << " " << m.id;
+  }
+  TableOptions table;
+  table.name = "still";
+  auto id = worker->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const std::vector<Key> keys = {4};
+  ASSERT_TRUE(worker->Push(*id, keys, std::vector<float>{2.0f}).ok());
+  std::vector<float> out(1);
+  ASSERT_TRUE(worker->Pull(*id, keys, out).ok());
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_TRUE(worker->Finish().ok());
+}
+
+// A worker whose connection to the coordinator breaks reconnects under the
+// same identity: the coordinator still takes its barriers and its finish
+// (a fresh identity would be refused as another connection naming it).
+TEST(MemberIdentity, AWorkerIsStillItselfAfterItsConnectionBreaks) {
+  const Security admin = Keys("reconnect", true);
+  Security member = admin;
+  member.admin_secret.clear();
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.security = member;
+  testing::TestCluster cluster(options);
+  const std::string address = cluster.address();
+  testing::TcpRelay relay(std::stoi(address.substr(address.rfind(':') + 1)));
+
+  ClientOptions o;
+  o.coordinator_address = relay.address();
+  o.connect_timeout_ms = 20000;
+  o.request_timeout_ms = 20000;
+  o.security = member;
+  auto worker = Client::Connect(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE((*worker)->Barrier(20000).ok());
+  ASSERT_EQ(relay.accepted(), 1);
+
+  relay.CutAll();
+  Status barrier = (*worker)->Barrier(20000);
+  EXPECT_TRUE(barrier.ok()) << barrier;
+  EXPECT_GE(relay.accepted(), 2) << "the worker did not reconnect";
+  Result<ClusterStatus> status = QueryClusterStatus(address, 10000, member);
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const MemberStatus& m : status->members) {
+    EXPECT_EQ(m.state, "active") << m.role << " " << m.id;
+  }
+  EXPECT_TRUE((*worker)->Finish().ok());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 namespace ductile {
 
@@ -141,6 +142,15 @@ std::string ChooseAddress(const std::string& tcp_address,
     return ipc_address;
   }
   return tcp_address;
+}
+
+std::string NewMemberIdentity(const std::string& role) {
+  std::random_device random;
+  char hex[33] = {};
+  for (int i = 0; i < 4; ++i) {
+    std::snprintf(hex + 8 * i, 9, "%08x", static_cast<unsigned>(random()));
+  }
+  return role + "-" + std::to_string(getpid()) + "-" + hex;
 }
 
 }  // namespace ductile

@@ -34,6 +34,11 @@ Status CheckTcpPort(const std::string& address);
 // "*" and 0.0.0.0 included, is on the network.
 bool IsLocalOnlyAddress(const std::string& address);
 
+// A routing identity for a member's dealers: "ROLE-PID-" and 128 random
+// bits in hex. It stays the same over reconnections, so a router knows the
+// member again, and cannot be guessed (with CURVE nobody else sees it).
+std::string NewMemberIdentity(const std::string& role);
+
 // The address a client should use to reach a server: its ipc address when
 // both are on this host and ipc is preferred, else its tcp address.
 std::string ChooseAddress(const std::string& tcp_address,

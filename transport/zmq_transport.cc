@@ -292,6 +292,9 @@ class ZmqTransport final : public Transport {
       socket.set(zmq::sockopt::rcvhwm, 0);
       // Replies to a peer that has gone are dropped, not an error.
       socket.set(zmq::sockopt::router_mandatory, 0);
+      // A member reconnecting under its fixed identity takes its place at
+      // once, even before the router has seen its old connection close.
+      socket.set(zmq::sockopt::router_handover, 1);
       if (max_message_bytes > 0) {
         // The hard transport limit is per frame and generous (2x + 1 MiB),
         // so requests just over the limit still get a clear error reply

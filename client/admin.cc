@@ -229,16 +229,17 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   char line[512];
   std::snprintf(
       line, sizeof(line),
-      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %8s %7s %6s  %s\n", "id",
-      "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls", "dups",
-      "errors", "keys", "clock", "parked", "address");
+      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s  %s\n",
+      "id", "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls",
+      "dups", "errors", "limit", "denied", "keys", "clock", "parked",
+      "address");
   os << line;
   for (const auto& m : status.members) {
     if (m.role != "server") continue;
     std::snprintf(
         line, sizeof(line),
-        "%-4d %-7s %-8s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %8llu "
-        "%7lld %6llu  %s\n",
+        "%-4d %-7s %-8s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %6llu "
+        "%6llu %8llu %7lld %6llu  %s\n",
         m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago), m.slots,
         static_cast<unsigned long long>(m.counters.requests),
@@ -246,6 +247,8 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<unsigned long long>(m.counters.pulls),
         static_cast<unsigned long long>(m.counters.duplicates),
         static_cast<unsigned long long>(m.counters.errors),
+        static_cast<unsigned long long>(m.counters.refused_limits),
+        static_cast<unsigned long long>(m.counters.refused_permission),
         static_cast<unsigned long long>(m.counters.keys_stored),
         static_cast<long long>(m.counters.min_clock),
         static_cast<unsigned long long>(m.counters.parked_pulls),

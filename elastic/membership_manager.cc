@@ -208,7 +208,7 @@ MembershipManager::Registered MembershipManager::Register(
       break;
     }
     case wire::ROLE_OBSERVER:
-      observers_[identity] = ctx_.Now();
+      // Nothing is kept for an observer: it only reads.
       break;
     default:
       ctx_.out.Reply(identity, h.seq(),

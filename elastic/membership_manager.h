@@ -110,7 +110,6 @@ class MembershipManager {
   int32_t CountLiveWorkers() const;
 
   CoordinatorContext& ctx_;
-  std::map<std::string, Member::TimePoint> observers_;  // identity -> seen
   std::vector<Waiter> waiting_for_routing_;
   uint64_t workers_round_ = 0;  // the last WORKERS_UPDATE's
   // A server's latest WORKERS_ACK: its round, and the clock a worker

@@ -23,6 +23,8 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("duplicates", c.duplicates...);
   f("redirects", c.redirects...);
   f("errors", c.errors...);
+  f("refused_limits", c.refused_limits...);
+  f("refused_permission", c.refused_permission...);
   f("bytes_in", c.bytes_in...);
   f("bytes_out", c.bytes_out...);
   f("keys_stored", c.keys_stored...);

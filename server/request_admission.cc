@@ -37,6 +37,7 @@ Status RequestAdmission::Check(const InMessage& message,
     auto bound = worker_identity_.find(header.worker_id());
     if (bound != worker_identity_.end() &&
         bound->second != message.frame_view(0)) {
+      counters_->Add(&ServerCounters::refused_permission);
       return PermissionDeniedError(
           "a request names worker " + std::to_string(header.worker_id()) +
           ", which is connected elsewhere: a worker acts for itself only");
@@ -57,6 +58,7 @@ Status RequestAdmission::Check(const InMessage& message,
         " earlier sequence numbers; at most " + std::to_string(kMaxPriorSeqs));
   }
   if (message.bytes() > max_message_bytes_) {
+    counters_->Add(&ServerCounters::refused_limits);
     return InvalidArgumentError("request of " +
                                 std::to_string(message.bytes()) +
                                 " bytes is over the server's limit of " +
@@ -101,6 +103,7 @@ Status RequestAdmission::Check(const InMessage& message,
   const bool variable = out->table->options().value_width == 0;
   for (size_t i = 0; variable && i < out->data.keys().size(); ++i) {
     if (out->data.length(i) > max_key_floats_) {
+      counters_->Add(&ServerCounters::refused_limits);
       return InvalidArgumentError(
           "key " + std::to_string(out->data.keys()[i]) + " of " +
           std::to_string(out->data.length(i)) +
@@ -152,6 +155,7 @@ Result<RequestAdmission::Route> RequestAdmission::Decide(
   }
   if (request.has_pull() &&
       request.data.total_floats() * sizeof(float) > max_message_bytes_) {
+    counters_->Add(&ServerCounters::refused_limits);
     return InvalidArgumentError("pull of " +
                                 std::to_string(request.data.total_floats()) +
                                 " floats is over the server's reply limit of " +

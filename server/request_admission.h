@@ -27,6 +27,7 @@
 #include "proto/codec.h"
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"
+#include "server/live_counters.h"
 #include "server/request_dedup.h"
 #include "server/table_set.h"
 #include "transport/message.h"
@@ -55,9 +56,13 @@ class RequestAdmission {
   // Earlier sequence numbers a request may list (clients list at most 8).
   static constexpr int kMaxPriorSeqs = 64;
 
-  RequestAdmission(uint64_t max_message_bytes, uint64_t max_key_floats)
+  // Refusals by a limit or for naming a worker from another connection
+  // are counted in `counters` (refused_limits, refused_permission).
+  RequestAdmission(uint64_t max_message_bytes, uint64_t max_key_floats,
+                   LiveCounters* counters)
       : max_message_bytes_(max_message_bytes),
-        max_key_floats_(max_key_floats) {}
+        max_key_floats_(max_key_floats),
+        counters_(counters) {}
 
   // The epoch of a newer routing table a request has named (0: none since
   // the last call): the server should fetch it from the coordinator.
@@ -96,6 +101,7 @@ class RequestAdmission {
  private:
   const uint64_t max_message_bytes_;
   const uint64_t max_key_floats_;
+  LiveCounters* const counters_;
   RequestDedup dedup_;
   std::map<int32_t, std::string> worker_identity_;  // worker id -> identity
   uint64_t newer_epoch_ = 0;

@@ -30,7 +30,7 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
     : options_(options),
       env_(env),
       replies_(&routing_, &counters_),
-      admission_(options.max_message_bytes, options.max_key_floats),
+      admission_(options.max_message_bytes, options.max_key_floats, &counters_),
       tables_(&options_.custom_rules, -1),
       checkpointer_(env, this, &counters_),
       restorer_(env) {
@@ -549,6 +549,7 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
   const uint64_t adds = table.NewFloats(request.data);
   if (adds > 0 && tables_.stored_floats() + adds > max_stored_floats_) {
+    counters_.Add(&ServerCounters::refused_limits);
     return ResourceExhaustedError(
         "server " + std::to_string(id_) + " holds " +
         std::to_string(tables_.stored_floats() * 4 >> 20) +

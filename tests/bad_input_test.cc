@@ -706,6 +706,8 @@ TEST(ServerLimits, APullOfAKeyWiderThanTheServersLimitIsRefused) {
                 HasSubstr("wider than this server's limit of 16777216"));
   }
   EXPECT_EQ(cluster.server(0).counters().keys_stored, 0u);
+  EXPECT_EQ(cluster.server(0).counters().refused_limits, 2u);
+  EXPECT_EQ(cluster.server(0).counters().refused_permission, 0u);
   // Nor can a fixed-width table be wider.
   TableOptions wide;
   wide.name = "wide";
@@ -779,6 +781,7 @@ TEST(ServerLimits, APushOfNewKeysPastTheStoredLimitIsRefusedWhole) {
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("--max_stored_mb"));
   EXPECT_EQ(cluster.server(0).counters().keys_stored, 100u);
+  EXPECT_EQ(cluster.server(0).counters().refused_limits, 1u);
   // Keys held still take pushes, and new keys within the limit too.
   ASSERT_TRUE(
       client->Push(*table, first, std::vector<float>(100 * 1024, 1.0f)).ok());

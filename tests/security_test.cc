@@ -376,6 +376,7 @@ TEST(MemberIdentity, NoPeerActsForAMemberConnectedElsewhere) {
               std::string::npos)
         << reply.status_message();
   }
+  EXPECT_EQ(cluster.server(0).counters().refused_permission, 2u);
   // Worker 0 is still in the job and server 0 still its own.
   Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 10000);
   ASSERT_TRUE(status.ok()) << status.status();

@@ -109,6 +109,11 @@ struct ServerCounters {
   uint64_t duplicates = 0;  // resent requests recognised, not re-applied
   uint64_t redirects = 0;   // "routing changed" answers
   uint64_t errors = 0;      // malformed or refused requests
+  // Of those: refused by a limit (--max_message_bytes, --max_key_floats,
+  // the reply limit, --max_stored_mb) and naming a worker from another
+  // connection.
+  uint64_t refused_limits = 0;
+  uint64_t refused_permission = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t keys_stored = 0;

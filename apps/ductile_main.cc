@@ -104,6 +104,9 @@ DEFINE_uint64(max_stored_mb, 0,
               "server, local: memory each server's tables may hold, in MB; "
               "a push of new keys beyond it is refused (0: three quarters "
               "of physical memory)");
+DEFINE_int64(max_queued_replies, 10000,
+             "server, local: replies a server queues for one client that "
+             "does not read them (1 to 10000000); more are dropped");
 DEFINE_string(keys, "",
               "directory of the cluster's keys (`ductile keygen`): CURVE "
               "on every connection; admin commands need admin.key. "
@@ -253,6 +256,11 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
         "--max_key_floats must be in [1, 268435456]");
   }
   if ((command == "server" || command == "local") &&
+      (FLAGS_max_queued_replies < 1 || FLAGS_max_queued_replies > 10000000)) {
+    return ductile::InvalidArgumentError(
+        "--max_queued_replies must be in [1, 10000000]");
+  }
+  if ((command == "server" || command == "local") &&
       FLAGS_max_stored_mb > (uint64_t{1} << 30)) {
     return ductile::InvalidArgumentError(
         "--max_stored_mb must be in [0, 1073741824]");
@@ -314,6 +322,7 @@ int RunServer() {
   o.disk_reserve_mb = FLAGS_disk_reserve_mb;
   o.max_key_floats = FLAGS_max_key_floats;
   o.max_stored_mb = FLAGS_max_stored_mb;
+  o.max_queued_replies = FLAGS_max_queued_replies;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto security = SecurityFromFlags(false);
@@ -623,6 +632,7 @@ int RunLocal() {
                     Forward("disk_reserve_mb"),
                     Forward("max_key_floats"),
                     Forward("max_stored_mb"),
+                    Forward("max_queued_replies"),
                     Forward("coordinator_timeout_ms"),
                     Forward("move_timeout_ms")};
   o.worker_flags = {log};
@@ -669,6 +679,7 @@ const std::vector<Command>& Commands() {
         "disk_reserve_mb",
         "max_key_floats",
         "max_stored_mb",
+        "max_queued_replies",
         "coordinator_timeout_ms",
         "no_worker_timeout_ms",
         "move_timeout_ms",
@@ -690,8 +701,8 @@ const std::vector<Command>& Commands() {
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
         "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
-        "max_stored_mb", "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms",
-        "keys", "insecure"},
+        "max_stored_mb", "max_queued_replies", "coordinator_timeout_ms",
+        "ipc_dir", "move_timeout_ms", "keys", "insecure"},
        false,
        RunServer},
       {"worker",

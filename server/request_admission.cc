@@ -7,13 +7,17 @@
 
 namespace ductile {
 
-void RequestAdmission::BindWorkers(const wire::Header& from_coordinator) {
+void RequestAdmission::BindWorkers(const wire::Header& from_coordinator,
+                                   bool overwrite) {
   const int n = std::min(from_coordinator.worker_ids_size(),
                          from_coordinator.worker_identities_size());
   for (int i = 0; i < n; ++i) {
     const std::string& identity = from_coordinator.worker_identities(i);
-    if (!identity.empty()) {
+    if (identity.empty()) continue;
+    if (overwrite) {
       worker_identity_[from_coordinator.worker_ids(i)] = identity;
+    } else {
+      worker_identity_.emplace(from_coordinator.worker_ids(i), identity);
     }
   }
 }

@@ -91,8 +91,10 @@ class RequestAdmission {
   // message (worker_ids and worker_identities); Check() then refuses a
   // request naming a worker that comes from another connection. A worker
   // whose identity is not known (none sent yet, or "" after a coordinator
-  // restart) keeps the one known before, if any.
-  void BindWorkers(const wire::Header& from_coordinator);
+  // restart) keeps the one known before, if any. Without `overwrite`, only
+  // workers with none known are bound (RECOVER and REJOIN: their list may
+  // be older than the last WORKERS_UPDATE's).
+  void BindWorkers(const wire::Header& from_coordinator, bool overwrite);
   // Forgets every applied request (a rollback starts a new timeline).
   void Reset() { dedup_ = RequestDedup(); }
   // The exactly-once window, which moves with slots.

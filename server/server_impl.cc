@@ -29,6 +29,12 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     return InvalidArgumentError("max_key_floats must be in [1, " +
                                 std::to_string(kMaxValueFloats) + "]");
   }
+  if (options.max_queued_replies < 1 ||
+      options.max_queued_replies > 10'000'000) {
+    return InvalidArgumentError(
+        "max_queued_replies must be in [1, 10000000], not " +
+        std::to_string(options.max_queued_replies));
+  }
   if (options.max_stored_mb > (uint64_t{1} << 30)) {
     return InvalidArgumentError("max_stored_mb must be in [0, 1073741824]");
   }

@@ -54,7 +54,8 @@ Status ServerNode::Start() {
                                        milliseconds(options_.move_timeout_ms));
   DUCTILE_ASSIGN_OR_RETURN(
       router_,
-      transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes)));
+      transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes),
+                            options_.max_queued_replies));
   replies_.set_router(router_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);
@@ -366,7 +367,7 @@ void ServerNode::CreateTable(const wire::Header& header) {
 }
 
 void ServerNode::SetWorkers(const wire::Header& header) {
-  admission_.BindWorkers(header);
+  admission_.BindWorkers(header, /*overwrite=*/true);
   const std::set<int32_t> live(header.worker_ids().begin(),
                                header.worker_ids().end());
   const bool moved = consistency_.SetWorkers(live);

@@ -13,7 +13,6 @@ namespace ductile {
 
 void ServerNode::Recover(const wire::Header& header) {
   if (header.generation() < generation_) return;  // an older rollback's
-  admission_.BindWorkers(header);
   wire::Header ack;
   ack.set_type(wire::RECOVER_ACK);
   ack.set_member_id(id_);
@@ -24,6 +23,9 @@ void ServerNode::Recover(const wire::Header& header) {
     // already, and requests of this generation may have been applied since.
     return Send(ack);
   }
+  // Its workers' connections are those of when the rollback began (a
+  // resend's too): they only fill in workers not known yet.
+  admission_.BindWorkers(header, /*overwrite=*/false);
   Heartbeat(/*busy_ms=*/-1);  // no heartbeat goes out while restoring
   const TimePoint start = env_->Now();
   const int64_t clock = header.clock();
@@ -86,7 +88,7 @@ void ServerNode::Recover(const wire::Header& header) {
 
 void ServerNode::Rejoin(const wire::Header& header) {
   if (header.generation() <= generation_) return;  // sent again
-  admission_.BindWorkers(header);
+  admission_.BindWorkers(header, /*overwrite=*/false);
   LOG(WARNING) << "server " << id_
                << ": the coordinator declared this server dead (it was "
                   "silent past the heartbeat timeout) and rolled the job back "

@@ -47,9 +47,12 @@ std::string Bytes(const std::vector<T>& items) {
 // A DEALER socket of its own, speaking the wire format by hand.
 class RawPeer {
  public:
-  explicit RawPeer(const std::string& address)
+  // `receive_queue`: messages its own queue takes before it stops reading
+  // the connection (ZMQ_RCVHWM).
+  explicit RawPeer(const std::string& address, int receive_queue = 1000)
       : socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvhwm, receive_queue);
     socket_.connect(address);
   }
 
@@ -77,6 +80,21 @@ class RawPeer {
       frames.push_back(std::move(frame));
     } while (frames.back().more());
     return frames;
+  }
+
+  // Reads and drops replies until none comes for `quiet`; returns how
+  // many it read.
+  int DrainReplies(std::chrono::milliseconds quiet) {
+    int n = 0;
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+    while (zmq::poll(items, 1, quiet) > 0) {
+      zmq::message_t frame;
+      do {
+        if (!socket_.recv(frame, zmq::recv_flags::none)) return n;
+      } while (frame.more());
+      ++n;
+    }
+    return n;
   }
 
   // The next reply's header (frame 0), or nullopt with a test failure.
@@ -869,6 +887,49 @@ TEST_F(ServerBadInput, ClocksAndTimeoutsOutOfRangeAreRefused) {
                   seq);
   }
   ExpectStillServing();
+}
+
+// A peer that sends requests and does not read the replies makes the
+// server queue at most max_queued_replies of them (and what the kernel's
+// socket buffers take): the rest are dropped, so its memory stays bounded,
+// and it goes on serving others.
+TEST(ServerLimits, RepliesForAPeerThatDoesNotReadAreBounded) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  options.server.max_queued_replies = 16;
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  TableOptions t;
+  t.name = "wide";
+  t.value_width = 16384;  // 64 KiB replies
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {1};
+  ASSERT_TRUE(client->Push(*table, key, std::vector<float>(16384, 1.0f)).ok());
+
+  const uint64_t pulls_before = cluster.server(0).counters().pulls;
+  RawPeer peer(cluster.server(0).address(), /*receive_queue=*/1);
+  constexpr int kPulls = 2000;  // 128 MiB of replies
+  for (int i = 0; i < kPulls; ++i) {
+    peer.Send(
+        {Serialize(Request(wire::PULL, *table, 1000 + i, 1)), Bytes(key)});
+  }
+  // Every pull is answered (the server never waits for the peer).
+  const auto deadline = std::chrono::steady_clock::now() + kReplyTimeout;
+  while (cluster.server(0).counters().pulls < pulls_before + kPulls &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(cluster.server(0).counters().pulls, pulls_before + kPulls);
+  // Others are served meanwhile.
+  std::vector<float> out(16384);
+  ASSERT_TRUE(client->Pull(*table, key, out).ok());
+  EXPECT_EQ(out[0], 1.0f);
+  // The peer gets what was queued, not all.
+  const int received = peer.DrainReplies(std::chrono::milliseconds(1000));
+  EXPECT_GT(received, 0);
+  EXPECT_LT(received, kPulls / 4);
 }
 
 }  // namespace

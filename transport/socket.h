@@ -45,9 +45,11 @@ class Transport {
   virtual ~Transport() = default;
 
   // A router taking requests of up to about `max_message_bytes` (0: any
-  // size); far larger ones may be dropped and their connection reset.
-  virtual Result<std::unique_ptr<Socket>> NewRouter(
-      int64_t max_message_bytes) = 0;
+  // size); far larger ones may be dropped and their connection reset. At
+  // most `max_queued` messages (0: any number) wait to go out to one peer
+  // that does not read them; more are dropped.
+  virtual Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
+                                                    int64_t max_queued = 0) = 0;
   // A dealer; `identity` names it to routers ("" = chosen by the
   // transport).
   virtual Result<std::unique_ptr<Socket>> NewDealer(

@@ -278,8 +278,8 @@ class ZmqTransport final : public Transport {
     zap_socket_.close();
   }
 
-  Result<std::unique_ptr<Socket>> NewRouter(
-      int64_t max_message_bytes) override {
+  Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
+                                            int64_t max_queued) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::router);
       if (security_.curve()) {
@@ -288,7 +288,9 @@ class ZmqTransport final : public Transport {
         socket.set(zmq::sockopt::zap_domain, "ductile");
       }
       socket.set(zmq::sockopt::linger, 0);
-      socket.set(zmq::sockopt::sndhwm, 0);
+      // libzmq counts whole messages; with ZMQ_ROUTER_MANDATORY off, those
+      // to a peer whose queue is full are dropped.
+      socket.set(zmq::sockopt::sndhwm, static_cast<int>(max_queued));
       socket.set(zmq::sockopt::rcvhwm, 0);
       // Replies to a peer that has gone are dropped, not an error.
       socket.set(zmq::sockopt::router_mandatory, 0);

@@ -65,6 +65,12 @@ struct ServerOptions {
   // new keys can pass it together. Restores and slot moves are never
   // refused. 0 - 2^30.
   uint64_t max_stored_mb = 0;
+  // Replies this server queues for one client that does not read them
+  // (stopped, or reading slower than it asks), 1 - 10^7. Beyond it, its
+  // replies are dropped: the client's deadline and resends take over,
+  // while the server's memory stays bounded by about this many replies
+  // per connection (each at most max_message_bytes).
+  int64_t max_queued_replies = 10000;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;

@@ -153,6 +153,16 @@ DEFINE_string(optimizer, "adam",
               "server-side update rule: sgd, momentum, adagrad or adam");
 DEFINE_double(learning_rate, 0.001,
               "learning rate of --optimizer (mf: 0.03 unless given)");
+DEFINE_double(lr_warmup_epochs, 0,
+              "learning rate: linear warm-up over this many epochs");
+DEFINE_string(lr_decay, "none",
+              "learning rate after the warm-up: none, step (times "
+              "--lr_gamma every --lr_step_epochs) or cosine (down to "
+              "--lr_min_factor of it at the last epoch)");
+DEFINE_double(lr_step_epochs, 0, "--lr_decay=step: epochs between steps");
+DEFINE_double(lr_gamma, 0.1, "--lr_decay=step: factor of each step");
+DEFINE_double(lr_min_factor, 0.0,
+              "--lr_decay=cosine: the final fraction of the learning rate");
 DEFINE_double(l2, 0.0, "L2 weight decay");
 DEFINE_string(consistency, "async",
               "consistency model of the job's tables: bsp, ssp or async");
@@ -174,11 +184,14 @@ namespace {
 // workers. One list, so that a new training flag is both documented and
 // forwarded.
 constexpr const char* kTrainingFlags[] = {
-    "app",         "data_dir",      "device",   "epochs",      "batch_size",
-    "optimizer",   "learning_rate", "l2",       "consistency", "staleness",
-    "bsp_combine", "cache",         "prefetch", "seed",        "log_every",
-    "max_samples", "min_accuracy",  "max_rmse", "csv_log",     "layers",
-    "mf_rows",     "mf_cols",       "mf_rank",  "mf_observed", "mf_noise"};
+    "app",         "data_dir",       "device",        "epochs",
+    "batch_size",  "optimizer",      "learning_rate", "lr_warmup_epochs",
+    "lr_decay",    "lr_step_epochs", "lr_gamma",      "lr_min_factor",
+    "l2",          "consistency",    "staleness",     "bsp_combine",
+    "cache",       "prefetch",       "seed",          "log_every",
+    "max_samples", "min_accuracy",   "max_rmse",      "csv_log",
+    "layers",      "mf_rows",        "mf_cols",       "mf_rank",
+    "mf_observed", "mf_noise"};
 
 int Fail(const ductile::Status& s) {
   std::fprintf(stderr, "ductile: %s\n", s.ToString().c_str());
@@ -395,6 +408,11 @@ int RunWorker() {
         "unknown --bsp_combine '" + FLAGS_bsp_combine + "' (mean, sum)"));
   }
   t.learning_rate = static_cast<float>(FLAGS_learning_rate);
+  t.lr_warmup_epochs = FLAGS_lr_warmup_epochs;
+  t.lr_decay = FLAGS_lr_decay;
+  t.lr_step_epochs = FLAGS_lr_step_epochs;
+  t.lr_gamma = static_cast<float>(FLAGS_lr_gamma);
+  t.lr_min_factor = static_cast<float>(FLAGS_lr_min_factor);
   t.l2 = static_cast<float>(FLAGS_l2);
   t.seed = FLAGS_seed;
   t.log_every = FLAGS_log_every;

@@ -52,6 +52,28 @@ Status Validate(const TrainerOptions& o) {
     return InvalidArgumentError("--learning_rate must be a positive number");
   }
   if (o.log_every < 1) return InvalidArgumentError("--log_every must be >= 1");
+  if (!(o.lr_warmup_epochs >= 0) || o.lr_warmup_epochs > o.epochs) {
+    return InvalidArgumentError("--lr_warmup_epochs must be in [0, --epochs]");
+  }
+  if (o.lr_decay != "none" && o.lr_decay != "step" && o.lr_decay != "cosine") {
+    return InvalidArgumentError("unknown --lr_decay '" + o.lr_decay +
+                                "' (none, step, cosine)");
+  }
+  if (o.lr_decay == "step" &&
+      !(o.lr_step_epochs > 0 && o.lr_step_epochs <= o.epochs)) {
+    return InvalidArgumentError(
+        "--lr_decay=step needs --lr_step_epochs in (0, --epochs]");
+  }
+  if (!(o.lr_gamma > 0 && o.lr_gamma <= 1)) {
+    return InvalidArgumentError("--lr_gamma must be in (0, 1]");
+  }
+  if (!(o.lr_min_factor >= 0 && o.lr_min_factor <= 1)) {
+    return InvalidArgumentError("--lr_min_factor must be in [0, 1]");
+  }
+  if (o.lr_decay == "cosine" && !(o.lr_warmup_epochs < o.epochs)) {
+    return InvalidArgumentError(
+        "--lr_decay=cosine needs --lr_warmup_epochs below --epochs");
+  }
   if (o.app == "mf" && (o.mf_rows < 1 || o.mf_cols < 1 || o.mf_rank < 1 ||
                         !(o.mf_observed > 0 && o.mf_observed <= 1))) {
     return InvalidArgumentError(
@@ -59,6 +81,42 @@ Status Validate(const TrainerOptions& o) {
         "(0, 1]");
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
+                                      double clocks_per_epoch) {
+  auto clocks = [&](double epochs) {
+    return static_cast<int64_t>(std::llround(epochs * clocks_per_epoch));
+  };
+  LearningRateSchedule s;
+  s.warmup_clocks = clocks(o.lr_warmup_epochs);
+  s.gamma = o.lr_gamma;
+  s.min_factor = o.lr_min_factor;
+  if (o.lr_decay == "step") {
+    s.decay = LearningRateSchedule::Decay::kStep;
+    s.step_clocks = std::max<int64_t>(1, clocks(o.lr_step_epochs));
+  } else if (o.lr_decay == "cosine") {
+    s.decay = LearningRateSchedule::Decay::kCosine;
+    s.total_clocks = std::max(s.warmup_clocks + 1, clocks(o.epochs));
+  }
+  return s;
+}
+
+namespace {
+
+// The schedule of the tables `o` makes, for `world` workers that take
+// `batches_per_epoch` batches an epoch between them; a table that exists
+// already (made before this worker joined) keeps its own.
+LearningRateSchedule TableSchedule(Client& client, const std::string& table,
+                                   const TrainerOptions& o,
+                                   int64_t batches_per_epoch, int world) {
+  if (Result<TableInfo> existing = client.GetTable(table); existing.ok()) {
+    return existing->options.lr_schedule;
+  }
+  return ScheduleInClocks(
+      o, static_cast<double>(batches_per_epoch) / std::max(1, world));
 }
 
 // Progress lines on stdout and the CSV log, from worker 0 only.
@@ -549,12 +607,15 @@ class MlpClassifier final : private BackendOwner,
 class ParamTensors {
  public:
   Status Register(Client& client, const TrainerOptions& o,
-                  const std::vector<ParamBlock>& blocks) {
+                  const std::vector<ParamBlock>& blocks,
+                  int64_t batches_per_epoch, int world) {
     for (const ParamBlock& b : blocks) {
       TableOptions t;
       t.name = b.name;
       t.rule = o.optimizer;
       t.learning_rate = o.learning_rate;
+      t.lr_schedule =
+          TableSchedule(client, b.name, o, batches_per_epoch, world);
       t.init = b.init;
       t.consistency = o.consistency;
       Result<Tensor> tensor =
@@ -631,7 +692,11 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   ParamTensors tensors;
   DUCTILE_RETURN_IF_ERROR(StartUp(client, [&] {
     tensors = ParamTensors();
-    return tensors.Register(client, o, model->Blocks());
+    return tensors.Register(
+        client, o, model->Blocks(),
+        (static_cast<int64_t>(train->num_samples) + o.batch_size - 1) /
+            o.batch_size,
+        world);
   }));
   DataPosition data(client, train->num_samples, o.seed, o.batch_size, o.epochs);
 
@@ -743,6 +808,11 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
       t.value_width = static_cast<uint32_t>(o.mf_rank);
       t.rule = o.optimizer;
       t.learning_rate = o.learning_rate;
+      t.lr_schedule = TableSchedule(
+          client, names[i], o,
+          (static_cast<int64_t>(data.train.size()) + o.batch_size - 1) /
+              o.batch_size,
+          world);
       t.init.kind = InitKind::kUniform;
       t.init.low = -0.3f;
       t.init.high = 0.3f;

@@ -38,10 +38,21 @@ struct TrainerOptions {
   // Server-side update rule: kSgd, kMomentum, kAdaGrad or kAdam.
   UpdateRule optimizer = UpdateRule::kAdam;
   float learning_rate = 0.001f;  // step size of `optimizer`
-  float l2 = 0.0f;               // L2 weight decay
-  Consistency consistency;       // of the parameter tables
-  uint64_t seed = 1;             // data shuffling and initialisation
-  int log_every = 100;           // clocks between progress lines (worker 0)
+  // Its schedule (TableOptions::lr_schedule), in epochs: a linear warm-up
+  // over `lr_warmup_epochs`, then `lr_decay`: "none", "step" (times
+  // `lr_gamma` every `lr_step_epochs`) or "cosine" (down to
+  // `lr_min_factor` of the rate at the last epoch). Made into clocks with
+  // the clocks per epoch of the workers the job has when its tables are
+  // made; a worker joining later takes the tables' schedule as it is.
+  double lr_warmup_epochs = 0;
+  std::string lr_decay = "none";
+  double lr_step_epochs = 0;
+  float lr_gamma = 0.1f;
+  float lr_min_factor = 0.0f;
+  float l2 = 0.0f;          // L2 weight decay
+  Consistency consistency;  // of the parameter tables
+  uint64_t seed = 1;        // data shuffling and initialisation
+  int log_every = 100;      // clocks between progress lines (worker 0)
   // Stop after this many samples per worker (0 = no limit): short runs.
   int64_t max_samples = 0;
   // fmnist apps: fail when the final test accuracy is below this.
@@ -64,6 +75,11 @@ struct TrainerOptions {
   double mf_observed = 0.05;
   double mf_noise = 0.1;
 };
+
+// The schedule of `o` in clocks, for workers that make `clocks_per_epoch`
+// clocks per epoch each.
+LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
+                                      double clocks_per_epoch);
 
 // Runs the app as one worker of the job; returns when training is done.
 Status RunTrainingWorker(Client& client, const TrainerOptions& options);

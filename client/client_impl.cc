@@ -571,7 +571,8 @@ bool ClientImpl::UseCache(DataOperation& op, const TableRegistry::View& table) {
   auto offset = [o](size_t i) { return o->offset(i); };
   auto length = [o](size_t i) { return o->length(i); };
   if (op.type != wire::PULL) {
-    cache_.Write(op.table, op.keys, offset, length, op.values, *table.kernel);
+    cache_.Write(op.table, op.keys, offset, length, op.values, *table.kernel,
+                 table.kernel->Factor(op.clock));
   }
   if (op.type == wire::PUSH || !table.cache_readable) return false;
   if (op.type == wire::PULL &&

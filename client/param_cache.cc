@@ -35,7 +35,7 @@ bool ParamCache::TryRead(TableId table, std::span<const Key> keys,
 void ParamCache::Write(TableId table, std::span<const Key> keys,
                        const Offset& offset, const Length& length,
                        std::span<const float> values,
-                       const UpdateRuleKernel& rule) {
+                       const UpdateRuleKernel& rule, float lr_factor) {
   MutexLock lock(&mu_);
   const uint64_t write = ++writes_;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -52,7 +52,8 @@ void ParamCache::Write(TableId table, std::span<const Key> keys,
       continue;
     }
     int64_t steps = 0;  // stateless rules do not read it
-    rule.Apply(e.value, values.subspan(offset(i), e.value.size()), {}, &steps);
+    rule.Apply(e.value, values.subspan(offset(i), e.value.size()), {}, &steps,
+               lr_factor);
   }
 }
 

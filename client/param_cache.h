@@ -41,10 +41,11 @@ class ParamCache {
                std::span<float> out);
   // Records a local push and applies it to cached copies with the table's
   // rule when the rule is stateless (assign, add, SGD: the servers' own
-  // arithmetic); other rules drop the copies.
+  // arithmetic, with the push's learning-rate factor); other rules drop the
+  // copies.
   void Write(TableId table, std::span<const Key> keys, const Offset& offset,
              const Length& length, std::span<const float> values,
-             const UpdateRuleKernel& rule);
+             const UpdateRuleKernel& rule, float lr_factor = 1.0f);
   // The write counter now: give it to Install() for a fetch issued now.
   uint64_t Mark() const;
   // Installs a fetched value, unless the key was written locally after the

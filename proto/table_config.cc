@@ -21,6 +21,13 @@ wire::TableConfig ToWire(const TableOptions& o, TableId id) {
   c.set_custom_rule(o.custom_rule);
   c.set_reject_non_finite(o.reject_non_finite);
   *c.mutable_consistency() = ToWire(o.consistency);
+  auto* lr = c.mutable_lr_schedule();
+  lr->set_warmup_clocks(o.lr_schedule.warmup_clocks);
+  lr->set_decay(static_cast<int>(o.lr_schedule.decay));
+  lr->set_step_clocks(o.lr_schedule.step_clocks);
+  lr->set_gamma(o.lr_schedule.gamma);
+  lr->set_total_clocks(o.lr_schedule.total_clocks);
+  lr->set_min_factor(o.lr_schedule.min_factor);
   auto* init = c.mutable_init();
   init->set_kind(static_cast<int>(o.init.kind));
   init->set_value(o.init.value);
@@ -45,6 +52,13 @@ TableOptions FromWire(const wire::TableConfig& c) {
   o.custom_rule = c.custom_rule();
   o.reject_non_finite = c.reject_non_finite();
   o.consistency = FromWire(c.consistency());
+  const wire::LearningRateSchedule& lr = c.lr_schedule();
+  o.lr_schedule.warmup_clocks = lr.warmup_clocks();
+  o.lr_schedule.decay = static_cast<LearningRateSchedule::Decay>(lr.decay());
+  o.lr_schedule.step_clocks = lr.step_clocks();
+  o.lr_schedule.gamma = c.has_lr_schedule() ? lr.gamma() : 0.1f;
+  o.lr_schedule.total_clocks = lr.total_clocks();
+  o.lr_schedule.min_factor = lr.min_factor();
   o.init.kind = static_cast<InitKind>(c.init().kind());
   o.init.value = c.init().value();
   o.init.low = c.init().low();
@@ -101,6 +115,51 @@ std::string ToString(const Consistency& c) {
   return "unknown";
 }
 
+namespace {
+
+Status ValidateSchedule(const LearningRateSchedule& s) {
+  constexpr int64_t kMaxClocks = int64_t{1} << 40;
+  if (s.warmup_clocks < 0 || s.warmup_clocks > kMaxClocks) {
+    return InvalidArgumentError(
+        "lr_schedule.warmup_clocks must be in [0, 2^40], not " +
+        std::to_string(s.warmup_clocks));
+  }
+  // Every parameter checked, used by the decay or not (see SameTable).
+  if (!std::isfinite(s.gamma) || !(s.gamma > 0) || s.gamma > 1) {
+    return InvalidArgumentError("lr_schedule.gamma must be in (0, 1]");
+  }
+  if (!std::isfinite(s.min_factor) || s.min_factor < 0 || s.min_factor > 1) {
+    return InvalidArgumentError("lr_schedule.min_factor must be in [0, 1]");
+  }
+  if (s.step_clocks < 0 || s.step_clocks > kMaxClocks || s.total_clocks < 0 ||
+      s.total_clocks > kMaxClocks) {
+    return InvalidArgumentError(
+        "lr_schedule.step_clocks and total_clocks must be in [0, 2^40]");
+  }
+  switch (s.decay) {
+    case LearningRateSchedule::Decay::kNone:
+      return Status::Ok();
+    case LearningRateSchedule::Decay::kStep:
+      if (s.step_clocks < 1) {
+        return InvalidArgumentError(
+            "lr_schedule: step decay needs step_clocks >= 1");
+      }
+      return Status::Ok();
+    case LearningRateSchedule::Decay::kCosine:
+      if (s.total_clocks <= s.warmup_clocks) {
+        return InvalidArgumentError(
+            "lr_schedule: cosine decay needs total_clocks (" +
+            std::to_string(s.total_clocks) + ") > warmup_clocks (" +
+            std::to_string(s.warmup_clocks) + ")");
+      }
+      return Status::Ok();
+  }
+  return InvalidArgumentError("lr_schedule: unknown decay " +
+                              std::to_string(static_cast<int>(s.decay)));
+}
+
+}  // namespace
+
 Status ValidateTableOptions(const TableOptions& o) {
   if (o.name.empty() || o.name.size() > 128) {
     return InvalidArgumentError("table name must have 1-128 characters");
@@ -140,6 +199,7 @@ Status ValidateTableOptions(const TableOptions& o) {
     return InvalidArgumentError("epsilon must be finite and > 0");
   }
   DUCTILE_RETURN_IF_ERROR(ValidateConsistency(o.consistency));
+  DUCTILE_RETURN_IF_ERROR(ValidateSchedule(o.lr_schedule));
   const int init = static_cast<int>(o.init.kind);
   if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
     return InvalidArgumentError("unknown initializer " + std::to_string(init));

@@ -69,16 +69,18 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
   return floats;
 }
 
-void ParameterTable::ApplyPush(const DataFrames& request) {
+void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock) {
   const auto keys = request.keys();
+  const float factor = kernel_.Factor(clock);
   for (size_t i = 0; i < keys.size(); ++i) {
     Entry& e = FindOrCreate(keys[i], request.length(i));
-    kernel_.Apply(e.value, request.value(i), e.state, &e.steps);
+    kernel_.Apply(e.value, request.value(i), e.state, &e.steps, factor);
     MarkChanged(keys[i], e);
   }
 }
 
-Status ParameterTable::ApplyOne(Key key, std::span<const float> update) {
+Status ParameterTable::ApplyOne(Key key, std::span<const float> update,
+                                int64_t clock) {
   Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
   if (e.value.size() != update.size()) {
     return InvalidArgumentError(
@@ -86,7 +88,7 @@ Status ParameterTable::ApplyOne(Key key, std::span<const float> update) {
         "' has width " + std::to_string(e.value.size()) + ", its pushes of " +
         std::to_string(update.size()) + " floats are dropped");
   }
-  kernel_.Apply(e.value, update, e.state, &e.steps);
+  kernel_.Apply(e.value, update, e.state, &e.steps, kernel_.Factor(clock));
   MarkChanged(key, e);
   return Status::Ok();
 }

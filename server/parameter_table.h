@@ -29,24 +29,25 @@ class ParameterTable {
   // Refuses non-finite values (when the table asks for it) and widths that
   // differ from an existing key's (variable-width tables).
   Status CheckPush(const DataFrames& request) const;
-  // Applies a checked push.
-  void ApplyPush(const DataFrames& request);
+  // Applies a checked push made at `clock` (its learning-rate factor,
+  // TableOptions::lr_schedule).
+  void ApplyPush(const DataFrames& request, int64_t clock);
   // Applies one vector to one key (a BSP clock's combined pushes). An
   // existing key of another width is left unchanged (InvalidArgument): a
   // push from a peer that is no worker may have created it, with its own
   // width, after the pushes were checked and buffered.
-  Status ApplyOne(Key key, std::span<const float> update);
+  Status ApplyOne(Key key, std::span<const float> update, int64_t clock);
   // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`:
   // their mean under BspCombine::kMean (not for assign tables), else the
   // sum. `sum` is scaled in place.
   Status ApplyCombined(Key key, std::span<float> sum, int32_t pushes,
-                       BspCombine combine) {
+                       BspCombine combine, int64_t clock) {
     if (options_.rule != UpdateRule::kAssign && combine == BspCombine::kMean &&
         pushes > 1) {
       const float scale = 1.0f / static_cast<float>(pushes);
       for (float& x : sum) x *= scale;
     }
-    return ApplyOne(key, sum);
+    return ApplyOne(key, sum, clock);
   }
   // Checks a pull's widths against stored keys (variable-width tables).
   Status CheckPull(const DataFrames& request) const;

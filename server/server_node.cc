@@ -570,7 +570,7 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
                         table.options().rule == UpdateRule::kAssign);
     return Status::Ok();
   }
-  table.ApplyPush(request.data);
+  table.ApplyPush(request.data, clock);
   SetKeysStored();
   return Status::Ok();
 }
@@ -618,8 +618,8 @@ void ServerNode::OnServerClock() {
     ParameterTable* table = tables_.Find(combined.table);
     if (table == nullptr) continue;
     for (auto& [key, c] : combined.keys) {
-      Status s =
-          table->ApplyCombined(key, c.values, c.pushes, combined.combine);
+      Status s = table->ApplyCombined(key, c.values, c.pushes, combined.combine,
+                                      combined.clock);
       if (!s.ok()) {
         counters_.Add(&ServerCounters::errors);
         LOG(ERROR) << "server " << id_ << ": clock " << combined.clock << ": "

@@ -222,7 +222,7 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
     if (consistency.PutBuffered(b.first, e)) continue;
     // Its clock is over here: every push of it is in the entry.
     Status s = table->ApplyCombined(e.key, e.combined.values, e.combined.pushes,
-                                    combine);
+                                    combine, e.clock);
     if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();
   }
 }

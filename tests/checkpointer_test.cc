@@ -94,17 +94,17 @@ TEST_F(CheckpointerTest, AfterStartingOverTheNextVersionHoldsOnlyNewKeys) {
   ParameterTable* table = tables_.Find(3);
   ASSERT_NE(table, nullptr);
   const std::vector<float> one = {1.0f, 1.0f};
-  for (Key k : {1, 2}) ASSERT_TRUE(table->ApplyOne(k, one).ok());
+  for (Key k : {1, 2}) ASSERT_TRUE(table->ApplyOne(k, one, 0).ok());
   WriteRound(2, -1);
-  ASSERT_TRUE(table->ApplyOne(3, one).ok());
+  ASSERT_TRUE(table->ApplyOne(3, one, 0).ok());
   WriteRound(4, 2);
-  ASSERT_TRUE(table->ApplyOne(4, one).ok());
+  ASSERT_TRUE(table->ApplyOne(4, one, 0).ok());
   WriteRound(6, 4);  // a round the job abandoned with this server
 
   tables_.ClearKeys();
   ASSERT_TRUE(checkpointer_.StartOver({2, 4}, /*newest=*/4).ok());
   EXPECT_EQ(Versions(), (std::vector<int64_t>{2, 4}));
-  ASSERT_TRUE(table->ApplyOne(9, one).ok());  // moved here since
+  ASSERT_TRUE(table->ApplyOne(9, one, 0).ok());  // moved here since
   WriteRound(8, 4);
   Result<LoadedCheckpoint> now = checkpointer_.store()->Load(8);
   ASSERT_TRUE(now.ok()) << now.status();

@@ -43,6 +43,75 @@ TEST(Cluster, PushThenPullReturnsPushedValues) {
   EXPECT_EQ(out, values);
 }
 
+// A table's learning-rate schedule is applied by the servers at each push's
+// clock: SGD with rate 1, halved every 2 clocks, and a gradient of 1 at
+// clocks 0-4 ends at -(1 + 1 + 0.5 + 0.5 + 0.25). Under BSP the combined
+// push of a clock gets that clock's factor too.
+TEST(Cluster, ServersApplyTheLearningRateScheduleAtEachPushsClock) {
+  for (ConsistencyMode mode :
+       {ConsistencyMode::kAsync, ConsistencyMode::kBsp}) {
+    TestCluster cluster;
+    auto client = cluster.Connect();
+    ASSERT_NE(client, nullptr);
+    TableOptions t;
+    t.name = "scheduled";
+    t.rule = UpdateRule::kSgd;
+    t.learning_rate = 1.0f;
+    t.lr_schedule.decay = LearningRateSchedule::Decay::kStep;
+    t.lr_schedule.step_clocks = 2;
+    t.lr_schedule.gamma = 0.5f;
+    t.consistency.mode = mode;
+    auto table = client->CreateTable(t);
+    ASSERT_TRUE(table.ok()) << table.status();
+    const std::vector<Key> keys = {3, 700};
+    for (int clock = 0; clock < 5; ++clock) {
+      ASSERT_TRUE(
+          client->Push(*table, keys, std::vector<float>{1.0f, 2.0f}).ok());
+      client->Clock();
+    }
+    std::vector<float> out(2);
+    ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+    EXPECT_EQ(out, (std::vector<float>{-3.25f, -6.5f}))
+        << ToString(t.consistency);
+  }
+}
+
+// A worker's cache mirrors the server's SGD steps with the same factors.
+TEST(Cluster, ACachedSgdTableFollowsTheScheduleLikeTheServers) {
+  TestCluster cluster;
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.enable_cache = true;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TableOptions t;
+  t.name = "cached";
+  t.rule = UpdateRule::kSgd;
+  t.learning_rate = 1.0f;
+  t.lr_schedule.warmup_clocks = 4;
+  // A bound wide enough for every pull after the first to read the cache.
+  t.consistency = {ConsistencyMode::kSsp, 100};
+  auto table = (*client)->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {9};
+  std::vector<float> cached(1);
+  for (int clock = 0; clock < 6; ++clock) {
+    ASSERT_TRUE((*client)->Pull(*table, key, cached).ok());  // fills the cache
+    ASSERT_TRUE((*client)->Push(*table, key, std::vector<float>{1.0f}).ok());
+    (*client)->Clock();
+  }
+  // Factors 0.25, 0.5, 0.75, 1, 1, 1.
+  ASSERT_TRUE((*client)->Pull(*table, key, cached).ok());
+  EXPECT_EQ(cached[0], -4.5f);
+  EXPECT_EQ((*client)->stats().cache_hits, 6u);
+  // The servers' copy agrees.
+  auto reader = cluster.Connect(/*as_worker=*/false);
+  ASSERT_NE(reader, nullptr);
+  std::vector<float> served(1);
+  ASSERT_TRUE(reader->Pull(*table, key, served).ok());
+  EXPECT_EQ(served[0], -4.5f);
+}
+
 TEST(Cluster, KeysNeverWrittenReadAsTheInitializer) {
   TestCluster cluster;
   auto client = cluster.Connect();

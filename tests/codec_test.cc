@@ -644,6 +644,58 @@ TEST(ValidateTableOptions, RejectsBetasOutsideZeroToOne) {
   ExpectInvalid(t, "beta1 and beta2");
 }
 
+TEST(ValidateTableOptions, RejectsLearningRateSchedulesOutOfRange) {
+  TableOptions t = ValidTable();
+  t.lr_schedule.warmup_clocks = -1;
+  ExpectInvalid(t, "warmup_clocks");
+  t = ValidTable();
+  t.lr_schedule.gamma = 0.0f;  // checked even when no step decay uses it
+  ExpectInvalid(t, "gamma");
+  t.lr_schedule.gamma = std::numeric_limits<float>::quiet_NaN();
+  ExpectInvalid(t, "gamma");
+  t = ValidTable();
+  t.lr_schedule.min_factor = 1.5f;
+  ExpectInvalid(t, "min_factor");
+  t = ValidTable();
+  t.lr_schedule.decay = LearningRateSchedule::Decay::kStep;
+  ExpectInvalid(t, "step_clocks >= 1");
+  t.lr_schedule.step_clocks = 100;
+  EXPECT_TRUE(ValidateTableOptions(t).ok());
+  t = ValidTable();
+  t.lr_schedule.decay = LearningRateSchedule::Decay::kCosine;
+  t.lr_schedule.warmup_clocks = 10;
+  t.lr_schedule.total_clocks = 10;
+  ExpectInvalid(t, "total_clocks (10) > warmup_clocks (10)");
+  t.lr_schedule.total_clocks = 11;
+  EXPECT_TRUE(ValidateTableOptions(t).ok());
+  t.lr_schedule.decay = static_cast<LearningRateSchedule::Decay>(7);
+  ExpectInvalid(t, "unknown decay 7");
+}
+
+TEST(TableConfig, ALearningRateScheduleSurvivesTheWire) {
+  TableOptions t = ValidTable();
+  t.lr_schedule.warmup_clocks = 5;
+  t.lr_schedule.decay = LearningRateSchedule::Decay::kCosine;
+  t.lr_schedule.total_clocks = 500;
+  t.lr_schedule.min_factor = 0.05f;
+  t.lr_schedule.gamma = 0.3f;
+  t.lr_schedule.step_clocks = 7;
+  const TableOptions back = FromWire(ToWire(t, 3));
+  EXPECT_EQ(back.lr_schedule.warmup_clocks, 5);
+  EXPECT_EQ(back.lr_schedule.decay, LearningRateSchedule::Decay::kCosine);
+  EXPECT_EQ(back.lr_schedule.total_clocks, 500);
+  EXPECT_EQ(back.lr_schedule.min_factor, 0.05f);
+  EXPECT_EQ(back.lr_schedule.gamma, 0.3f);
+  EXPECT_EQ(back.lr_schedule.step_clocks, 7);
+  // A config without one (as written before schedules existed) reads as
+  // the constant schedule, which is valid.
+  wire::TableConfig old = ToWire(ValidTable(), 3);
+  old.clear_lr_schedule();
+  EXPECT_TRUE(ValidateTableOptions(FromWire(old)).ok());
+  EXPECT_EQ(FromWire(old).lr_schedule.decay,
+            LearningRateSchedule::Decay::kNone);
+}
+
 TEST(ValidateTableOptions, RejectsEpsilonOfZeroOrLess) {
   TableOptions t = ValidTable();
   t.epsilon = 0.0f;

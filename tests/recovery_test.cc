@@ -96,7 +96,7 @@ void Push(ParameterTable& table, const std::vector<Key>& keys, float base) {
       {reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4}};
   ASSERT_TRUE(request.Parse(h, frames, 3, true).ok());
   ASSERT_TRUE(table.CheckPush(request).ok());
-  table.ApplyPush(request);
+  table.ApplyPush(request, 0);
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {

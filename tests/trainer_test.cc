@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "gtest/gtest.h"
+#include "proto/table_config.h"
 
 namespace ductile::apps {
 namespace {
@@ -23,6 +24,37 @@ TEST(TensorChunks, ASmallModelSpreadsOverManyKeys) {
   EXPECT_EQ(Chunks(784 * 256), 64u);
   // Large blocks keep chunks of at most 8192 floats.
   EXPECT_EQ(TensorChunkFloats(100'000'000), 8192u);
+}
+
+// The flags' schedule in epochs becomes clocks at the workers' pace.
+TEST(ScheduleInClocks, EpochsBecomeClocksAtTheWorkersPace) {
+  TrainerOptions o;
+  o.epochs = 10;
+  LearningRateSchedule s = ScheduleInClocks(o, 100.0);
+  EXPECT_EQ(s.warmup_clocks, 0);
+  EXPECT_EQ(s.decay, LearningRateSchedule::Decay::kNone);
+  o.lr_warmup_epochs = 0.5;
+  o.lr_decay = "cosine";
+  o.lr_min_factor = 0.1f;
+  s = ScheduleInClocks(o, 100.0);
+  EXPECT_EQ(s.warmup_clocks, 50);
+  EXPECT_EQ(s.decay, LearningRateSchedule::Decay::kCosine);
+  EXPECT_EQ(s.total_clocks, 1000);
+  EXPECT_EQ(s.min_factor, 0.1f);
+  o.lr_decay = "step";
+  o.lr_step_epochs = 3;
+  o.lr_gamma = 0.2f;
+  s = ScheduleInClocks(o, 234.5);  // 469 batches an epoch, 2 workers
+  EXPECT_EQ(s.decay, LearningRateSchedule::Decay::kStep);
+  EXPECT_EQ(s.step_clocks, 704);  // 703.5 rounded
+  EXPECT_EQ(s.gamma, 0.2f);
+  EXPECT_TRUE(ValidateTableOptions([&] {
+                TableOptions t;
+                t.name = "t";
+                t.lr_schedule = s;
+                return t;
+              }())
+                  .ok());
 }
 
 }  // namespace

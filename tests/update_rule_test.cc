@@ -100,6 +100,55 @@ TEST(UpdateRuleKernel, SgdStepsAgainstTheGradientScaledByTheLearningRate) {
   EXPECT_NEAR(k.value[1], -2.45, kTolerance);
 }
 
+TEST(LearningRateFactor, WarmsUpLinearlyThenDecaysByStepsOrACosine) {
+  LearningRateSchedule s;
+  EXPECT_EQ(LearningRateFactor(s, 0), 1.0f);  // constant unless set
+  EXPECT_EQ(LearningRateFactor(s, 1'000'000), 1.0f);
+  s.warmup_clocks = 4;
+  EXPECT_EQ(LearningRateFactor(s, -3), 0.25f);  // as clock 0
+  EXPECT_EQ(LearningRateFactor(s, 0), 0.25f);
+  EXPECT_EQ(LearningRateFactor(s, 1), 0.5f);
+  EXPECT_EQ(LearningRateFactor(s, 3), 1.0f);
+  EXPECT_EQ(LearningRateFactor(s, 4), 1.0f);
+  s.decay = LearningRateSchedule::Decay::kStep;
+  s.step_clocks = 10;
+  s.gamma = 0.5f;
+  EXPECT_EQ(LearningRateFactor(s, 13), 1.0f);  // 9 clocks after warm-up
+  EXPECT_EQ(LearningRateFactor(s, 14), 0.5f);
+  EXPECT_EQ(LearningRateFactor(s, 33), 0.25f);
+  EXPECT_EQ(LearningRateFactor(s, 34), 0.125f);
+  s.decay = LearningRateSchedule::Decay::kCosine;
+  s.total_clocks = 104;  // 100 clocks of cosine
+  s.min_factor = 0.2f;
+  EXPECT_NEAR(LearningRateFactor(s, 4), 1.0, 1e-6);
+  EXPECT_NEAR(LearningRateFactor(s, 54), 0.6, 1e-6);  // half-way
+  EXPECT_NEAR(LearningRateFactor(s, 29), 0.2 + 0.8 * 0.5 * (1 + std::sqrt(0.5)),
+              1e-6);  // a quarter: cos(pi / 4)
+  EXPECT_NEAR(LearningRateFactor(s, 104), 0.2, 1e-6);
+  EXPECT_NEAR(LearningRateFactor(s, 5000), 0.2, 1e-6);  // kept after
+}
+
+TEST(UpdateRuleKernel, TheLearningRateFactorScalesEveryRulesStep) {
+  TableOptions t = Rule(UpdateRule::kSgd);
+  t.learning_rate = 0.5f;
+  UpdateRuleKernel kernel(t, nullptr);
+  std::vector<float> w = {1.0f};
+  int64_t steps = 0;
+  kernel.Apply(w, std::vector<float>{2.0f}, {}, &steps, 0.25f);
+  EXPECT_EQ(w[0], 1.0f - 0.5f * 0.25f * 2.0f);
+  // Adam's step is the learning rate (times the factor) at first.
+  TableOptions a = Rule(UpdateRule::kAdam);
+  a.learning_rate = 0.1f;
+  UpdateRuleKernel adam(a, nullptr);
+  std::vector<float> v = {0.0f}, state(2, 0.0f);
+  steps = 0;
+  adam.Apply(v, std::vector<float>{3.0f}, state, &steps, 0.5f);
+  EXPECT_NEAR(v[0], -0.05, 1e-6);
+  // The kernel's own factor follows the table's schedule.
+  a.lr_schedule.warmup_clocks = 10;
+  EXPECT_EQ(UpdateRuleKernel(a, nullptr).Factor(4), 0.5f);
+}
+
 TEST(UpdateRuleKernel, MomentumKeepsAVelocityPerValue) {
   TableOptions t = Rule(UpdateRule::kMomentum);
   t.learning_rate = 0.1f;

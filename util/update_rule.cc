@@ -1,9 +1,38 @@
 #include "util/update_rule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 namespace ductile {
+
+float LearningRateFactor(const LearningRateSchedule& s, int64_t clock) {
+  const int64_t c = std::max<int64_t>(clock, 0);
+  if (c < s.warmup_clocks) {
+    return static_cast<float>(static_cast<double>(c + 1) /
+                              static_cast<double>(s.warmup_clocks));
+  }
+  const int64_t t = c - s.warmup_clocks;  // clocks since the warm-up
+  switch (s.decay) {
+    case LearningRateSchedule::Decay::kStep:
+      if (s.step_clocks < 1) return 1.0f;
+      return static_cast<float>(
+          std::pow(static_cast<double>(s.gamma),
+                   static_cast<double>(t / s.step_clocks)));
+    case LearningRateSchedule::Decay::kCosine: {
+      const int64_t span = s.total_clocks - s.warmup_clocks;
+      if (span <= 0) return 1.0f;
+      const double done =
+          static_cast<double>(std::min(t, span)) / static_cast<double>(span);
+      const double floor = s.min_factor;
+      return static_cast<float>(floor + (1.0 - floor) * 0.5 *
+                                            (1.0 + std::cos(M_PI * done)));
+    }
+    case LearningRateSchedule::Decay::kNone:
+      break;
+  }
+  return 1.0f;
+}
 
 UpdateRuleKernel::UpdateRuleKernel(const TableOptions& options,
                                    const CustomRule* custom)
@@ -25,11 +54,12 @@ UpdateRuleKernel::UpdateRuleKernel(const TableOptions& options,
 }
 
 void UpdateRuleKernel::Apply(std::span<float> w, std::span<const float> g,
-                             std::span<float> state, int64_t* steps) const {
+                             std::span<float> state, int64_t* steps,
+                             float lr_factor) const {
   const size_t n = w.size();
   float* __restrict wp = w.data();
   const float* __restrict gp = g.data();
-  const float lr = options_.learning_rate;
+  const float lr = options_.learning_rate * lr_factor;
   ++*steps;
   switch (options_.rule) {
     case UpdateRule::kAssign:

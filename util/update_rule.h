@@ -27,10 +27,16 @@ class UpdateRuleKernel {
            options_.rule == UpdateRule::kSgd;
   }
 
-  // w <- rule(w, g). `state` has state_per_value() * w.size() floats;
-  // `steps` counts updates of this key (Adam's bias correction).
+  // w <- rule(w, g), with the learning rate times `lr_factor`. `state`
+  // has state_per_value() * w.size() floats; `steps` counts updates of
+  // this key (Adam's bias correction).
   void Apply(std::span<float> w, std::span<const float> g,
-             std::span<float> state, int64_t* steps) const;
+             std::span<float> state, int64_t* steps,
+             float lr_factor = 1.0f) const;
+  // The learning-rate factor of a push at `clock` (the table's schedule).
+  float Factor(int64_t clock) const {
+    return LearningRateFactor(options_.lr_schedule, clock);
+  }
 
  private:
   TableOptions options_;

@@ -85,6 +85,32 @@ struct Consistency {
 // "async", "ssp(3)", "bsp(mean)" or "bsp(sum)".
 std::string ToString(const Consistency& consistency);
 
+// How a table's learning rate changes over the job: a push made at clock c
+// (its worker's Clock() count when it pushed; 0 for a client that is no
+// worker) is applied with learning_rate * LearningRateFactor(schedule, c).
+// The factor is computed where the push is applied, on the servers, so
+// workers need nothing but their clocks, and a BSP clock's combined push is
+// applied with its clock's factor. Part of the table's options (and of the
+// wire format): checkpoints, rollbacks and slot moves keep it.
+struct LearningRateSchedule {
+  enum class Decay : int {
+    kNone = 0,    // the factor stays 1 after the warm-up
+    kStep = 1,    // times `gamma` every `step_clocks` after the warm-up
+    kCosine = 2,  // half a cosine from 1 down to `min_factor`, reached at
+                  // `total_clocks` and kept after
+  };
+  // Linear warm-up: the factor is (c + 1) / warmup_clocks for c below it.
+  int64_t warmup_clocks = 0;  // 0 - 2^40
+  Decay decay = Decay::kNone;
+  int64_t step_clocks = 0;   // kStep: >= 1
+  float gamma = 0.1f;        // kStep: in (0, 1]
+  int64_t total_clocks = 0;  // kCosine: > warmup_clocks, <= 2^40
+  float min_factor = 0.0f;   // kCosine: in [0, 1]
+};
+
+// The factor above for a push at `clock` (negative clocks count as 0).
+float LearningRateFactor(const LearningRateSchedule& schedule, int64_t clock);
+
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].
   std::string name;
@@ -99,6 +125,9 @@ struct TableOptions {
   float beta1 = 0.9f;           // kAdam
   float beta2 = 0.999f;         // kAdam
   float epsilon = 1e-8f;        // kAdaGrad, kAdam
+  // Of learning_rate (kSgd, kMomentum, kAdaGrad, kAdam): constant unless
+  // set. Custom rules get no learning rate.
+  LearningRateSchedule lr_schedule;
   // kCustom: name of a rule registered in ServerOptions::custom_rules.
   std::string custom_rule;
   Initializer init;

@@ -1,6 +1,7 @@
 // Fuzzes a table's configuration as it arrives in CREATE_TABLE: any bytes
 // are refused cleanly or give options that validate the same way twice
-// and survive a round trip through the wire form.
+// and survive a round trip through the wire form, with a learning-rate
+// schedule whose factor stays in [0, 1].
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +22,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!ValidateTableOptions(again).ok() ||
       !SameTable(ToWire(options, 0), ToWire(again, 0))) {
     std::abort();
+  }
+  // A valid schedule's factor is a number in [0, 1] at every clock.
+  const LearningRateSchedule& s = options.lr_schedule;
+  for (int64_t clock : {int64_t{0}, s.warmup_clocks - 1, s.warmup_clocks,
+                        s.warmup_clocks + s.step_clocks, s.total_clocks,
+                        s.total_clocks / 2, int64_t{1} << 40}) {
+    const float f = LearningRateFactor(s, clock);
+    if (!(f >= 0.0f && f <= 1.0f)) std::abort();
   }
   return 0;
 }

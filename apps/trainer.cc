@@ -119,6 +119,27 @@ LearningRateSchedule TableSchedule(Client& client, const std::string& table,
       o, static_cast<double>(batches_per_epoch) / std::max(1, world));
 }
 
+// Makes table `t` with `make` (CreateTable or RegisterTensor). Workers that
+// counted different numbers of workers compute different schedules: when
+// the table exists (or is being made) with other options, this takes its
+// schedule, once it can be read, and makes it again.
+template <typename Make>
+auto MakeTable(Client& client, TableOptions t, Make make) -> decltype(make(t)) {
+  auto made = make(t);
+  for (int attempt = 0; attempt < 100 && !made.ok() &&
+                        made.status().code() == StatusCode::kAlreadyExists;
+       ++attempt) {
+    Result<TableInfo> existing = client.GetTable(t.name);
+    if (existing.ok()) {
+      t.lr_schedule = existing->options.lr_schedule;
+      return make(t);
+    }
+    // Still being made by another worker.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return made;
+}
+
 // Progress lines on stdout and the CSV log, from worker 0 only.
 class Progress {
  public:
@@ -619,7 +640,10 @@ class ParamTensors {
       t.init = b.init;
       t.consistency = o.consistency;
       Result<Tensor> tensor =
-          client.RegisterTensor(t, b.size, TensorChunkFloats(b.size));
+          MakeTable(client, t, [&](const TableOptions& options) {
+            return client.RegisterTensor(options, b.size,
+                                         TensorChunkFloats(b.size));
+          });
       DUCTILE_RETURN_IF_ERROR(tensor.status());
       blocks_.push_back(b);
       tensors_.push_back(std::move(*tensor));
@@ -818,7 +842,10 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
       t.init.high = 0.3f;
       t.init.seed = o.seed + i;
       t.consistency = o.consistency;
-      Result<TableId> id = client.CreateTable(t);
+      Result<TableId> id =
+          MakeTable(client, t, [&](const TableOptions& options) {
+            return client.CreateTable(options);
+          });
       DUCTILE_RETURN_IF_ERROR(id.status());
       tables[i] = *id;
     }

@@ -225,9 +225,10 @@ Status ValidateTableOptions(const TableOptions& o) {
 }
 
 bool SameTable(const wire::TableConfig& a, const wire::TableConfig& b) {
-  wire::TableConfig x = a, y = b;
-  x.set_id(0);
-  y.set_id(0);
+  // Compared as options: a field one config leaves out (written before the
+  // field existed) equals its default in the other.
+  const wire::TableConfig x = ToWire(FromWire(a), 0);
+  const wire::TableConfig y = ToWire(FromWire(b), 0);
   return google::protobuf::util::MessageDifferencer::Equals(x, y);
 }
 

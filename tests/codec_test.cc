@@ -694,6 +694,10 @@ TEST(TableConfig, ALearningRateScheduleSurvivesTheWire) {
   EXPECT_TRUE(ValidateTableOptions(FromWire(old)).ok());
   EXPECT_EQ(FromWire(old).lr_schedule.decay,
             LearningRateSchedule::Decay::kNone);
+  // ... and is the same table as one made now with the same options, so
+  // that making it again is not refused.
+  EXPECT_TRUE(SameTable(old, ToWire(ValidTable(), 3)));
+  EXPECT_FALSE(SameTable(old, ToWire(t, 3)));
 }
 
 TEST(ValidateTableOptions, RejectsEpsilonOfZeroOrLess) {

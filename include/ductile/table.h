@@ -86,8 +86,9 @@ struct Consistency {
 std::string ToString(const Consistency& consistency);
 
 // How a table's learning rate changes over the job: a push made at clock c
-// (its worker's Clock() count when it pushed; 0 for a client that is no
-// worker) is applied with learning_rate * LearningRateFactor(schedule, c).
+// (its client's Clock() count when it pushed: 0 for a client that never
+// calls Clock()) is applied with learning_rate * LearningRateFactor(
+// schedule, c).
 // The factor is computed where the push is applied, on the servers, so
 // workers need nothing but their clocks, and a BSP clock's combined push is
 // applied with its clock's factor. Part of the table's options (and of the

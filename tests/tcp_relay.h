@@ -101,10 +101,11 @@ class TcpRelay {
         cut_ = false;
         continue;
       }
-      if (fds[1].revents & POLLIN) Accept();
-      // Forward; a pair with a closed side is closed whole.
+      // Forward what the polled pairs have (a pair with a closed side is
+      // closed whole), then take a new connection.
+      const size_t polled = pairs_.size();
       std::vector<std::pair<int, int>> kept;
-      for (size_t i = 0; i < pairs_.size(); ++i) {
+      for (size_t i = 0; i < polled; ++i) {
         auto [a, b] = pairs_[i];
         const bool ok =
             Forward(fds[2 + 2 * i], a, b) && Forward(fds[3 + 2 * i], b, a);
@@ -116,6 +117,7 @@ class TcpRelay {
         }
       }
       pairs_ = std::move(kept);
+      if (fds[1].revents & POLLIN) Accept();
     }
   }
 

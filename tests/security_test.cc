@@ -320,6 +320,20 @@ wire::Header AskRaw(const std::string& address, const wire::Header& request) {
   return reply;
 }
 
+// Sends `spoofed` from a peer of its own to `address`: it must be refused
+// as naming a member connected elsewhere.
+void ExpectRefusedAsConnectedElsewhere(const std::string& address,
+                                       const wire::Header& spoofed) {
+  const wire::Header reply = AskRaw(address, spoofed);
+  EXPECT_EQ(reply.status_code(),
+            static_cast<int>(StatusCode::kPermissionDenied))
+      << wire::MessageType_Name(spoofed.type()) << ": "
+      << reply.status_message();
+  EXPECT_NE(reply.status_message().find("connected elsewhere"),
+            std::string::npos)
+      << reply.status_message();
+}
+
 // Messages that name their sender (acks, heartbeats, a worker's finish,
 // clocks and pushes) are taken only from that member's own connection:
 // another peer cannot finish a worker, take over a server's heartbeat,
@@ -346,14 +360,7 @@ TEST(MemberIdentity, NoPeerActsForAMemberConnectedElsewhere) {
   ack.set_seq(3);
   ack.set_member_id(0);
   for (const wire::Header& spoofed : {finish, heartbeat, ack}) {
-    const wire::Header reply = AskRaw(cluster.address(), spoofed);
-    EXPECT_EQ(reply.status_code(),
-              static_cast<int>(StatusCode::kPermissionDenied))
-        << wire::MessageType_Name(spoofed.type()) << ": "
-        << reply.status_message();
-    EXPECT_NE(reply.status_message().find("connected elsewhere"),
-              std::string::npos)
-        << reply.status_message();
+    ExpectRefusedAsConnectedElsewhere(cluster.address(), spoofed);
   }
   // Nor can another peer send the server a clock or a push in worker 0's
   // name (the coordinator told the server worker 0's connection).
@@ -367,14 +374,7 @@ TEST(MemberIdentity, NoPeerActsForAMemberConnectedElsewhere) {
   push.set_seq(5);
   push.set_worker_id(0);
   for (const wire::Header& spoofed : {clock, push}) {
-    const wire::Header reply = AskRaw(cluster.server(0).address(), spoofed);
-    EXPECT_EQ(reply.status_code(),
-              static_cast<int>(StatusCode::kPermissionDenied))
-        << wire::MessageType_Name(spoofed.type()) << ": "
-        << reply.status_message();
-    EXPECT_NE(reply.status_message().find("connected elsewhere"),
-              std::string::npos)
-        << reply.status_message();
+    ExpectRefusedAsConnectedElsewhere(cluster.server(0).address(), spoofed);
   }
   EXPECT_EQ(cluster.server(0).counters().refused_permission, 2u);
   // Worker 0 is still in the job and server 0 still its own.

@@ -103,9 +103,8 @@ class TcpRelay {
       }
       // Forward what the polled pairs have (a pair with a closed side is
       // closed whole), then take a new connection.
-      const size_t polled = pairs_.size();
       std::vector<std::pair<int, int>> kept;
-      for (size_t i = 0; i < polled; ++i) {
+      for (size_t i = 0; i < pairs_.size(); ++i) {
         auto [a, b] = pairs_[i];
         const bool ok =
             Forward(fds[2 + 2 * i], a, b) && Forward(fds[3 + 2 * i], b, a);

@@ -114,7 +114,11 @@ DEFINE_string(keys, "",
 DEFINE_bool(insecure, false,
             "plain mode beyond loopback: anyone who reaches it can act as "
             "any member (local: no keys, on loopback)");
+DEFINE_string(member_key, "",
+              "server, worker: a key pair of its own (`ductile keygen "
+              "--member=NAME`); its member id is bound to it");
 DEFINE_string(out, "", "keygen: directory to write the new keys into");
+DEFINE_string(member, "", "keygen: make member NAME's own key pair instead");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "
               "tolerance tests. Comma-separated items: server:ID@clock=N, "
@@ -208,6 +212,10 @@ std::string SelfPath() {
 // need the admin key.
 ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
   if (FLAGS_keys.empty()) {
+    if (!FLAGS_member_key.empty()) {
+      return ductile::InvalidArgumentError(
+          "--member_key goes with the cluster's keys (--keys=DIR)");
+    }
     ductile::Security plain;
     plain.allow_plain_network = FLAGS_insecure;
     return plain;
@@ -216,7 +224,11 @@ ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
     return ductile::InvalidArgumentError(
         "--insecure is for plain mode: it cannot go with --keys");
   }
-  return ductile::LoadClusterKeys(FLAGS_keys, as_admin);
+  ductile::Result<ductile::Security> security =
+      ductile::LoadClusterKeys(FLAGS_keys, as_admin);
+  if (!security.ok() || FLAGS_member_key.empty()) return security;
+  DUCTILE_RETURN_IF_ERROR(ductile::LoadMemberKey(FLAGS_member_key, &*security));
+  return security;
 }
 
 // Checks the fault-tolerance flags `command` uses.
@@ -555,6 +567,16 @@ int RunKeygen() {
     return Fail(ductile::InvalidArgumentError(
         "keygen needs --out=DIR, the directory for the new keys"));
   }
+  if (!FLAGS_member.empty()) {
+    ductile::Status s = ductile::GenerateMemberKey(FLAGS_out, FLAGS_member);
+    if (!s.ok()) return Fail(s);
+    std::printf(
+        "member key written to %s/members: %s.key is for that member only "
+        "(--member_key=FILE); every coordinator and server reads %s.pub "
+        "from DIR/members (--keys=DIR)\n",
+        FLAGS_out.c_str(), FLAGS_member.c_str(), FLAGS_member.c_str());
+    return 0;
+  }
   ductile::Status s = ductile::GenerateClusterKeys(FLAGS_out);
   if (!s.ok()) return Fail(s);
   std::printf(
@@ -720,12 +742,12 @@ const std::vector<Command>& Commands() {
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
         "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
         "max_stored_mb", "max_queued_replies", "coordinator_timeout_ms",
-        "ipc_dir", "move_timeout_ms", "keys", "insecure"},
+        "ipc_dir", "move_timeout_ms", "keys", "member_key", "insecure"},
        false,
        RunServer},
       {"worker",
        "run a worker of --app (--coordinator)",
-       {"coordinator", "worker_id", "timeout_ms", "keys"},
+       {"coordinator", "worker_id", "timeout_ms", "keys", "member_key"},
        true,
        RunWorker},
       {"status",
@@ -762,7 +784,7 @@ const std::vector<Command>& Commands() {
       {"keygen",
        "make a cluster's keys in --out: cluster.key for every member, "
        "admin.key for administrators, admin.pub (docs/security.md)",
-       {"out"},
+       {"out", "member"},
        false,
        RunKeygen},
   };

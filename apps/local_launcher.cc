@@ -657,6 +657,17 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   }
   // Every child gets it ("--keys=" alone: plain mode).
   const std::string keys_flag = "--keys=" + keys_dir;
+  // With keys made for this launch, each server and worker also gets a
+  // member key of its own, made at its first start and kept across its
+  // restarts: no member can then register as, or act for, another.
+  const bool own_keys = !options.plain && options.keys_dir.empty();
+  const auto member_key_flag =
+      [&](const std::string& name) -> Result<std::string> {
+    if (!own_keys) return std::string();
+    Status made = GenerateMemberKey(keys_dir, name);
+    if (!made.ok() && made.code() != StatusCode::kAlreadyExists) return made;
+    return "--member_key=" + keys_dir + "/members/" + name + ".key";
+  };
 
   Supervisor supervisor(set);
   // Port 0 picks a free port; once the coordinator reports it, restarts
@@ -700,20 +711,26 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                options.plain ? "plain mode (no keys)" : "keys in ",
                keys_dir.c_str());
 
-  const auto start_server = [&](int id) {
+  const auto start_server = [&](int id) -> Status {
+    DUCTILE_ASSIGN_OR_RETURN(std::string member_key,
+                             member_key_flag("server-" + std::to_string(id)));
     std::vector<std::string> a = {options.program, "server",
                                   "--coordinator=" + address,
                                   "--server_id=" + std::to_string(id),
                                   "--state_dir=" + state_dir.string(),
                                   // The job's own directory, gone with it.
                                   "--ipc_dir=" + run_dir, keys_flag};
+    if (!member_key.empty()) a.push_back(member_key);
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     return supervisor.Start(Role::kServer, id, std::move(a));
   };
-  const auto start_worker = [&](int id) {
+  const auto start_worker = [&](int id) -> Status {
+    DUCTILE_ASSIGN_OR_RETURN(std::string member_key,
+                             member_key_flag("worker-" + std::to_string(id)));
     std::vector<std::string> a = {
         options.program, "worker", "--coordinator=" + address,
         "--worker_id=" + std::to_string(id), keys_flag};
+    if (!member_key.empty()) a.push_back(member_key);
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
     return supervisor.Start(Role::kWorker, id, std::move(a));
   };

@@ -47,6 +47,7 @@ Status ClusterState::Open() {
     m.awaiting_slots = pm.awaiting_slots();
     m.rejoining = pm.rejoining();
     m.keep_checkpoints = pm.keep_checkpoints();
+    m.key = pm.key();
     // Not declared dead: alive until the heartbeat timeout says otherwise,
     // counting the silence it had under the previous coordinator (not the
     // time this one was down). Each member's first message after the
@@ -95,6 +96,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_awaiting_slots(m.awaiting_slots);
       pm->set_rejoining(m.rejoining);
       pm->set_keep_checkpoints(m.keep_checkpoints);
+      pm->set_key(m.key);
       if (!m.dead && !m.left && !m.finished && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a
         // member that speaks regularly changes nothing, and a silent one
@@ -170,7 +172,10 @@ void ClusterState::AddLiveWorkers(wire::Header* to_servers) const {
   for (const auto& [id, m] : workers) {
     if (!m.live_worker()) continue;
     to_servers->add_worker_ids(id);
-    to_servers->add_worker_identities(m.identity);
+    // A worker with a key of its own is known by it: a connection that
+    // took its identity still lacks its key.
+    to_servers->add_worker_identities(m.key.empty() ? m.identity : "");
+    to_servers->add_worker_keys(m.key);
   }
 }
 

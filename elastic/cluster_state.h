@@ -52,6 +52,10 @@ struct Member {
   // told to rejoin with no keys (REJOIN), and takes no slot until its
   // heartbeat shows the job's generation.
   bool rejoining = false;
+  // The member key (Z85) it registered with, "" for the cluster's shared
+  // key: only a connection proving it may register under its id again or
+  // speak for it.
+  std::string key;
   // In memory only.
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};
@@ -62,6 +66,9 @@ struct Member {
   wire::WorkerMetrics metrics;
 
   bool live_worker() const { return !finished && !dead && !left; }
+  // Whether a connection that proved member key `k` ("" for the cluster's
+  // shared key) may speak for this member.
+  bool KeyFits(const std::string& k) const { return key.empty() || key == k; }
 };
 
 using CatalogEntry = wire::CoordinatorState::CatalogEntry;
@@ -113,7 +120,8 @@ class ClusterState {
   // Workers alive and not finished.
   std::set<int32_t> LiveWorkers() const;
   // Adds the live workers to a message for servers: their ids, and the
-  // connections they are bound to (wire::Header::worker_identities).
+  // connections or keys they are bound to (wire::Header::worker_identities,
+  // worker_keys).
   void AddLiveWorkers(wire::Header* to_servers) const;
   // Servers not declared dead, not drained and not rejoining (those take
   // part in nothing until they are at the job's generation).

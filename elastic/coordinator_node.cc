@@ -219,8 +219,8 @@ wire::Role SenderRole(const wire::Header& h) {
 
 }  // namespace
 
-Status CoordinatorNode::CheckSender(const Member* member,
-                                    const wire::Header& h) const {
+Status CoordinatorNode::CheckSender(const Member* member, const wire::Header& h,
+                                    const std::string& key) const {
   const wire::Role role = SenderRole(h);
   if (role == wire::ROLE_UNKNOWN) return Status::Ok();
   const char* what = role == wire::ROLE_SERVER ? "server " : "worker ";
@@ -239,7 +239,15 @@ Status CoordinatorNode::CheckSender(const Member* member,
   const auto& group =
       role == wire::ROLE_SERVER ? state_.servers : state_.workers;
   auto it = group.find(h.member_id());
-  if (it == group.end() || it->second.identity.empty()) return Status::Ok();
+  if (it == group.end()) return Status::Ok();
+  if (!it->second.KeyFits(key)) {
+    return PermissionDeniedError(
+        wire::MessageType_Name(h.type()) + " names " + what +
+        std::to_string(h.member_id()) +
+        ", which registered with a member key this connection does not "
+        "hold");
+  }
+  if (it->second.identity.empty()) return Status::Ok();
   return PermissionDeniedError(wire::MessageType_Name(h.type()) + " names " +
                                what + std::to_string(h.member_id()) +
                                ", which is connected elsewhere");
@@ -253,8 +261,29 @@ void CoordinatorNode::Handle(InMessage& message) {
   // A header that parses but fails a check is answered under its seq.
   if (!s.ok()) return out_.Reply(identity, h.seq(), s);
 
-  const MembershipManager::Touched touched = membership_.Touch(h, identity);
-  if (Status sender = CheckSender(touched.member, h); !sender.ok()) {
+  const std::string& key = message.member_key();
+  const MembershipManager::Touched touched =
+      membership_.Touch(h, identity, key);
+  if (touched.member == nullptr) {
+    if (const Member* owner = state_.FindByIdentity(identity)) {
+      // A connection that took a keyed member's routing identity (a
+      // router hands it over) without its key: nothing it sends counts,
+      // whatever it names, nor may it register as someone else.
+      LOG(WARNING) << "coordinator: refused "
+                   << wire::MessageType_Name(h.type())
+                   << " from a connection with the identity of "
+                   << wire::Role_Name(owner->role) << " " << owner->id
+                   << " but not its member key";
+      return out_.Reply(
+          identity, h.seq(),
+          PermissionDeniedError(
+              "this connection has the identity of " +
+              std::string(owner->role == wire::ROLE_SERVER ? "server "
+                                                           : "worker ") +
+              std::to_string(owner->id) + " but not its member key"));
+    }
+  }
+  if (Status sender = CheckSender(touched.member, h, key); !sender.ok()) {
     LOG(WARNING) << "coordinator: refused: " << sender.message();
     return out_.Reply(identity, h.seq(), sender);
   }
@@ -298,7 +327,7 @@ void CoordinatorNode::Handle(InMessage& message) {
 
   switch (h.type()) {
     case wire::REGISTER:
-      return HandleRegister(identity, h);
+      return HandleRegister(identity, key, h);
     case wire::HEARTBEAT:
       return HandleHeartbeat(identity, h);
     case wire::CHECKPOINT:
@@ -421,8 +450,10 @@ void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
 }
 
 void CoordinatorNode::HandleRegister(const std::string& identity,
+                                     const std::string& key,
                                      const wire::Header& h) {
-  const MembershipManager::Registered r = membership_.Register(identity, h);
+  const MembershipManager::Registered r =
+      membership_.Register(identity, key, h);
   if (r.server == nullptr) return;
   const int32_t id = r.server->id;
   if (r.restarted && !state_.routing.empty() && state_.routing.OwnsAny(id)) {

@@ -87,14 +87,17 @@ class CoordinatorNode {
   void Handle(InMessage& message);
   // Whether a message whose member_id names its sender (an ack, a
   // heartbeat, a worker's barrier or finish) comes from that member:
-  // kPermissionDenied when it comes from another member's connection, or
-  // names a member connected elsewhere.
-  Status CheckSender(const Member* member, const wire::Header& h) const;
+  // kPermissionDenied when it comes from another member's connection,
+  // names a member connected elsewhere, or names a member bound to a
+  // member key that `key` (the one its connection proved) is not.
+  Status CheckSender(const Member* member, const wire::Header& h,
+                     const std::string& key) const;
   void HandleHeartbeat(const std::string& identity, const wire::Header& h);
   // A server declared dead while alive, at generation `its_generation`:
   // told to rejoin, then given its share of the slots.
   void Rejoin(Member& server, uint64_t its_generation);
-  void HandleRegister(const std::string& identity, const wire::Header& h);
+  void HandleRegister(const std::string& identity, const std::string& key,
+                      const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void HandleLeave(const std::string& identity, const wire::Header& h);
   void HandleDrainServer(const std::string& identity, const wire::Header& h);

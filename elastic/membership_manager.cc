@@ -31,9 +31,13 @@ std::string MemberState(const Member& m, const wire::MemberInfo& info,
 
 Member* MembershipManager::FindMember(const wire::Header& h,
                                       const std::string& identity,
+                                      const std::string& key,
                                       bool* reconnected) {
   *reconnected = false;
-  if (Member* m = ctx_.state.FindByIdentity(identity)) return m;
+  if (Member* m = ctx_.state.FindByIdentity(identity)) {
+    // A peer that took a keyed member's identity is not that member.
+    return m->KeyFits(key) ? m : nullptr;
+  }
   // After a restart of the coordinator, members are known by id only; a
   // heartbeat says which (servers send counters, workers metrics).
   if (h.type() != wire::HEARTBEAT) return nullptr;
@@ -41,7 +45,10 @@ Member* MembershipManager::FindMember(const wire::Header& h,
   auto it = group.find(h.member_id());
   // A member bound to another connection is not taken over by whoever
   // names it (CoordinatorNode::CheckSender refuses the message).
-  if (it == group.end() || !it->second.identity.empty()) return nullptr;
+  if (it == group.end() || !it->second.identity.empty() ||
+      !it->second.KeyFits(key)) {
+    return nullptr;
+  }
   *reconnected = true;
   it->second.identity = identity;
   if (*reconnected) {
@@ -51,10 +58,11 @@ Member* MembershipManager::FindMember(const wire::Header& h,
   return &it->second;
 }
 
-MembershipManager::Touched MembershipManager::Touch(
-    const wire::Header& h, const std::string& identity) {
+MembershipManager::Touched MembershipManager::Touch(const wire::Header& h,
+                                                    const std::string& identity,
+                                                    const std::string& key) {
   Touched t;
-  t.member = FindMember(h, identity, &t.reconnected);
+  t.member = FindMember(h, identity, key, &t.reconnected);
   if (t.member == nullptr) return t;
   Member& m = *t.member;
   m.last_seen = ctx_.Now();
@@ -115,8 +123,27 @@ void MembershipManager::FillRegistration(const Member& member,
   for (const auto& [name, table] : state.tables) *reply->add_tables() = table;
 }
 
+bool MembershipManager::RefusedForItsKey(const Member& taken,
+                                         const std::string& key,
+                                         const std::string& identity,
+                                         const wire::Header& h) const {
+  if (taken.KeyFits(key)) return false;
+  const std::string who =
+      (taken.role == wire::ROLE_SERVER ? "server " : "worker ") +
+      std::to_string(taken.id);
+  LOG(WARNING) << "coordinator: refused a registration as " << who
+               << ": it is bound to another member key";
+  ctx_.out.Reply(
+      identity, h.seq(),
+      PermissionDeniedError(who + " registered with a member key of its "
+                                  "own: only that key may register as "
+                                  "it again"));
+  return true;
+}
+
 MembershipManager::Registered MembershipManager::Register(
-    const std::string& identity, const wire::Header& h) {
+    const std::string& identity, const std::string& key,
+    const wire::Header& h) {
   Registered result;
   if (ctx_.shutting_down) {
     ctx_.out.Reply(identity, h.seq(),
@@ -127,12 +154,18 @@ MembershipManager::Registered MembershipManager::Register(
   Member member;
   member.role = h.role();
   member.identity = identity;
+  member.key = key;
   member.last_seen = ctx_.Now();
   wire::Header reply;
   reply.set_seq(h.seq());
   switch (h.role()) {
     case wire::ROLE_SERVER: {
       int32_t id = h.member_id();
+      if (auto taken = state.servers.find(id);
+          taken != state.servers.end() &&
+          RefusedForItsKey(taken->second, key, identity, h)) {
+        return result;
+      }
       // A server registering again under its id was restarted: the process
       // that held its slots is gone, with whatever it had not checkpointed.
       result.restarted = id >= 0 && state.servers.count(id) > 0 &&
@@ -170,6 +203,14 @@ MembershipManager::Registered MembershipManager::Register(
                 "has left"));
         return result;
       }
+      if (existing != nullptr && !existing->KeyFits(key)) {
+        // Its identity, taken by a peer without its key.
+        ctx_.out.Reply(
+            identity, h.seq(),
+            PermissionDeniedError("worker " + std::to_string(existing->id) +
+                                  " is bound to another member key"));
+        return result;
+      }
       if (existing != nullptr) {
         member = *existing;  // a resent registration
       } else if (h.has_worker_id() && h.worker_id() >= 0) {
@@ -184,6 +225,10 @@ MembershipManager::Registered MembershipManager::Register(
           return result;
         }
         auto taken = state.workers.find(id);
+        if (taken != state.workers.end() &&
+            RefusedForItsKey(taken->second, key, identity, h)) {
+          return result;
+        }
         if (taken != state.workers.end() && !taken->second.dead &&
             !taken->second.left) {
           ctx_.out.Reply(identity, h.seq(),

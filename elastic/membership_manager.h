@@ -34,16 +34,22 @@ class MembershipManager {
     bool back_from_dead = false;  // was declared dead
   };
   // Finds the sender of `h` (by identity, or by the id in a heartbeat after
-  // a coordinator restart) and records that it is alive.
-  Touched Touch(const wire::Header& h, const std::string& identity);
+  // a coordinator restart) and records that it is alive. A member bound to
+  // a member key is found only by a connection that proved `key`.
+  Touched Touch(const wire::Header& h, const std::string& identity,
+                const std::string& key);
 
   struct Registered {
     Member* server = nullptr;  // a server registered (or again)
     bool restarted = false;    // with the id of a server process that is gone
   };
   // Registers a server, worker or observer and answers it (an answer that
-  // needs the routing table waits for the slots to be assigned).
-  Registered Register(const std::string& identity, const wire::Header& h);
+  // needs the routing table waits for the slots to be assigned). `key` is
+  // the member key the connection proved ("" for the cluster's shared
+  // key): a member registered with one is bound to it, and its id is not
+  // given to another key (kPermissionDenied).
+  Registered Register(const std::string& identity, const std::string& key,
+                      const wire::Header& h);
   // Answers the registrations that waited for the first routing table.
   void AnswerWaiting();
 
@@ -94,7 +100,12 @@ class MembershipManager {
 
  private:
   Member* FindMember(const wire::Header& h, const std::string& identity,
-                     bool* reconnected);
+                     const std::string& key, bool* reconnected);
+  // Refuses (and answers) a registration under `taken`'s id from a
+  // connection without its member key.
+  bool RefusedForItsKey(const Member& taken, const std::string& key,
+                        const std::string& identity,
+                        const wire::Header& h) const;
 
   // A worker's registration (or leave), answered once every live server
   // has installed a live-worker set with it (without it) (WORKERS_UPDATE

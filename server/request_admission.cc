@@ -9,15 +9,21 @@ namespace ductile {
 
 void RequestAdmission::BindWorkers(const wire::Header& from_coordinator,
                                    bool overwrite) {
-  const int n = std::min(from_coordinator.worker_ids_size(),
-                         from_coordinator.worker_identities_size());
+  const int n = from_coordinator.worker_ids_size();
   for (int i = 0; i < n; ++i) {
-    const std::string& identity = from_coordinator.worker_identities(i);
-    if (identity.empty()) continue;
+    Binding binding;
+    if (i < from_coordinator.worker_keys_size()) {
+      binding.key = from_coordinator.worker_keys(i);
+    }
+    if (binding.key.empty() && i < from_coordinator.worker_identities_size()) {
+      binding.identity = from_coordinator.worker_identities(i);
+    }
+    if (binding.key.empty() && binding.identity.empty()) continue;
     if (overwrite) {
-      worker_identity_[from_coordinator.worker_ids(i)] = identity;
+      worker_binding_[from_coordinator.worker_ids(i)] = std::move(binding);
     } else {
-      worker_identity_.emplace(from_coordinator.worker_ids(i), identity);
+      worker_binding_.emplace(from_coordinator.worker_ids(i),
+                              std::move(binding));
     }
   }
 }
@@ -38,13 +44,22 @@ Status RequestAdmission::Check(const InMessage& message,
   const auto type = header.type();
   out->is_worker = header.has_worker_id() && header.worker_id() >= 0;
   if (out->is_worker) {
-    auto bound = worker_identity_.find(header.worker_id());
-    if (bound != worker_identity_.end() &&
-        bound->second != message.frame_view(0)) {
-      counters_->Add(&ServerCounters::refused_permission);
-      return PermissionDeniedError(
-          "a request names worker " + std::to_string(header.worker_id()) +
-          ", which is connected elsewhere: a worker acts for itself only");
+    auto bound = worker_binding_.find(header.worker_id());
+    if (bound != worker_binding_.end()) {
+      const Binding& b = bound->second;
+      if (!b.key.empty() && b.key != message.member_key()) {
+        counters_->Add(&ServerCounters::refused_permission);
+        return PermissionDeniedError(
+            "a request names worker " + std::to_string(header.worker_id()) +
+            ", but does not come with its member key: a worker acts for "
+            "itself only");
+      }
+      if (!b.identity.empty() && b.identity != message.frame_view(0)) {
+        counters_->Add(&ServerCounters::refused_permission);
+        return PermissionDeniedError(
+            "a request names worker " + std::to_string(header.worker_id()) +
+            ", which is connected elsewhere: a worker acts for itself only");
+      }
     }
   }
   if (type == wire::CLOCK && message.size() == 2) {

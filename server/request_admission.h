@@ -87,13 +87,15 @@ class RequestAdmission {
   void MarkApplied(const Request& request) {
     dedup_.MarkApplied(request.header.client_id(), request.header.seq());
   }
-  // Takes the connection each worker is bound to from the coordinator's
-  // message (worker_ids and worker_identities); Check() then refuses a
-  // request naming a worker that comes from another connection. A worker
-  // whose identity is not known (none sent yet, or "" after a coordinator
-  // restart) keeps the one known before, if any. Without `overwrite`, only
-  // workers with none known are bound (RECOVER and REJOIN: their list may
-  // be older than the last WORKERS_UPDATE's).
+  // Takes the connection or member key each worker is bound to from the
+  // coordinator's message (worker_ids, worker_identities, worker_keys);
+  // Check() then refuses a request naming a worker that comes from another
+  // connection, or from one not proving its key. A worker bound to a key
+  // is bound to no connection. A worker with neither known (none sent yet,
+  // or "" after a coordinator restart) keeps what was known before, if
+  // anything. Without `overwrite`, only workers with nothing known are
+  // bound (RECOVER and REJOIN: their list may be older than the last
+  // WORKERS_UPDATE's).
   void BindWorkers(const wire::Header& from_coordinator, bool overwrite);
   // Forgets every applied request (a rollback starts a new timeline).
   void Reset() { dedup_ = RequestDedup(); }
@@ -105,7 +107,12 @@ class RequestAdmission {
   const uint64_t max_key_floats_;
   LiveCounters* const counters_;
   RequestDedup dedup_;
-  std::map<int32_t, std::string> worker_identity_;  // worker id -> identity
+  // Worker id -> what its requests must come with.
+  struct Binding {
+    std::string identity;  // the connection's, or ""
+    std::string key;       // the member key's, or ""
+  };
+  std::map<int32_t, Binding> worker_binding_;
   uint64_t newer_epoch_ = 0;
   uint64_t requested_epoch_ = 0;  // the newest epoch fetched so far
 };

@@ -59,6 +59,7 @@ TEST(ClusterKeys, KeygenWritesSecretFilesForTheOwnerOnlyAndNeverOverwrites) {
   EXPECT_EQ(ModeOf(dir + "/cluster.key"), 0600u);
   EXPECT_EQ(ModeOf(dir + "/admin.key"), 0600u);
   EXPECT_EQ(ModeOf(dir + "/admin.pub"), 0644u);
+  EXPECT_EQ(ModeOf(dir + "/cluster.pub"), 0644u);
   std::ifstream before(dir + "/cluster.key");
   const std::string text((std::istreambuf_iterator<char>(before)), {});
 
@@ -130,6 +131,73 @@ TEST(ClusterKeys, BadKeyFilesAreRefusedWithTheReason) {
   EXPECT_NE(garbage.message().find("cluster.key:1"), std::string::npos);
 }
 
+// A member key pair for `name` made in `dir` (which holds the cluster's
+// keys), loaded over `cluster`.
+Security WithMemberKey(const std::string& dir, Security cluster,
+                       const std::string& name) {
+  EXPECT_TRUE(GenerateMemberKey(dir, name).ok());
+  Status loaded = LoadMemberKey(dir + "/members/" + name + ".key", &cluster);
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  return cluster;
+}
+
+TEST(ClusterKeys, AMemberKeyIsForItsMemberOnly) {
+  const std::string dir = NewDir("member");
+  ASSERT_TRUE(GenerateClusterKeys(dir).ok());
+  ASSERT_TRUE(GenerateMemberKey(dir, "worker-0").ok());
+  EXPECT_EQ(ModeOf(dir + "/members"), 0700u);
+  EXPECT_EQ(ModeOf(dir + "/members/worker-0.key"), 0600u);
+  EXPECT_EQ(ModeOf(dir + "/members/worker-0.pub"), 0644u);
+  EXPECT_EQ(GenerateMemberKey(dir, "worker-0").code(),
+            StatusCode::kAlreadyExists);
+  for (const char* bad : {"", "..", "a/b", "x y"}) {
+    EXPECT_EQ(GenerateMemberKey(dir, bad).code(), StatusCode::kInvalidArgument)
+        << bad;
+  }
+
+  Result<Security> member = LoadClusterKeys(dir, false);
+  ASSERT_TRUE(member.ok()) << member.status();
+  EXPECT_FALSE(member->own_key());
+  EXPECT_EQ(member->members_dir, dir + "/members");
+  Security own = *member;
+  ASSERT_TRUE(LoadMemberKey(dir + "/members/worker-0.key", &own).ok());
+  EXPECT_TRUE(own.own_key());
+  EXPECT_NE(own.member_public, own.cluster_public);
+  Result<std::vector<std::string>> listed =
+      ReadMemberPublicKeys(dir + "/members");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(*listed, std::vector<std::string>{own.member_public});
+  // The cluster's key is no member key, and a public file is no pair.
+  Security again = *member;
+  EXPECT_EQ(LoadMemberKey(dir + "/cluster.key", &again).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadMemberKey(dir + "/members/worker-0.pub", &again).code(),
+            StatusCode::kInvalidArgument);
+  Security plain;
+  EXPECT_EQ(LoadMemberKey(dir + "/members/worker-0.key", &plain).code(),
+            StatusCode::kInvalidArgument);
+
+  // Without cluster.key, cluster.pub does for a member with its own key,
+  // which connects but cannot listen.
+  const std::string bare = NewDir("member-bare");
+  std::filesystem::create_directories(bare);
+  for (const char* name : {"cluster.pub", "admin.pub"}) {
+    std::filesystem::copy_file(dir + "/" + name, bare + "/" + name);
+  }
+  Result<Security> public_only = LoadClusterKeys(bare, false);
+  ASSERT_TRUE(public_only.ok()) << public_only.status();
+  EXPECT_TRUE(public_only->curve());
+  EXPECT_TRUE(public_only->cluster_secret.empty());
+  std::unique_ptr<Transport> keyless = NewZmqTransport(*public_only);
+  EXPECT_EQ(keyless->NewDealer("").status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(LoadMemberKey(dir + "/members/worker-0.key", &*public_only).ok());
+  std::unique_ptr<Transport> connects = NewZmqTransport(*public_only);
+  EXPECT_TRUE(connects->NewDealer("").ok());
+  EXPECT_EQ(connects->NewRouter(0).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 // One router and dealers, each on its own transport, as in separate
 // processes.
 class CurveLink : public ::testing::Test {
@@ -158,11 +226,15 @@ class CurveLink : public ::testing::Test {
     dealers_.push_back(std::move(*dealer));
   }
 
+  struct Received {
+    std::string text;
+    bool from_admin = false;
+    std::string member_key;
+  };
   // The payloads the router receives until `until` arrives (or 10 s
-  // pass), with whether their senders hold the admin key.
-  std::vector<std::pair<std::string, bool>> ReceiveUntil(
-      const std::string& until) {
-    std::vector<std::pair<std::string, bool>> got;
+  // pass), with what their senders proved.
+  std::vector<Received> ReceiveUntil(const std::string& until) {
+    std::vector<Received> got;
     const auto deadline = steady_clock::now() + std::chrono::seconds(10);
     Socket* const sockets[] = {router_.get()};
     while (steady_clock::now() < deadline) {
@@ -171,8 +243,9 @@ class CurveLink : public ::testing::Test {
       bool any = false;
       EXPECT_TRUE(router_->Receive(&m, &any).ok());
       if (!any) continue;
-      got.emplace_back(std::string(m.frame_view(1)), m.from_admin());
-      if (got.back().first == until) break;
+      got.push_back(
+          {std::string(m.frame_view(1)), m.from_admin(), m.member_key()});
+      if (got.back().text == until) break;
     }
     return got;
   }
@@ -208,15 +281,44 @@ TEST_F(CurveLink, OnlyPeersHoldingTheClusterKeysGetThrough) {
   ASSERT_NO_FATAL_FAILURE(SendFrom(member, "member"));
   ASSERT_NO_FATAL_FAILURE(SendFrom(admin, "admin"));
 
-  std::vector<std::pair<std::string, bool>> got = ReceiveUntil("admin");
+  std::vector<Received> got = ReceiveUntil("admin");
   if (got.size() == 1) {  // the admin's came first: wait for the member's
     for (auto& m : ReceiveUntil("member")) got.push_back(m);
   }
   ASSERT_EQ(got.size(), 2u);
-  for (const auto& [text, from_admin] : got) {
-    ASSERT_TRUE(text == "member" || text == "admin") << text;
-    EXPECT_EQ(from_admin, text == "admin") << text;
+  for (const Received& m : got) {
+    ASSERT_TRUE(m.text == "member" || m.text == "admin") << m.text;
+    EXPECT_EQ(m.from_admin, m.text == "admin") << m.text;
+    EXPECT_EQ(m.member_key, "") << m.text;
   }
+}
+
+// Members with keys of their own are admitted when their public key is in
+// the members directory, even one added after the router started, and
+// every message they send names their key; a key pair of one's own that
+// is not there gets nothing through.
+TEST_F(CurveLink, MembersWithKeysOfTheirOwnAreKnownByThem) {
+  const std::string dir = NewDir("link-own");
+  ASSERT_TRUE(GenerateClusterKeys(dir).ok());
+  Result<Security> member = LoadClusterKeys(dir, false);
+  ASSERT_TRUE(member.ok()) << member.status();
+  const Security early = WithMemberKey(dir, *member, "early");
+  ASSERT_NO_FATAL_FAILURE(StartRouter(*member));
+  // A pair of its own, listed in another directory only.
+  const std::string elsewhere = NewDir("link-own-elsewhere");
+  const Security unlisted = WithMemberKey(elsewhere, *member, "unlisted");
+  ASSERT_NO_FATAL_FAILURE(SendFrom(unlisted, "unlisted"));
+  ASSERT_NO_FATAL_FAILURE(SendFrom(early, "early"));
+  std::vector<Received> got = ReceiveUntil("early");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].member_key, early.member_public);
+  EXPECT_FALSE(got[0].from_admin);
+
+  const Security late = WithMemberKey(dir, *member, "late");
+  ASSERT_NO_FATAL_FAILURE(SendFrom(late, "late"));
+  got = ReceiveUntil("late");
+  ASSERT_EQ(got.size(), 1u) << "the unlisted key got through";
+  EXPECT_EQ(got[0].member_key, late.member_public);
 }
 
 TEST(PlainMode, ListeningBeyondLoopbackNeedsKeysOrConsent) {
@@ -301,23 +403,53 @@ TEST(SecureCluster, MembersTrainOnlyTheAdminMayStopItAndStrangersGetNothing) {
   EXPECT_TRUE(cluster.coordinator().Wait().ok());
 }
 
-// A raw peer's request to the coordinator and its reply's header.
-wire::Header AskRaw(const std::string& address, const wire::Header& request) {
+// A message of `type` under `seq`, naming member `member_id` as its sender.
+wire::Header Naming(wire::MessageType type, uint64_t seq, int32_t member_id) {
+  wire::Header h;
+  h.set_type(type);
+  h.set_seq(seq);
+  h.set_member_id(member_id);
+  return h;
+}
+
+// A raw peer's request to a coordinator or server and its reply's header;
+// with `keys`, over CURVE, proving the member key if it has one, else the
+// cluster's; with `identity`, under that routing identity.
+wire::Header AskRaw(const std::string& address, const wire::Header& request,
+                    const Security* keys = nullptr,
+                    const std::string& identity = "") {
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
+  if (keys != nullptr) {
+    socket.set(zmq::sockopt::curve_serverkey, keys->cluster_public);
+    socket.set(zmq::sockopt::curve_publickey,
+               keys->own_key() ? keys->member_public : keys->cluster_public);
+    socket.set(zmq::sockopt::curve_secretkey,
+               keys->own_key() ? keys->member_secret : keys->cluster_secret);
+  }
+  if (!identity.empty()) socket.set(zmq::sockopt::routing_id, identity);
   socket.connect(address);
   const std::string bytes = request.SerializeAsString();
   socket.send(zmq::buffer(bytes), zmq::send_flags::none);
-  zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, 1, std::chrono::seconds(10));
-  wire::Header reply;
-  zmq::message_t frame;
-  if ((items[0].revents & ZMQ_POLLIN) &&
-      socket.recv(frame, zmq::recv_flags::none)) {
+  // The reply carries the request's seq; a member also gets notices
+  // (seq 0), skipped here.
+  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+  while (steady_clock::now() < deadline) {
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(100));
+    zmq::message_t frame;
+    if ((items[0].revents & ZMQ_POLLIN) == 0 ||
+        !socket.recv(frame, zmq::recv_flags::none)) {
+      continue;
+    }
+    wire::Header reply;
     reply.ParseFromArray(frame.data(), static_cast<int>(frame.size()));
+    while (frame.more() && socket.recv(frame, zmq::recv_flags::none)) {
+    }
+    if (reply.seq() == request.seq()) return reply;
   }
-  return reply;
+  return wire::Header();
 }
 
 // Sends `spoofed` from a peer of its own to `address`: it must be refused
@@ -346,19 +478,10 @@ TEST(MemberIdentity, NoPeerActsForAMemberConnectedElsewhere) {
   ASSERT_NE(worker, nullptr);
   ASSERT_EQ(worker->worker_id(), 0);
 
-  wire::Header finish;
-  finish.set_type(wire::FINISH);
-  finish.set_seq(1);
-  finish.set_member_id(0);
-  wire::Header heartbeat;
-  heartbeat.set_type(wire::HEARTBEAT);
-  heartbeat.set_seq(2);
-  heartbeat.set_member_id(0);
+  wire::Header finish = Naming(wire::FINISH, 1, 0);
+  wire::Header heartbeat = Naming(wire::HEARTBEAT, 2, 0);
   heartbeat.mutable_counters();  // a server's heartbeat
-  wire::Header ack;
-  ack.set_type(wire::RECOVER_ACK);
-  ack.set_seq(3);
-  ack.set_member_id(0);
+  wire::Header ack = Naming(wire::RECOVER_ACK, 3, 0);
   for (const wire::Header& spoofed : {finish, heartbeat, ack}) {
     ExpectRefusedAsConnectedElsewhere(cluster.address(), spoofed);
   }
@@ -429,6 +552,126 @@ TEST(MemberIdentity, AWorkerIsStillItselfAfterItsConnectionBreaks) {
     EXPECT_EQ(m.state, "active") << m.role << " " << m.id;
   }
   EXPECT_TRUE((*worker)->Finish().ok());
+}
+
+// Refused with kPermissionDenied, for want of the member key `what` names.
+void ExpectRefusedForItsKey(const std::string& address,
+                            const wire::Header& spoofed, const Security& keys,
+                            const std::string& identity = "") {
+  const wire::Header reply = AskRaw(address, spoofed, &keys, identity);
+  EXPECT_EQ(reply.status_code(),
+            static_cast<int>(StatusCode::kPermissionDenied))
+      << wire::MessageType_Name(spoofed.type()) << ": "
+      << reply.status_message();
+  EXPECT_NE(reply.status_message().find("key"), std::string::npos)
+      << reply.status_message();
+}
+
+// Members with keys of their own: an id registered with one is bound to
+// it. Another member, with a key of its own or the cluster's shared one,
+// can neither register under that id (how a restarted member takes its
+// place back) nor speak for it, even from a connection with its identity.
+TEST(MemberKeys, AMemberRegisteredWithItsKeyIsTakenByNoOtherKey) {
+  const std::string dir = NewDir("own-cluster");
+  ASSERT_TRUE(GenerateClusterKeys(dir).ok());
+  Result<Security> shared = LoadClusterKeys(dir, false);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.security = WithMemberKey(dir, *shared, "server-0");
+  testing::TestCluster cluster(options);
+  const Security worker_key = WithMemberKey(dir, *shared, "worker-a");
+  std::unique_ptr<Client> worker = cluster.Connect(true, 20000, &worker_key);
+  ASSERT_NE(worker, nullptr);
+  ASSERT_EQ(worker->worker_id(), 0);
+  TableOptions table;
+  table.name = "own";
+  auto id = worker->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const std::vector<Key> keys = {3};
+  ASSERT_TRUE(worker->Push(*id, keys, std::vector<float>{1.5f}).ok());
+
+  const Security other = WithMemberKey(dir, *shared, "worker-b");
+  const Security& shared_key = *shared;
+  wire::Header as_worker;
+  as_worker.set_type(wire::REGISTER);
+  as_worker.set_seq(1);
+  as_worker.set_role(wire::ROLE_WORKER);
+  as_worker.set_worker_id(0);
+  wire::Header as_server;
+  as_server.set_type(wire::REGISTER);
+  as_server.set_seq(2);
+  as_server.set_role(wire::ROLE_SERVER);
+  as_server.set_member_id(0);
+  as_server.mutable_endpoint()->set_tcp_address("tcp://127.0.0.1:1");
+  wire::Header finish = Naming(wire::FINISH, 3, 0);
+  wire::Header heartbeat = Naming(wire::HEARTBEAT, 4, 0);
+  heartbeat.mutable_counters();  // server 0's
+  for (const Security* keys : {&other, &shared_key}) {
+    for (const wire::Header& spoofed : {as_worker, as_server, finish}) {
+      ExpectRefusedForItsKey(cluster.address(), spoofed, *keys);
+    }
+    ExpectRefusedForItsKey(cluster.address(), heartbeat, *keys);
+  }
+  // A peer that knows a member's connection identity and takes it over
+  // (the router hands it the identity) is still not that member; the
+  // member itself is taken at its word.
+  const Security third = WithMemberKey(dir, *shared, "worker-c");
+  wire::Header as_worker_1 = as_worker;
+  as_worker_1.set_worker_id(1);
+  const wire::Header registered =
+      AskRaw(cluster.address(), as_worker_1, &third, "worker-c-identity");
+  ASSERT_EQ(registered.status_code(), 0) << registered.status_message();
+  ASSERT_EQ(registered.type(), wire::CONTROL_REPLY)
+      << registered.ShortDebugString();
+  ASSERT_EQ(registered.member_id(), 1);
+  wire::Header finish_1 = finish;
+  finish_1.set_member_id(1);
+  ExpectRefusedForItsKey(cluster.address(), finish_1, other,
+                         "worker-c-identity");
+  // Nor does anything else it sends count, whatever it names.
+  wire::Header worker_heartbeat = Naming(wire::HEARTBEAT, 7, 99);
+  wire::Header as_new_server = as_server;
+  as_new_server.set_member_id(5);
+  for (const wire::Header& spoofed : {worker_heartbeat, as_new_server}) {
+    ExpectRefusedForItsKey(cluster.address(), spoofed, other,
+                           "worker-c-identity");
+  }
+  const wire::Header finished =
+      AskRaw(cluster.address(), finish_1, &third, "worker-c-identity");
+  EXPECT_EQ(finished.status_code(), 0) << finished.status_message();
+  // Servers refuse a push or clock naming worker 0 without its key.
+  wire::Header clock;
+  clock.set_type(wire::CLOCK);
+  clock.set_seq(5);
+  clock.set_worker_id(0);
+  clock.set_clock(5);
+  wire::Header push;
+  push.set_type(wire::PUSH);
+  push.set_seq(6);
+  push.set_worker_id(0);
+  for (const Security* keys : {&other, &shared_key}) {
+    for (const wire::Header& spoofed : {clock, push}) {
+      ExpectRefusedForItsKey(cluster.server(0).address(), spoofed, *keys);
+    }
+  }
+  EXPECT_EQ(cluster.server(0).counters().refused_permission, 4u);
+
+  // The job is intact: every member active, worker 0's state exact.
+  const Security admin = *LoadClusterKeys(dir, true);
+  Result<ClusterStatus> status =
+      QueryClusterStatus(cluster.address(), 10000, admin);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->members.size(), 3u);
+  for (const MemberStatus& m : status->members) {
+    EXPECT_EQ(m.state, m.role == "worker" && m.id == 1 ? "finished" : "active")
+        << m.role << " " << m.id;
+  }
+  ASSERT_TRUE(worker->Push(*id, keys, std::vector<float>{1.5f}).ok());
+  std::vector<float> out(1);
+  ASSERT_TRUE(worker->Pull(*id, keys, out).ok());
+  EXPECT_EQ(out[0], 3.0f);
+  EXPECT_TRUE(worker->Finish().ok());
 }
 
 }  // namespace

@@ -69,14 +69,16 @@ class TestCluster {
     return static_cast<int>(servers_.size()) - 1;
   }
 
+  // With `security`, the client's keys instead of the cluster's.
   std::unique_ptr<Client> Connect(bool as_worker = true,
-                                  int64_t request_timeout_ms = 20000) {
+                                  int64_t request_timeout_ms = 20000,
+                                  const Security* security = nullptr) {
     ClientOptions o;
     o.coordinator_address = address();
     o.register_as_worker = as_worker;
     o.request_timeout_ms = request_timeout_ms;
     o.connect_timeout_ms = 20000;
-    o.security = security_;
+    o.security = security != nullptr ? *security : security_;
     auto client = Client::Connect(o);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;

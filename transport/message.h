@@ -55,6 +55,10 @@ class InMessage {
   // mode (and in a simulation) every sender, since nobody is authenticated
   // and nobody can be refused.
   bool from_admin() const { return from_admin_; }
+  // The member key the sender's connection proved (Z85), if it used a key
+  // of its own (Security::member_public); "" for the cluster's shared key,
+  // the admin's, plain mode and a simulation.
+  const std::string& member_key() const { return member_key_; }
 
   // Transports: replaces the frames with views into `storage`.
   void Reset(std::unique_ptr<FrameStorage> storage,
@@ -63,11 +67,13 @@ class InMessage {
   FrameStorage* storage() const { return storage_.get(); }
   std::vector<ByteSpan>& mutable_frames() { return frames_; }
   void set_from_admin(bool from_admin) { from_admin_ = from_admin; }
+  void set_member_key(std::string_view key) { member_key_.assign(key); }
 
  private:
   std::unique_ptr<FrameStorage> storage_;
   std::vector<ByteSpan> frames_;
   bool from_admin_ = true;
+  std::string member_key_;
 };
 
 class OutMessage {

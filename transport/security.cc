@@ -4,11 +4,14 @@
 // lines starting with '#' are comments.
 #include "ductile/security.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,6 +21,8 @@ namespace ductile {
 namespace {
 
 constexpr char kClusterKey[] = "cluster.key";
+constexpr char kClusterPublic[] = "cluster.pub";
+constexpr char kMembersDir[] = "members";
 constexpr char kAdminKey[] = "admin.key";
 constexpr char kAdminPublic[] = "admin.pub";
 
@@ -149,7 +154,8 @@ Status GenerateClusterKeys(const std::string& dir) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return UnavailableError("cannot create " + dir + ": " + strerror(errno));
   }
-  for (const char* name : {kClusterKey, kAdminKey, kAdminPublic}) {
+  for (const char* name :
+       {kClusterKey, kClusterPublic, kAdminKey, kAdminPublic}) {
     if (access(PathIn(dir, name).c_str(), F_OK) == 0) {
       return AlreadyExistsError(PathIn(dir, name) +
                                 " exists: keys are never overwritten (remove "
@@ -165,6 +171,12 @@ Status GenerateClusterKeys(const std::string& dir) {
                   cluster, true),
       0600));
   DUCTILE_RETURN_IF_ERROR(WriteNewFile(
+      PathIn(dir, kClusterPublic),
+      KeyFileText("ductile cluster public key: enough for a member with a "
+                  "key of its own that does not listen",
+                  cluster, false),
+      0644));
+  DUCTILE_RETURN_IF_ERROR(WriteNewFile(
       PathIn(dir, kAdminKey),
       KeyFileText("ductile admin key pair: only administrators need it; "
                   "keep it secret",
@@ -177,12 +189,60 @@ Status GenerateClusterKeys(const std::string& dir) {
       0644);
 }
 
+Status GenerateMemberKey(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return InvalidArgumentError("no directory for the keys");
+  const bool name_ok =
+      !name.empty() && name.size() <= 64 &&
+      std::all_of(name.begin(), name.end(),
+                  [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) ||
+                           c == '_' || c == '.' || c == '-';
+                  }) &&
+      name != "." && name != "..";
+  if (!name_ok) {
+    return InvalidArgumentError("member key name '" + name +
+                                "': use 1 to 64 of A-Z a-z 0-9 _ . -");
+  }
+  const std::string members = PathIn(dir, kMembersDir);
+  for (const std::string& d : {dir, members}) {
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+      return UnavailableError("cannot create " + d + ": " + strerror(errno));
+    }
+  }
+  const std::string secret_path = members + "/" + name + ".key";
+  const std::string public_path = members + "/" + name + ".pub";
+  for (const std::string& path : {secret_path, public_path}) {
+    if (access(path.c_str(), F_OK) == 0) {
+      return AlreadyExistsError(path +
+                                " exists: keys are never overwritten (remove "
+                                "the old ones first)");
+    }
+  }
+  DUCTILE_ASSIGN_OR_RETURN(KeyPair pair, NewKeyPair());
+  const std::string what = "ductile member key pair of " + name +
+                           ": only that member needs it; keep it secret";
+  DUCTILE_RETURN_IF_ERROR(
+      WriteNewFile(secret_path, KeyFileText(what.c_str(), pair, true), 0600));
+  const std::string pub_what = "ductile member public key of " + name +
+                               ": every coordinator and server needs it";
+  return WriteNewFile(public_path, KeyFileText(pub_what.c_str(), pair, false),
+                      0644);
+}
+
 Result<Security> LoadClusterKeys(const std::string& dir, bool as_admin) {
   if (dir.empty()) return InvalidArgumentError("no directory for the keys");
   Security security;
-  DUCTILE_RETURN_IF_ERROR(ReadKeyFile(PathIn(dir, kClusterKey),
-                                      &security.cluster_public,
-                                      &security.cluster_secret));
+  if (access(PathIn(dir, kClusterKey).c_str(), F_OK) != 0 &&
+      access(PathIn(dir, kClusterPublic).c_str(), F_OK) == 0) {
+    // A process that proves another key needs only the public one.
+    DUCTILE_RETURN_IF_ERROR(ReadKeyFile(PathIn(dir, kClusterPublic),
+                                        &security.cluster_public, nullptr));
+  } else {
+    DUCTILE_RETURN_IF_ERROR(ReadKeyFile(PathIn(dir, kClusterKey),
+                                        &security.cluster_public,
+                                        &security.cluster_secret));
+  }
+  security.members_dir = PathIn(dir, kMembersDir);
   if (as_admin) {
     DUCTILE_RETURN_IF_ERROR(ReadKeyFile(PathIn(dir, kAdminKey),
                                         &security.admin_public,
@@ -197,6 +257,62 @@ Result<Security> LoadClusterKeys(const std::string& dir, bool as_admin) {
                                 "keys with `ductile keygen`)");
   }
   return security;
+}
+
+Status LoadMemberKey(const std::string& path, Security* security) {
+  if (!security->curve()) {
+    return InvalidArgumentError(
+        "a member key goes with the cluster's keys (--keys)");
+  }
+  if (path.size() > 4 && path.compare(path.size() - 4, 4, ".pub") == 0) {
+    return InvalidArgumentError(path +
+                                " is a public key file: a member needs its "
+                                "key pair (NAME.key)");
+  }
+  std::string public_key;
+  std::string secret;
+  DUCTILE_RETURN_IF_ERROR(ReadKeyFile(path, &public_key, &secret));
+  if (public_key == security->cluster_public ||
+      public_key == security->admin_public) {
+    return InvalidArgumentError(path +
+                                " is the cluster's or the admin's key, not "
+                                "a member's (ductile keygen --member=NAME)");
+  }
+  security->member_public = public_key;
+  security->member_secret = secret;
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ReadMemberPublicKeys(
+    const std::string& members_dir, std::vector<Status>* skipped) {
+  std::vector<std::string> keys;
+  if (members_dir.empty()) return keys;
+  DIR* d = opendir(members_dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return keys;
+    return UnavailableError("cannot read " + members_dir + ": " +
+                            strerror(errno));
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".pub") == 0) {
+      names.push_back(name);
+    }
+  }
+  closedir(d);
+  for (const std::string& name : names) {
+    std::string key;
+    Status read = ReadKeyFile(members_dir + "/" + name, &key, nullptr);
+    if (read.ok()) {
+      keys.push_back(key);
+    } else if (skipped != nullptr) {
+      skipped->push_back(read);
+    } else {
+      return read;
+    }
+  }
+  return keys;
 }
 
 }  // namespace ductile

@@ -1,11 +1,15 @@
 #include "transport/zmq_transport.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <set>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -66,9 +70,11 @@ zmq::message_t ToZmq(OutMessage::Frame& f) {
                         holder);
 }
 
-// ZAP user ids: what a router's peer proved it holds.
+// ZAP user ids: what a router's peer proved it holds. A member with a key
+// of its own is named by the prefix and its key.
 constexpr char kMemberUser[] = "member";
 constexpr char kAdminUser[] = "admin";
+constexpr std::string_view kOwnKeyUser = "key:";
 
 // Logs once per process that a plain socket is bound.
 void NotePlainMode(const std::string& address) {
@@ -164,17 +170,23 @@ class ZmqSocket final : public Socket {
     // A router's peers proved a key to the ZAP handler, which named them;
     // a dealer's one peer is a router holding the cluster's key.
     bool from_admin = true;
+    std::string_view member_key;
     if (security_.curve()) {
       from_admin = false;
       if (router_) {
         try {
           const char* user = storage->messages.back().gets("User-Id");
           from_admin = user != nullptr && std::strcmp(user, kAdminUser) == 0;
+          const std::string_view name = user != nullptr ? user : "";
+          if (name.starts_with(kOwnKeyUser)) {
+            member_key = name.substr(kOwnKeyUser.size());
+          }
         } catch (const zmq::error_t&) {
           // No user id: not admitted by our handler, so no rights.
         }
       }
     }
+    message->set_member_key(member_key);  // before `storage` moves
     message->Reset(std::move(storage), std::move(views));
     message->set_from_admin(from_admin);
     *got = true;
@@ -189,10 +201,68 @@ class ZmqSocket final : public Socket {
   const bool router_;
 };
 
+// The public keys of members with keys of their own, from the directory
+// Security::members_dir names. Read again at a handshake when the
+// directory has changed or a second has passed since it was last read (so
+// a key added or removed counts within a second, and a flood of
+// handshakes reads it at most once a second).
+class MemberKeyDirectory {
+ public:
+  explicit MemberKeyDirectory(std::string dir) : dir_(std::move(dir)) {}
+
+  // Whether `key` (32 bytes) is a member's; if so, its Z85 text.
+  bool Find(const uint8_t* key, std::string* z85) {
+    char text[41];
+    if (dir_.empty() || zmq_z85_encode(text, key, 32) == nullptr) return false;
+    Reload();
+    if (!keys_.contains(text)) return false;
+    *z85 = text;
+    return true;
+  }
+
+ private:
+  void Reload() {
+    const auto now = std::chrono::steady_clock::now();
+    struct stat st {};
+    const bool exists = stat(dir_.c_str(), &st) == 0;
+    const bool changed = exists != existed_ ||
+                         st.st_mtim.tv_sec != mtime_.tv_sec ||
+                         st.st_mtim.tv_nsec != mtime_.tv_nsec;
+    if (read_ && !changed && now - read_at_ < std::chrono::seconds(1)) {
+      return;
+    }
+    std::vector<Status> skipped;
+    Result<std::vector<std::string>> keys =
+        ReadMemberPublicKeys(dir_, &skipped);
+    read_ = true;
+    read_at_ = now;
+    existed_ = exists;
+    mtime_ = st.st_mtim;
+    if (!keys.ok()) skipped.push_back(keys.status());
+    for (const Status& s : skipped) {
+      // A key file being written, or a bad one: left out for now.
+      if (++problems_ <= 10 || problems_ % 1000 == 0) {
+        LOG(WARNING) << "member keys: " << s;
+      }
+    }
+    if (keys.ok()) keys_ = std::set<std::string>(keys->begin(), keys->end());
+  }
+
+  const std::string dir_;
+  std::set<std::string> keys_;
+  bool read_ = false;
+  std::chrono::steady_clock::time_point read_at_{};
+  bool existed_ = false;
+  timespec mtime_{};
+  uint64_t problems_ = 0;
+};
+
 // Answers the ZAP requests of a context's CURVE routers (RFC 27): admits
-// the cluster's key as a member and the admin's key as the admin, and
-// nobody else. Runs until the context is shut down.
+// the cluster's key as a member, the admin's key as the admin, and the
+// keys of members with keys of their own under their names; nobody else.
+// Runs until the context is shut down.
 void ServeZap(const Security& security, zmq::socket_t& socket) {
+  MemberKeyDirectory member_keys(security.members_dir);
   uint8_t cluster[32];
   uint8_t admin[32];
   const bool keys_ok =
@@ -228,6 +298,10 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
       } else if (std::memcmp(request[6].data(), admin, 32) == 0) {
         status = "200";
         user = kAdminUser;
+      } else if (std::string key; member_keys.Find(
+                     static_cast<const uint8_t*>(request[6].data()), &key)) {
+        status = "200";
+        user = std::string(kOwnKeyUser) + key;
       }
     }
     if (status != "200") {
@@ -283,6 +357,11 @@ class ZmqTransport final : public Transport {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::router);
       if (security_.curve()) {
+        if (security_.cluster_secret.empty()) {
+          return FailedPreconditionError(
+              "listening with keys needs the cluster's secret key "
+              "(cluster.key); this process has only cluster.pub");
+        }
         socket.set(zmq::sockopt::curve_server, 1);
         socket.set(zmq::sockopt::curve_secretkey, security_.cluster_secret);
         socket.set(zmq::sockopt::zap_domain, "ductile");
@@ -317,14 +396,23 @@ class ZmqTransport final : public Transport {
       zmq::socket_t socket(context_, zmq::socket_type::dealer);
       if (security_.curve()) {
         // The router must prove it holds the cluster's secret key; this
-        // side proves the admin's key if it has it, else the cluster's.
+        // side proves the admin's key if it has it, else its own member
+        // key, else the cluster's.
+        const bool own = !security_.admin() && security_.own_key();
+        const std::string& secret = security_.admin() ? security_.admin_secret
+                                    : own             ? security_.member_secret
+                                          : security_.cluster_secret;
+        if (secret.empty()) {
+          return FailedPreconditionError(
+              "no key to connect with: give the cluster's secret key "
+              "(cluster.key) or a member key of its own (--member_key)");
+        }
         socket.set(zmq::sockopt::curve_serverkey, security_.cluster_public);
         socket.set(zmq::sockopt::curve_publickey,
                    security_.admin() ? security_.admin_public
+                   : own             ? security_.member_public
                                      : security_.cluster_public);
-        socket.set(zmq::sockopt::curve_secretkey,
-                   security_.admin() ? security_.admin_secret
-                                     : security_.cluster_secret);
+        socket.set(zmq::sockopt::curve_secretkey, secret);
       }
       socket.set(zmq::sockopt::linger, 0);
       socket.set(zmq::sockopt::sndhwm, 0);

@@ -8,6 +8,11 @@
 // checkpoints on demand, resizes, drains and consistency changes need the
 // admin key.
 //
+// A member may also hold a key pair of its own (`ductile keygen
+// --member=NAME`): its connections then prove that key, and the
+// coordinator and servers bind its member id to it, so no other key holder
+// can register under that id again or act in its name.
+//
 // Without keys (plain mode) nothing is authenticated or encrypted and every
 // peer may do anything: for one host only. A plain socket bound to an
 // address other than loopback or ipc:// is refused unless
@@ -27,6 +32,7 @@
 #define DUCTILE_SECURITY_H_
 
 #include <string>
+#include <vector>
 
 #include "ductile/status.h"
 
@@ -43,26 +49,55 @@ struct Security {
   // the admin key pair as their client key.
   std::string admin_public;
   std::string admin_secret;
+  // This process's own member key pair, if it has one: its connections
+  // prove it instead of the cluster's key (or the admin's), and the member
+  // id it registers is bound to it. A member with its own key needs only
+  // the cluster's public key unless it also listens (a server).
+  std::string member_public;
+  std::string member_secret;
+  // Routers also admit the public keys of members found in this directory
+  // (files NAME.pub, `ductile keygen --member=NAME`), read again at a
+  // handshake when it has changed or a second has passed; "" admits none.
+  std::string members_dir;
   // Plain mode only: allow binding to addresses other than loopback and
   // ipc:// (anyone who reaches them can act as any member).
   bool allow_plain_network = false;
 
-  bool curve() const { return !cluster_secret.empty(); }
+  bool curve() const { return !cluster_public.empty(); }
   bool admin() const { return !admin_secret.empty(); }
+  bool own_key() const { return !member_secret.empty(); }
 };
 
 // Writes a new set of keys into `dir` (created if absent, mode 0700):
-// cluster.key (the cluster's key pair), admin.key (the admin's key pair)
-// and admin.pub (the admin's public key), secret files with mode 0600.
-// Refuses (kAlreadyExists) to overwrite keys already there. Members need
-// cluster.key and admin.pub; only administrators need admin.key.
+// cluster.key (the cluster's key pair), cluster.pub (its public key),
+// admin.key (the admin's key pair) and admin.pub (the admin's public key),
+// secret files with mode 0600. Refuses (kAlreadyExists) to overwrite keys
+// already there. Members need cluster.key and admin.pub; only
+// administrators need admin.key.
 Status GenerateClusterKeys(const std::string& dir);
+
+// Writes a member's own key pair into `dir`/members: NAME.key (0600, for
+// that member only) and NAME.pub (for every coordinator and server).
+// `name` is 1 to 64 of [A-Za-z0-9_.-]. Refuses to overwrite.
+Status GenerateMemberKey(const std::string& dir, const std::string& name);
 
 // Reads the keys in `dir`; with `as_admin`, admin.key too (then
 // connections use the admin key). Checks that each public key is the one
 // its secret key makes and that secret files are readable by their owner
-// only.
+// only. Without cluster.key, cluster.pub is enough for a process that
+// proves another key (an administrator, or a member with its own key) and
+// does not listen. Routers admit the member keys in `dir`/members.
 Result<Security> LoadClusterKeys(const std::string& dir, bool as_admin);
+
+// Reads a member's own key pair (a NAME.key from GenerateMemberKey) into
+// `security`, which must already hold the cluster's keys.
+Status LoadMemberKey(const std::string& path, Security* security);
+
+// The member public keys in `members_dir` (every *.pub file; a missing
+// directory holds none). A file that is not a public key fails the call,
+// or, with `skipped`, is left out and its error added there.
+Result<std::vector<std::string>> ReadMemberPublicKeys(
+    const std::string& members_dir, std::vector<Status>* skipped = nullptr);
 
 }  // namespace ductile
 

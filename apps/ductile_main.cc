@@ -107,6 +107,9 @@ DEFINE_uint64(max_stored_mb, 0,
 DEFINE_int64(max_queued_replies, 10000,
              "server, local: replies a server queues for one client that "
              "does not read them (1 to 10000000); more are dropped");
+DEFINE_int32(noise_scale_sample, 8,
+             "server, local: one key in this many feeds the gradient noise "
+             "scale `ductile status` shows (1: all, 0: off)");
 DEFINE_string(keys, "",
               "directory of the cluster's keys (`ductile keygen`): CURVE "
               "on every connection; admin commands need admin.key. "
@@ -286,6 +289,11 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
         "--max_queued_replies must be in [1, 10000000]");
   }
   if ((command == "server" || command == "local") &&
+      (FLAGS_noise_scale_sample < 0 || FLAGS_noise_scale_sample > (1 << 20))) {
+    return ductile::InvalidArgumentError(
+        "--noise_scale_sample must be in [0, 1048576]");
+  }
+  if ((command == "server" || command == "local") &&
       FLAGS_max_stored_mb > (uint64_t{1} << 30)) {
     return ductile::InvalidArgumentError(
         "--max_stored_mb must be in [0, 1073741824]");
@@ -348,6 +356,7 @@ int RunServer() {
   o.max_key_floats = FLAGS_max_key_floats;
   o.max_stored_mb = FLAGS_max_stored_mb;
   o.max_queued_replies = FLAGS_max_queued_replies;
+  o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto security = SecurityFromFlags(false);
@@ -673,6 +682,7 @@ int RunLocal() {
                     Forward("max_key_floats"),
                     Forward("max_stored_mb"),
                     Forward("max_queued_replies"),
+                    Forward("noise_scale_sample"),
                     Forward("coordinator_timeout_ms"),
                     Forward("move_timeout_ms")};
   o.worker_flags = {log};
@@ -720,6 +730,7 @@ const std::vector<Command>& Commands() {
         "max_key_floats",
         "max_stored_mb",
         "max_queued_replies",
+        "noise_scale_sample",
         "coordinator_timeout_ms",
         "no_worker_timeout_ms",
         "move_timeout_ms",
@@ -741,8 +752,9 @@ const std::vector<Command>& Commands() {
        "run a parameter server (--coordinator, --host, --port)",
        {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
         "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
-        "max_stored_mb", "max_queued_replies", "coordinator_timeout_ms",
-        "ipc_dir", "move_timeout_ms", "keys", "member_key", "insecure"},
+        "max_stored_mb", "max_queued_replies", "noise_scale_sample",
+        "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms", "keys",
+        "member_key", "insecure"},
        false,
        RunServer},
       {"worker",

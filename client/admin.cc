@@ -2,6 +2,7 @@
 // with the coordinator over a private socket, no registration.
 #include "ductile/admin.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -88,6 +89,8 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
   status.data_epoch = c.data_epoch();
   status.data_batches_done = c.data_batches_done();
   for (const auto& t : c.tables()) status.tables.push_back(t);
+  double gradient_sq = 0;
+  double noise_trace = 0;
   for (const auto& m : c.members()) {
     MemberStatus s;
     s.id = m.id();
@@ -101,6 +104,14 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.counters = CountersFromWire(m.counters());
     if (s.role == "server" && status.slots_moving > 0) {
       status.move_bytes_left += s.counters.move_bytes_left;
+    }
+    // The servers holding keys now: their shares add up to the model.
+    if (s.role == "server" && s.alive &&
+        (s.state == "active" || s.state == "draining")) {
+      gradient_sq += s.counters.gns_gradient_sq;
+      noise_trace += s.counters.gns_noise_trace;
+      status.noise_scale_clocks =
+          std::max(status.noise_scale_clocks, s.counters.gns_clocks);
     }
     const wire::WorkerMetrics& w = m.metrics();
     s.clock = w.clock();
@@ -121,6 +132,9 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
         counted ? static_cast<double>(weighted) / static_cast<double>(counted)
                 : 0.0;
     status.members.push_back(s);
+  }
+  if (status.noise_scale_clocks > 0 && gradient_sq > 0) {
+    status.noise_scale = noise_trace / gradient_sq;
   }
   return status;
 }
@@ -212,6 +226,21 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
       os << " " << status.target_servers << " server(s)";
     }
     os << "\n";
+  }
+  if (status.noise_scale_clocks > 0) {
+    char noise[160];
+    if (status.noise_scale > 0) {
+      std::snprintf(noise, sizeof(noise),
+                    "gradient noise scale: %.3g worker batches (averaged over "
+                    "%llu clocks)\n",
+                    status.noise_scale,
+                    static_cast<unsigned long long>(status.noise_scale_clocks));
+    } else {
+      std::snprintf(noise, sizeof(noise),
+                    "gradient noise scale: not estimable yet (%llu clocks)\n",
+                    static_cast<unsigned long long>(status.noise_scale_clocks));
+    }
+    os << noise;
   }
   if (status.data_epochs > 0) {
     if (status.data_epoch >= status.data_epochs) {

@@ -56,6 +56,7 @@ class DataFrames {
   std::span<const uint32_t> lengths() const { return lengths_; }
   // Key i's pushed vector (empty for pulls).
   std::span<const float> value(size_t i) const { return values_[i]; }
+  std::span<const std::span<const float>> values() const { return values_; }
   uint64_t total_floats() const { return total_floats_; }
 
  private:

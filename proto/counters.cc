@@ -24,7 +24,10 @@ void CountersToWire(const ServerCounters& counters, wire::Counters* out) {
   const auto* reflection = out->GetReflection();
   ForEachCounter(
       [&](const char* name, const auto& value) {
-        if constexpr (std::is_signed_v<std::decay_t<decltype(value)>>) {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_floating_point_v<T>) {
+          reflection->SetDouble(out, FieldNamed(name), value);
+        } else if constexpr (std::is_signed_v<T>) {
           reflection->SetInt64(out, FieldNamed(name), value);
         } else {
           reflection->SetUInt64(out, FieldNamed(name), value);
@@ -38,7 +41,10 @@ ServerCounters CountersFromWire(const wire::Counters& counters) {
   const auto* reflection = counters.GetReflection();
   ForEachCounter(
       [&](const char* name, auto& value) {
-        if constexpr (std::is_signed_v<std::decay_t<decltype(value)>>) {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_floating_point_v<T>) {
+          value = reflection->GetDouble(counters, FieldNamed(name));
+        } else if constexpr (std::is_signed_v<T>) {
           value = reflection->GetInt64(counters, FieldNamed(name));
         } else {
           value = reflection->GetUInt64(counters, FieldNamed(name));

@@ -35,6 +35,9 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("held_pushes", c.held_pushes...);
   f("slots_moving", c.slots_moving...);
   f("move_bytes_left", c.move_bytes_left...);
+  f("gns_gradient_sq", c.gns_gradient_sq...);
+  f("gns_noise_trace", c.gns_noise_trace...);
+  f("gns_clocks", c.gns_clocks...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

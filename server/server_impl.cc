@@ -35,6 +35,11 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         "max_queued_replies must be in [1, 10000000], not " +
         std::to_string(options.max_queued_replies));
   }
+  if (options.noise_scale_sample > (1u << 20)) {
+    return InvalidArgumentError(
+        "noise_scale_sample must be in [0, 1048576], not " +
+        std::to_string(options.noise_scale_sample));
+  }
   if (options.max_stored_mb > (uint64_t{1} << 30)) {
     return InvalidArgumentError("max_stored_mb must be in [0, 1073741824]");
   }

@@ -32,6 +32,8 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
       replies_(&routing_, &counters_),
       admission_(options.max_message_bytes, options.max_key_floats, &counters_),
       tables_(&options_.custom_rules, -1),
+      noise_(options.noise_scale_sample,
+             GradientNoiseMonitor::kDefaultSmoothing),
       checkpointer_(env, this, &counters_),
       restorer_(env) {
   tables_.set_max_key_floats(options.max_key_floats);
@@ -566,13 +568,30 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   if (request.is_worker && consistency_.Buffers(table.id(), clock)) {
     DUCTILE_RETURN_IF_ERROR(
         consistency_.CheckBuffered(table.id(), clock, request.data));
+    NoteGradient(request);
     consistency_.Buffer(table.id(), clock, request.data,
                         table.options().rule == UpdateRule::kAssign);
     return Status::Ok();
   }
+  if (request.is_worker) NoteGradient(request);
   table.ApplyPush(request.data, clock);
   SetKeysStored();
   return Status::Ok();
+}
+
+void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
+  switch (request.table->options().rule) {
+    case UpdateRule::kSgd:
+    case UpdateRule::kMomentum:
+    case UpdateRule::kAdaGrad:
+    case UpdateRule::kAdam:
+      noise_.OnPush(request.table->id(), request.header.worker_id(),
+                    request.header.clock(), request.data.keys(),
+                    request.data.values());
+      return;
+    default:
+      return;  // not a gradient
+  }
 }
 
 void ServerNode::ServePull(const InMessage& message,
@@ -610,6 +629,11 @@ void ServerNode::HandleClock(const wire::Header& header) {
 void ServerNode::OnServerClock() {
   const int64_t server_clock = consistency_.server_clock();
   counters_.Set(&ServerCounters::min_clock, server_clock);
+  if (noise_.OnServerClock(server_clock)) {
+    counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());
+    counters_.Set(&ServerCounters::gns_noise_trace, noise_.noise_trace());
+    counters_.Set(&ServerCounters::gns_clocks, noise_.clocks());
+  }
   // Tell the coordinator at once when a checkpoint by clock is due, rather
   // than at the next heartbeat.
   if (checkpointer_.DueByClock(server_clock)) Heartbeat(0);

@@ -38,6 +38,7 @@
 #include "server/checkpointer.h"
 #include "server/coordinator_link.h"
 #include "server/live_counters.h"
+#include "server/noise_monitor.h"
 #include "server/reply_sender.h"
 #include "server/request_admission.h"
 #include "server/restorer.h"
@@ -98,6 +99,8 @@ class ServerNode final : private CoordinatorLink {
   // Tells the coordinator first when serving `request` will take a while.
   void AnnounceLongWork(const RequestAdmission::Request& request);
   Status ApplyValues(const RequestAdmission::Request& request);
+  // Gives a worker's push to the noise monitor if it is a gradient.
+  void NoteGradient(const RequestAdmission::Request& request);
   void ServePull(const InMessage& message,
                  const RequestAdmission::Request& request, uint64_t blocked_us,
                  bool duplicate);
@@ -164,6 +167,7 @@ class ServerNode final : private CoordinatorLink {
   RequestAdmission admission_;
   TableSet tables_;
   ConsistencyController consistency_;
+  GradientNoiseMonitor noise_;
   Checkpointer checkpointer_;
   Restorer restorer_;
   std::unique_ptr<SlotMover> mover_;  // made by Start()

@@ -38,6 +38,7 @@ void ServerNode::Recover(const wire::Header& header) {
   counters_.Set(&ServerCounters::parked_pulls, 0);
   generation_ = header.generation();
   admission_.Reset();
+  noise_.Reset();
   // Moves under way belong to the abandoned timeline too: the
   // checkpoint's routing says who owns what (what they put back is
   // cleared with the rest below).
@@ -103,6 +104,7 @@ void ServerNode::Rejoin(const wire::Header& header) {
   generation_ = header.generation();
   restored_generation_ = header.generation();
   admission_.Reset();
+  noise_.Reset();
   mover_->Abort(0, tables_, consistency_);
   SetMoveCounters();
   tables_.ClearKeys();

@@ -65,6 +65,14 @@ struct ClusterStatus {
   int64_t data_batches_per_epoch = 0;
   int64_t data_epoch = 0;
   int64_t data_batches_done = 0;
+  // The gradient noise scale B_simple (McCandlish et al. 2018) the servers
+  // estimate from the workers' pushes, in units of one worker's batch:
+  // multiply by the batch size for samples. A batch well below it wastes
+  // steps; well above, samples. 0 until known (two workers and a few
+  // clocks); over the clocks noise_scale_clocks says (the most any live
+  // server has folded in).
+  double noise_scale = 0;
+  uint64_t noise_scale_clocks = 0;
 };
 
 // Each call takes the cluster's keys (LoadClusterKeys; empty in plain

@@ -71,6 +71,13 @@ struct ServerOptions {
   // while the server's memory stays bounded by about this many replies
   // per connection (each at most max_message_bytes).
   int64_t max_queued_replies = 10000;
+  // One key in this many feeds the gradient noise scale this server
+  // estimates from the pushes it receives (ServerCounters::gns_*): 1 takes
+  // every key, 0 turns it off, at most 2^20. It keeps the sampled keys'
+  // gradients, summed over workers, for each clock not every worker has
+  // finished yet: 4 bytes per sampled float per such clock, at most 256 MB
+  // (older clocks are then left out).
+  uint32_t noise_scale_sample = 8;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;
@@ -130,6 +137,13 @@ struct ServerCounters {
   uint64_t held_pushes = 0;      // pushes waiting for a checkpoint's cut
   uint64_t slots_moving = 0;     // slots being moved away to another server
   uint64_t move_bytes_left = 0;  // of those moves: bytes not acknowledged yet
+  // This server's share of the gradient noise scale's two averages
+  // (server/noise_monitor.h): |G|^2 and tr(Sigma)/b, over its sampled
+  // keys, and the clocks folded into them. Summed over servers, their
+  // ratio is the noise scale in worker batches (ClusterStatus).
+  double gns_gradient_sq = 0;
+  double gns_noise_trace = 0;
+  uint64_t gns_clocks = 0;
 };
 
 class Server {

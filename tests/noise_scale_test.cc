@@ -1,0 +1,266 @@
+// The gradient noise scale the servers estimate from the workers' pushes,
+// against an oracle computed here from the gradients the test pushed.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "gtest/gtest.h"
+#include "server/noise_monitor.h"
+#include "tests/test_cluster.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::steady_clock;
+
+TEST(NoiseMonitor, SamplesAboutOneKeyInN) {
+  GradientNoiseMonitor all(1, 0.9);
+  GradientNoiseMonitor off(0, 0.9);
+  GradientNoiseMonitor eighth(8, 0.9);
+  EXPECT_FALSE(off.enabled());
+  int sampled = 0;
+  constexpr int kKeys = 80000;
+  for (Key key = 0; key < kKeys; ++key) {
+    EXPECT_TRUE(all.Sampled(3, key));
+    EXPECT_FALSE(off.Sampled(3, key));
+    sampled += eighth.Sampled(3, key) ? 1 : 0;
+  }
+  EXPECT_GT(sampled, kKeys / 8 * 9 / 10);
+  EXPECT_LT(sampled, kKeys / 8 * 11 / 10);
+  // Another table samples other keys.
+  int same = 0;
+  for (Key key = 0; key < kKeys; ++key) {
+    same += eighth.Sampled(3, key) && eighth.Sampled(4, key) ? 1 : 0;
+  }
+  EXPECT_LT(same, sampled / 4);
+}
+
+// One push of `worker` in `clock`: key k's gradient is {v, v}.
+void PushTo(GradientNoiseMonitor& m, int32_t worker, int64_t clock,
+            const std::vector<Key>& keys, float v) {
+  const std::vector<float> g = {v, v};
+  std::vector<std::span<const float>> values(keys.size(), g);
+  m.OnPush(1, worker, clock, keys, values);
+}
+
+TEST(NoiseMonitor, FoldsAClockOnceEveryWorkerFinishedIt) {
+  GradientNoiseMonitor m(1, 0.5);
+  const std::vector<Key> keys = {1, 2};
+  // Clock 0: workers' gradients 1 and 3 on 4 coordinates: S = (4 + 36) / 2
+  // = 20, B = 4 * 2^2 = 16; |G|^2 = (2*16 - 20) / 1 = 12, tr/b = 2 * 4 = 8.
+  PushTo(m, 0, 0, keys, 1);
+  PushTo(m, 1, 0, keys, 3);
+  EXPECT_FALSE(m.OnServerClock(0));  // clock 0 not finished by all
+  EXPECT_TRUE(m.OnServerClock(1));
+  EXPECT_EQ(m.clocks(), 1u);
+  EXPECT_DOUBLE_EQ(m.gradient_sq(), 12);
+  EXPECT_DOUBLE_EQ(m.noise_trace(), 8);
+  // A late push of a folded clock changes nothing; one worker alone gives
+  // nothing to compare.
+  PushTo(m, 0, 0, keys, 100);
+  PushTo(m, 0, 1, keys, 5);
+  EXPECT_FALSE(m.OnServerClock(2));
+  EXPECT_EQ(m.clocks(), 1u);
+  // Clock 2, equal gradients: no noise; averaged with weight 0.5.
+  PushTo(m, 0, 2, keys, 2);
+  PushTo(m, 1, 2, keys, 2);
+  EXPECT_TRUE(m.OnServerClock(3));
+  EXPECT_DOUBLE_EQ(m.gradient_sq(), 0.5 * 12 + 0.5 * 16);
+  EXPECT_DOUBLE_EQ(m.noise_trace(), 0.5 * 8);
+  // A rollback forgets the open clocks, not the averages.
+  PushTo(m, 0, 3, keys, 1);
+  m.Reset();
+  PushTo(m, 1, 3, keys, 1);
+  EXPECT_FALSE(m.OnServerClock(4));
+  EXPECT_EQ(m.clocks(), 2u) << "a clock of one worker was folded";
+}
+
+// Workers far apart: clocks past the bounds are left out whole, so the
+// clocks open already (next to fold) are still estimated.
+TEST(NoiseMonitor, ClocksPastItsBoundsAreLeftOutWhole) {
+  GradientNoiseMonitor m(1, 0.9);
+  const std::vector<Key> keys = {1};
+  const int64_t open = GradientNoiseMonitor::kMaxOpenClocks;
+  for (int64_t clock = 0; clock <= open; ++clock) PushTo(m, 0, clock, keys, 1);
+  for (int64_t clock = 0; clock <= open; ++clock) PushTo(m, 1, clock, keys, 3);
+  EXPECT_TRUE(m.OnServerClock(open + 1));
+  EXPECT_EQ(m.clocks(), static_cast<uint64_t>(open));
+
+  // A bound on bytes: a second key would pass it, so clock 0 goes whole
+  // (even its first key), and its later pushes too.
+  GradientNoiseMonitor small(1, 0.9, 2 * sizeof(float) + 64);
+  PushTo(small, 0, 0, {1}, 1);
+  PushTo(small, 0, 0, {2}, 1);
+  PushTo(small, 1, 0, {1}, 3);
+  PushTo(small, 0, 1, {1}, 1);
+  PushTo(small, 1, 1, {1}, 3);
+  EXPECT_TRUE(small.OnServerClock(2));
+  EXPECT_EQ(small.clocks(), 1u);  // clock 1 only
+  EXPECT_DOUBLE_EQ(small.gradient_sq(), 12.0 / 2);
+}
+
+// The per-clock estimates of McCandlish et al. (appendix A.1), averaged
+// as the servers average them.
+struct Oracle {
+  double smoothing;
+  double gradient_sq = 0;
+  double noise_trace = 0;
+  int clocks = 0;
+
+  void Add(const std::vector<std::vector<float>>& gradients) {
+    const double n = static_cast<double>(gradients.size());
+    const size_t d = gradients[0].size();
+    double small_sq = 0;
+    std::vector<double> mean(d, 0.0);
+    for (const auto& g : gradients) {
+      for (size_t j = 0; j < d; ++j) {
+        small_sq += double{g[j]} * g[j] / n;
+        mean[j] += g[j] / n;
+      }
+    }
+    double big_sq = 0;
+    for (double m : mean) big_sq += m * m;
+    const double g2 = (n * big_sq - small_sq) / (n - 1);
+    const double trace = n * (small_sq - big_sq) / (n - 1);
+    if (clocks++ == 0) {
+      gradient_sq = g2;
+      noise_trace = trace;
+    } else {
+      gradient_sq = smoothing * gradient_sq + (1 - smoothing) * g2;
+      noise_trace = smoothing * noise_trace + (1 - smoothing) * trace;
+    }
+  }
+};
+
+// Four workers push gradients mu + noise (per coordinate: mean 0.5,
+// standard deviation 1, over 64 coordinates) for 300 clocks to two servers.
+// The servers' averages, added up, are the oracle's over the whole model;
+// the noise scale is near its true value, 64 / (64 * 0.25) = 4 batches.
+TEST(NoiseScale, TheServersEstimateMatchesTheGradientsPushed) {
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.server.noise_scale_sample = 1;
+  testing::TestCluster cluster(options);
+  constexpr int kWorkers = 4;
+  constexpr int kClocks = 300;
+  std::vector<std::unique_ptr<Client>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.push_back(cluster.Connect());
+    ASSERT_NE(workers.back(), nullptr);
+  }
+  TableOptions table;
+  table.name = "noisy";
+  table.value_width = 4;
+  table.rule = UpdateRule::kSgd;
+  auto id = workers[0]->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  for (auto& w : workers) ASSERT_TRUE(w->GetTable(table.name).ok());
+  std::vector<Key> keys(16);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + 7 * i;
+  const size_t d = keys.size() * 4;
+
+  std::mt19937_64 random(12345);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  Oracle oracle{GradientNoiseMonitor::kDefaultSmoothing};
+  for (int clock = 0; clock < kClocks; ++clock) {
+    std::vector<std::vector<float>> gradients(kWorkers, std::vector<float>(d));
+    for (auto& g : gradients) {
+      for (float& v : g) v = 0.5f + noise(random);
+    }
+    for (int w = 0; w < kWorkers; ++w) {
+      Status pushed = workers[w]->Push(*id, keys, gradients[w]);
+      ASSERT_TRUE(pushed.ok()) << pushed;
+    }
+    for (auto& w : workers) w->Clock();
+    oracle.Add(gradients);
+  }
+
+  // Clock kClocks - 1 is folded once every worker's CLOCK reached the
+  // servers.
+  double gradient_sq = 0;
+  double noise_trace = 0;
+  const auto deadline = steady_clock::now() + std::chrono::seconds(20);
+  while (true) {
+    gradient_sq = noise_trace = 0;
+    bool all = true;
+    for (int s = 0; s < cluster.num_servers(); ++s) {
+      const ServerCounters c = cluster.server(s).counters();
+      all = all && c.gns_clocks == kClocks;
+      gradient_sq += c.gns_gradient_sq;
+      noise_trace += c.gns_noise_trace;
+    }
+    if (all) break;
+    ASSERT_LT(steady_clock::now(), deadline)
+        << "the servers did not fold every clock";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NEAR(gradient_sq, oracle.gradient_sq,
+              1e-5 * std::abs(oracle.gradient_sq));
+  EXPECT_NEAR(noise_trace, oracle.noise_trace,
+              1e-5 * std::abs(oracle.noise_trace));
+  const double scale = noise_trace / gradient_sq;
+  EXPECT_GT(scale, 3.4);
+  EXPECT_LT(scale, 4.7);
+
+  // The status adds the servers' shares up the same way, once their
+  // heartbeats carry them.
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 10000);
+  while (status.ok() && status->noise_scale_clocks < kClocks &&
+         steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = QueryClusterStatus(cluster.address(), 10000);
+  }
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->noise_scale_clocks, static_cast<uint64_t>(kClocks));
+  EXPECT_NEAR(status->noise_scale, scale, 1e-9 * scale);
+  EXPECT_NE(FormatClusterStatus(*status).find("gradient noise scale: "),
+            std::string::npos);
+  for (auto& w : workers) EXPECT_TRUE(w->Finish().ok());
+}
+
+// One worker gives one batch size only: nothing to estimate, and nothing
+// is reported. A server with the monitor off keeps no state for it.
+TEST(NoiseScale, OneWorkerOrTheMonitorOffReportsNothing) {
+  for (uint32_t sample : {1u, 0u}) {
+    testing::TestClusterOptions options;
+    options.num_servers = 1;
+    options.server.noise_scale_sample = sample;
+    testing::TestCluster cluster(options);
+    std::vector<std::unique_ptr<Client>> workers;
+    for (int w = 0; w < (sample == 0 ? 2 : 1); ++w) {
+      workers.push_back(cluster.Connect());
+      ASSERT_NE(workers.back(), nullptr);
+    }
+    TableOptions table;
+    table.name = "quiet";
+    table.rule = UpdateRule::kSgd;
+    auto id = workers[0]->CreateTable(table);
+    ASSERT_TRUE(id.ok()) << id.status();
+    for (auto& w : workers) ASSERT_TRUE(w->GetTable(table.name).ok());
+    const std::vector<Key> keys = {1, 2};
+    for (int clock = 0; clock < 5; ++clock) {
+      for (auto& w : workers) {
+        Status pushed = w->Push(*id, keys, std::vector<float>{1, 2});
+        ASSERT_TRUE(pushed.ok()) << pushed;
+        w->Clock();
+      }
+    }
+    // Pulls after the last clock: every worker's CLOCKs reached the
+    // server before its pull.
+    std::vector<float> out(2);
+    for (auto& w : workers) ASSERT_TRUE(w->Pull(*id, keys, out).ok());
+    EXPECT_EQ(cluster.server(0).counters().min_clock, 5);
+    const ServerCounters c = cluster.server(0).counters();
+    EXPECT_EQ(c.gns_clocks, 0u) << "sample " << sample;
+    EXPECT_EQ(c.gns_gradient_sq, 0.0);
+    for (auto& w : workers) EXPECT_TRUE(w->Finish().ok());
+  }
+}
+
+}  // namespace
+}  // namespace ductile

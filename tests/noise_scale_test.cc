@@ -207,15 +207,25 @@ TEST(NoiseScale, TheServersEstimateMatchesTheGradientsPushed) {
   EXPECT_GT(scale, 3.4);
   EXPECT_LT(scale, 4.7);
 
-  // The status adds the servers' shares up the same way, once their
-  // heartbeats carry them.
+  // The status adds the servers' shares up the same way, once the
+  // heartbeats of both carry them.
+  const auto folded_everywhere = [&](const ClusterStatus& s) {
+    int servers = 0;
+    for (const MemberStatus& m : s.members) {
+      if (m.role != "server") continue;
+      if (m.counters.gns_clocks != kClocks) return false;
+      ++servers;
+    }
+    return servers == cluster.num_servers();
+  };
   Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 10000);
-  while (status.ok() && status->noise_scale_clocks < kClocks &&
+  while (status.ok() && !folded_everywhere(*status) &&
          steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     status = QueryClusterStatus(cluster.address(), 10000);
   }
   ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_TRUE(folded_everywhere(*status)) << FormatClusterStatus(*status);
   ASSERT_EQ(status->noise_scale_clocks, static_cast<uint64_t>(kClocks));
   EXPECT_NEAR(status->noise_scale, scale, 1e-9 * scale);
   EXPECT_NE(FormatClusterStatus(*status).find("gradient noise scale: "),

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -108,8 +109,12 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     // The servers holding keys now: their shares add up to the model.
     if (s.role == "server" && s.alive &&
         (s.state == "active" || s.state == "draining")) {
-      gradient_sq += s.counters.gns_gradient_sq;
-      noise_trace += s.counters.gns_noise_trace;
+      // A share that is not a number (a server that lies) is left out.
+      if (std::isfinite(s.counters.gns_gradient_sq) &&
+          std::isfinite(s.counters.gns_noise_trace)) {
+        gradient_sq += s.counters.gns_gradient_sq;
+        noise_trace += s.counters.gns_noise_trace;
+      }
       status.noise_scale_clocks =
           std::max(status.noise_scale_clocks, s.counters.gns_clocks);
     }

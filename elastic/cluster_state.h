@@ -69,6 +69,11 @@ struct Member {
   // Whether a connection that proved member key `k` ("" for the cluster's
   // shared key) may speak for this member.
   bool KeyFits(const std::string& k) const { return key.empty() || key == k; }
+  // "server N" or "worker N", for messages.
+  std::string name() const {
+    return (role == wire::ROLE_SERVER ? "server " : "worker ") +
+           std::to_string(id);
+  }
 };
 
 using CatalogEntry = wire::CoordinatorState::CatalogEntry;

@@ -264,24 +264,18 @@ void CoordinatorNode::Handle(InMessage& message) {
   const std::string& key = message.member_key();
   const MembershipManager::Touched touched =
       membership_.Touch(h, identity, key);
-  if (touched.member == nullptr) {
-    if (const Member* owner = state_.FindByIdentity(identity)) {
-      // A connection that took a keyed member's routing identity (a
-      // router hands it over) without its key: nothing it sends counts,
-      // whatever it names, nor may it register as someone else.
-      LOG(WARNING) << "coordinator: refused "
-                   << wire::MessageType_Name(h.type())
-                   << " from a connection with the identity of "
-                   << wire::Role_Name(owner->role) << " " << owner->id
-                   << " but not its member key";
-      return out_.Reply(
-          identity, h.seq(),
-          PermissionDeniedError(
-              "this connection has the identity of " +
-              std::string(owner->role == wire::ROLE_SERVER ? "server "
-                                                           : "worker ") +
-              std::to_string(owner->id) + " but not its member key"));
-    }
+  if (const Member* owner = touched.impostor_of) {
+    // A router hands an identity to whoever connects with it: without the
+    // member's key, nothing sent under it counts, whatever it names, nor
+    // may it register as someone else.
+    LOG(WARNING) << "coordinator: refused " << wire::MessageType_Name(h.type())
+                 << " from a connection with the identity of " << owner->name()
+                 << " but not its member key";
+    return out_.Reply(
+        identity, h.seq(),
+        PermissionDeniedError("this connection has the identity "
+                              "of " +
+                              owner->name() + " but not its member key"));
   }
   if (Status sender = CheckSender(touched.member, h, key); !sender.ok()) {
     LOG(WARNING) << "coordinator: refused: " << sender.message();

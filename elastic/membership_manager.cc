@@ -32,11 +32,12 @@ std::string MemberState(const Member& m, const wire::MemberInfo& info,
 Member* MembershipManager::FindMember(const wire::Header& h,
                                       const std::string& identity,
                                       const std::string& key,
-                                      bool* reconnected) {
-  *reconnected = false;
+                                      Touched* touched) {
   if (Member* m = ctx_.state.FindByIdentity(identity)) {
     // A peer that took a keyed member's identity is not that member.
-    return m->KeyFits(key) ? m : nullptr;
+    if (m->KeyFits(key)) return m;
+    touched->impostor_of = m;
+    return nullptr;
   }
   // After a restart of the coordinator, members are known by id only; a
   // heartbeat says which (servers send counters, workers metrics).
@@ -49,12 +50,9 @@ Member* MembershipManager::FindMember(const wire::Header& h,
       !it->second.KeyFits(key)) {
     return nullptr;
   }
-  *reconnected = true;
+  touched->reconnected = true;
   it->second.identity = identity;
-  if (*reconnected) {
-    LOG(INFO) << "coordinator: " << (h.has_counters() ? "server " : "worker ")
-              << h.member_id() << " reconnected";
-  }
+  LOG(INFO) << "coordinator: " << it->second.name() << " reconnected";
   return &it->second;
 }
 
@@ -62,7 +60,7 @@ MembershipManager::Touched MembershipManager::Touch(const wire::Header& h,
                                                     const std::string& identity,
                                                     const std::string& key) {
   Touched t;
-  t.member = FindMember(h, identity, key, &t.reconnected);
+  t.member = FindMember(h, identity, key, &t);
   if (t.member == nullptr) return t;
   Member& m = *t.member;
   m.last_seen = ctx_.Now();
@@ -128,9 +126,7 @@ bool MembershipManager::RefusedForItsKey(const Member& taken,
                                          const std::string& identity,
                                          const wire::Header& h) const {
   if (taken.KeyFits(key)) return false;
-  const std::string who =
-      (taken.role == wire::ROLE_SERVER ? "server " : "worker ") +
-      std::to_string(taken.id);
+  const std::string who = taken.name();
   LOG(WARNING) << "coordinator: refused a registration as " << who
                << ": it is bound to another member key";
   ctx_.out.Reply(

@@ -32,6 +32,9 @@ class MembershipManager {
     Member* member = nullptr;     // null: not a known member
     bool reconnected = false;     // first message after a coordinator restart
     bool back_from_dead = false;  // was declared dead
+    // A connection with this keyed member's routing identity but without
+    // its key (null: none): nothing it sends counts.
+    const Member* impostor_of = nullptr;
   };
   // Finds the sender of `h` (by identity, or by the id in a heartbeat after
   // a coordinator restart) and records that it is alive. A member bound to
@@ -100,7 +103,7 @@ class MembershipManager {
 
  private:
   Member* FindMember(const wire::Header& h, const std::string& identity,
-                     const std::string& key, bool* reconnected);
+                     const std::string& key, Touched* touched);
   // Refuses (and answers) a registration under `taken`'s id from a
   // connection without its member key.
   bool RefusedForItsKey(const Member& taken, const std::string& key,

@@ -13,18 +13,22 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/local_launcher.h"
+#include "apps/metrics_http.h"
 #include "apps/trainer.h"
 #include "ductile/ductile.h"
 #include "gflags/gflags.h"
@@ -107,6 +111,13 @@ DEFINE_uint64(max_stored_mb, 0,
 DEFINE_int64(max_queued_replies, 10000,
              "server, local: replies a server queues for one client that "
              "does not read them (1 to 10000000); more are dropped");
+DEFINE_uint64(max_window_per_client, uint64_t{1} << 22,
+              "server, local: sequence numbers a server's exactly-once "
+              "window keeps per client above its done-below mark (1 to "
+              "2^30); a client's push beyond is refused");
+DEFINE_int64(client_idle_expiry_s, 600,
+             "server, local: a client not heard from for 1-2 times this "
+             "long is forgotten by the exactly-once window (60 to 2592000)");
 DEFINE_int32(noise_scale_sample, 8,
              "server, local: one key in this many feeds the gradient noise "
              "scale `ductile status` shows (1: all, 0: off)");
@@ -120,6 +131,20 @@ DEFINE_bool(insecure, false,
 DEFINE_string(member_key, "",
               "server, worker: a key pair of its own (`ductile keygen "
               "--member=NAME`); its member id is bound to it");
+DEFINE_int32(watch, 0,
+             "status: show the status again every this many seconds, as a "
+             "live table (1 to 3600; 0: once); stops after 5 failed reads "
+             "in a row");
+DEFINE_int32(metrics_port, -1,
+             "coordinator, local: serve the cluster's status in Prometheus' "
+             "text format on http://HOST:PORT/metrics (0: a free port; -1: "
+             "off); plain HTTP, with no keys");
+DEFINE_string(metrics_host, "127.0.0.1",
+              "coordinator, local: the address /metrics listens on");
+DEFINE_bool(require_member_keys, false,
+            "coordinator, server, worker: admit only members with keys of "
+            "their own (--member_key) and the admin, not cluster.key "
+            "(local sets it when it makes the keys)");
 DEFINE_string(out, "", "keygen: directory to write the new keys into");
 DEFINE_string(member, "", "keygen: make member NAME's own key pair instead");
 DEFINE_string(kill_schedule, "",
@@ -215,9 +240,11 @@ std::string SelfPath() {
 // need the admin key.
 ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
   if (FLAGS_keys.empty()) {
-    if (!FLAGS_member_key.empty()) {
+    if (!FLAGS_member_key.empty() || FLAGS_require_member_keys) {
       return ductile::InvalidArgumentError(
-          "--member_key goes with the cluster's keys (--keys=DIR)");
+          std::string(FLAGS_require_member_keys ? "--require_member_keys"
+                                                : "--member_key") +
+          " goes with the cluster's keys (--keys=DIR)");
     }
     ductile::Security plain;
     plain.allow_plain_network = FLAGS_insecure;
@@ -229,6 +256,7 @@ ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
   }
   ductile::Result<ductile::Security> security =
       ductile::LoadClusterKeys(FLAGS_keys, as_admin);
+  if (security.ok()) security->require_member_keys = FLAGS_require_member_keys;
   if (!security.ok() || FLAGS_member_key.empty()) return security;
   DUCTILE_RETURN_IF_ERROR(ductile::LoadMemberKey(FLAGS_member_key, &*security));
   return security;
@@ -289,6 +317,18 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
         "--max_queued_replies must be in [1, 10000000]");
   }
   if ((command == "server" || command == "local") &&
+      (FLAGS_max_window_per_client < 1 ||
+       FLAGS_max_window_per_client > (uint64_t{1} << 30))) {
+    return ductile::InvalidArgumentError(
+        "--max_window_per_client must be in [1, 1073741824]");
+  }
+  if ((command == "server" || command == "local") &&
+      (FLAGS_client_idle_expiry_s < 60 ||
+       FLAGS_client_idle_expiry_s > 2592000)) {
+    return ductile::InvalidArgumentError(
+        "--client_idle_expiry_s must be in [60, 2592000]");
+  }
+  if ((command == "server" || command == "local") &&
       (FLAGS_noise_scale_sample < 0 || FLAGS_noise_scale_sample > (1 << 20))) {
     return ductile::InvalidArgumentError(
         "--noise_scale_sample must be in [0, 1048576]");
@@ -336,6 +376,28 @@ int RunCoordinator() {
   }
   std::fprintf(stderr, "coordinator listening on %s\n",
                (*coordinator)->address().c_str());
+  // Destroyed before the coordinator it asks.
+  std::unique_ptr<ductile::apps::MetricsHttpServer> metrics;
+  if (FLAGS_metrics_port >= 0) {
+    ductile::Coordinator* c = coordinator->get();
+    auto started = ductile::apps::MetricsHttpServer::Start(
+        FLAGS_metrics_host, FLAGS_metrics_port,
+        [c]() -> ductile::Result<std::string> {
+          auto status = c->QueryStatus(5000);
+          if (!status.ok()) return status.status();
+          return ductile::FormatPrometheus(*status);
+        });
+    if (!started.ok()) return Fail(started.status());
+    metrics = std::move(*started);
+    const std::string& host = FLAGS_metrics_host;
+    if (host.rfind("127.", 0) != 0 && host != "localhost" && host != "::1") {
+      LOG(WARNING) << "/metrics on " << FLAGS_metrics_host
+                   << " is plain HTTP: anyone who reaches it reads the "
+                      "cluster's status";
+    }
+    std::fprintf(stderr, "coordinator metrics on http://%s:%d/metrics\n",
+                 FLAGS_metrics_host.c_str(), metrics->port());
+  }
   ductile::Status s = (*coordinator)->Wait();
   return s.ok() ? 0 : Fail(s);
 }
@@ -356,6 +418,8 @@ int RunServer() {
   o.max_key_floats = FLAGS_max_key_floats;
   o.max_stored_mb = FLAGS_max_stored_mb;
   o.max_queued_replies = FLAGS_max_queued_replies;
+  o.max_window_per_client = FLAGS_max_window_per_client;
+  o.client_idle_expiry_s = FLAGS_client_idle_expiry_s;
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
@@ -471,13 +535,53 @@ int RunWorker() {
 }
 
 int RunStatus() {
-  auto security = SecurityFromFlags(false);
+  if (FLAGS_watch < 0 || FLAGS_watch > 3600) {
+    return Fail(ductile::InvalidArgumentError("--watch must be in [0, 3600]"));
+  }
+  // The admin key where it is at hand: a cluster that requires member keys
+  // of their own admits no one with the shared key.
+  auto security =
+      SecurityFromFlags(!FLAGS_keys.empty() &&
+                        access((FLAGS_keys + "/admin.key").c_str(), R_OK) == 0);
   if (!security.ok()) return Fail(security.status());
-  auto status = ductile::QueryClusterStatus(
-      FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000), *security);
-  if (!status.ok()) return Fail(status.status());
-  std::printf("%s", ductile::FormatClusterStatus(*status).c_str());
-  return 0;
+  const int64_t timeout_ms = std::min<int64_t>(FLAGS_timeout_ms, 5000);
+  if (FLAGS_watch == 0) {
+    auto status =
+        ductile::QueryClusterStatus(FLAGS_coordinator, timeout_ms, *security);
+    if (!status.ok()) return Fail(status.status());
+    std::printf("%s", ductile::FormatClusterStatus(*status).c_str());
+    return 0;
+  }
+  // A live table: the screen redrawn in a terminal, tables one after the
+  // other into a file or pipe.
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  int failed_in_a_row = 0;
+  ductile::Status last_error;
+  while (failed_in_a_row < 5) {
+    auto status =
+        ductile::QueryClusterStatus(FLAGS_coordinator, timeout_ms, *security);
+    const std::time_t now = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S",
+                  std::localtime(&now));
+    std::printf("%s%s, every %d s (Ctrl-C stops)\n",
+                terminal ? "\033[H\033[2J" : "\n", when, FLAGS_watch);
+    if (status.ok()) {
+      failed_in_a_row = 0;
+      std::printf("%s", ductile::FormatClusterStatus(*status).c_str());
+    } else {
+      ++failed_in_a_row;
+      last_error = status.status();
+      std::printf("no status from %s: %s\n", FLAGS_coordinator.c_str(),
+                  last_error.ToString().c_str());
+    }
+    std::fflush(stdout);
+    if (failed_in_a_row >= 5) break;
+    std::this_thread::sleep_for(std::chrono::seconds(FLAGS_watch));
+  }
+  return Fail(ductile::UnavailableError(
+      "the coordinator did not answer 5 times in a row; last: " +
+      last_error.ToString()));
 }
 
 int RunShutdown() {
@@ -673,7 +777,9 @@ int RunLocal() {
       by_default ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
                  : Forward("checkpoint_every"),
       Forward("checkpoint_interval_s"),
-      Forward("checkpoint_timeout_ms")};
+      Forward("checkpoint_timeout_ms"),
+      Forward("metrics_port"),
+      Forward("metrics_host")};
   o.server_flags = {log,
                     "--host=127.0.0.1",
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
@@ -682,6 +788,8 @@ int RunLocal() {
                     Forward("max_key_floats"),
                     Forward("max_stored_mb"),
                     Forward("max_queued_replies"),
+                    Forward("max_window_per_client"),
+                    Forward("client_idle_expiry_s"),
                     Forward("noise_scale_sample"),
                     Forward("coordinator_timeout_ms"),
                     Forward("move_timeout_ms")};
@@ -730,12 +838,16 @@ const std::vector<Command>& Commands() {
         "max_key_floats",
         "max_stored_mb",
         "max_queued_replies",
+        "max_window_per_client",
+        "client_idle_expiry_s",
         "noise_scale_sample",
         "coordinator_timeout_ms",
         "no_worker_timeout_ms",
         "move_timeout_ms",
         "kill_schedule",
         "resize_schedule",
+        "metrics_port",
+        "metrics_host",
         "keys",
         "insecure"},
        true,
@@ -745,26 +857,45 @@ const std::vector<Command>& Commands() {
        {"listen", "address_file", "servers", "workers", "max_workers", "slots",
         "heartbeat_timeout_ms", "no_worker_timeout_ms", "state_dir",
         "checkpoint_every", "checkpoint_interval_s", "checkpoint_timeout_ms",
-        "keys", "insecure"},
+        "keys", "require_member_keys", "insecure", "metrics_port",
+        "metrics_host"},
        false,
        RunCoordinator},
       {"server",
        "run a parameter server (--coordinator, --host, --port)",
-       {"coordinator", "host", "port", "server_id", "timeout_ms", "state_dir",
-        "keep_checkpoints", "disk_reserve_mb", "max_key_floats",
-        "max_stored_mb", "max_queued_replies", "noise_scale_sample",
-        "coordinator_timeout_ms", "ipc_dir", "move_timeout_ms", "keys",
-        "member_key", "insecure"},
+       {"coordinator",
+        "host",
+        "port",
+        "server_id",
+        "timeout_ms",
+        "state_dir",
+        "keep_checkpoints",
+        "disk_reserve_mb",
+        "max_key_floats",
+        "max_stored_mb",
+        "max_queued_replies",
+        "max_window_per_client",
+        "client_idle_expiry_s",
+        "noise_scale_sample",
+        "coordinator_timeout_ms",
+        "ipc_dir",
+        "move_timeout_ms",
+        "keys",
+        "member_key",
+        "require_member_keys",
+        "insecure"},
        false,
        RunServer},
       {"worker",
        "run a worker of --app (--coordinator)",
-       {"coordinator", "worker_id", "timeout_ms", "keys", "member_key"},
+       {"coordinator", "worker_id", "timeout_ms", "keys", "member_key",
+        "require_member_keys"},
        true,
        RunWorker},
       {"status",
-       "print a running cluster's members and counters (--coordinator)",
-       {"coordinator", "timeout_ms", "keys"},
+       "print a running cluster's members and counters (--coordinator; "
+       "--watch=S: a live table)",
+       {"coordinator", "timeout_ms", "keys", "watch"},
        false,
        RunStatus},
       {"shutdown",

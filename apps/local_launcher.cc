@@ -661,12 +661,15 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   // member key of its own, made at its first start and kept across its
   // restarts: no member can then register as, or act for, another.
   const bool own_keys = !options.plain && options.keys_dir.empty();
+  // The cluster's shared key then admits nobody.
   const auto member_key_flag =
-      [&](const std::string& name) -> Result<std::string> {
-    if (!own_keys) return std::string();
+      [&](const std::string& name) -> Result<std::vector<std::string>> {
+    if (!own_keys) return std::vector<std::string>();
     Status made = GenerateMemberKey(keys_dir, name);
     if (!made.ok() && made.code() != StatusCode::kAlreadyExists) return made;
-    return "--member_key=" + keys_dir + "/members/" + name + ".key";
+    return std::vector<std::string>{
+        "--member_key=" + keys_dir + "/members/" + name + ".key",
+        "--require_member_keys"};
   };
 
   Supervisor supervisor(set);
@@ -681,6 +684,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       "--address_file=" + address_file,
       "--state_dir=" + (state_dir / "coordinator").string(),
       keys_flag};
+  if (own_keys) args.push_back("--require_member_keys");
   args.insert(args.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
   DUCTILE_RETURN_IF_ERROR(supervisor.Start(Role::kCoordinator, 0, args));
@@ -712,7 +716,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                keys_dir.c_str());
 
   const auto start_server = [&](int id) -> Status {
-    DUCTILE_ASSIGN_OR_RETURN(std::string member_key,
+    DUCTILE_ASSIGN_OR_RETURN(std::vector<std::string> member_key,
                              member_key_flag("server-" + std::to_string(id)));
     std::vector<std::string> a = {options.program, "server",
                                   "--coordinator=" + address,
@@ -720,17 +724,17 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                                   "--state_dir=" + state_dir.string(),
                                   // The job's own directory, gone with it.
                                   "--ipc_dir=" + run_dir, keys_flag};
-    if (!member_key.empty()) a.push_back(member_key);
+    a.insert(a.end(), member_key.begin(), member_key.end());
     a.insert(a.end(), options.server_flags.begin(), options.server_flags.end());
     return supervisor.Start(Role::kServer, id, std::move(a));
   };
   const auto start_worker = [&](int id) -> Status {
-    DUCTILE_ASSIGN_OR_RETURN(std::string member_key,
+    DUCTILE_ASSIGN_OR_RETURN(std::vector<std::string> member_key,
                              member_key_flag("worker-" + std::to_string(id)));
     std::vector<std::string> a = {
         options.program, "worker", "--coordinator=" + address,
         "--worker_id=" + std::to_string(id), keys_flag};
-    if (!member_key.empty()) a.push_back(member_key);
+    a.insert(a.end(), member_key.begin(), member_key.end());
     a.insert(a.end(), options.worker_flags.begin(), options.worker_flags.end());
     return supervisor.Start(Role::kWorker, id, std::move(a));
   };

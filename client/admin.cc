@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 
+#include "client/cluster_status_wire.h"
 #include "env/env.h"
 #include "proto/codec.h"
 #include "proto/counters.h"
@@ -29,7 +32,7 @@ Result<wire::Header> AskCoordinator(const std::string& address,
   std::unique_ptr<Transport> transport =
       SystemEnv()->NewTransport("admin", security);
   DUCTILE_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
-                           transport->NewDealer(""));
+                           transport->NewDealer("", kControlMessageBytes));
   DUCTILE_RETURN_IF_ERROR(socket->Connect(address));
   OutMessage out;
   out.AddString(request.SerializeAsString());
@@ -69,7 +72,10 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
   Result<wire::Header> reply =
       AskCoordinator(address, security, request, timeout_ms);
   DUCTILE_RETURN_IF_ERROR(reply.status());
-  const wire::ClusterState& c = reply->cluster();
+  return ClusterStatusFromWire(reply->cluster());
+}
+
+ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   ClusterStatus status;
   status.epoch = c.epoch();
   status.num_slots = c.num_slots();
@@ -136,6 +142,15 @@ Result<ClusterStatus> QueryClusterStatus(const std::string& address,
     s.mean_staleness =
         counted ? static_cast<double>(weighted) / static_cast<double>(counted)
                 : 0.0;
+    if (s.role == "worker") {
+      s.staleness.assign(w.staleness().begin(), w.staleness().end());
+      if (status.staleness.size() < s.staleness.size()) {
+        status.staleness.resize(s.staleness.size());
+      }
+      for (size_t i = 0; i < s.staleness.size(); ++i) {
+        status.staleness[i] += s.staleness[i];
+      }
+    }
     status.members.push_back(s);
   }
   if (status.noise_scale_clocks > 0 && gradient_sq > 0) {
@@ -256,6 +271,21 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
          << status.data_batches_per_epoch << " batches done\n";
     }
   }
+  uint64_t reads = 0;
+  for (uint64_t n : status.staleness) reads += n;
+  if (reads > 0) {
+    os << "staleness of reads:";
+    for (size_t i = 0; i < status.staleness.size(); ++i) {
+      if (status.staleness[i] == 0) continue;
+      char bucket[64];
+      std::snprintf(bucket, sizeof(bucket), " %s%zu: %.1f%%",
+                    i + 1 == status.staleness.size() ? ">=" : "", i,
+                    100.0 * static_cast<double>(status.staleness[i]) /
+                        static_cast<double>(reads));
+      os << bucket;
+    }
+    os << " (" << reads << " pulls)\n";
+  }
   os << "tables:";
   for (const auto& t : status.tables) os << " " << t;
   if (status.tables.empty()) os << " (none)";
@@ -310,6 +340,198 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<long long>(m.max_staleness), m.mean_staleness, hit.c_str());
     os << line;
   }
+  return os.str();
+}
+
+namespace {
+
+// One metric family of the text format: HELP and TYPE, then its samples.
+class Family {
+ public:
+  Family(std::ostringstream* os, const std::string& name, const char* type,
+         const std::string& help)
+      : os_(os), name_(name) {
+    *os_ << "# HELP " << name << " " << help << "\n"
+         << "# TYPE " << name << " " << type << "\n";
+  }
+  template <typename T>
+  void Sample(const std::string& labels, T value) {
+    *os_ << name_;
+    if (!labels.empty()) *os_ << "{" << labels << "}";
+    *os_ << " " << Text(value) << "\n";
+  }
+
+ private:
+  template <typename T>
+  static std::string Text(T value) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(value)) return "NaN";
+      if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+      char buf[40];
+      std::snprintf(buf, sizeof(buf), "%.10g", static_cast<double>(value));
+      return buf;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return value ? "1" : "0";
+    } else {
+      return std::to_string(value);
+    }
+  }
+  std::ostringstream* os_;
+  std::string name_;
+};
+
+// Server counters that only grow (the rest are gauges).
+bool Monotonic(std::string_view counter) {
+  for (const char* name :
+       {"requests", "pushes", "pulls", "duplicates", "redirects", "errors",
+        "refused_limits", "refused_permission", "bytes_in", "bytes_out",
+        "checkpoints_written", "window_expired"}) {
+    if (counter == name) return true;
+  }
+  return false;
+}
+
+std::string Label(const char* name, int32_t id) {
+  return std::string(name) + "=\"" + std::to_string(id) + "\"";
+}
+
+}  // namespace
+
+std::string FormatPrometheus(const ClusterStatus& status) {
+  std::ostringstream os;
+  Family(&os, "ductile_routing_epoch", "gauge",
+         "Epoch of the coordinator's routing table.")
+      .Sample("", status.epoch);
+  Family(&os, "ductile_generation", "gauge", "Rollbacks after failures so far.")
+      .Sample("", status.generation);
+  Family(&os, "ductile_recovering", "gauge", "1 while a rollback is under way.")
+      .Sample("", status.recovering);
+  Family(&os, "ductile_problem", "gauge",
+         "1 while something holds the job up or fails its checkpoints "
+         "(`ductile status` says what).")
+      .Sample("", !status.problem.empty());
+  Family(&os, "ductile_checkpoints", "gauge", "Complete checkpoints kept.")
+      .Sample("", status.checkpoints);
+  Family(&os, "ductile_last_checkpoint_clock", "gauge",
+         "Clock of the newest complete checkpoint (-1: none).")
+      .Sample("", status.last_checkpoint_clock);
+  Family(&os, "ductile_slots_moving", "gauge",
+         "Slots moving between servers now.")
+      .Sample("", status.slots_moving);
+  Family(&os, "ductile_move_bytes_left", "gauge",
+         "Bytes of slot moves not acknowledged yet.")
+      .Sample("", status.move_bytes_left);
+  Family(&os, "ductile_target_workers", "gauge",
+         "Workers `ductile resize` asked for (0: none asked).")
+      .Sample("", status.target_workers);
+  Family(&os, "ductile_target_servers", "gauge",
+         "Servers `ductile resize` asked for (0: none asked).")
+      .Sample("", status.target_servers);
+  Family(&os, "ductile_data_epoch", "gauge",
+         "Lowest epoch of the shared data plan not done in full.")
+      .Sample("", status.data_epoch);
+  Family(&os, "ductile_data_batches_done", "gauge",
+         "Batches of that epoch done.")
+      .Sample("", status.data_batches_done);
+  Family(&os, "ductile_gradient_noise_scale", "gauge",
+         "Gradient noise scale B_simple estimated on the servers, in worker "
+         "batches (0: not known yet).")
+      .Sample("", status.noise_scale);
+  Family(&os, "ductile_gradient_noise_scale_clocks", "gauge",
+         "Clocks the noise scale's averages have folded in.")
+      .Sample("", status.noise_scale_clocks);
+  {
+    Family members(&os, "ductile_member_up", "gauge",
+                   "1 for a member the coordinator counts alive, by role, id "
+                   "and state.");
+    for (const MemberStatus& m : status.members) {
+      members.Sample("role=\"" + m.role + "\",id=\"" + std::to_string(m.id) +
+                         "\",state=\"" + m.state + "\"",
+                     m.alive);
+    }
+  }
+  {
+    Family age(&os, "ductile_member_heartbeat_age_seconds", "gauge",
+               "Time since the member's last heartbeat.");
+    for (const MemberStatus& m : status.members) {
+      age.Sample("role=\"" + m.role + "\",id=\"" + std::to_string(m.id) + "\"",
+                 static_cast<double>(m.last_heartbeat_ms_ago) / 1000.0);
+    }
+  }
+  std::vector<const MemberStatus*> servers, workers;
+  for (const MemberStatus& m : status.members) {
+    (m.role == "server" ? servers : workers).push_back(&m);
+  }
+  if (!servers.empty()) {
+    Family slots(&os, "ductile_server_slots", "gauge", "Slots owned.");
+    for (const MemberStatus* m : servers) {
+      slots.Sample(Label("server", m->id), m->slots);
+    }
+    // One family per counter, a sample per server.
+    std::vector<std::vector<std::pair<std::string, std::string>>> rows;
+    std::vector<std::string> names;
+    ForEachCounter(
+        [&](const char* name, const auto&) { names.push_back(name); },
+        servers[0]->counters);
+    for (size_t i = 0; i < names.size(); ++i) {
+      const bool total = Monotonic(names[i]);
+      Family f(&os, "ductile_server_" + names[i] + (total ? "_total" : ""),
+               total ? "counter" : "gauge",
+               "ServerCounters::" + names[i] + " (ductile/server.h).");
+      for (const MemberStatus* m : servers) {
+        size_t k = 0;
+        ForEachCounter(
+            [&](const char*, const auto& value) {
+              if (k++ == i) f.Sample(Label("server", m->id), value);
+            },
+            m->counters);
+      }
+    }
+  }
+  if (!workers.empty()) {
+    Family clock(&os, "ductile_worker_clock", "gauge",
+                 "The worker's clock (steps done).");
+    for (const MemberStatus* m : workers) {
+      clock.Sample(Label("worker", m->id), m->clock);
+    }
+    Family pulls(&os, "ductile_worker_pulls_total", "counter",
+                 "Pull replies the worker received.");
+    for (const MemberStatus* m : workers) {
+      pulls.Sample(Label("worker", m->id), m->pulls);
+    }
+    Family blocked(&os, "ductile_worker_blocked_seconds_total", "counter",
+                   "Time the worker's pulls waited on the staleness bound.");
+    for (const MemberStatus* m : workers) {
+      blocked.Sample(Label("worker", m->id),
+                     static_cast<double>(m->blocked_ms) / 1000.0);
+    }
+    Family hits(&os, "ductile_worker_cache_hits_total", "counter",
+                "Reads served by the worker's cache.");
+    for (const MemberStatus* m : workers) {
+      hits.Sample(Label("worker", m->id), m->cache_hits);
+    }
+    Family misses(&os, "ductile_worker_cache_misses_total", "counter",
+                  "Reads the worker's cache could not serve.");
+    for (const MemberStatus* m : workers) {
+      misses.Sample(Label("worker", m->id), m->cache_misses);
+    }
+  }
+  // Buckets are cumulative; the last one (staleness i or more) counts in
+  // +Inf only.
+  Family hist(&os, "ductile_staleness", "histogram",
+              "Staleness of the workers' pulls, in clocks.");
+  uint64_t cumulative = 0, sum = 0;
+  for (size_t i = 0; i < status.staleness.size(); ++i) {
+    cumulative += status.staleness[i];
+    sum += i * status.staleness[i];
+    if (i + 1 < status.staleness.size()) {
+      os << "ductile_staleness_bucket{le=\"" << i << "\"} " << cumulative
+         << "\n";
+    }
+  }
+  os << "ductile_staleness_bucket{le=\"+Inf\"} " << cumulative << "\n"
+     << "ductile_staleness_sum " << sum << "\n"
+     << "ductile_staleness_count " << cumulative << "\n";
   return os.str();
 }
 

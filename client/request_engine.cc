@@ -41,10 +41,12 @@ Status RequestEngine::Start() {
   // coordinator and the servers still know this member (a worker is bound
   // to its connections).
   const std::string identity = NewMemberIdentity("client");
-  DUCTILE_ASSIGN_OR_RETURN(coordinator_, transport_->NewDealer(identity));
+  DUCTILE_ASSIGN_OR_RETURN(
+      coordinator_, transport_->NewDealer(identity, kControlMessageBytes));
   DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
-  routing_ = std::make_unique<RoutingView>(transport_.get(),
-                                           options_.prefer_ipc, identity);
+  routing_ = std::make_unique<RoutingView>(
+      transport_.get(), options_.prefer_ipc, identity,
+      static_cast<int64_t>(options_.max_message_bytes));
   RebuildSockets();
   const TimePoint now = env_->Now();
   next_timers_ = now;

@@ -25,7 +25,8 @@ bool RoutingView::Install(const wire::RoutingTable& wire) {
                       server.host_id(), prefer_ipc_);
     auto it = connections_.find(server.id());
     if (it != connections_.end() && it->second.address == address) continue;
-    Result<std::unique_ptr<Socket>> socket = transport_->NewDealer(identity_);
+    Result<std::unique_ptr<Socket>> socket =
+        transport_->NewDealer(identity_, max_message_bytes_);
     Status s = socket.ok() ? (*socket)->Connect(address) : socket.status();
     if (!s.ok()) {
       LOG(WARNING) << "client: cannot connect to server " << server.id()

@@ -24,11 +24,15 @@ class RoutingView {
  public:
   // `identity` names this client to every server (the one its
   // coordinator connection has: servers take a worker's requests only from
-  // the connection the coordinator bound it to).
-  RoutingView(Transport* transport, bool prefer_ipc, std::string identity)
+  // the connection the coordinator bound it to). A server's reply of far
+  // more than `max_message_bytes` resets its connection unread
+  // (Transport::NewDealer).
+  RoutingView(Transport* transport, bool prefer_ipc, std::string identity,
+              int64_t max_message_bytes)
       : transport_(transport),
         prefer_ipc_(prefer_ipc),
-        identity_(std::move(identity)) {}
+        identity_(std::move(identity)),
+        max_message_bytes_(max_message_bytes) {}
 
   const RoutingTable& table() const { return table_; }
   // Installs `wire` if it is newer and well formed; true if installed.
@@ -56,6 +60,7 @@ class RoutingView {
   Transport* const transport_;
   const bool prefer_ipc_;
   const std::string identity_;
+  const int64_t max_message_bytes_;
   RoutingTable table_;
   std::map<int32_t, Connection> connections_;
   std::vector<int32_t> servers_;  // connections_' ids

@@ -4,6 +4,7 @@
 #include <future>
 #include <utility>
 
+#include "client/cluster_status_wire.h"
 #include "glog/logging.h"
 
 namespace ductile {
@@ -128,6 +129,22 @@ Status CoordinatorImpl::MoveSlot(int32_t slot, int32_t server_id) {
   }
   try {
     return done.get();
+  } catch (const std::future_error&) {  // the loop ended before answering
+    return CancelledError("coordinator stopped");
+  }
+}
+
+Result<ClusterStatus> CoordinatorImpl::QueryStatus(int64_t timeout_ms) {
+  auto result = std::make_shared<std::promise<wire::ClusterState>>();
+  std::future<wire::ClusterState> done = result->get_future();
+  RunOnLoop([this, result] { result->set_value(node_.ClusterStateNow()); });
+  if (done.wait_for(milliseconds(timeout_ms)) != std::future_status::ready) {
+    return DeadlineExceededError(
+        "the coordinator's loop did not answer within " +
+        std::to_string(timeout_ms) + " ms");
+  }
+  try {
+    return ClusterStatusFromWire(done.get());
   } catch (const std::future_error&) {  // the loop ended before answering
     return CancelledError("coordinator stopped");
   }

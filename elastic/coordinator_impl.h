@@ -34,6 +34,7 @@ class CoordinatorImpl final : public Coordinator {
   std::string address() const override { return node_.address(); }
   Status MoveSlot(int32_t slot, int32_t server_id) override;
   Result<int64_t> Checkpoint(int64_t timeout_ms) override;
+  Result<ClusterStatus> QueryStatus(int64_t timeout_ms) override;
 
  private:
   void Run();

@@ -41,7 +41,8 @@ CoordinatorNode::CoordinatorNode(const CoordinatorOptions& options, Env* env)
 
 Status CoordinatorNode::Start() {
   transport_ = env_->NewTransport("coordinator", options_.security);
-  DUCTILE_ASSIGN_OR_RETURN(socket_, transport_->NewRouter(int64_t{64} << 20));
+  DUCTILE_ASSIGN_OR_RETURN(socket_,
+                           transport_->NewRouter(kControlMessageBytes));
   std::string bind = options_.bind_address;
   if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) {
     bind = bind.substr(0, bind.size() - 1) + "*";
@@ -253,6 +254,26 @@ Status CoordinatorNode::CheckSender(const Member* member, const wire::Header& h,
                                ", which is connected elsewhere");
 }
 
+wire::ClusterState CoordinatorNode::ClusterStateNow() const {
+  wire::ClusterState c = membership_.Status(recovery_.in_progress());
+  c.set_slots_moving(migrations_.slots_moving());
+  c.set_problem(!save_error_.ok()
+                    ? "the coordinator cannot save its state (" +
+                          save_error_.ToString() +
+                          "); every message to the members is held until it "
+                          "can"
+                : recovery_.in_progress() ? recovery_.problem()
+                                          : checkpoints_.problem());
+  c.set_target_workers(state_.target_workers);
+  c.set_target_servers(state_.target_servers);
+  const DataPlan& plan = state_.data_plan;
+  c.set_data_epochs(plan.epochs());
+  c.set_data_batches_per_epoch(plan.batches_per_epoch());
+  c.set_data_epoch(plan.current_epoch());
+  c.set_data_batches_done(plan.batches_done_in_current());
+  return c;
+}
+
 void CoordinatorNode::Handle(InMessage& message) {
   if (message.size() < 2) return;  // no header: nothing to answer
   const std::string identity(message.frame_view(0));
@@ -368,23 +389,7 @@ void CoordinatorNode::Handle(InMessage& message) {
       wire::Header reply;
       reply.set_type(wire::CONTROL_REPLY);
       reply.set_seq(h.seq());
-      wire::ClusterState* c = reply.mutable_cluster();
-      *c = membership_.Status(recovery_.in_progress());
-      c->set_slots_moving(migrations_.slots_moving());
-      c->set_problem(
-          !save_error_.ok()
-              ? "the coordinator cannot save its state (" +
-                    save_error_.ToString() +
-                    "); every message to the members is held until it can"
-          : recovery_.in_progress() ? recovery_.problem()
-                                    : checkpoints_.problem());
-      c->set_target_workers(state_.target_workers);
-      c->set_target_servers(state_.target_servers);
-      const DataPlan& plan = state_.data_plan;
-      c->set_data_epochs(plan.epochs());
-      c->set_data_batches_per_epoch(plan.batches_per_epoch());
-      c->set_data_epoch(plan.current_epoch());
-      c->set_data_batches_done(plan.batches_done_in_current());
+      *reply.mutable_cluster() = ClusterStateNow();
       return out_.SendStateless(identity, reply);
     }
     case wire::RESIZE:

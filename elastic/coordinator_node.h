@@ -63,6 +63,8 @@ class CoordinatorNode {
   void MoveSlot(int32_t slot, int32_t server_id,
                 std::function<void(const Status&)> done);
   void Checkpoint(std::function<void(const Result<int64_t>&)> done);
+  // The cluster's state as a STATUS request is answered.
+  wire::ClusterState ClusterStateNow() const;
   // The cluster is shutting down (every worker finished, or asked to).
   bool finishing() const { return ctx_.shutting_down; }
   // Moves every slot of `server` away, then stops it (`ductile drain

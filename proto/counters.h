@@ -38,6 +38,8 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("gns_gradient_sq", c.gns_gradient_sq...);
   f("gns_noise_trace", c.gns_noise_trace...);
   f("gns_clocks", c.gns_clocks...);
+  f("window_clients", c.window_clients...);
+  f("window_expired", c.window_expired...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

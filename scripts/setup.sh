@@ -15,6 +15,7 @@ packages=(
   libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev zlib1g-dev
+  libcpp-httplib-dev                   # the coordinator's /metrics
   dataset-fashion-mnist                # /usr/share/datasets/fashion-mnist/
   clang-format python3
   clang                                # the -Wthread-safety build (CI)

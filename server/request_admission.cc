@@ -164,6 +164,16 @@ Result<RequestAdmission::Route> RequestAdmission::Decide(
     }
   }
   if (*duplicate && !request.has_pull()) return Route::kDuplicate;
+  if (!*duplicate && request.has_values() && dedup_.Full(header.client_id())) {
+    counters_->Add(&ServerCounters::refused_limits);
+    return ResourceExhaustedError(
+        "client " + std::to_string(header.client_id()) + " has " +
+        std::to_string(max_window_per_client_) +
+        " requests applied above its done-below mark " +
+        std::to_string(header.done_below()) +
+        " (--max_window_per_client): refused until its earlier requests "
+        "complete");
+  }
   const TableId table = request.table->id();
   for (Key key : request.data.keys()) {
     if (!routing.Serves(server_id, routing.SlotOf(table, key))) {

@@ -59,10 +59,12 @@ class RequestAdmission {
   // Refusals by a limit or for naming a worker from another connection
   // are counted in `counters` (refused_limits, refused_permission).
   RequestAdmission(uint64_t max_message_bytes, uint64_t max_key_floats,
-                   LiveCounters* counters)
+                   uint64_t max_window_per_client, LiveCounters* counters)
       : max_message_bytes_(max_message_bytes),
         max_key_floats_(max_key_floats),
-        counters_(counters) {}
+        max_window_per_client_(max_window_per_client),
+        counters_(counters),
+        dedup_(max_window_per_client) {}
 
   // The epoch of a newer routing table a request has named (0: none since
   // the last call): the server should fetch it from the coordinator.
@@ -79,7 +81,8 @@ class RequestAdmission {
                Request* out, uint64_t* seq);
 
   // Exactly-once, slot ownership and the reply's size, for a request that
-  // Check() admitted. `*duplicate` says whether its values were applied
+  // Check() admitted; a push of a client whose window is full is refused
+  // (kResourceExhausted). `*duplicate` says whether its values were applied
   // before (push-pulls are then served without applying).
   Result<Route> Decide(const Request& request, const RoutingTable& routing,
                        int32_t server_id, bool* duplicate);
@@ -98,13 +101,14 @@ class RequestAdmission {
   // WORKERS_UPDATE's).
   void BindWorkers(const wire::Header& from_coordinator, bool overwrite);
   // Forgets every applied request (a rollback starts a new timeline).
-  void Reset() { dedup_ = RequestDedup(); }
+  void Reset() { dedup_ = RequestDedup(max_window_per_client_); }
   // The exactly-once window, which moves with slots.
   RequestDedup& dedup() { return dedup_; }
 
  private:
   const uint64_t max_message_bytes_;
   const uint64_t max_key_floats_;
+  const uint64_t max_window_per_client_;
   LiveCounters* const counters_;
   RequestDedup dedup_;
   // Worker id -> what its requests must come with.

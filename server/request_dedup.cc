@@ -6,6 +6,7 @@ namespace ductile {
 
 void RequestDedup::Advance(int64_t client, uint64_t done_below) {
   ClientWindow& w = clients_[client];
+  w.heard = true;
   if (done_below <= w.done_below) return;
   w.done_below = done_below;
   for (auto it = w.applied.begin(); it != w.applied.end();) {
@@ -20,7 +21,29 @@ bool RequestDedup::IsDuplicate(int64_t client, uint64_t seq) const {
 }
 
 void RequestDedup::MarkApplied(int64_t client, uint64_t seq) {
-  clients_[client].applied.insert(seq);
+  ClientWindow& w = clients_[client];
+  w.heard = true;
+  w.applied.insert(seq);
+}
+
+bool RequestDedup::Full(int64_t client) const {
+  auto it = clients_.find(client);
+  return it != clients_.end() &&
+         it->second.applied.size() >= max_applied_per_client_;
+}
+
+size_t RequestDedup::Sweep() {
+  size_t dropped = 0;
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (!it->second.heard) {
+      it = clients_.erase(it);
+      ++dropped;
+    } else {
+      it->second.heard = false;
+      ++it;
+    }
+  }
+  return dropped;
 }
 
 std::vector<RequestDedup::Window> RequestDedup::Snapshot() const {

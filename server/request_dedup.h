@@ -8,7 +8,15 @@
 //   - done_below only grows;
 //   - applied holds exactly the applied sequences >= done_below.
 // A request is a duplicate iff its seq < done_below or seq is in applied.
-// Memory per client is bounded by the client's requests in flight.
+// Memory per client is bounded by the client's requests in flight, and a
+// client may hold at most `max_applied_per_client` applied sequences:
+// Full() says when a client (one that lies about its mark) has reached it.
+//
+// Idle clients are forgotten: Sweep() drops every client not heard from
+// (Advance, MarkApplied, Merge) since the previous Sweep(). A client resends
+// an unanswered request every few seconds, so one whose window is dropped
+// by a sweep every few minutes has nothing in flight to this server, and
+// whatever it sends next starts a new window at its done-below mark.
 //
 // The window moves with slots (docs/elasticity.md, "Exactly-once across a
 // move"): a source's Snapshot() at the copy of its slots goes to the target,
@@ -29,6 +37,12 @@ namespace ductile {
 
 class RequestDedup {
  public:
+  static constexpr size_t kDefaultMaxAppliedPerClient = size_t{1} << 22;
+
+  explicit RequestDedup(
+      size_t max_applied_per_client = kDefaultMaxAppliedPerClient)
+      : max_applied_per_client_(max_applied_per_client) {}
+
   // Moves the client's done-below mark (and forgets what lies under it).
   void Advance(int64_t client, uint64_t done_below);
   // True if (client, seq) was applied before (or lies below the mark).
@@ -36,7 +50,15 @@ class RequestDedup {
   // Records (client, seq) as applied.
   void MarkApplied(int64_t client, uint64_t seq);
 
+  // True if the client holds max_applied_per_client applied sequences
+  // above its mark: a request of it that is no duplicate must be refused.
+  bool Full(int64_t client) const;
+  // Forgets the clients not heard from since the previous call; returns
+  // how many.
+  size_t Sweep();
+
   size_t tracked() const;
+  size_t clients() const { return clients_.size(); }
 
   // One client's window, as it travels with moved slots.
   struct Window {
@@ -53,7 +75,9 @@ class RequestDedup {
   struct ClientWindow {
     uint64_t done_below = 0;
     std::unordered_set<uint64_t> applied;
+    bool heard = true;  // since the last Sweep()
   };
+  size_t max_applied_per_client_;
   std::unordered_map<int64_t, ClientWindow> clients_;
 };
 

@@ -35,6 +35,18 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         "max_queued_replies must be in [1, 10000000], not " +
         std::to_string(options.max_queued_replies));
   }
+  if (options.max_window_per_client < 1 ||
+      options.max_window_per_client > (uint64_t{1} << 30)) {
+    return InvalidArgumentError(
+        "max_window_per_client must be in [1, 1073741824], not " +
+        std::to_string(options.max_window_per_client));
+  }
+  if (options.client_idle_expiry_s < 60 ||
+      options.client_idle_expiry_s > 30 * 86400) {
+    return InvalidArgumentError(
+        "client_idle_expiry_s must be in [60, 2592000], not " +
+        std::to_string(options.client_idle_expiry_s));
+  }
   if (options.noise_scale_sample > (1u << 20)) {
     return InvalidArgumentError(
         "noise_scale_sample must be in [0, 1048576], not " +

@@ -30,7 +30,8 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
     : options_(options),
       env_(env),
       replies_(&routing_, &counters_),
-      admission_(options.max_message_bytes, options.max_key_floats, &counters_),
+      admission_(options.max_message_bytes, options.max_key_floats,
+                 options.max_window_per_client, &counters_),
       tables_(&options_.custom_rules, -1),
       noise_(options.noise_scale_sample,
              GradientNoiseMonitor::kDefaultSmoothing),
@@ -72,8 +73,9 @@ Status ServerNode::Start() {
     DUCTILE_ASSIGN_OR_RETURN(ipc_address_, router_->Bind(MakeIpcAddress(
                                                options_.ipc_dir, "server")));
   }
-  DUCTILE_ASSIGN_OR_RETURN(coordinator_,
-                           transport_->NewDealer(NewMemberIdentity("server")));
+  DUCTILE_ASSIGN_OR_RETURN(
+      coordinator_,
+      transport_->NewDealer(NewMemberIdentity("server"), kControlMessageBytes));
   DUCTILE_RETURN_IF_ERROR(coordinator_->Connect(options_.coordinator_address));
   wire::Header reg;
   reg.set_type(wire::REGISTER);
@@ -702,6 +704,21 @@ void ServerNode::ReplayCheckpointHeld() {
   }
 }
 
+void ServerNode::SweepIdleClients(TimePoint now) {
+  const auto period = std::chrono::seconds(options_.client_idle_expiry_s);
+  if (next_window_sweep_ == TimePoint{}) next_window_sweep_ = now + period;
+  if (now >= next_window_sweep_) {
+    next_window_sweep_ = now + period;
+    const size_t dropped = admission_.dedup().Sweep();
+    if (dropped > 0) {
+      counters_.Add(&ServerCounters::window_expired, dropped);
+      VLOG(1) << "server " << id_ << ": forgot the exactly-once windows of "
+              << dropped << " idle client(s)";
+    }
+  }
+  counters_.Set(&ServerCounters::window_clients, admission_.dedup().clients());
+}
+
 void ServerNode::HandleTimers() {
   const TimePoint now = env_->Now();
   // The timers run at least once per heartbeat interval; a longer gap is
@@ -724,6 +741,7 @@ void ServerNode::HandleTimers() {
     shut_down_ = true;
     return;
   }
+  SweepIdleClients(now);
   std::vector<ConsistencyController::ParkedPull> expired =
       consistency_.TakeExpired(env_->Now());
   if (!expired.empty()) {

@@ -130,6 +130,9 @@ class ServerNode final : private CoordinatorLink {
   void WriteDueCheckpoints();
   void ReplayCheckpointHeld();
   void HandleTimers();
+  // Forgets the exactly-once windows of clients idle for a sweep period
+  // (ServerOptions::client_idle_expiry_s).
+  void SweepIdleClients(TimePoint now);
   void SetKeysStored() {
     counters_.Set(&ServerCounters::keys_stored, tables_.keys());
   }
@@ -151,8 +154,9 @@ class ServerNode final : private CoordinatorLink {
   // Owned by the stepping thread.
   bool registered_ = false;
   bool shut_down_ = false;
-  TimePoint last_heard_{};   // the coordinator's last message
-  TimePoint last_timers_{};  // HandleTimers() last ran
+  TimePoint last_heard_{};         // the coordinator's last message
+  TimePoint last_timers_{};        // HandleTimers() last ran
+  TimePoint next_window_sweep_{};  // forgets idle clients' windows then
   Status failure_;
   RoutingTable routing_;
   uint64_t generation_ = 0;

@@ -85,7 +85,7 @@ void SlotMover::Connect(Move& m) {
                                         " has no address");
     return;
   }
-  auto socket = transport_->NewDealer("");
+  auto socket = transport_->NewDealer("", kControlMessageBytes);
   if (!socket.ok()) {
     m.failure = socket.status();
     return;

@@ -34,6 +34,7 @@ class Worker {
   Worker(Cluster* cluster, int index);
   void Advance();
   bool done() const { return phase_ == Phase::kDone; }
+  bool idle() const { return phase_ == Phase::kIdle; }
   int64_t clock() const { return clock_; }
   ClientImpl& client() { return *client_; }
   std::string Where() const;
@@ -46,6 +47,7 @@ class Worker {
     kStep,
     kBarrier,
     kFinalRead,
+    kIdle,  // SimOptions::idle_after_ms
     kFinish,
     kRecover,
     kLeave,
@@ -98,6 +100,7 @@ class Cluster {
     return it->second;
   }
   SimResult& result() { return result_; }
+  bool idle_over() const { return idle_over_; }
   bool all_joined() const {
     if (workers_.size() < static_cast<size_t>(total_workers())) return false;
     for (int64_t s : start_) {
@@ -127,6 +130,9 @@ class Cluster {
   // Updates the longest stall of any worker (SimResult::longest_stall_ms).
   void NoteProgress();
   void HandleJoins();
+  // Starts the idle run once every worker is idle, and ends it, taking
+  // the servers' exactly-once window counters, when its time has passed.
+  void HandleIdle();
   void HandleServerChanges();
   // With no rollback, a server clock never moves backwards (a joiner
   // starts at it, a leaver's removal only raises it).
@@ -154,6 +160,10 @@ class Cluster {
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
   std::vector<bool> paused_;  // by server
+  // When the idle run after the workload ends (SimOptions::idle_after_ms),
+  // and whether it has.
+  std::optional<TimePoint> idle_until_;
+  bool idle_over_ = false;
   // Disk faults: started, and when they end.
   std::vector<bool> disk_fault_started_;
   std::vector<std::optional<TimePoint>> disk_fault_end_;
@@ -365,6 +375,10 @@ void Worker::Advance() {
         issued_ = false;
         if (Status s = pull_.Wait(); !s.ok()) return Failed(s, "final pull");
         CheckFinal();
+        phase_ = o.idle_after_ms > 0 ? Phase::kIdle : Phase::kFinish;
+        break;
+      case Phase::kIdle:
+        if (!cluster_.idle_over()) return;
         phase_ = Phase::kFinish;
         break;
       case Phase::kFinish:
@@ -413,6 +427,7 @@ void Cluster::StartServer(int i) {
   s.enable_ipc = false;
   s.requested_id = i;
   s.heartbeat_interval_ms = 500;
+  s.client_idle_expiry_s = options_.client_idle_expiry_s;
   if (options_.checkpoint_every > 0) s.state_dir = kServerStateDir;
   server_envs_[i] =
       std::make_unique<SimEnv>(&net_, &disk_, "server-" + std::to_string(i));
@@ -609,6 +624,24 @@ void Cluster::HandleServerChanges() {
   }
 }
 
+void Cluster::HandleIdle() {
+  if (options_.idle_after_ms <= 0 || idle_over_) return;
+  if (!idle_until_) {
+    if (workers_.size() < static_cast<size_t>(total_workers())) return;
+    for (const auto& w : workers_) {
+      if (!w->idle() && !w->done()) return;
+    }
+    idle_until_ = net_.now() + milliseconds(options_.idle_after_ms);
+  }
+  if (net_.now() < *idle_until_) return;
+  for (const auto& server : servers_) {
+    const ServerCounters c = server ? server->counters() : ServerCounters();
+    result_.window_clients.push_back(c.window_clients);
+    result_.window_expired.push_back(c.window_expired);
+  }
+  idle_over_ = true;
+}
+
 void Cluster::HandleJoins() {
   const size_t joined = workers_.size() - options_.workers;
   if (joined >= options_.joins.size()) return;
@@ -680,7 +713,8 @@ bool Droppable(const std::vector<std::string>& frames, bool to_router) {
 SimResult Cluster::Run() {
   net_.set_droppable(&Droppable);
   const TimePoint start = net_.now();
-  const TimePoint limit = start + milliseconds(options_.time_limit_ms);
+  const TimePoint limit = start + milliseconds(options_.time_limit_ms) +
+                          milliseconds(options_.idle_after_ms);
   StartCoordinator();
   if (!options_.coordinator_crashes.empty() &&
       !options_.server_drains.empty()) {
@@ -756,6 +790,7 @@ SimResult Cluster::Run() {
                     drains_ended_ == options_.server_drains.size();
     for (const auto& w : workers_) all_done = all_done && w->done();
     if (all_done) break;
+    HandleIdle();
     // Time always moves on: a node that wants to run again at once would
     // spin in a real process too.
     net_.AdvanceTo(

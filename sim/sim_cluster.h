@@ -111,6 +111,11 @@ struct SimOptions {
   int64_t drain_linger_ms = 2000;
   // Give up (and fail) after this much simulated time.
   int64_t time_limit_ms = 600000;
+  // Once the workload is done, the cluster runs on idle (workers still
+  // connected, sending no requests) for this long before the run ends.
+  int64_t idle_after_ms = 0;
+  // ServerOptions::client_idle_expiry_s of the servers.
+  int64_t client_idle_expiry_s = 600;
 };
 
 struct SimResult {
@@ -127,6 +132,9 @@ struct SimResult {
   int servers_joined = 0, servers_drained = 0;
   // The slots each server owns at the end (the coordinator's routing).
   std::vector<int> slots_at_end;
+  // Per server at the end: the clients its exactly-once window holds, and
+  // those it forgot for being idle (ServerCounters::window_*).
+  std::vector<uint64_t> window_clients, window_expired;
   uint64_t reads_checked = 0;
   // The longest a worker went without its clock moving (simulated ms),
   // from its start to its end: how long a membership change or a fault

@@ -54,8 +54,8 @@ class SimTransport final : public Transport {
     return std::unique_ptr<Socket>(
         new SimSocket(net_, net_->NewSocket(node_, /*router=*/true, "")));
   }
-  Result<std::unique_ptr<Socket>> NewDealer(
-      const std::string& identity) override {
+  Result<std::unique_ptr<Socket>> NewDealer(const std::string& identity,
+                                            int64_t) override {
     return std::unique_ptr<Socket>(new SimSocket(
         net_, net_->NewSocket(node_, /*router=*/false, identity)));
   }

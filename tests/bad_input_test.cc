@@ -932,5 +932,53 @@ TEST(ServerLimits, RepliesForAPeerThatDoesNotReadAreBounded) {
   EXPECT_LT(received, kPulls / 4);
 }
 
+// A client that never lets its done-below mark move (a lying one) holds
+// at most max_window_per_client applied sequence numbers in a server's
+// exactly-once window: its next push is refused, and taken again once its
+// mark moves up.
+TEST(ServerLimits, AClientsExactlyOnceWindowIsBounded) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  options.server.max_window_per_client = 4;
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  Result<TableId> table = client->CreateTable(AddTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {1};
+  const std::vector<float> one(kWidth, 1.0f);
+  RawPeer peer(cluster.server(0).address());
+  auto push = [&](uint64_t seq, uint64_t done_below) {
+    wire::Header h = Request(wire::PUSH, *table, seq, 1);
+    h.set_done_below(done_below);
+    peer.Send({Serialize(h), Bytes(key), Bytes(one)});
+    return peer.ReceiveHeader();
+  };
+  for (uint64_t seq = 100; seq < 104; ++seq) {
+    std::optional<wire::Header> reply = push(seq, 0);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->status_code(), 0) << reply->status_message();
+  }
+  const uint64_t limits_before = cluster.server(0).counters().refused_limits;
+  std::optional<wire::Header> refused = push(104, 0);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status_code(),
+            static_cast<int>(StatusCode::kResourceExhausted));
+  EXPECT_THAT(refused->status_message(), HasSubstr("--max_window_per_client"));
+  EXPECT_EQ(cluster.server(0).counters().refused_limits, limits_before + 1);
+  // A resend of one applied is still recognised, not refused.
+  std::optional<wire::Header> resent = push(102, 0);
+  ASSERT_TRUE(resent.has_value());
+  EXPECT_EQ(resent->status_code(), 0) << resent->status_message();
+  EXPECT_TRUE(resent->duplicate());
+  // Its mark moves past the first two: room again.
+  std::optional<wire::Header> taken = push(104, 102);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->status_code(), 0) << taken->status_message();
+  std::vector<float> out(kWidth);
+  ASSERT_TRUE(client->Pull(*table, key, out).ok());
+  EXPECT_EQ(out, std::vector<float>(kWidth, 5.0f));  // 100..104 once each
+}
+
 }  // namespace
 }  // namespace ductile

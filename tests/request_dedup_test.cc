@@ -112,5 +112,42 @@ TEST(RequestDedup, AMergedWindowKnowsWhatEitherServerApplied) {
   EXPECT_EQ(target.tracked(), 3u);
 }
 
+TEST(RequestDedup, ASweepForgetsOnlyClientsNotHeardFromSinceTheLast) {
+  RequestDedup dedup;
+  dedup.MarkApplied(1, 5);
+  dedup.Advance(2, 3);
+  dedup.MarkApplied(3, 9);
+  EXPECT_EQ(dedup.Sweep(), 0u);  // all heard from since the start
+  EXPECT_EQ(dedup.clients(), 3u);
+  dedup.Advance(1, 0);      // heard (a resend carries its mark)
+  dedup.MarkApplied(2, 4);  // heard
+  EXPECT_EQ(dedup.Sweep(), 1u);
+  EXPECT_EQ(dedup.clients(), 2u);
+  EXPECT_FALSE(dedup.IsDuplicate(3, 9));  // forgotten
+  EXPECT_TRUE(dedup.IsDuplicate(1, 5));
+  EXPECT_TRUE(dedup.IsDuplicate(2, 1));
+  // A window merged in from a moved slot counts as heard from.
+  dedup.Merge({.client = 7, .done_below = 2, .applied = {4}});
+  EXPECT_EQ(dedup.Sweep(), 2u);  // 1 and 2, silent since
+  EXPECT_EQ(dedup.clients(), 1u);
+  EXPECT_TRUE(dedup.IsDuplicate(7, 4));
+  EXPECT_EQ(dedup.Sweep(), 1u);
+  EXPECT_EQ(dedup.clients(), 0u);
+  EXPECT_EQ(dedup.tracked(), 0u);
+}
+
+TEST(RequestDedup, AClientIsFullAtItsLimitOfAppliedSequences) {
+  RequestDedup dedup(/*max_applied_per_client=*/3);
+  dedup.Advance(1, 10);
+  for (uint64_t seq : {10, 12, 14}) {
+    EXPECT_FALSE(dedup.Full(1));
+    dedup.MarkApplied(1, seq);
+  }
+  EXPECT_TRUE(dedup.Full(1));
+  EXPECT_FALSE(dedup.Full(2));  // per client
+  dedup.Advance(1, 13);         // 10 and 12 complete
+  EXPECT_FALSE(dedup.Full(1));
+}
+
 }  // namespace
 }  // namespace ductile

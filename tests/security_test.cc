@@ -189,11 +189,11 @@ TEST(ClusterKeys, AMemberKeyIsForItsMemberOnly) {
   EXPECT_TRUE(public_only->curve());
   EXPECT_TRUE(public_only->cluster_secret.empty());
   std::unique_ptr<Transport> keyless = NewZmqTransport(*public_only);
-  EXPECT_EQ(keyless->NewDealer("").status().code(),
+  EXPECT_EQ(keyless->NewDealer("", 0).status().code(),
             StatusCode::kFailedPrecondition);
   ASSERT_TRUE(LoadMemberKey(dir + "/members/worker-0.key", &*public_only).ok());
   std::unique_ptr<Transport> connects = NewZmqTransport(*public_only);
-  EXPECT_TRUE(connects->NewDealer("").ok());
+  EXPECT_TRUE(connects->NewDealer("", 0).ok());
   EXPECT_EQ(connects->NewRouter(0).status().code(),
             StatusCode::kFailedPrecondition);
 }
@@ -216,7 +216,7 @@ class CurveLink : public ::testing::Test {
   // A dealer of `security`, on a transport of its own, that sends `text`.
   void SendFrom(const Security& security, const std::string& text) {
     dealer_transports_.push_back(NewZmqTransport(security));
-    auto dealer = dealer_transports_.back()->NewDealer("");
+    auto dealer = dealer_transports_.back()->NewDealer("", 0);
     ASSERT_TRUE(dealer.ok()) << dealer.status();
     ASSERT_TRUE((*dealer)->Connect(address_).ok());
     OutMessage out;
@@ -319,6 +319,99 @@ TEST_F(CurveLink, MembersWithKeysOfTheirOwnAreKnownByThem) {
   got = ReceiveUntil("late");
   ASSERT_EQ(got.size(), 1u) << "the unlisted key got through";
   EXPECT_EQ(got[0].member_key, late.member_public);
+}
+
+// With require_member_keys, holding cluster.key makes no one a member:
+// routers admit only members' own keys and the admin's, and a process with
+// neither cannot even connect.
+TEST_F(CurveLink, WhenMembersNeedKeysOfTheirOwnTheSharedKeyAdmitsNobody) {
+  const std::string dir = NewDir("link-require");
+  ASSERT_TRUE(GenerateClusterKeys(dir).ok());
+  Result<Security> shared = LoadClusterKeys(dir, false);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  Result<Security> admin = LoadClusterKeys(dir, true);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  Security router = *shared;
+  router.require_member_keys = true;
+  ASSERT_NO_FATAL_FAILURE(StartRouter(router));
+
+  Security refuses_itself = *shared;
+  refuses_itself.require_member_keys = true;
+  std::unique_ptr<Transport> t = NewZmqTransport(refuses_itself);
+  Result<std::unique_ptr<Socket>> dealer = t->NewDealer("", 0);
+  EXPECT_EQ(dealer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(dealer.status().message().find("--require_member_keys"),
+            std::string::npos)
+      << dealer.status();
+
+  // One that does not know the rule tries with the shared key anyway.
+  ASSERT_NO_FATAL_FAILURE(SendFrom(*shared, "shared"));
+  Security own = WithMemberKey(dir, *shared, "own");
+  own.require_member_keys = true;
+  ASSERT_NO_FATAL_FAILURE(SendFrom(own, "own"));
+  Security boss = *admin;
+  boss.require_member_keys = true;
+  ASSERT_NO_FATAL_FAILURE(SendFrom(boss, "admin"));
+  std::vector<Received> got = ReceiveUntil("admin");
+  if (got.size() == 1 && got[0].text == "admin") {
+    for (auto& m : ReceiveUntil("own")) got.push_back(m);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  for (const Received& m : got) {
+    EXPECT_NE(m.text, "shared");
+    if (m.text == "own") {
+      EXPECT_EQ(m.member_key, own.member_public);
+    } else {
+      EXPECT_TRUE(m.from_admin) << m.text;
+    }
+  }
+}
+
+// A dealer's limit: a router (a peer that registered as a server, say)
+// cannot make a client take a message far over the client's limit. libzmq
+// closes that connection unread, for good (a protocol error is not
+// reconnected): nothing sent after it arrives either.
+TEST(DealerLimit, ARouterCannotSendADealerFarMoreThanItsLimit) {
+  std::unique_ptr<Transport> router_side = NewZmqTransport(Security());
+  std::unique_ptr<Transport> dealer_side = NewZmqTransport(Security());
+  auto router = router_side->NewRouter(0);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto bound = (*router)->Bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  constexpr int64_t kLimit = int64_t{1} << 20;  // closed beyond 3 MiB
+  auto dealer = dealer_side->NewDealer("limited", kLimit);
+  ASSERT_TRUE(dealer.ok()) << dealer.status();
+  ASSERT_TRUE((*dealer)->Connect(*bound).ok());
+  OutMessage hello;
+  hello.AddString("hello");
+  ASSERT_TRUE((*dealer)->Send(std::move(hello)).ok());
+  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+  InMessage m;
+  bool got = false;
+  Socket* const at_router[] = {router->get()};
+  while (!got && steady_clock::now() < deadline) {
+    ASSERT_TRUE(router_side->Wait(at_router, -1, deadline).ok());
+    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
+  }
+  ASSERT_TRUE(got) << "the router heard nothing";
+  const std::string identity(m.frame_view(0));
+  auto send = [&](std::string payload) {
+    OutMessage out;
+    out.AddString(identity);
+    out.AddString(std::move(payload));
+    ASSERT_TRUE((*router)->Send(std::move(out)).ok());
+  };
+  send(std::string(8 << 20, 'x'));
+  send("after");
+  Socket* const at_dealer[] = {dealer->get()};
+  const auto quiet = steady_clock::now() + std::chrono::seconds(2);
+  while (steady_clock::now() < quiet) {
+    ASSERT_TRUE(dealer_side->Wait(at_dealer, -1, quiet).ok());
+    got = false;
+    ASSERT_TRUE((*dealer)->Receive(&m, &got).ok());
+    ASSERT_FALSE(got) << "the dealer took a message of "
+                      << m.frame_view(0).size() << " bytes";
+  }
 }
 
 TEST(PlainMode, ListeningBeyondLoopbackNeedsKeysOrConsent) {

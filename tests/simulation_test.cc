@@ -130,6 +130,40 @@ TEST(Simulation, DuplicatedMessagesAreAppliedOnce) {
   EXPECT_GT(r.duplicated, 0u);
 }
 
+// A server's exactly-once window forgets a client once it has been idle
+// for a sweep period (ServerOptions::client_idle_expiry_s), and not before.
+TEST(Simulation, TheExactlyOnceWindowForgetsIdleClientsOnly) {
+  SimOptions o;
+  o.seed = 17;
+  o.consistency = Ssp(1);
+  o.faults.duplicate = 0.1;
+  o.client_idle_expiry_s = 60;
+  uint64_t held = 0, expired = 0;
+  // Idle for less than a sweep period: every worker's window is held by
+  // the server of its counter.
+  o.idle_after_ms = 30000;
+  SimResult r = RunSimulation(o);
+  ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+  ASSERT_EQ(r.window_clients.size(), static_cast<size_t>(o.servers));
+  for (int i = 0; i < o.servers; ++i) {
+    held += r.window_clients[i];
+    expired += r.window_expired[i];
+  }
+  EXPECT_EQ(held, static_cast<uint64_t>(o.workers));
+  EXPECT_EQ(expired, 0u);
+  // Idle for two sweep periods and more: all forgotten.
+  o.idle_after_ms = 130000;
+  r = RunSimulation(o);
+  ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+  held = expired = 0;
+  for (int i = 0; i < o.servers; ++i) {
+    held += r.window_clients[i];
+    expired += r.window_expired[i];
+  }
+  EXPECT_EQ(held, 0u);
+  EXPECT_EQ(expired, static_cast<uint64_t>(o.workers));
+}
+
 TEST(Simulation, PushesWhoseRepliesAreLostAreResentAndAppliedOnce) {
   SimOptions o;
   o.seed = 13;

@@ -38,6 +38,10 @@ class Socket {
   virtual Status Receive(InMessage* message, bool* got) = 0;
 };
 
+// The largest message to or from the coordinator (registrations,
+// routing, status, acknowledgements).
+inline constexpr int64_t kControlMessageBytes = int64_t{64} << 20;
+
 class Transport {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
@@ -51,9 +55,12 @@ class Transport {
   virtual Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
                                                     int64_t max_queued = 0) = 0;
   // A dealer; `identity` names it to routers ("" = chosen by the
-  // transport).
+  // transport). A message from a router of far more than
+  // `max_message_bytes` (over 2x; 0: any size) resets the connection
+  // before it is read into memory: a peer that lies cannot make this
+  // process take a reply as large as its memory.
   virtual Result<std::unique_ptr<Socket>> NewDealer(
-      const std::string& identity) = 0;
+      const std::string& identity, int64_t max_message_bytes) = 0;
   // Blocks until one of `sockets` has a message, the file descriptor
   // `wakeup_fd` (-1: none) is readable, or `deadline` passes.
   virtual Status Wait(std::span<Socket* const> sockets, int wakeup_fd,

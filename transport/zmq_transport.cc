@@ -293,8 +293,10 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
     if (request.size() == 7 && request[5].to_string_view() == "CURVE" &&
         request[6].size() == 32 && keys_ok) {
       if (std::memcmp(request[6].data(), cluster, 32) == 0) {
-        status = "200";
-        user = kMemberUser;
+        if (!security.require_member_keys) {
+          status = "200";
+          user = kMemberUser;
+        }
       } else if (std::memcmp(request[6].data(), admin, 32) == 0) {
         status = "200";
         user = kAdminUser;
@@ -310,8 +312,11 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
       if (refused <= 10 || refused % 1000 == 0) {
         LOG(WARNING) << "refused a connection from "
                      << (request.size() > 3 ? request[3].to_string() : "?")
-                     << ": it holds none of the cluster's keys (" << refused
-                     << " refused so far)";
+                     << (security.require_member_keys
+                             ? ": it proves neither a member key of its own "
+                               "nor the admin's (--require_member_keys) ("
+                             : ": it holds none of the cluster's keys (")
+                     << refused << " refused so far)";
       }
     }
     const std::string request_id =
@@ -352,6 +357,16 @@ class ZmqTransport final : public Transport {
     zap_socket_.close();
   }
 
+  // libzmq's limit is per frame, checked before the frame is allocated;
+  // a peer sending more is disconnected. 2x + 1 MiB of `max_message_bytes`
+  // (0: none).
+  static void SetHardLimit(zmq::socket_t& socket, int64_t max_message_bytes) {
+    if (max_message_bytes > 0) {
+      socket.set(zmq::sockopt::maxmsgsize,
+                 max_message_bytes * 2 + (int64_t{1} << 20));
+    }
+  }
+
   Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
                                             int64_t max_queued) override {
     try {
@@ -376,13 +391,9 @@ class ZmqTransport final : public Transport {
       // A member reconnecting under its fixed identity takes its place at
       // once, even before the router has seen its old connection close.
       socket.set(zmq::sockopt::router_handover, 1);
-      if (max_message_bytes > 0) {
-        // The hard transport limit is per frame and generous (2x + 1 MiB),
-        // so requests just over the limit still get a clear error reply
-        // from the server's own check.
-        socket.set(zmq::sockopt::maxmsgsize,
-                   max_message_bytes * 2 + (int64_t{1} << 20));
-      }
+      // Generous, so requests just over the limit still get a clear error
+      // reply from the server's own check.
+      SetHardLimit(socket, max_message_bytes);
       return std::unique_ptr<Socket>(
           new ZmqSocket(std::move(socket), security_, /*router=*/true));
     } catch (const zmq::error_t& e) {
@@ -391,7 +402,7 @@ class ZmqTransport final : public Transport {
   }
 
   Result<std::unique_ptr<Socket>> NewDealer(
-      const std::string& identity) override {
+      const std::string& identity, int64_t max_message_bytes) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::dealer);
       if (security_.curve()) {
@@ -407,6 +418,12 @@ class ZmqTransport final : public Transport {
               "no key to connect with: give the cluster's secret key "
               "(cluster.key) or a member key of its own (--member_key)");
         }
+        if (security_.require_member_keys && !security_.admin() && !own) {
+          return FailedPreconditionError(
+              "this cluster admits only members with keys of their own "
+              "(--require_member_keys): give this one its key "
+              "(--member_key=FILE, from `ductile keygen --member=NAME`)");
+        }
         socket.set(zmq::sockopt::curve_serverkey, security_.cluster_public);
         socket.set(zmq::sockopt::curve_publickey,
                    security_.admin() ? security_.admin_public
@@ -417,6 +434,7 @@ class ZmqTransport final : public Transport {
       socket.set(zmq::sockopt::linger, 0);
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
+      SetHardLimit(socket, max_message_bytes);
       if (!identity.empty()) socket.set(zmq::sockopt::routing_id, identity);
       return std::unique_ptr<Socket>(
           new ZmqSocket(std::move(socket), security_, /*router=*/false));

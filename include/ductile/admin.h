@@ -35,6 +35,9 @@ struct MemberStatus {
   double mean_staleness = 0;
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
+  // Workers: staleness[i] = pulls that read with staleness i (the last
+  // bucket: i or more), since the worker started.
+  std::vector<uint64_t> staleness;
 };
 
 struct ClusterStatus {
@@ -73,6 +76,10 @@ struct ClusterStatus {
   // server has folded in).
   double noise_scale = 0;
   uint64_t noise_scale_clocks = 0;
+  // The staleness histogram of the whole job: the workers' (members')
+  // histograms summed, [i] = pulls with staleness i (the last bucket: i
+  // or more).
+  std::vector<uint64_t> staleness;
 };
 
 // Each call takes the cluster's keys (LoadClusterKeys; empty in plain
@@ -111,6 +118,13 @@ Status RequestResize(const std::string& address, int32_t workers,
                      const Security& security = {});
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);
+// `status` in Prometheus' text exposition format (version 0.0.4), as the
+// coordinator's /metrics serves it: job-wide gauges (ductile_*), each
+// server's counters (ductile_server_*{server="ID"}), each worker's
+// (ductile_worker_*{worker="ID"}) and the staleness histogram
+// (ductile_staleness_bucket{le="I"}). Counters that only grow end in
+// _total.
+std::string FormatPrometheus(const ClusterStatus& status);
 
 }  // namespace ductile
 

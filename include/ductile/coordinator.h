@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "ductile/admin.h"
 #include "ductile/security.h"
 #include "ductile/status.h"
 
@@ -103,6 +104,11 @@ class Coordinator {
   // FailedPrecondition without a state_dir; kAborted if a failure or
   // another checkpoint interfered.
   virtual Result<int64_t> Checkpoint(int64_t timeout_ms) = 0;
+
+  // The cluster's state, as `ductile status` (QueryClusterStatus) would
+  // read it, from within this process: for monitors embedded with the
+  // coordinator (the /metrics endpoint). Safe from any thread.
+  virtual Result<ClusterStatus> QueryStatus(int64_t timeout_ms) = 0;
 
  protected:
   Coordinator() = default;

@@ -59,6 +59,13 @@ struct Security {
   // (files NAME.pub, `ductile keygen --member=NAME`), read again at a
   // handshake when it has changed or a second has passed; "" admits none.
   std::string members_dir;
+  // Only keys of members' own and the admin's are admitted: routers refuse
+  // a connection proving the cluster's shared key, and a process with
+  // neither the admin key nor one of its own cannot connect. Every member
+  // id is then bound to a key (no member can register as, or act for,
+  // another, whatever ids it names), and holding cluster.key no longer
+  // makes one a member.
+  bool require_member_keys = false;
   // Plain mode only: allow binding to addresses other than loopback and
   // ipc:// (anyone who reaches them can act as any member).
   bool allow_plain_network = false;

@@ -71,6 +71,16 @@ struct ServerOptions {
   // while the server's memory stays bounded by about this many replies
   // per connection (each at most max_message_bytes).
   int64_t max_queued_replies = 10000;
+  // The exactly-once window (server/request_dedup.h) keeps, per client,
+  // the sequence numbers it applied above the client's done-below mark. A
+  // client that holds this many there (1 - 2^30; an honest one holds about
+  // its requests in flight) has a push refused with kResourceExhausted
+  // until its mark moves up. A client not heard from for between one and
+  // two times `client_idle_expiry_s` (60 s - 30 days) is forgotten: an
+  // honest one resends what is unanswered every few seconds, so it has
+  // nothing in flight then.
+  uint64_t max_window_per_client = uint64_t{1} << 22;
+  int64_t client_idle_expiry_s = 600;
   // One key in this many feeds the gradient noise scale this server
   // estimates from the pushes it receives (ServerCounters::gns_*): 1 takes
   // every key, 0 turns it off, at most 2^20. It keeps the sampled keys'
@@ -123,8 +133,8 @@ struct ServerCounters {
   uint64_t redirects = 0;   // "routing changed" answers
   uint64_t errors = 0;      // malformed or refused requests
   // Of those: refused by a limit (--max_message_bytes, --max_key_floats,
-  // the reply limit, --max_stored_mb) and naming a worker from another
-  // connection.
+  // the reply limit, --max_stored_mb, --max_window_per_client) and naming a
+  // worker from another connection.
   uint64_t refused_limits = 0;
   uint64_t refused_permission = 0;
   uint64_t bytes_in = 0;
@@ -144,6 +154,10 @@ struct ServerCounters {
   double gns_gradient_sq = 0;
   double gns_noise_trace = 0;
   uint64_t gns_clocks = 0;
+  // Clients the exactly-once window holds now, and those forgotten so far
+  // for being idle.
+  uint64_t window_clients = 0;
+  uint64_t window_expired = 0;
 };
 
 class Server {

@@ -1,0 +1,209 @@
+// The cluster's signals from outside: the Prometheus text of a status
+// (FormatPrometheus), the coordinator's own view of it (QueryStatus) and
+// the /metrics endpoint that serves it over HTTP.
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/metrics_http.h"
+#include "ductile/admin.h"
+#include "ductile/coordinator.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/test_cluster.h"
+
+namespace ductile {
+namespace {
+
+// Sample lines "name{labels} value" -> value; also checks that every
+// family's HELP and TYPE come once, before its samples.
+std::map<std::string, std::string> Samples(const std::string& text) {
+  std::map<std::string, std::string> samples;
+  std::map<std::string, int> typed;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const std::string name = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_EQ(++typed[name], 1) << "TYPE twice for " << name;
+      continue;
+    }
+    if (line.rfind("#", 0) == 0 || line.empty()) continue;
+    const size_t space = line.rfind(' ');
+    EXPECT_NE(space, std::string::npos) << line;
+    const std::string series = line.substr(0, space);
+    std::string family = series.substr(0, series.find('{'));
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s(suffix);
+      if (family.size() > s.size() &&
+          family.compare(family.size() - s.size(), s.size(), s) == 0 &&
+          typed.count(family.substr(0, family.size() - s.size()))) {
+        family.resize(family.size() - s.size());
+      }
+    }
+    EXPECT_EQ(typed.count(family), 1u) << "no TYPE before " << line;
+    EXPECT_EQ(samples.count(series), 0u) << "twice: " << series;
+    samples[series] = line.substr(space + 1);
+  }
+  return samples;
+}
+
+ClusterStatus AStatus() {
+  ClusterStatus s;
+  s.epoch = 3;
+  s.generation = 1;
+  s.last_checkpoint_clock = 40;
+  s.checkpoints = 2;
+  s.noise_scale = 2.5;
+  s.noise_scale_clocks = 17;
+  s.staleness = {5, 3, 0, 2};  // the last bucket: 3 or more
+  MemberStatus server;
+  server.id = 0;
+  server.role = "server";
+  server.state = "active";
+  server.alive = true;
+  server.slots = 64;
+  server.counters.pushes = 12;
+  server.counters.parked_pulls = 4;
+  server.counters.gns_noise_trace = 0.25;
+  MemberStatus worker;
+  worker.id = 7;
+  worker.role = "worker";
+  worker.state = "active";
+  worker.alive = true;
+  worker.last_heartbeat_ms_ago = 250;
+  worker.clock = 41;
+  worker.blocked_ms = 1500;
+  s.members = {server, worker};
+  return s;
+}
+
+TEST(Prometheus, AStatusReadsBackSampleBySample) {
+  const std::map<std::string, std::string> m =
+      Samples(FormatPrometheus(AStatus()));
+  EXPECT_EQ(m.at("ductile_routing_epoch"), "3");
+  EXPECT_EQ(m.at("ductile_generation"), "1");
+  EXPECT_EQ(m.at("ductile_last_checkpoint_clock"), "40");
+  EXPECT_EQ(m.at("ductile_gradient_noise_scale"), "2.5");
+  EXPECT_EQ(m.at("ductile_gradient_noise_scale_clocks"), "17");
+  EXPECT_EQ(
+      m.at("ductile_member_up{role=\"server\",id=\"0\",state=\"active\"}"),
+      "1");
+  EXPECT_EQ(
+      m.at("ductile_member_heartbeat_age_seconds{role=\"worker\",id=\"7\"}"),
+      "0.25");
+  EXPECT_EQ(m.at("ductile_server_slots{server=\"0\"}"), "64");
+  // Counters that only grow are _total; the rest are gauges.
+  EXPECT_EQ(m.at("ductile_server_pushes_total{server=\"0\"}"), "12");
+  EXPECT_EQ(m.at("ductile_server_parked_pulls{server=\"0\"}"), "4");
+  EXPECT_EQ(m.at("ductile_server_gns_noise_trace{server=\"0\"}"), "0.25");
+  EXPECT_EQ(m.count("ductile_server_parked_pulls_total{server=\"0\"}"), 0u);
+  EXPECT_EQ(m.at("ductile_worker_clock{worker=\"7\"}"), "41");
+  EXPECT_EQ(m.at("ductile_worker_blocked_seconds_total{worker=\"7\"}"), "1.5");
+  // Cumulative buckets; "3 or more" only in +Inf.
+  EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"0\"}"), "5");
+  EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"1\"}"), "8");
+  EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"2\"}"), "8");
+  EXPECT_EQ(m.count("ductile_staleness_bucket{le=\"3\"}"), 0u);
+  EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"+Inf\"}"), "10");
+  EXPECT_EQ(m.at("ductile_staleness_count"), "10");
+  EXPECT_EQ(m.at("ductile_staleness_sum"), "9");  // 3*1 + 2*3
+}
+
+TEST(Prometheus, AnEmptyStatusIsStillValidText) {
+  const std::map<std::string, std::string> m =
+      Samples(FormatPrometheus(ClusterStatus()));
+  EXPECT_EQ(m.at("ductile_last_checkpoint_clock"), "-1");
+  EXPECT_EQ(m.at("ductile_staleness_count"), "0");
+  EXPECT_EQ(m.count("ductile_server_slots{server=\"0\"}"), 0u);
+}
+
+TEST(Prometheus, StatusShowsTheJobsStalenessHistogram) {
+  const std::string table = FormatClusterStatus(AStatus());
+  EXPECT_NE(table.find("staleness of reads: 0: 50.0% 1: 30.0% >=3: 20.0% "
+                       "(10 pulls)"),
+            std::string::npos)
+      << table;
+}
+
+// The coordinator's own view, and the endpoint serving it.
+TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  TableOptions t;
+  t.name = "w";
+  t.value_width = 2;
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> keys = {1, 2};
+  ASSERT_TRUE(client->Push(*table, keys, std::vector<float>(4, 1.0f)).ok());
+
+  Coordinator* coordinator = &cluster.coordinator();
+  Result<ClusterStatus> status = coordinator->QueryStatus(5000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->tables, std::vector<std::string>{"w"});
+  int servers = 0, workers = 0;
+  for (const MemberStatus& m : status->members) {
+    (m.role == "server" ? servers : workers) += 1;
+  }
+  EXPECT_EQ(servers, 1);
+  EXPECT_EQ(workers, 1);
+
+  auto endpoint = apps::MetricsHttpServer::Start(
+      "127.0.0.1", 0, [coordinator]() -> Result<std::string> {
+        Result<ClusterStatus> s = coordinator->QueryStatus(5000);
+        if (!s.ok()) return s.status();
+        return FormatPrometheus(*s);
+      });
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  httplib::Client http("127.0.0.1", (*endpoint)->port());
+  http.set_read_timeout(10, 0);
+  // The server's heartbeat brings its counters: wait for the push.
+  std::string pushes;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pushes != "1" && std::chrono::steady_clock::now() < deadline) {
+    auto response = http.Get("/metrics");
+    ASSERT_TRUE(response) << httplib::to_string(response.error());
+    ASSERT_EQ(response->status, 200);
+    EXPECT_EQ(response->get_header_value("Content-Type"),
+              "text/plain; version=0.0.4; charset=utf-8");
+    const auto samples = Samples(response->body);
+    auto it = samples.find("ductile_server_pushes_total{server=\"0\"}");
+    ASSERT_NE(it, samples.end()) << response->body;
+    pushes = it->second;
+    if (pushes != "1") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  EXPECT_EQ(pushes, "1");
+  auto missing = http.Get("/other");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+}
+
+TEST(MetricsEndpoint, AStatusThatCannotBeReadIsA503WithTheReason) {
+  auto endpoint = apps::MetricsHttpServer::Start(
+      "127.0.0.1", 0, []() -> Result<std::string> {
+        return UnavailableError("coordinator stopped");
+      });
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  httplib::Client http("127.0.0.1", (*endpoint)->port());
+  auto response = http.Get("/metrics");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 503);
+  EXPECT_NE(response->body.find("coordinator stopped"), std::string::npos);
+  EXPECT_EQ(apps::MetricsHttpServer::Start("127.0.0.1", 70000, nullptr)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ductile

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/launch_env.h"
 #include "apps/local_launcher.h"
 #include "apps/metrics_http.h"
 #include "apps/trainer.h"
@@ -63,9 +64,13 @@ DEFINE_int32(port, 0, "server: tcp port (0 picks one)");
 DEFINE_string(ipc_dir, "/tmp",
               "server: directory of its ipc:// socket, which clients on the "
               "same host use (a server killed by a signal leaves the file)");
-DEFINE_int32(server_id, -1, "server: ask for this id (-1: any)");
+DEFINE_int32(server_id, -1,
+             "server: ask for this id (-1: the launcher's rank, "
+             "DUCTILE_RANK, SLURM_PROCID or JOB_COMPLETION_INDEX, if set; "
+             "else any)");
 DEFINE_int32(worker_id, -1,
-             "worker: ask for this id (-1: any; ids are 0 to --workers - 1)");
+             "worker: ask for this id (-1: the launcher's rank as for "
+             "--server_id, else any; ids are 0 to --workers - 1)");
 DEFINE_int64(timeout_ms, 60000,
              "request and connect timeout in milliseconds; checkpoint: how "
              "long to wait for the checkpoint to complete");
@@ -262,6 +267,18 @@ ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
   return security;
 }
 
+// The id a server or worker asks for: its flag, else the rank its launcher
+// gave it (apps/launch_env.h), else -1 (any).
+ductile::Result<int32_t> IdOrRank(int32_t flag, const char* role) {
+  if (flag >= 0) return flag;
+  std::string source;
+  ductile::Result<int32_t> rank = ductile::apps::RankFromEnvironment(&source);
+  if (rank.ok() && *rank >= 0) {
+    LOG(INFO) << role << " id " << *rank << " from " << source;
+  }
+  return rank;
+}
+
 // Checks the fault-tolerance flags `command` uses.
 ductile::Status ValidateCheckpointFlags(const std::string& command) {
   if (command == "coordinator" || command == "local") {
@@ -410,7 +427,9 @@ int RunServer() {
   o.host = FLAGS_host;
   o.port = FLAGS_port;
   o.ipc_dir = FLAGS_ipc_dir;
-  o.requested_id = FLAGS_server_id;
+  auto id = IdOrRank(FLAGS_server_id, "server");
+  if (!id.ok()) return Fail(id.status());
+  o.requested_id = *id;
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.state_dir = FLAGS_state_dir;
   o.keep_checkpoints = FLAGS_keep_checkpoints;
@@ -521,7 +540,9 @@ int RunWorker() {
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.request_timeout_ms = FLAGS_timeout_ms;
   o.enable_cache = FLAGS_cache;
-  o.requested_worker_id = FLAGS_worker_id;
+  auto id = IdOrRank(FLAGS_worker_id, "worker");
+  if (!id.ok()) return Fail(id.status());
+  o.requested_worker_id = *id;
   auto security = SecurityFromFlags(false);
   if (!security.ok()) return Fail(security.status());
   o.security = *security;

@@ -1,5 +1,7 @@
 #include "apps/metrics_http.h"
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -34,6 +36,9 @@ class HttplibMetricsServer final : public MetricsHttpServer {
     if (thread_.joinable()) thread_.join();
   }
 
+  // stop() does nothing until the listening loop runs: Listen() returns
+  // only once it does (or has ended).
+
   Status Listen(const std::string& host, int port) {
     if (port == 0) {
       port_ = server_.bind_to_any_port(host);
@@ -44,7 +49,13 @@ class HttplibMetricsServer final : public MetricsHttpServer {
       return UnavailableError("cannot listen for /metrics on " + host + ":" +
                               std::to_string(port));
     }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      ended_.store(true);
+    });
+    while (!server_.is_running() && !ended_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     return Status::Ok();
   }
 
@@ -54,6 +65,7 @@ class HttplibMetricsServer final : public MetricsHttpServer {
   Render render_;
   httplib::Server server_;
   std::thread thread_;
+  std::atomic<bool> ended_{false};
   int port_ = -1;
 };
 

@@ -481,6 +481,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     data.samples += static_cast<int64_t>(batch.size());
     const bool stop = o.max_samples > 0 && data.samples >= o.max_samples;
     DUCTILE_RETURN_IF_ERROR(data.Trained(stop));
+    client.RecordSamples(batch.size());
     client.Clock();
     progress.set_lead(IsLead(client));
     progress.Step(epoch, client.clock(), *loss, batch.size(), data.steps,

@@ -131,9 +131,11 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
     s.cache_hits = w.cache_hits();
     s.cache_misses = w.cache_misses();
     // The histogram's last bucket holds "that or more": its index is a
-    // lower bound, which is what the table shows.
+    // lower bound, which is what the table shows. A longer one (from a
+    // worker that lies) is cut there.
+    const int buckets = std::min<int>(w.staleness_size(), kStalenessBuckets);
     uint64_t counted = 0, weighted = 0;
-    for (int i = 0; i < w.staleness_size(); ++i) {
+    for (int i = 0; i < buckets; ++i) {
       if (w.staleness(i) == 0) continue;
       s.max_staleness = i;
       counted += w.staleness(i);
@@ -143,7 +145,21 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
         counted ? static_cast<double>(weighted) / static_cast<double>(counted)
                 : 0.0;
     if (s.role == "worker") {
-      s.staleness.assign(w.staleness().begin(), w.staleness().end());
+      s.steps = w.steps();
+      s.samples = w.samples();
+      s.step_seconds = static_cast<double>(w.step_us()) / 1e6;
+      s.push_wait_seconds = static_cast<double>(w.push_wait_us()) / 1e6;
+      s.pull_wait_seconds = static_cast<double>(w.pull_wait_us()) / 1e6;
+      s.recent_step_ms = w.recent_step_us() / 1e3;
+      s.recent_push_wait_ms = w.recent_push_wait_us() / 1e3;
+      s.recent_pull_wait_ms = w.recent_pull_wait_us() / 1e3;
+      s.samples_per_s = w.recent_samples_per_s();
+      if (s.alive && s.state == "active" && std::isfinite(s.samples_per_s) &&
+          s.samples_per_s > 0) {
+        status.samples_per_s += s.samples_per_s;
+      }
+      s.staleness.assign(w.staleness().begin(),
+                         w.staleness().begin() + buckets);
       if (status.staleness.size() < s.staleness.size()) {
         status.staleness.resize(s.staleness.size());
       }
@@ -271,6 +287,14 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
          << status.data_batches_per_epoch << " batches done\n";
     }
   }
+  if (status.samples_per_s > 0) {
+    char rate[96];
+    std::snprintf(rate, sizeof(rate),
+                  "throughput: %.0f samples/s (the active workers' recent "
+                  "steps)\n",
+                  status.samples_per_s);
+    os << rate;
+  }
   uint64_t reads = 0;
   for (uint64_t n : status.staleness) reads += n;
   if (reads > 0) {
@@ -279,7 +303,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
       if (status.staleness[i] == 0) continue;
       char bucket[64];
       std::snprintf(bucket, sizeof(bucket), " %s%zu: %.1f%%",
-                    i + 1 == status.staleness.size() ? ">=" : "", i,
+                    i + 1 == kStalenessBuckets ? ">=" : "", i,
                     100.0 * static_cast<double>(status.staleness[i]) /
                         static_cast<double>(reads));
       os << bucket;
@@ -320,24 +344,39 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     os << line;
   }
   std::snprintf(line, sizeof(line),
-                "%-4s %-7s %-8s %9s %7s %10s %11s %9s %9s %9s\n", "id", "role",
-                "state", "hb_ago", "clock", "pulls", "blocked_ms", "max_stale",
-                "mean_stale", "cache_hit");
+                "%-4s %-7s %-8s %9s %7s %10s %11s %9s %9s %9s %8s %8s %6s %6s "
+                "%9s\n",
+                "id", "role", "state", "hb_ago", "clock", "pulls", "blocked_ms",
+                "max_stale", "mean_stale", "cache_hit", "step_ms", "compute",
+                "push", "pull", "samples/s");
   os << line;
   for (const auto& m : status.members) {
     if (m.role == "server") continue;
     const uint64_t lookups = m.cache_hits + m.cache_misses;
     const std::string hit =
         lookups ? std::to_string(100 * m.cache_hits / lookups) + "%" : "-";
+    // The recent step's split, in percent of the step.
+    const auto share = [&](double ms) {
+      if (m.recent_step_ms <= 0) return std::string("-");
+      char pct[16];
+      std::snprintf(pct, sizeof(pct), "%.0f%%",
+                    100.0 * std::clamp(ms / m.recent_step_ms, 0.0, 1.0));
+      return std::string(pct);
+    };
+    const std::string compute =
+        share(m.recent_step_ms - m.recent_push_wait_ms - m.recent_pull_wait_ms);
     std::snprintf(
         line, sizeof(line),
-        "%-4d %-7s %-8s %7lldms %7lld %10llu %11llu %9lld %9.2f %9s\n", m.id,
-        m.role.c_str(), m.state.c_str(),
+        "%-4d %-7s %-8s %7lldms %7lld %10llu %11llu %9lld %9.2f %9s %8.2f %8s "
+        "%6s %6s %9.0f\n",
+        m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago),
         static_cast<long long>(m.clock),
         static_cast<unsigned long long>(m.pulls),
         static_cast<unsigned long long>(m.blocked_ms),
-        static_cast<long long>(m.max_staleness), m.mean_staleness, hit.c_str());
+        static_cast<long long>(m.max_staleness), m.mean_staleness, hit.c_str(),
+        m.recent_step_ms, compute.c_str(), share(m.recent_push_wait_ms).c_str(),
+        share(m.recent_pull_wait_ms).c_str(), m.samples_per_s);
     os << line;
   }
   return os.str();
@@ -385,7 +424,7 @@ bool Monotonic(std::string_view counter) {
   for (const char* name :
        {"requests", "pushes", "pulls", "duplicates", "redirects", "errors",
         "refused_limits", "refused_permission", "bytes_in", "bytes_out",
-        "checkpoints_written", "window_expired"}) {
+        "checkpoints_written", "window_expired", "busy_us", "apply_us"}) {
     if (counter == name) return true;
   }
   return false;
@@ -440,6 +479,9 @@ std::string FormatPrometheus(const ClusterStatus& status) {
   Family(&os, "ductile_gradient_noise_scale_clocks", "gauge",
          "Clocks the noise scale's averages have folded in.")
       .Sample("", status.noise_scale_clocks);
+  Family(&os, "ductile_samples_per_second", "gauge",
+         "The active workers' recent throughput, summed.")
+      .Sample("", status.samples_per_s);
   {
     Family members(&os, "ductile_member_up", "gauge",
                    "1 for a member the coordinator counts alive, by role, id "
@@ -515,16 +557,46 @@ std::string FormatPrometheus(const ClusterStatus& status) {
     for (const MemberStatus* m : workers) {
       misses.Sample(Label("worker", m->id), m->cache_misses);
     }
+    Family steps(&os, "ductile_worker_steps_total", "counter",
+                 "Steps (Clock() calls) the worker has timed.");
+    for (const MemberStatus* m : workers) {
+      steps.Sample(Label("worker", m->id), m->steps);
+    }
+    Family samples(&os, "ductile_worker_samples_total", "counter",
+                   "Samples the worker reported (Client::RecordSamples).");
+    for (const MemberStatus* m : workers) {
+      samples.Sample(Label("worker", m->id), m->samples);
+    }
+    Family step_time(&os, "ductile_worker_step_seconds_total", "counter",
+                     "Time of those steps.");
+    for (const MemberStatus* m : workers) {
+      step_time.Sample(Label("worker", m->id), m->step_seconds);
+    }
+    Family push_wait(&os, "ductile_worker_push_wait_seconds_total", "counter",
+                     "Of it, time the worker waited for pushes.");
+    for (const MemberStatus* m : workers) {
+      push_wait.Sample(Label("worker", m->id), m->push_wait_seconds);
+    }
+    Family pull_wait(&os, "ductile_worker_pull_wait_seconds_total", "counter",
+                     "Of it, time the worker waited for pulls.");
+    for (const MemberStatus* m : workers) {
+      pull_wait.Sample(Label("worker", m->id), m->pull_wait_seconds);
+    }
+    Family rate(&os, "ductile_worker_samples_per_second", "gauge",
+                "The worker's throughput over about its last ten steps.");
+    for (const MemberStatus* m : workers) {
+      rate.Sample(Label("worker", m->id), m->samples_per_s);
+    }
   }
-  // Buckets are cumulative; the last one (staleness i or more) counts in
-  // +Inf only.
+  // Buckets are cumulative; the last of kStalenessBuckets (that staleness
+  // or more) counts in +Inf only.
   Family hist(&os, "ductile_staleness", "histogram",
               "Staleness of the workers' pulls, in clocks.");
   uint64_t cumulative = 0, sum = 0;
   for (size_t i = 0; i < status.staleness.size(); ++i) {
     cumulative += status.staleness[i];
     sum += i * status.staleness[i];
-    if (i + 1 < status.staleness.size()) {
+    if (i + 1 < kStalenessBuckets) {
       os << "ductile_staleness_bucket{le=\"" << i << "\"} " << cumulative
          << "\n";
     }

@@ -30,6 +30,10 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       options.heartbeat_interval_ms > 60000) {
     return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
   }
+  if (options.max_message_bytes < 1 ||
+      options.max_message_bytes > (uint64_t{1} << 40)) {
+    return InvalidArgumentError("max_message_bytes must be in [1, 2^40]");
+  }
   auto client =
       std::make_unique<ClientImpl>(options, SystemEnv(), /*own_thread=*/true);
   DUCTILE_RETURN_IF_ERROR(client->Init());
@@ -407,6 +411,7 @@ Status ClientImpl::TakeClaim() {
 
 int64_t ClientImpl::Clock() {
   const int64_t clock = clock_.fetch_add(1) + 1;
+  stats_.RecordStep(env_->Now());
   if (worker_id_.load() < 0) return clock;
   bool pending = false;
   const std::optional<int64_t> report = recovery_.OnClock(clock, &pending);
@@ -492,6 +497,7 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
   op->values = values;
   op->out = out;
   op->lengths = lengths;
+  op->SetWaitStats(&stats_, type != wire::PUSH);
   op->Hold();  // the dispatcher's hold, dropped once every part is out
   if (worker_id_.load() >= 0) {
     if (Status s = recovery_.RefuseIfPending(); !s.ok()) {

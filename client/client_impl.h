@@ -65,6 +65,9 @@ class ClientImpl final : public Client {
   Result<int64_t> SetConsistency(TableId table,
                                  const Consistency& consistency) override;
   ClientStats stats() const override { return stats_.Snapshot(); }
+  void RecordSamples(uint64_t samples) override {
+    stats_.RecordSamples(samples);
+  }
   int64_t clock() const override { return clock_.load(); }
   Status Barrier(int64_t timeout_ms) override;
   Status Finish() override;

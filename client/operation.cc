@@ -1,5 +1,8 @@
 #include "client/operation.h"
 
+#include <chrono>
+
+#include "client/stats_recorder.h"
 #include "ductile/client.h"
 #include "util/finite.h"
 
@@ -24,6 +27,18 @@ void Operation::Release(const Status& status) {
 }
 
 Status Operation::Wait() {
+  if (wait_stats_ == nullptr || done()) return WaitDone();
+  const auto start = std::chrono::steady_clock::now();
+  Status status = WaitDone();
+  wait_stats_->RecordWait(
+      wait_is_pull_, static_cast<uint64_t>(
+                         std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count()));
+  return status;
+}
+
+Status Operation::WaitDone() {
   MutexLock lock(&mu_);
   while (!done_.load(std::memory_order_acquire)) cv_.Wait(&mu_);
   return status_;

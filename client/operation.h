@@ -28,6 +28,9 @@
 #include "util/mutex.h"
 
 namespace ductile {
+
+class StatsRecorder;
+
 namespace internal {
 
 class Operation {
@@ -42,12 +45,24 @@ class Operation {
   // Records an error without dropping a holder.
   void Fail(const Status& status) EXCLUDES(mu_);
 
+  // Blocks until done; time spent blocked goes to `stats` if set
+  // (SetWaitStats).
   Status Wait() EXCLUDES(mu_);
+  // Callers' waits on this operation count as waits on pulls (`pull`) or
+  // pushes, in `stats` (ClientStats::push_wait_us, pull_wait_us).
+  void SetWaitStats(StatsRecorder* stats, bool pull) {
+    wait_stats_ = stats;
+    wait_is_pull_ = pull;
+  }
   bool done() const { return done_.load(std::memory_order_acquire); }
   // True once an error has been recorded (the op will fail).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
  private:
+  Status WaitDone() EXCLUDES(mu_);
+
+  StatsRecorder* wait_stats_ = nullptr;
+  bool wait_is_pull_ = false;
   std::atomic<int> outstanding_{0};
   std::atomic<bool> done_{false};
   std::atomic<bool> failed_{false};

@@ -23,6 +23,49 @@ void StatsRecorder::RecordCacheMiss() {
   ++stats_.cache_misses;
 }
 
+void StatsRecorder::RecordWait(bool pull, uint64_t us) {
+  MutexLock lock(&mu_);
+  (pull ? step_pull_wait_us_ : step_push_wait_us_) += us;
+}
+
+void StatsRecorder::RecordSamples(uint64_t samples) {
+  MutexLock lock(&mu_);
+  step_samples_ += samples;
+}
+
+void StatsRecorder::RecordStep(std::chrono::steady_clock::time_point now) {
+  MutexLock lock(&mu_);
+  if (step_start_) {
+    const uint64_t step_us = static_cast<uint64_t>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(now -
+                                                                 *step_start_)
+               .count()));
+    // Waits overlap (a caller may wait for several calls side by side on
+    // threads of its own): a step's waits count at most its length.
+    const uint64_t push = std::min(step_push_wait_us_, step_us);
+    const uint64_t pull = std::min(step_pull_wait_us_, step_us - push);
+    ++stats_.steps;
+    stats_.step_us += step_us;
+    stats_.push_wait_us += push;
+    stats_.pull_wait_us += pull;
+    stats_.samples += step_samples_;
+    const auto smooth = [this](double* recent, double value) {
+      *recent = stats_.steps == 1 ? value
+                                  : *recent + kRecentWeight * (value - *recent);
+    };
+    smooth(&stats_.recent_step_us, static_cast<double>(step_us));
+    smooth(&stats_.recent_push_wait_us, static_cast<double>(push));
+    smooth(&stats_.recent_pull_wait_us, static_cast<double>(pull));
+    smooth(&recent_samples_, static_cast<double>(step_samples_));
+    stats_.recent_samples_per_s =
+        stats_.recent_step_us > 0
+            ? recent_samples_ * 1e6 / stats_.recent_step_us
+            : 0;
+  }
+  step_start_ = now;
+  step_push_wait_us_ = step_pull_wait_us_ = step_samples_ = 0;
+}
+
 ClientStats StatsRecorder::Snapshot() const {
   MutexLock lock(&mu_);
   return stats_;
@@ -37,6 +80,15 @@ void StatsRecorder::Fill(wire::WorkerMetrics* metrics) const {
     metrics->add_staleness(stats_.staleness[i]);
   metrics->set_cache_hits(stats_.cache_hits);
   metrics->set_cache_misses(stats_.cache_misses);
+  metrics->set_steps(stats_.steps);
+  metrics->set_step_us(stats_.step_us);
+  metrics->set_push_wait_us(stats_.push_wait_us);
+  metrics->set_pull_wait_us(stats_.pull_wait_us);
+  metrics->set_samples(stats_.samples);
+  metrics->set_recent_step_us(stats_.recent_step_us);
+  metrics->set_recent_push_wait_us(stats_.recent_push_wait_us);
+  metrics->set_recent_pull_wait_us(stats_.recent_pull_wait_us);
+  metrics->set_recent_samples_per_s(stats_.recent_samples_per_s);
 }
 
 }  // namespace ductile

@@ -89,7 +89,16 @@ void CoordinatorImpl::Stop() {
 void CoordinatorImpl::RunOnLoop(std::function<void()> task) {
   {
     MutexLock lock(&tasks_mu_);
-    tasks_.push_back(std::move(task));
+    if (!loop_done_) {
+      tasks_.push_back(std::move(task));
+      task = nullptr;
+    }
+  }
+  // After the loop: the task is dropped here, outside the lock, and with
+  // it the promise its caller waits on (which then reads "stopped").
+  if (task) {
+    task = nullptr;
+    return;
   }
   wakeup_.Signal();
 }
@@ -113,6 +122,13 @@ void CoordinatorImpl::Run() {
     node_.Step();
   }
   node_.CancelWaits(CancelledError("coordinator stopped"));
+  // Tasks that will never run: dropping them breaks their callers' waits.
+  std::deque<std::function<void()>> never;
+  {
+    MutexLock lock(&tasks_mu_);
+    loop_done_ = true;
+    never.swap(tasks_);
+  }
   LOG(INFO) << "coordinator stopped";
 }
 
@@ -123,6 +139,8 @@ Status CoordinatorImpl::MoveSlot(int32_t slot, int32_t server_id) {
     node_.MoveSlot(slot, server_id,
                    [result](const Status& s) { result->set_value(s); });
   });
+  // Only the task holds the promise now: a task that never runs breaks it.
+  result.reset();
   if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
     return DeadlineExceededError(
         "not every server confirmed the new routing table within 10 s");
@@ -138,6 +156,8 @@ Result<ClusterStatus> CoordinatorImpl::QueryStatus(int64_t timeout_ms) {
   auto result = std::make_shared<std::promise<wire::ClusterState>>();
   std::future<wire::ClusterState> done = result->get_future();
   RunOnLoop([this, result] { result->set_value(node_.ClusterStateNow()); });
+  // Only the task holds the promise now: a task that never runs breaks it.
+  result.reset();
   if (done.wait_for(milliseconds(timeout_ms)) != std::future_status::ready) {
     return DeadlineExceededError(
         "the coordinator's loop did not answer within " +
@@ -157,6 +177,8 @@ Result<int64_t> CoordinatorImpl::Checkpoint(int64_t timeout_ms) {
     node_.Checkpoint(
         [result](const Result<int64_t>& r) { result->set_value(r); });
   });
+  // Only the task holds the promise now: a task that never runs breaks it.
+  result.reset();
   if (done.wait_for(milliseconds(timeout_ms)) != std::future_status::ready) {
     return DeadlineExceededError("no complete checkpoint within " +
                                  std::to_string(timeout_ms) + " ms");

@@ -50,6 +50,7 @@ class CoordinatorImpl final : public Coordinator {
 
   Mutex tasks_mu_;
   std::deque<std::function<void()>> tasks_ GUARDED_BY(tasks_mu_);
+  bool loop_done_ GUARDED_BY(tasks_mu_) = false;  // Run() has returned
 };
 
 }  // namespace ductile

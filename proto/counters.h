@@ -40,6 +40,8 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("gns_clocks", c.gns_clocks...);
   f("window_clients", c.window_clients...);
   f("window_expired", c.window_expired...);
+  f("busy_us", c.busy_us...);
+  f("apply_us", c.apply_us...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

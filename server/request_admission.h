@@ -101,7 +101,11 @@ class RequestAdmission {
   // WORKERS_UPDATE's).
   void BindWorkers(const wire::Header& from_coordinator, bool overwrite);
   // Forgets every applied request (a rollback starts a new timeline).
-  void Reset() { dedup_ = RequestDedup(max_window_per_client_); }
+  void Reset() {
+    const RequestDedup::TimePoint now = dedup_.now();
+    dedup_ = RequestDedup(max_window_per_client_);
+    dedup_.SetNow(now);
+  }
   // The exactly-once window, which moves with slots.
   RequestDedup& dedup() { return dedup_; }
 

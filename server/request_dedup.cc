@@ -1,12 +1,18 @@
 #include "server/request_dedup.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace ductile {
 
+RequestDedup::ClientWindow& RequestDedup::WindowOf(int64_t client) {
+  auto [it, inserted] = clients_.try_emplace(client);
+  if (inserted) it->second.heard = now_;
+  return it->second;
+}
+
 void RequestDedup::Advance(int64_t client, uint64_t done_below) {
-  ClientWindow& w = clients_[client];
-  w.heard = true;
+  ClientWindow& w = WindowOf(client);
   if (done_below <= w.done_below) return;
   w.done_below = done_below;
   for (auto it = w.applied.begin(); it != w.applied.end();) {
@@ -21,9 +27,7 @@ bool RequestDedup::IsDuplicate(int64_t client, uint64_t seq) const {
 }
 
 void RequestDedup::MarkApplied(int64_t client, uint64_t seq) {
-  ClientWindow& w = clients_[client];
-  w.heard = true;
-  w.applied.insert(seq);
+  WindowOf(client).applied.insert(seq);
 }
 
 bool RequestDedup::Full(int64_t client) const {
@@ -32,14 +36,22 @@ bool RequestDedup::Full(int64_t client) const {
          it->second.applied.size() >= max_applied_per_client_;
 }
 
-size_t RequestDedup::Sweep() {
+void RequestDedup::Touch(int64_t client, TimePoint now, int64_t timeout_ms) {
+  now_ = std::max(now_, now);
+  ClientWindow& w = WindowOf(client);
+  w.heard = std::max(w.heard, now);
+  w.timeout_ms = std::max<int64_t>(timeout_ms, 0);
+}
+
+size_t RequestDedup::Sweep(TimePoint now, std::chrono::milliseconds expiry) {
+  now_ = std::max(now_, now);
   size_t dropped = 0;
   for (auto it = clients_.begin(); it != clients_.end();) {
-    if (!it->second.heard) {
+    const ClientWindow& w = it->second;
+    if (now - w.heard > std::chrono::milliseconds(w.timeout_ms) + expiry) {
       it = clients_.erase(it);
       ++dropped;
     } else {
-      it->second.heard = false;
       ++it;
     }
   }

@@ -12,11 +12,17 @@
 // client may hold at most `max_applied_per_client` applied sequences:
 // Full() says when a client (one that lies about its mark) has reached it.
 //
-// Idle clients are forgotten: Sweep() drops every client not heard from
-// (Advance, MarkApplied, Merge) since the previous Sweep(). A client resends
-// an unanswered request every few seconds, so one whose window is dropped
-// by a sweep every few minutes has nothing in flight to this server, and
-// whatever it sends next starts a new window at its done-below mark.
+// Idle clients are forgotten. A client gives a request up (stops resending
+// it) `timeout_ms` after it first sent it, the timeout its requests carry;
+// Touch() records, when a request of it arrives, the time and that
+// timeout. Every request it sent before then is given up by `heard +
+// timeout`, so past that, plus a margin for messages still queued on the
+// way (`expiry`), nothing of it can arrive that the window must recognise:
+// Sweep(now, expiry) drops it, and whatever it sends next starts a new
+// window at its done-below mark. A window created otherwise (Advance,
+// MarkApplied, Merge without a Touch: one that came with moved slots) is
+// kept for the longest timeout a request may carry until its client is
+// heard from.
 //
 // The window moves with slots (docs/elasticity.md, "Exactly-once across a
 // move"): a source's Snapshot() at the copy of its slots goes to the target,
@@ -27,6 +33,8 @@
 #ifndef DUCTILE_SERVER_REQUEST_DEDUP_H_
 #define DUCTILE_SERVER_REQUEST_DEDUP_H_
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -37,7 +45,11 @@ namespace ductile {
 
 class RequestDedup {
  public:
+  using TimePoint = std::chrono::steady_clock::time_point;
   static constexpr size_t kDefaultMaxAppliedPerClient = size_t{1} << 22;
+  // How long a window not Touch()ed is kept: the longest timeout a request
+  // may carry (kMaxTimeoutMs, 30 days).
+  static constexpr int64_t kUnknownTimeoutMs = int64_t{30} * 24 * 3600 * 1000;
 
   explicit RequestDedup(
       size_t max_applied_per_client = kDefaultMaxAppliedPerClient)
@@ -53,9 +65,15 @@ class RequestDedup {
   // True if the client holds max_applied_per_client applied sequences
   // above its mark: a request of it that is no duplicate must be refused.
   bool Full(int64_t client) const;
-  // Forgets the clients not heard from since the previous call; returns
-  // how many.
-  size_t Sweep();
+  // The time now, for windows created without a Touch() (the owner calls
+  // it at start and from its timers).
+  void SetNow(TimePoint now) { now_ = std::max(now_, now); }
+  TimePoint now() const { return now_; }
+  // A request of `client` carrying `timeout_ms` arrived at `now`.
+  void Touch(int64_t client, TimePoint now, int64_t timeout_ms);
+  // Forgets the clients heard from last before now - (their timeout +
+  // expiry); returns how many.
+  size_t Sweep(TimePoint now, std::chrono::milliseconds expiry);
 
   size_t tracked() const;
   size_t clients() const { return clients_.size(); }
@@ -75,9 +93,14 @@ class RequestDedup {
   struct ClientWindow {
     uint64_t done_below = 0;
     std::unordered_set<uint64_t> applied;
-    bool heard = true;  // since the last Sweep()
+    TimePoint heard{};  // when a request of it last arrived
+    int64_t timeout_ms = kUnknownTimeoutMs;
   };
+  // The window of `client`, created if absent (heard now_).
+  ClientWindow& WindowOf(int64_t client);
+
   size_t max_applied_per_client_;
+  TimePoint now_{};  // the latest time Touch() or Sweep() was given
   std::unordered_map<int64_t, ClientWindow> clients_;
 };
 

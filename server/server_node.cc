@@ -26,6 +26,13 @@ constexpr std::chrono::milliseconds kPauseForgiven{1000};
 
 }  // namespace
 
+uint64_t ServerNode::MicrosSince(TimePoint start) {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(env_->Now() - start)
+          .count();
+  return us > 0 ? static_cast<uint64_t>(us) : 0;
+}
+
 ServerNode::ServerNode(const ServerOptions& options, Env* env)
     : options_(options),
       env_(env),
@@ -147,6 +154,7 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
   if (reply.has_routing()) InstallRouting(reply.routing());
   registered_ = true;
   next_heartbeat_ = env_->Now();
+  admission_.dedup().SetNow(DedupNow());
   LOG(INFO) << "server " << id_ << " listening on " << tcp_address_
             << (ipc_address_.empty() ? "" : " and " + ipc_address_);
 }
@@ -231,7 +239,9 @@ void ServerNode::Step() {
   for (int i = 0; i < kRequestsPerStep; ++i) {
     bool got = false;
     if (!router_->Receive(&message_, &got).ok() || !got) break;
+    const TimePoint start = env_->Now();
     HandleRequest(message_);
+    counters_.Add(&ServerCounters::busy_us, MicrosSince(start));
     // Large requests take a while each: heartbeats go out between them,
     // or a busy server would be taken for a dead one.
     if (env_->Now() >= next_heartbeat_) Heartbeat(0);
@@ -467,6 +477,11 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   }
   if (request.is_clock) return HandleClock(request.header);
 
+  if (request.has_values()) {
+    // Arrived: whatever waits below, its client is heard from now.
+    admission_.dedup().Touch(request.header.client_id(), DedupNow(),
+                             request.header.timeout_ms());
+  }
   const TableId table = request.table->id();
   const int64_t clock = request.header.clock();
   if (request.is_worker) {
@@ -508,7 +523,9 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   }
   AnnounceLongWork(request);
   if (request.has_values() && !duplicate) {
+    const TimePoint start = env_->Now();
     s = ApplyValues(request);
+    counters_.Add(&ServerCounters::apply_us, MicrosSince(start));
     if (!s.ok()) return replies_.Error(identity, seq, s);
     admission_.MarkApplied(request);
     counters_.Add(&ServerCounters::pushes);
@@ -704,19 +721,27 @@ void ServerNode::ReplayCheckpointHeld() {
   }
 }
 
-void ServerNode::SweepIdleClients(TimePoint now) {
-  const auto period = std::chrono::seconds(options_.client_idle_expiry_s);
-  if (next_window_sweep_ == TimePoint{}) next_window_sweep_ = now + period;
+RequestDedup::TimePoint ServerNode::DedupNow() const {
+  return env_->Now() - paused_;
+}
+
+void ServerNode::SweepIdleClients() {
+  RequestDedup& dedup = admission_.dedup();
+  const TimePoint now = DedupNow();
+  dedup.SetNow(now);
   if (now >= next_window_sweep_) {
-    next_window_sweep_ = now + period;
-    const size_t dropped = admission_.dedup().Sweep();
+    // Often enough that a client is forgotten soon after it may be.
+    next_window_sweep_ = now + std::chrono::seconds(std::max<int64_t>(
+                                   15, options_.client_idle_expiry_s / 4));
+    const size_t dropped =
+        dedup.Sweep(now, std::chrono::seconds(options_.client_idle_expiry_s));
     if (dropped > 0) {
       counters_.Add(&ServerCounters::window_expired, dropped);
       VLOG(1) << "server " << id_ << ": forgot the exactly-once windows of "
               << dropped << " idle client(s)";
     }
   }
-  counters_.Set(&ServerCounters::window_clients, admission_.dedup().clients());
+  counters_.Set(&ServerCounters::window_clients, dedup.clients());
 }
 
 void ServerNode::HandleTimers() {
@@ -727,6 +752,9 @@ void ServerNode::HandleTimers() {
   const auto expected = milliseconds(heartbeat_interval_ms_) + kPauseForgiven;
   if (last_timers_ != TimePoint{} && now - last_timers_ > expected) {
     last_heard_ += now - last_timers_ - milliseconds(heartbeat_interval_ms_);
+    // Nor did clients' requests reach it meanwhile: their windows' idle
+    // time does not count this.
+    paused_ += now - last_timers_ - milliseconds(heartbeat_interval_ms_);
   }
   last_timers_ = now;
   if (options_.coordinator_timeout_ms > 0 &&
@@ -741,7 +769,7 @@ void ServerNode::HandleTimers() {
     shut_down_ = true;
     return;
   }
-  SweepIdleClients(now);
+  SweepIdleClients();
   std::vector<ConsistencyController::ParkedPull> expired =
       consistency_.TakeExpired(env_->Now());
   if (!expired.empty()) {

@@ -130,9 +130,14 @@ class ServerNode final : private CoordinatorLink {
   void WriteDueCheckpoints();
   void ReplayCheckpointHeld();
   void HandleTimers();
-  // Forgets the exactly-once windows of clients idle for a sweep period
-  // (ServerOptions::client_idle_expiry_s).
-  void SweepIdleClients(TimePoint now);
+  // Forgets the exactly-once windows of clients idle past their requests'
+  // timeout and ServerOptions::client_idle_expiry_s (RequestDedup::Sweep).
+  void SweepIdleClients();
+  // The exactly-once window's clock: this server's steady time less the
+  // time it did not run (paused_).
+  TimePoint DedupNow() const;
+  // Microseconds from `start` to now (0 if the clock went back).
+  uint64_t MicrosSince(TimePoint start);
   void SetKeysStored() {
     counters_.Set(&ServerCounters::keys_stored, tables_.keys());
   }
@@ -157,6 +162,7 @@ class ServerNode final : private CoordinatorLink {
   TimePoint last_heard_{};         // the coordinator's last message
   TimePoint last_timers_{};        // HandleTimers() last ran
   TimePoint next_window_sweep_{};  // forgets idle clients' windows then
+  TimePoint::duration paused_{};   // time this server did not run
   Status failure_;
   RoutingTable routing_;
   uint64_t generation_ = 0;

@@ -64,6 +64,9 @@ class Worker {
   std::unique_ptr<ClientImpl> client_;
   Phase phase_ = Phase::kRegister;
   bool issued_ = false;
+  // SimOptions::pause_ms: when this worker's pause ends, once begun.
+  std::optional<std::chrono::steady_clock::time_point> pause_until_;
+  bool paused_ = false;  // the pause is over
   std::shared_ptr<ControlOperation> control_;
   Handle push_, pull_;
   TableId table_ = 0;
@@ -101,6 +104,7 @@ class Cluster {
   }
   SimResult& result() { return result_; }
   bool idle_over() const { return idle_over_; }
+  std::chrono::steady_clock::time_point now() const { return net_.now(); }
   bool all_joined() const {
     if (workers_.size() < static_cast<size_t>(total_workers())) return false;
     for (int64_t s : start_) {
@@ -333,6 +337,14 @@ void Worker::Advance() {
         if (clock_ >= end_) {
           phase_ = leaves_ ? Phase::kLeave : Phase::kBarrier;
           break;
+        }
+        if (!issued_ && o.pause_ms > 0 && clock_ == o.pause_at_clock &&
+            !paused_) {
+          if (!pause_until_) {
+            pause_until_ = cluster_.now() + milliseconds(o.pause_ms);
+          }
+          if (cluster_.now() < *pause_until_) return;
+          paused_ = true;
         }
         if (!issued_) {
           // Push, then read everything, on one connection per server:

@@ -116,6 +116,10 @@ struct SimOptions {
   int64_t idle_after_ms = 0;
   // ServerOptions::client_idle_expiry_s of the servers.
   int64_t client_idle_expiry_s = 600;
+  // Each worker stops for `pause_ms` (sending no request, its client still
+  // heartbeating) when it reaches clock `pause_at_clock`.
+  int64_t pause_at_clock = 0;
+  int64_t pause_ms = 0;
 };
 
 struct SimResult {

@@ -59,7 +59,7 @@ ClusterStatus AStatus() {
   s.checkpoints = 2;
   s.noise_scale = 2.5;
   s.noise_scale_clocks = 17;
-  s.staleness = {5, 3, 0, 2};  // the last bucket: 3 or more
+  s.staleness = {5, 3, 0, 2};
   MemberStatus server;
   server.id = 0;
   server.role = "server";
@@ -103,14 +103,25 @@ TEST(Prometheus, AStatusReadsBackSampleBySample) {
   EXPECT_EQ(m.count("ductile_server_parked_pulls_total{server=\"0\"}"), 0u);
   EXPECT_EQ(m.at("ductile_worker_clock{worker=\"7\"}"), "41");
   EXPECT_EQ(m.at("ductile_worker_blocked_seconds_total{worker=\"7\"}"), "1.5");
-  // Cumulative buckets; "3 or more" only in +Inf.
+  // Cumulative buckets.
   EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"0\"}"), "5");
   EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"1\"}"), "8");
   EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"2\"}"), "8");
-  EXPECT_EQ(m.count("ductile_staleness_bucket{le=\"3\"}"), 0u);
+  EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"3\"}"), "10");
   EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"+Inf\"}"), "10");
   EXPECT_EQ(m.at("ductile_staleness_count"), "10");
   EXPECT_EQ(m.at("ductile_staleness_sum"), "9");  // 3*1 + 2*3
+  // The histogram's last bucket, "63 or more", is in +Inf only.
+  ClusterStatus full = AStatus();
+  full.staleness.assign(kStalenessBuckets, 0);
+  full.staleness[0] = 1;
+  full.staleness[kStalenessBuckets - 1] = 4;
+  const std::map<std::string, std::string> f = Samples(FormatPrometheus(full));
+  EXPECT_EQ(f.at("ductile_staleness_bucket{le=\"62\"}"), "1");
+  EXPECT_EQ(f.count("ductile_staleness_bucket{le=\"63\"}"), 0u);
+  EXPECT_EQ(f.at("ductile_staleness_bucket{le=\"+Inf\"}"), "5");
+  EXPECT_NE(FormatClusterStatus(full).find(">=63: 80.0%"), std::string::npos)
+      << FormatClusterStatus(full);
 }
 
 TEST(Prometheus, AnEmptyStatusIsStillValidText) {
@@ -123,7 +134,7 @@ TEST(Prometheus, AnEmptyStatusIsStillValidText) {
 
 TEST(Prometheus, StatusShowsTheJobsStalenessHistogram) {
   const std::string table = FormatClusterStatus(AStatus());
-  EXPECT_NE(table.find("staleness of reads: 0: 50.0% 1: 30.0% >=3: 20.0% "
+  EXPECT_NE(table.find("staleness of reads: 0: 50.0% 1: 30.0% 3: 20.0% "
                        "(10 pulls)"),
             std::string::npos)
       << table;
@@ -142,7 +153,18 @@ TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
   Result<TableId> table = client->CreateTable(t);
   ASSERT_TRUE(table.ok()) << table.status();
   const std::vector<Key> keys = {1, 2};
+  // Two steps: the first Clock() starts the first timed step, which has a
+  // push and 8 samples; the second ends it.
+  client->Clock();
   ASSERT_TRUE(client->Push(*table, keys, std::vector<float>(4, 1.0f)).ok());
+  client->RecordSamples(8);
+  client->Clock();
+  const ClientStats own = client->stats();
+  EXPECT_EQ(own.steps, 1u);
+  EXPECT_EQ(own.samples, 8u);
+  EXPECT_GT(own.push_wait_us, 0u);  // the blocking push waited for its reply
+  EXPECT_LE(own.push_wait_us, own.step_us);
+  EXPECT_GT(own.recent_samples_per_s, 0);
 
   Coordinator* coordinator = &cluster.coordinator();
   Result<ClusterStatus> status = coordinator->QueryStatus(5000);
@@ -154,6 +176,27 @@ TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
   }
   EXPECT_EQ(servers, 1);
   EXPECT_EQ(workers, 1);
+  // The worker's steps reach the coordinator with its next heartbeat.
+  const auto heard_by =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const MemberStatus* worker = nullptr;
+  while (std::chrono::steady_clock::now() < heard_by) {
+    status = coordinator->QueryStatus(5000);
+    ASSERT_TRUE(status.ok()) << status.status();
+    worker = nullptr;
+    for (const MemberStatus& m : status->members) {
+      if (m.role == "worker") worker = &m;
+    }
+    ASSERT_NE(worker, nullptr);
+    if (worker->steps == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(worker->steps, 1u);
+  EXPECT_EQ(worker->samples, 8u);
+  EXPECT_DOUBLE_EQ(worker->push_wait_seconds,
+                   static_cast<double>(own.push_wait_us) / 1e6);
+  EXPECT_DOUBLE_EQ(worker->samples_per_s, own.recent_samples_per_s);
+  EXPECT_DOUBLE_EQ(status->samples_per_s, own.recent_samples_per_s);
 
   auto endpoint = apps::MetricsHttpServer::Start(
       "127.0.0.1", 0, [coordinator]() -> Result<std::string> {
@@ -186,6 +229,12 @@ TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
   auto missing = http.Get("/other");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
+
+  // A coordinator that stopped answers at once that it has.
+  coordinator->Stop();
+  coordinator->Wait().IgnoreError();  // the loop has ended
+  EXPECT_EQ(coordinator->QueryStatus(600000).status().code(),
+            StatusCode::kCancelled);
 }
 
 TEST(MetricsEndpoint, AStatusThatCannotBeReadIsA503WithTheReason) {

@@ -112,28 +112,49 @@ TEST(RequestDedup, AMergedWindowKnowsWhatEitherServerApplied) {
   EXPECT_EQ(target.tracked(), 3u);
 }
 
-TEST(RequestDedup, ASweepForgetsOnlyClientsNotHeardFromSinceTheLast) {
+// A client is forgotten once its requests' timeout and the expiry have
+// passed since the last of its requests arrived, and not before.
+TEST(RequestDedup, ASweepForgetsOnlyClientsSilentPastTheirTimeoutAndTheExpiry) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  const RequestDedup::TimePoint t0 = RequestDedup::TimePoint() + seconds(1000);
+  const milliseconds expiry = seconds(60);
   RequestDedup dedup;
+  dedup.Touch(1, t0, /*timeout_ms=*/10000);
   dedup.MarkApplied(1, 5);
+  dedup.Touch(2, t0, /*timeout_ms=*/100000);
   dedup.Advance(2, 3);
-  dedup.MarkApplied(3, 9);
-  EXPECT_EQ(dedup.Sweep(), 0u);  // all heard from since the start
-  EXPECT_EQ(dedup.clients(), 3u);
-  dedup.Advance(1, 0);      // heard (a resend carries its mark)
-  dedup.MarkApplied(2, 4);  // heard
-  EXPECT_EQ(dedup.Sweep(), 1u);
-  EXPECT_EQ(dedup.clients(), 2u);
-  EXPECT_FALSE(dedup.IsDuplicate(3, 9));  // forgotten
+  // Just at 10 s + 60 s: kept.
+  EXPECT_EQ(dedup.Sweep(t0 + seconds(70), expiry), 0u);
   EXPECT_TRUE(dedup.IsDuplicate(1, 5));
+  // Past it: client 1 goes; client 2's timeout is longer.
+  EXPECT_EQ(dedup.Sweep(t0 + seconds(71), expiry), 1u);
+  EXPECT_FALSE(dedup.IsDuplicate(1, 5));
   EXPECT_TRUE(dedup.IsDuplicate(2, 1));
-  // A window merged in from a moved slot counts as heard from.
-  dedup.Merge({.client = 7, .done_below = 2, .applied = {4}});
-  EXPECT_EQ(dedup.Sweep(), 2u);  // 1 and 2, silent since
-  EXPECT_EQ(dedup.clients(), 1u);
-  EXPECT_TRUE(dedup.IsDuplicate(7, 4));
-  EXPECT_EQ(dedup.Sweep(), 1u);
+  // Heard from again: its clock starts over.
+  dedup.Touch(2, t0 + seconds(150), 100000);
+  EXPECT_EQ(dedup.Sweep(t0 + seconds(300), expiry), 0u);
+  EXPECT_EQ(dedup.Sweep(t0 + seconds(311), expiry), 1u);
   EXPECT_EQ(dedup.clients(), 0u);
   EXPECT_EQ(dedup.tracked(), 0u);
+}
+
+TEST(RequestDedup, AWindowThatCameWithMovedSlotsIsKeptTheLongestTimeout) {
+  using std::chrono::hours;
+  using std::chrono::seconds;
+  const RequestDedup::TimePoint t0 = RequestDedup::TimePoint() + hours(1000);
+  RequestDedup dedup;
+  dedup.SetNow(t0);
+  dedup.Merge({.client = 7, .done_below = 2, .applied = {4}});
+  EXPECT_EQ(dedup.Sweep(t0 + hours(24 * 30), seconds(60)), 0u);
+  EXPECT_TRUE(dedup.IsDuplicate(7, 4));
+  EXPECT_EQ(dedup.Sweep(t0 + hours(24 * 30) + seconds(61), seconds(60)), 1u);
+  // Once its client is heard from, its own timeout counts.
+  const RequestDedup::TimePoint later = t0 + hours(24 * 30) + seconds(61);
+  dedup.Merge({.client = 8, .done_below = 0, .applied = {1}});
+  dedup.Touch(8, later, 1000);
+  EXPECT_EQ(dedup.Sweep(later + seconds(61), seconds(60)), 0u);
+  EXPECT_EQ(dedup.Sweep(later + seconds(62), seconds(60)), 1u);
 }
 
 TEST(RequestDedup, AClientIsFullAtItsLimitOfAppliedSequences) {

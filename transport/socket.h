@@ -56,9 +56,9 @@ class Transport {
                                                     int64_t max_queued = 0) = 0;
   // A dealer; `identity` names it to routers ("" = chosen by the
   // transport). A message from a router of far more than
-  // `max_message_bytes` (over 2x; 0: any size) resets the connection
-  // before it is read into memory: a peer that lies cannot make this
-  // process take a reply as large as its memory.
+  // `max_message_bytes` (over 2x, and over 2x kControlMessageBytes; 0: any
+  // size) closes the connection before it is read into memory: a peer that
+  // lies cannot make this process take a reply as large as its memory.
   virtual Result<std::unique_ptr<Socket>> NewDealer(
       const std::string& identity, int64_t max_message_bytes) = 0;
   // Blocks until one of `sockets` has a message, the file descriptor

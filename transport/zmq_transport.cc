@@ -360,11 +360,14 @@ class ZmqTransport final : public Transport {
   // libzmq's limit is per frame, checked before the frame is allocated;
   // a peer sending more is disconnected. 2x + 1 MiB of `max_message_bytes`
   // (0: none).
-  static void SetHardLimit(zmq::socket_t& socket, int64_t max_message_bytes) {
-    if (max_message_bytes > 0) {
-      socket.set(zmq::sockopt::maxmsgsize,
-                 max_message_bytes * 2 + (int64_t{1} << 20));
-    }
+  // A dealer's is never below what a control message may take (a "moved"
+  // reply carries the routing table). No overflow for huge limits.
+  static void SetHardLimit(zmq::socket_t& socket, int64_t max_message_bytes,
+                           bool dealer) {
+    if (max_message_bytes <= 0) return;
+    int64_t limit = std::min(max_message_bytes, int64_t{1} << 40);
+    if (dealer) limit = std::max(limit, kControlMessageBytes);
+    socket.set(zmq::sockopt::maxmsgsize, limit * 2 + (int64_t{1} << 20));
   }
 
   Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
@@ -393,7 +396,7 @@ class ZmqTransport final : public Transport {
       socket.set(zmq::sockopt::router_handover, 1);
       // Generous, so requests just over the limit still get a clear error
       // reply from the server's own check.
-      SetHardLimit(socket, max_message_bytes);
+      SetHardLimit(socket, max_message_bytes, /*dealer=*/false);
       return std::unique_ptr<Socket>(
           new ZmqSocket(std::move(socket), security_, /*router=*/true));
     } catch (const zmq::error_t& e) {
@@ -434,7 +437,7 @@ class ZmqTransport final : public Transport {
       socket.set(zmq::sockopt::linger, 0);
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
-      SetHardLimit(socket, max_message_bytes);
+      SetHardLimit(socket, max_message_bytes, /*dealer=*/true);
       if (!identity.empty()) socket.set(zmq::sockopt::routing_id, identity);
       return std::unique_ptr<Socket>(
           new ZmqSocket(std::move(socket), security_, /*router=*/false));

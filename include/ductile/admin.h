@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ductile/client.h"
 #include "ductile/security.h"
 #include "ductile/server.h"
 #include "ductile/status.h"
@@ -35,9 +36,23 @@ struct MemberStatus {
   double mean_staleness = 0;
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
-  // Workers: staleness[i] = pulls that read with staleness i (the last
-  // bucket: i or more), since the worker started.
+  // Workers: staleness[i] = pulls that read with staleness i (bucket
+  // kStalenessBuckets - 1: that or more), since the worker started; up to
+  // the largest staleness seen.
   std::vector<uint64_t> staleness;
+  // Workers: steps (Clock() calls) and samples reported, the steps' time
+  // and of it the time waited for pushes and pulls (ClientStats), since
+  // the worker started; and per step over about the last ten steps, with
+  // the samples per second they make.
+  uint64_t steps = 0;
+  uint64_t samples = 0;
+  double step_seconds = 0;
+  double push_wait_seconds = 0;
+  double pull_wait_seconds = 0;
+  double recent_step_ms = 0;
+  double recent_push_wait_ms = 0;
+  double recent_pull_wait_ms = 0;
+  double samples_per_s = 0;
 };
 
 struct ClusterStatus {
@@ -77,9 +92,11 @@ struct ClusterStatus {
   double noise_scale = 0;
   uint64_t noise_scale_clocks = 0;
   // The staleness histogram of the whole job: the workers' (members')
-  // histograms summed, [i] = pulls with staleness i (the last bucket: i
-  // or more).
+  // histograms summed, [i] = pulls with staleness i (bucket
+  // kStalenessBuckets - 1: that or more).
   std::vector<uint64_t> staleness;
+  // The job's recent throughput: the live workers' samples_per_s summed.
+  double samples_per_s = 0;
 };
 
 // Each call takes the cluster's keys (LoadClusterKeys; empty in plain

@@ -109,15 +109,37 @@ struct Tensor {
 // What this client has observed of the consistency models. Staleness of a
 // pull = the puller's clock minus the server clock of the data returned
 // (every update older than that clock is in it).
+// Buckets of a staleness histogram: [i] counts reads of staleness i, and
+// the last, [kStalenessBuckets - 1], those of that staleness or more.
+inline constexpr size_t kStalenessBuckets = 64;
+
 struct ClientStats {
   uint64_t pulls = 0;  // pull replies (one per server asked)
   // Time pull calls waited at servers for the bound: per call, its longest
   // wait (a call's parts wait side by side); summed over calls.
   uint64_t blocked_us = 0;
-  // staleness[i]: pulls with staleness i (the last bucket: i or more).
+  // staleness[i]: pulls with staleness i (the last of kStalenessBuckets:
+  // that or more).
   std::vector<uint64_t> staleness;
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
+  // Steps: from the first Clock() on, the wall time between consecutive
+  // Clock() calls, and of it the time callers waited for pushes and for
+  // pulls (in Wait() or a blocking call; push-pulls count as pulls; a pull
+  // served by the cache waits for nothing). The rest of a step is its
+  // compute (what the training loop did meanwhile). Samples: what the
+  // loop reported with RecordSamples().
+  uint64_t steps = 0;
+  uint64_t step_us = 0;
+  uint64_t push_wait_us = 0;
+  uint64_t pull_wait_us = 0;
+  uint64_t samples = 0;
+  // The same per step, smoothed over about the last ten steps (0 before
+  // the first step), and the samples per second they make.
+  double recent_step_us = 0;
+  double recent_push_wait_us = 0;
+  double recent_pull_wait_us = 0;
+  double recent_samples_per_s = 0;
   int64_t max_staleness() const {
     for (size_t i = staleness.size(); i > 0; --i) {
       if (staleness[i - 1] > 0) return static_cast<int64_t>(i - 1);
@@ -268,6 +290,9 @@ class Client {
 
   // Consistency metrics observed so far (thread-safe).
   virtual ClientStats stats() const = 0;
+  // Counts `samples` toward this step (the one the next Clock() ends), for
+  // the samples per second in stats(), `ductile status` and /metrics.
+  virtual void RecordSamples(uint64_t samples) = 0;
 
   // ---- Fault tolerance (docs/fault_tolerance.md).
   //

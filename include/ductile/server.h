@@ -75,10 +75,12 @@ struct ServerOptions {
   // the sequence numbers it applied above the client's done-below mark. A
   // client that holds this many there (1 - 2^30; an honest one holds about
   // its requests in flight) has a push refused with kResourceExhausted
-  // until its mark moves up. A client not heard from for between one and
-  // two times `client_idle_expiry_s` (60 s - 30 days) is forgotten: an
-  // honest one resends what is unanswered every few seconds, so it has
-  // nothing in flight then.
+  // until its mark moves up. A client is forgotten once
+  // `client_idle_expiry_s` (60 s - 30 days) has passed since its requests'
+  // timeout (ClientOptions::request_timeout_ms, which they carry) ran out
+  // after the last one arrived: it resends nothing after that timeout, and
+  // the expiry covers what may still be on its way. (Windows that came
+  // with moved slots, of clients not heard from since, are kept 30 days.)
   uint64_t max_window_per_client = uint64_t{1} << 22;
   int64_t client_idle_expiry_s = 600;
   // One key in this many feeds the gradient noise scale this server
@@ -158,6 +160,11 @@ struct ServerCounters {
   // for being idle.
   uint64_t window_clients = 0;
   uint64_t window_expired = 0;
+  // Time the request thread spent on data requests (receipt to reply or
+  // parking), and of it applying pushes' values (update rules included).
+  // Their growth over wall time is how busy the server is.
+  uint64_t busy_us = 0;
+  uint64_t apply_us = 0;
 };
 
 class Server {

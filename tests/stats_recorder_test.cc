@@ -1,0 +1,82 @@
+// A worker's step time and its split (ClientStats): what StatsRecorder
+// makes of the steps, waits and samples it is told of.
+#include "client/stats_recorder.h"
+
+#include <chrono>
+
+#include "gtest/gtest.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+TEST(StatsRecorder, AStepIsSplitIntoWaitsForPushesAndPullsAndTheRest) {
+  StatsRecorder r;
+  const Clock::time_point t0{};
+  r.RecordWait(/*pull=*/true, 5000);  // before the first step: not counted
+  r.RecordSamples(7);
+  r.RecordStep(t0);
+  EXPECT_EQ(r.Snapshot().steps, 0u);
+  r.RecordWait(/*pull=*/true, 3000);
+  r.RecordWait(/*pull=*/false, 1000);
+  r.RecordSamples(64);
+  r.RecordStep(t0 + milliseconds(10));
+  ClientStats s = r.Snapshot();
+  EXPECT_EQ(s.steps, 1u);
+  EXPECT_EQ(s.step_us, 10000u);
+  EXPECT_EQ(s.pull_wait_us, 3000u);
+  EXPECT_EQ(s.push_wait_us, 1000u);
+  EXPECT_EQ(s.samples, 64u);
+  EXPECT_DOUBLE_EQ(s.recent_step_us, 10000);
+  EXPECT_DOUBLE_EQ(s.recent_samples_per_s, 6400);
+
+  // A second step twice as long, with no waits: the recent values move a
+  // tenth of the way.
+  r.RecordSamples(64);
+  r.RecordStep(t0 + milliseconds(30));
+  s = r.Snapshot();
+  EXPECT_EQ(s.steps, 2u);
+  EXPECT_EQ(s.step_us, 30000u);
+  EXPECT_EQ(s.pull_wait_us, 3000u);
+  EXPECT_EQ(s.samples, 128u);
+  EXPECT_DOUBLE_EQ(s.recent_step_us, 11000);
+  EXPECT_DOUBLE_EQ(s.recent_pull_wait_us, 2700);
+  EXPECT_DOUBLE_EQ(s.recent_push_wait_us, 900);
+  EXPECT_DOUBLE_EQ(s.recent_samples_per_s, 64 * 1e6 / 11000);
+}
+
+TEST(StatsRecorder, WaitsSideBySideCountAtMostTheStep) {
+  StatsRecorder r;
+  const Clock::time_point t0{};
+  r.RecordStep(t0);
+  // Two threads each waited the whole step for pulls, and one for a push.
+  r.RecordWait(/*pull=*/false, 4000);
+  r.RecordWait(/*pull=*/true, 4000);
+  r.RecordWait(/*pull=*/true, 4000);
+  r.RecordStep(t0 + milliseconds(4));
+  const ClientStats s = r.Snapshot();
+  EXPECT_EQ(s.push_wait_us, 4000u);
+  EXPECT_EQ(s.pull_wait_us, 0u);
+  EXPECT_LE(s.push_wait_us + s.pull_wait_us, s.step_us);
+}
+
+TEST(StatsRecorder, ItAllTravelsInTheHeartbeat) {
+  StatsRecorder r;
+  const Clock::time_point t0{};
+  r.RecordStep(t0);
+  r.RecordWait(/*pull=*/true, 250);
+  r.RecordSamples(32);
+  r.RecordStep(t0 + milliseconds(2));
+  wire::WorkerMetrics m;
+  r.Fill(&m);
+  EXPECT_EQ(m.steps(), 1u);
+  EXPECT_EQ(m.step_us(), 2000u);
+  EXPECT_EQ(m.pull_wait_us(), 250u);
+  EXPECT_EQ(m.samples(), 32u);
+  EXPECT_DOUBLE_EQ(m.recent_samples_per_s(), 16000);
+}
+
+}  // namespace
+}  // namespace ductile

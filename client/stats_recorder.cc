@@ -49,9 +49,9 @@ void StatsRecorder::RecordStep(std::chrono::steady_clock::time_point now) {
     stats_.push_wait_us += push;
     stats_.pull_wait_us += pull;
     stats_.samples += step_samples_;
-    const auto smooth = [this](double* recent, double value) {
-      *recent = stats_.steps == 1 ? value
-                                  : *recent + kRecentWeight * (value - *recent);
+    const bool first = stats_.steps == 1;
+    const auto smooth = [first](double* recent, double value) {
+      *recent = first ? value : *recent + kRecentWeight * (value - *recent);
     };
     smooth(&stats_.recent_step_us, static_cast<double>(step_us));
     smooth(&stats_.recent_push_wait_us, static_cast<double>(push));

@@ -531,62 +531,45 @@ std::string FormatPrometheus(const ClusterStatus& status) {
     }
   }
   if (!workers.empty()) {
-    Family clock(&os, "ductile_worker_clock", "gauge",
-                 "The worker's clock (steps done).");
-    for (const MemberStatus* m : workers) {
-      clock.Sample(Label("worker", m->id), m->clock);
-    }
-    Family pulls(&os, "ductile_worker_pulls_total", "counter",
-                 "Pull replies the worker received.");
-    for (const MemberStatus* m : workers) {
-      pulls.Sample(Label("worker", m->id), m->pulls);
-    }
-    Family blocked(&os, "ductile_worker_blocked_seconds_total", "counter",
-                   "Time the worker's pulls waited on the staleness bound.");
-    for (const MemberStatus* m : workers) {
-      blocked.Sample(Label("worker", m->id),
-                     static_cast<double>(m->blocked_ms) / 1000.0);
-    }
-    Family hits(&os, "ductile_worker_cache_hits_total", "counter",
-                "Reads served by the worker's cache.");
-    for (const MemberStatus* m : workers) {
-      hits.Sample(Label("worker", m->id), m->cache_hits);
-    }
-    Family misses(&os, "ductile_worker_cache_misses_total", "counter",
-                  "Reads the worker's cache could not serve.");
-    for (const MemberStatus* m : workers) {
-      misses.Sample(Label("worker", m->id), m->cache_misses);
-    }
-    Family steps(&os, "ductile_worker_steps_total", "counter",
-                 "Steps (Clock() calls) the worker has timed.");
-    for (const MemberStatus* m : workers) {
-      steps.Sample(Label("worker", m->id), m->steps);
-    }
-    Family samples(&os, "ductile_worker_samples_total", "counter",
-                   "Samples the worker reported (Client::RecordSamples).");
-    for (const MemberStatus* m : workers) {
-      samples.Sample(Label("worker", m->id), m->samples);
-    }
-    Family step_time(&os, "ductile_worker_step_seconds_total", "counter",
-                     "Time of those steps.");
-    for (const MemberStatus* m : workers) {
-      step_time.Sample(Label("worker", m->id), m->step_seconds);
-    }
-    Family push_wait(&os, "ductile_worker_push_wait_seconds_total", "counter",
-                     "Of it, time the worker waited for pushes.");
-    for (const MemberStatus* m : workers) {
-      push_wait.Sample(Label("worker", m->id), m->push_wait_seconds);
-    }
-    Family pull_wait(&os, "ductile_worker_pull_wait_seconds_total", "counter",
-                     "Of it, time the worker waited for pulls.");
-    for (const MemberStatus* m : workers) {
-      pull_wait.Sample(Label("worker", m->id), m->pull_wait_seconds);
-    }
-    Family rate(&os, "ductile_worker_samples_per_second", "gauge",
-                "The worker's throughput over about its last ten steps.");
-    for (const MemberStatus* m : workers) {
-      rate.Sample(Label("worker", m->id), m->samples_per_s);
-    }
+    // One family per signal, a sample per worker.
+    const auto each = [&](const char* name, const char* type, const char* help,
+                          auto value) {
+      Family f(&os, name, type, help);
+      for (const MemberStatus* m : workers) {
+        f.Sample(Label("worker", m->id), value(*m));
+      }
+    };
+    using M = const MemberStatus&;
+    each("ductile_worker_clock", "gauge", "The worker's clock (steps done).",
+         [](M m) { return m.clock; });
+    each("ductile_worker_pulls_total", "counter",
+         "Pull replies the worker received.", [](M m) { return m.pulls; });
+    each("ductile_worker_blocked_seconds_total", "counter",
+         "Time the worker's pulls waited on the staleness bound.",
+         [](M m) { return static_cast<double>(m.blocked_ms) / 1000.0; });
+    each("ductile_worker_cache_hits_total", "counter",
+         "Reads served by the worker's cache.",
+         [](M m) { return m.cache_hits; });
+    each("ductile_worker_cache_misses_total", "counter",
+         "Reads the worker's cache could not serve.",
+         [](M m) { return m.cache_misses; });
+    each("ductile_worker_steps_total", "counter",
+         "Steps (Clock() calls) the worker has timed.",
+         [](M m) { return m.steps; });
+    each("ductile_worker_samples_total", "counter",
+         "Samples the worker reported (Client::RecordSamples).",
+         [](M m) { return m.samples; });
+    each("ductile_worker_step_seconds_total", "counter", "Time of those steps.",
+         [](M m) { return m.step_seconds; });
+    each("ductile_worker_push_wait_seconds_total", "counter",
+         "Of it, time the worker waited for pushes.",
+         [](M m) { return m.push_wait_seconds; });
+    each("ductile_worker_pull_wait_seconds_total", "counter",
+         "Of it, time the worker waited for pulls.",
+         [](M m) { return m.pull_wait_seconds; });
+    each("ductile_worker_samples_per_second", "gauge",
+         "The worker's throughput over about its last ten steps.",
+         [](M m) { return m.samples_per_s; });
   }
   // Buckets are cumulative; the last of kStalenessBuckets (that staleness
   // or more) counts in +Inf only.

@@ -241,10 +241,15 @@ void ServerNode::Step() {
     if (!router_->Receive(&message_, &got).ok() || !got) break;
     const TimePoint start = env_->Now();
     HandleRequest(message_);
-    counters_.Add(&ServerCounters::busy_us, MicrosSince(start));
+    const TimePoint end = env_->Now();
+    counters_.Add(&ServerCounters::busy_us,
+                  static_cast<uint64_t>(std::max<int64_t>(
+                      0, std::chrono::duration_cast<std::chrono::microseconds>(
+                             end - start)
+                             .count())));
     // Large requests take a while each: heartbeats go out between them,
     // or a busy server would be taken for a dead one.
-    if (env_->Now() >= next_heartbeat_) Heartbeat(0);
+    if (end >= next_heartbeat_) Heartbeat(0);
   }
   while (true) {
     bool got = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ductile/security.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 
@@ -137,15 +138,67 @@ bool MembershipManager::RefusedForItsKey(const Member& taken,
   return true;
 }
 
+namespace {
+
+// A member key named for a role and id ("worker-3") registers only as that
+// member, so a worker's key cannot take a server's place or slots, nor
+// another worker's id; one that asks for no id gets its key's (`*bound`,
+// else -1). Observers only read: any key may observe.
+Status KeyFitsRole(const std::string& key_name, const wire::Header& h,
+                   int32_t* bound) {
+  *bound = -1;
+  bool server = false;
+  int32_t id = -1;
+  if (key_name.empty() || !MemberKeyRole(key_name, &server, &id)) {
+    return Status::Ok();
+  }
+  if (h.role() != wire::ROLE_SERVER && h.role() != wire::ROLE_WORKER) {
+    return Status::Ok();
+  }
+  const bool as_server = h.role() == wire::ROLE_SERVER;
+  const int32_t asked = as_server           ? h.member_id()
+                        : h.has_worker_id() ? h.worker_id()
+                                            : -1;
+  if (as_server == server && (asked == id || asked < 0)) {
+    *bound = id;
+    return Status::Ok();
+  }
+  const std::string role = server ? "server" : "worker";
+  return PermissionDeniedError(
+      "member key '" + key_name + "' registers only as " + role + " " +
+      std::to_string(id) + ", not as " + (as_server ? "server" : "worker") +
+      (asked >= 0 ? " " + std::to_string(asked) : " with no id"));
+}
+
+}  // namespace
+
 MembershipManager::Registered MembershipManager::Register(
     const std::string& identity, const std::string& key,
-    const wire::Header& h) {
+    const std::string& key_name, const wire::Header& h_in) {
   Registered result;
   if (ctx_.shutting_down) {
-    ctx_.out.Reply(identity, h.seq(),
-                   UnavailableError("cluster is shutting down"));
+    ctx_.out.Reply(
+        identity, h_in.seq(),
+        UnavailableError("cluster is shutting down"));  // text: ductile worker
     return result;
   }
+  int32_t bound = -1;
+  if (ductile::Status fits = KeyFitsRole(key_name, h_in, &bound); !fits.ok()) {
+    LOG(WARNING) << "coordinator: refused a registration: " << fits.message();
+    ctx_.out.Reply(identity, h_in.seq(), fits);
+    return result;
+  }
+  // A key bound to a member registers as that member.
+  wire::Header bound_h;
+  if (bound >= 0) {
+    bound_h = h_in;
+    if (h_in.role() == wire::ROLE_SERVER) {
+      bound_h.set_member_id(bound);
+    } else {
+      bound_h.set_worker_id(bound);
+    }
+  }
+  const wire::Header& h = bound >= 0 ? bound_h : h_in;
   ClusterState& state = ctx_.state;
   Member member;
   member.role = h.role();

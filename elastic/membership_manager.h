@@ -50,9 +50,11 @@ class MembershipManager {
   // needs the routing table waits for the slots to be assigned). `key` is
   // the member key the connection proved ("" for the cluster's shared
   // key): a member registered with one is bound to it, and its id is not
-  // given to another key (kPermissionDenied).
+  // given to another key (kPermissionDenied). `key_name` is that key's
+  // name in the members directory: one named for a role and id
+  // (MemberKeyRole: "server-N", "worker-N") registers only as that member.
   Registered Register(const std::string& identity, const std::string& key,
-                      const wire::Header& h);
+                      const std::string& key_name, const wire::Header& h);
   // Answers the registrations that waited for the first routing table.
   void AnswerWaiting();
 

@@ -7,8 +7,10 @@
 # tests/recovery_worker_main.cc (BSP, Adam) start; while the workers train,
 # a third server joins from a namespace created then and takes its share of
 # the slots, and one worker is drained (`ductile drain worker:1`) and leaves.
-# Every member holds the keys `ductile keygen` made: every connection is
-# CURVE-authenticated and encrypted.
+# Every member proves a key of its own that `ductile keygen --servers
+# --workers` made (server-N.key, worker-N.key), bound to that member: every
+# connection is CURVE-authenticated and encrypted, and the cluster's shared
+# key alone admits nobody.
 # The test passes when:
 #   - `ductile status`, run from a namespace of its own, shows 3 active
 #     servers, the one that joined owning slots;
@@ -19,7 +21,8 @@
 #     and exits 0;
 #   - the coordinator ends the job and exits 0;
 #   - a coordinator without keys refuses to listen on the network, and
-#     `ductile status` without the keys gets no answer.
+#     `ductile status` without the keys, or with only the cluster's shared
+#     key, gets no answer.
 #
 # Usage: multihost_test.sh DUCTILE_CLI RECOVERY_WORKER
 # Needs root and network namespaces; exits 77 (skipped) without them. Every
@@ -226,7 +229,12 @@ min_worker_clock() {
 
 # ---- The cluster's keys: every connection is authenticated and encrypted.
 KEYS="$TMP/keys"
-"$DUCTILE" keygen --out="$KEYS" >/dev/null || fail "ductile keygen"
+"$DUCTILE" keygen --out="$KEYS" --servers=3 --workers=2 >/dev/null ||
+  fail "ductile keygen"
+# A holder of the shared cluster key (and the public keys) alone.
+SHARED="$TMP/shared-key-only"
+mkdir -m 700 "$SHARED"
+cp -p "$KEYS/cluster.key" "$KEYS/cluster.pub" "$KEYS/admin.pub" "$SHARED/"
 # Without them, a member cannot even listen beyond loopback.
 if plain_out=$(timeout 15 ip netns exec "${RUN}-coord" "$DUCTILE" coordinator \
   --listen="tcp://${SUBNET}.1:7001" 2>&1); then
@@ -244,7 +252,7 @@ start coord coordinator.log "$DUCTILE" coordinator --listen="$COORDINATOR" \
 COORD_PID=$STARTED
 for i in 0 1; do
   start "s$i" "server$i.log" "$DUCTILE" server --coordinator="$COORDINATOR" \
-    --host="${SUBNET}.1$((i + 1))" --port="$SERVER_PORT" \
+    --host="${SUBNET}.1$((i + 1))" --port="$SERVER_PORT" --server_id="$i" \
     --state_dir="$TMP/servers" --timeout_ms=30000 --keys="$KEYS"
   SERVER_PIDS+=("$STARTED")
 done
@@ -252,7 +260,8 @@ WORKER_PIDS=()
 for i in 0 1; do
   start "w$i" "worker$i.log" "$WORKER" --coordinator="$COORDINATOR" \
     --clocks="$CLOCKS" --sleep_ms="$SLEEP_MS" --mode=bsp \
-    --cluster_keys="$KEYS"
+    --cluster_keys="$KEYS" --member_key="$KEYS/members/worker-$i.key" \
+    --worker_id="$i"
   WORKER_PIDS+=("$STARTED")
 done
 
@@ -268,8 +277,8 @@ log "training over TCP across namespaces; workers past clock ${JOIN_AT}"
 # ---- A third server joins from a namespace created now.
 attach s2 13 || fail "namespace s2 (created mid-run)"
 start s2 server2.log "$DUCTILE" server --coordinator="$COORDINATOR" \
-  --host="${SUBNET}.13" --port="$SERVER_PORT" --state_dir="$TMP/servers" \
-  --timeout_ms=30000 --keys="$KEYS"
+  --host="${SUBNET}.13" --port="$SERVER_PORT" --server_id=2 \
+  --state_dir="$TMP/servers" --timeout_ms=30000 --keys="$KEYS"
 SERVER_PIDS+=("$STARTED")
 JOINED_ADDRESS="tcp://${SUBNET}.13:${SERVER_PORT}"
 
@@ -298,6 +307,12 @@ log "both workers talk to every server over TCP"
 timeout 15 ip netns exec "${RUN}-admin" "$DUCTILE" status \
   --coordinator="$COORDINATOR" --timeout_ms=2000 >"$TMP/stranger.out" 2>&1 &
 STRANGER_PID=$!
+# And one holding only the cluster's shared key, which members no longer
+# prove: it gets no answer either.
+timeout 15 ip netns exec "${RUN}-admin" "$DUCTILE" status \
+  --coordinator="$COORDINATOR" --keys="$SHARED" --norequire_member_keys \
+  --timeout_ms=2000 >"$TMP/shared.out" 2>&1 &
+SHARED_PID=$!
 
 # ---- Worker 1 leaves.
 
@@ -314,6 +329,13 @@ wait "$STRANGER_PID" || STRANGER_CODE=$?
 grep -q "DeadlineExceeded" "$TMP/stranger.out" ||
   fail "status without keys: $(cat "$TMP/stranger.out")"
 log "status without the keys: $(cat "$TMP/stranger.out")"
+SHARED_CODE=0
+wait "$SHARED_PID" || SHARED_CODE=$?
+((SHARED_CODE != 0)) ||
+  fail "status with the shared key only answered: $(cat "$TMP/shared.out")"
+grep -q "DeadlineExceeded" "$TMP/shared.out" ||
+  fail "status with the shared key only: $(cat "$TMP/shared.out")"
+log "status with the shared key only: $(cat "$TMP/shared.out")"
 
 # ---- Both workers end: the drained one leaves, the other checks the state.
 for i in 0 1; do

@@ -105,6 +105,8 @@ struct Args {
   std::string mode = "bsp";
   int staleness = 2;
   std::string cluster_keys;    // directory of the cluster's keys ("" plain)
+  std::string member_key;      // this worker's own key pair ("" none)
+  int worker_id = -1;          // the id to ask for (-1: any)
   ductile::Security security;  // loaded from cluster_keys
 };
 
@@ -129,6 +131,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->staleness = std::stoi(v);
     } else if (const char* v = value("cluster_keys")) {
       a->cluster_keys = v;
+    } else if (const char* v = value("member_key")) {
+      a->member_key = v;
+    } else if (const char* v = value("worker_id")) {
+      a->worker_id = std::stoi(v);
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return false;
@@ -342,7 +348,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: recovery_worker --coordinator=ADDR [--clocks=N] "
                  "[--keys=K] [--sleep_ms=M] [--mode=bsp|ssp|async] "
-                 "[--staleness=S] [--cluster_keys=DIR]\n");
+                 "[--staleness=S] [--cluster_keys=DIR [--member_key=FILE]] "
+                 "[--worker_id=N]\n");
     return 2;
   }
   if (args.mode == "bsp") {
@@ -368,8 +375,19 @@ int main(int argc, char** argv) {
       return 1;
     }
     args.security = *keys;
+    if (!args.member_key.empty()) {
+      // A key of its own, and a cluster that admits no shared key.
+      ductile::Status loaded =
+          ductile::LoadMemberKey(args.member_key, &args.security);
+      if (!loaded.ok()) {
+        std::printf("member key: %s\n", loaded.ToString().c_str());
+        return 1;
+      }
+      args.security.require_member_keys = true;
+    }
   }
   o.security = args.security;
+  o.requested_worker_id = args.worker_id;
   auto client = Client::Connect(o);
   if (!client.ok()) {
     std::printf("connect: %s\n", client.status().ToString().c_str());

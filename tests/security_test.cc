@@ -163,10 +163,12 @@ TEST(ClusterKeys, AMemberKeyIsForItsMemberOnly) {
   ASSERT_TRUE(LoadMemberKey(dir + "/members/worker-0.key", &own).ok());
   EXPECT_TRUE(own.own_key());
   EXPECT_NE(own.member_public, own.cluster_public);
-  Result<std::vector<std::string>> listed =
+  Result<std::vector<MemberPublicKey>> listed =
       ReadMemberPublicKeys(dir + "/members");
   ASSERT_TRUE(listed.ok()) << listed.status();
-  EXPECT_EQ(*listed, std::vector<std::string>{own.member_public});
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name, "worker-0");
+  EXPECT_EQ((*listed)[0].key, own.member_public);
   // The cluster's key is no member key, and a public file is no pair.
   Security again = *member;
   EXPECT_EQ(LoadMemberKey(dir + "/cluster.key", &again).code(),
@@ -772,6 +774,90 @@ TEST(MemberKeys, AMemberRegisteredWithItsKeyIsTakenByNoOtherKey) {
   ASSERT_TRUE(worker->Pull(*id, keys, out).ok());
   EXPECT_EQ(out[0], 3.0f);
   EXPECT_TRUE(worker->Finish().ok());
+}
+
+TEST(MemberKeys, OnlyServerAndWorkerNamesWithADecimalIdBindARole) {
+  bool server = false;
+  int32_t id = -1;
+  EXPECT_TRUE(MemberKeyRole("server-0", &server, &id));
+  EXPECT_TRUE(server);
+  EXPECT_EQ(id, 0);
+  EXPECT_TRUE(MemberKeyRole("worker-1048575", &server, &id));
+  EXPECT_FALSE(server);
+  EXPECT_EQ(id, 1048575);
+  for (const char* free_name :
+       {"worker-a", "worker-", "worker-01", "worker--1", "worker-1048576",
+        "server-1x", "Server-1", "worker-99999999", "observer-0", ""}) {
+    EXPECT_FALSE(MemberKeyRole(free_name, &server, &id)) << free_name;
+  }
+}
+
+// A key named for a member (server-N, worker-N, as `ductile keygen
+// --servers --workers` makes them) registers only as that member: a
+// worker's key cannot register as a server and be given slots, nor take
+// another worker's id, even one never registered.
+TEST(MemberKeys, AKeyNamedForAMemberRegistersOnlyAsThatMember) {
+  const std::string dir = NewDir("named-cluster");
+  ASSERT_TRUE(GenerateClusterKeys(dir).ok());
+  Result<Security> shared = LoadClusterKeys(dir, false);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.security = WithMemberKey(dir, *shared, "server-0");
+  options.security.require_member_keys = true;
+  testing::TestCluster cluster(options);
+  Security worker_1 = WithMemberKey(dir, *shared, "worker-1");
+  worker_1.require_member_keys = true;
+
+  wire::Header as_worker;
+  as_worker.set_type(wire::REGISTER);
+  as_worker.set_role(wire::ROLE_WORKER);
+  wire::Header as_server;
+  as_server.set_type(wire::REGISTER);
+  as_server.set_role(wire::ROLE_SERVER);
+  as_server.mutable_endpoint()->set_tcp_address("tcp://127.0.0.1:1");
+  uint64_t seq = 1;
+  const auto refused = [&](wire::Header h) {
+    h.set_seq(seq++);
+    const wire::Header reply = AskRaw(cluster.address(), h, &worker_1);
+    EXPECT_EQ(reply.status_code(),
+              static_cast<int>(StatusCode::kPermissionDenied))
+        << h.ShortDebugString() << ": " << reply.ShortDebugString();
+    EXPECT_NE(reply.status_message().find("registers only as worker 1"),
+              std::string::npos)
+        << reply.status_message();
+  };
+  wire::Header other_worker = as_worker;
+  other_worker.set_worker_id(0);  // free, never registered
+  refused(other_worker);
+  wire::Header new_server = as_server;
+  new_server.set_member_id(1);
+  refused(new_server);
+  wire::Header any_server = as_server;
+  any_server.set_member_id(-1);
+  refused(any_server);
+
+  // Its own id is its to take, even unasked (the server above registered
+  // with no id and is server 0 by its key); nothing was registered on the
+  // way.
+  ClientOptions client;
+  client.coordinator_address = cluster.address();
+  client.request_timeout_ms = 20000;
+  client.connect_timeout_ms = 20000;
+  client.security = worker_1;
+  client.requested_worker_id = -1;
+  Result<std::unique_ptr<Client>> worker = Client::Connect(client);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ((*worker)->worker_id(), 1);
+  const Security admin = *LoadClusterKeys(dir, true);
+  Result<ClusterStatus> status =
+      QueryClusterStatus(cluster.address(), 10000, admin);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->members.size(), 2u);  // server 0, worker 1
+  for (const MemberStatus& m : status->members) {
+    EXPECT_EQ(m.id, m.role == "server" ? 0 : 1) << m.role;
+  }
+  EXPECT_TRUE((*worker)->Finish().ok());
 }
 
 }  // namespace

@@ -59,6 +59,9 @@ class InMessage {
   // of its own (Security::member_public); "" for the cluster's shared key,
   // the admin's, plain mode and a simulation.
   const std::string& member_key() const { return member_key_; }
+  // The name that key has in the members directory (its NAME.pub), which
+  // may bind it to a role and id (MemberKeyRole); "" without a member key.
+  const std::string& member_key_name() const { return member_key_name_; }
 
   // Transports: replaces the frames with views into `storage`.
   void Reset(std::unique_ptr<FrameStorage> storage,
@@ -67,13 +70,17 @@ class InMessage {
   FrameStorage* storage() const { return storage_.get(); }
   std::vector<ByteSpan>& mutable_frames() { return frames_; }
   void set_from_admin(bool from_admin) { from_admin_ = from_admin; }
-  void set_member_key(std::string_view key) { member_key_.assign(key); }
+  void set_member_key(std::string_view key, std::string_view name = {}) {
+    member_key_.assign(key);
+    member_key_name_.assign(name);
+  }
 
  private:
   std::unique_ptr<FrameStorage> storage_;
   std::vector<ByteSpan> frames_;
   bool from_admin_ = true;
   std::string member_key_;
+  std::string member_key_name_;
 };
 
 class OutMessage {

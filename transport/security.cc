@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace ductile {
 namespace {
@@ -283,9 +284,9 @@ Status LoadMemberKey(const std::string& path, Security* security) {
   return Status::Ok();
 }
 
-Result<std::vector<std::string>> ReadMemberPublicKeys(
+Result<std::vector<MemberPublicKey>> ReadMemberPublicKeys(
     const std::string& members_dir, std::vector<Status>* skipped) {
-  std::vector<std::string> keys;
+  std::vector<MemberPublicKey> keys;
   if (members_dir.empty()) return keys;
   DIR* d = opendir(members_dir.c_str());
   if (d == nullptr) {
@@ -301,11 +302,12 @@ Result<std::vector<std::string>> ReadMemberPublicKeys(
     }
   }
   closedir(d);
+  std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     std::string key;
     Status read = ReadKeyFile(members_dir + "/" + name, &key, nullptr);
     if (read.ok()) {
-      keys.push_back(key);
+      keys.push_back({name.substr(0, name.size() - 4), key});
     } else if (skipped != nullptr) {
       skipped->push_back(read);
     } else {
@@ -313,6 +315,31 @@ Result<std::vector<std::string>> ReadMemberPublicKeys(
     }
   }
   return keys;
+}
+
+bool MemberKeyRole(const std::string& name, bool* server, int32_t* id) {
+  std::string_view digits;
+  if (name.starts_with("server-")) {
+    *server = true;
+    digits = std::string_view(name).substr(7);
+  } else if (name.starts_with("worker-")) {
+    *server = false;
+    digits = std::string_view(name).substr(7);
+  } else {
+    return false;
+  }
+  if (digits.empty() || digits.size() > 7 ||
+      (digits.size() > 1 && digits[0] == '0')) {
+    return false;
+  }
+  int64_t value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value >= (int64_t{1} << 20)) return false;
+  *id = static_cast<int32_t>(value);
+  return true;
 }
 
 }  // namespace ductile

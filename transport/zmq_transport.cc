@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -106,6 +107,7 @@ zmq::message_t ToZmq(OutMessage::Frame& f) {
 constexpr char kMemberUser[] = "member";
 constexpr char kAdminUser[] = "admin";
 constexpr std::string_view kOwnKeyUser = "key:";
+constexpr size_t kZ85KeyChars = 40;
 
 // Logs once per process that a plain socket is bound.
 void NotePlainMode(const std::string& address) {
@@ -203,6 +205,7 @@ class ZmqSocket final : public Socket {
     // a dealer's one peer is a router holding the cluster's key.
     bool from_admin = true;
     std::string_view member_key;
+    std::string_view member_key_name;
     if (security_.curve()) {
       from_admin = false;
       if (router_) {
@@ -210,15 +213,17 @@ class ZmqSocket final : public Socket {
           const char* user = storage->messages.back().gets("User-Id");
           from_admin = user != nullptr && std::strcmp(user, kAdminUser) == 0;
           const std::string_view name = user != nullptr ? user : "";
-          if (name.starts_with(kOwnKeyUser)) {
-            member_key = name.substr(kOwnKeyUser.size());
+          if (name.starts_with(kOwnKeyUser) &&
+              name.size() >= kOwnKeyUser.size() + kZ85KeyChars) {
+            member_key = name.substr(kOwnKeyUser.size(), kZ85KeyChars);
+            member_key_name = name.substr(kOwnKeyUser.size() + kZ85KeyChars);
           }
         } catch (const zmq::error_t&) {
           // No user id: not admitted by our handler, so no rights.
         }
       }
     }
-    message->set_member_key(member_key);  // before `storage` moves
+    message->set_member_key(member_key, member_key_name);  // before `storage`
     message->Reset(std::move(storage), std::move(views));
     message->set_from_admin(from_admin);
     *got = true;
@@ -242,13 +247,16 @@ class MemberKeyDirectory {
  public:
   explicit MemberKeyDirectory(std::string dir) : dir_(std::move(dir)) {}
 
-  // Whether `key` (32 bytes) is a member's; if so, its Z85 text.
-  bool Find(const uint8_t* key, std::string* z85) {
+  // Whether `key` (32 bytes) is a member's; if so, its Z85 text and the
+  // name of its file.
+  bool Find(const uint8_t* key, std::string* z85, std::string* name) {
     char text[41];
     if (dir_.empty() || zmq_z85_encode(text, key, 32) == nullptr) return false;
     Reload();
-    if (!keys_.contains(text)) return false;
+    auto found = keys_.find(text);
+    if (found == keys_.end()) return false;
     *z85 = text;
+    *name = found->second;
     return true;
   }
 
@@ -264,7 +272,7 @@ class MemberKeyDirectory {
       return;
     }
     std::vector<Status> skipped;
-    Result<std::vector<std::string>> keys =
+    Result<std::vector<MemberPublicKey>> keys =
         ReadMemberPublicKeys(dir_, &skipped);
     read_ = true;
     read_at_ = now;
@@ -277,11 +285,15 @@ class MemberKeyDirectory {
         LOG(WARNING) << "member keys: " << s;
       }
     }
-    if (keys.ok()) keys_ = std::set<std::string>(keys->begin(), keys->end());
+    if (keys.ok()) {
+      keys_.clear();
+      // One key under two names: the first name (files in name order).
+      for (const MemberPublicKey& k : *keys) keys_.emplace(k.key, k.name);
+    }
   }
 
   const std::string dir_;
-  std::set<std::string> keys_;
+  std::map<std::string, std::string> keys_;  // Z85 key -> its file's name
   bool read_ = false;
   std::chrono::steady_clock::time_point read_at_{};
   bool existed_ = false;
@@ -332,10 +344,12 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
       } else if (std::memcmp(request[6].data(), admin, 32) == 0) {
         status = "200";
         user = kAdminUser;
-      } else if (std::string key; member_keys.Find(
-                     static_cast<const uint8_t*>(request[6].data()), &key)) {
+      } else if (std::string key, name; member_keys.Find(
+                     static_cast<const uint8_t*>(request[6].data()), &key,
+                     &name)) {
         status = "200";
-        user = std::string(kOwnKeyUser) + key;
+        // The key (40 characters), then the name it was found under.
+        user = std::string(kOwnKeyUser) + key + name;
       }
     }
     if (status != "200") {

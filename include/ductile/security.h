@@ -31,6 +31,7 @@
 #ifndef DUCTILE_SECURITY_H_
 #define DUCTILE_SECURITY_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,8 @@ struct Security {
   // neither the admin key nor one of its own cannot connect. Every member
   // id is then bound to a key (no member can register as, or act for,
   // another, whatever ids it names), and holding cluster.key no longer
-  // makes one a member.
+  // makes one a member. The `ductile` command line sets it with --keys
+  // unless given --norequire_member_keys.
   bool require_member_keys = false;
   // Plain mode only: allow binding to addresses other than loopback and
   // ipc:// (anyone who reaches them can act as any member).
@@ -100,11 +102,24 @@ Result<Security> LoadClusterKeys(const std::string& dir, bool as_admin);
 // `security`, which must already hold the cluster's keys.
 Status LoadMemberKey(const std::string& path, Security* security);
 
-// The member public keys in `members_dir` (every *.pub file; a missing
-// directory holds none). A file that is not a public key fails the call,
-// or, with `skipped`, is left out and its error added there.
-Result<std::vector<std::string>> ReadMemberPublicKeys(
+// A member's public key as a router finds it: NAME.pub's NAME and the key.
+struct MemberPublicKey {
+  std::string name;
+  std::string key;  // Z85, 40 characters
+};
+
+// The member public keys in `members_dir` (every *.pub file, in the order
+// of their names; a missing directory holds none). A file that is not a
+// public key fails the call, or, with `skipped`, is left out and its error
+// added there.
+Result<std::vector<MemberPublicKey>> ReadMemberPublicKeys(
     const std::string& members_dir, std::vector<Status>* skipped = nullptr);
+
+// The role and id a member key's name binds it to: "server-N" and
+// "worker-N" (N a decimal id without leading zeros, below 2^20) may
+// register only as that server or worker; any other name binds to
+// whatever id the key first registers. Returns false for other names.
+bool MemberKeyRole(const std::string& name, bool* server, int32_t* id);
 
 }  // namespace ductile
 

@@ -146,12 +146,23 @@ DEFINE_int32(metrics_port, -1,
              "off); plain HTTP, with no keys");
 DEFINE_string(metrics_host, "127.0.0.1",
               "coordinator, local: the address /metrics listens on");
-DEFINE_bool(require_member_keys, false,
-            "coordinator, server, worker: admit only members with keys of "
-            "their own (--member_key) and the admin, not cluster.key "
-            "(local sets it when it makes the keys)");
+DEFINE_string(policy, "",
+              "coordinator, local: built-in policies that change the job as "
+              "it trains, comma-separated: autoscale, stragglers, each with "
+              "optional :KEY=VALUE parameters (docs/adaptation.md)");
+DEFINE_int32(policy_interval_ms, 1000,
+             "coordinator, local: how often the policies read the job's "
+             "status (100 to 3600000)");
+DEFINE_bool(require_member_keys, true,
+            "coordinator, server, worker, with --keys: admit only members "
+            "with keys of their own (DIR/members/server-N.key, worker-N.key "
+            "or --member_key) and the admin; --norequire_member_keys also "
+            "admits cluster.key, shared by members who can then act for "
+            "one another");
 DEFINE_string(out, "", "keygen: directory to write the new keys into");
-DEFINE_string(member, "", "keygen: make member NAME's own key pair instead");
+DEFINE_string(member, "",
+              "keygen: make member NAME's own key pair (in an existing DIR; "
+              "server-N and worker-N bind it to that member)");
 DEFINE_string(kill_schedule, "",
               "local: SIGKILL cluster processes as the job runs, for fault "
               "tolerance tests. Comma-separated items: server:ID@clock=N, "
@@ -242,13 +253,19 @@ std::string SelfPath() {
 }
 
 // The security --keys and --insecure ask for; `as_admin` for commands that
-// need the admin key.
-ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
+// need the admin key. `member` names the server or worker this process is
+// ("server-0", "worker-3"; "" for others): with --keys and no
+// --member_key, its own key is DIR/members/MEMBER.key.
+ductile::Result<ductile::Security> SecurityFromFlags(
+    bool as_admin, const std::string& member = "") {
+  const bool require_set =
+      !gflags::GetCommandLineFlagInfoOrDie("require_member_keys").is_default;
   if (FLAGS_keys.empty()) {
-    if (!FLAGS_member_key.empty() || FLAGS_require_member_keys) {
+    if (!FLAGS_member_key.empty() ||
+        (require_set && FLAGS_require_member_keys)) {
       return ductile::InvalidArgumentError(
-          std::string(FLAGS_require_member_keys ? "--require_member_keys"
-                                                : "--member_key") +
+          std::string(FLAGS_member_key.empty() ? "--require_member_keys"
+                                               : "--member_key") +
           " goes with the cluster's keys (--keys=DIR)");
     }
     ductile::Security plain;
@@ -261,9 +278,25 @@ ductile::Result<ductile::Security> SecurityFromFlags(bool as_admin) {
   }
   ductile::Result<ductile::Security> security =
       ductile::LoadClusterKeys(FLAGS_keys, as_admin);
-  if (security.ok()) security->require_member_keys = FLAGS_require_member_keys;
-  if (!security.ok() || FLAGS_member_key.empty()) return security;
-  DUCTILE_RETURN_IF_ERROR(ductile::LoadMemberKey(FLAGS_member_key, &*security));
+  if (!security.ok()) return security;
+  security->require_member_keys = FLAGS_require_member_keys;
+  std::string key_file = FLAGS_member_key;
+  if (key_file.empty() && !member.empty() && !security->admin()) {
+    const std::string own = FLAGS_keys + "/members/" + member + ".key";
+    if (access(own.c_str(), F_OK) == 0) {
+      key_file = own;
+    } else if (FLAGS_require_member_keys) {
+      return ductile::FailedPreconditionError(
+          "with --keys, each server and worker proves a key of its own, and " +
+          own + " is not there: make it with `ductile keygen --out=" +
+          FLAGS_keys + " --member=" + member +
+          "` (or --servers=N --workers=M for all), or give --member_key=FILE "
+          "(--norequire_member_keys lets members share cluster.key, and "
+          "then any of them can act for another)");
+    }
+  }
+  if (key_file.empty()) return security;
+  DUCTILE_RETURN_IF_ERROR(ductile::LoadMemberKey(key_file, &*security));
   return security;
 }
 
@@ -378,6 +411,10 @@ int RunCoordinator() {
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
   o.checkpoint_interval_s = FLAGS_checkpoint_interval_s;
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_ms;
+  auto policies = ductile::MakeBuiltinPolicies(FLAGS_policy);
+  if (!policies.ok()) return Fail(policies.status());
+  o.policies = std::move(*policies);
+  o.policy_interval_ms = FLAGS_policy_interval_ms;
   auto security = SecurityFromFlags(false);
   if (!security.ok()) return Fail(security.status());
   o.security = *security;
@@ -442,7 +479,9 @@ int RunServer() {
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
-  auto security = SecurityFromFlags(false);
+  auto security = SecurityFromFlags(
+      false,
+      o.requested_id >= 0 ? "server-" + std::to_string(o.requested_id) : "");
   if (!security.ok()) return Fail(security.status());
   o.security = *security;
   auto server = ductile::Server::Start(o);
@@ -543,10 +582,21 @@ int RunWorker() {
   auto id = IdOrRank(FLAGS_worker_id, "worker");
   if (!id.ok()) return Fail(id.status());
   o.requested_worker_id = *id;
-  auto security = SecurityFromFlags(false);
+  auto security =
+      SecurityFromFlags(false, *id >= 0 ? "worker-" + std::to_string(*id) : "");
   if (!security.ok()) return Fail(security.status());
   o.security = *security;
   auto client = ductile::Client::Connect(o);
+  if (!client.ok() &&
+      client.status().code() == ductile::StatusCode::kUnavailable &&
+      client.status().message() == "cluster is shutting down") {
+    // Started as the job ended (a resize or a replacement late in it):
+    // there is nothing left to train, which is no failure.
+    std::fprintf(stderr,
+                 "worker: the job ended before this worker joined; nothing "
+                 "to do\n");
+    return 0;
+  }
   if (!client.ok()) return Fail(client.status());
   ductile::Status s = ductile::apps::RunTrainingWorker(**client, t);
   // Tell the coordinator either way, so the cluster can shut down.
@@ -711,12 +761,63 @@ int RunKeygen() {
         FLAGS_out.c_str(), FLAGS_member.c_str(), FLAGS_member.c_str());
     return 0;
   }
-  ductile::Status s = ductile::GenerateClusterKeys(FLAGS_out);
-  if (!s.ok()) return Fail(s);
+  // --servers and --workers: a key of its own for each (server-N.key,
+  // worker-N.key), which binds it to that member.
+  // Only the counts given: `--workers=4` alone adds worker keys.
+  const int servers = gflags::GetCommandLineFlagInfoOrDie("servers").is_default
+                          ? 0
+                          : FLAGS_servers;
+  const int workers = gflags::GetCommandLineFlagInfoOrDie("workers").is_default
+                          ? 0
+                          : FLAGS_workers;
+  const bool members =
+      !gflags::GetCommandLineFlagInfoOrDie("servers").is_default ||
+      !gflags::GetCommandLineFlagInfoOrDie("workers").is_default;
+  if (members &&
+      (servers < 0 || workers < 0 || servers > 4096 || workers > 65536)) {
+    return Fail(ductile::InvalidArgumentError(
+        "keygen: --servers must be in [0, 4096] and --workers in [0, 65536]"));
+  }
+  const bool have_cluster_keys =
+      access((FLAGS_out + "/cluster.key").c_str(), F_OK) == 0;
+  if (!members || !have_cluster_keys) {
+    ductile::Status s = ductile::GenerateClusterKeys(FLAGS_out);
+    if (!s.ok()) return Fail(s);
+    std::printf(
+        "keys written to %s: the coordinator and servers need cluster.key, "
+        "members cluster.pub and admin.pub (--keys=DIR); only "
+        "administrators need admin.key\n",
+        FLAGS_out.c_str());
+  }
+  if (!members) {
+    std::printf(
+        "each server and worker also needs a key of its own: `ductile "
+        "keygen --out=%s --servers=N --workers=M`\n",
+        FLAGS_out.c_str());
+    return 0;
+  }
+  int made = 0;
+  int kept = 0;
+  for (int role = 0; role < 2; ++role) {
+    const int count = role == 0 ? servers : workers;
+    for (int i = 0; i < count; ++i) {
+      const std::string name =
+          (role == 0 ? "server-" : "worker-") + std::to_string(i);
+      ductile::Status s = ductile::GenerateMemberKey(FLAGS_out, name);
+      if (s.code() == ductile::StatusCode::kAlreadyExists) {
+        ++kept;
+      } else if (!s.ok()) {
+        return Fail(s);
+      } else {
+        ++made;
+      }
+    }
+  }
   std::printf(
-      "keys written to %s: every member needs cluster.key and admin.pub "
-      "(--keys=DIR); only administrators need admin.key\n",
-      FLAGS_out.c_str());
+      "member keys in %s/members: %d made, %d already there; server-N.key "
+      "and worker-N.key are for that member only, each bound to it; the "
+      "coordinator and servers read every NAME.pub there\n",
+      FLAGS_out.c_str(), made, kept);
   return 0;
 }
 
@@ -763,6 +864,15 @@ int RunLocal() {
     return Fail(ductile::InvalidArgumentError(
         "--insecure is for plain mode: it cannot go with --keys"));
   }
+  // Checked here, before any process starts.
+  if (auto policies = ductile::MakeBuiltinPolicies(FLAGS_policy);
+      !policies.ok()) {
+    return Fail(policies.status());
+  }
+  if (FLAGS_policy_interval_ms < 100 || FLAGS_policy_interval_ms > 3600000) {
+    return Fail(ductile::InvalidArgumentError(
+        "--policy_interval_ms must be in [100, 3600000]"));
+  }
   ductile::apps::LocalClusterOptions o;
   o.program = SelfPath();
   o.keys_dir = FLAGS_keys;
@@ -800,7 +910,9 @@ int RunLocal() {
       Forward("checkpoint_interval_s"),
       Forward("checkpoint_timeout_ms"),
       Forward("metrics_port"),
-      Forward("metrics_host")};
+      Forward("metrics_host"),
+      Forward("policy"),
+      Forward("policy_interval_ms")};
   o.server_flags = {log,
                     "--host=127.0.0.1",
                     "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
@@ -869,6 +981,8 @@ const std::vector<Command>& Commands() {
         "resize_schedule",
         "metrics_port",
         "metrics_host",
+        "policy",
+        "policy_interval_ms",
         "keys",
         "insecure"},
        true,
@@ -879,7 +993,7 @@ const std::vector<Command>& Commands() {
         "heartbeat_timeout_ms", "no_worker_timeout_ms", "state_dir",
         "checkpoint_every", "checkpoint_interval_s", "checkpoint_timeout_ms",
         "keys", "require_member_keys", "insecure", "metrics_port",
-        "metrics_host"},
+        "metrics_host", "policy", "policy_interval_ms"},
        false,
        RunCoordinator},
       {"server",
@@ -916,7 +1030,7 @@ const std::vector<Command>& Commands() {
       {"status",
        "print a running cluster's members and counters (--coordinator; "
        "--watch=S: a live table)",
-       {"coordinator", "timeout_ms", "keys", "watch"},
+       {"coordinator", "timeout_ms", "keys", "member_key", "watch"},
        false,
        RunStatus},
       {"shutdown",
@@ -946,9 +1060,11 @@ const std::vector<Command>& Commands() {
        false,
        RunResize},
       {"keygen",
-       "make a cluster's keys in --out: cluster.key for every member, "
-       "admin.key for administrators, admin.pub (docs/security.md)",
-       {"out", "member"},
+       "make a cluster's keys in --out: cluster.key for the coordinator "
+       "and servers, admin.key for administrators, the .pub files for "
+       "all; with --servers and --workers, members/server-N.key and "
+       "worker-N.key, each member's own (docs/security.md)",
+       {"out", "member", "servers", "workers"},
        false,
        RunKeygen},
   };

@@ -16,6 +16,7 @@
 #include <future>
 #include <map>
 #include <random>
+#include <set>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -567,6 +568,9 @@ struct JobView {
   int64_t clock = 0;
   int32_t target_workers = 0;
   int32_t target_servers = 0;
+  // Workers a policy asked to replace, and the workers active now.
+  std::vector<int32_t> replace_workers;
+  std::set<int32_t> active_workers;
 };
 
 Result<JobView> WatchJob(const std::string& coordinator,
@@ -581,6 +585,12 @@ Result<JobView> WatchJob(const std::string& coordinator,
   }
   view.target_workers = status->target_workers;
   view.target_servers = status->target_servers;
+  view.replace_workers = status->replace_workers;
+  for (const MemberStatus& m : status->members) {
+    if (m.role == "worker" && m.state == "active") {
+      view.active_workers.insert(m.id);
+    }
+  }
   return view;
 }
 
@@ -657,10 +667,11 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   }
   // Every child gets it ("--keys=" alone: plain mode).
   const std::string keys_flag = "--keys=" + keys_dir;
-  // With keys made for this launch, each server and worker also gets a
-  // member key of its own, made at its first start and kept across its
-  // restarts: no member can then register as, or act for, another.
-  const bool own_keys = !options.plain && options.keys_dir.empty();
+  // With keys, each server and worker also gets a member key of its own
+  // (members/server-N.key, worker-N.key: made at its first start unless it
+  // is there, and kept across its restarts), bound to that member: no
+  // member can then register as, or act for, another.
+  const bool own_keys = !options.plain;
   // The cluster's shared key then admits nobody.
   const auto member_key_flag =
       [&](const std::string& name) -> Result<std::vector<std::string>> {
@@ -831,10 +842,49 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   size_t next_kill = 0, next_resize = 0;
   // The targets acted on so far (0: none).
   int32_t applied_workers = 0, applied_servers = 0;
+  // Workers a policy asked to replace: the worker started in each one's
+  // place, and whether the old one is draining yet.
+  struct Replacement {
+    int new_id;
+    bool draining = false;
+  };
+  std::map<int32_t, Replacement> replacing;
+  const auto replace_workers = [&](const JobView& view) -> Status {
+    for (const int32_t old_id : view.replace_workers) {
+      if (replacing.contains(old_id)) continue;
+      const std::vector<int> active = supervisor.Active(Role::kWorker);
+      if (std::find(active.begin(), active.end(), old_id) == active.end()) {
+        continue;  // gone already, or being drained
+      }
+      const int new_id = supervisor.NextId(Role::kWorker);
+      DUCTILE_RETURN_IF_ERROR(start_worker(new_id));
+      replacing.emplace(old_id, Replacement{new_id});
+      std::printf("replace: started worker %d in place of worker %d\n", new_id,
+                  old_id);
+      std::fflush(stdout);
+    }
+    // The old one leaves once the new one is active: the job never runs
+    // with fewer workers.
+    for (auto& [old_id, r] : replacing) {
+      if (r.draining || !view.active_workers.contains(r.new_id)) continue;
+      r.draining = true;
+      resize_source = "replace";  // names the drain's outcome
+      supervisor.MarkDrained(Role::kWorker, old_id);
+      drains.push_back(Drain{Role::kWorker, old_id, 0, {}});
+      std::printf("replace: worker %d is active; draining worker %d\n",
+                  r.new_id, old_id);
+      std::fflush(stdout);
+    }
+    return Status::Ok();
+  };
   auto next_poll = SteadyClock::now();
   while (!supervisor.WorkersDone()) {
+    const bool replacements_pending =
+        std::any_of(replacing.begin(), replacing.end(),
+                    [](const auto& r) { return !r.second.draining; });
     const bool kill_pending = next_kill < schedule.size() ||
-                              next_resize < resizes.size() || !drains.empty();
+                              next_resize < resizes.size() || !drains.empty() ||
+                              replacements_pending;
     const int wait_ms = static_cast<int>(std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(
             next_poll - SteadyClock::now())
@@ -891,6 +941,13 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
         if (!s.ok()) {
           supervisor.KillAll(3000);
           return s;
+        }
+      }
+      if (view.ok()) {
+        Status replaced = replace_workers(*view);
+        if (!replaced.ok()) {
+          supervisor.KillAll(3000);
+          return replaced;
         }
       }
       drain_pending();

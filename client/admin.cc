@@ -91,6 +91,8 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   status.slots_moving = c.slots_moving();
   status.target_workers = c.target_workers();
   status.target_servers = c.target_servers();
+  status.replace_workers.assign(c.replace_workers().begin(),
+                                c.replace_workers().end());
   status.data_epochs = c.data_epochs();
   status.data_batches_per_epoch = c.data_batches_per_epoch();
   status.data_epoch = c.data_epoch();
@@ -261,6 +263,11 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     if (status.target_servers > 0) {
       os << " " << status.target_servers << " server(s)";
     }
+    os << "\n";
+  }
+  if (!status.replace_workers.empty()) {
+    os << "replacing (a policy asked):";
+    for (int32_t id : status.replace_workers) os << " worker " << id;
     os << "\n";
   }
   if (status.noise_scale_clocks > 0) {
@@ -466,6 +473,9 @@ std::string FormatPrometheus(const ClusterStatus& status) {
   Family(&os, "ductile_target_servers", "gauge",
          "Servers `ductile resize` asked for (0: none asked).")
       .Sample("", status.target_servers);
+  Family(&os, "ductile_workers_to_replace", "gauge",
+         "Workers a policy asked to replace that are still live.")
+      .Sample("", status.replace_workers.size());
   Family(&os, "ductile_data_epoch", "gauge",
          "Lowest epoch of the shared data plan not done in full.")
       .Sample("", status.data_epoch);

@@ -1,11 +1,13 @@
 #include "elastic/coordinator_impl.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <utility>
 
 #include "client/cluster_status_wire.h"
 #include "glog/logging.h"
+#include "policy/policy_runner.h"
 
 namespace ductile {
 
@@ -52,6 +54,13 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(
   if (options.checkpoint_timeout_ms < 1000) {
     return InvalidArgumentError("checkpoint_timeout_ms must be >= 1000");
   }
+  if (options.policy_interval_ms < 100 ||
+      options.policy_interval_ms > 3600000) {
+    return InvalidArgumentError("policy_interval_ms must be in [100, 3600000]");
+  }
+  for (const auto& policy : options.policies) {
+    if (policy == nullptr) return InvalidArgumentError("a policy is null");
+  }
   if (options.state_dir.empty() && (options.checkpoint_every_clocks > 0 ||
                                     options.checkpoint_interval_s > 0)) {
     return InvalidArgumentError(
@@ -73,12 +82,116 @@ CoordinatorImpl::~CoordinatorImpl() {
 Status CoordinatorImpl::Init() {
   DUCTILE_RETURN_IF_ERROR(node_.Start());
   thread_ = std::thread([this] { Run(); });
+  if (!options_.policies.empty()) {
+    policy_thread_ = std::thread([this] { RunPolicies(); });
+  }
   return Status::Ok();
 }
 
 Status CoordinatorImpl::Wait() {
   if (thread_.joinable()) thread_.join();
+  StopPolicies();
   return node_.failure();
+}
+
+void CoordinatorImpl::StopPolicies() {
+  {
+    MutexLock lock(&policy_mu_);
+    policy_stop_ = true;
+  }
+  policy_cv_.SignalAll();
+  if (policy_thread_.joinable()) policy_thread_.join();
+}
+
+Status CoordinatorImpl::CallOnLoop(std::function<Status()> task) {
+  auto result = std::make_shared<std::promise<Status>>();
+  std::future<Status> done = result->get_future();
+  RunOnLoop([task = std::move(task), result] { result->set_value(task()); });
+  // Only the task holds the promise now: a task that never runs breaks it.
+  result.reset();
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return DeadlineExceededError("the coordinator's loop did not answer");
+  }
+  try {
+    return done.get();
+  } catch (const std::future_error&) {  // the loop ended before answering
+    return CancelledError("coordinator stopped");
+  }
+}
+
+// A policy's actions, carried out on the loop.
+class CoordinatorImpl::LoopActions final : public PolicyActions {
+ public:
+  explicit LoopActions(CoordinatorImpl* impl) : impl_(impl) {}
+  // The tasks hold the coordinator, not this: one that outlives its wait
+  // still finds what it uses.
+  Status Resize(int32_t workers, int32_t servers) override {
+    return impl_->CallOnLoop([impl = impl_, workers, servers] {
+      return impl->node_.SetTargetSize(workers, servers);
+    });
+  }
+  Status ReplaceWorker(int32_t id) override {
+    return impl_->CallOnLoop(
+        [impl = impl_, id] { return impl->node_.RequestReplacement(id); });
+  }
+
+ private:
+  CoordinatorImpl* const impl_;
+};
+
+// Logs each action with the policy that took it and what came of it.
+class LoggedActions final : public PolicyActions {
+ public:
+  explicit LoggedActions(PolicyActions* actions) : actions_(actions) {}
+  void set_policy(std::string name) { policy_ = std::move(name); }
+  Status Resize(int32_t workers, int32_t servers) override {
+    Status s = actions_->Resize(workers, servers);
+    LOG(INFO) << "policy " << policy_ << ": resize to " << workers
+              << " worker(s), " << servers << " server(s) (0: unchanged)"
+              << (s.ok() ? "" : ": " + s.ToString());
+    return s;
+  }
+  Status ReplaceWorker(int32_t id) override {
+    Status s = actions_->ReplaceWorker(id);
+    LOG(INFO) << "policy " << policy_ << ": replace worker " << id
+              << (s.ok() ? "" : ": " + s.ToString());
+    return s;
+  }
+
+ private:
+  PolicyActions* const actions_;
+  std::string policy_;
+};
+
+void CoordinatorImpl::RunPolicies() {
+  LoopActions loop(this);
+  LoggedActions logged(&loop);
+  PolicyRunner runner(options_.policies);
+  const auto interval = milliseconds(options_.policy_interval_ms);
+  auto next = std::chrono::steady_clock::now() + interval;
+  while (true) {
+    {
+      MutexLock lock(&policy_mu_);
+      while (!policy_stop_ && std::chrono::steady_clock::now() < next) {
+        policy_cv_.WaitUntil(&policy_mu_, next);
+      }
+      if (policy_stop_) return;
+    }
+    next += interval;
+    Result<ClusterStatus> status = QueryStatus(10000);
+    if (!status.ok()) {
+      if (status.status().code() == StatusCode::kCancelled) return;
+      continue;  // the loop is busy: the next interval reads again
+    }
+    const int64_t now_ms =
+        std::chrono::duration_cast<milliseconds>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    runner.Run(*status, now_ms, logged,
+               [&logged](const Policy& p) { logged.set_policy(p.name()); });
+    // A reading that took longer than the interval: no burst to catch up.
+    next = std::max(next, std::chrono::steady_clock::now());
+  }
 }
 
 void CoordinatorImpl::Stop() {

@@ -4,6 +4,8 @@
 // Threads: the loop thread (Run) waits on the node's socket and steps it;
 // it alone touches the node. Other threads reach the node only through
 // RunOnLoop(), which queues a task for the loop and waits for its result.
+// With policies, a policy thread (RunPolicies) reads the status and runs
+// their hooks every policy interval; their actions go through RunOnLoop.
 #ifndef DUCTILE_ELASTIC_COORDINATOR_IMPL_H_
 #define DUCTILE_ELASTIC_COORDINATOR_IMPL_H_
 
@@ -37,9 +39,16 @@ class CoordinatorImpl final : public Coordinator {
   Result<ClusterStatus> QueryStatus(int64_t timeout_ms) override;
 
  private:
+  class LoopActions;
+
   void Run();
   // Queues `task` for the loop thread.
   void RunOnLoop(std::function<void()> task) EXCLUDES(tasks_mu_);
+  // Runs `task` on the loop and waits (up to 10 s) for what it returns.
+  Status CallOnLoop(std::function<Status()> task);
+  // The policy thread's body, until StopPolicies().
+  void RunPolicies() EXCLUDES(policy_mu_);
+  void StopPolicies() EXCLUDES(policy_mu_);
 
   const CoordinatorOptions options_;
   Env* const env_;
@@ -51,6 +60,11 @@ class CoordinatorImpl final : public Coordinator {
   Mutex tasks_mu_;
   std::deque<std::function<void()>> tasks_ GUARDED_BY(tasks_mu_);
   bool loop_done_ GUARDED_BY(tasks_mu_) = false;  // Run() has returned
+
+  std::thread policy_thread_;
+  Mutex policy_mu_;
+  CondVar policy_cv_;
+  bool policy_stop_ GUARDED_BY(policy_mu_) = false;
 };
 
 }  // namespace ductile

@@ -271,6 +271,12 @@ wire::ClusterState CoordinatorNode::ClusterStateNow() const {
   c.set_data_batches_per_epoch(plan.batches_per_epoch());
   c.set_data_epoch(plan.current_epoch());
   c.set_data_batches_done(plan.batches_done_in_current());
+  for (int32_t id : replace_workers_) {
+    auto it = state_.workers.find(id);
+    if (it != state_.workers.end() && it->second.live_worker()) {
+      c.add_replace_workers(id);
+    }
+  }
   return c;
 }
 
@@ -342,7 +348,7 @@ void CoordinatorNode::Handle(InMessage& message) {
 
   switch (h.type()) {
     case wire::REGISTER:
-      return HandleRegister(identity, key, h);
+      return HandleRegister(identity, key, message.member_key_name(), h);
     case wire::HEARTBEAT:
       return HandleHeartbeat(identity, h);
     case wire::CHECKPOINT:
@@ -450,9 +456,10 @@ void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
 
 void CoordinatorNode::HandleRegister(const std::string& identity,
                                      const std::string& key,
+                                     const std::string& key_name,
                                      const wire::Header& h) {
   const MembershipManager::Registered r =
-      membership_.Register(identity, key, h);
+      membership_.Register(identity, key, key_name, h);
   if (r.server == nullptr) return;
   const int32_t id = r.server->id;
   if (r.restarted && !state_.routing.empty() && state_.routing.OwnsAny(id)) {
@@ -519,28 +526,46 @@ void CoordinatorNode::ReleaseGoneWorkersData() {
 
 void CoordinatorNode::HandleResize(const std::string& identity,
                                    const wire::Header& h) {
-  const int32_t workers = h.num_workers(), servers = h.target_servers();
+  out_.Reply(identity, h.seq(),
+             SetTargetSize(h.num_workers(), h.target_servers()));
+}
+
+Status CoordinatorNode::SetTargetSize(int32_t workers, int32_t servers) {
   if (workers < 0 || servers < 0 || (workers == 0 && servers == 0)) {
-    return out_.Reply(
-        identity, h.seq(),
-        InvalidArgumentError("a resize needs --workers and/or --servers of at "
-                             "least 1 (got workers " +
-                             std::to_string(workers) + ", servers " +
-                             std::to_string(servers) + ")"));
+    return InvalidArgumentError(
+        "a resize needs --workers and/or --servers of at least 1 (got "
+        "workers " +
+        std::to_string(workers) + ", servers " + std::to_string(servers) + ")");
   }
   if (workers > 0 && options_.max_workers > 0 &&
       workers > options_.max_workers) {
-    return out_.Reply(
-        identity, h.seq(),
-        InvalidArgumentError(
-            "the job allows at most " + std::to_string(options_.max_workers) +
-            " workers (--max_workers); asked for " + std::to_string(workers)));
+    return InvalidArgumentError(
+        "the job allows at most " + std::to_string(options_.max_workers) +
+        " workers (--max_workers); asked for " + std::to_string(workers));
   }
   if (workers > 0) state_.target_workers = workers;
   if (servers > 0) state_.target_servers = servers;
   LOG(INFO) << "coordinator: target size " << state_.target_workers
             << " worker(s), " << state_.target_servers << " server(s)";
-  out_.Reply(identity, h.seq(), Status::Ok());
+  return Status::Ok();
+}
+
+Status CoordinatorNode::RequestReplacement(int32_t id) {
+  std::erase_if(replace_workers_, [this](int32_t w) {
+    auto it = state_.workers.find(w);
+    return it == state_.workers.end() || !it->second.live_worker();
+  });
+  auto it = state_.workers.find(id);
+  if (it == state_.workers.end() || !it->second.live_worker() ||
+      it->second.draining) {
+    return NotFoundError("worker " + std::to_string(id) +
+                         " is not an active worker");
+  }
+  if (replace_workers_.insert(id).second) {
+    LOG(INFO) << "coordinator: worker " << id
+              << " is to be replaced (a policy asked)";
+  }
+  return Status::Ok();
 }
 
 void CoordinatorNode::HandleDataClaim(const std::string& identity,

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,14 @@ class CoordinatorNode {
   void Checkpoint(std::function<void(const Result<int64_t>&)> done);
   // The cluster's state as a STATUS request is answered.
   wire::ClusterState ClusterStateNow() const;
+  // Sets the job's target size (`ductile resize`, a policy): 0 leaves one
+  // unchanged; kInvalidArgument for none set, a negative one or more
+  // workers than max_workers.
+  Status SetTargetSize(int32_t workers, int32_t servers);
+  // A policy asks for worker `id` to be replaced (PolicyActions): listed
+  // in the status while the worker is live. kNotFound unless it is an
+  // active worker.
+  Status RequestReplacement(int32_t id);
   // The cluster is shutting down (every worker finished, or asked to).
   bool finishing() const { return ctx_.shutting_down; }
   // Moves every slot of `server` away, then stops it (`ductile drain
@@ -99,13 +108,16 @@ class CoordinatorNode {
   // told to rejoin, then given its share of the slots.
   void Rejoin(Member& server, uint64_t its_generation);
   void HandleRegister(const std::string& identity, const std::string& key,
-                      const wire::Header& h);
+                      const std::string& key_name, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);
   void HandleLeave(const std::string& identity, const wire::Header& h);
   void HandleDrainServer(const std::string& identity, const wire::Header& h);
   void HandleDataClaim(const std::string& identity, const wire::Header& h);
   // `ductile resize`: records the target size launchers act on.
   void HandleResize(const std::string& identity, const wire::Header& h);
+  // Workers a policy asked to replace (RequestReplacement); those no
+  // longer live are dropped when the next request comes.
+  std::set<int32_t> replace_workers_;
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
   void CheckTimeouts();

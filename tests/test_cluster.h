@@ -24,6 +24,9 @@ struct TestClusterOptions {
   ServerOptions server = {};               // coordinator_address is filled in
   // Every member's keys (the coordinator's, the servers' and Connect()'s).
   Security security = {};
+  // The coordinator's policies, read every policy_interval_ms.
+  std::vector<std::shared_ptr<Policy>> policies = {};
+  int64_t policy_interval_ms = 1000;
 };
 
 class TestCluster {
@@ -40,6 +43,8 @@ class TestCluster {
     c.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
     c.state_dir = options.coordinator_state_dir;
     c.security = options.security;
+    c.policies = options.policies;
+    c.policy_interval_ms = options.policy_interval_ms;
     auto coordinator = Coordinator::Start(c);
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);

@@ -77,6 +77,10 @@ struct ClusterStatus {
   // manages the job starts or drains members to match.
   int32_t target_workers = 0;
   int32_t target_servers = 0;
+  // Workers a policy asked to replace (PolicyActions::ReplaceWorker) that
+  // are still live: a launcher starts one more worker for each and drains
+  // it once the new one is active.
+  std::vector<int32_t> replace_workers;
   // The shared data plan (Client::NextBatch; data_epochs 0: none yet):
   // the lowest epoch not done in full and its batches done.
   int64_t data_epochs = 0;

@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ductile/admin.h"
+#include "ductile/policy.h"
 #include "ductile/security.h"
 #include "ductile/status.h"
 
@@ -77,6 +79,13 @@ struct CoordinatorOptions {
   // get kPermissionDenied). Plain mode without them: `bind_address` must
   // then be loopback or ipc:// unless allow_plain_network.
   Security security;
+  // Policies that watch the job and change it while it trains
+  // (ductile/policy.h): every policy_interval_ms the coordinator reads the
+  // job's status on a thread of its own and runs each one's hooks in
+  // order. None by default.
+  std::vector<std::shared_ptr<Policy>> policies;
+  // 100 ms - 1 hour.
+  int64_t policy_interval_ms = 1000;
 };
 
 class Coordinator {

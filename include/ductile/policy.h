@@ -1,0 +1,132 @@
+// Policies: code that watches a running job and changes its configuration
+// while it trains (docs/adaptation.md).
+//
+// A cluster-wide policy runs in the coordinator's process: every policy
+// interval the coordinator reads the job's status (the ClusterStatus that
+// `ductile status` shows) and calls each policy's hooks with it, in the
+// order they were given. Hooks act through PolicyActions. Embedders
+// register their own in CoordinatorOptions::policies; the built-in ones are
+// picked by name (`--policy=NAME[,NAME]` on `ductile coordinator` and
+// `ductile local`, MakeBuiltinPolicy here).
+//
+// Hooks run on the coordinator's policy thread, one at a time, never on its
+// message loop: a slow policy delays other policies, never the job. A
+// policy keeps whatever state it needs between calls. Times are in
+// milliseconds of a steady clock (`now_ms`), so a test can drive a policy
+// with made-up statuses and times.
+//
+// Example (a policy that stops growing at 8 workers):
+//
+//   class AtMostEight final : public ductile::Policy {
+//    public:
+//     std::string name() const override { return "at-most-eight"; }
+//     void OnMembershipChange(const ductile::PolicyEvent& e,
+//                             ductile::PolicyActions& act) override {
+//       if (e.active_workers > 8) act.Resize(8, 0);
+//     }
+//   };
+//   options.policies.push_back(std::make_shared<AtMostEight>());
+#ifndef DUCTILE_POLICY_H_
+#define DUCTILE_POLICY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "ductile/status.h"
+
+namespace ductile {
+
+// What a policy may change. Each call takes effect on the coordinator's
+// loop before the next hook runs; a refused one returns why (and the
+// coordinator logs it).
+class PolicyActions {
+ public:
+  virtual ~PolicyActions() = default;
+  // Sets the job's target size as `ductile resize` does (0: unchanged; at
+  // least one of them set): `ductile local` starts or drains members to
+  // match, other launchers read it from the status. kInvalidArgument
+  // beyond the job's max_workers.
+  virtual Status Resize(int32_t workers, int32_t servers) = 0;
+  // Asks for worker `id` to be replaced: the launcher starts one more
+  // worker and drains worker `id` once the new one is active, so the job
+  // never runs with fewer workers (`ductile local` does so; the status
+  // lists the request in ClusterStatus::replace_workers until worker `id`
+  // has left, finished or died). kNotFound for a worker that is not
+  // active; asking again while a request stands changes nothing.
+  virtual Status ReplaceWorker(int32_t id) = 0;
+};
+
+// What a hook is shown: the status just read, the time, and what changed
+// since the previous reading.
+struct PolicyEvent {
+  const ClusterStatus* status = nullptr;
+  int64_t now_ms = 0;
+  // Active workers and servers now (MemberStatus::state "active").
+  int32_t active_workers = 0;
+  int32_t active_servers = 0;
+  // The job's clock: the lowest clock of the active workers (-1: none).
+  int64_t clock = -1;
+  // The shared data plan's epoch (ClusterStatus::data_epoch).
+  int64_t epoch = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  // Shown in the coordinator's log with each action it takes.
+  virtual std::string name() const = 0;
+  // At every reading of the status (every policy interval).
+  virtual void OnStatus(const PolicyEvent& event, PolicyActions& actions) {
+    (void)event;
+    (void)actions;
+  }
+  // The job's clock moved on since the previous reading: steps
+  // `from_clock` + 1 to `event.clock` are done, and the next begins. (A
+  // reading may cover several steps.)
+  virtual void AfterStep(int64_t from_clock, const PolicyEvent& event,
+                         PolicyActions& actions) {
+    (void)from_clock;
+    (void)event;
+    (void)actions;
+  }
+  // The shared data plan moved on to `event.epoch` (epochs from
+  // `from_epoch` on are done): before the new epoch's batches.
+  virtual void AfterEpoch(int64_t from_epoch, const PolicyEvent& event,
+                          PolicyActions& actions) {
+    (void)from_epoch;
+    (void)event;
+    (void)actions;
+  }
+  // The set of active workers or servers changed (a member joined, left,
+  // finished, died or was drained).
+  virtual void OnMembershipChange(const PolicyEvent& event,
+                                  PolicyActions& actions) {
+    (void)event;
+    (void)actions;
+  }
+};
+
+// A built-in policy by its spec: NAME or NAME:KEY=VALUE:KEY=VALUE. The
+// names (parameters and defaults in docs/adaptation.md):
+//   autoscale   grows the job by `step` workers while the scaling
+//               efficiency s = ((R_{k+d} - R_k) / d) / (R_k / k) of the
+//               measured throughput R stays above `threshold` (Or, Zhang
+//               and Freedman, MLSys'20), then shrinks back to the last size
+//               that paid and stays there.
+//   stragglers  replaces a worker whose samples per second stay below
+//               `ratio` of the active workers' median for `window` readings
+//               in a row.
+// kInvalidArgument for an unknown name or parameter, or a bad value.
+Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec);
+
+// MakeBuiltinPolicy for each of a comma-separated list of specs ("" gives
+// none).
+Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(
+    const std::string& specs);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_POLICY_H_

@@ -1,0 +1,308 @@
+#include "policy/builtin_policies.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "glog/logging.h"
+
+namespace ductile {
+
+AutoscalePolicy::AutoscalePolicy(const AutoscaleOptions& options)
+    : options_(options) {}
+
+void AutoscalePolicy::AskFor(int32_t workers, int64_t now_ms,
+                             PolicyActions& actions) {
+  Status s = actions.Resize(workers, 0);
+  if (!s.ok()) {
+    // Refused (beyond the job's max_workers, say): stay where it is.
+    settled_ = size_;
+    phase_ = Phase::kDone;
+    return;
+  }
+  size_ = workers;
+  asked_ms_ = now_ms;
+  since_ms_ = now_ms;
+  phase_ = Phase::kSettling;
+}
+
+void AutoscalePolicy::Decide(double rate, int64_t now_ms,
+                             PolicyActions& actions) {
+  Measured m;
+  m.workers = size_;
+  m.samples_per_s = rate;
+  if (measured_.empty()) {
+    measured_.push_back(m);
+    LOG(INFO) << "autoscale: " << size_ << " worker(s) make " << rate
+              << " samples/s";
+  } else {
+    // The last size that paid: the one this step grew from.
+    const Measured& from = measured_.back();
+    const double added = size_ - from.workers;
+    const double per_worker = from.samples_per_s / from.workers;
+    m.efficiency = per_worker > 0 && added > 0
+                       ? ((rate - from.samples_per_s) / added) / per_worker
+                       : 0;
+    LOG(INFO) << "autoscale: " << size_ << " worker(s) make " << rate
+              << " samples/s; scaling efficiency from " << from.workers << ": "
+              << m.efficiency << " (threshold " << options_.threshold << ")";
+    if (!(m.efficiency > options_.threshold)) {
+      // Not worth its workers: back to the size that paid, for good.
+      const int32_t back = from.workers;
+      measured_.push_back(m);
+      Status s = actions.Resize(back, 0);
+      settled_ = s.ok() ? back : size_;
+      size_ = settled_;
+      phase_ = Phase::kDone;
+      LOG(INFO) << "autoscale: settled on " << settled_ << " worker(s)";
+      return;
+    }
+    measured_.push_back(m);
+  }
+  const int32_t next = size_ + options_.step;
+  if (next > options_.max_workers) {
+    settled_ = size_;
+    phase_ = Phase::kDone;
+    LOG(INFO) << "autoscale: settled on " << settled_
+              << " worker(s) (its limit of " << options_.max_workers << ")";
+    return;
+  }
+  AskFor(next, now_ms, actions);
+}
+
+void AutoscalePolicy::OnStatus(const PolicyEvent& event,
+                               PolicyActions& actions) {
+  const int64_t now = event.now_ms;
+  switch (phase_) {
+    case Phase::kDone:
+      return;
+    case Phase::kStart:
+      if (event.active_workers < 1) return;
+      size_ = event.active_workers;
+      asked_ms_ = now;
+      since_ms_ = now;
+      phase_ = Phase::kSettling;
+      return;
+    case Phase::kSettling:
+      if (event.active_workers != size_) {
+        since_ms_ = now;  // not there yet, or changed again: start over
+        if (now - asked_ms_ > options_.wait_ms) {
+          LOG(WARNING) << "autoscale: the job did not reach " << size_
+                       << " worker(s) within " << options_.wait_ms
+                       << " ms; it stays as it is";
+          settled_ = event.active_workers;
+          phase_ = Phase::kDone;
+        }
+        return;
+      }
+      if (now - since_ms_ < options_.settle_ms) return;
+      phase_ = Phase::kMeasuring;
+      rate_sum_ = 0;
+      readings_ = 0;
+      measure_from_ms_ = now;
+      [[fallthrough]];
+    case Phase::kMeasuring:
+      if (event.active_workers != size_) {
+        phase_ = Phase::kSettling;
+        since_ms_ = now;
+        return;
+      }
+      rate_sum_ += event.status->samples_per_s;
+      ++readings_;
+      if (now - measure_from_ms_ < options_.measure_ms) return;
+      Decide(rate_sum_ / readings_, now, actions);
+      return;
+  }
+}
+
+StragglerPolicy::StragglerPolicy(const StragglerOptions& options)
+    : options_(options) {}
+
+void StragglerPolicy::OnStatus(const PolicyEvent& event,
+                               PolicyActions& actions) {
+  const ClusterStatus& status = *event.status;
+  std::map<int32_t, double> rates;
+  for (const MemberStatus& m : status.members) {
+    if (m.role == "worker" && m.state == "active" && m.samples_per_s > 0 &&
+        m.steps >= static_cast<uint64_t>(options_.warmup_steps)) {
+      rates[m.id] = m.samples_per_s;
+    }
+  }
+  // The readings of workers no longer rated start over.
+  std::erase_if(ratios_,
+                [&](const auto& w) { return !rates.contains(w.first); });
+  if (rates.size() < 2) {
+    ratios_.clear();
+    return;
+  }
+  std::vector<double> sorted;
+  for (const auto& [id, rate] : rates) sorted.push_back(rate);
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median =
+      n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  const std::set<int32_t> asked(status.replace_workers.begin(),
+                                status.replace_workers.end());
+  for (const auto& [id, rate] : rates) {
+    std::deque<double>& window = ratios_[id];
+    window.push_back(rate / median);
+    if (window.size() > static_cast<size_t>(options_.window)) {
+      window.pop_front();
+    }
+    if (window.size() < static_cast<size_t>(options_.window) ||
+        asked.contains(id) || replaced_.contains(id)) {
+      continue;
+    }
+    double sum = 0;
+    for (double r : window) sum += r;
+    const double mean = sum / window.size();
+    if (mean >= options_.ratio) continue;
+    LOG(INFO) << "stragglers: worker " << id << " made " << mean
+              << " of the median samples/s over its last " << window.size()
+              << " readings (now " << rate << " against " << median
+              << "): replacing it";
+    if (actions.ReplaceWorker(id).ok()) replaced_.insert(id);
+  }
+}
+
+Result<std::map<std::string, std::string>> ParsePolicyParameters(
+    const std::string& text) {
+  std::map<std::string, std::string> params;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    size_t end = text.find(':', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgumentError("policy parameter '" + item +
+                                  "' is not KEY=VALUE");
+    }
+    if (!params.emplace(item.substr(0, eq), item.substr(eq + 1)).second) {
+      return InvalidArgumentError("policy parameter '" + item.substr(0, eq) +
+                                  "' given twice");
+    }
+    start = end + 1;
+    if (end == text.size()) break;
+  }
+  return params;
+}
+
+namespace {
+
+// A number in [lo, hi], all of `text`.
+Result<double> Number(const std::string& policy, const std::string& key,
+                      const std::string& text, double lo, double hi) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 ||
+      !std::isfinite(v) || v < lo || v > hi) {
+    char range[64];
+    std::snprintf(range, sizeof(range), "[%g, %g]", lo, hi);
+    return InvalidArgumentError(policy + ": " + key + "=" + text +
+                                " must be a number in " + range);
+  }
+  return v;
+}
+
+Result<int64_t> Integer(const std::string& policy, const std::string& key,
+                        const std::string& text, int64_t lo, int64_t hi) {
+  DUCTILE_ASSIGN_OR_RETURN(double v, Number(policy, key, text, lo, hi));
+  if (v != std::floor(v)) {
+    return InvalidArgumentError(policy + ": " + key + "=" + text +
+                                " must be a whole number");
+  }
+  return static_cast<int64_t>(v);
+}
+
+Result<std::shared_ptr<Policy>> MakeAutoscale(
+    const std::map<std::string, std::string>& params) {
+  AutoscaleOptions o;
+  const std::string name = "autoscale";
+  constexpr double kDayS = 86400;
+  for (const auto& [key, value] : params) {
+    if (key == "step") {
+      DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1024));
+    } else if (key == "threshold") {
+      DUCTILE_ASSIGN_OR_RETURN(o.threshold, Number(name, key, value, 0, 1));
+    } else if (key == "max") {
+      DUCTILE_ASSIGN_OR_RETURN(o.max_workers,
+                               Integer(name, key, value, 1, 1 << 20));
+    } else if (key == "settle_s" || key == "measure_s" || key == "wait_s") {
+      DUCTILE_ASSIGN_OR_RETURN(double s, Number(name, key, value, 0, kDayS));
+      const int64_t ms = static_cast<int64_t>(s * 1000);
+      (key == "settle_s"    ? o.settle_ms
+       : key == "measure_s" ? o.measure_ms
+                            : o.wait_ms) = ms;
+    } else {
+      return InvalidArgumentError(
+          "autoscale has no parameter '" + key +
+          "' (step, threshold, max, settle_s, measure_s, wait_s)");
+    }
+  }
+  return std::shared_ptr<Policy>(std::make_shared<AutoscalePolicy>(o));
+}
+
+Result<std::shared_ptr<Policy>> MakeStragglers(
+    const std::map<std::string, std::string>& params) {
+  StragglerOptions o;
+  const std::string name = "stragglers";
+  for (const auto& [key, value] : params) {
+    if (key == "ratio") {
+      DUCTILE_ASSIGN_OR_RETURN(o.ratio, Number(name, key, value, 0, 1));
+      if (o.ratio <= 0 || o.ratio >= 1) {
+        return InvalidArgumentError("stragglers: ratio must be in (0, 1)");
+      }
+    } else if (key == "window") {
+      DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+    } else if (key == "warmup_steps") {
+      DUCTILE_ASSIGN_OR_RETURN(
+          o.warmup_steps,
+          Integer(name, key, value, 0, static_cast<double>(int64_t{1} << 40)));
+    } else {
+      return InvalidArgumentError("stragglers has no parameter '" + key +
+                                  "' (ratio, window, warmup_steps)");
+    }
+  }
+  return std::shared_ptr<Policy>(std::make_shared<StragglerPolicy>(o));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string name = spec.substr(0, colon);
+  std::map<std::string, std::string> params;
+  if (colon != std::string::npos) {
+    DUCTILE_ASSIGN_OR_RETURN(params,
+                             ParsePolicyParameters(spec.substr(colon + 1)));
+  }
+  if (name == "autoscale") return MakeAutoscale(params);
+  if (name == "stragglers") return MakeStragglers(params);
+  return InvalidArgumentError("unknown policy '" + name +
+                              "' (built-in: autoscale, stragglers)");
+}
+
+Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(
+    const std::string& specs) {
+  std::vector<std::shared_ptr<Policy>> policies;
+  if (specs.empty()) return policies;
+  size_t start = 0;
+  while (true) {
+    size_t end = specs.find(',', start);
+    if (end == std::string::npos) end = specs.size();
+    DUCTILE_ASSIGN_OR_RETURN(
+        std::shared_ptr<Policy> p,
+        MakeBuiltinPolicy(specs.substr(start, end - start)));
+    policies.push_back(std::move(p));
+    if (end == specs.size()) return policies;
+    start = end + 1;  // "a," names an empty policy last
+  }
+}
+
+}  // namespace ductile

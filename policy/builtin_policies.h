@@ -1,0 +1,111 @@
+// The built-in policies (ductile/policy.h, MakeBuiltinPolicy), exposed for
+// their tests and for embedders that want their parameters as a struct.
+#ifndef DUCTILE_POLICY_BUILTIN_POLICIES_H_
+#define DUCTILE_POLICY_BUILTIN_POLICIES_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ductile/policy.h"
+
+namespace ductile {
+
+// `autoscale`: Or, Zhang and Freedman's heuristic (MLSys'20). From the size
+// the job has, it measures the throughput R_k (the job's samples per
+// second, averaged over `measure_ms` once the size has held for
+// `settle_ms`), grows by `step` workers and measures again, and keeps
+// growing while the scaling efficiency
+//   s = ((R_{k+d} - R_k) / d) / (R_k / k)
+// (what a worker added brings, against what one brought on average) stays
+// above `threshold`. When it does not, it shrinks back to k and stays
+// there. It never asks for more than `max_workers`, and gives up (stays
+// where it is) if a size it asked for is not reached within `wait_ms`.
+struct AutoscaleOptions {
+  int32_t step = 1;           // d: 1 - 1024
+  double threshold = 0.1;     // 0 - 1
+  int32_t max_workers = 16;   // 1 - 1048576
+  int64_t settle_ms = 10000;  // 0 - 1 day
+  int64_t measure_ms = 10000;
+  int64_t wait_ms = 300000;
+};
+
+class AutoscalePolicy final : public Policy {
+ public:
+  explicit AutoscalePolicy(const AutoscaleOptions& options);
+  std::string name() const override { return "autoscale"; }
+  void OnStatus(const PolicyEvent& event, PolicyActions& actions) override;
+
+  // One measured size: its throughput and, from the second on, the
+  // scaling efficiency of the step that reached it.
+  struct Measured {
+    int32_t workers = 0;
+    double samples_per_s = 0;
+    double efficiency = 0;  // 0 for the first
+  };
+  const std::vector<Measured>& measured() const { return measured_; }
+  // The size it settled on (0: still searching).
+  int32_t settled() const { return settled_; }
+
+ private:
+  enum class Phase { kStart, kSettling, kMeasuring, kDone };
+  void Decide(double rate, int64_t now_ms, PolicyActions& actions);
+  void AskFor(int32_t workers, int64_t now_ms, PolicyActions& actions);
+
+  const AutoscaleOptions options_;
+  Phase phase_ = Phase::kStart;
+  int32_t size_ = 0;      // the size being settled or measured
+  int64_t since_ms_ = 0;  // the size has held since then
+  int64_t asked_ms_ = 0;  // when size_ was asked for
+  double rate_sum_ = 0;   // throughput readings being averaged
+  int64_t readings_ = 0;
+  int64_t measure_from_ms_ = 0;
+  std::vector<Measured> measured_;
+  int32_t settled_ = 0;
+};
+
+// `stragglers`: a worker whose samples per second, as a fraction of the
+// median of the active workers', average below `ratio` over its last
+// `window` readings is replaced (PolicyActions::ReplaceWorker: a new worker
+// starts, and the slow one is drained once it is active). Averaging rides
+// out a dip (a worker evaluating at an epoch's end, the others waiting for
+// the epoch to end). Workers that report no samples yet (just joined) are
+// left out, as are workers in their first `warmup_steps` steps, and a
+// worker's readings start over when it is; fewer than two rated workers
+// compare nothing.
+struct StragglerOptions {
+  double ratio = 0.8;   // (0, 1)
+  int32_t window = 10;  // readings: 1 - 100000
+  // A worker is rated from its this-many'th step on: its first steps (the
+  // model's first pulls, a cold start) say nothing of its speed, and a
+  // replacement would otherwise look like a straggler itself.
+  int64_t warmup_steps = 20;  // 0 - 2^40
+};
+
+class StragglerPolicy final : public Policy {
+ public:
+  explicit StragglerPolicy(const StragglerOptions& options);
+  std::string name() const override { return "stragglers"; }
+  void OnStatus(const PolicyEvent& event, PolicyActions& actions) override;
+
+  // Workers it asked to replace so far.
+  const std::set<int32_t>& replaced() const { return replaced_; }
+
+ private:
+  const StragglerOptions options_;
+  // Worker -> its last `window` rates as fractions of the median.
+  std::map<int32_t, std::deque<double>> ratios_;
+  std::set<int32_t> replaced_;
+};
+
+// "KEY=VALUE:KEY=VALUE" after a spec's "NAME:" into a map; kInvalidArgument
+// for an item without '=' or a key given twice.
+Result<std::map<std::string, std::string>> ParsePolicyParameters(
+    const std::string& text);
+
+}  // namespace ductile
+
+#endif  // DUCTILE_POLICY_BUILTIN_POLICIES_H_

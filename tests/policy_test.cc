@@ -1,0 +1,413 @@
+// Policies: the runner's hooks, the built-in policies on made-up readings
+// of a job (a fake clock, a throughput model), their specs, and a policy
+// run by a live coordinator.
+#include "ductile/policy.h"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "gtest/gtest.h"
+#include "policy/builtin_policies.h"
+#include "policy/policy_runner.h"
+#include "tests/test_cluster.h"
+
+namespace ductile {
+namespace {
+
+MemberStatus Worker(int32_t id, int64_t clock, double samples_per_s = 0,
+                    const std::string& state = "active") {
+  MemberStatus m;
+  m.id = id;
+  m.role = "worker";
+  m.state = state;
+  m.clock = clock;
+  m.steps = static_cast<uint64_t>(clock);
+  m.samples_per_s = samples_per_s;
+  return m;
+}
+
+MemberStatus Server(int32_t id) {
+  MemberStatus m;
+  m.id = id;
+  m.role = "server";
+  m.state = "active";
+  return m;
+}
+
+// Records the actions asked for; refuses sizes above `max_workers`.
+class FakeActions final : public PolicyActions {
+ public:
+  Status Resize(int32_t workers, int32_t servers) override {
+    if (max_workers > 0 && workers > max_workers) {
+      return InvalidArgumentError("beyond max_workers");
+    }
+    resizes.push_back(workers);
+    (void)servers;
+    return Status::Ok();
+  }
+  Status ReplaceWorker(int32_t id) override {
+    replaced.push_back(id);
+    return Status::Ok();
+  }
+  int32_t max_workers = 0;
+  std::vector<int32_t> resizes;
+  std::vector<int32_t> replaced;
+};
+
+// Writes down each hook as it is called.
+class Recorder final : public Policy {
+ public:
+  std::string name() const override { return "recorder"; }
+  void OnStatus(const PolicyEvent& e, PolicyActions&) override {
+    calls.push_back("status " + std::to_string(e.active_workers) + "w" +
+                    std::to_string(e.active_servers) + "s clock " +
+                    std::to_string(e.clock));
+  }
+  void AfterStep(int64_t from, const PolicyEvent& e, PolicyActions&) override {
+    calls.push_back("step " + std::to_string(from) + "->" +
+                    std::to_string(e.clock));
+  }
+  void AfterEpoch(int64_t from, const PolicyEvent& e, PolicyActions&) override {
+    calls.push_back("epoch " + std::to_string(from) + "->" +
+                    std::to_string(e.epoch));
+  }
+  void OnMembershipChange(const PolicyEvent& e, PolicyActions&) override {
+    calls.push_back("members " + std::to_string(e.active_workers) + "w");
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(PolicyRunner, HooksFollowWhatChangedBetweenReadings) {
+  auto recorder = std::make_shared<Recorder>();
+  PolicyRunner runner({recorder});
+  FakeActions actions;
+  ClusterStatus s;
+  s.members = {Server(0), Worker(0, 3), Worker(1, 5)};
+  runner.Run(s, 0, actions);     // the first reading sets the baseline
+  runner.Run(s, 1000, actions);  // nothing changed
+  s.members[1].clock = 4;
+  s.members[2].clock = 6;
+  runner.Run(s, 2000, actions);  // one step
+  s.members.push_back(Worker(2, 0, 0, "joining"));
+  runner.Run(s, 3000, actions);  // a joiner is not active yet
+  s.members[3].state = "active";
+  s.members[3].clock = 5;
+  s.data_epoch = 1;
+  runner.Run(s, 4000, actions);  // it is now; and an epoch ended
+  s.members[1].state = "left";   // the slowest left: the clock moves on
+  runner.Run(s, 5000, actions);
+  EXPECT_EQ(recorder->calls,
+            (std::vector<std::string>{
+                "status 2w1s clock 3", "status 2w1s clock 3", "step 3->4",
+                "status 2w1s clock 4", "status 2w1s clock 4", "members 3w",
+                "epoch 0->1", "status 3w1s clock 4", "members 2w", "step 4->5",
+                "status 2w1s clock 5"}));
+}
+
+// A job whose throughput grows by `per_worker` for each of the first
+// `linear` workers and by `tail` for each one after: scaling flattens.
+double Throughput(int32_t workers, int32_t linear, double per_worker,
+                  double tail) {
+  if (workers <= linear) return per_worker * workers;
+  return per_worker * linear + tail * (workers - linear);
+}
+
+// Drives `policy` like the coordinator would: a reading every second; the
+// job takes the size asked for `lag_ms` later (0: never once above
+// `reachable`), its throughput is the model's.
+struct Drive {
+  int32_t start = 1;
+  int32_t linear = 3;
+  double tail = 50;
+  int64_t lag_ms = 3000;
+  int32_t reachable = 1 << 20;
+  int64_t seconds = 600;
+};
+
+std::vector<int32_t> RunAutoscale(AutoscalePolicy& policy, FakeActions& actions,
+                                  const Drive& d) {
+  PolicyRunner runner({std::shared_ptr<Policy>(&policy, [](Policy*) {})});
+  int32_t size = d.start;
+  int32_t asked = d.start;
+  int64_t asked_at = 0;
+  std::vector<int32_t> sizes;
+  for (int64_t t = 0; t <= d.seconds * 1000; t += 1000) {
+    if (!actions.resizes.empty() && actions.resizes.back() != asked) {
+      asked = actions.resizes.back();
+      asked_at = t;
+    }
+    if (asked != size && t - asked_at >= d.lag_ms && asked <= d.reachable) {
+      size = asked;
+    }
+    ClusterStatus s;
+    s.members.push_back(Server(0));
+    const double rate = Throughput(size, d.linear, 1000, d.tail);
+    for (int32_t w = 0; w < size; ++w) {
+      s.members.push_back(Worker(w, t / 100, rate / size));
+    }
+    s.samples_per_s = rate;
+    runner.Run(s, t, actions);
+    if (sizes.empty() || sizes.back() != size) sizes.push_back(size);
+  }
+  return sizes;
+}
+
+TEST(Autoscale, GrowsWhileAnAddedWorkerPaysThenShrinksBackAndStays) {
+  AutoscaleOptions o;
+  o.settle_ms = 5000;
+  o.measure_ms = 5000;
+  AutoscalePolicy policy(o);
+  FakeActions actions;
+  // Workers 1-3 add 1000 samples/s each, the 4th only 50: efficiency 0.05.
+  const std::vector<int32_t> sizes = RunAutoscale(policy, actions, Drive{});
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{2, 3, 4, 3}));
+  EXPECT_EQ(sizes, (std::vector<int32_t>{1, 2, 3, 4, 3}));
+  EXPECT_EQ(policy.settled(), 3);
+  ASSERT_EQ(policy.measured().size(), 4u);
+  EXPECT_DOUBLE_EQ(policy.measured()[0].samples_per_s, 1000);
+  EXPECT_DOUBLE_EQ(policy.measured()[1].efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(policy.measured()[2].efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(policy.measured()[3].efficiency, 50.0 / 1000.0);
+}
+
+TEST(Autoscale, AThresholdBelowTheLastStepsEfficiencyKeepsGrowing) {
+  AutoscaleOptions o;
+  o.settle_ms = 2000;
+  o.measure_ms = 2000;
+  o.threshold = 0.04;  // the 4th worker's 0.05 pays
+  o.max_workers = 5;
+  AutoscalePolicy policy(o);
+  FakeActions actions;
+  RunAutoscale(policy, actions, Drive{});
+  // 4 -> 5 still pays (50 / (3050 / 4) = 0.066), and 5 is its limit.
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{2, 3, 4, 5}));
+  EXPECT_EQ(policy.settled(), 5);
+}
+
+TEST(Autoscale, GrowsByItsStepAndStaysWhereTheJobCannotGo) {
+  AutoscaleOptions o;
+  o.settle_ms = 2000;
+  o.measure_ms = 2000;
+  o.step = 2;
+  o.wait_ms = 20000;
+  AutoscalePolicy policy(o);
+  FakeActions actions;
+  Drive d;
+  d.linear = 100;
+  d.reachable = 3;  // the launcher never gets the job to 5
+  const std::vector<int32_t> sizes = RunAutoscale(policy, actions, d);
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(sizes, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(policy.settled(), 3);  // gave up on 5 after wait_ms
+}
+
+TEST(Autoscale, ARefusedResizeEndsTheSearchWhereItIs) {
+  AutoscaleOptions o;
+  o.settle_ms = 1000;
+  o.measure_ms = 1000;
+  AutoscalePolicy policy(o);
+  FakeActions actions;
+  actions.max_workers = 2;  // the job's --max_workers
+  Drive d;
+  d.linear = 100;
+  RunAutoscale(policy, actions, d);
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{2}));
+  EXPECT_EQ(policy.settled(), 2);
+}
+
+ClusterStatus Rates(const std::vector<double>& rates) {
+  ClusterStatus s;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    s.members.push_back(Worker(static_cast<int32_t>(i), 100, rates[i]));
+  }
+  return s;
+}
+
+TEST(Stragglers, ReplacesOnceAWorkerSlowOverItsWindowAndNotOneThatDips) {
+  StragglerOptions o;
+  o.window = 5;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  PolicyEvent e;
+  const auto reading = [&](const ClusterStatus& s) {
+    e.status = &s;
+    policy.OnStatus(e, actions);
+  };
+  // Worker 3 runs at a third of the others; worker 0 dips to a tenth once
+  // (its mean over 5 readings: 0.83 of the median); worker 4 has no
+  // samples yet.
+  ClusterStatus slow = Rates({100, 100, 100, 33, 0});
+  ClusterStatus dip = Rates({10, 100, 100, 33, 0});
+  reading(slow);
+  reading(dip);
+  reading(slow);
+  reading(slow);
+  EXPECT_TRUE(actions.replaced.empty());  // four readings: no full window
+  reading(slow);
+  EXPECT_EQ(actions.replaced, std::vector<int32_t>{3});
+  // Asked once: while the request stands (and after), never again.
+  slow.replace_workers = {3};
+  for (int i = 0; i < 20; ++i) reading(slow);
+  EXPECT_EQ(actions.replaced, std::vector<int32_t>{3});
+  EXPECT_EQ(policy.replaced(), std::set<int32_t>{3});
+}
+
+TEST(Stragglers, AWorkerBackFromNoSamplesStartsItsWindowOver) {
+  StragglerOptions o;
+  o.window = 3;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  PolicyEvent e;
+  const auto reading = [&](const ClusterStatus& s) {
+    e.status = &s;
+    policy.OnStatus(e, actions);
+  };
+  ClusterStatus slow = Rates({100, 100, 20});
+  ClusterStatus silent = Rates({100, 100, 0});
+  reading(slow);
+  reading(slow);
+  reading(silent);  // its window starts over
+  reading(slow);
+  reading(slow);
+  EXPECT_TRUE(actions.replaced.empty());
+  reading(slow);
+  EXPECT_EQ(actions.replaced, std::vector<int32_t>{2});
+}
+
+TEST(Stragglers, AWorkerInItsFirstStepsIsNotRated) {
+  StragglerOptions o;
+  o.window = 2;
+  o.warmup_steps = 20;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  ClusterStatus s = Rates({100, 100, 20});
+  s.members[2].steps = 19;  // a newcomer, slow at its cold start
+  PolicyEvent e;
+  e.status = &s;
+  for (int i = 0; i < 5; ++i) policy.OnStatus(e, actions);
+  EXPECT_TRUE(actions.replaced.empty());
+  s.members[2].steps = 20;
+  policy.OnStatus(e, actions);
+  policy.OnStatus(e, actions);
+  EXPECT_EQ(actions.replaced, std::vector<int32_t>{2});
+}
+
+TEST(Stragglers, OneRatedWorkerHasNothingToBeComparedWith) {
+  StragglerOptions o;
+  o.window = 1;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  ClusterStatus s = Rates({0, 5});
+  PolicyEvent e;
+  e.status = &s;
+  for (int i = 0; i < 10; ++i) policy.OnStatus(e, actions);
+  EXPECT_TRUE(actions.replaced.empty());
+}
+
+TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
+  Result<std::vector<std::shared_ptr<Policy>>> two = MakeBuiltinPolicies(
+      "autoscale:threshold=0.2:max=8:settle_s=1.5,stragglers:window=3");
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0]->name(), "autoscale");
+  EXPECT_EQ((*two)[1]->name(), "stragglers");
+  Result<std::vector<std::shared_ptr<Policy>>> none = MakeBuiltinPolicies("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  const std::map<std::string, std::string> bad = {
+      {"gns-batch", "unknown policy 'gns-batch'"},
+      {"autoscale:speed=2", "no parameter 'speed'"},
+      {"autoscale:step=0", "step=0 must be a number in"},
+      {"autoscale:step=1.5", "must be a whole number"},
+      {"autoscale:threshold=nan", "threshold=nan"},
+      {"autoscale:max", "is not KEY=VALUE"},
+      {"autoscale:max=2:max=3", "given twice"},
+      {"stragglers:ratio=1", "ratio must be in (0, 1)"},
+      {"stragglers:window=1e9", "window=1e9"},
+      {"stragglers:warmup_steps=-1", "warmup_steps=-1"},
+      {"stragglers,", "unknown policy ''"},
+      {",autoscale", "unknown policy ''"},
+  };
+  for (const auto& [spec, message] : bad) {
+    Result<std::vector<std::shared_ptr<Policy>>> p = MakeBuiltinPolicies(spec);
+    ASSERT_FALSE(p.ok()) << spec;
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << spec;
+    EXPECT_NE(p.status().message().find(message), std::string::npos)
+        << spec << ": " << p.status();
+  }
+}
+
+// Asks, once it sees an active worker, for a target of 3 workers and for
+// that worker to be replaced.
+class AskOnce final : public Policy {
+ public:
+  std::string name() const override { return "ask-once"; }
+  void OnStatus(const PolicyEvent& e, PolicyActions& actions) override {
+    if (asked_ || e.active_workers < 1) return;
+    asked_ = true;
+    for (const MemberStatus& m : e.status->members) {
+      if (m.role == "worker" && m.state == "active") {
+        replace = actions.ReplaceWorker(m.id);
+        break;
+      }
+    }
+    resize = actions.Resize(3, 0);
+    too_many = actions.Resize(1000, 0);
+    unknown = actions.ReplaceWorker(77);
+    done.store(true);
+  }
+  bool asked_ = false;            // the policy thread's only
+  std::atomic<bool> done{false};  // the results below are set
+  Status replace = Status::Ok(), resize = Status::Ok(), too_many = Status::Ok(),
+         unknown = Status::Ok();
+};
+
+TEST(CoordinatorPolicies, ActionsReachTheStatusAndEndWithTheWorker) {
+  auto policy = std::make_shared<AskOnce>();
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;  // one finishing does not end the job
+  options.max_workers = 4;
+  options.policies = {policy};
+  options.policy_interval_ms = 100;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  ClusterStatus status;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Result<ClusterStatus> s = QueryClusterStatus(cluster.address(), 5000);
+    ASSERT_TRUE(s.ok()) << s.status();
+    status = *s;
+    if (policy->done.load() && !status.replace_workers.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(policy->done.load());
+  EXPECT_TRUE(policy->replace.ok()) << policy->replace;
+  EXPECT_TRUE(policy->resize.ok()) << policy->resize;
+  EXPECT_EQ(policy->too_many.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(policy->unknown.code(), StatusCode::kNotFound);
+  EXPECT_EQ(status.target_workers, 3);
+  EXPECT_EQ(status.replace_workers, std::vector<int32_t>{worker->worker_id()});
+  EXPECT_NE(
+      FormatClusterStatus(status).find("replacing (a policy asked): "
+                                       "worker " +
+                                       std::to_string(worker->worker_id())),
+      std::string::npos)
+      << FormatClusterStatus(status);
+  // Once the worker is gone, nothing is left to replace.
+  ASSERT_TRUE(worker->Finish().ok());
+  Result<ClusterStatus> after = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->replace_workers.empty());
+}
+
+}  // namespace
+}  // namespace ductile

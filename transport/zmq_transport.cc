@@ -34,37 +34,6 @@ Status ZmqError(const std::string& what, const zmq::error_t& e) {
   return UnavailableError(message);
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define DUCTILE_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DUCTILE_UNDER_TSAN 1
-#endif
-#endif
-
-#ifdef DUCTILE_UNDER_TSAN
-// ThreadSanitizer's annotation: the range starts a new life here.
-extern "C" void AnnotateNewMemory(const char* file, int line,
-                                  const volatile void* mem, size_t size);
-#endif
-
-// A received frame's bytes were written by ZeroMQ's I/O thread and handed
-// over through libzmq's lock-free pipes, which ThreadSanitizer cannot see
-// (Debian's libzmq is not instrumented). The suppression for libzmq covers
-// a read soon after the receive, when TSan can still name the writer; a
-// message held for long (a replay queue) outlives that history and would
-// read as a race with no libzmq frame. The hand-over is a happens-before,
-// so under TSan the frame starts its life in the receiving thread.
-void MarkReceived(const zmq::message_t& frame) {
-#ifdef DUCTILE_UNDER_TSAN
-  if (frame.size() > 0) {
-    AnnotateNewMemory(__FILE__, __LINE__, frame.data(), frame.size());
-  }
-#else
-  (void)frame;
-#endif
-}
-
 // Received ZeroMQ messages, read in place by InMessage's views.
 struct ZmqFrames final : FrameStorage {
   std::vector<zmq::message_t> messages;
@@ -198,7 +167,6 @@ class ZmqSocket final : public Socket {
       return ZmqError("receive", e);
     }
     for (const zmq::message_t& m : storage->messages) {
-      MarkReceived(m);
       views.emplace_back(static_cast<const uint8_t*>(m.data()), m.size());
     }
     // A router's peers proved a key to the ZAP handler, which named them;
@@ -287,8 +255,20 @@ class MemberKeyDirectory {
     }
     if (keys.ok()) {
       keys_.clear();
-      // One key under two names: the first name (files in name order).
-      for (const MemberPublicKey& k : *keys) keys_.emplace(k.key, k.name);
+      // One key under two names would be two members, or a role-bound
+      // key unbound by a copy under another name: it admits no one.
+      std::set<std::string> twice;
+      for (const MemberPublicKey& k : *keys) {
+        if (!keys_.emplace(k.key, k.name).second) twice.insert(k.key);
+      }
+      for (const std::string& key : twice) {
+        if (++problems_ <= 10 || problems_ % 1000 == 0) {
+          LOG(WARNING) << "member keys: the key of " << keys_[key]
+                       << ".pub is also under another name in " << dir_
+                       << "; it is refused until one is removed";
+        }
+        keys_.erase(key);
+      }
     }
   }
 
@@ -471,7 +451,9 @@ class ZmqTransport final : public Transport {
           return FailedPreconditionError(
               "this cluster admits only members with keys of their own "
               "(--require_member_keys): give this one its key "
-              "(--member_key=FILE, from `ductile keygen --member=NAME`)");
+              "(--member_key=FILE, from `ductile keygen --servers=N "
+              "--workers=M`, or --member=worker-ID for one), or run an "
+              "administrator's tool with admin.key");
         }
         socket.set(zmq::sockopt::curve_serverkey, security_.cluster_public);
         socket.set(zmq::sockopt::curve_publickey,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "ductile/security.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "proto/counters.h"
@@ -210,8 +211,19 @@ void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
   ack.set_ack(true);
   ack.set_change_id(header.change_id());
   ack.set_seq(header.seq());
-  Status s = mover_->Install(header, message, routing_, tables_, consistency_,
-                             admission_.dedup());
+  // Only servers move slots: a key bound to a worker (worker-N) sends none.
+  bool server_key = false;
+  int32_t key_id = -1;
+  Status s =
+      MemberKeyRole(message.member_key_name(), &server_key, &key_id) &&
+              !server_key
+          ? PermissionDeniedError("member key '" + message.member_key_name() +
+                                  "' is a worker's: only servers move slots")
+          : mover_->Install(header, message, routing_, tables_, consistency_,
+                            admission_.dedup());
+  if (s.code() == StatusCode::kPermissionDenied) {
+    counters_.Add(&ServerCounters::refused_permission);
+  }
   if (!s.ok()) {
     counters_.Add(&ServerCounters::errors);
     StatusToWire(s, &ack);

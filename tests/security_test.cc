@@ -150,7 +150,8 @@ TEST(ClusterKeys, AMemberKeyIsForItsMemberOnly) {
   EXPECT_EQ(ModeOf(dir + "/members/worker-0.pub"), 0644u);
   EXPECT_EQ(GenerateMemberKey(dir, "worker-0").code(),
             StatusCode::kAlreadyExists);
-  for (const char* bad : {"", "..", "a/b", "x y"}) {
+  for (const char* bad :
+       {"", "..", "a/b", "x y", "worker-01", "server-1x", "worker-"}) {
     EXPECT_EQ(GenerateMemberKey(dir, bad).code(), StatusCode::kInvalidArgument)
         << bad;
   }
@@ -682,7 +683,7 @@ TEST(MemberKeys, AMemberRegisteredWithItsKeyIsTakenByNoOtherKey) {
   options.num_servers = 1;
   options.security = WithMemberKey(dir, *shared, "server-0");
   testing::TestCluster cluster(options);
-  const Security worker_key = WithMemberKey(dir, *shared, "worker-a");
+  const Security worker_key = WithMemberKey(dir, *shared, "member-a");
   std::unique_ptr<Client> worker = cluster.Connect(true, 20000, &worker_key);
   ASSERT_NE(worker, nullptr);
   ASSERT_EQ(worker->worker_id(), 0);
@@ -693,7 +694,7 @@ TEST(MemberKeys, AMemberRegisteredWithItsKeyIsTakenByNoOtherKey) {
   const std::vector<Key> keys = {3};
   ASSERT_TRUE(worker->Push(*id, keys, std::vector<float>{1.5f}).ok());
 
-  const Security other = WithMemberKey(dir, *shared, "worker-b");
+  const Security other = WithMemberKey(dir, *shared, "member-b");
   const Security& shared_key = *shared;
   wire::Header as_worker;
   as_worker.set_type(wire::REGISTER);
@@ -718,7 +719,7 @@ TEST(MemberKeys, AMemberRegisteredWithItsKeyIsTakenByNoOtherKey) {
   // A peer that knows a member's connection identity and takes it over
   // (the router hands it the identity) is still not that member; the
   // member itself is taken at its word.
-  const Security third = WithMemberKey(dir, *shared, "worker-c");
+  const Security third = WithMemberKey(dir, *shared, "member-c");
   wire::Header as_worker_1 = as_worker;
   as_worker_1.set_worker_id(1);
   const wire::Header registered =
@@ -786,7 +787,7 @@ TEST(MemberKeys, OnlyServerAndWorkerNamesWithADecimalIdBindARole) {
   EXPECT_FALSE(server);
   EXPECT_EQ(id, 1048575);
   for (const char* free_name :
-       {"worker-a", "worker-", "worker-01", "worker--1", "worker-1048576",
+       {"member-a", "worker-", "worker-01", "worker--1", "worker-1048576",
         "server-1x", "Server-1", "worker-99999999", "observer-0", ""}) {
     EXPECT_FALSE(MemberKeyRole(free_name, &server, &id)) << free_name;
   }
@@ -836,6 +837,20 @@ TEST(MemberKeys, AKeyNamedForAMemberRegistersOnlyAsThatMember) {
   wire::Header any_server = as_server;
   any_server.set_member_id(-1);
   refused(any_server);
+
+  // Nor does a worker's key move slots into a server.
+  wire::Header migrate;
+  migrate.set_type(wire::MIGRATE_DATA);
+  migrate.set_seq(seq++);
+  migrate.set_change_id(7);
+  const wire::Header moved =
+      AskRaw(cluster.server(0).address(), migrate, &worker_1);
+  EXPECT_EQ(moved.status_code(),
+            static_cast<int>(StatusCode::kPermissionDenied))
+      << moved.ShortDebugString();
+  EXPECT_NE(moved.status_message().find("only servers move slots"),
+            std::string::npos)
+      << moved.status_message();
 
   // Its own id is its to take, even unasked (the server above registered
   // with no id and is server 0 by its key); nothing was registered on the

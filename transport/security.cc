@@ -204,6 +204,17 @@ Status GenerateMemberKey(const std::string& dir, const std::string& name) {
     return InvalidArgumentError("member key name '" + name +
                                 "': use 1 to 64 of A-Z a-z 0-9 _ . -");
   }
+  // A name that looks bound to a member must be one (worker-01 would not
+  // bind the key to worker 1, and nobody would notice).
+  bool server = false;
+  int32_t id = -1;
+  if ((name.starts_with("server-") || name.starts_with("worker-")) &&
+      !MemberKeyRole(name, &server, &id)) {
+    return InvalidArgumentError(
+        "member key name '" + name +
+        "': server-N and worker-N take a decimal id without leading zeros, "
+        "below 1048576 (they bind the key to that member)");
+  }
   const std::string members = PathIn(dir, kMembersDir);
   for (const std::string& d : {dir, members}) {
     if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {

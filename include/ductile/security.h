@@ -87,7 +87,8 @@ Status GenerateClusterKeys(const std::string& dir);
 
 // Writes a member's own key pair into `dir`/members: NAME.key (0600, for
 // that member only) and NAME.pub (for every coordinator and server).
-// `name` is 1 to 64 of [A-Za-z0-9_.-]. Refuses to overwrite.
+// `name` is 1 to 64 of [A-Za-z0-9_.-]; one starting "server-" or "worker-"
+// must be a role-bound name (MemberKeyRole). Refuses to overwrite.
 Status GenerateMemberKey(const std::string& dir, const std::string& name);
 
 // Reads the keys in `dir`; with `as_admin`, admin.key too (then

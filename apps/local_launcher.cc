@@ -774,10 +774,31 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     std::printf("%s: %s\n", resize_source.c_str(), line.c_str());
     std::fflush(stdout);
   };
+  // Workers a policy asked to replace: the worker started in each one's
+  // place, and whether the old one is draining yet.
+  struct Replacement {
+    int new_id;
+    bool draining = false;
+  };
+  std::map<int32_t, Replacement> replacing;
   const auto resize = [&](const ResizeEvent& e, int64_t clock) -> Status {
     const Role role = e.servers ? Role::kServer : Role::kWorker;
-    const std::vector<int> active = supervisor.Active(role);
-    const int now = static_cast<int>(active.size());
+    // A worker being replaced and its replacement count as one, and
+    // neither is drained by a resize (the replacement drains the other).
+    std::vector<int> active;
+    int pairs = 0;
+    for (const int id : supervisor.Active(role)) {
+      bool paired = false;
+      if (!e.servers) {
+        for (const auto& [old_id, r] : replacing) {
+          if (r.draining) continue;
+          if (id == r.new_id) ++pairs;
+          paired = paired || id == r.new_id || id == old_id;
+        }
+      }
+      if (!paired) active.push_back(id);
+    }
+    const int now = static_cast<int>(active.size()) + pairs;
     std::string line = std::string(e.servers ? "servers " : "workers ") +
                        std::to_string(now) + " -> " + std::to_string(e.count) +
                        " at clock " + std::to_string(clock) + ":";
@@ -787,7 +808,8 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       line += " started " + std::string(RoleName(role)) + " " +
               std::to_string(id) + ";";
     }
-    for (int i = 0; i < now - e.count; ++i) {
+    for (int i = 0; i < now - e.count && i < static_cast<int>(active.size());
+         ++i) {
       const int id = active[i];  // the newest first
       supervisor.MarkDrained(role, id);
       drains.push_back(Drain{role, id, 0, {}});
@@ -842,13 +864,6 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   size_t next_kill = 0, next_resize = 0;
   // The targets acted on so far (0: none).
   int32_t applied_workers = 0, applied_servers = 0;
-  // Workers a policy asked to replace: the worker started in each one's
-  // place, and whether the old one is draining yet.
-  struct Replacement {
-    int new_id;
-    bool draining = false;
-  };
-  std::map<int32_t, Replacement> replacing;
   const auto replace_workers = [&](const JobView& view) -> Status {
     for (const int32_t old_id : view.replace_workers) {
       if (replacing.contains(old_id)) continue;

@@ -104,13 +104,29 @@ void CoordinatorImpl::StopPolicies() {
 }
 
 Status CoordinatorImpl::CallOnLoop(std::function<Status()> task) {
+  // 0: waiting; 1: the task runs; 2: the waiter gave up, so it must not.
+  auto state = std::make_shared<std::atomic<int>>(0);
   auto result = std::make_shared<std::promise<Status>>();
   std::future<Status> done = result->get_future();
-  RunOnLoop([task = std::move(task), result] { result->set_value(task()); });
+  RunOnLoop([task = std::move(task), result, state] {
+    int waiting = 0;
+    if (!state->compare_exchange_strong(waiting, 1)) {
+      result->set_value(CancelledError("abandoned"));
+      return;
+    }
+    result->set_value(task());
+  });
   // Only the task holds the promise now: a task that never runs breaks it.
   result.reset();
   if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-    return DeadlineExceededError("the coordinator's loop did not answer");
+    int waiting = 0;
+    if (state->compare_exchange_strong(waiting, 2)) {
+      // It will not run: what it would have done is not done.
+      return DeadlineExceededError(
+          "the coordinator's loop did not answer within 10 s; nothing was "
+          "changed");
+    }
+    done.wait();  // it is running on the loop now: its answer comes
   }
   try {
     return done.get();

@@ -531,6 +531,9 @@ void CoordinatorNode::HandleResize(const std::string& identity,
 }
 
 Status CoordinatorNode::SetTargetSize(int32_t workers, int32_t servers) {
+  if (finishing()) {
+    return FailedPreconditionError("the job is ending: no new size");
+  }
   if (workers < 0 || servers < 0 || (workers == 0 && servers == 0)) {
     return InvalidArgumentError(
         "a resize needs --workers and/or --servers of at least 1 (got "
@@ -555,11 +558,23 @@ Status CoordinatorNode::RequestReplacement(int32_t id) {
     auto it = state_.workers.find(w);
     return it == state_.workers.end() || !it->second.live_worker();
   });
+  if (finishing()) {
+    return FailedPreconditionError("the job is ending: no replacements");
+  }
   auto it = state_.workers.find(id);
   if (it == state_.workers.end() || !it->second.live_worker() ||
       it->second.draining) {
     return NotFoundError("worker " + std::to_string(id) +
                          " is not an active worker");
+  }
+  // The replacement joins before the old one leaves: one more at once.
+  const int32_t bound = options_.max_workers;
+  if (bound > 0 && !replace_workers_.contains(id) &&
+      membership_.CountLiveWorkers() + 1 > bound) {
+    return ResourceExhaustedError("replacing worker " + std::to_string(id) +
+                                  " needs room for one more "
+                                  "worker, and the job has its maximum of " +
+                                  std::to_string(bound) + " (--max_workers)");
   }
   if (replace_workers_.insert(id).second) {
     LOG(INFO) << "coordinator: worker " << id

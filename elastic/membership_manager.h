@@ -53,6 +53,9 @@ class MembershipManager {
   // given to another key (kPermissionDenied). `key_name` is that key's
   // name in the members directory: one named for a role and id
   // (MemberKeyRole: "server-N", "worker-N") registers only as that member.
+  // Live workers now (bounded by options.max_workers).
+  int32_t CountLiveWorkers() const;
+
   Registered Register(const std::string& identity, const std::string& key,
                       const std::string& key_name, const wire::Header& h);
   // Answers the registrations that waited for the first routing table.
@@ -122,8 +125,6 @@ class MembershipManager {
     bool leave = false;
   };
   void Admit(const Waiter& waiter, const Member& worker);
-  // Live workers now (bounded by options.max_workers).
-  int32_t CountLiveWorkers() const;
 
   CoordinatorContext& ctx_;
   std::vector<Waiter> waiting_for_routing_;

@@ -15,19 +15,21 @@ namespace ductile {
 AutoscalePolicy::AutoscalePolicy(const AutoscaleOptions& options)
     : options_(options) {}
 
-void AutoscalePolicy::AskFor(int32_t workers, int64_t now_ms,
-                             PolicyActions& actions) {
-  Status s = actions.Resize(workers, 0);
-  if (!s.ok()) {
-    // Refused (beyond the job's max_workers, say): stay where it is.
-    settled_ = size_;
-    phase_ = Phase::kDone;
-    return;
-  }
+// A refusal (kInvalidArgument: beyond the job's max_workers, say) ends the
+// search where it is; another failure (the coordinator's loop did not
+// answer in time, and nothing was changed) is tried again later.
+AutoscalePolicy::Ask AutoscalePolicy::Resize(int32_t workers,
+                                             PolicyActions& actions) {
+  const Status s = actions.Resize(workers, 0);
+  if (s.ok()) return Ask::kDone;
+  return s.code() == StatusCode::kInvalidArgument ? Ask::kRefused : Ask::kRetry;
+}
+
+void AutoscalePolicy::Settle(int32_t workers, const char* why) {
+  settled_ = workers;
   size_ = workers;
-  asked_ms_ = now_ms;
-  since_ms_ = now_ms;
-  phase_ = Phase::kSettling;
+  phase_ = Phase::kDone;
+  LOG(INFO) << "autoscale: settled on " << settled_ << " worker(s)" << why;
 }
 
 void AutoscalePolicy::Decide(double rate, int64_t now_ms,
@@ -35,11 +37,7 @@ void AutoscalePolicy::Decide(double rate, int64_t now_ms,
   Measured m;
   m.workers = size_;
   m.samples_per_s = rate;
-  if (measured_.empty()) {
-    measured_.push_back(m);
-    LOG(INFO) << "autoscale: " << size_ << " worker(s) make " << rate
-              << " samples/s";
-  } else {
+  if (!measured_.empty()) {
     // The last size that paid: the one this step grew from.
     const Measured& from = measured_.back();
     const double added = size_ - from.workers;
@@ -53,25 +51,41 @@ void AutoscalePolicy::Decide(double rate, int64_t now_ms,
     if (!(m.efficiency > options_.threshold)) {
       // Not worth its workers: back to the size that paid, for good.
       const int32_t back = from.workers;
-      measured_.push_back(m);
-      Status s = actions.Resize(back, 0);
-      settled_ = s.ok() ? back : size_;
-      size_ = settled_;
-      phase_ = Phase::kDone;
-      LOG(INFO) << "autoscale: settled on " << settled_ << " worker(s)";
-      return;
+      switch (Resize(back, actions)) {
+        case Ask::kRetry:
+          return;  // measured again, and decided again, at the next reading
+        case Ask::kRefused:
+          measured_.push_back(m);
+          return Settle(size_, " (the job refused to shrink back)");
+        case Ask::kDone:
+          measured_.push_back(m);
+          return Settle(back, "");
+      }
     }
-    measured_.push_back(m);
+  } else {
+    LOG(INFO) << "autoscale: " << size_ << " worker(s) make " << rate
+              << " samples/s";
   }
   const int32_t next = size_ + options_.step;
   if (next > options_.max_workers) {
-    settled_ = size_;
-    phase_ = Phase::kDone;
-    LOG(INFO) << "autoscale: settled on " << settled_
-              << " worker(s) (its limit of " << options_.max_workers << ")";
-    return;
+    measured_.push_back(m);
+    return Settle(size_, " (its limit)");
   }
-  AskFor(next, now_ms, actions);
+  switch (Resize(next, actions)) {
+    case Ask::kRetry:
+      return;
+    case Ask::kRefused:
+      measured_.push_back(m);
+      return Settle(size_, " (the job refused to grow)");
+    case Ask::kDone:
+      measured_.push_back(m);
+      asked_ = true;
+      size_ = next;
+      asked_ms_ = now_ms;
+      since_ms_ = now_ms;
+      phase_ = Phase::kSettling;
+      return;
+  }
 }
 
 void AutoscalePolicy::OnStatus(const PolicyEvent& event,
@@ -90,12 +104,19 @@ void AutoscalePolicy::OnStatus(const PolicyEvent& event,
     case Phase::kSettling:
       if (event.active_workers != size_) {
         since_ms_ = now;  // not there yet, or changed again: start over
-        if (now - asked_ms_ > options_.wait_ms) {
+        if (!asked_) {
+          // Nothing asked yet: the size is whatever the job has (its
+          // first workers still joining, one replaced).
+          size_ = std::max(event.active_workers, 1);
+        } else if (now - asked_ms_ > options_.wait_ms) {
           LOG(WARNING) << "autoscale: the job did not reach " << size_
                        << " worker(s) within " << options_.wait_ms
                        << " ms; it stays as it is";
-          settled_ = event.active_workers;
-          phase_ = Phase::kDone;
+          // The target it cannot reach is taken back.
+          if (event.active_workers > 0) {
+            Resize(event.active_workers, actions);
+          }
+          Settle(event.active_workers, " (gave up)");
         }
         return;
       }

@@ -22,8 +22,10 @@ namespace ductile {
 //   s = ((R_{k+d} - R_k) / d) / (R_k / k)
 // (what a worker added brings, against what one brought on average) stays
 // above `threshold`. When it does not, it shrinks back to k and stays
-// there. It never asks for more than `max_workers`, and gives up (stays
-// where it is) if a size it asked for is not reached within `wait_ms`.
+// there. It never asks for more than `max_workers`, stops where the job
+// refuses a size, and gives up (asks for the size the job has, and stays)
+// if a size it asked for is not reached within `wait_ms`. Until it has
+// asked for a size, it measures whatever size the job has.
 struct AutoscaleOptions {
   int32_t step = 1;           // d: 1 - 1024
   double threshold = 0.1;     // 0 - 1
@@ -52,12 +54,15 @@ class AutoscalePolicy final : public Policy {
 
  private:
   enum class Phase { kStart, kSettling, kMeasuring, kDone };
+  enum class Ask { kDone, kRefused, kRetry };
   void Decide(double rate, int64_t now_ms, PolicyActions& actions);
-  void AskFor(int32_t workers, int64_t now_ms, PolicyActions& actions);
+  Ask Resize(int32_t workers, PolicyActions& actions);
+  void Settle(int32_t workers, const char* why);
 
   const AutoscaleOptions options_;
   Phase phase_ = Phase::kStart;
   int32_t size_ = 0;      // the size being settled or measured
+  bool asked_ = false;    // it has asked for a size
   int64_t since_ms_ = 0;  // the size has held since then
   int64_t asked_ms_ = 0;  // when size_ was asked for
   double rate_sum_ = 0;   // throughput readings being averaged

@@ -533,7 +533,7 @@ std::string CommandLine(pid_t pid) {
   return cmd;
 }
 
-// --policy=stragglers: worker 1 is slowed to a quarter of its speed (a
+// --policy=stragglers: worker 1 is slowed to a fifth of its speed (a
 // SIGSTOP/SIGCONT duty cycle) while logistic regression trains (three
 // workers and a server on a machine of two cores make a worker run at 0.75
 // of the median at times: the bound is 0.6 here); the policy
@@ -558,7 +558,7 @@ TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorker) {
   std::thread duty([&] {
     while (!stop.load() && kill(slow, 0) == 0) {
       kill(slow, SIGSTOP);
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
       kill(slow, SIGCONT);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

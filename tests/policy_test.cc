@@ -47,6 +47,10 @@ class FakeActions final : public PolicyActions {
     if (max_workers > 0 && workers > max_workers) {
       return InvalidArgumentError("beyond max_workers");
     }
+    if (unanswered > 0) {
+      --unanswered;
+      return DeadlineExceededError("the loop did not answer");
+    }
     resizes.push_back(workers);
     (void)servers;
     return Status::Ok();
@@ -56,6 +60,7 @@ class FakeActions final : public PolicyActions {
     return Status::Ok();
   }
   int32_t max_workers = 0;
+  int unanswered = 0;  // this many resizes fail as if unanswered
   std::vector<int32_t> resizes;
   std::vector<int32_t> replaced;
 };
@@ -202,9 +207,49 @@ TEST(Autoscale, GrowsByItsStepAndStaysWhereTheJobCannotGo) {
   d.linear = 100;
   d.reachable = 3;  // the launcher never gets the job to 5
   const std::vector<int32_t> sizes = RunAutoscale(policy, actions, d);
-  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{3, 5}));
+  // It gave up on 5 after wait_ms and took that target back.
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{3, 5, 3}));
   EXPECT_EQ(sizes, (std::vector<int32_t>{1, 3}));
-  EXPECT_EQ(policy.settled(), 3);  // gave up on 5 after wait_ms
+  EXPECT_EQ(policy.settled(), 3);
+}
+
+TEST(Autoscale, MeasuresTheSizeTheJobHasUntilItAsksForOne) {
+  AutoscaleOptions o;
+  o.settle_ms = 2000;
+  o.measure_ms = 2000;
+  o.max_workers = 3;
+  AutoscalePolicy policy(o);
+  FakeActions actions;
+  PolicyRunner runner({std::shared_ptr<Policy>(&policy, [](Policy*) {})});
+  // The job's first readings: 1 active worker, then all 3 (the others
+  // joined a little later); the policy starts from 3, not 1.
+  for (int64_t t = 0; t <= 20000; t += 1000) {
+    ClusterStatus s;
+    const int32_t size = t < 2000 ? 1 : 3;
+    for (int32_t w = 0; w < size; ++w) s.members.push_back(Worker(w, t, 100));
+    s.samples_per_s = 100.0 * size;
+    runner.Run(s, t, actions);
+  }
+  ASSERT_FALSE(policy.measured().empty());
+  EXPECT_EQ(policy.measured()[0].workers, 3);
+  EXPECT_EQ(policy.settled(), 3);  // its limit
+  EXPECT_TRUE(actions.resizes.empty());
+}
+
+TEST(Autoscale, AnUnansweredResizeIsAskedAgainAtTheNextReading) {
+  AutoscaleOptions o;
+  o.settle_ms = 2000;
+  o.measure_ms = 2000;
+  AutoscalePolicy policy(o);
+  FakeActions actions;
+  actions.unanswered = 2;
+  Drive d;
+  d.linear = 100;
+  d.seconds = 40;
+  RunAutoscale(policy, actions, d);
+  ASSERT_FALSE(actions.resizes.empty());
+  EXPECT_EQ(actions.resizes[0], 2);  // after two failures, not given up
+  EXPECT_EQ(policy.settled(), 0);    // still growing
 }
 
 TEST(Autoscale, ARefusedResizeEndsTheSearchWhereItIs) {

@@ -22,7 +22,7 @@
 //     std::string name() const override { return "at-most-eight"; }
 //     void OnMembershipChange(const ductile::PolicyEvent& e,
 //                             ductile::PolicyActions& act) override {
-//       if (e.active_workers > 8) act.Resize(8, 0);
+//       if (e.active_workers > 8) act.Resize(8, 0).IgnoreError();
 //     }
 //   };
 //   options.policies.push_back(std::make_shared<AtMostEight>());

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Experiments with the built-in policies (docs/adaptation.md), on the MLP
+# (Fashion-MNIST) run by `ductile local`:
+#
+#   1. autoscale: from 1 worker with --policy=autoscale, against every fixed
+#      size from 1 to MAX_WORKERS: the job's completion time, the
+#      worker-seconds it took, and the size the policy settled on.
+#   2. stragglers: 3 workers, worker 1 slowed about 3x (stopped 200 ms,
+#      running 100 ms) from SLOW_AT seconds in: no policy (async), SSP(3)
+#      alone, and --policy=stragglers: completion time, final test accuracy,
+#      and, with the policy, the time from the slowdown to the replacement
+#      request and to the replacement's start.
+#
+# Usage: bench/adapt_bench.sh BUILD_DIR OUT_DIR [REPEATS]
+# Writes OUT_DIR/autoscale.csv, OUT_DIR/stragglers.csv (one row per run),
+# OUT_DIR/*.log (each run's output with a time stamp per line) and, with
+# gnuplot, OUT_DIR/autoscale.png and OUT_DIR/stragglers.png (medians).
+# Every run is bounded (timeout); the jobs' processes end with them.
+set -euo pipefail
+
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 BUILD_DIR OUT_DIR [REPEATS]" >&2
+  exit 2
+fi
+DUCTILE=$(realpath "$1")/apps/ductile
+OUT=$2
+REPEATS=${3:-1}
+MAX_WORKERS=${MAX_WORKERS:-4}
+EPOCHS=${EPOCHS:-3}
+SLOW_AT=${SLOW_AT:-8}
+[[ -x "$DUCTILE" ]] || { echo "no $DUCTILE: build first" >&2; exit 1; }
+mkdir -p "$OUT"
+
+# stamp: prefixes each line with the time it came (seconds since the
+# epoch; bash's clock, no process per line).
+stamp() {
+  local line
+  while IFS= read -r line; do
+    printf '%s %s\n' "$EPOCHREALTIME" "$line"
+  done
+}
+
+# calc EXPR: floating-point arithmetic.
+calc() { awk "BEGIN {printf \"%.3f\", $1}"; }
+
+# run LOG ARGS...: `ductile local ARGS` with its output in LOG, each line
+# stamped with the seconds since the start; prints the wall seconds it took.
+run() {
+  local log=$1
+  shift
+  local start=$EPOCHREALTIME
+  echo "$start" >"$log.start"
+  timeout 900 "$DUCTILE" local --app=fmnist-mlp --servers=1 \
+    --epochs="$EPOCHS" --verbose "$@" 2>&1 | stamp >"$log.raw" || {
+    echo "run failed: $* (see $log.raw)" >&2
+    return 1
+  }
+  local end=$EPOCHREALTIME
+  awk -v s="$start" '{t = $1; $1 = ""; printf "%.3f%s\n", t - s, $0}' \
+    "$log.raw" >"$log"
+  rm -f "$log.raw"
+  calc "$end - $start"
+}
+
+# worker_seconds LOG START_WORKERS TOTAL_S: the integral of the job's size
+# over its run, from the launcher's "resize: workers A -> B" lines.
+worker_seconds() {
+  awk -v k="$2" -v total="$3" '
+    / resize: workers [0-9]+ -> [0-9]+ / {
+      for (i = 1; i <= NF; i++) if ($i == "->") b = $(i + 1)
+      sum += k * ($1 - last); last = $1; k = b
+    }
+    END { sum += k * (total - last); printf "%.1f\n", sum }' "$1"
+}
+
+accuracy() {
+  grep -o "final test accuracy: [0-9.]*" "$1" | awk '{print $4}' | tail -n 1 ||
+    true
+}
+
+# ---- 1. autoscale against fixed sizes
+echo "run,workers,policy,seconds,worker_seconds,settled,accuracy" \
+  >"$OUT/autoscale.csv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for ((k = 1; k <= MAX_WORKERS; k++)); do
+    log="$OUT/fixed-$k-$r.log"
+    s=$(run "$log" --workers="$k")
+    echo "$r,$k,none,$s,$(calc "$k * $s"),$k,$(accuracy "$log")" \
+      >>"$OUT/autoscale.csv"
+    echo "fixed $k: ${s}s"
+  done
+  log="$OUT/autoscale-$r.log"
+  s=$(run "$log" --workers=1 \
+    --policy="autoscale:settle_s=4:measure_s=4:max=$MAX_WORKERS")
+  settled=$(grep -o "autoscale: settled on [0-9]*" "$log" | awk '{print $4}' |
+    tail -n 1 || true)
+  echo "$r,1,autoscale,$s,$(worker_seconds "$log" 1 "$s"),${settled:-none},$(accuracy "$log")" \
+    >>"$OUT/autoscale.csv"
+  echo "autoscale: ${s}s, settled on ${settled:-none (still growing at the end)}"
+done
+
+# ---- 2. a straggler
+# slow_worker FILE: finds worker 1 of the job and slows it from SLOW_AT
+# seconds after it started until it exits; writes when it began to FILE.
+slow_worker() {
+  local pid="" deadline=$((SECONDS + 120))
+  while [[ -z "$pid" && $SECONDS -lt $deadline ]]; do
+    sleep 0.2
+    pid=$(pgrep -f "ductile worker .*--worker_id=1 .*--epochs=$EPOCHS" | head -n 1 || true)
+  done
+  [[ -n "$pid" ]] || return 0
+  sleep "$SLOW_AT"
+  echo "$EPOCHREALTIME" >"$1"
+  while kill -STOP "$pid" 2>/dev/null; do
+    sleep 0.2
+    kill -CONT "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+}
+
+echo "run,setting,seconds,accuracy,detect_s,replace_s" >"$OUT/stragglers.csv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for setting in none ssp stragglers; do
+    case $setting in
+      none) args=(--workers=3) ;;
+      ssp) args=(--workers=3 --consistency=ssp --staleness=3) ;;
+      stragglers) args=(--workers=3 --policy=stragglers) ;;
+    esac
+    log="$OUT/straggler-$setting-$r.log"
+    rm -f "$OUT/slow-at"
+    slow_worker "$OUT/slow-at" &
+    slower=$!
+    s=$(run "$log" "${args[@]}")
+    kill "$slower" 2>/dev/null || true
+    wait "$slower" 2>/dev/null || true
+    # Seconds from the slowdown to the policy's request and to the new
+    # worker's start (the log's times count from the run's start).
+    asked=$(grep -m 1 "stragglers: worker 1 made" "$log" | awk '{print $1}' || true)
+    replaced=$(grep -m 1 "in place of worker 1" "$log" | awk '{print $1}' || true)
+    detect="" replace=""
+    if [[ -n "$asked" && -f "$OUT/slow-at" ]]; then
+      slow_at=$(calc "$(cat "$OUT/slow-at") - $(cat "$log.start")")
+      detect=$(calc "$asked - $slow_at")
+      [[ -z "$replaced" ]] || replace=$(calc "$replaced - $slow_at")
+    fi
+    echo "$r,$setting,$s,$(accuracy "$log"),$detect,$replace" \
+      >>"$OUT/stragglers.csv"
+    echo "straggler, $setting: ${s}s detect ${detect:--} replace ${replace:--}"
+  done
+done
+
+# ---- plots (medians over the repeats)
+if command -v gnuplot >/dev/null; then
+  median() {  # median of column $2 for rows whose key columns match
+    awk -F, -v col="$2" -v key="$3" -v keycol="$4" \
+      'NR > 1 && $keycol == key {print $col}' "$1" | sort -n |
+      awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+  }
+  {
+    for ((k = 1; k <= MAX_WORKERS; k++)); do
+      awk -F, -v k="$k" 'NR > 1 && $2 == k && $3 == "none" {print $4, $5}' \
+        "$OUT/autoscale.csv" | sort -n | awk -v k="$k" \
+        '{t[NR] = $1; w[NR] = $2} END {m = int((NR + 1) / 2); print "\"fixed " k "\"", t[m], w[m]}'
+    done
+    awk -F, 'NR > 1 && $3 == "autoscale" {print $4, $5}' "$OUT/autoscale.csv" |
+      sort -n | awk '{t[NR] = $1; w[NR] = $2} END {m = int((NR + 1) / 2); print "autoscale", t[m], w[m]}'
+  } >"$OUT/autoscale.dat"
+  for setting in none ssp stragglers; do
+    echo "$setting $(median "$OUT/stragglers.csv" 3 "$setting" 2)"
+  done >"$OUT/stragglers.dat"
+  (
+    cd "$OUT"
+    gnuplot <<'EOF'
+set terminal png size 900,500
+set style data histograms
+set style fill solid 0.6 border -1
+set boxwidth 0.8
+set grid ytics
+set output 'autoscale.png'
+set title 'MLP, 1 server: job time and worker-seconds (median)'
+set ylabel 'seconds'
+plot 'autoscale.dat' using 2:xtic(1) title 'job seconds', \
+     '' using 3 title 'worker-seconds'
+set output 'stragglers.png'
+set title 'MLP, 3 workers, worker 1 slowed 3x: job time (median)'
+plot 'stragglers.dat' using 2:xtic(1) title 'job seconds'
+EOF
+  )
+fi
+echo "results in $OUT"

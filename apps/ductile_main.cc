@@ -126,6 +126,10 @@ DEFINE_int64(client_idle_expiry_s, 600,
 DEFINE_int32(noise_scale_sample, 8,
              "server, local: one key in this many feeds the gradient noise "
              "scale `ductile status` shows (1: all, 0: off)");
+DEFINE_int32(apply_threads, 0,
+             "server, local: threads that apply one large push (32K floats "
+             "or more) together; 0: the machine's cores, at most 8 (1 to "
+             "256)");
 DEFINE_string(keys, "",
               "directory of the cluster's keys (`ductile keygen`): CURVE "
               "on every connection; admin commands need admin.key. "
@@ -384,6 +388,10 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
         "--noise_scale_sample must be in [0, 1048576]");
   }
   if ((command == "server" || command == "local") &&
+      (FLAGS_apply_threads < 0 || FLAGS_apply_threads > 256)) {
+    return ductile::InvalidArgumentError("--apply_threads must be in [0, 256]");
+  }
+  if ((command == "server" || command == "local") &&
       FLAGS_max_stored_mb > (uint64_t{1} << 30)) {
     return ductile::InvalidArgumentError(
         "--max_stored_mb must be in [0, 1073741824]");
@@ -477,6 +485,7 @@ int RunServer() {
   o.max_window_per_client = FLAGS_max_window_per_client;
   o.client_idle_expiry_s = FLAGS_client_idle_expiry_s;
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
+  o.apply_threads = FLAGS_apply_threads;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto security = SecurityFromFlags(
@@ -924,6 +933,7 @@ int RunLocal() {
                     Forward("max_window_per_client"),
                     Forward("client_idle_expiry_s"),
                     Forward("noise_scale_sample"),
+                    Forward("apply_threads"),
                     Forward("coordinator_timeout_ms"),
                     Forward("move_timeout_ms")};
   o.worker_flags = {log};
@@ -974,6 +984,7 @@ const std::vector<Command>& Commands() {
         "max_window_per_client",
         "client_idle_expiry_s",
         "noise_scale_sample",
+        "apply_threads",
         "coordinator_timeout_ms",
         "no_worker_timeout_ms",
         "move_timeout_ms",
@@ -1012,6 +1023,7 @@ const std::vector<Command>& Commands() {
         "max_window_per_client",
         "client_idle_expiry_s",
         "noise_scale_sample",
+        "apply_threads",
         "coordinator_timeout_ms",
         "ipc_dir",
         "move_timeout_ms",

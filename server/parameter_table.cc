@@ -52,7 +52,7 @@ ParameterTable::Entry& ParameterTable::FindOrCreate(Key key, uint32_t width) {
   if (inserted) {
     it->second.value.resize(width);
     InitializeValue(options_.init, id_, key, it->second.value);
-    it->second.state.assign(size_t{width} * kernel_.state_per_value(), 0.0f);
+    it->second.state.assign(kernel_.state_floats(width), 0.0f);
     stored_floats_ += it->second.value.size() + it->second.state.size();
   }
   return it->second;
@@ -72,11 +72,59 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
 void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock) {
   const auto keys = request.keys();
   const float factor = kernel_.Factor(clock);
+  if (Parallel(request.total_floats())) {
+    // The codec admits strictly increasing keys only: no entry comes twice.
+    std::vector<Work> work;
+    work.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Entry& e = FindOrCreate(keys[i], request.length(i));
+      ++e.steps;
+      MarkChanged(keys[i], e);
+      work.push_back(Work{&e, nullptr, request.value(i).data(), 1.0f});
+    }
+    RunWork(work, factor);
+    return;
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     Entry& e = FindOrCreate(keys[i], request.length(i));
     kernel_.Apply(e.value, request.value(i), e.state, &e.steps, factor);
     MarkChanged(keys[i], e);
   }
+}
+
+void ParameterTable::RunWork(const std::vector<Work>& work, float factor) {
+  // The updates, end to end, cut into pieces of equal length: a few per
+  // thread, so that one slow thread does not hold up the others.
+  std::vector<size_t> starts(work.size() + 1, 0);
+  for (size_t i = 0; i < work.size(); ++i) {
+    starts[i + 1] = starts[i] + work[i].entry->value.size();
+  }
+  const size_t total = starts.back();
+  const size_t wanted = 4 * static_cast<size_t>(runner_->threads());
+  const size_t piece = std::max(
+      kMinPieceFloats, (total + wanted - 1) / std::max<size_t>(wanted, 1));
+  const size_t pieces = (total + piece - 1) / piece;
+  runner_->Run(pieces, [&](size_t p) {
+    size_t at = p * piece;
+    const size_t end = std::min(total, at + piece);
+    // The last update that starts at or before `at`.
+    size_t i = static_cast<size_t>(
+        std::upper_bound(starts.begin(), starts.end() - 1, at) -
+        starts.begin() - 1);
+    while (at < end) {
+      const Work& w = work[i];
+      Entry& e = *w.entry;
+      const size_t begin = at - starts[i];
+      const size_t stop = std::min(end, starts[i + 1]) - starts[i];
+      if (w.scale != 1.0f) {
+        for (size_t k = begin; k < stop; ++k) w.scaled[k] *= w.scale;
+      }
+      kernel_.ApplyRange(e.value, std::span<const float>(w.g, e.value.size()),
+                         e.state, e.steps, factor, begin, stop);
+      at = starts[i] + stop;
+      ++i;
+    }
+  });
 }
 
 Status ParameterTable::ApplyOne(Key key, std::span<const float> update,
@@ -115,10 +163,10 @@ void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {
 void ParameterTable::Restore(EntryRecord&& record, bool changed) {
   Entry& e = entries_[record.key];
   stored_floats_ -= e.value.size() + e.state.size();
-  stored_floats_ += record.value.size() + record.state.size();
   e.value = std::move(record.value);
-  e.state = std::move(record.state);
+  e.state = kernel_.ImportState(std::move(record.state), e.value.size());
   e.steps = record.steps;
+  stored_floats_ += e.value.size() + e.state.size();
   if (changed) MarkChanged(record.key, e);
 }
 

@@ -2,7 +2,9 @@
 //
 // Push is all-or-nothing: CheckPush validates every key of a request before
 // ApplyPush changes anything, so a refused request leaves the table as it
-// was. Not thread-safe: owned by a server's request thread.
+// was. Not thread-safe: owned by a server's request thread, which may hand
+// the pieces of a large push to a ParallelRunner's threads and waits for
+// them (set_runner).
 #ifndef DUCTILE_SERVER_PARAMETER_TABLE_H_
 #define DUCTILE_SERVER_PARAMETER_TABLE_H_
 
@@ -14,6 +16,7 @@
 #include "ductile/table.h"
 #include "proto/codec.h"
 #include "storage/checkpoint_store.h"
+#include "util/parallel_runner.h"
 #include "util/update_rule.h"
 
 namespace ductile {
@@ -24,6 +27,14 @@ class ParameterTable {
                  const CustomRule* custom);
 
   TableId id() const { return id_; }
+  // Pushes (and BSP clocks) of more than kParallelMinFloats floats in all
+  // are split into pieces of at least kMinPieceFloats that `runner`'s
+  // threads apply at once, the request thread among them; the result is
+  // the same, float for float. Null (the default): all on the caller.
+  // Custom rules always run on the caller.
+  void set_runner(ParallelRunner* runner) { runner_ = runner; }
+  static constexpr size_t kParallelMinFloats = size_t{1} << 15;
+  static constexpr size_t kMinPieceFloats = size_t{1} << 13;
   const TableOptions& options() const { return options_; }
 
   // Refuses non-finite values (when the table asks for it) and widths that
@@ -49,6 +60,12 @@ class ParameterTable {
     }
     return ApplyOne(key, sum, clock);
   }
+  // ApplyCombined for each of `keys`' (key, pushes combined) pairs of one
+  // BSP clock; a key of another width is skipped and named in `errors`.
+  template <typename Combined>
+  void ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
+                        BspCombine combine, int64_t clock,
+                        std::vector<Status>* errors);
   // Checks a pull's widths against stored keys (variable-width tables).
   Status CheckPull(const DataFrames& request) const;
   // Appends the requested keys' values to `out`; an absent key reads as its
@@ -125,8 +142,25 @@ class ParameterTable {
     }
   }
   Entry& FindOrCreate(Key key, uint32_t width);
+  // One key's share of a parallel apply: `g` (scaled in place by `scale`
+  // first, when not 1) applied to `entry`, whose steps count it already.
+  struct Work {
+    Entry* entry;
+    float* scaled;  // g, writable, when scale != 1
+    const float* g;
+    float scale;
+  };
+  // Applies `work` (distinct entries) on the runner's threads.
+  void RunWork(const std::vector<Work>& work, float factor);
+  // True if `work` may run in pieces: a runner with helpers, a splittable
+  // rule and at least kParallelMinFloats floats.
+  bool Parallel(size_t floats) const {
+    return runner_ != nullptr && runner_->threads() > 1 &&
+           kernel_.splittable() && floats >= kParallelMinFloats;
+  }
   EntryRecord ToRecord(Key key, const Entry& e) const {
-    return EntryRecord{id_, key, e.value, e.state, e.steps};
+    return EntryRecord{id_, key, e.value,
+                       kernel_.ExportState(e.state, e.value.size()), e.steps};
   }
   Status CheckWidths(const DataFrames& request) const;
 
@@ -136,7 +170,40 @@ class ParameterTable {
   std::unordered_map<Key, Entry> entries_;
   uint64_t stored_floats_ = 0;
   std::vector<Key> changed_;  // keys with Entry::changed set
+  ParallelRunner* runner_ = nullptr;
 };
+
+template <typename Combined>
+void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
+                                      BspCombine combine, int64_t clock,
+                                      std::vector<Status>* errors) {
+  size_t floats = 0;
+  for (const auto& kv : keys) floats += kv.second.values.size();
+  if (!Parallel(floats)) {
+    for (auto& [key, c] : keys) {
+      Status s = ApplyCombined(key, c.values, c.pushes, combine, clock);
+      if (!s.ok()) errors->push_back(std::move(s));
+    }
+    return;
+  }
+  // Keys of a map are distinct: no entry is taken twice.
+  std::vector<Work> work;
+  work.reserve(keys.size());
+  for (auto& [key, c] : keys) {
+    Entry& e = FindOrCreate(key, static_cast<uint32_t>(c.values.size()));
+    if (e.value.size() != c.values.size()) {
+      errors->push_back(ApplyOne(key, c.values, clock));  // refuses it
+      continue;
+    }
+    const bool mean = options_.rule != UpdateRule::kAssign &&
+                      combine == BspCombine::kMean && c.pushes > 1;
+    ++e.steps;
+    MarkChanged(key, e);
+    work.push_back(Work{&e, c.values.data(), c.values.data(),
+                        mean ? 1.0f / static_cast<float>(c.pushes) : 1.0f});
+  }
+  RunWork(work, kernel_.Factor(clock));
+}
 
 }  // namespace ductile
 

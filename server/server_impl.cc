@@ -41,6 +41,10 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         "max_window_per_client must be in [1, 1073741824], not " +
         std::to_string(options.max_window_per_client));
   }
+  if (options.apply_threads < 0 || options.apply_threads > 256) {
+    return InvalidArgumentError("apply_threads must be in [0, 256], not " +
+                                std::to_string(options.apply_threads));
+  }
   if (options.client_idle_expiry_s < 60 ||
       options.client_idle_expiry_s > 30 * 86400) {
     return InvalidArgumentError(

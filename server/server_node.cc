@@ -25,6 +25,15 @@ constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
 // interval is a pause of this server's own.
 constexpr std::chrono::milliseconds kPauseForgiven{1000};
 
+// The threads that apply large pushes (ServerOptions::apply_threads); null
+// when that is one.
+std::unique_ptr<ParallelRunner> MakeRunner(int apply_threads) {
+  const int threads =
+      apply_threads > 0 ? apply_threads : ParallelRunner::DefaultThreads();
+  if (threads <= 1) return nullptr;
+  return std::make_unique<ParallelRunner>(threads);
+}
+
 }  // namespace
 
 uint64_t ServerNode::MicrosSince(TimePoint start) {
@@ -40,7 +49,8 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
       replies_(&routing_, &counters_),
       admission_(options.max_message_bytes, options.max_key_floats,
                  options.max_window_per_client, &counters_),
-      tables_(&options_.custom_rules, -1),
+      runner_(MakeRunner(options.apply_threads)),
+      tables_(&options_.custom_rules, -1, runner_.get()),
       noise_(options.noise_scale_sample,
              GradientNoiseMonitor::kDefaultSmoothing),
       checkpointer_(env, this, &counters_),
@@ -677,14 +687,15 @@ void ServerNode::OnServerClock() {
   for (auto& combined : consistency_.TakeCombined()) {
     ParameterTable* table = tables_.Find(combined.table);
     if (table == nullptr) continue;
-    for (auto& [key, c] : combined.keys) {
-      Status s = table->ApplyCombined(key, c.values, c.pushes, combined.combine,
-                                      combined.clock);
-      if (!s.ok()) {
-        counters_.Add(&ServerCounters::errors);
-        LOG(ERROR) << "server " << id_ << ": clock " << combined.clock << ": "
-                   << s.message();
-      }
+    std::vector<Status> errors;
+    const TimePoint start = env_->Now();
+    table->ApplyCombinedAll(combined.keys, combined.combine, combined.clock,
+                            &errors);
+    counters_.Add(&ServerCounters::apply_us, MicrosSince(start));
+    for (const Status& s : errors) {
+      counters_.Add(&ServerCounters::errors);
+      LOG(ERROR) << "server " << id_ << ": clock " << combined.clock << ": "
+                 << s.message();
     }
     SetKeysStored();
   }

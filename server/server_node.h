@@ -175,6 +175,8 @@ class ServerNode final : private CoordinatorLink {
   LiveCounters counters_;
   ReplySender replies_;
   RequestAdmission admission_;
+  // Applies large pushes' pieces (null: one thread).
+  std::unique_ptr<ParallelRunner> runner_;
   TableSet tables_;
   ConsistencyController consistency_;
   GradientNoiseMonitor noise_;

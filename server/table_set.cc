@@ -35,8 +35,9 @@ Status TableSet::Create(const wire::TableConfig& config) {
     }
     custom = &rule->second;
   }
-  tables_[config.id()] =
-      std::make_unique<ParameterTable>(config.id(), options, custom);
+  auto table = std::make_unique<ParameterTable>(config.id(), options, custom);
+  table->set_runner(runner_);
+  tables_[config.id()] = std::move(table);
   return Status::Ok();
 }
 

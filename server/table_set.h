@@ -21,10 +21,12 @@ namespace ductile {
 class TableSet {
  public:
   // `custom_rules` (the server's, ServerOptions::custom_rules) must outlive
-  // the set; `server_id` names the server in messages.
+  // the set; `server_id` names the server in messages. `runner`, if not
+  // null, applies large pushes in pieces (ParameterTable::set_runner) and
+  // must outlive the set.
   TableSet(const std::map<std::string, CustomRule>* custom_rules,
-           int32_t server_id)
-      : custom_rules_(custom_rules), server_id_(server_id) {}
+           int32_t server_id, ParallelRunner* runner = nullptr)
+      : custom_rules_(custom_rules), server_id_(server_id), runner_(runner) {}
 
   void set_server_id(int32_t id) { server_id_ = id; }
   // Tables wider than this many floats per key are refused (the server's
@@ -56,6 +58,7 @@ class TableSet {
  private:
   const std::map<std::string, CustomRule>* custom_rules_;
   int32_t server_id_;
+  ParallelRunner* const runner_;
   uint64_t max_key_floats_ = uint64_t{1} << 28;
   std::map<TableId, std::unique_ptr<ParameterTable>> tables_;
 };

@@ -79,7 +79,7 @@ void Expected(int64_t clock, const int64_t (&pushed_until)[kWorkers],
               std::vector<float>* out) {
   const ductile::UpdateRuleKernel kernel(options, nullptr);
   out->assign(keys * kWidth, 0.0f);
-  std::vector<float> state(kWidth * kernel.state_per_value());
+  std::vector<float> state(kernel.state_floats(kWidth));
   std::vector<float> g(kWidth);
   for (size_t k = 0; k < keys; ++k) {
     std::fill(state.begin(), state.end(), 0.0f);

@@ -27,7 +27,7 @@ struct KeyState {
   KeyState(const UpdateRuleKernel& kernel, std::vector<float> w)
       : kernel(kernel),
         value(std::move(w)),
-        state(value.size() * kernel.state_per_value(), 0.0f) {}
+        state(kernel.state_floats(value.size()), 0.0f) {}
   void Push(const std::vector<float>& g) {
     ASSERT_EQ(g.size(), value.size());
     kernel.Apply(value, g, state, &steps);
@@ -411,6 +411,67 @@ TEST(InitializeValue, NormalHasTheRequestedMeanAndStddev) {
   EXPECT_NEAR(stddev, 2.0, 0.04);
   // Gaussian shape, not just two moments: 68.27% within one stddev.
   EXPECT_NEAR(within_one_sd / kN, 0.6827, 0.01);
+}
+
+// Adam's v starts half a page from m for keys of 4096 floats or more (4K
+// aliasing), and the layout checkpoints carry has no gap.
+TEST(UpdateRuleKernel, AdamsStateHasAGapInsideAndNoneOutside) {
+  for (size_t n : {size_t{3}, size_t{4095}, size_t{4096}, size_t{8192},
+                   size_t{5000}, size_t{1} << 20}) {
+    const size_t gap = UpdateRuleKernel::AdamGap(n);
+    if (n < 4096) {
+      EXPECT_EQ(gap, 0u) << n;
+    } else {
+      EXPECT_LT(gap, 1024u) << n;
+      EXPECT_EQ((n + gap) % 1024, 512u) << n;
+    }
+  }
+  const UpdateRuleKernel adam(Rule(UpdateRule::kAdam), nullptr);
+  const UpdateRuleKernel momentum(Rule(UpdateRule::kMomentum), nullptr);
+  EXPECT_EQ(adam.state_floats(8192), 2 * 8192u + 512u);
+  EXPECT_EQ(momentum.state_floats(8192), 8192u);
+  for (const UpdateRuleKernel* kernel : {&adam, &momentum}) {
+    for (size_t n : {size_t{3}, size_t{8192}, size_t{5000}}) {
+      std::vector<float> exported(kernel->state_per_value() * n);
+      for (size_t i = 0; i < exported.size(); ++i) exported[i] = 0.5f * i + 1;
+      std::vector<float> inside =
+          kernel->ImportState(std::vector<float>(exported), n);
+      ASSERT_EQ(inside.size(), kernel->state_floats(n));
+      EXPECT_EQ(kernel->ExportState(inside, n), exported) << n;
+      // A state of the wrong size cannot be this key's: zeros.
+      EXPECT_EQ(kernel->ImportState(std::vector<float>(7, 1.0f), n),
+                std::vector<float>(kernel->state_floats(n), 0.0f));
+    }
+  }
+}
+
+// The gap changes where v lives, not what Adam computes: a wide key ends
+// where the same floats, one at a time as keys of width 1, end.
+TEST(UpdateRuleKernel, AdamOnAWideKeyMatchesAdamFloatByFloat) {
+  TableOptions o = Rule(UpdateRule::kAdam);
+  o.learning_rate = 0.01f;
+  const UpdateRuleKernel kernel(o, nullptr);
+  const size_t n = 8192;
+  std::vector<float> w(n), g(n), state(kernel.state_floats(n), 0.0f);
+  std::vector<float> w1(n), m1(n, 0.0f), v1(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) w[i] = w1[i] = std::sin(0.1f * i);
+  int64_t steps = 0;
+  std::vector<int64_t> steps1(n, 0);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < n; ++i) g[i] = std::cos(0.3f * i + round);
+    kernel.Apply(w, g, state, &steps);
+    for (size_t i = 0; i < n; ++i) {
+      float mv[2] = {m1[i], v1[i]};
+      kernel.Apply(std::span<float>(&w1[i], 1),
+                   std::span<const float>(&g[i], 1), mv, &steps1[i]);
+      m1[i] = mv[0];
+      v1[i] = mv[1];
+    }
+  }
+  EXPECT_EQ(w, w1);
+  std::vector<float> exported = kernel.ExportState(state, n);
+  EXPECT_EQ(std::vector<float>(exported.begin(), exported.begin() + n), m1);
+  EXPECT_EQ(std::vector<float>(exported.begin() + n, exported.end()), v1);
 }
 
 }  // namespace

@@ -53,51 +53,89 @@ UpdateRuleKernel::UpdateRuleKernel(const TableOptions& options,
   }
 }
 
+std::vector<float> UpdateRuleKernel::ExportState(std::span<const float> state,
+                                                 size_t n) const {
+  const size_t gap =
+      options_.rule == UpdateRule::kAdam && state.size() == state_floats(n)
+          ? AdamGap(n)
+          : 0;
+  if (gap == 0) return std::vector<float>(state.begin(), state.end());
+  std::vector<float> out(2 * n);
+  std::copy(state.begin(), state.begin() + n, out.begin());
+  std::copy(state.begin() + n + gap, state.end(), out.begin() + n);
+  return out;
+}
+
+std::vector<float> UpdateRuleKernel::ImportState(std::vector<float>&& exported,
+                                                 size_t n) const {
+  if (exported.size() != size_t{state_per_value_} * n) {
+    return std::vector<float>(state_floats(n), 0.0f);
+  }
+  const size_t gap = options_.rule == UpdateRule::kAdam ? AdamGap(n) : 0;
+  if (gap == 0) return std::move(exported);
+  std::vector<float> state(state_floats(n), 0.0f);
+  std::copy(exported.begin(), exported.begin() + n, state.begin());
+  std::copy(exported.begin() + n, exported.end(), state.begin() + n + gap);
+  return state;
+}
+
 void UpdateRuleKernel::Apply(std::span<float> w, std::span<const float> g,
                              std::span<float> state, int64_t* steps,
                              float lr_factor) const {
-  const size_t n = w.size();
-  float* __restrict wp = w.data();
-  const float* __restrict gp = g.data();
-  const float lr = options_.learning_rate * lr_factor;
   ++*steps;
+  if (options_.rule == UpdateRule::kCustom) {
+    custom_->apply(w, g, state);
+    return;
+  }
+  ApplyRange(w, g, state, *steps, lr_factor, 0, w.size());
+}
+
+void UpdateRuleKernel::ApplyRange(std::span<float> w, std::span<const float> g,
+                                  std::span<float> state, int64_t steps,
+                                  float lr_factor, size_t begin,
+                                  size_t end) const {
+  const size_t n = w.size();  // the state's layout depends on the whole width
+  const size_t count = end - begin;
+  float* __restrict wp = w.data() + begin;
+  const float* __restrict gp = g.data() + begin;
+  const float lr = options_.learning_rate * lr_factor;
   switch (options_.rule) {
     case UpdateRule::kAssign:
-      std::memcpy(wp, gp, n * sizeof(float));
+      std::memcpy(wp, gp, count * sizeof(float));
       break;
     case UpdateRule::kAdd:
-      for (size_t i = 0; i < n; ++i) wp[i] += gp[i];
+      for (size_t i = 0; i < count; ++i) wp[i] += gp[i];
       break;
     case UpdateRule::kSgd:
-      for (size_t i = 0; i < n; ++i) wp[i] -= lr * gp[i];
+      for (size_t i = 0; i < count; ++i) wp[i] -= lr * gp[i];
       break;
     case UpdateRule::kMomentum: {
-      float* __restrict v = state.data();
+      float* __restrict v = state.data() + begin;
       const float mu = options_.momentum;
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < count; ++i) {
         v[i] = mu * v[i] + gp[i];
         wp[i] -= lr * v[i];
       }
       break;
     }
     case UpdateRule::kAdaGrad: {
-      float* __restrict h = state.data();
+      float* __restrict h = state.data() + begin;
       const float eps = options_.epsilon;
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < count; ++i) {
         h[i] += gp[i] * gp[i];
         wp[i] -= lr * gp[i] / (std::sqrt(h[i]) + eps);
       }
       break;
     }
     case UpdateRule::kAdam: {
-      float* __restrict m = state.data();
-      float* __restrict v = state.data() + n;
+      float* __restrict m = state.data() + begin;
+      float* __restrict v = state.data() + n + AdamGap(n) + begin;
       const float b1 = options_.beta1, b2 = options_.beta2;
       const float eps = options_.epsilon;
-      const double t = static_cast<double>(*steps);
+      const double t = static_cast<double>(steps);
       const float c1 = static_cast<float>(1.0 - std::pow(b1, t));
       const float c2 = static_cast<float>(1.0 - std::pow(b2, t));
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < count; ++i) {
         m[i] = b1 * m[i] + (1 - b1) * gp[i];
         v[i] = b2 * v[i] + (1 - b2) * gp[i] * gp[i];
         const float m_hat = m[i] / c1;
@@ -107,8 +145,7 @@ void UpdateRuleKernel::Apply(std::span<float> w, std::span<const float> g,
       break;
     }
     case UpdateRule::kCustom:
-      custom_->apply(w, g, state);
-      break;
+      break;  // not splittable: Apply runs it whole
   }
 }
 

@@ -90,6 +90,13 @@ struct ServerOptions {
   // finished yet: 4 bytes per sampled float per such clock, at most 256 MB
   // (older clocks are then left out).
   uint32_t noise_scale_sample = 8;
+  // Threads that apply a large push (or a BSP clock's combined pushes)
+  // together, the request thread among them: a push of 32K floats or more
+  // is cut into pieces that run at once. Smaller pushes, custom rules and
+  // everything else stay on the request thread, and requests are still
+  // applied one after another, so ordering, exactly-once and checkpoints
+  // are as with one thread. 0: the machine's cores, at most 8; 1 - 256.
+  int apply_threads = 0;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;

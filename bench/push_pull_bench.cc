@@ -47,6 +47,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "bench/in_process_cluster.h"
 #include "ductile/client.h"
 #include "ductile/coordinator.h"
 #include "ductile/security.h"
@@ -478,76 +479,35 @@ class RawReference {
 
 // ------------------------------------------------------------- ductile
 
-// A coordinator, servers and one Client per worker, all in this process.
-// Torn down in the order that lets each part leave cleanly: clients, then
-// servers, then the coordinator.
-class LocalCluster {
- public:
-  static Result<std::unique_ptr<LocalCluster>> Start(
-      const ClusterShape& shape, const std::string& ipc_dir) {
-    std::unique_ptr<LocalCluster> cluster(new LocalCluster());
-    Security security;
-    if (shape.curve) {
-      // Keys of this cluster only, in a directory removed at once.
-      const std::string dir = ipc_dir + "/ductile-bench-keys-" +
-                              std::to_string(getpid()) + "-" + shape.name;
-      std::filesystem::remove_all(dir);
-      Status made = GenerateClusterKeys(dir);
-      Result<Security> keys =
-          made.ok() ? LoadClusterKeys(dir, true) : Result<Security>(made);
-      std::filesystem::remove_all(dir);
-      DUCTILE_RETURN_IF_ERROR(keys.status());
-      security = *keys;
-    }
-    CoordinatorOptions c;
-    c.security = security;
-    c.bind_address = "tcp://127.0.0.1:0";
-    c.num_servers = shape.servers;
-    c.num_workers = shape.workers;
-    auto coordinator = Coordinator::Start(c);
-    DUCTILE_RETURN_IF_ERROR(coordinator.status());
-    cluster->coordinator_ = std::move(*coordinator);
-    for (int i = 0; i < shape.servers; ++i) {
-      ServerOptions s;
-      s.coordinator_address = cluster->coordinator_->address();
-      s.ipc_dir = ipc_dir;
-      s.connect_timeout_ms = 20000;
-      s.security = security;
-      auto server = Server::Start(s);
-      DUCTILE_RETURN_IF_ERROR(server.status());
-      cluster->servers_.push_back(std::move(*server));
-    }
-    for (int i = 0; i < shape.workers; ++i) {
-      ClientOptions o;
-      o.coordinator_address = cluster->coordinator_->address();
-      o.connect_timeout_ms = 20000;
-      o.prefer_ipc = true;
-      o.security = security;
-      auto client = Client::Connect(o);
-      DUCTILE_RETURN_IF_ERROR(client.status());
-      cluster->clients_.push_back(std::move(*client));
-    }
-    return cluster;
+// The in-process cluster of one shape, with CURVE keys of its own if the
+// shape asks for them.
+Result<std::unique_ptr<InProcessCluster>> StartCluster(
+    const ClusterShape& shape, const std::string& ipc_dir) {
+  Security security;
+  if (shape.curve) {
+    // Keys of this cluster only, in a directory removed at once.
+    const std::string dir = ipc_dir + "/ductile-bench-keys-" +
+                            std::to_string(getpid()) + "-" + shape.name;
+    std::filesystem::remove_all(dir);
+    Status made = GenerateClusterKeys(dir);
+    Result<Security> keys =
+        made.ok() ? LoadClusterKeys(dir, true) : Result<Security>(made);
+    std::filesystem::remove_all(dir);
+    DUCTILE_RETURN_IF_ERROR(keys.status());
+    security = *keys;
   }
-
-  ~LocalCluster() {
-    clients_.clear();
-    servers_.clear();
-    coordinator_.reset();
-  }
-
-  int num_servers() const { return static_cast<int>(servers_.size()); }
-  int num_workers() const { return static_cast<int>(clients_.size()); }
-  Server& server(int i) { return *servers_[i]; }
-  Client& client(int i) { return *clients_[i]; }
-
- private:
-  LocalCluster() = default;
-
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<Server>> servers_;
-  std::vector<std::unique_ptr<Client>> clients_;
-};
+  InProcessClusterOptions o;
+  o.servers = shape.servers;
+  o.workers = shape.workers;
+  o.coordinator.security = security;
+  o.server.ipc_dir = ipc_dir;
+  o.server.connect_timeout_ms = 20000;
+  o.server.security = security;
+  o.client.connect_timeout_ms = 20000;
+  o.client.prefer_ipc = true;
+  o.client.security = security;
+  return InProcessCluster::Start(o);
+}
 
 // Element i of every pushed vector: small integers, so that sums stay exact
 // in float and a misplaced offset shows.
@@ -557,7 +517,8 @@ float Pattern(size_t i) { return static_cast<float>(i % 8 + 1); }
 // and how many pushes each worker has made (for the final check).
 class SizeBench {
  public:
-  SizeBench(LocalCluster* cluster, uint64_t size, const BenchOptions& options)
+  SizeBench(InProcessCluster* cluster, uint64_t size,
+            const BenchOptions& options)
       : cluster_(*cluster),
         options_(options),
         size_(size),
@@ -774,7 +735,7 @@ class SizeBench {
                   SecondsSince(start));
   }
 
-  LocalCluster& cluster_;
+  InProcessCluster& cluster_;
   const BenchOptions& options_;
   const uint64_t size_;
   const uint32_t width_;  // floats per key
@@ -797,7 +758,7 @@ Status MeasureConfig(const ClusterShape& shape, bool with_tcp,
                      std::vector<RawResult>* raw_results,
                      std::vector<DuctileResult>* results,
                      std::vector<std::string>* checks) {
-  auto cluster = LocalCluster::Start(shape, options.ipc_dir);
+  auto cluster = StartCluster(shape, options.ipc_dir);
   DUCTILE_RETURN_IF_ERROR(cluster.status());
   for (uint64_t size : options.sizes) {
     std::cerr << shape.name << ", " << SizeName(size) << " ..." << std::endl;

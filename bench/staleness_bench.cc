@@ -86,6 +86,7 @@
 #include "apps/fmnist_data.h"
 #include "apps/logreg_model.h"
 #include "apps/mf_model.h"
+#include "bench/in_process_cluster.h"
 #include "ductile/client.h"
 #include "ductile/coordinator.h"
 #include "ductile/server.h"
@@ -656,57 +657,21 @@ class LogRegWorkload : public Workload {
 
 // ---------------------------------------------------------------- one run
 
-class LocalCluster {
- public:
-  static Result<std::unique_ptr<LocalCluster>> Start(int servers, int workers,
-                                                     const std::string& ipc) {
-    std::unique_ptr<LocalCluster> cluster(new LocalCluster());
-    CoordinatorOptions c;
-    c.bind_address = "tcp://127.0.0.1:0";
-    c.num_servers = servers;
-    c.num_workers = workers;
-    c.num_slots = 256;
-    auto coordinator = Coordinator::Start(c);
-    DUCTILE_RETURN_IF_ERROR(coordinator.status());
-    cluster->coordinator_ = std::move(*coordinator);
-    for (int i = 0; i < servers; ++i) {
-      ServerOptions s;
-      s.coordinator_address = cluster->coordinator_->address();
-      s.ipc_dir = ipc;
-      s.connect_timeout_ms = 20000;
-      auto server = Server::Start(s);
-      DUCTILE_RETURN_IF_ERROR(server.status());
-      cluster->servers_.push_back(std::move(*server));
-    }
-    // Every worker registers before any starts, so that the servers count
-    // all of them from clock 0.
-    for (int i = 0; i < workers; ++i) {
-      ClientOptions o;
-      o.coordinator_address = cluster->coordinator_->address();
-      o.connect_timeout_ms = 20000;
-      // A straggler may sleep long; a parked pull must outlast it.
-      o.request_timeout_ms = 300000;
-      auto client = Client::Connect(o);
-      DUCTILE_RETURN_IF_ERROR(client.status());
-      cluster->clients_.push_back(std::move(*client));
-    }
-    return cluster;
-  }
-
-  ~LocalCluster() {
-    clients_.clear();
-    servers_.clear();
-    coordinator_.reset();
-  }
-
-  Client& client(int i) { return *clients_[i]; }
-
- private:
-  LocalCluster() = default;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::vector<std::unique_ptr<Server>> servers_;
-  std::vector<std::unique_ptr<Client>> clients_;
-};
+Result<std::unique_ptr<InProcessCluster>> StartCluster(int servers, int workers,
+                                                       const std::string& ipc) {
+  InProcessClusterOptions o;
+  o.servers = servers;
+  o.workers = workers;
+  o.coordinator.num_slots = 256;
+  o.server.ipc_dir = ipc;
+  o.server.connect_timeout_ms = 20000;
+  o.client.connect_timeout_ms = 20000;
+  // A straggler may sleep long; a parked pull must outlast it.
+  o.client.request_timeout_ms = 300000;
+  // Every worker registers before any starts (Start() connects them all),
+  // so that the servers count all of them from clock 0.
+  return InProcessCluster::Start(o);
+}
 
 struct Sample {
   double time_s = 0;
@@ -807,8 +772,8 @@ Status RunWorker(const BenchOptions& options, const Workload& workload,
 
 Result<RunResult> RunOne(const BenchOptions& options, const Workload& workload,
                          const Mode& mode, bool stragglers, int repeat) {
-  Result<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(options.servers, options.workers, options.ipc_dir);
+  Result<std::unique_ptr<InProcessCluster>> cluster =
+      StartCluster(options.servers, options.workers, options.ipc_dir);
   DUCTILE_RETURN_IF_ERROR(cluster.status());
   const int clocks =
       options.clocks > 0 ? options.clocks : workload.default_clocks();

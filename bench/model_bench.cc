@@ -48,6 +48,7 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "gflags/gflags.h"
+#include "util/malloc_policy.h"
 
 DEFINE_string(floats, "1000000,10000000",
               "Model sizes in floats, comma-separated (1000 to 10^9).");
@@ -63,6 +64,10 @@ DEFINE_int32(apply_threads, 0,
              "ServerOptions::apply_threads of every server (0: default).");
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
+DEFINE_bool(keep_freed_memory, true,
+            "Keep freed memory for reuse, as the ductile programs do "
+            "(util/malloc_policy.h); false: glibc's defaults, for ductile "
+            "and the raw reference alike.");
 
 namespace ductile::bench {
 namespace {
@@ -368,6 +373,7 @@ int main(int argc, char** argv) {
       "a training-like loop (PushPull of a dense Adam model) against raw "
       "ZeroMQ moving the same bytes");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_keep_freed_memory) ductile::KeepFreedMemory();
   ductile::Status s = ductile::bench::Main();
   if (!s.ok()) {
     std::cerr << "model_bench: " << s << "\n";

@@ -55,6 +55,7 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "gflags/gflags.h"
+#include "util/malloc_policy.h"
 
 DEFINE_string(sizes, "4096,1048576,16777216",
               "Value sizes in bytes, comma-separated; each a positive "
@@ -73,6 +74,10 @@ DEFINE_bool(quick, false,
             "A run of about 20 s: 4 KiB and 1 MiB (unless --sizes is given) "
             "and half the iterations (unless --iters is given).");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
+DEFINE_bool(keep_freed_memory, true,
+            "Keep freed memory for reuse, as the ductile programs do "
+            "(util/malloc_policy.h); false: glibc's defaults, for ductile "
+            "and the raw reference alike.");
 
 namespace ductile::bench {
 namespace {
@@ -1082,6 +1087,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "ductile push/pull latency and throughput vs raw ZeroMQ");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_keep_freed_memory) ductile::KeepFreedMemory();
   auto options = ductile::bench::OptionsFromFlags();
   if (!options.ok()) {
     std::cerr << "push_pull_bench: " << options.status() << "\n";

@@ -1,0 +1,26 @@
+// How a process's allocator treats large blocks once they are freed.
+//
+// glibc hands blocks of 128 KB and more (adaptively up to 32 MB) straight
+// back to the operating system when they are freed, and maps fresh pages
+// for the next one: each large message then takes a page fault, and the
+// kernel zeroes a page, every 4 KB it touches. For values of many MB that
+// cost more than moving them did (bench/model_bench: a 40 MB round trip of
+// raw ZeroMQ took about 20x longer on the 2-core development VM). The ductile
+// programs call KeepFreedMemory() at start unless --keep_freed_memory=false;
+// a program that embeds the library decides for itself.
+#ifndef DUCTILE_UTIL_MALLOC_POLICY_H_
+#define DUCTILE_UTIL_MALLOC_POLICY_H_
+
+namespace ductile {
+
+// From now on freed memory stays in the process for reuse: large blocks
+// come from the heap rather than from their own mappings, the heap is not
+// trimmed, and every thread allocates from that one heap (glibc's arenas
+// of other threads unmap a heap once it is free). The process's memory
+// then stays at its peak. Call it before starting threads. No effect with
+// an allocator other than glibc's.
+void KeepFreedMemory();
+
+}  // namespace ductile
+
+#endif  // DUCTILE_UTIL_MALLOC_POLICY_H_

@@ -63,7 +63,7 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
   const auto keys = request.keys();
   for (size_t i = 0; i < keys.size(); ++i) {
     if (entries_.count(keys[i]) == 0) {
-      floats += uint64_t{request.length(i)} * (1 + kernel_.state_per_value());
+      floats += request.length(i) + kernel_.state_floats(request.length(i));
     }
   }
   return floats;

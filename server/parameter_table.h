@@ -27,7 +27,7 @@ class ParameterTable {
                  const CustomRule* custom);
 
   TableId id() const { return id_; }
-  // Pushes (and BSP clocks) of more than kParallelMinFloats floats in all
+  // Pushes (and BSP clocks) of kParallelMinFloats floats or more in all
   // are split into pieces of at least kMinPieceFloats that `runner`'s
   // threads apply at once, the request thread among them; the result is
   // the same, float for float. Null (the default): all on the caller.

@@ -7,6 +7,7 @@
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "storage/checkpoint_format.h"
+#include "util/malloc_policy.h"
 
 namespace ductile {
 
@@ -195,6 +196,7 @@ uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
               << " slot(s) now on server " << m.target;
     it = moves_.erase(it);
   }
+  if (dropped > 0) ReleaseFreedMemory();
   return dropped;
 }
 

@@ -1,6 +1,7 @@
 #include "server/table_set.h"
 
 #include "proto/table_config.h"
+#include "util/malloc_policy.h"
 
 namespace ductile {
 
@@ -60,6 +61,7 @@ uint64_t TableSet::stored_floats() const {
 
 void TableSet::ClearKeys() {
   for (auto& [id, table] : tables_) table->Clear();
+  ReleaseFreedMemory();
 }
 
 }  // namespace ductile

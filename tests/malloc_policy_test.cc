@@ -1,86 +1,113 @@
 // KeepFreedMemory: a large block freed stays in the process, and the next
-// one of its size reuses it rather than mapping fresh pages. Each test runs
-// in a process of its own (one ctest entry per test), so changing the
-// allocator's settings here touches no other test.
+// one of its size reuses it rather than mapping fresh pages. The policy
+// changes the whole process for good, so each check runs in a child
+// process of its own (EXPECT_EXIT), whatever order the tests run in.
 #include "util/malloc_policy.h"
 
-#include <malloc.h>
-
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace ductile {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizer = true;  // their allocators ignore mallopt
+#if !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || \
+    defined(__SANITIZE_THREAD__)
+constexpr bool kGlibcAllocator = false;  // sanitizers ignore mallopt
 #else
-constexpr bool kSanitizer = false;
-#endif
+constexpr bool kGlibcAllocator = true;
 
 constexpr size_t kLarge = size_t{40} << 20;  // a 10M-float value
 
 // Keeps the compiler from leaving out a malloc whose block is only freed.
 void Use(void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
-// Allocates, touches and frees a large block on another thread, as a
-// ZeroMQ I/O thread does with a received message.
-void* LargeBlockFreedElsewhere() {
-  void* p = std::malloc(kLarge);
-  std::memset(p, 1, kLarge);
+void* Touched(size_t bytes) {
+  void* p = std::malloc(bytes);
+  std::memset(p, 1, bytes);
   Use(p);
-  std::thread([p] { std::free(p); }).join();
   return p;
 }
 
-TEST(MallocPolicy, ByDefaultALargeBlockGetsAMappingOfItsOwn) {
-  if (kSanitizer) GTEST_SKIP() << "the sanitizer's allocator";
-  void* p = std::malloc(kLarge);
-  Use(p);
-  EXPECT_GE(mallinfo2().hblkhd, kLarge);  // mapped for itself
-  std::free(p);
-  EXPECT_LT(mallinfo2().hblkhd, kLarge);  // and unmapped when freed
+// Runs `check` (an error message, or "" when it holds) in the child and
+// exits with its outcome.
+[[noreturn]] void Child(std::string (*check)()) {
+  const std::string error = check();
+  if (!error.empty()) std::fprintf(stderr, "%s\n", error.c_str());
+  std::_Exit(error.empty() ? 0 : 1);
 }
 
-TEST(MallocPolicy, KeptMemoryIsReusedForTheNextLargeBlock) {
-  if (kSanitizer) GTEST_SKIP() << "the sanitizer's allocator";
+std::string ByDefault() {
+  const size_t before = mallinfo2().hblkhd;
+  void* p = Touched(kLarge);
+  const size_t mapped = mallinfo2().hblkhd - before;
+  std::free(p);
+  if (mapped < kLarge) return "the block got no mapping of its own";
+  if (mallinfo2().hblkhd != before) return "its mapping outlived the block";
+  return "";
+}
+
+std::string Kept() {
   KeepFreedMemory();
-  void* first = LargeBlockFreedElsewhere();
-  const struct mallinfo2 after_free = mallinfo2();
-  EXPECT_EQ(after_free.hblkhd, 0u);        // no mapping of its own
-  EXPECT_GE(after_free.fordblks, kLarge);  // kept, free, in the heap
+  const size_t before = mallinfo2().hblkhd;
+  void* first = Touched(kLarge);
+  std::thread([first] { std::free(first); }).join();
+  if (mallinfo2().hblkhd != before) return "the block got a mapping";
+  if (mallinfo2().fordblks < kLarge) return "the freed block was not kept";
   void* second = std::malloc(kLarge);
   Use(second);
-  EXPECT_EQ(second, first);  // the same memory again
+  const bool same = second == first;
   std::free(second);
+  return same ? "" : "the next block did not reuse the kept one";
 }
 
 // A server's request thread makes a reply that ZeroMQ's thread frees; the
-// memory stays free in the process for the request thread's next reply
-// (a thread's own arena would give its heap back once it is all free).
-TEST(MallocPolicy, ABlockMadeOnOneThreadAndFreedOnAnotherStaysKept) {
-  if (kSanitizer) GTEST_SKIP() << "the sanitizer's allocator";
+// memory stays free in the process for the request thread's next reply (a
+// thread's own arena unmaps a heap of its own once it is all free).
+std::string KeptAcrossThreads() {
   KeepFreedMemory();
   size_t kept = 0;
   std::thread request_thread([&] {
     // What the thread holds already (its tables): the reply no longer fits
     // beside it in the first 64 MB heap of a thread's own arena.
-    void* resident = std::malloc(kLarge);
-    std::memset(resident, 1, kLarge);
-    Use(resident);
-    void* reply = std::malloc(kLarge);
-    std::memset(reply, 1, kLarge);
-    Use(reply);
+    void* resident = Touched(kLarge);
+    void* reply = Touched(kLarge);
     std::thread([reply] { std::free(reply); }).join();
     kept = mallinfo2().fordblks;
     std::free(resident);
   });
   request_thread.join();
-  EXPECT_GE(kept, kLarge);
-  EXPECT_EQ(mallinfo2().hblkhd, 0u);
+  return kept >= kLarge ? "" : "the reply's memory was given back";
+}
+#endif
+
+TEST(MallocPolicy, ByDefaultALargeBlockGetsAMappingOfItsOwn) {
+  if (!kGlibcAllocator) GTEST_SKIP() << "not glibc's allocator";
+#if defined(__GLIBC__)
+  EXPECT_EXIT(Child(ByDefault), ::testing::ExitedWithCode(0), "");
+#endif
+}
+
+TEST(MallocPolicy, KeptMemoryIsReusedForTheNextLargeBlock) {
+  if (!kGlibcAllocator) GTEST_SKIP() << "not glibc's allocator";
+#if defined(__GLIBC__)
+  EXPECT_EXIT(Child(Kept), ::testing::ExitedWithCode(0), "");
+#endif
+}
+
+TEST(MallocPolicy, ABlockMadeOnOneThreadAndFreedOnAnotherStaysKept) {
+  if (!kGlibcAllocator) GTEST_SKIP() << "not glibc's allocator";
+#if defined(__GLIBC__)
+  EXPECT_EXIT(Child(KeptAcrossThreads), ::testing::ExitedWithCode(0), "");
+#endif
 }
 
 }  // namespace

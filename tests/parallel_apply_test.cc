@@ -160,7 +160,12 @@ TEST(ParallelApply, AWideAdamKeysStateTravelsWithoutItsGap) {
   for (int round = 0; round < 3; ++round) {
     Push push(keys, Random(width * keys.size(), rng), width);
     ASSERT_TRUE(push.status.ok());
+    // What the memory limit is checked against: the floats stored, gap
+    // included.
+    const uint64_t before = original.stored_floats();
+    const uint64_t added = original.NewFloats(push.request);
     original.ApplyPush(push.request, round);
+    EXPECT_EQ(original.stored_floats() - before, added);
   }
   std::vector<EntryRecord> saved;
   original.TakeChanges(&saved);
@@ -198,7 +203,7 @@ TEST(ParallelApply, ABspClocksCombinedPushesMatchOneThread) {
         a[key] = c;
         b[key] = c;
       }
-      // A key of another width is refused by both, the rest applied.
+      // A key first pushed in a BSP clock is created by both.
       a[1000] = b[1000] = Combined{Random(width, rng), 2};
       if (clock == 0) keys.push_back(1000);
       std::vector<Status> ea, eb;

@@ -21,6 +21,12 @@ namespace ductile {
 // an allocator other than glibc's.
 void KeepFreedMemory();
 
+// Gives the free memory kept so far back to the system (glibc's
+// malloc_trim): a server calls it when it has handed slots to another
+// server or cleared its tables for a rollback, so that scaling in frees
+// memory.
+void ReleaseFreedMemory();
+
 }  // namespace ductile
 
 #endif  // DUCTILE_UTIL_MALLOC_POLICY_H_

@@ -7,18 +7,26 @@ namespace ductile {
 ParallelRunner::ParallelRunner(int threads) {
   const int helpers = std::max(threads, 1) - 1;
   helpers_.reserve(helpers);
-  for (int i = 0; i < helpers; ++i) {
-    helpers_.emplace_back([this] { HelperLoop(); });
+  try {
+    for (int i = 0; i < helpers; ++i) {
+      helpers_.emplace_back([this] { HelperLoop(); });
+    }
+  } catch (...) {  // no thread to be had: stop the ones started
+    StopHelpers();
+    throw;
   }
 }
 
-ParallelRunner::~ParallelRunner() {
+ParallelRunner::~ParallelRunner() { StopHelpers(); }
+
+void ParallelRunner::StopHelpers() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
   work_.SignalAll();
   for (std::thread& t : helpers_) t.join();
+  helpers_.clear();
 }
 
 int ParallelRunner::DefaultThreads(unsigned cores) {
@@ -42,13 +50,13 @@ void ParallelRunner::Run(size_t pieces,
     finished_ = 0;
   }
   work_.SignalAll();
-  Drain(piece, pieces, job);
+  Drain(&piece, pieces, job);
   MutexLock lock(&mu_);
   while (finished_ < pieces_) done_.Wait(&mu_);
   piece_ = nullptr;  // no helper takes a piece of a finished job
 }
 
-void ParallelRunner::Drain(const std::function<void(size_t)>& piece,
+void ParallelRunner::Drain(const std::function<void(size_t)>* piece,
                            size_t pieces, uint64_t job) {
   while (true) {
     size_t i;
@@ -57,7 +65,7 @@ void ParallelRunner::Drain(const std::function<void(size_t)>& piece,
       if (job_ != job || next_ >= pieces_) return;
       i = next_++;
     }
-    piece(i);
+    (*piece)(i);
     MutexLock lock(&mu_);
     if (++finished_ == pieces) done_.Signal();
   }
@@ -79,7 +87,7 @@ void ParallelRunner::HelperLoop() {
       piece = piece_;
       pieces = pieces_;
     }
-    Drain(*piece, pieces, job);
+    Drain(piece, pieces, job);
   }
 }
 

@@ -45,8 +45,10 @@ class ParallelRunner {
 
  private:
   void HelperLoop() EXCLUDES(mu_);
+  void StopHelpers() EXCLUDES(mu_);
   // Takes and runs pieces of the current job until none is left.
-  void Drain(const std::function<void(size_t)>& piece, size_t pieces,
+  // `piece` is dereferenced only while `job` is still the current one.
+  void Drain(const std::function<void(size_t)>* piece, size_t pieces,
              uint64_t job) EXCLUDES(mu_);
 
   Mutex mu_;

@@ -19,11 +19,16 @@
 namespace ductile {
 namespace {
 
-#if !defined(__GLIBC__) || defined(__SANITIZE_ADDRESS__) || \
-    defined(__SANITIZE_THREAD__)
-constexpr bool kGlibcAllocator = false;  // sanitizers ignore mallopt
+// glibc's allocator, which the policy sets; the sanitizers' allocators
+// ignore mallopt.
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define DUCTILE_GLIBC_ALLOCATOR 1
 #else
-constexpr bool kGlibcAllocator = true;
+#define DUCTILE_GLIBC_ALLOCATOR 0
+#endif
+
+#if DUCTILE_GLIBC_ALLOCATOR
 
 constexpr size_t kLarge = size_t{40} << 20;  // a 10M-float value
 
@@ -90,23 +95,26 @@ std::string KeptAcrossThreads() {
 #endif
 
 TEST(MallocPolicy, ByDefaultALargeBlockGetsAMappingOfItsOwn) {
-  if (!kGlibcAllocator) GTEST_SKIP() << "not glibc's allocator";
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
   EXPECT_EXIT(Child(ByDefault), ::testing::ExitedWithCode(0), "");
+#else
+  GTEST_SKIP() << "not glibc's allocator";
 #endif
 }
 
 TEST(MallocPolicy, KeptMemoryIsReusedForTheNextLargeBlock) {
-  if (!kGlibcAllocator) GTEST_SKIP() << "not glibc's allocator";
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
   EXPECT_EXIT(Child(Kept), ::testing::ExitedWithCode(0), "");
+#else
+  GTEST_SKIP() << "not glibc's allocator";
 #endif
 }
 
 TEST(MallocPolicy, ABlockMadeOnOneThreadAndFreedOnAnotherStaysKept) {
-  if (!kGlibcAllocator) GTEST_SKIP() << "not glibc's allocator";
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
   EXPECT_EXIT(Child(KeptAcrossThreads), ::testing::ExitedWithCode(0), "");
+#else
+  GTEST_SKIP() << "not glibc's allocator";
 #endif
 }
 

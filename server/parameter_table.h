@@ -53,12 +53,19 @@ class ParameterTable {
   // sum. `sum` is scaled in place.
   Status ApplyCombined(Key key, std::span<float> sum, int32_t pushes,
                        BspCombine combine, int64_t clock) {
-    if (options_.rule != UpdateRule::kAssign && combine == BspCombine::kMean &&
-        pushes > 1) {
-      const float scale = 1.0f / static_cast<float>(pushes);
+    const float scale = CombinedScale(pushes, combine);
+    if (scale != 1.0f) {
       for (float& x : sum) x *= scale;
     }
     return ApplyOne(key, sum, clock);
+  }
+  // What a sum of `pushes` pushes is multiplied by before it is applied:
+  // 1 / pushes for a mean (not for assign tables), else 1.
+  float CombinedScale(int32_t pushes, BspCombine combine) const {
+    return options_.rule != UpdateRule::kAssign &&
+                   combine == BspCombine::kMean && pushes > 1
+               ? 1.0f / static_cast<float>(pushes)
+               : 1.0f;
   }
   // ApplyCombined for each of `keys`' (key, pushes combined) pairs of one
   // BSP clock; a key of another width is skipped and named in `errors`.
@@ -195,12 +202,10 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
       errors->push_back(ApplyOne(key, c.values, clock));  // refuses it
       continue;
     }
-    const bool mean = options_.rule != UpdateRule::kAssign &&
-                      combine == BspCombine::kMean && c.pushes > 1;
     ++e.steps;
     MarkChanged(key, e);
     work.push_back(Work{&e, c.values.data(), c.values.data(),
-                        mean ? 1.0f / static_cast<float>(c.pushes) : 1.0f});
+                        CombinedScale(c.pushes, combine)});
   }
   RunWork(work, kernel_.Factor(clock));
 }

@@ -126,26 +126,30 @@ std::shared_ptr<ControlOperation> ClientImpl::StartRegister() {
   if (options_.register_as_worker && options_.requested_worker_id >= 0) {
     reg.set_worker_id(options_.requested_worker_id);
   }
-  return StartControl(reg, options_.connect_timeout_ms,
-                      [this](const wire::Header& reply) {
-                        if (options_.register_as_worker) {
-                          worker_id_.store(reply.member_id());
-                          // A worker joining a running job starts at its
-                          // clock, in its generation.
-                          clock_.store(reply.clock());
-                          recovery_.Join(reply.generation());
-                          // Every server learns where it starts (some
-                          // installed it at a lower server clock); queued
-                          // before anything the caller sends.
-                          if (reply.clock() > 0) SendClock(reply.clock());
-                        }
-                        num_workers_.store(reply.num_workers());
-                        barrier_round_.store(reply.barrier_round());
-                        for (const auto& table : reply.tables()) {
-                          tables_.Remember(table);
-                        }
-                        return Status::Ok();
-                      });
+  return StartControl(
+      reg, options_.connect_timeout_ms,
+      [this](const wire::Header& reply) {
+        if (options_.register_as_worker) {
+          worker_id_.store(reply.member_id());
+          // A worker joining a running job starts at its
+          // clock, in its generation.
+          clock_.store(reply.clock());
+          recovery_.Join(reply.generation());
+          // Every server learns where it starts (some
+          // installed it at a lower server clock); queued
+          // before anything the caller sends.
+          if (reply.clock() > 0) SendClock(reply.clock());
+        }
+        num_workers_.store(reply.num_workers());
+        barrier_round_.store(reply.barrier_round());
+        for (const auto& table : reply.tables()) {
+          tables_.Remember(table);
+        }
+        return Status::Ok();
+      },
+      // Sent again while unanswered: a coordinator that
+      // died with it never answers.
+      /*resend=*/true);
 }
 
 std::shared_ptr<ControlOperation> ClientImpl::StartCreateTable(

@@ -58,6 +58,7 @@ class Outbox {
 struct Waiter {
   std::string identity;
   uint64_t seq = 0;
+  bool operator==(const Waiter&) const = default;
 };
 
 // How long to wait after the `failures`-th failure in a row before trying

@@ -172,6 +172,14 @@ Status KeyFitsRole(const std::string& key_name, const wire::Header& h,
 
 }  // namespace
 
+const Member* MembershipManager::RegisteredServer(const std::string& identity,
+                                                  int32_t id) const {
+  for (const auto& [server_id, m] : ctx_.state.servers) {
+    if (m.identity == identity && (id < 0 || id == server_id)) return &m;
+  }
+  return nullptr;
+}
+
 MembershipManager::Registered MembershipManager::Register(
     const std::string& identity, const std::string& key,
     const std::string& key_name, const wire::Header& h_in) {
@@ -213,6 +221,15 @@ MembershipManager::Registered MembershipManager::Register(
       if (auto taken = state.servers.find(id);
           taken != state.servers.end() &&
           RefusedForItsKey(taken->second, key, identity, h)) {
+        return result;
+      }
+      if (const Member* same = RegisteredServer(identity, id)) {
+        // The same process asking again (its first answer is late, or it
+        // asked a coordinator that died before answering and was
+        // restarted from a state that had it): the same answer.
+        VLOG(1) << "coordinator: server " << same->id << " asked again";
+        FillRegistration(*same, &reply);
+        ctx_.out.Send(identity, reply);
         return result;
       }
       // A server registering again under its id was restarted: the process
@@ -278,18 +295,29 @@ MembershipManager::Registered MembershipManager::Register(
             RefusedForItsKey(taken->second, key, identity, h)) {
           return result;
         }
-        if (taken != state.workers.end() && !taken->second.dead &&
-            !taken->second.left) {
+        if (taken != state.workers.end() && taken->second.identity.empty() &&
+            !taken->second.dead && !taken->second.left) {
+          // Registered before this coordinator restarted, and not heard
+          // from since: the same worker asking again, its answer lost
+          // with the coordinator that had it.
+          member = taken->second;
+          member.identity = identity;
+          member.last_seen = ctx_.Now();
+          taken->second = member;
+          LOG(INFO) << "coordinator: worker " << id << " registered again";
+        } else if (taken != state.workers.end() && !taken->second.dead &&
+                   !taken->second.left) {
           ctx_.out.Reply(identity, h.seq(),
                          AlreadyExistsError("worker id " + std::to_string(id) +
                                             " is taken"));
           return result;
+        } else {
+          member.id = id;
+          state.next_worker_id = std::max(state.next_worker_id, id + 1);
+          state.workers[member.id] = member;
+          LOG(INFO) << "coordinator: worker " << member.id << " registered";
+          PublishWorkers();
         }
-        member.id = id;
-        state.next_worker_id = std::max(state.next_worker_id, id + 1);
-        state.workers[member.id] = member;
-        LOG(INFO) << "coordinator: worker " << member.id << " registered";
-        PublishWorkers();
       } else {
         while (state.workers.count(state.next_worker_id)) {
           ++state.next_worker_id;
@@ -310,7 +338,12 @@ MembershipManager::Registered MembershipManager::Register(
       return result;
   }
   if (state.routing.empty()) {
-    waiting_for_routing_.push_back({identity, h.seq()});
+    // A resent registration is answered once.
+    const Waiter waiter{identity, h.seq()};
+    if (std::find(waiting_for_routing_.begin(), waiting_for_routing_.end(),
+                  waiter) == waiting_for_routing_.end()) {
+      waiting_for_routing_.push_back(waiter);
+    }
     return result;
   }
   if (member.role == wire::ROLE_WORKER) {
@@ -323,6 +356,10 @@ MembershipManager::Registered MembershipManager::Register(
 }
 
 void MembershipManager::Admit(const Waiter& waiter, const Member& worker) {
+  // A resent registration is answered once.
+  for (const Admission& a : admissions_) {
+    if (a.waiter == waiter) return;
+  }
   admissions_.push_back({waiter, worker.id, workers_round_});
   ReleaseAdmissions();
 }

@@ -109,6 +109,9 @@ class MembershipManager {
  private:
   Member* FindMember(const wire::Header& h, const std::string& identity,
                      const std::string& key, Touched* touched);
+  // The server registered from `identity` (under `id`, or any id when
+  // `id` < 0), or null.
+  const Member* RegisteredServer(const std::string& identity, int32_t id) const;
   // Refuses (and answers) a registration under `taken`'s id from a
   // connection without its member key.
   bool RefusedForItsKey(const Member& taken, const std::string& key,

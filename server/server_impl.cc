@@ -1,5 +1,6 @@
 #include "server/server_impl.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -87,8 +88,8 @@ Status ServerImpl::Init() {
           "no answer from coordinator at " + options_.coordinator_address +
           " within " + std::to_string(options_.connect_timeout_ms) + " ms");
     }
-    DUCTILE_RETURN_IF_ERROR(
-        node_.transport()->Wait({sockets.data() + 1, 1}, -1, deadline));
+    DUCTILE_RETURN_IF_ERROR(node_.transport()->Wait(
+        {sockets.data() + 1, 1}, -1, std::min(deadline, node_.NextWakeup())));
     node_.Step();
   }
   thread_ = std::thread([this] { Run(); });

@@ -113,8 +113,14 @@ Status ServerNode::Start() {
                                                options_.disk_reserve_mb));
   }
   reg.set_keep_checkpoints(options_.keep_checkpoints);
+  registration_ = reg.SerializeAsString();
+  return SendRegistration();
+}
+
+Status ServerNode::SendRegistration() {
+  next_register_ = env_->Now() + kRegisterResend;
   OutMessage out;
-  out.AddString(reg.SerializeAsString());
+  out.AddString(registration_);
   return coordinator_->Send(std::move(out));
 }
 
@@ -171,8 +177,9 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
 }
 
 ServerNode::TimePoint ServerNode::NextWakeup() const {
-  // Until registered only the coordinator's answer matters.
-  if (!registered_) return TimePoint::max();
+  // Until registered only the coordinator's answer matters, and asking
+  // again when it is late.
+  if (!registered_) return next_register_;
   TimePoint wake = next_heartbeat_;
   if (!behind_.empty()) wake = std::min(wake, behind_since_ + kBehindWait);
   if (auto d = consistency_.NextDeadline()) wake = std::min(wake, *d);
@@ -254,6 +261,10 @@ void ServerNode::Step() {
         continue;
       }
       HandleRegistration(reply);
+    }
+    if (!registered_ && failure_.ok() && env_->Now() >= next_register_) {
+      VLOG(1) << "server: no answer to its registration yet; asking again";
+      SendRegistration().IgnoreError();  // sent again in kRegisterResend
     }
     return;
   }

@@ -60,7 +60,10 @@ class ServerNode final : private CoordinatorLink {
   ServerNode& operator=(const ServerNode&) = delete;
 
   // Binds, connects to the coordinator and asks to register; Step() takes
-  // the answer.
+  // the answer, and asks again every kRegisterResend while there is none
+  // (a coordinator that died with the request, and was restarted, never
+  // answers it; the coordinator answers a repeated request from the same
+  // process as the first).
   Status Start();
   // Handles what the sockets hold, then the timers due.
   void Step();
@@ -91,6 +94,7 @@ class ServerNode final : private CoordinatorLink {
   void Send(const wire::Header& header) override;
   void Heartbeat(int64_t busy_ms) override;
 
+  Status SendRegistration();
   void HandleRegistration(const wire::Header& reply);
   // `replay`: a held request handled again (already counted).
   void HandleRequest(InMessage& message, bool replay = false);
@@ -121,6 +125,7 @@ class ServerNode final : private CoordinatorLink {
   // Handles again the requests held for a newer routing table.
   void ReplayBehind();
   static constexpr std::chrono::milliseconds kBehindWait{1000};
+  static constexpr std::chrono::milliseconds kRegisterResend{1000};
   // Whether every key of `request` is in a slot this server serves now.
   bool ServesAll(const RequestAdmission::Request& request) const;
 
@@ -158,6 +163,8 @@ class ServerNode final : private CoordinatorLink {
 
   // Owned by the stepping thread.
   bool registered_ = false;
+  std::string registration_;  // the REGISTER request, sent until answered
+  TimePoint next_register_{};
   bool shut_down_ = false;
   TimePoint last_heard_{};         // the coordinator's last message
   TimePoint last_timers_{};        // HandleTimers() last ran

@@ -699,16 +699,17 @@ TimePoint Cluster::NextEvent() {
 // The messages whose loss the protocol repairs without breaking the
 // contract: a push's reply (the push is resent under its sequence number
 // and acknowledged as a duplicate; but not a "moved" answer), heartbeats,
-// barriers and finishes
-// (sent again while unanswered). A lost request is not among them: the
-// contract relies on each connection's order (a worker's push before its
-// next pull and its CLOCK), which only a broken connection breaks.
+// and registrations, barriers and finishes (sent again while unanswered). A
+// lost request is not among them: the contract relies on each connection's
+// order (a worker's push before its next pull and its CLOCK), which only a
+// broken connection breaks.
 bool Droppable(const std::vector<std::string>& frames, bool to_router) {
   const size_t header = to_router ? 1 : 0;
   if (frames.size() <= header) return false;
   wire::Header h;
   if (!h.ParseFromString(frames[header])) return false;
   switch (h.type()) {
+    case wire::REGISTER:
     case wire::HEARTBEAT:
     case wire::BARRIER:
     case wire::FINISH:

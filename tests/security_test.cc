@@ -657,6 +657,48 @@ TEST(MemberIdentity, AWorkerIsStillItselfAfterItsConnectionBreaks) {
   EXPECT_TRUE((*worker)->Finish().ok());
 }
 
+// A member that asks to register again from the same connection (its
+// first answer late, or lost with a coordinator that died) is the same
+// member: the same id, and not a second server or worker.
+TEST(MemberIdentity, ARepeatedRegistrationIsAnsweredAsTheFirst) {
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  testing::TestCluster cluster(options);
+  wire::Header as_server;
+  as_server.set_type(wire::REGISTER);
+  as_server.set_role(wire::ROLE_SERVER);
+  as_server.set_member_id(-1);  // any id
+  as_server.mutable_endpoint()->set_tcp_address("tcp://127.0.0.1:1");
+  wire::Header as_worker;
+  as_worker.set_type(wire::REGISTER);
+  as_worker.set_role(wire::ROLE_WORKER);
+  // The worker first: its answer waits for every server's word.
+  for (wire::Header* request : {&as_worker, &as_server}) {
+    const std::string identity =
+        request == &as_server ? "server-again" : "worker-again";
+    std::vector<int32_t> ids;
+    for (uint64_t seq : {1, 2}) {
+      request->set_seq(seq);
+      const wire::Header reply = AskRaw(cluster.address(), *request,
+                                        /*keys=*/nullptr, identity);
+      ASSERT_EQ(reply.status_code(), 0) << reply.status_message();
+      ASSERT_EQ(reply.type(), wire::CONTROL_REPLY) << reply.ShortDebugString();
+      ids.push_back(reply.member_id());
+    }
+    EXPECT_EQ(ids[0], ids[1]) << identity;
+    EXPECT_GE(ids[0], request == &as_server ? 1 : 0) << identity;
+  }
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 10000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  int servers = 0, workers = 0;
+  for (const MemberStatus& m : status->members) {
+    servers += m.role == "server";
+    workers += m.role == "worker";
+  }
+  EXPECT_EQ(servers, 2);
+  EXPECT_EQ(workers, 1);
+}
+
 // Refused with kPermissionDenied, for want of the member key `what` names.
 void ExpectRefusedForItsKey(const std::string& address,
                             const wire::Header& spoofed, const Security& keys,

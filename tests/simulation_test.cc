@@ -192,6 +192,32 @@ TEST(Simulation, AServerCrashRollsBackAndTheCountsStayExact) {
   EXPECT_GE(r.rollbacks, o.workers);
 }
 
+// Registrations are lost on the way (servers' and workers', at the start,
+// after a server's restart and after the coordinator's): each member asks
+// again until it is answered (once a server asked once only, and waited
+// for an answer that never came), the coordinator answers a repeated
+// request as the first, and the counts stay exact.
+TEST(Simulation, MembersWhoseRegistrationIsLostAskAgain) {
+  int rollbacks = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SimOptions o;
+    o.seed = seed;
+    o.servers = 2;
+    o.workers = 2;
+    o.clocks = 10;
+    o.consistency = seed % 3 == 0 ? Bsp() : seed % 3 == 1 ? Ssp(1) : Async();
+    o.checkpoint_every = 2;
+    o.faults.drop = 0.3;
+    o.crashes.push_back({.server = 1, .at_clock = 3, .down_ms = 100});
+    o.coordinator_crashes.push_back(
+        {.at_clock = 6, .delay_ms = 0, .down_ms = 100});
+    const SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    rollbacks += r.rollbacks;
+  }
+  EXPECT_GT(rollbacks, 0);
+}
+
 // Clocks of the rejoin cases: the job still trains once the pause is over.
 constexpr int kRejoinClocks = 600;
 

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <span>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,6 +182,16 @@ DEFINE_string(kill_schedule, "",
               "random clocks from 10 to the job's estimated length, drawn "
               "with --seed) or random:K@clock=A-B. Killed servers and "
               "coordinators are restarted, killed workers are not");
+DEFINE_string(provider, "local",
+              "local: how servers and workers are started: local (child "
+              "processes) or slurm (each a Slurm job of its own, through "
+              "srun; this node only, see docs/adaptation.md)");
+DEFINE_string(srun_flags, "",
+              "local --provider=slurm: extra srun arguments, separated by "
+              "spaces (e.g. \"--partition=gpu --time=60\")");
+DEFINE_string(slurm_bin_dir, "",
+              "local --provider=slurm: the directory of srun, squeue and "
+              "scancel (empty: found on PATH)");
 DEFINE_string(resize_schedule, "",
               "local: resize the job as it runs. Comma-separated items "
               "workers=N@clock=C and servers=M@clock=C: new workers and "
@@ -890,6 +901,19 @@ int RunLocal() {
         "--policy_interval_ms must be in [100, 3600000]"));
   }
   ductile::apps::LocalClusterOptions o;
+  auto provider = ductile::apps::ParseProvider(FLAGS_provider);
+  if (!provider.ok()) return Fail(provider.status());
+  o.provider = *provider;
+  {
+    std::istringstream words(FLAGS_srun_flags);
+    for (std::string w; words >> w;) o.srun_flags.push_back(w);
+  }
+  if ((!o.srun_flags.empty() || !FLAGS_slurm_bin_dir.empty()) &&
+      o.provider != ductile::apps::LocalClusterOptions::Provider::kSlurm) {
+    return Fail(ductile::InvalidArgumentError(
+        "--srun_flags and --slurm_bin_dir go with --provider=slurm"));
+  }
+  o.slurm_bin_dir = FLAGS_slurm_bin_dir;
   o.program = SelfPath();
   o.keys_dir = FLAGS_keys;
   o.plain = FLAGS_insecure;
@@ -1000,6 +1024,9 @@ const std::vector<Command>& Commands() {
         "move_timeout_ms",
         "kill_schedule",
         "resize_schedule",
+        "provider",
+        "srun_flags",
+        "slurm_bin_dir",
         "metrics_port",
         "metrics_host",
         "policy",

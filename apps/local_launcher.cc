@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -294,24 +295,85 @@ Result<std::vector<KillEvent>> ParseKillSchedule(
 
 namespace {
 
-// fork + exec of `argv` with the given signals unblocked. The child dies
-// with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
-pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked) {
+// fork + exec of `argv` with the given signals unblocked (argv[0] found
+// on PATH when it has no '/'). The child dies with the supervisor
+// (PDEATHSIG), even if the supervisor is killed -9. `own_slurm_job`: the
+// child runs srun, which must queue a job of its own rather than a step
+// of an allocation the launcher may run in.
+pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked,
+            bool own_slurm_job = false) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;  // parent, or -1
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died already
   sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
+  if (own_slurm_job) {
+    for (const char* name :
+         {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID"}) {
+      unsetenv(name);
+    }
+  }
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  execv(argv[0], argv.data());
-  std::perror("ductile local: exec");
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "ductile local: cannot run %s: %s\n", argv[0],
+               std::strerror(errno));
   _exit(127);
 }
 
-std::string Describe(int status) {
+// Runs `args` to its end; its exit status, or -1 if it could not run or
+// was killed.
+int RunToEnd(const std::vector<std::string>& args, const sigset_t& blocked,
+             std::string* output) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  char buffer[512];
+  ssize_t n = 0;
+  while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
+    output->append(buffer, static_cast<size_t>(n));
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// The signal a child died of, 0 if it exited. srun reports a task killed
+// by signal N as exit status 128 + N.
+int DeathSignal(int status, bool via_srun) {
+  if (WIFSIGNALED(status)) return WTERMSIG(status);
+  if (via_srun && WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+      WEXITSTATUS(status) < 128 + 32) {
+    return WEXITSTATUS(status) - 128;
+  }
+  return 0;
+}
+
+std::string Describe(int status, bool via_srun = false) {
+  if (const int sig = DeathSignal(status, via_srun); via_srun && sig > 0) {
+    return std::string("signal ") + strsignal(sig) + " (srun's exit status " +
+           std::to_string(WEXITSTATUS(status)) + ")";
+  }
   if (WIFEXITED(status))
     return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -353,17 +415,23 @@ struct Child {
   int id = 0;
   std::string name;               // "coordinator", "server 0", "worker 1"
   std::vector<std::string> args;  // the command line, reused on restart
-  pid_t pid = -1;                 // the running process; -1 when none
-  bool finished = false;          // a worker that exited with status 0
-  bool dropped = false;           // a worker that was killed: not restarted
-  bool scheduled_kill = false;    // the schedule killed the running process
-  bool drained = false;           // resized away (drained; exits by itself)
+  // The Slurm job's name when it runs through srun (Provider::kSlurm), "".
+  std::string slurm_job;
+  pid_t pid = -1;               // the running process; -1 when none
+  bool finished = false;        // a worker that exited with status 0
+  bool dropped = false;         // a worker that was killed: not restarted
+  bool scheduled_kill = false;  // the schedule killed the running process
+  bool drained = false;         // resized away (drained; exits by itself)
 };
 
 // Owns the children. Used from the launching thread only.
 class Supervisor {
  public:
-  explicit Supervisor(const sigset_t& blocked) : blocked_(blocked) {}
+  Supervisor(const sigset_t& blocked, const LocalClusterOptions& options)
+      : blocked_(blocked),
+        slurm_(options.provider == LocalClusterOptions::Provider::kSlurm),
+        slurm_bin_dir_(options.slurm_bin_dir),
+        srun_flags_(options.srun_flags) {}
   ~Supervisor() { KillAll(0); }
 
   Status Start(Role role, int id, std::vector<std::string> args) {
@@ -371,8 +439,18 @@ class Supervisor {
     c.role = role;
     c.id = id;
     c.name = KillTargetName({role, id, 0});
+    if (slurm_ && role != Role::kCoordinator) {
+      c.slurm_job = "ductile-" + std::to_string(getpid()) + "-" +
+                    RoleName(role) + "-" + std::to_string(id);
+      std::vector<std::string> srun = {
+          SlurmTool("srun"), "--ntasks=1", "--nodes=1",
+          "--input=none",    "--quiet",    "--job-name=" + c.slurm_job};
+      srun.insert(srun.end(), srun_flags_.begin(), srun_flags_.end());
+      srun.push_back("--");
+      args.insert(args.begin(), srun.begin(), srun.end());
+    }
     c.args = std::move(args);
-    c.pid = Spawn(c.args, blocked_);
+    c.pid = Spawn(c.args, blocked_, !c.slurm_job.empty());
     if (c.pid < 0)
       return UnavailableError("cannot start " + c.name + ": fork failed");
     by_pid_[c.pid] = children_.size();
@@ -409,10 +487,15 @@ class Supervisor {
         continue;
       }
       if (stopping_) continue;
-      const std::string what = c.name + " (pid " + std::to_string(pid) + ")";
-      if (!WIFSIGNALED(status) ||
-          (IsStopRequest(WTERMSIG(status)) && !scheduled)) {
-        return AbortedError(what + " failed with " + Describe(status));
+      const bool via_srun = !c.slurm_job.empty();
+      const std::string what =
+          c.name +
+          (via_srun ? " (Slurm job " + c.slurm_job + ", srun pid " : " (pid ") +
+          std::to_string(pid) + ")";
+      const int signal = DeathSignal(status, via_srun);
+      if (signal == 0 || (IsStopRequest(signal) && !scheduled)) {
+        return AbortedError(what + " failed with " +
+                            Describe(status, via_srun));
       }
       if (c.role == Role::kWorker) {
         c.dropped = true;
@@ -420,7 +503,7 @@ class Supervisor {
           std::fprintf(stderr,
                        "ductile local: %s died of %s (not scheduled); the "
                        "other workers go on without it\n",
-                       what.c_str(), Describe(status).c_str());
+                       what.c_str(), Describe(status, via_srun).c_str());
         }
         continue;
       }
@@ -428,7 +511,7 @@ class Supervisor {
         std::fprintf(stderr,
                      "ductile local: %s died of %s (not scheduled); "
                      "restarting it\n",
-                     what.c_str(), Describe(status).c_str());
+                     what.c_str(), Describe(status, via_srun).c_str());
       }
       DUCTILE_RETURN_IF_ERROR(Restart(index, scheduled));
     }
@@ -442,6 +525,16 @@ class Supervisor {
     for (Child& c : children_) {
       if (c.role != event.role || c.id != event.id) continue;
       if (c.scheduled_kill) return false;  // not reaped and restarted yet
+      if (c.pid > 0 && !c.slurm_job.empty()) {
+        // The task itself, wherever Slurm runs it; srun then reports its
+        // death. Not found yet (still queued): tried again at the next
+        // poll.
+        if (!KillSlurmTask(c.slurm_job)) return false;
+        c.scheduled_kill = true;
+        KillLog("killed " + target + " (Slurm job " + c.slurm_job +
+                ") at clock " + std::to_string(clock));
+        return true;
+      }
       if (c.pid > 0 && kill(c.pid, SIGKILL) == 0) {
         c.scheduled_kill = true;
         KillLog("killed " + target + " (pid " + std::to_string(c.pid) +
@@ -517,11 +610,38 @@ class Supervisor {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       children_[index].pid = -1;
+      // Slurm cancels a job whose srun is killed, but not at once.
+      if (!children_[index].slurm_job.empty()) {
+        CancelSlurmJob(children_[index].slurm_job);
+      }
     }
     by_pid_.clear();
   }
 
  private:
+  std::string SlurmTool(const char* name) const {
+    return slurm_bin_dir_.empty() ? name : slurm_bin_dir_ + "/" + name;
+  }
+  // SIGKILL to the task of Slurm job `job` (its step 0, which srun runs);
+  // false if the job is not running yet.
+  bool KillSlurmTask(const std::string& job) {
+    std::string ids;
+    if (RunToEnd({SlurmTool("squeue"), "--noheader", "--states=RUNNING",
+                  "--name=" + job, "--format=%i"},
+                 blocked_, &ids) != 0) {
+      return false;
+    }
+    const std::string id(Trim(ids.substr(0, ids.find('\n'))));
+    if (id.empty()) return false;
+    std::string ignored;
+    return RunToEnd({SlurmTool("scancel"), "--signal=KILL", id + ".0"},
+                    blocked_, &ignored) == 0;
+  }
+  void CancelSlurmJob(const std::string& job) {
+    std::string ignored;
+    RunToEnd({SlurmTool("scancel"), "--name=" + job}, blocked_, &ignored);
+  }
+
   Status Restart(size_t index, bool scheduled) {
     Child& c = children_[index];
     int& restarts = restarts_[static_cast<int>(c.role)];
@@ -531,7 +651,7 @@ class Supervisor {
                           " times already; giving up");
     }
     ++restarts;
-    c.pid = Spawn(c.args, blocked_);
+    c.pid = Spawn(c.args, blocked_, !c.slurm_job.empty());
     if (c.pid < 0) {
       return UnavailableError("cannot restart " + c.name + ": fork failed");
     }
@@ -547,6 +667,9 @@ class Supervisor {
   }
 
   sigset_t blocked_;
+  const bool slurm_;
+  const std::string slurm_bin_dir_;
+  const std::vector<std::string> srun_flags_;
   std::vector<Child> children_;
   std::map<pid_t, size_t> by_pid_;  // running processes -> children_ index
   int restarts_[3] = {0, 0, 0};     // per Role
@@ -596,6 +719,13 @@ Result<JobView> WatchJob(const std::string& coordinator,
 
 }  // namespace
 
+Result<LocalClusterOptions::Provider> ParseProvider(const std::string& name) {
+  if (name == "local") return LocalClusterOptions::Provider::kLocal;
+  if (name == "slurm") return LocalClusterOptions::Provider::kSlurm;
+  return InvalidArgumentError("--provider: '" + name +
+                              "' is not one of local, slurm");
+}
+
 Status RunLocalCluster(const LocalClusterOptions& options) {
   if (options.num_servers < 1)
     return InvalidArgumentError("--servers must be >= 1");
@@ -624,6 +754,17 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   sigaddset(&set, SIGCHLD);
   sigprocmask(SIG_BLOCK, &set, nullptr);
 
+  if (options.provider == LocalClusterOptions::Provider::kSlurm) {
+    const std::string srun = options.slurm_bin_dir.empty()
+                                 ? "srun"
+                                 : options.slurm_bin_dir + "/srun";
+    std::string version;
+    if (RunToEnd({srun, "--version"}, set, &version) != 0) {
+      return FailedPreconditionError(
+          "--provider=slurm: cannot run '" + srun +
+          " --version' (is Slurm installed, and srun on PATH?)");
+    }
+  }
   char dir_template[] = "/tmp/ductile-local-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     return UnavailableError("cannot create a temporary directory in /tmp");
@@ -683,7 +824,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
         "--require_member_keys"};
   };
 
-  Supervisor supervisor(set);
+  Supervisor supervisor(set, options);
   // Port 0 picks a free port; once the coordinator reports it, restarts
   // listen on that same address (SetCoordinatorAddress).
   std::vector<std::string> args = {

@@ -150,7 +150,29 @@ struct LocalClusterOptions {
   // After the workers finish, how long the coordinator and servers get to
   // exit by themselves before they are killed.
   int shutdown_grace_ms = 10000;
+  // How servers and workers are started (the coordinator is always a child
+  // of the launcher: it writes its address to a file the launcher reads).
+  //  - kLocal: child processes.
+  //  - kSlurm: each server and worker is a Slurm job of its own, started
+  //    with `srun --ntasks=1 --job-name=ductile-<pid>-<role>-<id>` (srun
+  //    stays the launcher's child and reports the task's end: a task
+  //    killed by signal N as exit status 128 + N, which counts as that
+  //    signal). A scheduled kill is `scancel --signal=KILL JOB.0`, so the
+  //    task dies at once, without cleaning up, as a local kill -9. Jobs
+  //    of an enclosing allocation are not used: srun runs without
+  //    SLURM_JOB_ID, so each member is queued as a job of its own. The
+  //    members listen on 127.0.0.1: all must run on this node (a
+  //    single-node partition, or --srun_flags=--nodelist=HOST).
+  enum class Provider { kLocal, kSlurm };
+  Provider provider = Provider::kLocal;
+  // kSlurm: srun's and scancel's directory ("" = from PATH) and extra srun
+  // arguments (e.g. --partition=P).
+  std::string slurm_bin_dir;
+  std::vector<std::string> srun_flags;
 };
+
+// "local" or "slurm"; InvalidArgument for anything else.
+Result<LocalClusterOptions::Provider> ParseProvider(const std::string& name);
 
 // Crashes of one role (servers together, or the coordinator) the launcher
 // recovers from before it gives up on the launch.

@@ -20,6 +20,7 @@ packages=(
   clang-format python3
   clang                                # the -Wthread-safety build (CI)
   gnuplot-nox                          # plots of benchmark results
+  slurm-wlm munge                      # a real single-node Slurm (tests/slurm_test.sh)
 )
 
 missing=()

@@ -725,6 +725,26 @@ TEST(Cli, BadPoliciesAreRefusedBeforeAnythingStarts) {
       << out;
 }
 
+TEST(Cli, BadProvidersAreRefusedBeforeAnythingStarts) {
+  std::string out;
+  EXPECT_NE(RunToEnd({"local", "--provider=kubernetes"}, &out), 0);
+  EXPECT_NE(out.find("--provider: 'kubernetes' is not one of local, slurm"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(RunToEnd({"local", "--srun_flags=--partition=x"}, &out), 0);
+  EXPECT_NE(out.find("go with --provider=slurm"), std::string::npos) << out;
+  // No srun where it is said to be: refused before any process starts.
+  EXPECT_NE(RunToEnd({"local", "--provider=slurm",
+                      "--slurm_bin_dir=/nonexistent/slurm/bin"},
+                     &out),
+            0);
+  EXPECT_NE(out.find("FailedPrecondition: --provider=slurm: cannot run "
+                     "'/nonexistent/slurm/bin/srun --version'"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator at"), std::string::npos) << out;
+}
+
 // Whether `help` lists --`flag` as an entry, not just mentions it in
 // another flag's description: entries start a line, indented by two.
 bool ListsFlag(const std::string& help, const std::string& flag) {

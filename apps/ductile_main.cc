@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/k8s_manifests.h"
 #include "apps/launch_env.h"
 #include "apps/local_launcher.h"
 #include "apps/metrics_http.h"
@@ -189,6 +190,15 @@ DEFINE_string(provider, "local",
 DEFINE_string(srun_flags, "",
               "local --provider=slurm: extra srun arguments, separated by "
               "spaces (e.g. \"--partition=gpu --time=60\")");
+DEFINE_string(image, "",
+              "k8s: the container image of every member (with `ductile` on "
+              "its PATH)");
+DEFINE_string(job_name, "ductile",
+              "k8s: the job's Service name and its Jobs' prefix (a DNS "
+              "label of at most 40 characters)");
+DEFINE_string(keys_secret, "",
+              "k8s: the Secret holding the cluster's keys (empty: "
+              "JOB_NAME-keys)");
 DEFINE_string(slurm_bin_dir, "",
               "local --provider=slurm: the directory of srun, squeue and "
               "scancel (empty: found on PATH)");
@@ -980,6 +990,47 @@ int RunLocal() {
   return 0;
 }
 
+int RunK8s() {
+  ductile::apps::KubernetesJob job;
+  job.name = FLAGS_job_name;
+  job.image = FLAGS_image;
+  job.servers = FLAGS_servers;
+  job.workers = FLAGS_workers;
+  job.max_workers = FLAGS_max_workers;
+  job.keys_secret = FLAGS_keys_secret;
+  job.plain = FLAGS_insecure;
+  const bool by_default =
+      gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
+      gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
+  job.coordinator_flags = {
+      "--slots=" + std::to_string(FLAGS_slots),
+      Forward("heartbeat_timeout_ms"),
+      Forward("no_worker_timeout_ms"),
+      by_default ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
+                 : Forward("checkpoint_every"),
+      Forward("checkpoint_interval_s"),
+      Forward("policy"),
+      Forward("policy_interval_ms")};
+  job.server_flags = {"--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
+                      Forward("keep_checkpoints"),
+                      Forward("max_key_floats"),
+                      Forward("max_stored_mb"),
+                      Forward("noise_scale_sample"),
+                      Forward("apply_threads")};
+  for (const char* name : kTrainingFlags) {
+    job.worker_flags.push_back(Forward(name));
+  }
+  job.worker_flags.push_back(Forward("timeout_ms"));
+  if (auto policies = ductile::MakeBuiltinPolicies(FLAGS_policy);
+      !policies.ok()) {
+    return Fail(policies.status());
+  }
+  ductile::Result<std::string> yaml = ductile::apps::KubernetesManifests(job);
+  if (!yaml.ok()) return Fail(yaml.status());
+  std::fputs(yaml->c_str(), stdout);
+  return 0;
+}
+
 // The commands, what each does and the flags it reads. `ductile help`
 // prints from this table rather than from gflags, which would list every
 // flag linked into the binary (glog's, RocksDB's tools').
@@ -1117,6 +1168,32 @@ const std::vector<Command>& Commands() {
        {"out", "member", "servers", "workers"},
        false,
        RunKeygen},
+      {"k8s",
+       "print Kubernetes manifests for a job: a headless Service and "
+       "Indexed Jobs for the coordinator, --servers servers and --workers "
+       "workers running --app (docs/adaptation.md)",
+       {"image",
+        "job_name",
+        "servers",
+        "workers",
+        "max_workers",
+        "keys_secret",
+        "insecure",
+        "slots",
+        "heartbeat_timeout_ms",
+        "no_worker_timeout_ms",
+        "checkpoint_every",
+        "checkpoint_interval_s",
+        "keep_checkpoints",
+        "max_key_floats",
+        "max_stored_mb",
+        "noise_scale_sample",
+        "apply_threads",
+        "policy",
+        "policy_interval_ms",
+        "timeout_ms"},
+       true,
+       RunK8s},
   };
   return *kCommands;
 }

@@ -18,6 +18,7 @@ packages=(
   libcpp-httplib-dev                   # the coordinator's /metrics
   dataset-fashion-mnist                # /usr/share/datasets/fashion-mnist/
   clang-format python3
+  python3-yaml                         # parses `ductile k8s` output (tests)
   clang                                # the -Wthread-safety build (CI)
   gnuplot-nox                          # plots of benchmark results
   slurm-wlm munge                      # a real single-node Slurm (tests/slurm_test.sh)

@@ -1,0 +1,258 @@
+#include "apps/k8s_manifests.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace ductile::apps {
+namespace {
+
+// A YAML double-quoted scalar (JSON's escapes, which YAML shares).
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof(escaped), "\\x%02x",
+                        static_cast<unsigned char>(c));
+          out += escaped;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+bool IsDnsLabel(const std::string& name, size_t max_length) {
+  if (name.empty() || name.size() > max_length) return false;
+  if (name.front() < 'a' || name.front() > 'z' || name.back() == '-') {
+    return false;
+  }
+  for (const char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The Secret's keys and where each goes under /keys: what `ductile local`
+// gives every member (admin.key stays with the admins).
+std::vector<std::pair<std::string, std::string>> KeyItems(
+    const KubernetesJob& job, int max_workers) {
+  std::vector<std::pair<std::string, std::string>> items = {
+      {"cluster.key", "cluster.key"},
+      {"cluster.pub", "cluster.pub"},
+      {"admin.pub", "admin.pub"}};
+  const auto member = [&items](const std::string& name) {
+    for (const char* ext : {".key", ".pub"}) {
+      items.emplace_back("members." + name + ext, "members/" + name + ext);
+    }
+  };
+  for (int i = 0; i < job.servers; ++i) member("server-" + std::to_string(i));
+  for (int i = 0; i < max_workers; ++i) member("worker-" + std::to_string(i));
+  return items;
+}
+
+class Writer {
+ public:
+  void Line(int indent, const std::string& text) {
+    out_ << std::string(static_cast<size_t>(indent), ' ') << text << "\n";
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
+struct Role {
+  std::string component;  // coordinator, server, worker
+  int count = 1;
+  std::vector<std::string> args;
+  bool pod_ip = false;  // POD_IP in the environment (servers' --host)
+  int port = 0;         // a container port, 0: none
+};
+
+void WriteJob(const KubernetesJob& job, const Role& role,
+              const std::vector<std::pair<std::string, std::string>>& keys,
+              const std::string& secret, Writer& w) {
+  w.Line(0, "---");
+  w.Line(0, "apiVersion: batch/v1");
+  w.Line(0, "kind: Job");
+  w.Line(0, "metadata:");
+  w.Line(2, "name: " + Quote(job.name + "-" + role.component));
+  w.Line(2, "labels:");
+  w.Line(4, "app.kubernetes.io/name: ductile");
+  w.Line(4, "app.kubernetes.io/instance: " + Quote(job.name));
+  w.Line(4, "app.kubernetes.io/component: " + role.component);
+  w.Line(0, "spec:");
+  w.Line(2, "completionMode: Indexed");
+  w.Line(2, "completions: " + std::to_string(role.count));
+  w.Line(2, "parallelism: " + std::to_string(role.count));
+  // A member that keeps failing stops being restarted: the job then fails
+  // as `ductile local` does after its restarts per role.
+  w.Line(2, "backoffLimit: 20");
+  w.Line(2, "template:");
+  w.Line(4, "metadata:");
+  w.Line(6, "labels:");
+  w.Line(8, "app.kubernetes.io/name: ductile");
+  w.Line(8, "app.kubernetes.io/instance: " + Quote(job.name));
+  w.Line(8, "app.kubernetes.io/component: " + role.component);
+  w.Line(4, "spec:");
+  // Pod NAME-ROLE-I is then NAME-ROLE-I.NAME in DNS.
+  w.Line(6, "subdomain: " + Quote(job.name));
+  w.Line(6, "restartPolicy: OnFailure");
+  w.Line(6, "containers:");
+  w.Line(8, "- name: " + role.component);
+  w.Line(10, "image: " + Quote(job.image));
+  w.Line(10, "command: [\"ductile\"]");
+  w.Line(10, "args:");
+  for (const std::string& a : role.args) w.Line(12, "- " + Quote(a));
+  if (role.pod_ip) {
+    w.Line(10, "env:");
+    w.Line(12, "- name: POD_IP");
+    w.Line(14, "valueFrom:");
+    w.Line(16, "fieldRef:");
+    w.Line(18, "fieldPath: status.podIP");
+  }
+  if (role.port > 0) {
+    w.Line(10, "ports:");
+    w.Line(12, "- containerPort: " + std::to_string(role.port));
+  }
+  w.Line(10, "volumeMounts:");
+  w.Line(12, "- name: state");
+  w.Line(14, "mountPath: /state");
+  if (!job.plain) {
+    w.Line(12, "- name: keys");
+    w.Line(14, "mountPath: /keys");
+    w.Line(14, "readOnly: true");
+  }
+  w.Line(6, "volumes:");
+  w.Line(8, "- name: state");
+  w.Line(10, "emptyDir: {}");
+  if (!job.plain) {
+    w.Line(8, "- name: keys");
+    w.Line(10, "secret:");
+    w.Line(12, "secretName: " + Quote(secret));
+    w.Line(12, "defaultMode: 0400");
+    w.Line(12, "items:");
+    for (const auto& [key, path] : keys) {
+      w.Line(14, "- key: " + Quote(key));
+      w.Line(16, "path: " + Quote(path));
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::string> KubernetesManifests(const KubernetesJob& job) {
+  if (!IsDnsLabel(job.name, 40)) {
+    return InvalidArgumentError(
+        "--name: '" + job.name +
+        "' is not a DNS label of at most 40 characters (a-z, 0-9 and '-', "
+        "starting with a letter, not ending with '-')");
+  }
+  if (job.image.empty()) {
+    return InvalidArgumentError("--image: the container image is needed");
+  }
+  if (job.servers < 1 || job.servers > 1024) {
+    return InvalidArgumentError("--servers must be in [1, 1024]");
+  }
+  if (job.workers < 1 || job.workers > 65536) {
+    return InvalidArgumentError("--workers must be in [1, 65536]");
+  }
+  const int max_workers = job.max_workers == 0 ? job.workers : job.max_workers;
+  if (max_workers < job.workers || max_workers > 65536) {
+    return InvalidArgumentError("--max_workers must be in [--workers, 65536]");
+  }
+  for (const int port : {job.coordinator_port, job.server_port}) {
+    if (port < 1 || port > 65535) {
+      return InvalidArgumentError("ports must be in [1, 65535]");
+    }
+  }
+  const std::string secret =
+      job.keys_secret.empty() ? job.name + "-keys" : job.keys_secret;
+  const std::string coordinator = "tcp://" + job.name + "-coordinator-0." +
+                                  job.name + ":" +
+                                  std::to_string(job.coordinator_port);
+  const std::string keys_flag = job.plain ? "--insecure" : "--keys=/keys";
+
+  Role c{"coordinator", 1, {"coordinator"}, false, job.coordinator_port};
+  c.args.insert(c.args.end(), {"--listen=tcp://0.0.0.0:" +
+                                   std::to_string(job.coordinator_port),
+                               "--servers=" + std::to_string(job.servers),
+                               "--workers=" + std::to_string(job.workers),
+                               "--max_workers=" + std::to_string(max_workers),
+                               "--state_dir=/state", keys_flag});
+  c.args.insert(c.args.end(), job.coordinator_flags.begin(),
+                job.coordinator_flags.end());
+  Role s{"server", job.servers, {"server"}, true, job.server_port};
+  s.args.insert(s.args.end(),
+                {"--coordinator=" + coordinator, "--host=$(POD_IP)",
+                 "--port=" + std::to_string(job.server_port),
+                 "--state_dir=/state", keys_flag});
+  s.args.insert(s.args.end(), job.server_flags.begin(), job.server_flags.end());
+  Role wk{"worker", job.workers, {"worker"}, false, 0};
+  wk.args.insert(wk.args.end(), {"--coordinator=" + coordinator, keys_flag});
+  wk.args.insert(wk.args.end(), job.worker_flags.begin(),
+                 job.worker_flags.end());
+
+  Writer w;
+  w.Line(0, "# ductile job " + Quote(job.name) + ": " +
+                std::to_string(job.servers) + " server(s), " +
+                std::to_string(job.workers) + " worker(s). Apply with");
+  w.Line(0, "#   kubectl apply -f FILE");
+  if (!job.plain) {
+    w.Line(0, "# after making the Secret " + Quote(secret) +
+                  " from `ductile keygen --out=keys --servers=" +
+                  std::to_string(job.servers) +
+                  " --workers=" + std::to_string(max_workers) + "`:");
+    w.Line(0, "#   kubectl create secret generic " + secret +
+                  " --from-file=keys/cluster.key --from-file=keys/cluster.pub"
+                  " --from-file=keys/admin.pub $(for f in keys/members/*; do "
+                  "printf -- '--from-file=members.%s=%s ' \"${f##*/}\" "
+                  "\"$f\"; done)");
+  }
+  w.Line(0, "# Resize the workers (up to " + std::to_string(max_workers) +
+                "; drain the highest ids first when shrinking):");
+  w.Line(0, "#   kubectl patch job " + job.name +
+                "-worker --type=merge -p "
+                "'{\"spec\":{\"parallelism\":N,\"completions\":N}}'");
+  w.Line(0, "---");
+  w.Line(0, "apiVersion: v1");
+  w.Line(0, "kind: Service");
+  w.Line(0, "metadata:");
+  w.Line(2, "name: " + Quote(job.name));
+  w.Line(2, "labels:");
+  w.Line(4, "app.kubernetes.io/name: ductile");
+  w.Line(4, "app.kubernetes.io/instance: " + Quote(job.name));
+  w.Line(0, "spec:");
+  w.Line(2, "clusterIP: None");
+  w.Line(2, "publishNotReadyAddresses: true");
+  w.Line(2, "selector:");
+  w.Line(4, "app.kubernetes.io/instance: " + Quote(job.name));
+  w.Line(2, "ports:");
+  w.Line(4, "- name: coordinator");
+  w.Line(6, "port: " + std::to_string(job.coordinator_port));
+  w.Line(4, "- name: server");
+  w.Line(6, "port: " + std::to_string(job.server_port));
+  const auto keys = KeyItems(job, max_workers);
+  for (const Role* role : {&c, &s, &wk}) WriteJob(job, *role, keys, secret, w);
+  return w.str();
+}
+
+}  // namespace ductile::apps

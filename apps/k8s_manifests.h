@@ -1,0 +1,55 @@
+// Kubernetes manifests for a ductile job (`ductile k8s`): a headless
+// Service and three Indexed Jobs (coordinator, servers, workers) running
+// the same commands, with the same flags, as `ductile local` runs.
+//
+// Each member takes its id from its pod's completion index
+// (JOB_COMPLETION_INDEX, apps/launch_env.h) and is found by name through
+// the Service: pods of an Indexed Job with `subdomain: NAME` are
+// NAME-coordinator-0.NAME and so on. A crashed container restarts in its
+// pod (restartPolicy OnFailure), with its address, its --state_dir
+// (emptyDir: lost with the pod, kept across container restarts) and its
+// id; that is the local launcher's restart of a killed server. Workers and
+// servers are resized by changing their Job's parallelism and completions
+// (docs/adaptation.md).
+#ifndef DUCTILE_APPS_K8S_MANIFESTS_H_
+#define DUCTILE_APPS_K8S_MANIFESTS_H_
+
+#include <string>
+#include <vector>
+
+#include "ductile/status.h"
+
+namespace ductile::apps {
+
+struct KubernetesJob {
+  // The Service's name and the prefix of the Jobs' names: a DNS label of
+  // at most 40 characters, [a-z0-9-], starting with a letter.
+  std::string name = "ductile";
+  std::string image;  // with `ductile` on its PATH
+  int servers = 2;    // >= 1
+  int workers = 2;    // >= 1
+  int coordinator_port = 7000;
+  int server_port = 7100;
+  // Cluster keys (ductile keygen --servers --workers) from the Secret
+  // `keys_secret` (docs/adaptation.md says how to make it), mounted at
+  // /keys; every member proves its own key. `plain`: no keys, and the
+  // members listen beyond loopback without them (--insecure): only for a
+  // namespace nobody else reaches.
+  std::string keys_secret;  // "" = NAME-keys
+  bool plain = false;
+  // Member keys made for up to this many workers (>= workers), so that
+  // the worker Job can grow to it.
+  int max_workers = 0;  // 0 = workers
+  // Extra flags of each role's command line ("--name=value").
+  std::vector<std::string> coordinator_flags;
+  std::vector<std::string> server_flags;
+  std::vector<std::string> worker_flags;
+};
+
+// The manifests as one YAML stream (documents separated by "---"), or
+// InvalidArgument naming what is wrong with `job`.
+Result<std::string> KubernetesManifests(const KubernetesJob& job);
+
+}  // namespace ductile::apps
+
+#endif  // DUCTILE_APPS_K8S_MANIFESTS_H_

@@ -161,8 +161,9 @@ DEFINE_string(metrics_host, "127.0.0.1",
               "coordinator, local: the address /metrics listens on");
 DEFINE_string(policy, "",
               "coordinator, local: built-in policies that change the job as "
-              "it trains, comma-separated: autoscale, stragglers, each with "
-              "optional :KEY=VALUE parameters (docs/adaptation.md)");
+              "it trains, comma-separated: autoscale, stragglers, "
+              "staleness, each with optional :KEY=VALUE parameters "
+              "(docs/adaptation.md)");
 DEFINE_int32(policy_interval_ms, 1000,
              "coordinator, local: how often the policies read the job's "
              "status (100 to 3600000)");

@@ -15,6 +15,7 @@
 #include "proto/codec.h"
 #include "proto/counters.h"
 #include "proto/ductile.pb.h"
+#include "proto/table_config.h"
 #include "transport/message.h"
 #include "transport/socket.h"
 
@@ -98,6 +99,9 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   status.data_epoch = c.data_epoch();
   status.data_batches_done = c.data_batches_done();
   for (const auto& t : c.tables()) status.tables.push_back(t);
+  for (const auto& t : c.table_consistency()) {
+    status.table_consistency.push_back(FromWire(t));
+  }
   double gradient_sq = 0;
   double noise_trace = 0;
   for (const auto& m : c.members()) {
@@ -318,7 +322,12 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     os << " (" << reads << " pulls)\n";
   }
   os << "tables:";
-  for (const auto& t : status.tables) os << " " << t;
+  for (size_t i = 0; i < status.tables.size(); ++i) {
+    os << " " << status.tables[i];
+    if (i < status.table_consistency.size()) {
+      os << " (" << ToString(status.table_consistency[i]) << ")";
+    }
+  }
   if (status.tables.empty()) os << " (none)";
   os << "\n";
   char line[512];

@@ -150,6 +150,12 @@ class CoordinatorImpl::LoopActions final : public PolicyActions {
     return impl_->CallOnLoop(
         [impl = impl_, id] { return impl->node_.RequestReplacement(id); });
   }
+  Status SetConsistency(const std::string& table,
+                        const Consistency& consistency) override {
+    return impl_->CallOnLoop([impl = impl_, table, consistency] {
+      return impl->node_.ChangeConsistency(table, consistency);
+    });
+  }
 
  private:
   CoordinatorImpl* const impl_;
@@ -171,6 +177,13 @@ class LoggedActions final : public PolicyActions {
     Status s = actions_->ReplaceWorker(id);
     LOG(INFO) << "policy " << policy_ << ": replace worker " << id
               << (s.ok() ? "" : ": " + s.ToString());
+    return s;
+  }
+  Status SetConsistency(const std::string& table,
+                        const Consistency& consistency) override {
+    Status s = actions_->SetConsistency(table, consistency);
+    LOG(INFO) << "policy " << policy_ << ": table '" << table << "' to "
+              << ToString(consistency) << (s.ok() ? "" : ": " + s.ToString());
     return s;
   }
 

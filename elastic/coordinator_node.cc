@@ -4,6 +4,7 @@
 
 #include "glog/logging.h"
 #include "proto/codec.h"
+#include "proto/table_config.h"
 
 namespace ductile {
 namespace {
@@ -551,6 +552,15 @@ Status CoordinatorNode::SetTargetSize(int32_t workers, int32_t servers) {
   LOG(INFO) << "coordinator: target size " << state_.target_workers
             << " worker(s), " << state_.target_servers << " server(s)";
   return Status::Ok();
+}
+
+Status CoordinatorNode::ChangeConsistency(const std::string& table,
+                                          const Consistency& consistency) {
+  if (finishing() || state_.recovering) {
+    return FailedPreconditionError(
+        "the job is ending or rolling back: no consistency change now");
+  }
+  return tables_.ChangeConsistency(table, ToWire(consistency));
 }
 
 Status CoordinatorNode::RequestReplacement(int32_t id) {

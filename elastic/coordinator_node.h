@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "ductile/coordinator.h"
+#include "ductile/table.h"
 #include "elastic/barrier_manager.h"
 #include "elastic/checkpoint_manager.h"
 #include "elastic/cluster_state.h"
@@ -74,6 +75,11 @@ class CoordinatorNode {
   // in the status while the worker is live. kNotFound unless it is an
   // active worker.
   Status RequestReplacement(int32_t id);
+  // A policy changes table `table`'s consistency model (as
+  // Client::SetConsistency does): OK once the change has started.
+  // kFailedPrecondition while the job ends or rolls back.
+  Status ChangeConsistency(const std::string& table,
+                           const Consistency& consistency);
   // The cluster is shutting down (every worker finished, or asked to).
   bool finishing() const { return ctx_.shutting_down; }
   // Moves every slot of `server` away, then stops it (`ductile drain

@@ -669,7 +669,10 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       }
     }
   }
-  for (const auto& [name, t] : state.tables) c.add_tables(name);
+  for (const auto& [name, t] : state.tables) {
+    c.add_tables(name);
+    *c.add_table_consistency() = t.consistency();
+  }
   c.set_generation(state.generation);
   c.set_last_checkpoint_clock(state.LastCheckpointClock());
   c.set_checkpoints(static_cast<int32_t>(state.catalog.size()));

@@ -121,20 +121,33 @@ void TableCatalog::HandleSetConsistency(const std::string& identity,
         identity, h.seq(),
         NotFoundError("no table with id " + std::to_string(h.table_id())));
   }
-  Status s = ValidateConsistency(FromWire(h.consistency()));
-  if (!s.ok()) return ctx_.out.Reply(identity, h.seq(), s);
+  Status s = StartChange(*table, h.consistency(), {identity, h.seq()});
+  if (!s.ok()) ctx_.out.Reply(identity, h.seq(), s);
+}
+
+Status TableCatalog::ChangeConsistency(
+    const std::string& table, const wire::ConsistencyConfig& consistency) {
+  auto it = ctx_.state.tables.find(table);
+  if (it == ctx_.state.tables.end()) {
+    return NotFoundError("no table named '" + table + "'");
+  }
+  return StartChange(it->second, consistency, Waiter{});
+}
+
+Status TableCatalog::StartChange(const wire::TableConfig& table,
+                                 const wire::ConsistencyConfig& consistency,
+                                 const Waiter& waiter) {
+  DUCTILE_RETURN_IF_ERROR(ValidateConsistency(FromWire(consistency)));
   for (const auto& [id, change] : changes_) {
-    if (change.table == table->name()) {
-      return ctx_.out.Reply(
-          identity, h.seq(),
-          UnavailableError("another consistency change of '" + table->name() +
-                           "' is in progress; retry"));
+    if (change.table == table.name()) {
+      return UnavailableError("another consistency change of '" + table.name() +
+                              "' is in progress; retry");
     }
   }
   const uint64_t round = next_round_++;
   wire::Header prepare;
   prepare.set_type(wire::CONSISTENCY_PREPARE);
-  prepare.set_table_id(h.table_id());
+  prepare.set_table_id(table.id());
   prepare.set_change_id(round);
   const auto deadline = ctx_.Now() + kAckTimeout;
   // Every server that may answer: a dead or drained one gets the tables
@@ -147,14 +160,25 @@ void TableCatalog::HandleSetConsistency(const std::string& identity,
   // the boundary, so it stops reading cached copies until the commit.
   const std::set<int32_t> workers = ctx_.state.LiveWorkers();
   PendingChange change;
-  change.table = table->name();
-  change.consistency = h.consistency();
+  change.table = table.name();
+  change.consistency = consistency;
   change.servers = AckRound(prepare, servers, deadline);
   change.workers = AckRound(prepare, workers, deadline);
-  change.waiter = {identity, h.seq()};
+  change.waiter = waiter;
   ctx_.SendTo(ctx_.state.servers, servers, prepare);
   ctx_.SendTo(ctx_.state.workers, workers, prepare);
   changes_[round] = std::move(change);
+  return Status::Ok();
+}
+
+void TableCatalog::Answer(const PendingChange& change, const Status& s) {
+  if (!change.waiter.identity.empty()) {
+    ctx_.out.Reply(change.waiter.identity, change.waiter.seq, s);
+  } else if (!s.ok()) {
+    LOG(WARNING) << "coordinator: the change of table '" << change.table
+                 << "' to " << ToString(FromWire(change.consistency))
+                 << " failed: " << s.ToString();
+  }
 }
 
 void TableCatalog::HandleConsistencyAck(const wire::Header& h) {
@@ -165,7 +189,7 @@ void TableCatalog::HandleConsistencyAck(const wire::Header& h) {
   if (!s.ok()) {
     // Release the holds with the model in force, and give up.
     Commit(change, ctx_.state.tables[change.table].consistency());
-    ctx_.out.Reply(change.waiter.identity, change.waiter.seq, s);
+    Answer(change, s);
     changes_.erase(it);
     return;
   }
@@ -180,11 +204,13 @@ void TableCatalog::HandleConsistencyAck(const wire::Header& h) {
   LOG(INFO) << "coordinator: table '" << change.table << "' is "
             << ToString(FromWire(change.consistency)) << " from clock "
             << change.max_clock + 1;
-  wire::Header reply;
-  reply.set_type(wire::CONTROL_REPLY);
-  reply.set_seq(change.waiter.seq);
-  reply.set_clock(change.max_clock + 1);
-  ctx_.out.Send(change.waiter.identity, reply);
+  if (!change.waiter.identity.empty()) {
+    wire::Header reply;
+    reply.set_type(wire::CONTROL_REPLY);
+    reply.set_seq(change.waiter.seq);
+    reply.set_clock(change.max_clock + 1);
+    ctx_.out.Send(change.waiter.identity, reply);
+  }
   changes_.erase(it);
 }
 
@@ -211,9 +237,8 @@ void TableCatalog::CheckDeadlines() {
       continue;
     }
     Commit(it->second, ctx_.state.tables[it->second.table].consistency());
-    ctx_.out.Reply(it->second.waiter.identity, it->second.waiter.seq,
-                   DeadlineExceededError("servers did not confirm the "
-                                         "consistency change in time"));
+    Answer(it->second, DeadlineExceededError("servers did not confirm the "
+                                             "consistency change in time"));
     it = changes_.erase(it);
   }
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {

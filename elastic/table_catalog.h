@@ -31,6 +31,12 @@ class TableCatalog {
   void HandleCreateAck(const wire::Header& h);
   void HandleGet(const std::string& identity, const wire::Header& h);
   void HandleSetConsistency(const std::string& identity, const wire::Header& h);
+  // The same change asked for from inside the coordinator (a policy): OK
+  // once it has started; its end is logged. kNotFound for an unknown
+  // table, kInvalidArgument for a bad model, kUnavailable while another
+  // change of the table is under way.
+  Status ChangeConsistency(const std::string& table,
+                           const wire::ConsistencyConfig& consistency);
   void HandleConsistencyAck(const wire::Header& h);
   // Ends the creations and changes past their deadline.
   void CheckDeadlines();
@@ -47,8 +53,15 @@ class TableCatalog {
     AckRound servers;
     AckRound workers;  // their caches
     int64_t max_clock = 0;
-    Waiter waiter;
+    Waiter waiter;  // no identity: asked for by a policy, answered nobody
   };
+
+  Status StartChange(const wire::TableConfig& table,
+                     const wire::ConsistencyConfig& consistency,
+                     const Waiter& waiter);
+  // Answers the change's waiter with `s` (or, for a policy's change, logs
+  // a failure).
+  void Answer(const PendingChange& change, const Status& s);
 
   void Commit(const PendingChange& change, const wire::ConsistencyConfig& c);
 

@@ -190,6 +190,69 @@ void StragglerPolicy::OnStatus(const PolicyEvent& event,
   }
 }
 
+StalenessPolicy::StalenessPolicy(const StalenessOptions& options)
+    : options_(options) {}
+
+void StalenessPolicy::OnStatus(const PolicyEvent& event,
+                               PolicyActions& actions) {
+  const ClusterStatus& status = *event.status;
+  std::map<int32_t, std::pair<double, double>> now;
+  double blocked_ms = 0;
+  double step_ms = 0;
+  for (const MemberStatus& m : status.members) {
+    if (m.role != "worker" || m.state != "active") continue;
+    const std::pair<double, double> reading = {
+        static_cast<double>(m.blocked_ms), m.step_seconds * 1000};
+    now[m.id] = reading;
+    auto it = previous_.find(m.id);
+    if (it == previous_.end()) continue;
+    const double blocked = reading.first - it->second.first;
+    const double step = reading.second - it->second.second;
+    if (blocked < 0 || step <= 0) continue;  // restarted, or no new step
+    blocked_ms += std::min(blocked, step);
+    step_ms += step;
+  }
+  previous_ = std::move(now);
+  if (step_ms <= 0) return;
+  fractions_.push_back(blocked_ms / step_ms);
+  if (fractions_.size() > static_cast<size_t>(options_.window)) {
+    fractions_.pop_front();
+  }
+  if (fractions_.size() < static_cast<size_t>(options_.window)) return;
+  double sum = 0;
+  for (double f : fractions_) sum += f;
+  last_fraction_ = sum / static_cast<double>(fractions_.size());
+  bool changed = false;
+  for (size_t i = 0;
+       i < status.tables.size() && i < status.table_consistency.size(); ++i) {
+    const Consistency& model = status.table_consistency[i];
+    if (model.mode != ConsistencyMode::kSsp) continue;
+    const int32_t bound = model.staleness;
+    int32_t next = bound;
+    if (last_fraction_ > options_.raise_above && bound < options_.max_bound) {
+      next = std::min(options_.max_bound, bound + options_.step);
+    } else if (last_fraction_ < options_.lower_below &&
+               bound > options_.min_bound) {
+      next = std::max(options_.min_bound, bound - options_.step);
+      if (blocking_.contains(next)) continue;  // it held the job up
+    } else {
+      continue;
+    }
+    Consistency to = model;
+    to.staleness = next;
+    LOG(INFO) << "staleness: workers spent " << last_fraction_
+              << " of their step time blocked on table '" << status.tables[i]
+              << "''s bound " << bound << " over the last " << options_.window
+              << " readings: " << (next > bound ? "raising" : "lowering")
+              << " it to " << next;
+    if (actions.SetConsistency(status.tables[i], to).ok()) {
+      if (next > bound) blocking_.insert(bound);
+      changed = true;
+    }
+  }
+  if (changed) fractions_.clear();
+}
+
 Result<std::map<std::string, std::string>> ParsePolicyParameters(
     const std::string& text) {
   std::map<std::string, std::string> params;
@@ -293,6 +356,44 @@ Result<std::shared_ptr<Policy>> MakeStragglers(
   return std::shared_ptr<Policy>(std::make_shared<StragglerPolicy>(o));
 }
 
+Result<std::shared_ptr<Policy>> MakeStaleness(
+    const std::map<std::string, std::string>& params) {
+  StalenessOptions o;
+  const std::string name = "staleness";
+  for (const auto& [key, value] : params) {
+    if (key == "raise_above") {
+      DUCTILE_ASSIGN_OR_RETURN(o.raise_above, Number(name, key, value, 0, 1));
+    } else if (key == "lower_below") {
+      DUCTILE_ASSIGN_OR_RETURN(o.lower_below, Number(name, key, value, 0, 1));
+    } else if (key == "window") {
+      DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+    } else if (key == "step") {
+      DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1000));
+    } else if (key == "min") {
+      DUCTILE_ASSIGN_OR_RETURN(o.min_bound,
+                               Integer(name, key, value, 0, 1000000));
+    } else if (key == "max") {
+      DUCTILE_ASSIGN_OR_RETURN(o.max_bound,
+                               Integer(name, key, value, 0, 1000000));
+    } else {
+      return InvalidArgumentError(
+          "staleness has no parameter '" + key +
+          "' (raise_above, lower_below, window, step, min, max)");
+    }
+  }
+  if (o.raise_above <= 0) {
+    return InvalidArgumentError("staleness: raise_above must be in (0, 1]");
+  }
+  if (o.lower_below >= o.raise_above) {
+    return InvalidArgumentError(
+        "staleness: lower_below must be below raise_above");
+  }
+  if (o.max_bound < o.min_bound) {
+    return InvalidArgumentError("staleness: max must be at least min");
+  }
+  return std::shared_ptr<Policy>(std::make_shared<StalenessPolicy>(o));
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
@@ -305,8 +406,9 @@ Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
   }
   if (name == "autoscale") return MakeAutoscale(params);
   if (name == "stragglers") return MakeStragglers(params);
+  if (name == "staleness") return MakeStaleness(params);
   return InvalidArgumentError("unknown policy '" + name +
-                              "' (built-in: autoscale, stragglers)");
+                              "' (built-in: autoscale, stragglers, staleness)");
 }
 
 Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(

@@ -106,6 +106,51 @@ class StragglerPolicy final : public Policy {
   std::set<int32_t> replaced_;
 };
 
+// `staleness`: tunes the bound of every SSP table to the time workers
+// spend blocked on it. At each reading it takes the fraction of the
+// active workers' step time, since the previous reading, that they spent
+// blocked on the staleness bound (MemberStatus::blocked_ms against
+// step_seconds), and averages it over the last `window` readings:
+//   - above `raise_above`: the bound holds the job up; it is raised by
+//     `step` (up to `max`), and the bound it left is remembered as one that
+//     blocks;
+//   - below `lower_below`: the bound costs nothing, and a lower one would
+//     read fresher values; it is lowered by `step` (down to `min`), unless
+//     that bound was found to block before.
+// After a change the readings start over; a reading without new step time
+// (no heartbeat since the last) counts for nothing.
+// BSP and async tables are left as they are. The bound is the same for
+// every SSP table: each is changed by itself, from its own bound.
+struct StalenessOptions {
+  double raise_above = 0.2;   // (0, 1]
+  double lower_below = 0.02;  // [0, raise_above)
+  int32_t window = 5;         // readings: 1 - 100000
+  int32_t step = 1;           // 1 - 1000
+  int32_t min_bound = 0;      // 0 - 1000000
+  int32_t max_bound = 16;     // min_bound - 1000000
+};
+
+class StalenessPolicy final : public Policy {
+ public:
+  explicit StalenessPolicy(const StalenessOptions& options);
+  std::string name() const override { return "staleness"; }
+  void OnStatus(const PolicyEvent& event, PolicyActions& actions) override;
+
+  // The averaged blocked fraction of the last complete window (-1: none
+  // yet since the last change).
+  double blocked_fraction() const { return last_fraction_; }
+  // Bounds found to block (the job was held up at them).
+  const std::set<int32_t>& blocking() const { return blocking_; }
+
+ private:
+  const StalenessOptions options_;
+  // Per active worker: blocked ms and step ms at the previous reading.
+  std::map<int32_t, std::pair<double, double>> previous_;
+  std::deque<double> fractions_;
+  std::set<int32_t> blocking_;
+  double last_fraction_ = -1;
+};
+
 // "KEY=VALUE:KEY=VALUE" after a spec's "NAME:" into a map; kInvalidArgument
 // for an item without '=' or a key given twice.
 Result<std::map<std::string, std::string>> ParsePolicyParameters(

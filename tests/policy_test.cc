@@ -7,8 +7,10 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ductile/admin.h"
@@ -59,10 +61,16 @@ class FakeActions final : public PolicyActions {
     replaced.push_back(id);
     return Status::Ok();
   }
+  Status SetConsistency(const std::string& table,
+                        const Consistency& consistency) override {
+    models.emplace_back(table, ToString(consistency));
+    return Status::Ok();
+  }
   int32_t max_workers = 0;
   int unanswered = 0;  // this many resizes fail as if unanswered
   std::vector<int32_t> resizes;
   std::vector<int32_t> replaced;
+  std::vector<std::pair<std::string, std::string>> models;  // table, model
 };
 
 // Writes down each hook as it is called.
@@ -355,6 +363,104 @@ TEST(Stragglers, OneRatedWorkerHasNothingToBeComparedWith) {
   EXPECT_TRUE(actions.replaced.empty());
 }
 
+// A job of two workers and three tables (one SSP, one BSP, one async)
+// whose workers' blocked time and step time grow by the given amounts at
+// each reading, as their heartbeats report them.
+class BlockedJob {
+ public:
+  explicit BlockedJob(int32_t bound) { SetBound(bound); }
+  void SetBound(int32_t bound) {
+    Consistency ssp;
+    ssp.mode = ConsistencyMode::kSsp;
+    ssp.staleness = bound;
+    Consistency bsp;
+    bsp.mode = ConsistencyMode::kBsp;
+    status_.tables = {"w", "b", "a"};
+    status_.table_consistency = {ssp, bsp, Consistency{}};
+  }
+  // One reading after `step_ms` of steps with `blocked_ms` of it blocked
+  // (per worker); 0 and 0: no heartbeat since the last reading.
+  const ClusterStatus& Read(double step_ms, double blocked_ms) {
+    step_ms_ += step_ms;
+    blocked_ms_ += blocked_ms;
+    status_.members.clear();
+    for (int32_t id : {0, 1}) {
+      MemberStatus m = Worker(id, 10);
+      m.step_seconds = step_ms_ / 1000;
+      m.blocked_ms = static_cast<uint64_t>(blocked_ms_);
+      status_.members.push_back(m);
+    }
+    status_.members.push_back(Server(0));
+    event_.status = &status_;
+    return status_;
+  }
+  void Run(StalenessPolicy& policy, FakeActions& actions, double step_ms,
+           double blocked_ms) {
+    Read(step_ms, blocked_ms);
+    policy.OnStatus(event_, actions);
+  }
+
+ private:
+  ClusterStatus status_;
+  PolicyEvent event_;
+  double step_ms_ = 0;
+  double blocked_ms_ = 0;
+};
+
+TEST(Staleness, RaisesABoundThatBlocksAndNeverLowersBackIntoIt) {
+  StalenessOptions o;
+  o.window = 3;
+  StalenessPolicy policy(o);
+  FakeActions actions;
+  BlockedJob job(1);
+  // Half of each step blocked: the first reading only sets the baseline,
+  // the next three fill the window.
+  for (int i = 0; i < 3; ++i) job.Run(policy, actions, 1000, 500);
+  EXPECT_TRUE(actions.models.empty());
+  // Readings without a heartbeat since the last count for nothing.
+  job.Run(policy, actions, 0, 0);
+  EXPECT_TRUE(actions.models.empty());
+  job.Run(policy, actions, 1000, 500);
+  using Change = std::pair<std::string, std::string>;
+  ASSERT_EQ(actions.models, (std::vector<Change>{{"w", "ssp(2)"}}));
+  EXPECT_DOUBLE_EQ(policy.blocked_fraction(), 0.5);
+  EXPECT_EQ(policy.blocking(), std::set<int32_t>{1});
+  job.SetBound(2);
+  // No longer blocked: bound 1 blocked before, so it stays at 2.
+  for (int i = 0; i < 6; ++i) job.Run(policy, actions, 1000, 0);
+  EXPECT_EQ(actions.models.size(), 1u);
+  EXPECT_DOUBLE_EQ(policy.blocked_fraction(), 0);
+  // Blocked again at 2: raised to 3.
+  for (int i = 0; i < 3; ++i) job.Run(policy, actions, 1000, 300);
+  ASSERT_EQ(actions.models.size(), 2u);
+  EXPECT_EQ(actions.models[1], (Change{"w", "ssp(3)"}));
+}
+
+TEST(Staleness, LowersABoundThatCostsNothingDownToItsMinimum) {
+  StalenessOptions o;
+  o.window = 2;
+  o.min_bound = 2;
+  o.max_bound = 4;
+  StalenessPolicy policy(o);
+  FakeActions actions;
+  BlockedJob job(4);
+  job.Run(policy, actions, 1000, 0);  // the baseline
+  for (int32_t bound = 4; bound > 1; --bound) {
+    job.SetBound(bound);
+    for (int i = 0; i < 2; ++i) job.Run(policy, actions, 1000, 10);  // 1%
+  }
+  using Change = std::pair<std::string, std::string>;
+  EXPECT_EQ(actions.models,
+            (std::vector<Change>{{"w", "ssp(3)"}, {"w", "ssp(2)"}}));
+  // At its maximum a blocking bound stays.
+  BlockedJob top(4);
+  StalenessPolicy high(o);
+  FakeActions none;
+  for (int i = 0; i < 5; ++i) top.Run(high, none, 1000, 900);
+  EXPECT_TRUE(none.models.empty());
+  EXPECT_GT(high.blocked_fraction(), 0.8);
+}
+
 TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
   Result<std::vector<std::shared_ptr<Policy>>> two = MakeBuiltinPolicies(
       "autoscale:threshold=0.2:max=8:settle_s=1.5,stragglers:window=3");
@@ -362,6 +468,10 @@ TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
   ASSERT_EQ(two->size(), 2u);
   EXPECT_EQ((*two)[0]->name(), "autoscale");
   EXPECT_EQ((*two)[1]->name(), "stragglers");
+  Result<std::vector<std::shared_ptr<Policy>>> three = MakeBuiltinPolicies(
+      "staleness:raise_above=0.3:lower_below=0.05:window=4:max=8");
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ((*three)[0]->name(), "staleness");
   Result<std::vector<std::shared_ptr<Policy>>> none = MakeBuiltinPolicies("");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
@@ -377,6 +487,12 @@ TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
       {"stragglers:window=1e9", "window=1e9"},
       {"stragglers:warmup_steps=-1", "warmup_steps=-1"},
       {"stragglers,", "unknown policy ''"},
+      {"staleness:raise_above=0", "raise_above must be in (0, 1]"},
+      {"staleness:raise_above=0.1:lower_below=0.1",
+       "lower_below must be below raise_above"},
+      {"staleness:min=5:max=4", "max must be at least min"},
+      {"staleness:step=0", "step=0 must be a number in"},
+      {"staleness:bound=3", "staleness has no parameter 'bound'"},
       {",autoscale", "unknown policy ''"},
   };
   for (const auto& [spec, message] : bad) {
@@ -452,6 +568,78 @@ TEST(CoordinatorPolicies, ActionsReachTheStatusAndEndWithTheWorker) {
   Result<ClusterStatus> after = QueryClusterStatus(cluster.address(), 5000);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE(after->replace_workers.empty());
+}
+
+// Changes table "t" to SSP(3) once it exists, and tries an unknown table
+// and a bad model.
+class ChangeOnce final : public Policy {
+ public:
+  std::string name() const override { return "change-once"; }
+  void OnStatus(const PolicyEvent& e, PolicyActions& actions) override {
+    if (asked_ || e.status->tables.empty()) return;
+    asked_ = true;
+    Consistency ssp3;
+    ssp3.mode = ConsistencyMode::kSsp;
+    ssp3.staleness = 3;
+    change = actions.SetConsistency("t", ssp3);
+    unknown = actions.SetConsistency("nosuch", ssp3);
+    Consistency bad = ssp3;
+    bad.staleness = -1;
+    invalid = actions.SetConsistency("t", bad);
+    done.store(true);
+  }
+  bool asked_ = false;
+  std::atomic<bool> done{false};
+  Status change = Status::Ok(), unknown = Status::Ok(), invalid = Status::Ok();
+};
+
+TEST(CoordinatorPolicies, APolicyChangesATablesConsistencyForEveryone) {
+  auto policy = std::make_shared<ChangeOnce>();
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.num_workers = 1;
+  options.policies = {policy};
+  options.policy_interval_ms = 100;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  TableOptions table;
+  table.name = "t";
+  table.consistency.mode = ConsistencyMode::kSsp;
+  table.consistency.staleness = 1;
+  Result<TableId> id = worker->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ClusterStatus status;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool changed = false;
+  while (!changed && std::chrono::steady_clock::now() < deadline) {
+    Result<ClusterStatus> s = QueryClusterStatus(cluster.address(), 5000);
+    ASSERT_TRUE(s.ok()) << s.status();
+    status = *s;
+    changed = status.table_consistency.size() == 1 &&
+              ToString(status.table_consistency[0]) == "ssp(3)";
+    if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(policy->done.load());
+  EXPECT_TRUE(policy->change.ok()) << policy->change;
+  EXPECT_EQ(policy->unknown.code(), StatusCode::kNotFound) << policy->unknown;
+  EXPECT_EQ(policy->invalid.code(), StatusCode::kInvalidArgument)
+      << policy->invalid;
+  ASSERT_TRUE(changed) << FormatClusterStatus(status);
+  EXPECT_NE(FormatClusterStatus(status).find("tables: t (ssp(3))"),
+            std::string::npos)
+      << FormatClusterStatus(status);
+  // The worker goes on under the new model.
+  for (int c = 0; c < 3; ++c) {
+    ASSERT_TRUE(
+        worker->Push(*id, std::vector<Key>{1}, std::vector<float>{1}).ok());
+    worker->Clock();
+  }
+  std::vector<float> out(1);
+  ASSERT_TRUE(worker->Pull(*id, std::vector<Key>{1}, out).ok());
+  EXPECT_EQ(out[0], 3.0f);
+  EXPECT_TRUE(worker->Finish().ok());
 }
 
 }  // namespace

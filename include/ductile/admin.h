@@ -61,6 +61,9 @@ struct ClusterStatus {
   int32_t expected_servers = 0;
   std::vector<MemberStatus> members;
   std::vector<std::string> tables;
+  // Each table's consistency model now (changed by Client::SetConsistency
+  // or a policy), in the order of `tables`.
+  std::vector<Consistency> table_consistency;
   uint64_t generation = 0;             // rollbacks after failures so far
   int64_t last_checkpoint_clock = -1;  // -1: none yet
   int32_t checkpoints = 0;             // complete checkpoints kept

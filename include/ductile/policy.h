@@ -57,6 +57,22 @@ class PolicyActions {
   // has left, finished or died). kNotFound for a worker that is not
   // active; asking again while a request stands changes nothing.
   virtual Status ReplaceWorker(int32_t id) = 0;
+  // Changes table `table`'s consistency model as Client::SetConsistency
+  // does: every server and worker switches at one clock. Returns once the
+  // change has started; it ends within a few round trips, and the status
+  // then shows the new model (ClusterStatus::table_consistency). A change
+  // that fails leaves the old model, and is logged. kNotFound for an
+  // unknown table, kInvalidArgument for a bad model, kUnavailable while
+  // another change of the table is under way, kFailedPrecondition while
+  // the job ends or rolls back. Actions that cannot change models refuse
+  // (kFailedPrecondition, the default).
+  virtual Status SetConsistency(const std::string& table,
+                                const Consistency& consistency) {
+    (void)table;
+    (void)consistency;
+    return FailedPreconditionError(
+        "these policy actions cannot change a table's consistency");
+  }
 };
 
 // What a hook is shown: the status just read, the time, and what changed
@@ -119,6 +135,10 @@ class Policy {
 //   stragglers  replaces a worker whose samples per second stay below
 //               `ratio` of the active workers' median for `window` readings
 //               in a row.
+//   staleness   raises the bound of SSP tables while the workers spend more
+//               than `raise_above` of their step time blocked on it, and
+//               lowers it while they spend less than `lower_below` (never
+//               back into a bound that blocked).
 // kInvalidArgument for an unknown name or parameter, or a bad value.
 Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec);
 

@@ -48,6 +48,7 @@ Status ClusterState::Open() {
     m.rejoining = pm.rejoining();
     m.keep_checkpoints = pm.keep_checkpoints();
     m.key = pm.key();
+    m.registered_from = pm.registered_from();
     // Not declared dead: alive until the heartbeat timeout says otherwise,
     // counting the silence it had under the previous coordinator (not the
     // time this one was down). Each member's first message after the
@@ -97,6 +98,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_rejoining(m.rejoining);
       pm->set_keep_checkpoints(m.keep_checkpoints);
       pm->set_key(m.key);
+      pm->set_registered_from(m.registered_from);
       if (!m.dead && !m.left && !m.finished && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a
         // member that speaks regularly changes nothing, and a silent one

@@ -56,6 +56,10 @@ struct Member {
   // key: only a connection proving it may register under its id again or
   // speak for it.
   std::string key;
+  // The connection identity its registration came from (durable; unlike
+  // `identity`, not forgotten by a restart): a REGISTER from it again is
+  // the same process asking again, not a restarted member.
+  std::string registered_from;
   // In memory only.
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};

@@ -172,10 +172,14 @@ Status KeyFitsRole(const std::string& key_name, const wire::Header& h,
 
 }  // namespace
 
-const Member* MembershipManager::RegisteredServer(const std::string& identity,
-                                                  int32_t id) const {
-  for (const auto& [server_id, m] : ctx_.state.servers) {
-    if (m.identity == identity && (id < 0 || id == server_id)) return &m;
+Member* MembershipManager::FindRegistration(std::map<int32_t, Member>& members,
+                                            const std::string& identity,
+                                            int32_t id) {
+  for (auto& [member_id, m] : members) {
+    if ((m.identity == identity || m.registered_from == identity) &&
+        (id < 0 || id == member_id)) {
+      return &m;
+    }
   }
   return nullptr;
 }
@@ -211,6 +215,7 @@ MembershipManager::Registered MembershipManager::Register(
   Member member;
   member.role = h.role();
   member.identity = identity;
+  member.registered_from = identity;
   member.key = key;
   member.last_seen = ctx_.Now();
   wire::Header reply;
@@ -223,7 +228,11 @@ MembershipManager::Registered MembershipManager::Register(
           RefusedForItsKey(taken->second, key, identity, h)) {
         return result;
       }
-      if (const Member* same = RegisteredServer(identity, id)) {
+      if (Member* same = FindRegistration(state.servers, identity, id);
+          same != nullptr && same->KeyFits(key)) {
+        // After a coordinator restart its identity was not known yet.
+        same->identity = identity;
+        same->last_seen = ctx_.Now();
         // The same process asking again (its first answer is late, or it
         // asked a coordinator that died before answering and was
         // restarted from a state that had it): the same answer.
@@ -258,7 +267,9 @@ MembershipManager::Registered MembershipManager::Register(
       return result;
     }
     case wire::ROLE_WORKER: {
-      Member* existing = state.FindByIdentity(identity);
+      Member* existing = FindRegistration(
+          state.workers, identity,
+          h.has_worker_id() && h.worker_id() >= 0 ? h.worker_id() : -1);
       const int32_t bound = ctx_.options.max_workers;
       if (existing == nullptr && bound > 0 && CountLiveWorkers() >= bound) {
         ctx_.out.Reply(
@@ -278,7 +289,11 @@ MembershipManager::Registered MembershipManager::Register(
         return result;
       }
       if (existing != nullptr) {
-        member = *existing;  // a resent registration
+        // A resent registration. After a coordinator restart its identity
+        // was not known yet.
+        existing->identity = identity;
+        existing->last_seen = ctx_.Now();
+        member = *existing;
       } else if (h.has_worker_id() && h.worker_id() >= 0) {
         // A worker asking for its id (`ductile local` numbers them, so its
         // --kill_schedule names the coordinator's ids).
@@ -295,29 +310,18 @@ MembershipManager::Registered MembershipManager::Register(
             RefusedForItsKey(taken->second, key, identity, h)) {
           return result;
         }
-        if (taken != state.workers.end() && taken->second.identity.empty() &&
-            !taken->second.dead && !taken->second.left) {
-          // Registered before this coordinator restarted, and not heard
-          // from since: the same worker asking again, its answer lost
-          // with the coordinator that had it.
-          member = taken->second;
-          member.identity = identity;
-          member.last_seen = ctx_.Now();
-          taken->second = member;
-          LOG(INFO) << "coordinator: worker " << id << " registered again";
-        } else if (taken != state.workers.end() && !taken->second.dead &&
-                   !taken->second.left) {
+        if (taken != state.workers.end() && !taken->second.dead &&
+            !taken->second.left) {
           ctx_.out.Reply(identity, h.seq(),
                          AlreadyExistsError("worker id " + std::to_string(id) +
                                             " is taken"));
           return result;
-        } else {
-          member.id = id;
-          state.next_worker_id = std::max(state.next_worker_id, id + 1);
-          state.workers[member.id] = member;
-          LOG(INFO) << "coordinator: worker " << member.id << " registered";
-          PublishWorkers();
         }
+        member.id = id;
+        state.next_worker_id = std::max(state.next_worker_id, id + 1);
+        state.workers[member.id] = member;
+        LOG(INFO) << "coordinator: worker " << member.id << " registered";
+        PublishWorkers();
       } else {
         while (state.workers.count(state.next_worker_id)) {
           ++state.next_worker_id;

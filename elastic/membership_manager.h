@@ -109,9 +109,10 @@ class MembershipManager {
  private:
   Member* FindMember(const wire::Header& h, const std::string& identity,
                      const std::string& key, Touched* touched);
-  // The server registered from `identity` (under `id`, or any id when
-  // `id` < 0), or null.
-  const Member* RegisteredServer(const std::string& identity, int32_t id) const;
+  // The member of `members` registered from `identity` (under `id`, or any
+  // id when `id` < 0), or null: the same process asking to register again.
+  Member* FindRegistration(std::map<int32_t, Member>& members,
+                           const std::string& identity, int32_t id);
   // Refuses (and answers) a registration under `taken`'s id from a
   // connection without its member key.
   bool RefusedForItsKey(const Member& taken, const std::string& key,

@@ -699,6 +699,54 @@ TEST(MemberIdentity, ARepeatedRegistrationIsAnsweredAsTheFirst) {
   EXPECT_EQ(workers, 1);
 }
 
+// The same after the coordinator restarted on its state: a server whose
+// registration the coordinator saved, then died before answering, asks the
+// new coordinator again. It is the same server: no second id, and no
+// rollback for a "restart" that never was.
+TEST(MemberIdentity, ARepeatedRegistrationAfterACoordinatorRestartIsTheSame) {
+  const std::string dir = NewDir("register-again");
+  CoordinatorOptions c;
+  c.bind_address = "tcp://127.0.0.1:0";
+  c.num_servers = 1;
+  c.num_workers = 1;
+  c.state_dir = dir + "/coordinator";
+  auto first = Coordinator::Start(c);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string address = (*first)->address();
+  wire::Header as_server;
+  as_server.set_type(wire::REGISTER);
+  as_server.set_seq(1);
+  as_server.set_role(wire::ROLE_SERVER);
+  as_server.set_member_id(-1);
+  as_server.mutable_endpoint()->set_tcp_address("tcp://127.0.0.1:1");
+  const wire::Header registered =
+      AskRaw(address, as_server, /*keys=*/nullptr, "server-again");
+  ASSERT_EQ(registered.status_code(), 0) << registered.status_message();
+  const int32_t id = registered.member_id();
+  Result<ClusterStatus> before = QueryClusterStatus(address, 10000);
+  ASSERT_TRUE(before.ok()) << before.status();
+  (*first)->Stop();
+  first->reset();
+
+  c.bind_address = address;
+  auto second = Coordinator::Start(c);
+  ASSERT_TRUE(second.ok()) << second.status();
+  as_server.set_seq(2);
+  const wire::Header again =
+      AskRaw(address, as_server, /*keys=*/nullptr, "server-again");
+  ASSERT_EQ(again.status_code(), 0) << again.status_message();
+  EXPECT_EQ(again.member_id(), id);
+  Result<ClusterStatus> after = QueryClusterStatus(address, 10000);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->generation, before->generation);
+  EXPECT_FALSE(after->recovering);
+  int servers = 0;
+  for (const MemberStatus& m : after->members) servers += m.role == "server";
+  EXPECT_EQ(servers, 1);
+  (*second)->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // Refused with kPermissionDenied, for want of the member key `what` names.
 void ExpectRefusedForItsKey(const std::string& address,
                             const wire::Header& spoofed, const Security& keys,

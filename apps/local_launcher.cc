@@ -1,5 +1,7 @@
 #include "apps/local_launcher.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -295,40 +297,80 @@ Result<std::vector<KillEvent>> ParseKillSchedule(
 
 namespace {
 
-// fork + exec of `argv` with the given signals unblocked (argv[0] found
-// on PATH when it has no '/'). The child dies with the supervisor
-// (PDEATHSIG), even if the supervisor is killed -9. `own_slurm_job`: the
-// child runs srun, which must queue a job of its own rather than a step
-// of an allocation the launcher may run in.
+// A command line and environment made before fork(): the child of a
+// process with threads may only call async-signal-safe functions, so it
+// allocates nothing.
+struct ExecImage {
+  std::vector<std::string> strings;  // owns what the pointers point at
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+// `own_slurm_job`: the child runs srun, which must queue a job of its own
+// rather than a step of an allocation the launcher may run in, with none
+// of the allocation's settings: every SLURM_* variable but SLURM_CONF is
+// left out.
+ExecImage MakeExecImage(const std::vector<std::string>& args,
+                        bool own_slurm_job) {
+  ExecImage image;
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view var(*e);
+    if (own_slurm_job && var.substr(0, 6) == "SLURM_" &&
+        var.substr(0, 11) != "SLURM_CONF=") {
+      continue;
+    }
+    env.emplace_back(var);
+  }
+  image.strings = args;
+  image.strings.insert(image.strings.end(), env.begin(), env.end());
+  for (size_t i = 0; i < image.strings.size(); ++i) {
+    (i < args.size() ? image.argv : image.envp)
+        .push_back(image.strings[i].data());
+  }
+  image.argv.push_back(nullptr);
+  image.envp.push_back(nullptr);
+  return image;
+}
+
+// In a child after fork(): exec `image` (argv[0] found on PATH when it has
+// no '/'), or say so and exit 127. Async-signal-safe calls only.
+[[noreturn]] void ExecOrDie(const ExecImage& image) {
+  execvpe(image.argv[0], image.argv.data(), image.envp.data());
+  const char prefix[] = "ductile local: cannot run ";
+  ssize_t ignored = write(STDERR_FILENO, prefix, sizeof(prefix) - 1);
+  ignored = write(STDERR_FILENO, image.argv[0], strlen(image.argv[0]));
+  ignored = write(STDERR_FILENO, "\n", 1);
+  (void)ignored;
+  _exit(127);
+}
+
+// fork + exec of `args` with the given signals unblocked. The child dies
+// with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
 pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked,
             bool own_slurm_job = false) {
+  const ExecImage image = MakeExecImage(args, own_slurm_job);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;  // parent, or -1
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died already
   sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
-  if (own_slurm_job) {
-    for (const char* name :
-         {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID"}) {
-      unsetenv(name);
-    }
-  }
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
-  std::fprintf(stderr, "ductile local: cannot run %s: %s\n", argv[0],
-               std::strerror(errno));
-  _exit(127);
+  ExecOrDie(image);
 }
 
-// Runs `args` to its end; its exit status, or -1 if it could not run or
-// was killed.
+// How long a Slurm command (squeue, scancel) may take before it is killed:
+// a slurmctld that does not answer must not stop the supervision.
+constexpr int kToolTimeoutMs = 10000;
+
+// Runs `args` to its end, its standard output into `output`; its exit
+// status, or -1 if it could not run, was killed, or took longer than
+// kToolTimeoutMs (it is then killed).
 int RunToEnd(const std::vector<std::string>& args, const sigset_t& blocked,
              std::string* output) {
+  const ExecImage image = MakeExecImage(args, false);
   int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return -1;
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
   const pid_t pid = fork();
   if (pid < 0) {
     close(pipe_fds[0]);
@@ -336,25 +378,44 @@ int RunToEnd(const std::vector<std::string>& args, const sigset_t& blocked,
     return -1;
   }
   if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
+    dup2(pipe_fds[1], STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
     sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    _exit(127);
+    ExecOrDie(image);
   }
   close(pipe_fds[1]);
+  const auto deadline =
+      SteadyClock::now() + std::chrono::milliseconds(kToolTimeoutMs);
+  bool timed_out = false;
   char buffer[512];
-  ssize_t n = 0;
-  while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
+  while (true) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - SteadyClock::now())
+                             .count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(left));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (ready == 0) {
+      timed_out = true;
+      break;
+    }
+    const ssize_t n = read(pipe_fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // its end of the pipe closed
     output->append(buffer, static_cast<size_t>(n));
   }
   close(pipe_fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
   int status = 0;
-  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  if (waitpid(pid, &status, 0) != pid || timed_out || !WIFEXITED(status)) {
+    return -1;
+  }
   return WEXITSTATUS(status);
 }
 
@@ -417,6 +478,8 @@ struct Child {
   std::vector<std::string> args;  // the command line, reused on restart
   // The Slurm job's name when it runs through srun (Provider::kSlurm), "".
   std::string slurm_job;
+  // A scheduled kill of a Slurm task not running yet is tried again then.
+  SteadyClock::time_point next_slurm_kill{};
   pid_t pid = -1;               // the running process; -1 when none
   bool finished = false;        // a worker that exited with status 0
   bool dropped = false;         // a worker that was killed: not restarted
@@ -529,7 +592,11 @@ class Supervisor {
         // The task itself, wherever Slurm runs it; srun then reports its
         // death. Not found yet (still queued): tried again at the next
         // poll.
-        if (!KillSlurmTask(c.slurm_job)) return false;
+        if (SteadyClock::now() < c.next_slurm_kill) return false;
+        if (!KillSlurmTask(c.slurm_job)) {
+          c.next_slurm_kill = SteadyClock::now() + std::chrono::seconds(1);
+          return false;
+        }
         c.scheduled_kill = true;
         KillLog("killed " + target + " (Slurm job " + c.slurm_job +
                 ") at clock " + std::to_string(clock));
@@ -610,7 +677,8 @@ class Supervisor {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       children_[index].pid = -1;
-      // Slurm cancels a job whose srun is killed, but not at once.
+      // Slurm ended the job of a killed srun within seconds where this
+      // was tried, but that is its choice (InactiveLimit): cancel it.
       if (!children_[index].slurm_job.empty()) {
         CancelSlurmJob(children_[index].slurm_job);
       }

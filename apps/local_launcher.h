@@ -159,8 +159,9 @@ struct LocalClusterOptions {
   //    killed by signal N as exit status 128 + N, which counts as that
   //    signal). A scheduled kill is `scancel --signal=KILL JOB.0`, so the
   //    task dies at once, without cleaning up, as a local kill -9. Jobs
-  //    of an enclosing allocation are not used: srun runs without
-  //    SLURM_JOB_ID, so each member is queued as a job of its own. The
+  //    of an enclosing allocation are not used: srun runs with no SLURM_*
+  //    variable but SLURM_CONF, so each member is queued as a job of its
+  //    own, with none of the allocation's settings. The
   //    members listen on 127.0.0.1: all must run on this node (a
   //    single-node partition, or --srun_flags=--nodelist=HOST).
   enum class Provider { kLocal, kSlurm };

@@ -55,8 +55,9 @@ cleanup() {
   local rc=$?
   if [[ -n "${JOB_PID:-}" ]]; then kill "$JOB_PID" 2>/dev/null || true; fi
   if [[ -f "$TMP/slurm.conf" ]]; then
-    SLURM_CONF="$TMP/slurm.conf" scancel --name-prefix=ductile- 2>/dev/null ||
-      SLURM_CONF="$TMP/slurm.conf" scancel --user=root 2>/dev/null || true
+    # This test's own slurmctld: every job in it is the test's.
+    SLURM_CONF="$TMP/slurm.conf" timeout 10 scancel --user=root 2>/dev/null ||
+      true
   fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do
@@ -169,12 +170,14 @@ echo "slurm up on ports $CTLD_PORT/$SLURMD_PORT"
   >"$TMP/job.out" 2>"$TMP/job.err" &
 JOB_PID=$!
 
-# Poll the queue while the job runs (bounded: 240 s).
+# Poll the queue while the job runs (bounded: 180 s, well inside ctest's
+# 300 s, so that the cleanup runs).
 : >"$TMP/queue"
-deadline=$((SECONDS + 240))
+deadline=$((SECONDS + 180))
 while kill -0 "$JOB_PID" 2>/dev/null; do
-  ((SECONDS < deadline)) || fail "the job did not end within 240 s"
-  squeue --noheader --states=RUNNING --format=%j >>"$TMP/queue" 2>/dev/null || true
+  ((SECONDS < deadline)) || fail "the job did not end within 180 s"
+  timeout 10 squeue --noheader --states=RUNNING --format=%j >>"$TMP/queue" \
+    2>/dev/null || true
   sleep 0.5
 done
 rc=0

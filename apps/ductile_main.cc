@@ -197,6 +197,11 @@ DEFINE_string(image, "",
 DEFINE_string(job_name, "ductile",
               "k8s: the job's Service name and its Jobs' prefix (a DNS "
               "label of at most 40 characters)");
+DEFINE_string(state_claim, "",
+              "k8s: a ReadWriteMany PersistentVolumeClaim shared by the "
+              "coordinator and servers as their state directory (empty: an "
+              "emptyDir per pod, and a server that stays down loses its "
+              "checkpoints)");
 DEFINE_string(keys_secret, "",
               "k8s: the Secret holding the cluster's keys (empty: "
               "JOB_NAME-keys)");
@@ -999,6 +1004,7 @@ int RunK8s() {
   job.workers = FLAGS_workers;
   job.max_workers = FLAGS_max_workers;
   job.keys_secret = FLAGS_keys_secret;
+  job.state_claim = FLAGS_state_claim;
   job.plain = FLAGS_insecure;
   const bool by_default =
       gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
@@ -1179,6 +1185,7 @@ const std::vector<Command>& Commands() {
         "workers",
         "max_workers",
         "keys_secret",
+        "state_claim",
         "insecure",
         "slots",
         "heartbeat_timeout_ms",

@@ -143,12 +143,19 @@ void WriteJob(const KubernetesJob& job, const Role& role,
   }
   w.Line(6, "volumes:");
   w.Line(8, "- name: state");
-  w.Line(10, "emptyDir: {}");
+  if (job.state_claim.empty()) {
+    w.Line(10, "emptyDir: {}");
+  } else {
+    w.Line(10, "persistentVolumeClaim:");
+    w.Line(12, "claimName: " + Quote(job.state_claim));
+  }
   if (!job.plain) {
     w.Line(8, "- name: keys");
     w.Line(10, "secret:");
     w.Line(12, "secretName: " + Quote(secret));
-    w.Line(12, "defaultMode: 0400");
+    // 0400 (read by the owner only, as the key loader demands; the pod
+    // runs as root, with no fsGroup that would add group read).
+    w.Line(12, "defaultMode: 256");
     w.Line(12, "items:");
     for (const auto& [key, path] : keys) {
       w.Line(14, "- key: " + Quote(key));
@@ -226,6 +233,14 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
                   " --from-file=keys/admin.pub $(for f in keys/members/*; do "
                   "printf -- '--from-file=members.%s=%s ' \"${f##*/}\" "
                   "\"$f\"; done)");
+  }
+  if (job.state_claim.empty()) {
+    w.Line(0,
+           "# WARNING: no --state_claim: each pod keeps its state in an "
+           "emptyDir, and a server");
+    w.Line(0,
+           "# down past the heartbeat timeout takes its checkpoints with it "
+           "(docs/adaptation.md).");
   }
   w.Line(0, "# Resize the workers (up to " + std::to_string(max_workers) +
                 "; drain the highest ids first when shrinking):");

@@ -6,11 +6,16 @@
 // (JOB_COMPLETION_INDEX, apps/launch_env.h) and is found by name through
 // the Service: pods of an Indexed Job with `subdomain: NAME` are
 // NAME-coordinator-0.NAME and so on. A crashed container restarts in its
-// pod (restartPolicy OnFailure), with its address, its --state_dir
-// (emptyDir: lost with the pod, kept across container restarts) and its
-// id; that is the local launcher's restart of a killed server. Workers and
-// servers are resized by changing their Job's parallelism and completions
-// (docs/adaptation.md).
+// pod (restartPolicy OnFailure), with its address and its id. The state
+// directory (/state) must be one volume shared by the coordinator and all
+// servers (`state_claim`, a ReadWriteMany PersistentVolumeClaim), as
+// `ductile local` shares one directory: when a server is declared dead,
+// the others restore its slots from its checkpoints there. Without one,
+// each pod has an emptyDir of its own, and a server that stays down past
+// the heartbeat timeout (a crash loop's back-off, a lost pod) takes its
+// slots' checkpoints with it: the rollback cannot restore them. Workers
+// and servers are resized by changing their Job's parallelism and
+// completions (docs/adaptation.md).
 #ifndef DUCTILE_APPS_K8S_MANIFESTS_H_
 #define DUCTILE_APPS_K8S_MANIFESTS_H_
 
@@ -37,6 +42,9 @@ struct KubernetesJob {
   // namespace nobody else reaches.
   std::string keys_secret;  // "" = NAME-keys
   bool plain = false;
+  // A ReadWriteMany PersistentVolumeClaim mounted at /state in every pod
+  // ("" = an emptyDir per pod; see above).
+  std::string state_claim;
   // Member keys made for up to this many workers (>= workers), so that
   // the worker Job can grow to it.
   int max_workers = 0;  // 0 = workers

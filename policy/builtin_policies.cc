@@ -222,6 +222,17 @@ void StalenessPolicy::OnStatus(const PolicyEvent& event,
   double sum = 0;
   for (double f : fractions_) sum += f;
   last_fraction_ = sum / static_cast<double>(fractions_.size());
+  // Blocked time is counted per worker, not per table: with a BSP table
+  // in the job, its waits would read as an SSP bound that blocks.
+  for (const Consistency& model : status.table_consistency) {
+    if (model.mode != ConsistencyMode::kBsp) continue;
+    if (!bsp_reported_) {
+      LOG(WARNING) << "staleness: a BSP table's waits count as time blocked "
+                      "too; nothing is changed while the job has one";
+      bsp_reported_ = true;
+    }
+    return;
+  }
   bool changed = false;
   for (size_t i = 0;
        i < status.tables.size() && i < status.table_consistency.size(); ++i) {

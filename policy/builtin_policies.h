@@ -119,8 +119,10 @@ class StragglerPolicy final : public Policy {
 //     that bound was found to block before.
 // After a change the readings start over; a reading without new step time
 // (no heartbeat since the last) counts for nothing.
-// BSP and async tables are left as they are. The bound is the same for
-// every SSP table: each is changed by itself, from its own bound.
+// Async tables are left as they are. While the job has a BSP table the
+// policy changes nothing: blocked time is reported per worker, not per
+// table, and BSP's waits would read as an SSP bound that blocks. Each SSP
+// table is changed by itself, from its own bound.
 struct StalenessOptions {
   double raise_above = 0.2;   // (0, 1]
   double lower_below = 0.02;  // [0, raise_above)
@@ -149,6 +151,7 @@ class StalenessPolicy final : public Policy {
   std::deque<double> fractions_;
   std::set<int32_t> blocking_;
   double last_fraction_ = -1;
+  bool bsp_reported_ = false;
 };
 
 // "KEY=VALUE:KEY=VALUE" after a spec's "NAME:" into a map; kInvalidArgument

@@ -11,7 +11,10 @@ their content checked against the flags they were made from:
   - each container runs `ductile ROLE` with the flags `ductile local` would
     give it: the coordinator's address by name, a server's --host from its
     pod's IP, the training flags on the workers, keys from the Secret;
-  - the Secret's items give every member key up to --max_workers;
+  - the Secret's items give every member key up to --max_workers, readable
+    by the owner only;
+  - --state_claim is the state volume of every pod; without it each has an
+    emptyDir, and the output warns;
   - --insecure drops the keys; bad names, a missing image and bad counts are
     refused with a message naming the flag.
 Usage: k8s_manifests_test.py DUCTILE_CLI
@@ -39,7 +42,8 @@ def main():
     code, out, err = run(ductile, "--image=registry.example/ductile:1",
                          "--job_name=mnist", "--servers=2", "--workers=3",
                          "--max_workers=5", "--app=fmnist-mlp", "--epochs=7",
-                         "--policy=autoscale:max=5")
+                         "--policy=autoscale:max=5",
+                         "--state_claim=mnist-state")
     check(code == 0, "ductile k8s failed: " + err)
     docs = [d for d in yaml.safe_load_all(out) if d is not None]
     check(len(docs) == 4, "expected 4 documents, got %d" % len(docs))
@@ -84,7 +88,10 @@ def main():
               mounts["keys"]["readOnly"], name + " keys mount")
         check(mounts["state"]["mountPath"] == "/state", name + " state mount")
         volumes = {v["name"]: v for v in pod["volumes"]}
+        check(volumes["state"]["persistentVolumeClaim"]["claimName"] ==
+              "mnist-state", name + " does not share the state claim")
         secret = volumes["keys"]["secret"]
+        check(secret["defaultMode"] == 0o400, name + " key file mode")
         check(secret["secretName"] == "mnist-keys", name + " Secret name")
         paths = {i["path"] for i in secret["items"]}
         for member in ["server-0", "server-1"] + [
@@ -126,6 +133,9 @@ def main():
               "--insecure still mounts keys")
         check("--insecure" in pod["containers"][0]["args"],
               "--insecure is not passed on")
+        check({"name": "state", "emptyDir": {}} in pod["volumes"],
+              "without --state_claim the state is not an emptyDir")
+    check("WARNING: no --state_claim" in out, "no warning without a claim")
 
     for args, message in [
             ([], "--image: the container image is needed"),

@@ -363,20 +363,27 @@ TEST(Stragglers, OneRatedWorkerHasNothingToBeComparedWith) {
   EXPECT_TRUE(actions.replaced.empty());
 }
 
-// A job of two workers and three tables (one SSP, one BSP, one async)
+// A job of two workers and two tables (one SSP, one async; with `bsp`, a
+// BSP table too)
 // whose workers' blocked time and step time grow by the given amounts at
 // each reading, as their heartbeats report them.
 class BlockedJob {
  public:
-  explicit BlockedJob(int32_t bound) { SetBound(bound); }
+  explicit BlockedJob(int32_t bound, bool bsp = false) : bsp_(bsp) {
+    SetBound(bound);
+  }
   void SetBound(int32_t bound) {
     Consistency ssp;
     ssp.mode = ConsistencyMode::kSsp;
     ssp.staleness = bound;
-    Consistency bsp;
-    bsp.mode = ConsistencyMode::kBsp;
-    status_.tables = {"w", "b", "a"};
-    status_.table_consistency = {ssp, bsp, Consistency{}};
+    status_.tables = {"w", "a"};
+    status_.table_consistency = {ssp, Consistency{}};
+    if (bsp_) {
+      Consistency bsp;
+      bsp.mode = ConsistencyMode::kBsp;
+      status_.tables.push_back("b");
+      status_.table_consistency.push_back(bsp);
+    }
   }
   // One reading after `step_ms` of steps with `blocked_ms` of it blocked
   // (per worker); 0 and 0: no heartbeat since the last reading.
@@ -401,6 +408,7 @@ class BlockedJob {
   }
 
  private:
+  const bool bsp_;
   ClusterStatus status_;
   PolicyEvent event_;
   double step_ms_ = 0;
@@ -459,6 +467,17 @@ TEST(Staleness, LowersABoundThatCostsNothingDownToItsMinimum) {
   for (int i = 0; i < 5; ++i) top.Run(high, none, 1000, 900);
   EXPECT_TRUE(none.models.empty());
   EXPECT_GT(high.blocked_fraction(), 0.8);
+}
+
+TEST(Staleness, ChangesNothingWhileTheJobHasABspTable) {
+  StalenessOptions o;
+  o.window = 2;
+  StalenessPolicy policy(o);
+  FakeActions actions;
+  BlockedJob job(1, /*bsp=*/true);
+  for (int i = 0; i < 6; ++i) job.Run(policy, actions, 1000, 500);
+  EXPECT_TRUE(actions.models.empty());
+  EXPECT_DOUBLE_EQ(policy.blocked_fraction(), 0.5);
 }
 
 TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {

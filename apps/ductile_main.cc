@@ -896,6 +896,50 @@ std::string Forward(const char* name) {
   return std::string("--") + name + "=" + value;
 }
 
+// The flags a job's coordinator, servers and workers get from the command
+// that launches them (`ductile local`, `ductile k8s`). A launched job keeps
+// checkpoints unless told otherwise: a crashed server then costs at most
+// kLocalCheckpointEvery clocks.
+std::vector<std::string> LaunchedCoordinatorFlags() {
+  const bool by_default =
+      gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
+      gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
+  return {"--slots=" + std::to_string(FLAGS_slots),
+          Forward("heartbeat_timeout_ms"),
+          Forward("no_worker_timeout_ms"),
+          by_default
+              ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
+              : Forward("checkpoint_every"),
+          Forward("checkpoint_interval_s"),
+          Forward("checkpoint_timeout_ms"),
+          Forward("policy"),
+          Forward("policy_interval_ms")};
+}
+
+std::vector<std::string> LaunchedServerFlags() {
+  return {"--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
+          Forward("keep_checkpoints"),
+          Forward("disk_reserve_mb"),
+          Forward("max_key_floats"),
+          Forward("max_stored_mb"),
+          Forward("max_queued_replies"),
+          Forward("max_window_per_client"),
+          Forward("client_idle_expiry_s"),
+          Forward("noise_scale_sample"),
+          Forward("apply_threads"),
+          Forward("keep_freed_memory"),
+          Forward("coordinator_timeout_ms"),
+          Forward("move_timeout_ms")};
+}
+
+std::vector<std::string> LaunchedWorkerFlags() {
+  std::vector<std::string> flags;
+  for (const char* name : kTrainingFlags) flags.push_back(Forward(name));
+  flags.push_back(Forward("timeout_ms"));
+  flags.push_back(Forward("keep_freed_memory"));
+  return flags;
+}
+
 int RunLocal() {
   ductile::Status valid = ValidateCheckpointFlags("local");
   if (!valid.ok()) return Fail(valid);
@@ -951,45 +995,17 @@ int RunLocal() {
   if (!resizes.ok()) return Fail(resizes.status());
   o.resize_schedule = std::move(*resizes);
   const std::string log = FLAGS_verbose ? "--minloglevel=0" : "--minloglevel=1";
-  // A local job keeps checkpoints unless told otherwise: a crashed server
-  // then costs at most that many clocks.
-  const bool by_default =
-      gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
-      gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
-  o.coordinator_flags = {
-      log,
-      "--slots=" + std::to_string(FLAGS_slots),
-      Forward("heartbeat_timeout_ms"),
-      Forward("no_worker_timeout_ms"),
-      by_default ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
-                 : Forward("checkpoint_every"),
-      Forward("checkpoint_interval_s"),
-      Forward("checkpoint_timeout_ms"),
-      Forward("metrics_port"),
-      Forward("metrics_host"),
-      Forward("policy"),
-      Forward("policy_interval_ms")};
-  o.server_flags = {log,
-                    "--host=127.0.0.1",
-                    "--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
-                    Forward("keep_checkpoints"),
-                    Forward("disk_reserve_mb"),
-                    Forward("max_key_floats"),
-                    Forward("max_stored_mb"),
-                    Forward("max_queued_replies"),
-                    Forward("max_window_per_client"),
-                    Forward("client_idle_expiry_s"),
-                    Forward("noise_scale_sample"),
-                    Forward("apply_threads"),
-                    Forward("keep_freed_memory"),
-                    Forward("coordinator_timeout_ms"),
-                    Forward("move_timeout_ms")};
-  o.worker_flags = {log};
-  for (const char* name : kTrainingFlags) {
-    o.worker_flags.push_back(Forward(name));
-  }
-  o.worker_flags.push_back(Forward("timeout_ms"));
-  o.worker_flags.push_back(Forward("keep_freed_memory"));
+  const auto with = [&log](std::vector<std::string> flags,
+                           std::vector<std::string> extra) {
+    flags.insert(flags.begin(), log);
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return flags;
+  };
+  o.coordinator_flags =
+      with(LaunchedCoordinatorFlags(),
+           {Forward("metrics_port"), Forward("metrics_host")});
+  o.server_flags = with(LaunchedServerFlags(), {"--host=127.0.0.1"});
+  o.worker_flags = with(LaunchedWorkerFlags(), {});
   ductile::Status s = ductile::apps::RunLocalCluster(o);
   if (!s.ok()) return Fail(s);
   std::fprintf(stderr, "ductile local: done\n");
@@ -1006,28 +1022,9 @@ int RunK8s() {
   job.keys_secret = FLAGS_keys_secret;
   job.state_claim = FLAGS_state_claim;
   job.plain = FLAGS_insecure;
-  const bool by_default =
-      gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
-      gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
-  job.coordinator_flags = {
-      "--slots=" + std::to_string(FLAGS_slots),
-      Forward("heartbeat_timeout_ms"),
-      Forward("no_worker_timeout_ms"),
-      by_default ? "--checkpoint_every=" + std::to_string(kLocalCheckpointEvery)
-                 : Forward("checkpoint_every"),
-      Forward("checkpoint_interval_s"),
-      Forward("policy"),
-      Forward("policy_interval_ms")};
-  job.server_flags = {"--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
-                      Forward("keep_checkpoints"),
-                      Forward("max_key_floats"),
-                      Forward("max_stored_mb"),
-                      Forward("noise_scale_sample"),
-                      Forward("apply_threads")};
-  for (const char* name : kTrainingFlags) {
-    job.worker_flags.push_back(Forward(name));
-  }
-  job.worker_flags.push_back(Forward("timeout_ms"));
+  job.coordinator_flags = LaunchedCoordinatorFlags();
+  job.server_flags = LaunchedServerFlags();
+  job.worker_flags = LaunchedWorkerFlags();
   if (auto policies = ductile::MakeBuiltinPolicies(FLAGS_policy);
       !policies.ok()) {
     return Fail(policies.status());
@@ -1192,11 +1189,19 @@ const std::vector<Command>& Commands() {
         "no_worker_timeout_ms",
         "checkpoint_every",
         "checkpoint_interval_s",
+        "checkpoint_timeout_ms",
         "keep_checkpoints",
+        "disk_reserve_mb",
         "max_key_floats",
         "max_stored_mb",
+        "max_queued_replies",
+        "max_window_per_client",
+        "client_idle_expiry_s",
         "noise_scale_sample",
         "apply_threads",
+        "keep_freed_memory",
+        "coordinator_timeout_ms",
+        "move_timeout_ms",
         "policy",
         "policy_interval_ms",
         "timeout_ms"},

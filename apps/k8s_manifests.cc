@@ -79,6 +79,18 @@ class Writer {
   std::ostringstream out_;
 };
 
+// The labels of every object of the job, at `indent`; `component` ""
+// for the Service, which is the whole job's.
+void WriteLabels(const std::string& job, const std::string& component,
+                 int indent, Writer& w) {
+  w.Line(indent, "labels:");
+  w.Line(indent + 2, "app.kubernetes.io/name: ductile");
+  w.Line(indent + 2, "app.kubernetes.io/instance: " + Quote(job));
+  if (!component.empty()) {
+    w.Line(indent + 2, "app.kubernetes.io/component: " + component);
+  }
+}
+
 struct Role {
   std::string component;  // coordinator, server, worker
   int count = 1;
@@ -95,10 +107,7 @@ void WriteJob(const KubernetesJob& job, const Role& role,
   w.Line(0, "kind: Job");
   w.Line(0, "metadata:");
   w.Line(2, "name: " + Quote(job.name + "-" + role.component));
-  w.Line(2, "labels:");
-  w.Line(4, "app.kubernetes.io/name: ductile");
-  w.Line(4, "app.kubernetes.io/instance: " + Quote(job.name));
-  w.Line(4, "app.kubernetes.io/component: " + role.component);
+  WriteLabels(job.name, role.component, 2, w);
   w.Line(0, "spec:");
   w.Line(2, "completionMode: Indexed");
   w.Line(2, "completions: " + std::to_string(role.count));
@@ -108,10 +117,7 @@ void WriteJob(const KubernetesJob& job, const Role& role,
   w.Line(2, "backoffLimit: 20");
   w.Line(2, "template:");
   w.Line(4, "metadata:");
-  w.Line(6, "labels:");
-  w.Line(8, "app.kubernetes.io/name: ductile");
-  w.Line(8, "app.kubernetes.io/instance: " + Quote(job.name));
-  w.Line(8, "app.kubernetes.io/component: " + role.component);
+  WriteLabels(job.name, role.component, 6, w);
   w.Line(4, "spec:");
   // Pod NAME-ROLE-I is then NAME-ROLE-I.NAME in DNS.
   w.Line(6, "subdomain: " + Quote(job.name));
@@ -252,9 +258,7 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
   w.Line(0, "kind: Service");
   w.Line(0, "metadata:");
   w.Line(2, "name: " + Quote(job.name));
-  w.Line(2, "labels:");
-  w.Line(4, "app.kubernetes.io/name: ductile");
-  w.Line(4, "app.kubernetes.io/instance: " + Quote(job.name));
+  WriteLabels(job.name, "", 2, w);
   w.Line(0, "spec:");
   w.Line(2, "clusterIP: None");
   w.Line(2, "publishNotReadyAddresses: true");

@@ -249,6 +249,12 @@ DEFINE_double(lr_step_epochs, 0, "--lr_decay=step: epochs between steps");
 DEFINE_double(lr_gamma, 0.1, "--lr_decay=step: factor of each step");
 DEFINE_double(lr_min_factor, 0.0,
               "--lr_decay=cosine: the final fraction of the learning rate");
+DEFINE_string(lr_scaling, "none",
+              "with --consistency=bsp (mean): the learning rate follows the "
+              "global batch when workers join or leave: none, linear (times "
+              "workers / the workers when the tables were made) or sqrt");
+DEFINE_int64(lr_scaling_ramp, 50,
+             "--lr_scaling: steps over which a new factor is reached");
 DEFINE_double(l2, 0.0, "L2 weight decay");
 DEFINE_string(consistency, "async",
               "consistency model of the job's tables: bsp, ssp or async");
@@ -273,6 +279,7 @@ constexpr const char* kTrainingFlags[] = {
     "app",         "data_dir",       "device",        "epochs",
     "batch_size",  "optimizer",      "learning_rate", "lr_warmup_epochs",
     "lr_decay",    "lr_step_epochs", "lr_gamma",      "lr_min_factor",
+    "lr_scaling",  "lr_scaling_ramp",
     "l2",          "consistency",    "staleness",     "bsp_combine",
     "cache",       "prefetch",       "seed",          "log_every",
     "max_samples", "min_accuracy",   "max_rmse",      "csv_log",
@@ -599,6 +606,8 @@ int RunWorker() {
   t.lr_step_epochs = FLAGS_lr_step_epochs;
   t.lr_gamma = static_cast<float>(FLAGS_lr_gamma);
   t.lr_min_factor = static_cast<float>(FLAGS_lr_min_factor);
+  t.lr_scaling = FLAGS_lr_scaling;
+  t.lr_scaling_ramp = FLAGS_lr_scaling_ramp;
   t.l2 = static_cast<float>(FLAGS_l2);
   t.seed = FLAGS_seed;
   t.log_every = FLAGS_log_every;

@@ -70,6 +70,21 @@ Status Validate(const TrainerOptions& o) {
   if (!(o.lr_min_factor >= 0 && o.lr_min_factor <= 1)) {
     return InvalidArgumentError("--lr_min_factor must be in [0, 1]");
   }
+  if (o.lr_scaling != "none" && o.lr_scaling != "linear" &&
+      o.lr_scaling != "sqrt") {
+    return InvalidArgumentError("unknown --lr_scaling '" + o.lr_scaling +
+                                "' (none, linear, sqrt)");
+  }
+  if (o.lr_scaling_ramp < 0 || o.lr_scaling_ramp > (int64_t{1} << 40)) {
+    return InvalidArgumentError("--lr_scaling_ramp must be in [0, 2^40]");
+  }
+  if (o.lr_scaling != "none" &&
+      !(o.consistency.mode == ConsistencyMode::kBsp &&
+        o.consistency.combine == BspCombine::kMean)) {
+    return InvalidArgumentError(
+        "--lr_scaling applies to BSP clocks combined by the mean: it needs "
+        "--consistency=bsp --bsp_combine=mean");
+  }
   if (o.lr_decay == "cosine" && !(o.lr_warmup_epochs < o.epochs)) {
     return InvalidArgumentError(
         "--lr_decay=cosine needs --lr_warmup_epochs below --epochs");
@@ -104,6 +119,15 @@ LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
   return s;
 }
 
+BatchScaling BatchScalingOf(const TrainerOptions& o, int world) {
+  BatchScaling b;
+  if (o.lr_scaling == "linear") b.rule = BatchScaling::Rule::kLinear;
+  if (o.lr_scaling == "sqrt") b.rule = BatchScaling::Rule::kSqrt;
+  b.base_pushes = std::max(1, world);
+  b.ramp_clocks = o.lr_scaling_ramp;
+  return b;
+}
+
 namespace {
 
 // The schedule of the tables `o` makes, for `world` workers that take
@@ -132,6 +156,7 @@ auto MakeTable(Client& client, TableOptions t, Make make) -> decltype(make(t)) {
     Result<TableInfo> existing = client.GetTable(t.name);
     if (existing.ok()) {
       t.lr_schedule = existing->options.lr_schedule;
+      t.batch_scaling = existing->options.batch_scaling;
       return make(t);
     }
     // Still being made by another worker.
@@ -638,6 +663,7 @@ class ParamTensors {
       t.learning_rate = o.learning_rate;
       t.lr_schedule =
           TableSchedule(client, b.name, o, batches_per_epoch, world);
+      t.batch_scaling = BatchScalingOf(o, world);
       t.init = b.init;
       t.consistency = o.consistency;
       Result<Tensor> tensor =
@@ -838,6 +864,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
           (static_cast<int64_t>(data.train.size()) + o.batch_size - 1) /
               o.batch_size,
           world);
+      t.batch_scaling = BatchScalingOf(o, world);
       t.init.kind = InitKind::kUniform;
       t.init.low = -0.3f;
       t.init.high = 0.3f;

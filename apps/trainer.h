@@ -49,6 +49,12 @@ struct TrainerOptions {
   double lr_step_epochs = 0;
   float lr_gamma = 0.1f;
   float lr_min_factor = 0.0f;
+  // How the rate follows the global batch of BSP (mean) clocks when the
+  // workers change (TableOptions::batch_scaling): "none", "linear" or
+  // "sqrt", against the workers the job has when its tables are made,
+  // ramped over `lr_scaling_ramp` clocks.
+  std::string lr_scaling = "none";
+  int64_t lr_scaling_ramp = 50;
   float l2 = 0.0f;          // L2 weight decay
   Consistency consistency;  // of the parameter tables
   uint64_t seed = 1;        // data shuffling and initialisation
@@ -75,6 +81,10 @@ struct TrainerOptions {
   double mf_observed = 0.05;
   double mf_noise = 0.1;
 };
+
+// The batch scaling of the tables `o` makes when the job has `world`
+// workers.
+BatchScaling BatchScalingOf(const TrainerOptions& o, int world);
 
 // The schedule of `o` in clocks, for workers that make `clocks_per_epoch`
 // clocks per epoch each.

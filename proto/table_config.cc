@@ -28,6 +28,10 @@ wire::TableConfig ToWire(const TableOptions& o, TableId id) {
   lr->set_gamma(o.lr_schedule.gamma);
   lr->set_total_clocks(o.lr_schedule.total_clocks);
   lr->set_min_factor(o.lr_schedule.min_factor);
+  auto* scaling = c.mutable_batch_scaling();
+  scaling->set_rule(static_cast<int>(o.batch_scaling.rule));
+  scaling->set_base_pushes(o.batch_scaling.base_pushes);
+  scaling->set_ramp_clocks(o.batch_scaling.ramp_clocks);
   auto* init = c.mutable_init();
   init->set_kind(static_cast<int>(o.init.kind));
   init->set_value(o.init.value);
@@ -59,6 +63,12 @@ TableOptions FromWire(const wire::TableConfig& c) {
   o.lr_schedule.gamma = c.has_lr_schedule() ? lr.gamma() : 0.1f;
   o.lr_schedule.total_clocks = lr.total_clocks();
   o.lr_schedule.min_factor = lr.min_factor();
+  const wire::BatchScaling& scaling = c.batch_scaling();
+  o.batch_scaling.rule = static_cast<BatchScaling::Rule>(scaling.rule());
+  // A table made before the field existed has none: base 1, unused.
+  o.batch_scaling.base_pushes =
+      c.has_batch_scaling() ? scaling.base_pushes() : 1;
+  o.batch_scaling.ramp_clocks = scaling.ramp_clocks();
   o.init.kind = static_cast<InitKind>(c.init().kind());
   o.init.value = c.init().value();
   o.init.low = c.init().low();
@@ -158,6 +168,25 @@ Status ValidateSchedule(const LearningRateSchedule& s) {
                               std::to_string(static_cast<int>(s.decay)));
 }
 
+Status ValidateBatchScaling(const BatchScaling& b) {
+  const int rule = static_cast<int>(b.rule);
+  if (rule < 0 || rule > static_cast<int>(BatchScaling::Rule::kSqrt)) {
+    return InvalidArgumentError("batch_scaling: unknown rule " +
+                                std::to_string(rule));
+  }
+  if (b.base_pushes < 1 || b.base_pushes > 1000000) {
+    return InvalidArgumentError(
+        "batch_scaling.base_pushes must be in [1, 1000000], not " +
+        std::to_string(b.base_pushes));
+  }
+  if (b.ramp_clocks < 0 || b.ramp_clocks > (int64_t{1} << 40)) {
+    return InvalidArgumentError(
+        "batch_scaling.ramp_clocks must be in [0, 2^40], not " +
+        std::to_string(b.ramp_clocks));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateTableOptions(const TableOptions& o) {
@@ -200,6 +229,7 @@ Status ValidateTableOptions(const TableOptions& o) {
   }
   DUCTILE_RETURN_IF_ERROR(ValidateConsistency(o.consistency));
   DUCTILE_RETURN_IF_ERROR(ValidateSchedule(o.lr_schedule));
+  DUCTILE_RETURN_IF_ERROR(ValidateBatchScaling(o.batch_scaling));
   const int init = static_cast<int>(o.init.kind);
   if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
     return InvalidArgumentError("unknown initializer " + std::to_string(init));

@@ -11,7 +11,20 @@
 namespace ductile {
 ParameterTable::ParameterTable(TableId id, const TableOptions& options,
                                const CustomRule* custom)
-    : id_(id), options_(options), kernel_(options, custom) {}
+    : id_(id),
+      options_(options),
+      kernel_(options, custom),
+      batch_ramp_(options.batch_scaling.ramp_clocks) {}
+
+float ParameterTable::BatchFactor(int64_t clock, int32_t pushes,
+                                  BspCombine combine) {
+  if (options_.batch_scaling.rule == BatchScaling::Rule::kNone ||
+      combine != BspCombine::kMean || options_.rule == UpdateRule::kAssign) {
+    return 1.0f;
+  }
+  return batch_ramp_.Next(
+      clock, BatchScalingFactor(options_.batch_scaling, pushes));
+}
 
 Status ParameterTable::CheckWidths(const DataFrames& request) const {
   if (options_.value_width != 0) return Status::Ok();  // checked by the codec
@@ -128,7 +141,7 @@ void ParameterTable::RunWork(const std::vector<Work>& work, float factor) {
 }
 
 Status ParameterTable::ApplyOne(Key key, std::span<const float> update,
-                                int64_t clock) {
+                                int64_t clock, float batch_factor) {
   Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
   if (e.value.size() != update.size()) {
     return InvalidArgumentError(
@@ -136,7 +149,8 @@ Status ParameterTable::ApplyOne(Key key, std::span<const float> update,
         "' has width " + std::to_string(e.value.size()) + ", its pushes of " +
         std::to_string(update.size()) + " floats are dropped");
   }
-  kernel_.Apply(e.value, update, e.state, &e.steps, kernel_.Factor(clock));
+  kernel_.Apply(e.value, update, e.state, &e.steps,
+                kernel_.Factor(clock) * batch_factor);
   MarkChanged(key, e);
   return Status::Ok();
 }
@@ -174,6 +188,8 @@ void ParameterTable::Clear() {
   entries_.clear();
   stored_floats_ = 0;
   changed_.clear();
+  // The clocks start again from the checkpoint's: no ramp carries over.
+  batch_ramp_ = BatchScaleRamp(options_.batch_scaling.ramp_clocks);
 }
 
 void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {

@@ -8,6 +8,7 @@
 #ifndef DUCTILE_SERVER_PARAMETER_TABLE_H_
 #define DUCTILE_SERVER_PARAMETER_TABLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -47,7 +48,9 @@ class ParameterTable {
   // existing key of another width is left unchanged (InvalidArgument): a
   // push from a peer that is no worker may have created it, with its own
   // width, after the pushes were checked and buffered.
-  Status ApplyOne(Key key, std::span<const float> update, int64_t clock);
+  // `batch_factor` multiplies the learning rate as well (BatchFactor).
+  Status ApplyOne(Key key, std::span<const float> update, int64_t clock,
+                  float batch_factor = 1.0f);
   // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`:
   // their mean under BspCombine::kMean (not for assign tables), else the
   // sum. `sum` is scaled in place.
@@ -57,8 +60,12 @@ class ParameterTable {
     if (scale != 1.0f) {
       for (float& x : sum) x *= scale;
     }
-    return ApplyOne(key, sum, clock);
+    return ApplyOne(key, sum, clock, BatchFactor(clock, pushes, combine));
   }
+  // The learning-rate factor TableOptions::batch_scaling gives BSP clock
+  // `clock`, whose keys had at most `pushes` pushes here (1 unless
+  // combined by the mean), ramped from the factor of the clocks before.
+  float BatchFactor(int64_t clock, int32_t pushes, BspCombine combine);
   // What a sum of `pushes` pushes is multiplied by before it is applied:
   // 1 / pushes for a mean (not for assign tables), else 1.
   float CombinedScale(int32_t pushes, BspCombine combine) const {
@@ -177,6 +184,7 @@ class ParameterTable {
   std::unordered_map<Key, Entry> entries_;
   uint64_t stored_floats_ = 0;
   std::vector<Key> changed_;  // keys with Entry::changed set
+  BatchScaleRamp batch_ramp_;
   ParallelRunner* runner_ = nullptr;
 };
 
@@ -185,10 +193,19 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
                                       BspCombine combine, int64_t clock,
                                       std::vector<Status>* errors) {
   size_t floats = 0;
-  for (const auto& kv : keys) floats += kv.second.values.size();
+  int32_t pushes = 0;
+  for (const auto& kv : keys) {
+    floats += kv.second.values.size();
+    pushes = std::max(pushes, kv.second.pushes);
+  }
+  const float batch = BatchFactor(clock, pushes, combine);
   if (!Parallel(floats)) {
     for (auto& [key, c] : keys) {
-      Status s = ApplyCombined(key, c.values, c.pushes, combine, clock);
+      const float scale = CombinedScale(c.pushes, combine);
+      if (scale != 1.0f) {
+        for (float& x : c.values) x *= scale;
+      }
+      Status s = ApplyOne(key, c.values, clock, batch);
       if (!s.ok()) errors->push_back(std::move(s));
     }
     return;
@@ -199,7 +216,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
   for (auto& [key, c] : keys) {
     Entry& e = FindOrCreate(key, static_cast<uint32_t>(c.values.size()));
     if (e.value.size() != c.values.size()) {
-      errors->push_back(ApplyOne(key, c.values, clock));  // refuses it
+      errors->push_back(ApplyOne(key, c.values, clock, batch));  // refuses
       continue;
     }
     ++e.steps;
@@ -207,7 +224,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
     work.push_back(Work{&e, c.values.data(), c.values.data(),
                         CombinedScale(c.pushes, combine)});
   }
-  RunWork(work, kernel_.Factor(clock));
+  RunWork(work, kernel_.Factor(clock) * batch);
 }
 
 }  // namespace ductile

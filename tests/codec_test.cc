@@ -672,6 +672,37 @@ TEST(ValidateTableOptions, RejectsLearningRateSchedulesOutOfRange) {
   ExpectInvalid(t, "unknown decay 7");
 }
 
+TEST(ValidateTableOptions, RejectsBatchScalingOutOfRange) {
+  TableOptions t = ValidTable();
+  t.batch_scaling.base_pushes = 0;
+  ExpectInvalid(t, "base_pushes must be in [1, 1000000], not 0");
+  t = ValidTable();
+  t.batch_scaling.ramp_clocks = -1;
+  ExpectInvalid(t, "ramp_clocks must be in [0, 2^40], not -1");
+  t = ValidTable();
+  t.batch_scaling.rule = static_cast<BatchScaling::Rule>(9);
+  ExpectInvalid(t, "batch_scaling: unknown rule 9");
+  t.batch_scaling.rule = BatchScaling::Rule::kSqrt;
+  EXPECT_TRUE(ValidateTableOptions(t).ok());
+}
+
+TEST(TableConfig, BatchScalingSurvivesTheWire) {
+  TableOptions t = ValidTable();
+  t.batch_scaling.rule = BatchScaling::Rule::kLinear;
+  t.batch_scaling.base_pushes = 3;
+  t.batch_scaling.ramp_clocks = 40;
+  const TableOptions back = FromWire(ToWire(t, 3));
+  EXPECT_EQ(back.batch_scaling.rule, BatchScaling::Rule::kLinear);
+  EXPECT_EQ(back.batch_scaling.base_pushes, 3);
+  EXPECT_EQ(back.batch_scaling.ramp_clocks, 40);
+  // A config written before the field existed reads as no scaling, valid.
+  wire::TableConfig old = ToWire(ValidTable(), 3);
+  old.clear_batch_scaling();
+  const TableOptions read = FromWire(old);
+  EXPECT_EQ(read.batch_scaling.rule, BatchScaling::Rule::kNone);
+  EXPECT_TRUE(ValidateTableOptions(read).ok());
+}
+
 TEST(TableConfig, ALearningRateScheduleSurvivesTheWire) {
   TableOptions t = ValidTable();
   t.lr_schedule.warmup_clocks = 5;

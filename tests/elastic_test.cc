@@ -224,6 +224,51 @@ TEST(Elastic, AWorkerThatLeavesIsNoLongerWaitedForAndItsPushesStay) {
   EXPECT_TRUE(sa.ok() && sb.ok()) << sa << " / " << sb;
 }
 
+// With linear batch scaling the rate of a BSP (mean) clock follows the
+// workers that pushed in it: SGD at rate 1 made for 3 workers, every push
+// 1, moves each key by 1 a clock while 3 push and by 2/3 once one has left.
+TEST(Elastic, ABatchScaledRateFollowsTheWorkersThatLeave) {
+  TestCluster cluster({.num_servers = 2, .num_workers = 3});
+  std::unique_ptr<Client> workers[3] = {
+      ConnectWorker(cluster), ConnectWorker(cluster), ConnectWorker(cluster)};
+  ASSERT_TRUE(workers[0] && workers[1] && workers[2]);
+  TableOptions t;
+  t.name = "scaled";
+  t.rule = UpdateRule::kSgd;
+  t.learning_rate = 1.0f;
+  t.consistency.mode = ConsistencyMode::kBsp;
+  t.batch_scaling.rule = BatchScaling::Rule::kLinear;
+  t.batch_scaling.base_pushes = 3;
+  Result<TableId> table = workers[0]->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  for (auto& w : workers) ASSERT_TRUE(w->CreateTable(t).ok());
+  std::vector<Key> keys(16);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 977;  // both servers
+  const std::vector<float> ones(keys.size(), 1.0f);
+  constexpr int64_t kEnd = 12, kLeave = 3;
+  Status status[3];
+  auto run = [&](int i, int64_t clocks) {
+    for (int64_t c = 0; c < clocks && status[i].ok(); ++c) {
+      status[i] = workers[i]->Push(*table, keys, ones);
+      workers[i]->Clock();
+    }
+  };
+  std::thread ta([&] { run(0, kEnd); });
+  std::thread tb([&] { run(1, kEnd); });
+  std::thread tc([&] {
+    run(2, kLeave);
+    if (status[2].ok()) status[2] = workers[2]->Leave();
+  });
+  ta.join();
+  tb.join();
+  tc.join();
+  for (const Status& s : status) ASSERT_TRUE(s.ok()) << s;
+  std::vector<float> out(keys.size());
+  ASSERT_TRUE(workers[0]->Pull(*table, keys, out).ok());  // waits for kEnd
+  const float expected = -(kLeave * 1.0f + (kEnd - kLeave) * 2.0f / 3.0f);
+  for (float v : out) EXPECT_NEAR(v, expected, 1e-4f);  // not -12
+}
+
 TEST(Elastic, RegistrationsBeyondMaxWorkersAreRefusedUntilOneLeaves) {
   TestCluster cluster({.num_servers = 1, .num_workers = 1, .max_workers = 2});
   auto a = ConnectWorker(cluster);

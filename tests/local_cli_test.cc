@@ -640,6 +640,20 @@ TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
   EXPECT_NE(bad_decay.output().find("unknown --lr_decay 'linear'"),
             std::string::npos)
       << bad_decay.output();
+
+  Process bad_scaling(
+      {kBinary, "local", "--lr_scaling=cubic", UniqueTimeoutFlag()});
+  EXPECT_NE(ExitCode(bad_scaling.Wait(std::chrono::seconds(60))), 0);
+  EXPECT_NE(bad_scaling.output().find("unknown --lr_scaling 'cubic'"),
+            std::string::npos)
+      << bad_scaling.output();
+  // Pushes applied one by one have no global batch to follow.
+  Process async_scaling({kBinary, "local", "--lr_scaling=linear",
+                         "--consistency=ssp", UniqueTimeoutFlag()});
+  EXPECT_NE(ExitCode(async_scaling.Wait(std::chrono::seconds(60))), 0);
+  EXPECT_NE(async_scaling.output().find("--lr_scaling applies to BSP clocks"),
+            std::string::npos)
+      << async_scaling.output();
 }
 
 // Runs `ductile args...` to its end; returns its exit code and output.

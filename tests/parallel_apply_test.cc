@@ -306,5 +306,71 @@ TEST(ParallelApply, AServerWithApplyThreadsMatchesTheKernel) {
   }
 }
 
+// A BSP (mean) table with linear batch scaling against one worker: SGD with
+// rate 1 and every push 1, so each clock moves the value by its factor.
+TEST(BatchScaledTable, AClocksRateFollowsItsPushesAndRampsToANewCount) {
+  ParallelRunner runner(3);
+  for (bool parallel : {false, true}) {
+    TableOptions t = Table(UpdateRule::kSgd, parallel ? 40000 : 2);
+    t.learning_rate = 1.0f;
+    t.batch_scaling.rule = BatchScaling::Rule::kLinear;
+    t.batch_scaling.base_pushes = 1;
+    t.batch_scaling.ramp_clocks = 4;
+    ParameterTable table(1, t, nullptr);
+    if (parallel) table.set_runner(&runner);
+    auto clock_of = [&](int32_t pushes) {
+      std::unordered_map<Key, Combined> keys;
+      // `pushes` pushes of 1 summed: their mean is 1.
+      keys[5] = Combined{std::vector<float>(t.value_width,
+                                            static_cast<float>(pushes)),
+                         pushes};
+      return keys;
+    };
+    // Clocks 0-1 with one worker, then two: factors 1, 1, 1.25, 1.5,
+    // 1.75, 2, 2.
+    const int32_t pushes[] = {1, 1, 2, 2, 2, 2, 2};
+    for (int64_t c = 0; c < 7; ++c) {
+      std::unordered_map<Key, Combined> keys = clock_of(pushes[c]);
+      std::vector<Status> errors;
+      table.ApplyCombinedAll(keys, BspCombine::kMean, c, &errors);
+      ASSERT_TRUE(errors.empty());
+    }
+    std::vector<float> v;
+    ASSERT_TRUE(table.Get(5, &v));
+    EXPECT_EQ(v.front(), -10.5f) << "parallel " << parallel;
+    EXPECT_EQ(v.back(), -10.5f) << "parallel " << parallel;
+    // By the sum the pushes' sum carries the count already: factor 1.
+    std::unordered_map<Key, Combined> summed = clock_of(2);
+    std::vector<Status> errors;
+    table.ApplyCombinedAll(summed, BspCombine::kSum, 7, &errors);
+    ASSERT_TRUE(table.Get(5, &v));
+    EXPECT_EQ(v.front(), -12.5f);
+    // A rollback starts the clocks again: the first one's count is in
+    // force at once, with no ramp from before.
+    table.Clear();
+    std::unordered_map<Key, Combined> after = clock_of(3);
+    table.ApplyCombinedAll(after, BspCombine::kMean, 2, &errors);
+    ASSERT_TRUE(table.Get(5, &v));
+    EXPECT_EQ(v.front(), -3.0f);
+    EXPECT_TRUE(errors.empty());
+  }
+}
+
+// Pushes applied one by one (async, SSP) are one worker's batch each.
+TEST(BatchScaledTable, PushesAppliedOneByOneAreNotScaled) {
+  TableOptions t = Table(UpdateRule::kSgd, 1);
+  t.learning_rate = 1.0f;
+  t.batch_scaling.rule = BatchScaling::Rule::kLinear;
+  t.batch_scaling.base_pushes = 1;
+  ParameterTable table(1, t, nullptr);
+  Push push({4}, {1.0f}, 1);
+  ASSERT_TRUE(push.status.ok());
+  table.ApplyPush(push.request, 0);
+  table.ApplyPush(push.request, 0);
+  std::vector<float> v;
+  ASSERT_TRUE(table.Get(4, &v));
+  EXPECT_EQ(v[0], -2.0f);
+}
+
 }  // namespace
 }  // namespace ductile

@@ -474,5 +474,48 @@ TEST(UpdateRuleKernel, AdamOnAWideKeyMatchesAdamFloatByFloat) {
   EXPECT_EQ(std::vector<float>(exported.begin() + n, exported.end()), v1);
 }
 
+TEST(BatchScaling, TheFactorIsThePushesOverTheBaseOrItsRoot) {
+  BatchScaling b;
+  b.base_pushes = 2;
+  EXPECT_EQ(BatchScalingFactor(b, 4), 1.0f);  // kNone
+  b.rule = BatchScaling::Rule::kLinear;
+  EXPECT_EQ(BatchScalingFactor(b, 4), 2.0f);
+  EXPECT_EQ(BatchScalingFactor(b, 1), 0.5f);
+  EXPECT_EQ(BatchScalingFactor(b, 0), 1.0f);  // no pushes: nothing to scale
+  b.rule = BatchScaling::Rule::kSqrt;
+  EXPECT_FLOAT_EQ(BatchScalingFactor(b, 4), std::sqrt(2.0f));
+  EXPECT_FLOAT_EQ(BatchScalingFactor(b, 8), 2.0f);
+}
+
+TEST(BatchScaleRamp, ANewTargetIsReachedOverTheRampsClocks) {
+  BatchScaleRamp ramp(4);
+  // The first clock takes its target at once: nothing was in force before.
+  EXPECT_EQ(ramp.Next(0, 1.0f), 1.0f);
+  EXPECT_EQ(ramp.Next(1, 1.0f), 1.0f);
+  // From clock 2 on the target is 2: 1.25, 1.5, 1.75, then 2.
+  EXPECT_EQ(ramp.Next(2, 2.0f), 1.25f);
+  EXPECT_EQ(ramp.Next(3, 2.0f), 1.5f);
+  EXPECT_EQ(ramp.Next(4, 2.0f), 1.75f);
+  EXPECT_EQ(ramp.Next(5, 2.0f), 2.0f);
+  EXPECT_EQ(ramp.Next(9, 2.0f), 2.0f);
+  // A late clock (a moved-in key's) gets its own clock's factor and starts
+  // nothing, whatever it asks for.
+  EXPECT_EQ(ramp.Next(3, 7.0f), 1.5f);
+  EXPECT_EQ(ramp.Next(10, 2.0f), 2.0f);
+  // Back down, changed again half way: each ramp starts from the factor
+  // the clock before had.
+  EXPECT_EQ(ramp.Next(11, 1.0f), 1.75f);
+  EXPECT_EQ(ramp.Next(12, 1.0f), 1.5f);
+  EXPECT_EQ(ramp.Next(13, 3.0f), 1.875f);  // 1.5 + (3 - 1.5) / 4
+  EXPECT_EQ(ramp.Next(16, 3.0f), 3.0f);
+  // Without a ramp a change is immediate.
+  BatchScaleRamp now(0);
+  EXPECT_EQ(now.Next(0, 1.0f), 1.0f);
+  EXPECT_EQ(now.Next(1, 2.0f), 2.0f);
+  BatchScaleRamp one(1);
+  EXPECT_EQ(one.Next(0, 1.0f), 1.0f);
+  EXPECT_EQ(one.Next(1, 2.0f), 2.0f);
+}
+
 }  // namespace
 }  // namespace ductile

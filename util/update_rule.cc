@@ -34,6 +34,46 @@ float LearningRateFactor(const LearningRateSchedule& s, int64_t clock) {
   return 1.0f;
 }
 
+float BatchScalingFactor(const BatchScaling& b, int32_t pushes) {
+  if (pushes < 1 || b.base_pushes < 1) return 1.0f;
+  const double ratio =
+      static_cast<double>(pushes) / static_cast<double>(b.base_pushes);
+  switch (b.rule) {
+    case BatchScaling::Rule::kLinear:
+      return static_cast<float>(ratio);
+    case BatchScaling::Rule::kSqrt:
+      return static_cast<float>(std::sqrt(ratio));
+    case BatchScaling::Rule::kNone:
+      break;
+  }
+  return 1.0f;
+}
+
+float BatchScaleRamp::At(int64_t clock) const {
+  if (ramp_clocks_ <= 0 || clock >= start_ + ramp_clocks_ - 1) return to_;
+  if (clock < start_) return from_;
+  const double done = static_cast<double>(clock - start_ + 1) /
+                      static_cast<double>(ramp_clocks_);
+  return static_cast<float>(from_ + (to_ - from_) * done);
+}
+
+float BatchScaleRamp::Next(int64_t clock, float target) {
+  if (!started_) {
+    started_ = true;
+    from_ = to_ = target;
+    start_ = last_ = clock;
+    return target;
+  }
+  if (clock < last_) return At(clock);  // a late clock: no new ramp
+  if (target != to_) {
+    from_ = At(clock - 1);
+    to_ = target;
+    start_ = clock;
+  }
+  last_ = clock;
+  return At(clock);
+}
+
 UpdateRuleKernel::UpdateRuleKernel(const TableOptions& options,
                                    const CustomRule* custom)
     : options_(options), custom_(custom) {

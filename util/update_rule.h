@@ -12,6 +12,28 @@
 
 namespace ductile {
 
+// The batch-scaling factor of one table's BSP clocks on one server, ramped
+// (BatchScaling): Next(c, target) is the factor of clock c, whose pushes ask
+// for `target`. A target other than the last starts a ramp from the factor
+// the clock before had to it, over `ramp_clocks` clocks (the last of which
+// has the target). A clock below the newest one seen (a moved-in key's
+// late clock) gets that clock's factor and starts no ramp.
+class BatchScaleRamp {
+ public:
+  explicit BatchScaleRamp(int64_t ramp_clocks) : ramp_clocks_(ramp_clocks) {}
+  float Next(int64_t clock, float target);
+
+ private:
+  float At(int64_t clock) const;
+
+  int64_t ramp_clocks_;
+  bool started_ = false;
+  float from_ = 1.0f;
+  float to_ = 1.0f;
+  int64_t start_ = 0;  // the ramp's first clock
+  int64_t last_ = 0;   // the newest clock seen
+};
+
 class UpdateRuleKernel {
  public:
   // `custom` is required for UpdateRule::kCustom and ignored otherwise; it

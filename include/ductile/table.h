@@ -112,6 +112,36 @@ struct LearningRateSchedule {
 // The factor above for a push at `clock` (negative clocks count as 0).
 float LearningRateFactor(const LearningRateSchedule& schedule, int64_t clock);
 
+// How a table's learning rate follows the job's global batch. A BSP clock
+// combined by the mean (BspCombine::kMean) averages the pushes of every
+// worker that pushed, so its global batch is `pushes` worker batches: a
+// resize changes it. With kLinear that clock's rate is multiplied by
+// pushes / base_pushes (the linear scaling rule), with kSqrt by its square
+// root (often better for Adam). When the ratio changes, the factor moves
+// from the one in force to the new one linearly over `ramp_clocks` clocks
+// rather than at once. `pushes` is the most pushes any key of the table
+// had in that clock on that server: the worker count for dense tables.
+// Other clocks (async, SSP, BSP by the sum, whose sum grows with the
+// workers already) get factor 1. Momentum needs no correction: kMomentum
+// keeps v = momentum * v + g and steps by lr * v, so a new rate applies to
+// the whole velocity at once (Goyal et al., 2017, section 2.1). A ramp
+// under way when a server restarts ends at once on that server. Part of
+// the table's options and of the wire format.
+struct BatchScaling {
+  enum class Rule : int {
+    kNone = 0,
+    kLinear = 1,
+    kSqrt = 2,
+  };
+  Rule rule = Rule::kNone;
+  int32_t base_pushes = 1;  // 1 - 1000000: the pushes the rate is meant for
+  int64_t ramp_clocks = 0;  // 0 - 2^40 (0: at once)
+};
+
+// The factor BatchScaling gives `pushes` pushes, ramp aside (1 for kNone or
+// pushes < 1).
+float BatchScalingFactor(const BatchScaling& scaling, int32_t pushes);
+
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].
   std::string name;
@@ -129,6 +159,10 @@ struct TableOptions {
   // Of learning_rate (kSgd, kMomentum, kAdaGrad, kAdam): constant unless
   // set. Custom rules get no learning rate.
   LearningRateSchedule lr_schedule;
+  // Of learning_rate, for BSP clocks combined by the mean: follows the
+  // global batch when the workers change (kSgd, kMomentum, kAdaGrad,
+  // kAdam).
+  BatchScaling batch_scaling;
   // kCustom: name of a rule registered in ServerOptions::custom_rules.
   std::string custom_rule;
   Initializer init;

@@ -180,7 +180,11 @@ class Progress {
     if (!csv_) {
       return FailedPreconditionError("cannot write the CSV log '" + path + "'");
     }
-    csv_ << "kind,epoch,clock,time_s,loss,samples_per_s,metric\n";
+    // The step split, per step over the window: the wall time between
+    // clocks, and of it the waits for pushes, for pulls and (inside those)
+    // on the staleness bound; compute is the rest.
+    csv_ << "kind,epoch,clock,time_s,loss,samples_per_s,metric,workers,"
+            "step_ms,compute_ms,push_wait_ms,pull_wait_ms,blocked_ms\n";
     return Status::Ok();
   }
 
@@ -190,8 +194,8 @@ class Progress {
   bool lead() const { return lead_; }
 
   // After each step; prints every `every` steps (and when `force`).
-  void Step(int epoch, int64_t clock, double loss, size_t samples,
-            uint64_t step, int every, bool force) {
+  void Step(const Client& client, int epoch, int64_t clock, double loss,
+            size_t samples, uint64_t step, int every, bool force) {
     window_loss_ += loss;
     ++window_steps_;
     window_samples_ += samples;
@@ -202,17 +206,35 @@ class Progress {
         step >= total_steps_ ? 0.0 : elapsed / step * (total_steps_ - step);
     const double rate = window_samples_ / window_s;
     const double mean_loss = window_loss_ / window_steps_;
+    // The job's workers now (it may have been resized), else the first.
+    const size_t live = client.live_workers().size();
+    const int workers = live > 0 ? static_cast<int>(live) : world_;
     std::printf(
         "[epoch %d/%d] clock %lld  loss %.4f  samples/s %.0f (all "
-        "workers ~%.0f)  ETA %.0fs\n",
+        "%d workers ~%.0f)  ETA %.0fs\n",
         epoch + 1, epochs_, static_cast<long long>(clock), mean_loss, rate,
-        world_ * rate, eta);
+        workers, workers * rate, eta);
     std::fflush(stdout);
+    const ClientStats stats = client.stats();
     if (csv_) {
+      const double steps =
+          static_cast<double>(std::max<uint64_t>(1, stats.steps - last_.steps));
+      auto per_step_ms = [&](uint64_t now, uint64_t before) {
+        return static_cast<double>(now - before) / 1000.0 / steps;
+      };
+      const double step_ms = per_step_ms(stats.step_us, last_.step_us);
+      const double push_ms =
+          per_step_ms(stats.push_wait_us, last_.push_wait_us);
+      const double pull_ms =
+          per_step_ms(stats.pull_wait_us, last_.pull_wait_us);
       csv_ << "step," << epoch + 1 << "," << clock << "," << elapsed << ","
-           << mean_loss << "," << world_ * rate << ",\n";
+           << mean_loss << "," << workers * rate << ",," << workers << ","
+           << step_ms << "," << std::max(0.0, step_ms - push_ms - pull_ms)
+           << "," << push_ms << "," << pull_ms << ","
+           << per_step_ms(stats.blocked_us, last_.blocked_us) << "\n";
       csv_.flush();
     }
+    last_ = stats;
     window_start_ = SteadyClock::now();
     window_loss_ = 0;
     window_steps_ = 0;
@@ -226,7 +248,7 @@ class Progress {
     std::fflush(stdout);
     if (csv_) {
       csv_ << "epoch," << epoch + 1 << "," << clock << ","
-           << SecondsSince(start_) << ",,," << metric << "\n";
+           << SecondsSince(start_) << ",,," << metric << ",,,,,,\n";
       csv_.flush();
     }
   }
@@ -242,6 +264,7 @@ class Progress {
   SteadyClock::time_point start_, window_start_;
   double window_loss_ = 0;
   uint64_t window_steps_ = 0, window_samples_ = 0;
+  ClientStats last_;  // at the previous line
 };
 
 Status CheckLoss(double loss, int epoch, int64_t clock) {
@@ -509,8 +532,8 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     client.RecordSamples(batch.size());
     client.Clock();
     progress.set_lead(IsLead(client));
-    progress.Step(epoch, client.clock(), *loss, batch.size(), data.steps,
-                  o.log_every, stop);
+    progress.Step(client, epoch, client.clock(), *loss, batch.size(),
+                  data.steps, o.log_every, stop);
     return report_epochs();
   };
   while (true) {

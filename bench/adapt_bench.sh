@@ -10,12 +10,25 @@
 #      alone, and --policy=stragglers: completion time, final test accuracy,
 #      and, with the policy, the time from the slowdown to the replacement
 #      request and to the replacement's start.
+#   3. resize: BSP (mean), momentum SGD, 2 workers grown to 4 at clock
+#      RESIZE_UP and shrunk to 2 at RESIZE_DOWN, without and with
+#      --lr_scaling=linear: the training loss and the test accuracy across
+#      the resizes (worker 0's CSV log).
+#   4. noise scale: BSP, 3 workers: the gradient noise scale the servers
+#      estimate, read with `ductile status` every second over the run, with
+#      the servers' time spent on it per clock against the workers' step
+#      time; and, in runs of their own (the readings cost CPU), the job's
+#      time with --noise_scale_sample=0 (off), 8 (the default) and 1 (every
+#      key).
 #
 # Usage: bench/adapt_bench.sh BUILD_DIR OUT_DIR [REPEATS]
-# Writes OUT_DIR/autoscale.csv, OUT_DIR/stragglers.csv (one row per run),
-# OUT_DIR/*.log (each run's output with a time stamp per line) and, with
-# gnuplot, OUT_DIR/autoscale.png and OUT_DIR/stragglers.png (medians).
-# Every run is bounded (timeout); the jobs' processes end with them.
+# EXPERIMENTS="1 2 3 4" (the default) picks which to run.
+# Writes OUT_DIR/autoscale.csv, stragglers.csv, resize.csv, noise.csv and
+# noise_cost.csv (one row per run, or per reading), OUT_DIR/*.log (each
+# run's output with a time stamp per line) and, with gnuplot,
+# OUT_DIR/{autoscale,stragglers,resize,noise}.png (medians, or run 1's
+# curves). Every run is bounded (timeout); the jobs' processes end with
+# them.
 set -euo pipefail
 
 if [[ $# -lt 2 ]]; then
@@ -28,6 +41,9 @@ REPEATS=${3:-1}
 MAX_WORKERS=${MAX_WORKERS:-4}
 EPOCHS=${EPOCHS:-3}
 SLOW_AT=${SLOW_AT:-8}
+RESIZE_UP=${RESIZE_UP:-150}
+RESIZE_DOWN=${RESIZE_DOWN:-600}
+EXPERIMENTS=${EXPERIMENTS:-1 2 3 4}
 [[ -x "$DUCTILE" ]] || { echo "no $DUCTILE: build first" >&2; exit 1; }
 mkdir -p "$OUT"
 
@@ -78,7 +94,10 @@ accuracy() {
     true
 }
 
+wanted() { [[ " $EXPERIMENTS " == *" $1 "* ]]; }
+
 # ---- 1. autoscale against fixed sizes
+if wanted 1; then
 echo "run,workers,policy,seconds,worker_seconds,settled,accuracy" \
   >"$OUT/autoscale.csv"
 for ((r = 1; r <= REPEATS; r++)); do
@@ -98,6 +117,7 @@ for ((r = 1; r <= REPEATS; r++)); do
     >>"$OUT/autoscale.csv"
   echo "autoscale: ${s}s, settled on ${settled:-none (still growing at the end)}"
 done
+fi
 
 # ---- 2. a straggler
 # slow_worker FILE: finds worker 1 of the job and slows it from SLOW_AT
@@ -118,6 +138,7 @@ slow_worker() {
   done
 }
 
+if wanted 2; then
 echo "run,setting,seconds,accuracy,detect_s,replace_s" >"$OUT/stragglers.csv"
 for ((r = 1; r <= REPEATS; r++)); do
   for setting in none ssp stragglers; do
@@ -148,9 +169,80 @@ for ((r = 1; r <= REPEATS; r++)); do
     echo "straggler, $setting: ${s}s detect ${detect:--} replace ${replace:--}"
   done
 done
+fi
+
+# ---- 3. resizes with and without the learning-rate rule
+if wanted 3; then
+echo "run,setting,kind,epoch,clock,time_s,loss,accuracy" >"$OUT/resize.csv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for setting in none linear; do
+    log="$OUT/resize-$setting-$r.log"
+    rm -f "$log.csv"
+    s=$(run "$log" --workers=2 --max_workers=4 --consistency=bsp \
+      --optimizer=momentum --learning_rate=0.02 --log_every=25 \
+      --lr_scaling="$setting" \
+      --resize_schedule="workers=4@clock=$RESIZE_UP,workers=2@clock=$RESIZE_DOWN" \
+      --csv_log="$log.csv")
+    # The log's columns: kind,epoch,clock,time_s,loss,samples_per_s,metric.
+    awk -F, -v r="$r" -v s="$setting" \
+      'NR > 1 {print r "," s "," $1 "," $2 "," $3 "," $4 "," $5 "," $7}' \
+      "$log.csv" >>"$OUT/resize.csv"
+    echo "resize, lr_scaling=$setting: ${s}s, accuracy $(accuracy "$log")"
+  done
+done
+fi
+
+# ---- 4. the gradient noise scale over a run, and its cost
+if wanted 4; then
+# watch_noise LOG CSV: once LOG names the coordinator, reads `ductile
+# status` every second until the job ends; appends
+# time_s,clocks,noise_scale,server_us_per_clock,step_ms (the workers' mean).
+watch_noise() {
+  local addr="" deadline=$((SECONDS + 120)) start out line keys step
+  while [[ -z "$addr" && $SECONDS -lt $deadline ]]; do
+    sleep 0.2
+    addr=$(grep -o -m 1 "coordinator at [^,]*" "$1.raw" 2>/dev/null |
+      awk '{print $3}' || true)
+  done
+  [[ -n "$addr" ]] || return 0
+  # The job's keys (ductile local makes them): status needs them.
+  keys=$(grep -o -m 1 "keys in [^ ]*" "$1.raw" | awk '{print $3}' || true)
+  start=$(cat "$1.start")
+  while out=$(timeout 10 "$DUCTILE" status --coordinator="$addr" \
+    ${keys:+--keys="$keys"} --timeout_ms=3000 2>/dev/null); do
+    line=$(grep -m 1 "gradient noise scale" <<<"$out" || true)
+    step=$(awk '$2 == "worker" && $11 ~ /^[0-9.]+$/ {s += $11; n++}
+      END {if (n) printf "%.2f", s / n}' <<<"$out")
+    if [[ "$line" =~ scale:\ ([0-9.e+-]+)\ worker.*over\ ([0-9]+)\ clocks\;\ ([0-9]+)\ us ]]; then
+      echo "$(calc "$EPOCHREALTIME - $start"),${BASH_REMATCH[2]},${BASH_REMATCH[1]},${BASH_REMATCH[3]},$step" >>"$2"
+    fi
+    sleep 1
+  done
+}
+echo "run,time_s,clocks,noise_scale,server_us_per_clock,step_ms" \
+  >"$OUT/noise.csv"
+echo "run,sample,seconds,accuracy" >"$OUT/noise_cost.csv"
+for ((r = 1; r <= REPEATS; r++)); do
+  log="$OUT/noise-watched-$r.log"
+  rm -f "$log.readings" "$log.raw"
+  watch_noise "$log" "$log.readings" &
+  watcher=$!
+  s=$(run "$log" --workers=3 --consistency=bsp)
+  wait "$watcher" 2>/dev/null || true
+  [[ ! -f "$log.readings" ]] ||
+    sed "s/^/$r,/" "$log.readings" >>"$OUT/noise.csv"
+  echo "noise scale watched: ${s}s, last reading $(tail -n 1 "$log.readings" 2>/dev/null)"
+  for sample in 0 8 1; do
+    log="$OUT/noise-$sample-$r.log"
+    s=$(run "$log" --workers=3 --consistency=bsp --noise_scale_sample="$sample")
+    echo "$r,$sample,$s,$(accuracy "$log")" >>"$OUT/noise_cost.csv"
+    echo "noise scale sample 1/$sample: ${s}s"
+  done
+done
+fi
 
 # ---- plots (medians over the repeats)
-if command -v gnuplot >/dev/null; then
+if command -v gnuplot >/dev/null && wanted 1 && wanted 2; then
   median() {  # median of column $2 for rows whose key columns match
     awk -F, -v col="$2" -v key="$3" -v keycol="$4" \
       'NR > 1 && $keycol == key {print $col}' "$1" | sort -n |
@@ -187,4 +279,48 @@ plot 'stragglers.dat' using 2:xtic(1) title 'job seconds'
 EOF
   )
 fi
+if command -v gnuplot >/dev/null && wanted 3; then
+  for setting in none linear; do
+    awk -F, -v s="$setting" '$1 == 1 && $2 == s && $3 == "step" {print $5, $7}' \
+      "$OUT/resize.csv" >"$OUT/resize-$setting-loss.dat"
+    awk -F, -v s="$setting" '$1 == 1 && $2 == s && $3 == "epoch" {print $5, $8}' \
+      "$OUT/resize.csv" >"$OUT/resize-$setting-acc.dat"
+  done
+  (
+    cd "$OUT"
+    gnuplot <<EOF
+set terminal png size 900,700
+set output 'resize.png'
+set multiplot layout 2,1 title 'MLP, BSP (mean), momentum: workers 2 -> 4 at clock $RESIZE_UP, -> 2 at $RESIZE_DOWN'
+set grid
+set arrow from $RESIZE_UP, graph 0 to $RESIZE_UP, graph 1 nohead dt 2
+set arrow from $RESIZE_DOWN, graph 0 to $RESIZE_DOWN, graph 1 nohead dt 2
+set ylabel 'training loss'
+plot 'resize-none-loss.dat' with lines title 'no rule', \
+     'resize-linear-loss.dat' with lines title 'linear rule, ramped'
+set xlabel 'clock'
+set ylabel 'test accuracy'
+plot 'resize-none-acc.dat' with linespoints title 'no rule', \
+     'resize-linear-acc.dat' with linespoints title 'linear rule, ramped'
+unset multiplot
+EOF
+  )
+fi
+if command -v gnuplot >/dev/null && wanted 4 &&
+  [[ $(wc -l <"$OUT/noise.csv") -gt 1 ]]; then
+  awk -F, '$1 == 1 {print $2, $4}' "$OUT/noise.csv" >"$OUT/noise.dat"
+  (
+    cd "$OUT"
+    gnuplot <<'EOF'
+set terminal png size 900,450
+set output 'noise.png'
+set title 'MLP, BSP, 3 workers: gradient noise scale estimated on the servers'
+set grid
+set xlabel 'seconds'
+set ylabel 'worker batches'
+plot 'noise.dat' with linespoints title 'B_simple (moving average)'
+EOF
+  )
+fi
 echo "results in $OUT"
+

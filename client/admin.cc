@@ -129,6 +129,7 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
       }
       status.noise_scale_clocks =
           std::max(status.noise_scale_clocks, s.counters.gns_clocks);
+      status.noise_scale_us += s.counters.gns_us;
     }
     const wire::WorkerMetrics& w = m.metrics();
     s.clock = w.clock();
@@ -277,11 +278,14 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   if (status.noise_scale_clocks > 0) {
     char noise[160];
     if (status.noise_scale > 0) {
-      std::snprintf(noise, sizeof(noise),
-                    "gradient noise scale: %.3g worker batches (averaged over "
-                    "%llu clocks)\n",
-                    status.noise_scale,
-                    static_cast<unsigned long long>(status.noise_scale_clocks));
+      std::snprintf(
+          noise, sizeof(noise),
+          "gradient noise scale: %.3g worker batches (averaged over %llu "
+          "clocks; %.0f us of server time a clock)\n",
+          status.noise_scale,
+          static_cast<unsigned long long>(status.noise_scale_clocks),
+          static_cast<double>(status.noise_scale_us) /
+              static_cast<double>(status.noise_scale_clocks));
     } else {
       std::snprintf(noise, sizeof(noise),
                     "gradient noise scale: not estimable yet (%llu clocks)\n",
@@ -440,7 +444,8 @@ bool Monotonic(std::string_view counter) {
   for (const char* name :
        {"requests", "pushes", "pulls", "duplicates", "redirects", "errors",
         "refused_limits", "refused_permission", "bytes_in", "bytes_out",
-        "checkpoints_written", "window_expired", "busy_us", "apply_us"}) {
+        "checkpoints_written", "window_expired", "busy_us", "apply_us",
+        "gns_us"}) {
     if (counter == name) return true;
   }
   return false;

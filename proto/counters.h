@@ -42,6 +42,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("window_expired", c.window_expired...);
   f("busy_us", c.busy_us...);
   f("apply_us", c.apply_us...);
+  f("gns_us", c.gns_us...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "glog/logging.h"
 #include "server/initializer.h"
 #include "util/finite.h"
 
@@ -22,8 +23,18 @@ float ParameterTable::BatchFactor(int64_t clock, int32_t pushes,
       combine != BspCombine::kMean || options_.rule == UpdateRule::kAssign) {
     return 1.0f;
   }
-  return batch_ramp_.Next(
-      clock, BatchScalingFactor(options_.batch_scaling, pushes));
+  const float target = BatchScalingFactor(options_.batch_scaling, pushes);
+  if (target != batch_target_ && clock >= batch_clock_) {
+    LOG(INFO) << "table '" << options_.name
+              << "': learning-rate batch factor " << target << " ("
+              << pushes << " pushes a clock, base "
+              << options_.batch_scaling.base_pushes << ") from clock "
+              << clock << ", reached over "
+              << options_.batch_scaling.ramp_clocks << " clocks";
+    batch_target_ = target;
+  }
+  batch_clock_ = std::max(batch_clock_, clock);
+  return batch_ramp_.Next(clock, target);
 }
 
 Status ParameterTable::CheckWidths(const DataFrames& request) const {
@@ -190,6 +201,8 @@ void ParameterTable::Clear() {
   changed_.clear();
   // The clocks start again from the checkpoint's: no ramp carries over.
   batch_ramp_ = BatchScaleRamp(options_.batch_scaling.ramp_clocks);
+  batch_target_ = 1.0f;
+  batch_clock_ = 0;
 }
 
 void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {

@@ -185,6 +185,8 @@ class ParameterTable {
   uint64_t stored_floats_ = 0;
   std::vector<Key> changed_;  // keys with Entry::changed set
   BatchScaleRamp batch_ramp_;
+  float batch_target_ = 1.0f;  // the factor last logged
+  int64_t batch_clock_ = 0;    // the newest BSP clock seen
   ParallelRunner* runner_ = nullptr;
 };
 

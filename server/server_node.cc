@@ -642,10 +642,14 @@ void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
     case UpdateRule::kMomentum:
     case UpdateRule::kAdaGrad:
     case UpdateRule::kAdam:
+    {
+      const TimePoint start = env_->Now();
       noise_.OnPush(request.table->id(), request.header.worker_id(),
                     request.header.clock(), request.data.keys(),
                     request.data.values());
+      counters_.Add(&ServerCounters::gns_us, MicrosSince(start));
       return;
+    }
     default:
       return;  // not a gradient
   }
@@ -686,7 +690,10 @@ void ServerNode::HandleClock(const wire::Header& header) {
 void ServerNode::OnServerClock() {
   const int64_t server_clock = consistency_.server_clock();
   counters_.Set(&ServerCounters::min_clock, server_clock);
-  if (noise_.OnServerClock(server_clock)) {
+  const TimePoint noise_start = env_->Now();
+  const bool noise_moved = noise_.OnServerClock(server_clock);
+  counters_.Add(&ServerCounters::gns_us, MicrosSince(noise_start));
+  if (noise_moved) {
     counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());
     counters_.Set(&ServerCounters::gns_noise_trace, noise_.noise_trace());
     counters_.Set(&ServerCounters::gns_clocks, noise_.clocks());

@@ -203,8 +203,29 @@ TEST(LocalCluster, TrainsTheMlpOnTheCpuAndWritesACsvLog) {
   std::string header, first;
   std::getline(in, header);
   std::getline(in, first);
-  EXPECT_EQ(header, "kind,epoch,clock,time_s,loss,samples_per_s,metric");
+  EXPECT_EQ(header,
+            "kind,epoch,clock,time_s,loss,samples_per_s,metric,workers,"
+            "step_ms,compute_ms,push_wait_ms,pull_wait_ms,blocked_ms");
   EXPECT_EQ(first.rfind("step,1,", 0), 0u) << first;
+  // The step split of the last window (the first also counts the waits
+  // before the first clock): the parts are the step's time.
+  std::string last = first;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("step,", 0) == 0) last = line;
+  }
+  std::vector<std::string> fields;
+  std::stringstream row(last);
+  for (std::string f; std::getline(row, f, ',');) fields.push_back(f);
+  ASSERT_EQ(fields.size(), 13u) << last;
+  EXPECT_EQ(fields[7], "2") << last;  // --workers
+  const double step = std::stod(fields[8]), compute = std::stod(fields[9]),
+               push = std::stod(fields[10]), pull = std::stod(fields[11]);
+  EXPECT_GT(step, 0) << last;
+  EXPECT_GE(compute, 0) << last;
+  EXPECT_GE(push, 0) << last;
+  EXPECT_GE(pull, 0) << last;
+  EXPECT_NEAR(compute + push + pull, step, 1e-3 * step + 1e-3) << last;
+  EXPECT_GE(std::stod(fields[12]), 0) << last;
   std::remove(csv.c_str());
   EXPECT_TRUE(NoProcessesLeft(marker));
 }

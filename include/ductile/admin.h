@@ -98,6 +98,9 @@ struct ClusterStatus {
   // server has folded in).
   double noise_scale = 0;
   uint64_t noise_scale_clocks = 0;
+  // What the estimate cost those servers: their request threads' time in
+  // it (ServerCounters::gns_us), summed, so far.
+  uint64_t noise_scale_us = 0;
   // The staleness histogram of the whole job: the workers' (members')
   // histograms summed, [i] = pulls with staleness i (bucket
   // kStalenessBuckets - 1: that or more).

@@ -172,6 +172,9 @@ struct ServerCounters {
   // Their growth over wall time is how busy the server is.
   uint64_t busy_us = 0;
   uint64_t apply_us = 0;
+  // Time the request thread spent on the gradient noise scale (reading
+  // pushed gradients, and folding each finished clock in).
+  uint64_t gns_us = 0;
 };
 
 class Server {

@@ -279,12 +279,11 @@ constexpr const char* kTrainingFlags[] = {
     "app",         "data_dir",       "device",        "epochs",
     "batch_size",  "optimizer",      "learning_rate", "lr_warmup_epochs",
     "lr_decay",    "lr_step_epochs", "lr_gamma",      "lr_min_factor",
-    "lr_scaling",  "lr_scaling_ramp",
     "l2",          "consistency",    "staleness",     "bsp_combine",
     "cache",       "prefetch",       "seed",          "log_every",
     "max_samples", "min_accuracy",   "max_rmse",      "csv_log",
     "layers",      "mf_rows",        "mf_cols",       "mf_rank",
-    "mf_observed", "mf_noise"};
+    "mf_observed", "mf_noise",       "lr_scaling",    "lr_scaling_ramp"};
 
 int Fail(const ductile::Status& s) {
   std::fprintf(stderr, "ductile: %s\n", s.ToString().c_str());

@@ -984,12 +984,18 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     std::fflush(stdout);
   };
   // Workers a policy asked to replace: the worker started in each one's
-  // place, and whether the old one is draining yet.
+  // place, whether the old one is draining yet, and how many workers were
+  // started for it. A replacement that dies before it is active is
+  // started again, kReplaceTries times in all; then the old worker stays
+  // (in `kept`) and is not replaced again.
   struct Replacement {
     int new_id;
     bool draining = false;
+    int tries = 1;
   };
+  constexpr int kReplaceTries = 3;
   std::map<int32_t, Replacement> replacing;
+  std::set<int32_t> kept;
   const auto resize = [&](const ResizeEvent& e, int64_t clock) -> Status {
     const Role role = e.servers ? Role::kServer : Role::kWorker;
     // A worker being replaced and its replacement count as one, and
@@ -1074,8 +1080,47 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   // The targets acted on so far (0: none).
   int32_t applied_workers = 0, applied_servers = 0;
   const auto replace_workers = [&](const JobView& view) -> Status {
+    // Replacements that died before they were active (killed, or failed
+    // to start): another, or give up.
+    for (auto it = replacing.begin(); it != replacing.end();) {
+      const int32_t old_id = it->first;
+      Replacement& r = it->second;
+      const std::vector<int> active = supervisor.Active(Role::kWorker);
+      const bool alive =
+          std::find(active.begin(), active.end(), r.new_id) != active.end();
+      const bool old_alive =
+          std::find(active.begin(), active.end(), old_id) != active.end();
+      if (r.draining || alive) {
+        ++it;
+        continue;
+      }
+      if (!old_alive) {  // nothing left to replace
+        it = replacing.erase(it);
+        continue;
+      }
+      if (r.tries >= kReplaceTries) {
+        std::printf(
+            "replace: worker %d died before it was active; giving up on "
+            "replacing worker %d after %d tries\n",
+            r.new_id, old_id, r.tries);
+        std::fflush(stdout);
+        kept.insert(old_id);
+        it = replacing.erase(it);
+        continue;
+      }
+      const int new_id = supervisor.NextId(Role::kWorker);
+      DUCTILE_RETURN_IF_ERROR(start_worker(new_id));
+      std::printf(
+          "replace: worker %d died before it was active; started worker %d "
+          "in place of worker %d (try %d of %d)\n",
+          r.new_id, new_id, old_id, r.tries + 1, kReplaceTries);
+      std::fflush(stdout);
+      r.new_id = new_id;
+      ++r.tries;
+      ++it;
+    }
     for (const int32_t old_id : view.replace_workers) {
-      if (replacing.contains(old_id)) continue;
+      if (replacing.contains(old_id) || kept.contains(old_id)) continue;
       const std::vector<int> active = supervisor.Active(Role::kWorker);
       if (std::find(active.begin(), active.end(), old_id) == active.end()) {
         continue;  // gone already, or being drained

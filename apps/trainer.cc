@@ -78,9 +78,8 @@ Status Validate(const TrainerOptions& o) {
   if (o.lr_scaling_ramp < 0 || o.lr_scaling_ramp > (int64_t{1} << 40)) {
     return InvalidArgumentError("--lr_scaling_ramp must be in [0, 2^40]");
   }
-  if (o.lr_scaling != "none" &&
-      !(o.consistency.mode == ConsistencyMode::kBsp &&
-        o.consistency.combine == BspCombine::kMean)) {
+  if (o.lr_scaling != "none" && !(o.consistency.mode == ConsistencyMode::kBsp &&
+                                  o.consistency.combine == BspCombine::kMean)) {
     return InvalidArgumentError(
         "--lr_scaling applies to BSP clocks combined by the mean: it needs "
         "--consistency=bsp --bsp_combine=mean");

@@ -289,7 +289,7 @@ if command -v gnuplot >/dev/null && wanted 3; then
   (
     cd "$OUT"
     gnuplot <<EOF
-set terminal png size 900,700
+set terminal png size 900,700 noenhanced
 set output 'resize.png'
 set multiplot layout 2,1 title 'MLP, BSP (mean), momentum: workers 2 -> 4 at clock $RESIZE_UP, -> 2 at $RESIZE_DOWN'
 set grid
@@ -308,15 +308,15 @@ EOF
 fi
 if command -v gnuplot >/dev/null && wanted 4 &&
   [[ $(wc -l <"$OUT/noise.csv") -gt 1 ]]; then
-  awk -F, '$1 == 1 {print $2, $4}' "$OUT/noise.csv" >"$OUT/noise.dat"
+  awk -F, '$1 == 1 {print $3, $4}' "$OUT/noise.csv" >"$OUT/noise.dat"
   (
     cd "$OUT"
     gnuplot <<'EOF'
-set terminal png size 900,450
+set terminal png size 900,450 noenhanced
 set output 'noise.png'
 set title 'MLP, BSP, 3 workers: gradient noise scale estimated on the servers'
 set grid
-set xlabel 'seconds'
+set xlabel 'clock'
 set ylabel 'worker batches'
 plot 'noise.dat' with linespoints title 'B_simple (moving average)'
 EOF

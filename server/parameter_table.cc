@@ -25,12 +25,11 @@ float ParameterTable::BatchFactor(int64_t clock, int32_t pushes,
   }
   const float target = BatchScalingFactor(options_.batch_scaling, pushes);
   if (target != batch_target_ && clock >= batch_clock_) {
-    LOG(INFO) << "table '" << options_.name
-              << "': learning-rate batch factor " << target << " ("
-              << pushes << " pushes a clock, base "
-              << options_.batch_scaling.base_pushes << ") from clock "
-              << clock << ", reached over "
-              << options_.batch_scaling.ramp_clocks << " clocks";
+    LOG(INFO) << "table '" << options_.name << "': learning-rate batch factor "
+              << target << " (" << pushes << " pushes a clock, base "
+              << options_.batch_scaling.base_pushes << ") from clock " << clock
+              << ", reached over " << options_.batch_scaling.ramp_clocks
+              << " clocks";
     batch_target_ = target;
   }
   batch_clock_ = std::max(batch_clock_, clock);

@@ -641,8 +641,7 @@ void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
     case UpdateRule::kSgd:
     case UpdateRule::kMomentum:
     case UpdateRule::kAdaGrad:
-    case UpdateRule::kAdam:
-    {
+    case UpdateRule::kAdam: {
       const TimePoint start = env_->Now();
       noise_.OnPush(request.table->id(), request.header.worker_id(),
                     request.header.clock(), request.data.keys(),

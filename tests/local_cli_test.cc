@@ -559,21 +559,27 @@ std::string CommandLine(pid_t pid) {
 // workers and a server on a machine of two cores make a worker run at 0.75
 // of the median at times: the bound is 0.6 here); the policy
 // asks for it to be replaced, the launcher starts a new worker and drains
-// worker 1 once the new one is active, and the job finishes.
-TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorker) {
+// worker 1 once the new one is active, and the job finishes. With
+// `kill_first_replacement` the first new worker is killed as soon as it
+// is seen, before it can be active: the launcher starts another.
+void RunWithASlowedWorker(bool kill_first_replacement) {
   const std::string marker = UniqueTimeoutFlag();
   Process p({kBinary, "local", "--workers=3", "--servers=1", "--epochs=12",
              "--log_every=200", "--policy=stragglers:ratio=0.6:window=6",
              "--policy_interval_ms=500", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
-  pid_t slow = -1;
-  for (pid_t pid : ProcessesWith(marker)) {
-    const std::string cmd = CommandLine(pid);
-    if (cmd.find(" worker ") != std::string::npos &&
-        cmd.find("--worker_id=1 ") != std::string::npos) {
-      slow = pid;
+  auto worker_pid = [&](int id) {
+    for (pid_t pid : ProcessesWith(marker)) {
+      const std::string cmd = CommandLine(pid);
+      if (cmd.find(" worker ") != std::string::npos &&
+          cmd.find("--worker_id=" + std::to_string(id) + " ") !=
+              std::string::npos) {
+        return pid;
+      }
     }
-  }
+    return pid_t{-1};
+  };
+  const pid_t slow = worker_pid(1);
   ASSERT_GT(slow, 0) << "no worker 1 among the job's processes";
   std::atomic<bool> stop{false};
   std::thread duty([&] {
@@ -585,20 +591,41 @@ TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorker) {
     }
     kill(slow, SIGCONT);
   });
-  const bool replaced =
-      p.WaitFor("in place of worker 1\n", std::chrono::seconds(120));
+  bool replaced = p.WaitFor("in place of worker 1", std::chrono::seconds(120));
+  if (replaced && kill_first_replacement) {
+    // Worker 3 loads its data before it registers: stopped at once, it
+    // never gets that far.
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    pid_t first = -1;
+    while (first <= 0 && std::chrono::steady_clock::now() < until) {
+      first = worker_pid(3);
+    }
+    if (first > 0) {
+      kill(first, SIGSTOP);
+      kill(first, SIGKILL);
+    }
+    EXPECT_GT(first, 0) << "no worker 3 among the job's processes";
+    replaced = p.WaitFor("in place of worker 1 (try 2 of 3)",
+                         std::chrono::seconds(60));
+  }
   const int status = p.Wait(std::chrono::seconds(240));
   stop.store(true);
   duty.join();
   ASSERT_TRUE(replaced) << p.output();
   ASSERT_EQ(ExitCode(status), 0) << p.output();
   const std::string out = p.output();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      out, m,
-      std::regex("replace: started worker ([0-9]+) in place of worker 1\n")))
+  const std::string new_id = kill_first_replacement ? "4" : "3";
+  EXPECT_NE(out.find("replace: started worker 3 in place of worker 1\n"),
+            std::string::npos)
       << out;
-  EXPECT_NE(out.find("replace: worker " + m[1].str() +
+  if (kill_first_replacement) {
+    EXPECT_NE(out.find("replace: worker 3 died before it was active; started "
+                       "worker 4 in place of worker 1 (try 2 of 3)\n"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(out.find("replace: worker " + new_id +
                      " is active; draining worker 1\n"),
             std::string::npos)
       << out;
@@ -607,6 +634,14 @@ TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorker) {
       << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
   EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorker) {
+  RunWithASlowedWorker(/*kill_first_replacement=*/false);
+}
+
+TEST(LocalCluster, AReplacementThatDiesBeforeItIsActiveIsStartedAgain) {
+  RunWithASlowedWorker(/*kill_first_replacement=*/true);
 }
 
 TEST(Cli, ResizeNeedsASize) {

@@ -321,9 +321,9 @@ TEST(BatchScaledTable, AClocksRateFollowsItsPushesAndRampsToANewCount) {
     auto clock_of = [&](int32_t pushes) {
       std::unordered_map<Key, Combined> keys;
       // `pushes` pushes of 1 summed: their mean is 1.
-      keys[5] = Combined{std::vector<float>(t.value_width,
-                                            static_cast<float>(pushes)),
-                         pushes};
+      keys[5] = Combined{
+          std::vector<float>(t.value_width, static_cast<float>(pushes)),
+          pushes};
       return keys;
     };
     // Clocks 0-1 with one worker, then two: factors 1, 1, 1.25, 1.5,

@@ -242,6 +242,28 @@ TEST(LocalCluster, MatrixFactorizationDrivesTestRmseBelowTheDataScale) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// The policies read the status, whatever the app: autoscale grows a
+// matrix factorization job from one worker (two cores give a second worker
+// more than the 0.1 efficiency the policy asks for).
+TEST(LocalCluster, TheAutoscalePolicyGrowsAMatrixFactorizationJob) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--app=mf", "--mf_rows=300", "--mf_cols=300",
+             "--mf_observed=0.2", "--epochs=30", "--log_every=500",
+             "--workers=1", "--servers=1", "--max_workers=2",
+             "--consistency=bsp", "--max_rmse=0.6",
+             "--policy=autoscale:settle_s=1:measure_s=1:max=2",
+             "--policy_interval_ms=250", marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  EXPECT_TRUE(std::regex_search(
+      p.output(),
+      std::regex("resize: workers 1 -> 2 at clock [0-9]+: started worker 1")))
+      << p.output();
+  EXPECT_NE(p.output().find("final test RMSE"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 TEST(LocalCluster, AnUnusableDeviceFailsClearly) {
   const std::string marker = UniqueTimeoutFlag();
   Process p({kBinary, "local", "--app=fmnist-mlp", "--device=tpu", marker});

@@ -1000,19 +1000,22 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     const Role role = e.servers ? Role::kServer : Role::kWorker;
     // A worker being replaced and its replacement count as one, and
     // neither is drained by a resize (the replacement drains the other).
+    // A pair counts once while either of the two runs (the new one may
+    // have died, to be started again).
     std::vector<int> active;
-    int pairs = 0;
+    std::set<int32_t> pairs_seen;
     for (const int id : supervisor.Active(role)) {
       bool paired = false;
       if (!e.servers) {
         for (const auto& [old_id, r] : replacing) {
-          if (r.draining) continue;
-          if (id == r.new_id) ++pairs;
-          paired = paired || id == r.new_id || id == old_id;
+          if (r.draining || (id != r.new_id && id != old_id)) continue;
+          paired = true;
+          pairs_seen.insert(old_id);
         }
       }
       if (!paired) active.push_back(id);
     }
+    const int pairs = static_cast<int>(pairs_seen.size());
     const int now = static_cast<int>(active.size()) + pairs;
     std::string line = std::string(e.servers ? "servers " : "workers ") +
                        std::to_string(now) + " -> " + std::to_string(e.count) +
@@ -1080,8 +1083,8 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   // The targets acted on so far (0: none).
   int32_t applied_workers = 0, applied_servers = 0;
   const auto replace_workers = [&](const JobView& view) -> Status {
-    // Replacements that died before they were active (killed, or failed
-    // to start): another, or give up.
+    // Replacements that died before they were active (killed by a signal;
+    // an error exit ends the launch): another, or give up.
     for (auto it = replacing.begin(); it != replacing.end();) {
       const int32_t old_id = it->first;
       Replacement& r = it->second;

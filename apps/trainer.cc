@@ -78,6 +78,11 @@ Status Validate(const TrainerOptions& o) {
   if (o.lr_scaling_ramp < 0 || o.lr_scaling_ramp > (int64_t{1} << 40)) {
     return InvalidArgumentError("--lr_scaling_ramp must be in [0, 2^40]");
   }
+  if (o.lr_scaling != "none" && o.app == "mf") {
+    return InvalidArgumentError(
+        "--lr_scaling is for the dense apps (fmnist-logreg, fmnist-mlp): mf's "
+        "keys are pushed by a different number of workers each clock");
+  }
   if (o.lr_scaling != "none" && !(o.consistency.mode == ConsistencyMode::kBsp &&
                                   o.consistency.combine == BspCombine::kMean)) {
     return InvalidArgumentError(
@@ -120,6 +125,7 @@ LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
 
 BatchScaling BatchScalingOf(const TrainerOptions& o, int world) {
   BatchScaling b;
+  if (o.lr_scaling == "none") return b;  // the same for every worker
   if (o.lr_scaling == "linear") b.rule = BatchScaling::Rule::kLinear;
   if (o.lr_scaling == "sqrt") b.rule = BatchScaling::Rule::kSqrt;
   b.base_pushes = std::max(1, world);
@@ -529,6 +535,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     const bool stop = o.max_samples > 0 && data.samples >= o.max_samples;
     DUCTILE_RETURN_IF_ERROR(data.Trained(stop));
     client.RecordSamples(batch.size());
+    client.RecordLoss(*loss);
     client.Clock();
     progress.set_lead(IsLead(client));
     progress.Step(client, epoch, client.clock(), *loss, batch.size(),

@@ -103,6 +103,8 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
     status.table_consistency.push_back(FromWire(t));
   }
   double gradient_sq = 0;
+  double loss_sum = 0;
+  int loss_workers = 0;
   double noise_trace = 0;
   for (const auto& m : c.members()) {
     MemberStatus s;
@@ -165,6 +167,13 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
           s.samples_per_s > 0) {
         status.samples_per_s += s.samples_per_s;
       }
+      s.recent_loss = w.recent_loss();
+      s.losses = w.losses();
+      if (s.alive && s.state == "active" && s.losses > 0 &&
+          std::isfinite(s.recent_loss)) {
+        loss_sum += s.recent_loss;
+        ++loss_workers;
+      }
       s.staleness.assign(w.staleness().begin(),
                          w.staleness().begin() + buckets);
       if (status.staleness.size() < s.staleness.size()) {
@@ -179,6 +188,7 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   if (status.noise_scale_clocks > 0 && gradient_sq > 0) {
     status.noise_scale = noise_trace / gradient_sq;
   }
+  if (loss_workers > 0) status.loss = loss_sum / loss_workers;
   return status;
 }
 
@@ -309,6 +319,13 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
                   "steps)\n",
                   status.samples_per_s);
     os << rate;
+  }
+  if (status.loss != 0) {
+    char loss[96];
+    std::snprintf(loss, sizeof(loss),
+                  "training loss: %.4g (the active workers' recent steps)\n",
+                  status.loss);
+    os << loss;
   }
   uint64_t reads = 0;
   for (uint64_t n : status.staleness) reads += n;

@@ -65,6 +65,7 @@ class ClientImpl final : public Client {
   Result<int64_t> SetConsistency(TableId table,
                                  const Consistency& consistency) override;
   ClientStats stats() const override { return stats_.Snapshot(); }
+  void RecordLoss(double loss) override { stats_.RecordLoss(loss); }
   void RecordSamples(uint64_t samples) override {
     stats_.RecordSamples(samples);
   }

@@ -1,6 +1,7 @@
 #include "client/stats_recorder.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ductile {
 
@@ -31,6 +32,16 @@ void StatsRecorder::RecordWait(bool pull, uint64_t us) {
 void StatsRecorder::RecordSamples(uint64_t samples) {
   MutexLock lock(&mu_);
   step_samples_ += samples;
+}
+
+void StatsRecorder::RecordLoss(double loss) {
+  if (!std::isfinite(loss)) return;
+  MutexLock lock(&mu_);
+  ++stats_.losses;
+  stats_.recent_loss =
+      stats_.losses == 1
+          ? loss
+          : stats_.recent_loss + kRecentWeight * (loss - stats_.recent_loss);
 }
 
 void StatsRecorder::RecordStep(std::chrono::steady_clock::time_point now) {
@@ -89,6 +100,8 @@ void StatsRecorder::Fill(wire::WorkerMetrics* metrics) const {
   metrics->set_recent_push_wait_us(stats_.recent_push_wait_us);
   metrics->set_recent_pull_wait_us(stats_.recent_pull_wait_us);
   metrics->set_recent_samples_per_s(stats_.recent_samples_per_s);
+  metrics->set_recent_loss(stats_.recent_loss);
+  metrics->set_losses(stats_.losses);
 }
 
 }  // namespace ductile

@@ -31,6 +31,8 @@ class StatsRecorder {
   void RecordWait(bool pull, uint64_t us) EXCLUDES(mu_);
   // `samples` trained in the current step.
   void RecordSamples(uint64_t samples) EXCLUDES(mu_);
+  // A step's training loss (non-finite ones are ignored).
+  void RecordLoss(double loss) EXCLUDES(mu_);
   // A step ends (Clock()) at `now`; the first call only starts the first
   // step (what was waited for before it is not counted).
   void RecordStep(std::chrono::steady_clock::time_point now) EXCLUDES(mu_);

@@ -213,6 +213,10 @@ void StalenessPolicy::OnStatus(const PolicyEvent& event,
     step_ms += step;
   }
   previous_ = std::move(now);
+  if (JudgeTrials(status, actions)) {
+    fractions_.clear();
+    return;
+  }
   if (step_ms <= 0) return;
   fractions_.push_back(blocked_ms / step_ms);
   if (fractions_.size() > static_cast<size_t>(options_.window)) {
@@ -242,6 +246,7 @@ void StalenessPolicy::OnStatus(const PolicyEvent& event,
     int32_t next = bound;
     if (last_fraction_ > options_.raise_above && bound < options_.max_bound) {
       next = std::min(options_.max_bound, bound + options_.step);
+      if (hurting_.contains(next)) continue;  // it raised the loss
     } else if (last_fraction_ < options_.lower_below &&
                bound > options_.min_bound) {
       next = std::max(options_.min_bound, bound - options_.step);
@@ -257,11 +262,68 @@ void StalenessPolicy::OnStatus(const PolicyEvent& event,
               << " readings: " << (next > bound ? "raising" : "lowering")
               << " it to " << next;
     if (actions.SetConsistency(status.tables[i], to).ok()) {
-      if (next > bound) blocking_.insert(bound);
+      if (next > bound) {
+        blocking_.insert(bound);
+        // Judged by the loss when the job reports one.
+        if (losses_.size() == static_cast<size_t>(options_.window)) {
+          double sum = 0;
+          for (double l : losses_) sum += l;
+          trials_.push_back(Trial{status.tables[i], model, next,
+                                  sum / static_cast<double>(losses_.size())});
+        }
+      }
       changed = true;
     }
   }
   if (changed) fractions_.clear();
+}
+
+bool StalenessPolicy::JudgeTrials(const ClusterStatus& status,
+                                  PolicyActions& actions) {
+  const bool have_loss = status.loss > 0 && std::isfinite(status.loss);
+  if (have_loss) {
+    losses_.push_back(status.loss);
+    if (losses_.size() > static_cast<size_t>(options_.window)) {
+      losses_.pop_front();
+    }
+  }
+  bool lowered = false;
+  for (auto it = trials_.begin(); it != trials_.end();) {
+    Trial& t = *it;
+    // The table's bound now; a trial whose table was changed by someone
+    // else (or is gone) is over.
+    const Consistency* now = nullptr;
+    for (size_t i = 0;
+         i < status.tables.size() && i < status.table_consistency.size(); ++i) {
+      if (status.tables[i] == t.table) now = &status.table_consistency[i];
+    }
+    if (now == nullptr || now->mode != ConsistencyMode::kSsp ||
+        now->staleness != t.to) {
+      it = trials_.erase(it);
+      continue;
+    }
+    if (have_loss) {
+      t.loss_sum += status.loss;
+      ++t.readings;
+    }
+    if (t.readings < options_.window) {
+      ++it;
+      continue;
+    }
+    const double after = t.loss_sum / t.readings;
+    if (after > t.loss_before * (1 + options_.loss_rise)) {
+      LOG(INFO) << "staleness: the training loss rose from " << t.loss_before
+                << " to " << after << " after table '" << t.table
+                << "''s bound was raised to " << t.to << ": lowering it to "
+                << t.from.staleness << " again";
+      if (actions.SetConsistency(t.table, t.from).ok()) {
+        hurting_.insert(t.to);
+        lowered = true;
+      }
+    }
+    it = trials_.erase(it);
+  }
+  return lowered;
 }
 
 Result<std::map<std::string, std::string>> ParsePolicyParameters(
@@ -386,10 +448,12 @@ Result<std::shared_ptr<Policy>> MakeStaleness(
     } else if (key == "max") {
       DUCTILE_ASSIGN_OR_RETURN(o.max_bound,
                                Integer(name, key, value, 0, 1000000));
+    } else if (key == "loss_rise") {
+      DUCTILE_ASSIGN_OR_RETURN(o.loss_rise, Number(name, key, value, 0, 10));
     } else {
       return InvalidArgumentError(
           "staleness has no parameter '" + key +
-          "' (raise_above, lower_below, window, step, min, max)");
+          "' (raise_above, lower_below, window, step, min, max, loss_rise)");
     }
   }
   if (o.raise_above <= 0) {
@@ -401,6 +465,9 @@ Result<std::shared_ptr<Policy>> MakeStaleness(
   }
   if (o.max_bound < o.min_bound) {
     return InvalidArgumentError("staleness: max must be at least min");
+  }
+  if (o.loss_rise <= 0) {
+    return InvalidArgumentError("staleness: loss_rise must be in (0, 10]");
   }
   return std::shared_ptr<Policy>(std::make_shared<StalenessPolicy>(o));
 }

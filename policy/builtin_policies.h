@@ -123,6 +123,11 @@ class StragglerPolicy final : public Policy {
 // policy changes nothing: blocked time is reported per worker, not per
 // table, and BSP's waits would read as an SSP bound that blocks. Each SSP
 // table is changed by itself, from its own bound.
+// The loss: a raise is a trial when the job reports a training loss
+// (ClusterStatus::loss). If the mean loss over the `window` readings after
+// it is more than `loss_rise` (relative) above the mean over the `window`
+// readings before it, the staleness hurt: the bound goes back, and the
+// policy never raises a table to that bound again.
 struct StalenessOptions {
   double raise_above = 0.2;   // (0, 1]
   double lower_below = 0.02;  // [0, raise_above)
@@ -130,6 +135,7 @@ struct StalenessOptions {
   int32_t step = 1;           // 1 - 1000
   int32_t min_bound = 0;      // 0 - 1000000
   int32_t max_bound = 16;     // min_bound - 1000000
+  double loss_rise = 0.05;    // (0, 10]
 };
 
 class StalenessPolicy final : public Policy {
@@ -143,6 +149,8 @@ class StalenessPolicy final : public Policy {
   double blocked_fraction() const { return last_fraction_; }
   // Bounds found to block (the job was held up at them).
   const std::set<int32_t>& blocking() const { return blocking_; }
+  // Bounds found to hurt the loss (raised to, then taken back).
+  const std::set<int32_t>& hurting() const { return hurting_; }
 
  private:
   const StalenessOptions options_;
@@ -150,6 +158,21 @@ class StalenessPolicy final : public Policy {
   std::map<int32_t, std::pair<double, double>> previous_;
   std::deque<double> fractions_;
   std::set<int32_t> blocking_;
+  std::set<int32_t> hurting_;
+  // The job's loss at the last `window` readings that had one.
+  std::deque<double> losses_;
+  // A raise being judged by the loss after it.
+  struct Trial {
+    std::string table;
+    Consistency from;
+    int32_t to = 0;
+    double loss_before = 0;
+    double loss_sum = 0;
+    int32_t readings = 0;
+  };
+  std::vector<Trial> trials_;
+  // Judges the trials with this reading's loss; true if a bound went back.
+  bool JudgeTrials(const ClusterStatus& status, PolicyActions& actions);
   double last_fraction_ = -1;
   bool bsp_reported_ = false;
 };

@@ -24,7 +24,7 @@ float ParameterTable::BatchFactor(int64_t clock, int32_t pushes,
     return 1.0f;
   }
   const float target = BatchScalingFactor(options_.batch_scaling, pushes);
-  if (target != batch_target_ && clock >= batch_clock_) {
+  if (target != batch_target_ && (!batch_seen_ || clock > batch_clock_)) {
     LOG(INFO) << "table '" << options_.name << "': learning-rate batch factor "
               << target << " (" << pushes << " pushes a clock, base "
               << options_.batch_scaling.base_pushes << ") from clock " << clock
@@ -32,7 +32,8 @@ float ParameterTable::BatchFactor(int64_t clock, int32_t pushes,
               << " clocks";
     batch_target_ = target;
   }
-  batch_clock_ = std::max(batch_clock_, clock);
+  batch_clock_ = batch_seen_ ? std::max(batch_clock_, clock) : clock;
+  batch_seen_ = true;
   return batch_ramp_.Next(clock, target);
 }
 
@@ -202,6 +203,7 @@ void ParameterTable::Clear() {
   batch_ramp_ = BatchScaleRamp(options_.batch_scaling.ramp_clocks);
   batch_target_ = 1.0f;
   batch_clock_ = 0;
+  batch_seen_ = false;
 }
 
 void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {

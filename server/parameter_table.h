@@ -187,6 +187,7 @@ class ParameterTable {
   BatchScaleRamp batch_ramp_;
   float batch_target_ = 1.0f;  // the factor last logged
   int64_t batch_clock_ = 0;    // the newest BSP clock seen
+  bool batch_seen_ = false;    // any clock yet
   ParallelRunner* runner_ = nullptr;
 };
 

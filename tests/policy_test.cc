@@ -401,6 +401,8 @@ class BlockedJob {
     event_.status = &status_;
     return status_;
   }
+  // The job's training loss from the next reading on (0: none reported).
+  void SetLoss(double loss) { status_.loss = loss; }
   void Run(StalenessPolicy& policy, FakeActions& actions, double step_ms,
            double blocked_ms) {
     Read(step_ms, blocked_ms);
@@ -469,6 +471,57 @@ TEST(Staleness, LowersABoundThatCostsNothingDownToItsMinimum) {
   EXPECT_GT(high.blocked_fraction(), 0.8);
 }
 
+// A raise whose following readings show a higher loss is taken back, and
+// that bound is not tried again however much the old one blocks.
+TEST(Staleness, TakesBackARaiseAfterWhichTheLossRose) {
+  StalenessOptions o;
+  o.window = 2;
+  StalenessPolicy policy(o);
+  FakeActions actions;
+  BlockedJob job(1);
+  job.SetLoss(1.0);
+  for (int i = 0; i < 3; ++i) job.Run(policy, actions, 1000, 500);
+  using Change = std::pair<std::string, std::string>;
+  ASSERT_EQ(actions.models, (std::vector<Change>{{"w", "ssp(2)"}}));
+  job.SetBound(2);
+  job.SetLoss(1.04);  // within loss_rise (5%): not yet judged
+  job.Run(policy, actions, 1000, 0);
+  EXPECT_EQ(actions.models.size(), 1u);
+  job.SetLoss(1.2);  // mean over the window 1.12 > 1.05
+  job.Run(policy, actions, 1000, 0);
+  ASSERT_EQ(actions.models.size(), 2u);
+  EXPECT_EQ(actions.models[1], (Change{"w", "ssp(1)"}));
+  EXPECT_EQ(policy.hurting(), std::set<int32_t>{2});
+  job.SetBound(1);
+  for (int i = 0; i < 8; ++i) job.Run(policy, actions, 1000, 500);
+  EXPECT_EQ(actions.models.size(), 2u);  // blocked, but 2 hurt
+  EXPECT_DOUBLE_EQ(policy.blocked_fraction(), 0.5);
+}
+
+TEST(Staleness, KeepsARaiseAfterWhichTheLossFell) {
+  StalenessOptions o;
+  o.window = 2;
+  StalenessPolicy policy(o);
+  FakeActions actions;
+  BlockedJob job(1);
+  job.SetLoss(1.0);
+  for (int i = 0; i < 3; ++i) job.Run(policy, actions, 1000, 500);
+  job.SetBound(2);
+  job.SetLoss(0.9);
+  for (int i = 0; i < 4; ++i) job.Run(policy, actions, 1000, 100);
+  using Change = std::pair<std::string, std::string>;
+  EXPECT_EQ(actions.models, (std::vector<Change>{{"w", "ssp(2)"}}));
+  EXPECT_TRUE(policy.hurting().empty());
+  // Without a loss reported there is nothing to judge: raises stay.
+  StalenessPolicy blind(o);
+  FakeActions blind_actions;
+  BlockedJob no_loss(1);
+  for (int i = 0; i < 3; ++i) no_loss.Run(blind, blind_actions, 1000, 500);
+  no_loss.SetBound(2);
+  for (int i = 0; i < 4; ++i) no_loss.Run(blind, blind_actions, 1000, 100);
+  EXPECT_EQ(blind_actions.models, (std::vector<Change>{{"w", "ssp(2)"}}));
+}
+
 TEST(Staleness, ChangesNothingWhileTheJobHasABspTable) {
   StalenessOptions o;
   o.window = 2;
@@ -512,6 +565,8 @@ TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
       {"staleness:min=5:max=4", "max must be at least min"},
       {"staleness:step=0", "step=0 must be a number in"},
       {"staleness:bound=3", "staleness has no parameter 'bound'"},
+      {"staleness:loss_rise=0", "loss_rise must be in (0, 10]"},
+      {"staleness:loss_rise=11", "loss_rise=11"},
       {",autoscale", "unknown policy ''"},
   };
   for (const auto& [spec, message] : bad) {

@@ -57,5 +57,22 @@ TEST(ScheduleInClocks, EpochsBecomeClocksAtTheWorkersPace) {
                   .ok());
 }
 
+TEST(BatchScalingOf, TheFlagsBecomeTheTablesScalingAgainstTheWorkersNow) {
+  TrainerOptions o;
+  // No rule: the same setting whatever a worker counted.
+  EXPECT_EQ(BatchScalingOf(o, 3).rule, BatchScaling::Rule::kNone);
+  EXPECT_EQ(BatchScalingOf(o, 3).base_pushes, 1);
+  EXPECT_EQ(BatchScalingOf(o, 3).ramp_clocks, 0);
+  o.lr_scaling = "sqrt";
+  o.lr_scaling_ramp = 7;
+  const BatchScaling b = BatchScalingOf(o, 3);
+  EXPECT_EQ(b.rule, BatchScaling::Rule::kSqrt);
+  EXPECT_EQ(b.base_pushes, 3);
+  EXPECT_EQ(b.ramp_clocks, 7);
+  o.lr_scaling = "linear";
+  EXPECT_EQ(BatchScalingOf(o, 2).rule, BatchScaling::Rule::kLinear);
+  EXPECT_EQ(BatchScalingOf(o, 0).base_pushes, 1);
+}
+
 }  // namespace
 }  // namespace ductile::apps

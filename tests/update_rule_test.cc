@@ -498,6 +498,7 @@ TEST(BatchScaleRamp, ANewTargetIsReachedOverTheRampsClocks) {
   EXPECT_EQ(ramp.Next(4, 2.0f), 1.75f);
   EXPECT_EQ(ramp.Next(5, 2.0f), 2.0f);
   EXPECT_EQ(ramp.Next(9, 2.0f), 2.0f);
+  EXPECT_EQ(ramp.Next(9, 5.0f), 2.0f);  // the newest clock again: no ramp
   // A late clock (a moved-in key's) gets its own clock's factor and starts
   // nothing, whatever it asks for.
   EXPECT_EQ(ramp.Next(3, 7.0f), 1.5f);

@@ -64,7 +64,7 @@ float BatchScaleRamp::Next(int64_t clock, float target) {
     start_ = last_ = clock;
     return target;
   }
-  if (clock < last_) return At(clock);  // a late clock: no new ramp
+  if (clock <= last_) return At(clock);  // a late clock: no new ramp
   if (target != to_) {
     from_ = At(clock - 1);
     to_ = target;

@@ -16,8 +16,9 @@ namespace ductile {
 // (BatchScaling): Next(c, target) is the factor of clock c, whose pushes ask
 // for `target`. A target other than the last starts a ramp from the factor
 // the clock before had to it, over `ramp_clocks` clocks (the last of which
-// has the target). A clock below the newest one seen (a moved-in key's
-// late clock) gets that clock's factor and starts no ramp.
+// has the target). A clock not above the newest one seen (a moved-in key's
+// late clock) starts no ramp: it gets the factor the ramp in force gives
+// it (that ramp's first factor, if it started later).
 class BatchScaleRamp {
  public:
   explicit BatchScaleRamp(int64_t ramp_clocks) : ramp_clocks_(ramp_clocks) {}

@@ -53,6 +53,10 @@ struct MemberStatus {
   double recent_push_wait_ms = 0;
   double recent_pull_wait_ms = 0;
   double samples_per_s = 0;
+  // The training loss it reported (Client::RecordLoss), smoothed, and how
+  // many reports (0: none).
+  double recent_loss = 0;
+  uint64_t losses = 0;
 };
 
 struct ClusterStatus {
@@ -107,6 +111,9 @@ struct ClusterStatus {
   std::vector<uint64_t> staleness;
   // The job's recent throughput: the live workers' samples_per_s summed.
   double samples_per_s = 0;
+  // The job's recent training loss: the mean of the active workers'
+  // recent_loss (those that reported one); 0 when none did.
+  double loss = 0;
 };
 
 // Each call takes the cluster's keys (LoadClusterKeys; empty in plain

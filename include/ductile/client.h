@@ -140,6 +140,11 @@ struct ClientStats {
   double recent_push_wait_us = 0;
   double recent_pull_wait_us = 0;
   double recent_samples_per_s = 0;
+  // The training loss the loop reported with RecordLoss(), smoothed over
+  // about the last ten reports, and how many it reported (0: none, and
+  // recent_loss means nothing).
+  double recent_loss = 0;
+  uint64_t losses = 0;
   int64_t max_staleness() const {
     for (size_t i = staleness.size(); i > 0; --i) {
       if (staleness[i - 1] > 0) return static_cast<int64_t>(i - 1);
@@ -293,6 +298,10 @@ class Client {
   // Counts `samples` toward this step (the one the next Clock() ends), for
   // the samples per second in stats(), `ductile status` and /metrics.
   virtual void RecordSamples(uint64_t samples) = 0;
+  // Reports the training loss of this step's batch, for the smoothed loss
+  // in stats() and the status (the `staleness` policy reads the job's).
+  // A loss that is not a finite number is ignored.
+  virtual void RecordLoss(double loss) = 0;
 
   // ---- Fault tolerance (docs/fault_tolerance.md).
   //

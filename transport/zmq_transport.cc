@@ -534,6 +534,17 @@ std::unique_ptr<Transport> NewZmqTransport(const Security& security) {
   // process.
   static std::once_flag raised;
   std::call_once(raised, RaiseOpenFileLimit);
+  // Debian's libzmq starts libpgm with each context (pgm_init) and stops it
+  // with the last one (pgm_shutdown), which destroys libpgm's global
+  // mutexes. A context made on one thread while the process's last other
+  // one ends on another thread initialises those mutexes while they are
+  // being destroyed: ThreadSanitizer saw it in `ductile local`, whose
+  // admin requests (a status poll, a drain) each make and end a context
+  // of their own, on two threads. One context made before any other and
+  // never ended (it starts no thread until it has a socket) keeps libpgm
+  // up for the process's life.
+  static void* const keep_network_up = zmq_ctx_new();
+  (void)keep_network_up;
   return std::make_unique<ZmqTransport>(security);
 }
 

@@ -162,7 +162,8 @@ DEFINE_string(metrics_host, "127.0.0.1",
 DEFINE_string(policy, "",
               "coordinator, local: built-in policies that change the job as "
               "it trains, comma-separated: autoscale, stragglers, "
-              "staleness, each with optional :KEY=VALUE parameters "
+              "staleness, gns-batch, each with optional :KEY=VALUE "
+              "parameters "
               "(docs/adaptation.md)");
 DEFINE_int32(policy_interval_ms, 1000,
              "coordinator, local: how often the policies read the job's "

@@ -472,6 +472,40 @@ Result<std::shared_ptr<Policy>> MakeStaleness(
   return std::shared_ptr<Policy>(std::make_shared<StalenessPolicy>(o));
 }
 
+Result<std::shared_ptr<Policy>> MakeGnsBatch(
+    const std::map<std::string, std::string>& params) {
+  GnsBatchOptions o;
+  const std::string name = "gns-batch";
+  for (const auto& [key, value] : params) {
+    if (key == "grow_above") {
+      DUCTILE_ASSIGN_OR_RETURN(o.grow_above, Number(name, key, value, 0, 1000));
+      if (o.grow_above <= 0) {
+        return InvalidArgumentError(
+            "gns-batch: grow_above must be in (0, 1000]");
+      }
+    } else if (key == "step") {
+      DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1024));
+    } else if (key == "max") {
+      DUCTILE_ASSIGN_OR_RETURN(o.max_workers,
+                               Integer(name, key, value, 1, 1 << 20));
+    } else if (key == "window") {
+      DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+    } else if (key == "min_clocks") {
+      DUCTILE_ASSIGN_OR_RETURN(
+          o.min_clocks,
+          Integer(name, key, value, 0, static_cast<double>(int64_t{1} << 40)));
+    } else if (key == "wait_s") {
+      DUCTILE_ASSIGN_OR_RETURN(double s, Number(name, key, value, 0, 86400));
+      o.wait_ms = static_cast<int64_t>(s * 1000);
+    } else {
+      return InvalidArgumentError(
+          "gns-batch has no parameter '" + key +
+          "' (grow_above, step, max, window, min_clocks, wait_s)");
+    }
+  }
+  return std::shared_ptr<Policy>(std::make_shared<GnsBatchPolicy>(o));
+}
+
 }  // namespace
 
 Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
@@ -485,8 +519,10 @@ Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
   if (name == "autoscale") return MakeAutoscale(params);
   if (name == "stragglers") return MakeStragglers(params);
   if (name == "staleness") return MakeStaleness(params);
-  return InvalidArgumentError("unknown policy '" + name +
-                              "' (built-in: autoscale, stragglers, staleness)");
+  if (name == "gns-batch") return MakeGnsBatch(params);
+  return InvalidArgumentError(
+      "unknown policy '" + name +
+      "' (built-in: autoscale, stragglers, staleness, gns-batch)");
 }
 
 Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(

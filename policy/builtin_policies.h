@@ -177,6 +177,60 @@ class StalenessPolicy final : public Policy {
   bool bsp_reported_ = false;
 };
 
+// `gns-batch`: grows the job's global batch with the gradient noise scale
+// (McCandlish et al. 2018), by adding workers: a global batch near the
+// noise scale B_simple spends samples and steps in balance, one well below
+// it wastes steps. The servers' estimate (ClusterStatus::noise_scale, in
+// worker batches) is averaged over `window` readings; while that average
+// is above `grow_above` times the active workers, the policy asks for
+// `step` more workers (up to `max_workers`), then waits for the job to
+// reach the size before it reads again (readings start over). It never
+// shrinks the job: the noise scale grows as training goes on. It ignores
+// the estimate until the servers have folded in `min_clocks` clocks, and
+// stops (asking for the size the job has) when a size it asked for is not
+// reached within `wait_ms` or the job refuses it. The estimate needs two
+// workers: a job of one never grows. Under BSP with the tables'
+// batch_scaling (`--lr_scaling`), the learning rate follows the global
+// batch it grows.
+struct GnsBatchOptions {
+  double grow_above = 1.0;  // (0, 1000]
+  int32_t step = 1;         // 1 - 1024
+  int32_t max_workers = 16;
+  int32_t window = 5;        // readings: 1 - 100000
+  int64_t min_clocks = 50;   // 0 - 2^40
+  int64_t wait_ms = 300000;  // 0 - 1 day
+};
+
+class GnsBatchPolicy final : public Policy {
+ public:
+  explicit GnsBatchPolicy(const GnsBatchOptions& options);
+  std::string name() const override { return "gns-batch"; }
+  void OnStatus(const PolicyEvent& event, PolicyActions& actions) override;
+
+  // One growth it asked for: at which clock, from and to how many
+  // workers, and the averaged noise scale that called for it.
+  struct Growth {
+    int64_t clock = -1;
+    int32_t from = 0;
+    int32_t to = 0;
+    double noise_scale = 0;
+  };
+  const std::vector<Growth>& grown() const { return grown_; }
+  // True once it has stopped for good (its limit, a refusal, a size not
+  // reached in time).
+  bool stopped() const { return stopped_; }
+
+ private:
+  void Stop(const std::string& why);
+
+  const GnsBatchOptions options_;
+  std::deque<double> readings_;
+  int32_t asked_ = 0;  // the size asked for and not yet reached (0: none)
+  int64_t asked_ms_ = 0;
+  std::vector<Growth> grown_;
+  bool stopped_ = false;
+};
+
 // "KEY=VALUE:KEY=VALUE" after a spec's "NAME:" into a map; kInvalidArgument
 // for an item without '=' or a key given twice.
 Result<std::map<std::string, std::string>> ParsePolicyParameters(

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -533,6 +535,140 @@ TEST(Staleness, ChangesNothingWhileTheJobHasABspTable) {
   EXPECT_DOUBLE_EQ(policy.blocked_fraction(), 0.5);
 }
 
+// Drives a gns-batch policy: a reading every second at clock 10 a second,
+// a noise scale of noise(second) folded in over all those clocks; the job
+// takes the size asked for `lag_ms` later (never once above `reachable`).
+struct NoiseDrive {
+  int32_t start = 2;
+  int64_t lag_ms = 3000;
+  int32_t reachable = 1 << 20;
+  int64_t seconds = 60;
+  std::function<double(int64_t)> noise = [](int64_t s) {
+    return 0.1 * s + 0.05;
+  };
+};
+
+// The sizes the job went through.
+std::vector<int32_t> RunGnsBatch(GnsBatchPolicy& policy, FakeActions& actions,
+                                 const NoiseDrive& d) {
+  PolicyRunner runner({std::shared_ptr<Policy>(&policy, [](Policy*) {})});
+  int32_t size = d.start;
+  int32_t asked = d.start;
+  int64_t asked_at = 0;
+  std::vector<int32_t> sizes = {size};
+  for (int64_t t = 0; t <= d.seconds; ++t) {
+    if (!actions.resizes.empty() && actions.resizes.back() != asked) {
+      asked = actions.resizes.back();
+      asked_at = t * 1000;
+    }
+    if (asked != size && t * 1000 - asked_at >= d.lag_ms &&
+        asked <= d.reachable) {
+      size = asked;
+      sizes.push_back(size);
+    }
+    ClusterStatus s;
+    s.members.push_back(Server(0));
+    for (int32_t w = 0; w < size; ++w) s.members.push_back(Worker(w, t * 10));
+    s.noise_scale = d.noise(t);
+    s.noise_scale_clocks = static_cast<uint64_t>(t * 10);
+    runner.Run(s, t * 1000, actions);
+  }
+  return sizes;
+}
+
+TEST(GnsBatch, GrowsWhileTheNoiseScaleOutgrowsTheWorkersUpToItsMax) {
+  GnsBatchOptions o;
+  o.max_workers = 4;
+  GnsBatchPolicy policy(o);
+  FakeActions actions;
+  // The noise scale is 0.1 s + 0.05 worker batches: the mean of the five
+  // readings up to second s is 0.1 (s - 2) + 0.05, above 2 workers from
+  // s = 22 on, above 3 from s = 32 (readings start over once the job has
+  // grown, at 25), and above 4 at s = 42, where the limit stops it.
+  EXPECT_EQ(RunGnsBatch(policy, actions, NoiseDrive{}),
+            (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{3, 4}));
+  ASSERT_EQ(policy.grown().size(), 2u);
+  EXPECT_EQ(policy.grown()[0].clock, 220);
+  EXPECT_EQ(policy.grown()[0].from, 2);
+  EXPECT_EQ(policy.grown()[0].to, 3);
+  EXPECT_NEAR(policy.grown()[0].noise_scale, 2.05, 1e-9);
+  EXPECT_EQ(policy.grown()[1].clock, 320);
+  EXPECT_EQ(policy.grown()[1].to, 4);
+  EXPECT_NEAR(policy.grown()[1].noise_scale, 3.05, 1e-9);
+  EXPECT_TRUE(policy.stopped());
+}
+
+TEST(GnsBatch, StepsAndGrowAboveSetHowFastItGrows) {
+  GnsBatchOptions o;
+  o.step = 2;
+  o.grow_above = 0.5;
+  o.window = 1;
+  GnsBatchPolicy policy(o);
+  FakeActions actions;
+  NoiseDrive d;
+  d.seconds = 29;
+  // Above 0.5 x 2 workers from second 10 (1.05), above 0.5 x 4 at 20
+  // (readings start over at 13, when the job has 4), above 0.5 x 6 at 30.
+  EXPECT_EQ(RunGnsBatch(policy, actions, d), (std::vector<int32_t>{2, 4, 6}));
+  ASSERT_EQ(policy.grown().size(), 2u);
+  EXPECT_EQ(policy.grown()[0].clock, 100);
+  EXPECT_EQ(policy.grown()[1].clock, 200);
+  EXPECT_FALSE(policy.stopped());
+}
+
+TEST(GnsBatch, AnEstimateOverTooFewClocksOrOfNothingIsNotRead) {
+  GnsBatchOptions o;
+  o.min_clocks = 300;  // reached at second 30
+  o.window = 1;
+  GnsBatchPolicy policy(o);
+  FakeActions actions;
+  NoiseDrive d;
+  d.seconds = 40;
+  d.noise = [](int64_t s) {
+    if (s < 33) return s % 2 == 0 ? 50.0 : std::nan("");
+    return 0.0;  // unknown again (one worker left, say) once it has 3
+  };
+  EXPECT_EQ(RunGnsBatch(policy, actions, d), (std::vector<int32_t>{2, 3}));
+  ASSERT_EQ(policy.grown().size(), 1u);
+  EXPECT_EQ(policy.grown()[0].clock, 300);
+}
+
+TEST(GnsBatch, StopsWhereTheJobRefusesOrDoesNotGrowInTime) {
+  {
+    GnsBatchOptions o;
+    GnsBatchPolicy policy(o);
+    FakeActions actions;
+    actions.max_workers = 2;
+    RunGnsBatch(policy, actions, NoiseDrive{});
+    EXPECT_TRUE(actions.resizes.empty());
+    EXPECT_TRUE(policy.stopped());
+  }
+  {
+    GnsBatchOptions o;
+    o.wait_ms = 10000;
+    GnsBatchPolicy policy(o);
+    FakeActions actions;
+    NoiseDrive d;
+    d.reachable = 2;
+    // Asks for 3 at 22; at 33, still 2, it takes the target back to 2.
+    EXPECT_EQ(RunGnsBatch(policy, actions, d), (std::vector<int32_t>{2}));
+    EXPECT_EQ(actions.resizes, (std::vector<int32_t>{3, 2}));
+    EXPECT_TRUE(policy.stopped());
+  }
+  {
+    GnsBatchOptions o;
+    GnsBatchPolicy policy(o);
+    FakeActions actions;
+    actions.unanswered = 2;  // asked at 22 and 23 without an answer
+    NoiseDrive d;
+    d.seconds = 30;
+    EXPECT_EQ(RunGnsBatch(policy, actions, d), (std::vector<int32_t>{2, 3}));
+    ASSERT_EQ(policy.grown().size(), 1u);
+    EXPECT_EQ(policy.grown()[0].clock, 240);
+  }
+}
+
 TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
   Result<std::vector<std::shared_ptr<Policy>>> two = MakeBuiltinPolicies(
       "autoscale:threshold=0.2:max=8:settle_s=1.5,stragglers:window=3");
@@ -544,11 +680,20 @@ TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
       "staleness:raise_above=0.3:lower_below=0.05:window=4:max=8");
   ASSERT_TRUE(three.ok()) << three.status();
   EXPECT_EQ((*three)[0]->name(), "staleness");
+  Result<std::vector<std::shared_ptr<Policy>>> four = MakeBuiltinPolicies(
+      "gns-batch:grow_above=0.5:step=2:max=8:window=3:min_clocks=10:wait_s="
+      "60");
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ((*four)[0]->name(), "gns-batch");
   Result<std::vector<std::shared_ptr<Policy>>> none = MakeBuiltinPolicies("");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
   const std::map<std::string, std::string> bad = {
-      {"gns-batch", "unknown policy 'gns-batch'"},
+      {"gns", "unknown policy 'gns'"},
+      {"gns-batch:grow_above=0", "grow_above must be in (0, 1000]"},
+      {"gns-batch:step=2000", "step=2000"},
+      {"gns-batch:batch=2", "gns-batch has no parameter 'batch'"},
+      {"gns-batch:min_clocks=-5", "min_clocks=-5"},
       {"autoscale:speed=2", "no parameter 'speed'"},
       {"autoscale:step=0", "step=0 must be a number in"},
       {"autoscale:step=1.5", "must be a whole number"},

@@ -139,6 +139,10 @@ class Policy {
 //               than `raise_above` of their step time blocked on it, and
 //               lowers it while they spend less than `lower_below` (never
 //               back into a bound that blocked).
+//   gns-batch   grows the job by `step` workers while the gradient noise
+//               scale the servers estimate (in worker batches, averaged
+//               over `window` readings) stays above `grow_above` times the
+//               active workers, up to `max`; never shrinks it.
 // kInvalidArgument for an unknown name or parameter, or a bad value.
 Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec);
 

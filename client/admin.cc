@@ -523,6 +523,10 @@ std::string FormatPrometheus(const ClusterStatus& status) {
   Family(&os, "ductile_samples_per_second", "gauge",
          "The active workers' recent throughput, summed.")
       .Sample("", status.samples_per_s);
+  Family(&os, "ductile_training_loss", "gauge",
+         "The active workers' smoothed training loss, averaged over those "
+         "that report one (0: none does).")
+      .Sample("", status.loss);
   {
     Family members(&os, "ductile_member_up", "gauge",
                    "1 for a member the coordinator counts alive, by role, id "
@@ -611,6 +615,12 @@ std::string FormatPrometheus(const ClusterStatus& status) {
     each("ductile_worker_samples_per_second", "gauge",
          "The worker's throughput over about its last ten steps.",
          [](M m) { return m.samples_per_s; });
+    each("ductile_worker_training_loss", "gauge",
+         "The worker's smoothed training loss (Client::RecordLoss; 0: none "
+         "reported).",
+         [](M m) { return m.recent_loss; });
+    each("ductile_worker_losses_total", "counter",
+         "Losses the worker reported.", [](M m) { return m.losses; });
   }
   // Buckets are cumulative; the last of kStalenessBuckets (that staleness
   // or more) counts in +Inf only.

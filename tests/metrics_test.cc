@@ -77,6 +77,9 @@ ClusterStatus AStatus() {
   worker.last_heartbeat_ms_ago = 250;
   worker.clock = 41;
   worker.blocked_ms = 1500;
+  worker.recent_loss = 0.75;
+  worker.losses = 30;
+  s.loss = 0.75;
   s.members = {server, worker};
   return s;
 }
@@ -103,6 +106,9 @@ TEST(Prometheus, AStatusReadsBackSampleBySample) {
   EXPECT_EQ(m.count("ductile_server_parked_pulls_total{server=\"0\"}"), 0u);
   EXPECT_EQ(m.at("ductile_worker_clock{worker=\"7\"}"), "41");
   EXPECT_EQ(m.at("ductile_worker_blocked_seconds_total{worker=\"7\"}"), "1.5");
+  EXPECT_EQ(m.at("ductile_training_loss"), "0.75");
+  EXPECT_EQ(m.at("ductile_worker_training_loss{worker=\"7\"}"), "0.75");
+  EXPECT_EQ(m.at("ductile_worker_losses_total{worker=\"7\"}"), "30");
   // Cumulative buckets.
   EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"0\"}"), "5");
   EXPECT_EQ(m.at("ductile_staleness_bucket{le=\"1\"}"), "8");

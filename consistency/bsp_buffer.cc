@@ -19,7 +19,7 @@ Status BspBuffer::Check(int64_t clock, Key key, size_t width) const {
 }
 
 void BspBuffer::Add(int64_t clock, Key key, std::span<const float> values,
-                    bool replace) {
+                    bool replace, int32_t batches) {
   Combined& c = clocks_[clock][key];
   if (c.pushes == 0 || replace) {
     c.values.assign(values.begin(), values.end());
@@ -28,6 +28,7 @@ void BspBuffer::Add(int64_t clock, Key key, std::span<const float> values,
     for (size_t i = 0; i < values.size(); ++i) acc[i] += values[i];
   }
   ++c.pushes;
+  c.batches += std::max(batches, 1);
 }
 
 std::vector<std::pair<int64_t, BspBuffer::Clock>> BspBuffer::TakeBefore(

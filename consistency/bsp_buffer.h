@@ -28,6 +28,10 @@ class BspBuffer {
   struct Combined {
     std::vector<float> values;
     int32_t pushes = 0;
+    // The worker batches those pushes stand for (each push's
+    // Header::batch_weight, 1 unless a worker trains several batches a
+    // step); 0 reads as `pushes`.
+    int32_t batches = 0;
   };
   using Clock = std::unordered_map<Key, Combined>;
 
@@ -35,8 +39,9 @@ class BspBuffer {
   // the clock gave it another width).
   Status Check(int64_t clock, Key key, size_t width) const;
   // Adds one push's vector for `key` at `clock` (sum, or replace if
-  // `replace`). Check() first.
-  void Add(int64_t clock, Key key, std::span<const float> values, bool replace);
+  // `replace`), standing for `batches` worker batches. Check() first.
+  void Add(int64_t clock, Key key, std::span<const float> values, bool replace,
+           int32_t batches = 1);
   // Removes and returns the clocks below `server_clock`, oldest first.
   std::vector<std::pair<int64_t, Clock>> TakeBefore(int64_t server_clock);
 

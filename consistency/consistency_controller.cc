@@ -102,11 +102,12 @@ Status ConsistencyController::CheckBuffered(TableId table, int64_t clock,
 }
 
 void ConsistencyController::Buffer(TableId table, int64_t clock,
-                                   const DataFrames& request, bool replace) {
+                                   const DataFrames& request, int32_t batches,
+                                   bool replace) {
   BspBuffer& bsp = tables_.at(table).bsp;
   const auto keys = request.keys();
   for (size_t i = 0; i < keys.size(); ++i) {
-    bsp.Add(clock, keys[i], request.value(i), replace);
+    bsp.Add(clock, keys[i], request.value(i), replace, batches);
   }
 }
 

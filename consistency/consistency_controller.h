@@ -109,9 +109,10 @@ class ConsistencyController {
   // Checks every key's width against the clock's earlier pushes.
   Status CheckBuffered(TableId table, int64_t clock,
                        const DataFrames& request) const;
-  // Adds a push (summed per key, or replacing for assign tables).
+  // Adds a push standing for `batches` worker batches (summed per key, or
+  // replacing for assign tables).
   void Buffer(TableId table, int64_t clock, const DataFrames& request,
-              bool replace);
+              int32_t batches, bool replace);
   // The buffered clocks below the server clock, oldest first, taken out.
   std::vector<CombinedClock> TakeCombined();
   // Live migration: the buffered pushes of the keys `pred(table, key)`

@@ -17,16 +17,16 @@ ParameterTable::ParameterTable(TableId id, const TableOptions& options,
       kernel_(options, custom),
       batch_ramp_(options.batch_scaling.ramp_clocks) {}
 
-float ParameterTable::BatchFactor(int64_t clock, int32_t pushes,
+float ParameterTable::BatchFactor(int64_t clock, int32_t batches,
                                   BspCombine combine) {
   if (options_.batch_scaling.rule == BatchScaling::Rule::kNone ||
       combine != BspCombine::kMean || options_.rule == UpdateRule::kAssign) {
     return 1.0f;
   }
-  const float target = BatchScalingFactor(options_.batch_scaling, pushes);
+  const float target = BatchScalingFactor(options_.batch_scaling, batches);
   if (target != batch_target_ && (!batch_seen_ || clock > batch_clock_)) {
     LOG(INFO) << "table '" << options_.name << "': learning-rate batch factor "
-              << target << " (" << pushes << " pushes a clock, base "
+              << target << " (" << batches << " worker batches a clock, base "
               << options_.batch_scaling.base_pushes << ") from clock " << clock
               << ", reached over " << options_.batch_scaling.ramp_clocks
               << " clocks";

@@ -51,21 +51,23 @@ class ParameterTable {
   // `batch_factor` multiplies the learning rate as well (BatchFactor).
   Status ApplyOne(Key key, std::span<const float> update, int64_t clock,
                   float batch_factor = 1.0f);
-  // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`:
-  // their mean under BspCombine::kMean (not for assign tables), else the
-  // sum. `sum` is scaled in place.
+  // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`,
+  // standing for `batches` worker batches: their mean under
+  // BspCombine::kMean (not for assign tables), else the sum. `sum` is
+  // scaled in place.
   Status ApplyCombined(Key key, std::span<float> sum, int32_t pushes,
-                       BspCombine combine, int64_t clock) {
+                       int32_t batches, BspCombine combine, int64_t clock) {
     const float scale = CombinedScale(pushes, combine);
     if (scale != 1.0f) {
       for (float& x : sum) x *= scale;
     }
-    return ApplyOne(key, sum, clock, BatchFactor(clock, pushes, combine));
+    return ApplyOne(key, sum, clock, BatchFactor(clock, batches, combine));
   }
   // The learning-rate factor TableOptions::batch_scaling gives BSP clock
-  // `clock`, whose keys had at most `pushes` pushes here (1 unless
-  // combined by the mean), ramped from the factor of the clocks before.
-  float BatchFactor(int64_t clock, int32_t pushes, BspCombine combine);
+  // `clock`, whose keys' pushes stood for at most `batches` worker batches
+  // here (ignored unless combined by the mean), ramped from the factor of
+  // the clocks before.
+  float BatchFactor(int64_t clock, int32_t batches, BspCombine combine);
   // What a sum of `pushes` pushes is multiplied by before it is applied:
   // 1 / pushes for a mean (not for assign tables), else 1.
   float CombinedScale(int32_t pushes, BspCombine combine) const {
@@ -196,12 +198,13 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
                                       BspCombine combine, int64_t clock,
                                       std::vector<Status>* errors) {
   size_t floats = 0;
-  int32_t pushes = 0;
+  int32_t batches = 0;
   for (const auto& kv : keys) {
     floats += kv.second.values.size();
-    pushes = std::max(pushes, kv.second.pushes);
+    batches = std::max(
+        batches, kv.second.batches > 0 ? kv.second.batches : kv.second.pushes);
   }
-  const float batch = BatchFactor(clock, pushes, combine);
+  const float batch = BatchFactor(clock, batches, combine);
   if (!Parallel(floats)) {
     for (auto& [key, c] : keys) {
       const float scale = CombinedScale(c.pushes, combine);

@@ -18,6 +18,8 @@ using std::chrono::milliseconds;
 // Requests handled per Step() before the coordinator's messages and the
 // timers get their turn.
 constexpr int kRequestsPerStep = 256;
+// The most worker batches one push may stand for (Header::batch_weight).
+constexpr uint32_t kMaxBatchWeight = 1u << 16;
 // A request of this many bytes of values or more is announced to the
 // coordinator as a busy spell before it is served.
 constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
@@ -623,10 +625,18 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   // BSP: a worker's push of clock t becomes visible once every worker has
   // finished clock t (a late one, below the server clock, applies now).
   if (request.is_worker && consistency_.Buffers(table.id(), clock)) {
+    const uint32_t weight = request.header.batch_weight();
+    if (weight > kMaxBatchWeight) {
+      return InvalidArgumentError(
+          "a push's batch weight is " + std::to_string(weight) +
+          ", above the most a worker may give, " +
+          std::to_string(kMaxBatchWeight) + "; nothing of it was applied");
+    }
     DUCTILE_RETURN_IF_ERROR(
         consistency_.CheckBuffered(table.id(), clock, request.data));
     NoteGradient(request);
     consistency_.Buffer(table.id(), clock, request.data,
+                        std::max<int32_t>(1, static_cast<int32_t>(weight)),
                         table.options().rule == UpdateRule::kAssign);
     return Status::Ok();
   }

@@ -223,8 +223,10 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
     BspBuffer::Entry& e = b.second;
     if (consistency.PutBuffered(b.first, e)) continue;
     // Its clock is over here: every push of it is in the entry.
-    Status s = table->ApplyCombined(e.key, e.combined.values, e.combined.pushes,
-                                    combine, e.clock);
+    Status s = table->ApplyCombined(
+        e.key, e.combined.values, e.combined.pushes,
+        e.combined.batches > 0 ? e.combined.batches : e.combined.pushes,
+        combine, e.clock);
     if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();
   }
 }
@@ -352,6 +354,7 @@ void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
   cf::PutFixed64(chunk, e.key);
   cf::PutFixed64(chunk, static_cast<uint64_t>(e.clock));
   cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.pushes));
+  cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.batches));
   cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.values.size()));
   chunk->append(reinterpret_cast<const char*>(e.combined.values.data()),
                 e.combined.values.size() * sizeof(float));
@@ -387,7 +390,7 @@ Status SlotMover::ParseChunk(const InMessage& message,
       }
       at += size;
     } else if (type == 'B') {
-      if (!need(28)) return truncated;
+      if (!need(32)) return truncated;
       Buffered& b = buffered->emplace_back();
       b.first = cf::DecodeFixed32(chunk.data() + at);
       b.second.key = cf::DecodeFixed64(chunk.data() + at + 4);
@@ -395,8 +398,10 @@ Status SlotMover::ParseChunk(const InMessage& message,
           static_cast<int64_t>(cf::DecodeFixed64(chunk.data() + at + 12));
       b.second.combined.pushes =
           static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 20));
-      const uint32_t floats = cf::DecodeFixed32(chunk.data() + at + 24);
-      at += 28;
+      b.second.combined.batches =
+          static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 24));
+      const uint32_t floats = cf::DecodeFixed32(chunk.data() + at + 28);
+      at += 32;
       if (!need(uint64_t{floats} * sizeof(float))) return truncated;
       b.second.combined.values.resize(floats);
       std::memcpy(b.second.combined.values.data(), chunk.data() + at,

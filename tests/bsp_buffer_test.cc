@@ -23,7 +23,7 @@ TEST(BspBuffer, SumsAKeysPushesWithinAClockAndCountsThem) {
   buffer.Add(3, 7, Floats{1.0f, 2.0f}, /*replace=*/false);
   buffer.Add(3, 7, Floats{10.0f, 20.0f}, /*replace=*/false);
   buffer.Add(3, 7, Floats{100.0f, 200.0f}, /*replace=*/false);
-  buffer.Add(3, 8, Floats{0.5f, 0.25f}, /*replace=*/false);
+  buffer.Add(3, 8, Floats{0.5f, 0.25f}, /*replace=*/false, /*batches=*/4);
   EXPECT_FALSE(buffer.empty());
   EXPECT_EQ(buffer.pending_clocks(), 1u);
   auto taken = buffer.TakeBefore(4);
@@ -33,8 +33,10 @@ TEST(BspBuffer, SumsAKeysPushesWithinAClockAndCountsThem) {
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_EQ(keys.at(7).values, (Floats{111.0f, 222.0f}));
   EXPECT_EQ(keys.at(7).pushes, 3);
+  EXPECT_EQ(keys.at(7).batches, 3);  // one worker batch each by default
   EXPECT_EQ(keys.at(8).values, (Floats{0.5f, 0.25f}));
   EXPECT_EQ(keys.at(8).pushes, 1);
+  EXPECT_EQ(keys.at(8).batches, 4);
 }
 
 TEST(BspBuffer, ReplaceKeepsTheLastPushAndStillCountsEveryPush) {

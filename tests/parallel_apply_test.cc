@@ -184,6 +184,7 @@ TEST(ParallelApply, AWideAdamKeysStateTravelsWithoutItsGap) {
 struct Combined {
   std::vector<float> values;
   int32_t pushes = 0;
+  int32_t batches = 0;  // 0: as many as pushes
 };
 
 TEST(ParallelApply, ABspClocksCombinedPushesMatchOneThread) {
@@ -353,6 +354,43 @@ TEST(BatchScaledTable, AClocksRateFollowsItsPushesAndRampsToANewCount) {
     ASSERT_TRUE(table.Get(5, &v));
     EXPECT_EQ(v.front(), -3.0f);
     EXPECT_TRUE(errors.empty());
+  }
+}
+
+// Workers that train several batches a step say so with each push
+// (Header::batch_weight): the factor counts the batches, not the pushes,
+// and the mean is still over the pushes.
+TEST(BatchScaledTable, AClocksRateCountsTheBatchesItsPushesStandFor) {
+  ParallelRunner runner(3);
+  for (bool parallel : {false, true}) {
+    TableOptions t = Table(UpdateRule::kSgd, parallel ? 40000 : 2);
+    t.learning_rate = 1.0f;
+    t.batch_scaling.rule = BatchScaling::Rule::kLinear;
+    t.batch_scaling.base_pushes = 2;
+    t.batch_scaling.ramp_clocks = 0;  // at once
+    ParameterTable table(1, t, nullptr);
+    if (parallel) table.set_runner(&runner);
+    // Clock 0: two pushes of 1, one batch each: factor 1, step -1. Clock 1:
+    // two pushes of 1 standing for 3 batches each: factor 3, step -3.
+    // Clock 2: one push of 1 for 2 batches, the other key's for one (the
+    // most any key had counts): factor 1, step -1.
+    std::unordered_map<Key, Combined> c0, c1, c2;
+    c0[5] = Combined{std::vector<float>(t.value_width, 2.0f), 2, 2};
+    c1[5] = Combined{std::vector<float>(t.value_width, 2.0f), 2, 6};
+    c2[5] = Combined{std::vector<float>(t.value_width, 1.0f), 1, 2};
+    c2[6] = Combined{std::vector<float>(t.value_width, 1.0f), 1, 1};
+    int64_t clock = 0;
+    for (auto* keys : {&c0, &c1, &c2}) {
+      std::vector<Status> errors;
+      table.ApplyCombinedAll(*keys, BspCombine::kMean, clock++, &errors);
+      ASSERT_TRUE(errors.empty());
+    }
+    std::vector<float> v;
+    ASSERT_TRUE(table.Get(5, &v));
+    EXPECT_EQ(v.front(), -5.0f) << "parallel " << parallel;
+    EXPECT_EQ(v.back(), -5.0f) << "parallel " << parallel;
+    ASSERT_TRUE(table.Get(6, &v));
+    EXPECT_EQ(v.front(), -1.0f) << "parallel " << parallel;
   }
 }
 

@@ -54,6 +54,7 @@ class SlotMoverTarget : public ::testing::Test {
       b.key = key;
       b.combined.values = {push};
       b.combined.pushes = 1;
+      b.combined.batches = 3;  // a worker that trained 3 batches a step
       SlotMover::AppendBuffered({kTable, b}, &chunk);
     }
     wire::Header h;
@@ -85,6 +86,7 @@ TEST_F(SlotMoverTarget, AChunkPutsItsKeysAndItsPushesOnce) {
       consistency_.TakeBufferedKeys([](TableId, Key key) { return key == 42; });
   ASSERT_EQ(buffered.size(), 1u);
   EXPECT_EQ(buffered[0].second.combined.pushes, 1);
+  EXPECT_EQ(buffered[0].second.combined.batches, 3);
 }
 
 // A move abandoned after its chunk arrived left the slot's key and a BSP

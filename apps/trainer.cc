@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -282,13 +283,16 @@ Status CheckLoss(double loss, int epoch, int64_t clock) {
 
 // --------------------------------------------------------- fault tolerance
 
-// Where one worker is in the data: the batch of the job's shared data plan
-// (Client::NextBatch) it trains on now. Batch b of epoch e is the b-th
+// Where one worker is in the data: the batches of the job's shared data
+// plan (Client::NextBatch) it trains on now. Batch b of epoch e is the b-th
 // slice of `batch_size` samples of e's shuffle, so every sample of an
 // epoch is trained on once across the workers, however they join, leave
-// or die; the plan rolls back with the model. The worker's own counters
-// are recorded with every clock for checkpoints and restored after a
-// rollback.
+// or die; the plan rolls back with the model. A step trains as many of the
+// plan's batches as the plan last asked for (Batch::batches_per_step,
+// PolicyActions::SetBatchesPerStep), as one batch; batches taken beyond a
+// step's (the count went down) wait for the next. The worker's own
+// counters are recorded with every clock for checkpoints and restored
+// after a rollback.
 class DataPosition {
  public:
   DataPosition(Client& client, uint64_t num_samples, uint64_t seed,
@@ -301,37 +305,52 @@ class DataPosition {
         batches_per_epoch_(std::max<int64_t>(
             1, (num_samples + batch_size - 1) / batch_size)) {}
 
-  // The batch to train on now, taking one from the plan if none is held:
-  // false when there is none now (kWait: the last batches are in others'
-  // hands) or ever again (done() then says so).
+  // The samples to train on now (the step's batches, taken from the plan
+  // if none are held), and the epoch of its first batch: false when there
+  // is none now (kWait: the last batches are in others' hands) or ever
+  // again (done() then says so).
   Result<bool> Current(std::vector<size_t>* batch, int* epoch) {
-    if (!current_) {
-      DUCTILE_ASSIGN_OR_RETURN(
-          Client::Batch next,
-          client_.NextBatch(batches_per_epoch_, epochs_, nullptr, true));
-      current_ = next;
-      epochs_done_ = next.epochs_done;
+    if (step_.empty()) {
+      DUCTILE_ASSIGN_OR_RETURN(std::optional<Client::Batch> first, Take());
+      if (!first) return false;
+      step_.push_back(*first);
+      while (step_.size() < static_cast<size_t>(per_step_)) {
+        // Short of the count at the plan's end: the step takes fewer.
+        DUCTILE_ASSIGN_OR_RETURN(std::optional<Client::Batch> more, Take());
+        if (!more) {
+          done_ = false;  // this step still trains
+          break;
+        }
+        step_.push_back(*more);
+      }
     }
-    if (current_->kind != Client::Batch::kTrain) {
-      done_ = current_->kind == Client::Batch::kEnd;
-      current_.reset();  // ask again next time
-      return false;
-    }
-    *epoch = static_cast<int>(current_->epoch);
-    Slice(current_->epoch, current_->index, batch);
+    batch->clear();
+    for (const Client::Batch& b : step_) Slice(b.epoch, b.index, batch);
+    *epoch = static_cast<int>(step_.front().epoch);
     return true;
   }
+  // The plan's batches in the step Current() gave.
+  int32_t batches_in_step() const {
+    return std::max<int32_t>(1, static_cast<int32_t>(step_.size()));
+  }
 
-  // The current batch's gradient is pushed: reports it as trained at this
-  // clock (the caller clocks past it next) and takes the next, unless
-  // `stop`.
+  // The step's gradient is pushed: reports each of its batches as trained
+  // at this clock (the caller clocks past it next), taking as many new
+  // ones, unless `stop`.
   Status Trained(bool stop) {
-    DUCTILE_ASSIGN_OR_RETURN(
-        Client::Batch next,
-        client_.NextBatch(batches_per_epoch_, epochs_, &*current_, !stop));
-    current_ = next;
-    epochs_done_ = next.epochs_done;
-    if (stop) done_ = true;
+    for (size_t i = 0; i < step_.size(); ++i) {
+      const bool take = !(stop && i + 1 == step_.size());
+      DUCTILE_ASSIGN_OR_RETURN(
+          Client::Batch next,
+          client_.NextBatch(batches_per_epoch_, epochs_, &step_[i], take));
+      Note(next);
+      if (next.kind == Client::Batch::kTrain) held_.push_back(next);
+    }
+    step_.clear();
+    if (stop) {
+      done_ = true;
+      held_.clear();  // given back with the last report
+    }
     return Status::Ok();
   }
 
@@ -347,7 +366,8 @@ class DataPosition {
   Status Restore(const std::string& saved) {
     samples = 0;
     steps = 0;
-    current_.reset();
+    step_.clear();
+    held_.clear();
     done_ = false;
     if (saved.empty()) return Status::Ok();
     if (std::sscanf(saved.c_str(), "samples=%" SCNd64 " steps=%" SCNu64,
@@ -370,7 +390,33 @@ class DataPosition {
   bool left = false;
 
  private:
-  // The samples of batch `index` of `epoch`.
+  // A batch held, or else the plan's next: nullopt when the plan has none
+  // (done_ says whether ever again).
+  Result<std::optional<Client::Batch>> Take() {
+    if (!held_.empty()) {
+      Client::Batch b = held_.front();
+      held_.pop_front();
+      return std::optional<Client::Batch>(b);
+    }
+    DUCTILE_ASSIGN_OR_RETURN(
+        Client::Batch next,
+        client_.NextBatch(batches_per_epoch_, epochs_, nullptr, true));
+    Note(next);
+    if (next.kind == Client::Batch::kTrain) {
+      return std::optional<Client::Batch>(next);
+    }
+    done_ = next.kind == Client::Batch::kEnd;
+    return std::optional<Client::Batch>();
+  }
+  // What an answer of the plan says of the job.
+  void Note(const Client::Batch& b) {
+    epochs_done_ = b.epochs_done;
+    if (b.kind == Client::Batch::kTrain) {
+      per_step_ = std::max<int32_t>(1, b.batches_per_step);
+    }
+  }
+
+  // Appends the samples of batch `index` of `epoch`.
   void Slice(int64_t epoch, int64_t index, std::vector<size_t>* batch) {
     if (shuffle_epoch_ != epoch) {
       shuffle_ = PartitionIndices(num_samples_, 0, 1, seed_,
@@ -380,7 +426,8 @@ class DataPosition {
     const size_t begin =
         std::min(shuffle_.size(), static_cast<size_t>(index) * batch_size_);
     const size_t end = std::min(shuffle_.size(), begin + batch_size_);
-    batch->assign(shuffle_.begin() + begin, shuffle_.begin() + end);
+    batch->insert(batch->end(), shuffle_.begin() + begin,
+                  shuffle_.begin() + end);
   }
 
   Client& client_;
@@ -389,7 +436,9 @@ class DataPosition {
   const size_t batch_size_;
   const int64_t epochs_;
   const int64_t batches_per_epoch_;
-  std::optional<Client::Batch> current_;
+  std::vector<Client::Batch> step_;  // the step's batches, in hand
+  std::deque<Client::Batch> held_;   // taken for later steps
+  int32_t per_step_ = 1;             // the plan's batches per step
   bool done_ = false;
   int64_t epochs_done_ = 0;
   std::vector<size_t> shuffle_;  // of epoch shuffle_epoch_
@@ -528,6 +577,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
       client.Clock();
       return Status::Ok();
     }
+    client.SetPushWeight(data.batches_in_step()).IgnoreError();  // 1 - 64
     Result<float> loss = step(batch, epoch);
     DUCTILE_RETURN_IF_ERROR(loss.status());
     ++data.steps;

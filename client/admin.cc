@@ -94,6 +94,7 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   status.data_batches_per_epoch = c.data_batches_per_epoch();
   status.data_epoch = c.data_epoch();
   status.data_batches_done = c.data_batches_done();
+  status.data_batches_per_step = std::max(1, c.data_batches_per_step());
   for (const auto& t : c.tables()) status.tables.push_back(t);
   for (const auto& t : c.table_consistency()) {
     status.table_consistency.push_back(FromWire(t));

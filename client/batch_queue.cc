@@ -17,10 +17,9 @@ void BatchQueue::Trained(const Client::Batch& batch, int64_t clock) {
   b.set_batch(batch.index);
   b.set_clock(clock);
   unacked_.push_back(b);
-  if (in_hand_ && in_hand_->epoch == batch.epoch &&
-      in_hand_->index == batch.index) {
-    in_hand_.reset();
-  }
+  std::erase_if(in_hand_, [&](const Client::Batch& h) {
+    return h.epoch == batch.epoch && h.index == batch.index;
+  });
 }
 
 size_t BatchQueue::FillClaim(int want, wire::DataClaim* claim) const {
@@ -35,12 +34,14 @@ void BatchQueue::OnGrant(const wire::DataGrant& grant, size_t reports) {
   unacked_.erase(unacked_.begin(),
                  unacked_.begin() + std::min(reports, unacked_.size()));
   epochs_done_ = std::max(epochs_done_, grant.epochs_done());
+  batches_per_step_ = std::max(1, grant.batches_per_step());
   queue_.clear();
   for (const wire::DataBatch& b : grant.held()) {
-    // The batch in hand, and those trained since the claim left, are held
-    // too: not to be handed out again.
-    if (in_hand_ && in_hand_->epoch == b.epoch() &&
-        in_hand_->index == b.batch()) {
+    // The batches in hand, and those trained since the claim left, are
+    // held too: not to be handed out again.
+    if (std::any_of(in_hand_.begin(), in_hand_.end(), [&](const auto& h) {
+          return h.epoch == b.epoch() && h.index == b.batch();
+        })) {
       continue;
     }
     if (std::any_of(unacked_.begin(), unacked_.end(), [&](const auto& u) {
@@ -63,7 +64,8 @@ std::optional<Client::Batch> BatchQueue::Pop() {
   Client::Batch b = queue_.front();
   queue_.pop_front();
   b.epochs_done = epochs_done_;
-  in_hand_ = b;
+  b.batches_per_step = batches_per_step_;
+  in_hand_.push_back(b);
   return b;
 }
 
@@ -77,7 +79,7 @@ std::vector<wire::DataBatch> BatchQueue::UnackedBefore(int64_t clock) const {
 
 void BatchQueue::Clear() {
   queue_.clear();
-  in_hand_.reset();
+  in_hand_.clear();
   unacked_.clear();
   idle_kind_ = Client::Batch::kEnd;
 }

@@ -54,6 +54,11 @@ class BatchQueue {
   // What the last answer said when nothing was granted: kWait or kEnd.
   Client::Batch::Kind idle_kind() const { return idle_kind_; }
   int64_t epochs_done() const { return epochs_done_; }
+  // The plan's batches per step, as of the last answer.
+  int32_t batches_per_step() const { return batches_per_step_; }
+  // Batches to hold ahead: kAhead, and two more for each batch a step
+  // takes beyond the first (at most 130).
+  int ahead() const { return kAhead + 2 * (batches_per_step_ - 1); }
   // A rollback: nothing held or trained is the worker's any more.
   void Clear();
 
@@ -61,10 +66,13 @@ class BatchQueue {
   int64_t batches_per_epoch_ = 0;
   int64_t epochs_ = 0;
   std::deque<Client::Batch> queue_;
-  std::optional<Client::Batch> in_hand_;
+  // Handed out and not reported trained yet (a worker may train several
+  // in one step).
+  std::vector<Client::Batch> in_hand_;
   std::vector<wire::DataBatch> unacked_;  // oldest first
   Client::Batch::Kind idle_kind_ = Client::Batch::kEnd;
   int64_t epochs_done_ = 0;
+  int32_t batches_per_step_ = 1;
 };
 
 }  // namespace ductile

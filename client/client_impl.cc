@@ -365,14 +365,15 @@ Result<Client::Batch> ClientImpl::Claim(bool take_next) {
           StartClaim(0);  // reports, and gives back what is held
           asked = true;
         } else if (std::optional<Batch> b = batches_.Pop()) {
-          if (batches_.queued() < BatchQueue::kAhead / 2) {
-            StartClaim(BatchQueue::kAhead + 1);
+          const int ahead = batches_.ahead();
+          if (batches_.queued() < static_cast<size_t>(ahead / 2)) {
+            StartClaim(ahead + 1);
           }
           return *b;
         } else if (asked) {
           return idle;
         } else {
-          StartClaim(BatchQueue::kAhead);
+          StartClaim(batches_.ahead());
           asked = true;
         }
       }
@@ -423,6 +424,16 @@ int64_t ClientImpl::Clock() {
   if (report) ReportResumeState(*report);
   SendClock(clock);
   return clock;
+}
+
+Status ClientImpl::SetPushWeight(int32_t batches) {
+  if (batches < 1 || batches > (1 << 16)) {
+    return InvalidArgumentError(
+        "a push weight must be 1 - 65536 batches, not " +
+        std::to_string(batches));
+  }
+  push_weight_.store(batches);
+  return Status::Ok();
 }
 
 void ClientImpl::SendClock(int64_t clock) {
@@ -511,6 +522,7 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
   }
   op->clock = clock_.load();
   op->generation = recovery_.generation();
+  op->batch_weight = push_weight_.load();
   Result<TableRegistry::View> view = tables_.Lookup(op->table, op->clock);
   if (!view.ok()) {
     op->Release(view.status());

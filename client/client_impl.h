@@ -66,6 +66,7 @@ class ClientImpl final : public Client {
                                  const Consistency& consistency) override;
   ClientStats stats() const override { return stats_.Snapshot(); }
   void RecordLoss(double loss) override { stats_.RecordLoss(loss); }
+  Status SetPushWeight(int32_t batches) override;
   void RecordSamples(uint64_t samples) override {
     stats_.RecordSamples(samples);
   }
@@ -144,6 +145,7 @@ class ClientImpl final : public Client {
   std::atomic<int32_t> worker_id_{-1};
   std::atomic<int32_t> num_workers_{0};
   std::atomic<int64_t> clock_{0};
+  std::atomic<int32_t> push_weight_{1};  // SetPushWeight
   // The next barrier round this worker waits at (from its registration).
   std::atomic<int64_t> barrier_round_{0};
   std::atomic<bool> stop_{false};

@@ -86,8 +86,9 @@ struct DataOperation : internal::Operation {
   std::span<const uint32_t> lengths;
   std::vector<uint64_t> offsets;  // variable width: float offset of key i
   int64_t clock = 0;
-  uint64_t generation = 0;  // the job's generation when submitted
-  uint64_t order = 0;       // I/O thread: the call's place among all calls
+  uint64_t generation = 0;   // the job's generation when submitted
+  int32_t batch_weight = 1;  // pushes: Client::SetPushWeight when submitted
+  uint64_t order = 0;        // I/O thread: the call's place among all calls
   SteadyTime deadline;
   // Largest wait at a server among this call's replies so far (I/O thread):
   // the parts wait side by side, so the call waited that long.

@@ -391,6 +391,9 @@ void RequestEngine::SendPart(Part& part) {
   header.set_timeout_ms(options_.request_timeout_ms);
   if (type != wire::PULL) {
     for (uint64_t prior : part.priors) header.add_prior_seqs(prior);
+    if (op.batch_weight > 1) {
+      header.set_batch_weight(static_cast<uint32_t>(op.batch_weight));
+    }
   }
   if (const int32_t worker = shared_.worker_id->load(); worker >= 0) {
     header.set_worker_id(worker);

@@ -71,7 +71,12 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     } else {
       os << "data: epoch " << status.data_epoch + 1 << "/" << status.data_epochs
          << ", " << status.data_batches_done << "/"
-         << status.data_batches_per_epoch << " batches done\n";
+         << status.data_batches_per_epoch << " batches done";
+      if (status.data_batches_per_step > 1) {
+        os << "; " << status.data_batches_per_step
+           << " batches a worker's step";
+      }
+      os << "\n";
     }
   }
   if (status.samples_per_s > 0) {
@@ -275,6 +280,9 @@ std::string FormatPrometheus(const ClusterStatus& status) {
   Family(&os, "ductile_data_batches_done", "gauge",
          "Batches of that epoch done.")
       .Sample("", status.data_batches_done);
+  Family(&os, "ductile_data_batches_per_step", "gauge",
+         "Batches of the plan each worker trains in one step.")
+      .Sample("", status.data_batches_per_step);
   Family(&os, "ductile_gradient_noise_scale", "gauge",
          "Gradient noise scale B_simple estimated on the servers, in worker "
          "batches (0: not known yet).")

@@ -156,6 +156,11 @@ class CoordinatorImpl::LoopActions final : public PolicyActions {
       return impl->node_.ChangeConsistency(table, consistency);
     });
   }
+  Status SetBatchesPerStep(int32_t batches) override {
+    return impl_->CallOnLoop([impl = impl_, batches] {
+      return impl->node_.SetBatchesPerStep(batches);
+    });
+  }
 
  private:
   CoordinatorImpl* const impl_;
@@ -184,6 +189,12 @@ class LoggedActions final : public PolicyActions {
     Status s = actions_->SetConsistency(table, consistency);
     LOG(INFO) << "policy " << policy_ << ": table '" << table << "' to "
               << ToString(consistency) << (s.ok() ? "" : ": " + s.ToString());
+    return s;
+  }
+  Status SetBatchesPerStep(int32_t batches) override {
+    Status s = actions_->SetBatchesPerStep(batches);
+    LOG(INFO) << "policy " << policy_ << ": " << batches << " batch(es) a step"
+              << (s.ok() ? "" : ": " + s.ToString());
     return s;
   }
 

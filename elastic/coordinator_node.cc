@@ -12,7 +12,8 @@ namespace {
 using std::chrono::milliseconds;
 
 // The most data-plan batches a worker holds at once.
-constexpr int32_t kMaxHeldBatches = 64;
+// (A worker training 64 batches a step holds up to 131: BatchQueue::ahead.)
+constexpr int32_t kMaxHeldBatches = 160;
 // How long shutdown notices get to leave before the socket closes.
 constexpr milliseconds kShutdownFlush{300};
 // The longest the loop sleeps: liveness and deadlines are checked at
@@ -272,6 +273,7 @@ wire::ClusterState CoordinatorNode::ClusterStateNow() const {
   c.set_data_batches_per_epoch(plan.batches_per_epoch());
   c.set_data_epoch(plan.current_epoch());
   c.set_data_batches_done(plan.batches_done_in_current());
+  c.set_data_batches_per_step(plan.batches_per_step());
   for (int32_t id : replace_workers_) {
     auto it = state_.workers.find(id);
     if (it != state_.workers.end() && it->second.live_worker()) {
@@ -531,6 +533,20 @@ void CoordinatorNode::HandleResize(const std::string& identity,
              SetTargetSize(h.num_workers(), h.target_servers()));
 }
 
+Status CoordinatorNode::SetBatchesPerStep(int32_t batches) {
+  if (finishing()) {
+    return FailedPreconditionError("the job is ending: no new batch size");
+  }
+  const int32_t before = state_.data_plan.batches_per_step();
+  DUCTILE_RETURN_IF_ERROR(state_.data_plan.SetBatchesPerStep(batches));
+  if (before != batches) {
+    LOG(INFO) << "coordinator: workers train " << batches
+              << " batch(es) a step from their next grant (were " << before
+              << ")";
+  }
+  return Status::Ok();
+}
+
 Status CoordinatorNode::SetTargetSize(int32_t workers, int32_t servers) {
   if (finishing()) {
     return FailedPreconditionError("the job is ending: no new size");
@@ -623,6 +639,7 @@ void CoordinatorNode::HandleDataClaim(const std::string& identity,
     plan.Done(h.member_id(), b.epoch(), b.batch(), b.clock());
   }
   grant->set_epochs_done(plan.epochs_done());
+  grant->set_batches_per_step(plan.batches_per_step());
   if (claim.want() <= 0) {
     plan.Release(h.member_id());
     grant->set_kind(wire::DataGrant::END);

@@ -80,6 +80,11 @@ class CoordinatorNode {
   // kFailedPrecondition while the job ends or rolls back.
   Status ChangeConsistency(const std::string& table,
                            const Consistency& consistency);
+  // A policy sets how many of the data plan's batches each worker trains
+  // in one step (DataPlan::SetBatchesPerStep); workers learn it with their
+  // next grant. kInvalidArgument out of range, kFailedPrecondition while
+  // the job ends.
+  Status SetBatchesPerStep(int32_t batches);
   // The cluster is shutting down (every worker finished, or asked to).
   bool finishing() const { return ctx_.shutting_down; }
   // Moves every slot of `server` away, then stops it (`ductile drain

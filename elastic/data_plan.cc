@@ -167,8 +167,19 @@ wire::DataPlanState DataPlan::At(int64_t clock) const {
   return out;
 }
 
+Status DataPlan::SetBatchesPerStep(int32_t batches) {
+  if (batches < 1 || batches > kMaxBatchesPerStep) {
+    return InvalidArgumentError("batches per step must be 1 - " +
+                                std::to_string(kMaxBatchesPerStep) + ", not " +
+                                std::to_string(batches));
+  }
+  batches_per_step_ = batches;
+  return Status::Ok();
+}
+
 wire::DataPlanState DataPlan::ToWire() const {
   wire::DataPlanState out;
+  if (batches_per_step_ != 1) out.set_batches_per_step(batches_per_step_);
   out.set_batches_per_epoch(batches_per_epoch_);
   out.set_epochs(epochs_);
   out.set_first_epoch(first_epoch_);
@@ -188,11 +199,14 @@ wire::DataPlanState DataPlan::ToWire() const {
 }
 
 Status DataPlan::FromWire(const wire::DataPlanState& state) {
+  DataPlan plan;
+  if (state.batches_per_step() != 0) {
+    DUCTILE_RETURN_IF_ERROR(plan.SetBatchesPerStep(state.batches_per_step()));
+  }
   if (state.batches_per_epoch() == 0 && state.epochs() == 0) {
-    *this = DataPlan();
+    *this = std::move(plan);
     return Status::Ok();
   }
-  DataPlan plan;
   DUCTILE_RETURN_IF_ERROR(
       plan.Configure(state.batches_per_epoch(), state.epochs()));
   if (state.first_epoch() < 0 ||
@@ -226,13 +240,16 @@ Status DataPlan::FromWire(const wire::DataPlanState& state) {
 
 void DataPlan::Restore(const wire::DataPlanState& state) {
   const int64_t batches = batches_per_epoch_, epochs = epochs_;
+  const int32_t per_step = batches_per_step_;
   wire::DataPlanState clean = state;
   clean.clear_held();
+  clean.clear_batches_per_step();
   if (!FromWire(clean).ok() || !configured()) {
     // No checkpoint (or none with a plan): the start, same shape.
     *this = DataPlan();
     if (batches > 0) Configure(batches, epochs).IgnoreError();
   }
+  batches_per_step_ = per_step;  // the setting in force stays
 }
 
 }  // namespace ductile

@@ -51,6 +51,7 @@ class DataPlan {
   // 128 MiB per open epoch.
   static constexpr int64_t kMaxBatchesPerEpoch = int64_t{1} << 24;
   static constexpr int64_t kMaxEpochs = int64_t{1} << 20;
+  static constexpr int32_t kMaxBatchesPerStep = 64;
 
   // Sets the plan's shape, on the first claim; a later claim must give
   // the same. InvalidArgument if a count is below 1 or above its maximum,
@@ -91,6 +92,12 @@ class DataPlan {
   // done in full before it.
   void Forget(int64_t clock);
 
+  // How many batches each worker is to train in one step: told to workers
+  // with every grant (they take that many for a step, and say so with
+  // their pushes: Client::SetPushWeight). A rollback keeps it.
+  // InvalidArgument outside 1 - kMaxBatchesPerStep.
+  Status SetBatchesPerStep(int32_t batches);
+  int32_t batches_per_step() const { return batches_per_step_; }
   // For status: the lowest epoch not done in full, and its batches done.
   int64_t current_epoch() const { return first_epoch_; }
   int64_t batches_done_in_current() const;
@@ -118,6 +125,7 @@ class DataPlan {
   // worker -> the batches it holds, oldest first.
   std::map<int32_t, std::vector<std::pair<int64_t, int64_t>>> held_;
   int64_t forget_below_ = 0;
+  int32_t batches_per_step_ = 1;
 };
 
 }  // namespace ductile

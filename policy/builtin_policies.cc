@@ -486,10 +486,22 @@ Result<std::shared_ptr<Policy>> MakeGnsBatch(
     } else if (key == "step") {
       DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1024));
     } else if (key == "max") {
-      DUCTILE_ASSIGN_OR_RETURN(o.max_workers,
-                               Integer(name, key, value, 1, 1 << 20));
+      DUCTILE_ASSIGN_OR_RETURN(o.max, Integer(name, key, value, 1, 1 << 20));
     } else if (key == "window") {
       DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+    } else if (key == "by") {
+      if (value != "workers" && value != "batch") {
+        return InvalidArgumentError(
+            "gns-batch: by must be workers or batch, "
+            "not '" +
+            value + "'");
+      }
+      o.by = value == "batch" ? GnsBatchOptions::By::kBatch
+                              : GnsBatchOptions::By::kWorkers;
+    } else if (key == "settle_clocks") {
+      DUCTILE_ASSIGN_OR_RETURN(
+          o.settle_clocks,
+          Integer(name, key, value, 0, static_cast<double>(int64_t{1} << 40)));
     } else if (key == "min_clocks") {
       DUCTILE_ASSIGN_OR_RETURN(
           o.min_clocks,
@@ -498,9 +510,16 @@ Result<std::shared_ptr<Policy>> MakeGnsBatch(
       DUCTILE_ASSIGN_OR_RETURN(double s, Number(name, key, value, 0, 86400));
       o.wait_ms = static_cast<int64_t>(s * 1000);
     } else {
+      return InvalidArgumentError("gns-batch has no parameter '" + key +
+                                  "' (by, grow_above, step, max, window, "
+                                  "min_clocks, settle_clocks, wait_s)");
+    }
+  }
+  if (o.by == GnsBatchOptions::By::kBatch) {
+    if (!params.contains("max")) o.max = 8;
+    if (o.max > 64) {
       return InvalidArgumentError(
-          "gns-batch has no parameter '" + key +
-          "' (grow_above, step, max, window, min_clocks, wait_s)");
+          "gns-batch: by=batch takes max up to 64 batches a step");
     }
   }
   return std::shared_ptr<Policy>(std::make_shared<GnsBatchPolicy>(o));

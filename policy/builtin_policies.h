@@ -178,27 +178,35 @@ class StalenessPolicy final : public Policy {
 };
 
 // `gns-batch`: grows the job's global batch with the gradient noise scale
-// (McCandlish et al. 2018), by adding workers: a global batch near the
-// noise scale B_simple spends samples and steps in balance, one well below
-// it wastes steps. The servers' estimate (ClusterStatus::noise_scale, in
-// worker batches) is averaged over `window` readings; while that average
-// is above `grow_above` times the active workers, the policy asks for
-// `step` more workers (up to `max_workers`), then waits for the job to
-// reach the size before it reads again (readings start over). It never
-// shrinks the job: the noise scale grows as training goes on. It ignores
-// the estimate until the servers have folded in `min_clocks` clocks, and
-// stops (asking for the size the job has) when a size it asked for is not
-// reached within `wait_ms` or the job refuses it. The estimate needs two
-// workers: a job of one never grows. Under BSP with the tables'
-// batch_scaling (`--lr_scaling`), the learning rate follows the global
-// batch it grows.
+// (McCandlish et al. 2018): a global batch near the noise scale B_simple
+// spends samples and steps in balance, one well below it wastes steps. The
+// servers' estimate (ClusterStatus::noise_scale, in units of one worker's
+// step batch) is averaged over `window` readings; while that average is
+// above `grow_above` times the active workers (the global batch in those
+// units), the policy grows the global batch by `step`:
+//   - by = kWorkers: `step` more workers (PolicyActions::Resize, up to
+//     `max` workers), then it waits for the job to reach the size;
+//   - by = kBatch: `step` more of the data plan's batches in each worker's
+//     step (PolicyActions::SetBatchesPerStep, up to `max` a step), then it
+//     waits until the estimate has folded in `settle_clocks` more clocks
+//     (its moving average forgets the smaller batches slowly).
+// Readings start over after each growth. It never shrinks the job: the
+// noise scale grows as training goes on. It ignores the estimate until the
+// servers have folded in `min_clocks` clocks, and stops (asking for the
+// size the job has) when a size it asked for is not reached within
+// `wait_ms` or the job refuses it. The estimate needs two workers: a job
+// of one never grows. Under BSP with the tables' batch_scaling
+// (`--lr_scaling`), the learning rate follows the global batch it grows.
 struct GnsBatchOptions {
-  double grow_above = 1.0;  // (0, 1000]
-  int32_t step = 1;         // 1 - 1024
-  int32_t max_workers = 16;
-  int32_t window = 5;        // readings: 1 - 100000
-  int64_t min_clocks = 50;   // 0 - 2^40
-  int64_t wait_ms = 300000;  // 0 - 1 day
+  enum class By { kWorkers, kBatch };
+  By by = By::kWorkers;
+  double grow_above = 1.0;      // (0, 1000]
+  int32_t step = 1;             // 1 - 1024
+  int32_t max = 16;             // workers, or batches a step (1 - 64)
+  int32_t window = 5;           // readings: 1 - 100000
+  int64_t min_clocks = 50;      // 0 - 2^40
+  int64_t settle_clocks = 200;  // 0 - 2^40
+  int64_t wait_ms = 300000;     // 0 - 1 day
 };
 
 class GnsBatchPolicy final : public Policy {
@@ -207,8 +215,8 @@ class GnsBatchPolicy final : public Policy {
   std::string name() const override { return "gns-batch"; }
   void OnStatus(const PolicyEvent& event, PolicyActions& actions) override;
 
-  // One growth it asked for: at which clock, from and to how many
-  // workers, and the averaged noise scale that called for it.
+  // One growth it asked for: at which clock, from and to how many workers
+  // (or batches a step), and the averaged noise scale that called for it.
   struct Growth {
     int64_t clock = -1;
     int32_t from = 0;
@@ -222,11 +230,15 @@ class GnsBatchPolicy final : public Policy {
 
  private:
   void Stop(const std::string& why);
+  // The batch step: SetBatchesPerStep.
+  void GrowBatch(const PolicyEvent& event, double mean, PolicyActions& actions);
 
   const GnsBatchOptions options_;
   std::deque<double> readings_;
   int32_t asked_ = 0;  // the size asked for and not yet reached (0: none)
   int64_t asked_ms_ = 0;
+  // By batch: the estimate's clocks to wait for before reading again.
+  uint64_t settle_until_ = 0;
   std::vector<Growth> grown_;
   bool stopped_ = false;
 };

@@ -38,6 +38,7 @@ void GnsBatchPolicy::OnStatus(const PolicyEvent& event,
       status.noise_scale_clocks < static_cast<uint64_t>(options_.min_clocks)) {
     return;
   }
+  if (status.noise_scale_clocks < settle_until_) return;
   readings_.push_back(status.noise_scale);
   if (readings_.size() > static_cast<size_t>(options_.window)) {
     readings_.pop_front();
@@ -48,12 +49,15 @@ void GnsBatchPolicy::OnStatus(const PolicyEvent& event,
   const double mean = sum / readings_.size();
   const int32_t workers = event.active_workers;
   if (!(mean > options_.grow_above * workers)) return;
-  if (workers >= options_.max_workers) {
-    return Stop("its limit of " + std::to_string(options_.max_workers) +
+  if (options_.by == GnsBatchOptions::By::kBatch) {
+    return GrowBatch(event, mean, actions);
+  }
+  if (workers >= options_.max) {
+    return Stop("its limit of " + std::to_string(options_.max) +
                 " worker(s), with a noise scale of " + std::to_string(mean) +
                 " worker batches");
   }
-  const int32_t next = std::min(workers + options_.step, options_.max_workers);
+  const int32_t next = std::min(workers + options_.step, options_.max);
   const Status s = actions.Resize(next, 0);
   if (s.code() == StatusCode::kInvalidArgument) {
     return Stop("the job refused " + std::to_string(next) +
@@ -67,6 +71,35 @@ void GnsBatchPolicy::OnStatus(const PolicyEvent& event,
   grown_.push_back({event.clock, workers, next, mean});
   asked_ = next;
   asked_ms_ = event.now_ms;
+  readings_.clear();
+}
+
+void GnsBatchPolicy::GrowBatch(const PolicyEvent& event, double mean,
+                               PolicyActions& actions) {
+  const ClusterStatus& status = *event.status;
+  const int32_t per_step = std::max(1, status.data_batches_per_step);
+  if (per_step >= options_.max) {
+    return Stop("its limit of " + std::to_string(options_.max) +
+                " batches a step, with a noise scale of " +
+                std::to_string(mean) + " worker steps' batches");
+  }
+  const int32_t next = std::min(per_step + options_.step, options_.max);
+  const Status s = actions.SetBatchesPerStep(next);
+  if (s.code() == StatusCode::kInvalidArgument ||
+      s.code() == StatusCode::kFailedPrecondition) {
+    return Stop("the job refused " + std::to_string(next) +
+                " batches a step: " + s.ToString());
+  }
+  if (!s.ok()) return;  // the coordinator did not answer: asked again later
+  LOG(INFO) << "gns-batch: the noise scale averaged " << mean
+            << " worker steps' batches over " << readings_.size()
+            << " readings, above " << options_.grow_above << " x "
+            << event.active_workers << " worker(s): " << next
+            << " batches a step (were " << per_step << ") at clock "
+            << event.clock;
+  grown_.push_back({event.clock, per_step, next, mean});
+  settle_until_ =
+      status.noise_scale_clocks + static_cast<uint64_t>(options_.settle_clocks);
   readings_.clear();
 }
 

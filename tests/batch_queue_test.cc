@@ -46,6 +46,39 @@ TEST(BatchQueue, AnAnswerNeverHandsOutTheBatchInHandOrOneTrainedSince) {
   EXPECT_TRUE(q.has_unacked());
 }
 
+// A worker training several batches a step holds them all in hand at once:
+// none of them comes back from an answer, and each report frees its own.
+TEST(BatchQueue, SeveralBatchesInHandAreNeverHandedOutAgain) {
+  BatchQueue q;
+  q.SetShape(10, 1);
+  EXPECT_EQ(q.ahead(), BatchQueue::kAhead);
+  wire::DataGrant g = Grant({{0, 0}, {0, 1}, {0, 2}});
+  g.set_batches_per_step(2);
+  q.OnGrant(g, 0);
+  EXPECT_EQ(q.batches_per_step(), 2);
+  EXPECT_EQ(q.ahead(), BatchQueue::kAhead + 2);
+  std::optional<Client::Batch> a = q.Pop();
+  std::optional<Client::Batch> b = q.Pop();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->batches_per_step, 2);
+  EXPECT_EQ(b->index, 1);
+  // An answer listing both in hand (the coordinator holds them for us).
+  q.OnGrant(Grant({{0, 0}, {0, 1}, {0, 2}, {0, 3}}), 0);
+  std::vector<int64_t> queued;
+  while (std::optional<Client::Batch> c = q.Pop()) queued.push_back(c->index);
+  EXPECT_EQ(queued, (std::vector<int64_t>{2, 3}));
+  // That answer said nothing of a count: one batch a step again.
+  EXPECT_EQ(q.batches_per_step(), 1);
+  q.Trained(*a, 4);
+  // 1 reported since the claim left: not handed out again either.
+  q.Trained(*b, 4);
+  q.OnGrant(Grant({{0, 1}, {0, 5}}), 0);
+  std::optional<Client::Batch> c = q.Pop();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->index, 5);
+  EXPECT_FALSE(q.Pop());
+}
+
 TEST(BatchQueue, ReportsGoUntilAnAnswerCarriesThem) {
   BatchQueue q;
   q.SetShape(10, 1);

@@ -198,6 +198,34 @@ TEST(DataPlan, WireRoundTripKeepsHoldersAndRejectsNonsense) {
   EXPECT_FALSE(copy.FromWire(bad).ok());
 }
 
+TEST(DataPlan, BatchesPerStepSurviveARestartAndARollback) {
+  DataPlan plan;
+  EXPECT_EQ(plan.batches_per_step(), 1);
+  EXPECT_EQ(plan.SetBatchesPerStep(0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.SetBatchesPerStep(65).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(plan.SetBatchesPerStep(3).ok());
+  // Set before the first claim: kept across the coordinator's restart too.
+  DataPlan restarted;
+  ASSERT_TRUE(restarted.FromWire(plan.ToWire()).ok());
+  EXPECT_EQ(restarted.batches_per_step(), 3);
+  ASSERT_TRUE(plan.Configure(4, 2).ok());
+  const Grant a = plan.Next(0);
+  plan.Done(0, a.epoch, a.batch, 1);
+  ASSERT_TRUE(restarted.FromWire(plan.ToWire()).ok());
+  EXPECT_EQ(restarted.batches_per_step(), 3);
+  // A checkpoint's plan does not carry it; a rollback keeps the one in
+  // force.
+  const wire::DataPlanState at2 = plan.At(2);
+  EXPECT_EQ(at2.batches_per_step(), 0);
+  ASSERT_TRUE(plan.SetBatchesPerStep(5).ok());
+  plan.Restore(at2);
+  EXPECT_EQ(plan.batches_per_step(), 5);
+  EXPECT_EQ(plan.epochs_done(), 0);
+  wire::DataPlanState bad = plan.ToWire();
+  bad.set_batches_per_step(100);
+  EXPECT_FALSE(restarted.FromWire(bad).ok());
+}
+
 // Random workers joining, leaving and dying: every batch of every epoch
 // is done exactly once.
 TEST(DataPlan, RandomChurnTrainsEveryBatchExactlyOnce) {

@@ -290,8 +290,39 @@ TEST(LocalCluster, TheGnsBatchPolicyGrowsTheJobWithTheNoiseScale) {
       std::regex("resize: workers 2 -> 3 at clock [0-9]+: started worker 2")))
       << out;
   EXPECT_TRUE(std::regex_search(
-      out, std::regex("learning-rate batch factor 1.5 \\(3 pushes a clock, "
-                      "base 2\\)")))
+      out,
+      std::regex("learning-rate batch factor 1.5 \\(3 worker batches a clock, "
+                 "base 2\\)")))
+      << out;
+  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+// --policy=gns-batch:by=batch: the same estimate grows the batches each
+// worker trains in a step instead (2 workers, up to 3 batches a step), and
+// the servers' factor counts the batches the pushes stand for.
+TEST(LocalCluster, TheGnsBatchPolicyGrowsTheBatchesOfAStep) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--workers=2", "--servers=1", "--epochs=3",
+             "--consistency=bsp", "--lr_scaling=linear", "--log_every=300",
+             "--verbose",
+             "--policy=gns-batch:by=batch:max=3:min_clocks=20:window=3:"
+             "grow_above=0.5:settle_clocks=50",
+             "--policy_interval_ms=250", marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  const std::string out = p.output();
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("gns-batch: the noise scale averaged [0-9.e+]+ worker "
+                      "steps' batches over 3 readings, above 0.5 x 2 "
+                      "worker\\(s\\): 2 batches a step \\(were 1\\)")))
+      << out;
+  EXPECT_NE(out.find("coordinator: workers train 2 batch(es) a step"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("learning-rate batch factor 2 \\(4 worker batches a "
+                      "clock, base 2\\)")))
       << out;
   EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
   EXPECT_TRUE(NoProcessesLeft(marker));

@@ -168,7 +168,8 @@ TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
   const ClientStats own = client->stats();
   EXPECT_EQ(own.steps, 1u);
   EXPECT_EQ(own.samples, 8u);
-  EXPECT_GT(own.push_wait_us, 0u);  // the blocking push waited for its reply
+  // (The push's reply may be in before the caller waits for it, on a busy
+  // machine: then it did not wait, and none is counted.)
   EXPECT_LE(own.push_wait_us, own.step_us);
   EXPECT_GT(own.recent_samples_per_s, 0);
 

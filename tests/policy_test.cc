@@ -68,11 +68,17 @@ class FakeActions final : public PolicyActions {
     models.emplace_back(table, ToString(consistency));
     return Status::Ok();
   }
+  Status SetBatchesPerStep(int32_t n) override {
+    if (n > 64) return InvalidArgumentError("beyond 64");
+    batches.push_back(n);
+    return Status::Ok();
+  }
   int32_t max_workers = 0;
   int unanswered = 0;  // this many resizes fail as if unanswered
   std::vector<int32_t> resizes;
   std::vector<int32_t> replaced;
   std::vector<std::pair<std::string, std::string>> models;  // table, model
+  std::vector<int32_t> batches;  // batches per step asked for
 };
 
 // Writes down each hook as it is called.
@@ -536,8 +542,10 @@ TEST(Staleness, ChangesNothingWhileTheJobHasABspTable) {
 }
 
 // Drives a gns-batch policy: a reading every second at clock 10 a second,
-// a noise scale of noise(second) folded in over all those clocks; the job
-// takes the size asked for `lag_ms` later (never once above `reachable`).
+// a noise scale of noise(second) worker batches folded in over all those
+// clocks (noise(second) / k in units of a step's batch when the workers
+// train k batches a step: at once, as asked); the job takes the size asked
+// for `lag_ms` later (never once above `reachable`).
 struct NoiseDrive {
   int32_t start = 2;
   int64_t lag_ms = 3000;
@@ -569,7 +577,9 @@ std::vector<int32_t> RunGnsBatch(GnsBatchPolicy& policy, FakeActions& actions,
     ClusterStatus s;
     s.members.push_back(Server(0));
     for (int32_t w = 0; w < size; ++w) s.members.push_back(Worker(w, t * 10));
-    s.noise_scale = d.noise(t);
+    s.data_batches_per_step =
+        actions.batches.empty() ? 1 : actions.batches.back();
+    s.noise_scale = d.noise(t) / s.data_batches_per_step;
     s.noise_scale_clocks = static_cast<uint64_t>(t * 10);
     runner.Run(s, t * 1000, actions);
   }
@@ -578,7 +588,7 @@ std::vector<int32_t> RunGnsBatch(GnsBatchPolicy& policy, FakeActions& actions,
 
 TEST(GnsBatch, GrowsWhileTheNoiseScaleOutgrowsTheWorkersUpToItsMax) {
   GnsBatchOptions o;
-  o.max_workers = 4;
+  o.max = 4;
   GnsBatchPolicy policy(o);
   FakeActions actions;
   // The noise scale is 0.1 s + 0.05 worker batches: the mean of the five
@@ -632,6 +642,49 @@ TEST(GnsBatch, AnEstimateOverTooFewClocksOrOfNothingIsNotRead) {
   EXPECT_EQ(RunGnsBatch(policy, actions, d), (std::vector<int32_t>{2, 3}));
   ASSERT_EQ(policy.grown().size(), 1u);
   EXPECT_EQ(policy.grown()[0].clock, 300);
+}
+
+TEST(GnsBatch, ByBatchGrowsTheBatchesOfAStepAndLetsTheEstimateSettle) {
+  GnsBatchOptions o;
+  o.by = GnsBatchOptions::By::kBatch;
+  o.max = 3;
+  o.window = 1;
+  o.min_clocks = 0;
+  o.settle_clocks = 50;
+  GnsBatchPolicy policy(o);
+  FakeActions actions;
+  NoiseDrive d;
+  d.seconds = 70;
+  // 0.1 s + 0.05 batches, over 2 workers' steps of k batches: above 2 x 1
+  // at 20 (clock 200); readings wait for clock 250; above 2 x 2 at 40;
+  // at 60, 3 batches a step is the limit.
+  EXPECT_EQ(RunGnsBatch(policy, actions, d), (std::vector<int32_t>{2}));
+  EXPECT_TRUE(actions.resizes.empty());
+  EXPECT_EQ(actions.batches, (std::vector<int32_t>{2, 3}));
+  ASSERT_EQ(policy.grown().size(), 2u);
+  EXPECT_EQ(policy.grown()[0].clock, 200);
+  EXPECT_EQ(policy.grown()[0].from, 1);
+  EXPECT_EQ(policy.grown()[0].to, 2);
+  EXPECT_EQ(policy.grown()[1].clock, 400);
+  EXPECT_EQ(policy.grown()[1].to, 3);
+  EXPECT_TRUE(policy.stopped());
+  // Without the settling, the reading at 21 (the estimate still in the
+  // smaller steps' units: not divided yet in a real job) would count.
+  GnsBatchOptions eager = o;
+  eager.settle_clocks = 0;
+  GnsBatchPolicy unsettled(eager);
+  FakeActions more;
+  NoiseDrive spike = d;
+  spike.noise = [](int64_t s) { return s == 21 ? 50.0 : 0.1 * s + 0.05; };
+  RunGnsBatch(unsettled, more, spike);
+  EXPECT_EQ(more.batches.size(), 2u);
+  ASSERT_GE(unsettled.grown().size(), 2u);
+  EXPECT_EQ(unsettled.grown()[1].clock, 210);
+  GnsBatchPolicy settled(o);
+  FakeActions fewer;
+  RunGnsBatch(settled, fewer, spike);
+  ASSERT_EQ(settled.grown().size(), 2u);
+  EXPECT_EQ(settled.grown()[1].clock, 400);
 }
 
 TEST(GnsBatch, StopsWhereTheJobRefusesOrDoesNotGrowInTime) {
@@ -694,6 +747,8 @@ TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
       {"gns-batch:step=2000", "step=2000"},
       {"gns-batch:batch=2", "gns-batch has no parameter 'batch'"},
       {"gns-batch:min_clocks=-5", "min_clocks=-5"},
+      {"gns-batch:by=samples", "by must be workers or batch"},
+      {"gns-batch:by=batch:max=65", "max up to 64 batches a step"},
       {"autoscale:speed=2", "no parameter 'speed'"},
       {"autoscale:step=0", "step=0 must be a number in"},
       {"autoscale:step=1.5", "must be a whole number"},
@@ -863,6 +918,84 @@ TEST(CoordinatorPolicies, APolicyChangesATablesConsistencyForEveryone) {
   std::vector<float> out(1);
   ASSERT_TRUE(worker->Pull(*id, std::vector<Key>{1}, out).ok());
   EXPECT_EQ(out[0], 3.0f);
+  EXPECT_TRUE(worker->Finish().ok());
+}
+
+// Asks, once the job has a table, for 3 batches a step (and for 0).
+class BatchesOnce final : public Policy {
+ public:
+  std::string name() const override { return "batches-once"; }
+  void OnStatus(const PolicyEvent& e, PolicyActions& actions) override {
+    if (asked_ || e.status->tables.empty()) return;
+    asked_ = true;
+    three = actions.SetBatchesPerStep(3);
+    zero = actions.SetBatchesPerStep(0);
+    done.store(true);
+  }
+  bool asked_ = false;
+  std::atomic<bool> done{false};
+  Status three = Status::Ok(), zero = Status::Ok();
+};
+
+// The batch-size action: the workers learn it from the data plan, and
+// pushes that stand for 3 batches move a BSP (mean) table with linear
+// batch scaling 3 times as far.
+TEST(CoordinatorPolicies, APolicySetsTheBatchesOfAStepAndTheRateFollows) {
+  auto policy = std::make_shared<BatchesOnce>();
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 1;
+  options.policies = {policy};
+  options.policy_interval_ms = 100;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  TableOptions table;
+  table.name = "t";
+  table.rule = UpdateRule::kSgd;
+  table.learning_rate = 1.0f;
+  table.consistency.mode = ConsistencyMode::kBsp;
+  table.batch_scaling.rule = BatchScaling::Rule::kLinear;
+  table.batch_scaling.base_pushes = 1;
+  Result<TableId> id = worker->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  // Train batches (pushing nothing) until the plan's answers carry the
+  // new count.
+  Result<Client::Batch> b = worker->NextBatch(1000, 1, nullptr, true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (b->batches_per_step != 3 &&
+         std::chrono::steady_clock::now() < deadline) {
+    ASSERT_EQ(b->kind, Client::Batch::kTrain);
+    const Client::Batch trained = *b;
+    b = worker->NextBatch(1000, 1, &trained, true);
+    ASSERT_TRUE(b.ok()) << b.status();
+    worker->Clock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(b->batches_per_step, 3);
+  ASSERT_TRUE(policy->done.load());
+  EXPECT_TRUE(policy->three.ok()) << policy->three;
+  EXPECT_EQ(policy->zero.code(), StatusCode::kInvalidArgument) << policy->zero;
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->data_batches_per_step, 3);
+  EXPECT_NE(FormatClusterStatus(*status).find("; 3 batches a worker's step"),
+            std::string::npos)
+      << FormatClusterStatus(*status);
+  // One push standing for one batch, then one for three.
+  EXPECT_EQ(worker->SetPushWeight(0).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      worker->Push(*id, std::vector<Key>{1}, std::vector<float>{1}).ok());
+  worker->Clock();
+  ASSERT_TRUE(worker->SetPushWeight(3).ok());
+  ASSERT_TRUE(
+      worker->Push(*id, std::vector<Key>{1}, std::vector<float>{1}).ok());
+  worker->Clock();
+  std::vector<float> out(1);
+  ASSERT_TRUE(worker->Pull(*id, std::vector<Key>{1}, out).ok());
+  EXPECT_EQ(out[0], -4.0f);
   EXPECT_TRUE(worker->Finish().ok());
 }
 

@@ -94,6 +94,9 @@ struct ClusterStatus {
   int64_t data_batches_per_epoch = 0;
   int64_t data_epoch = 0;
   int64_t data_batches_done = 0;
+  // Batches of the plan each worker trains in one step
+  // (PolicyActions::SetBatchesPerStep; 1 unless a policy changed it).
+  int32_t data_batches_per_step = 1;
   // The gradient noise scale B_simple (McCandlish et al. 2018) the servers
   // estimate from the workers' pushes, in units of one worker's batch:
   // multiply by the batch size for samples. A batch well below it wastes

@@ -269,10 +269,16 @@ class Client {
     int64_t index = -1;
     // Epochs done in full so far, job-wide: 0, ..., epochs_done - 1.
     int64_t epochs_done = 0;
+    // How many batches the job asks each worker to train in one step, as
+    // of the plan's latest answer (PolicyActions::SetBatchesPerStep; 1
+    // unless a policy changed it): a loop that follows it takes that many
+    // (calling NextBatch with nullptr for those beyond the first), trains
+    // them as one batch, says so with SetPushWeight, and reports each.
+    int32_t batches_per_step = 1;
   };
-  // Reports `trained` (the batch NextBatch last gave this worker, its
-  // gradient pushed at the current clock: call this before Clock(); null:
-  // none) and returns the next, unless `take_next` is false (the worker
+  // Reports `trained` (a batch NextBatch gave this worker, its gradient
+  // pushed at the current clock: call this before Clock(); null: none) and
+  // returns the next, unless `take_next` is false (the worker
   // stops taking data: kEnd comes back, and what it holds is freed). The
   // client holds a few batches ahead, taken from the coordinator in the
   // background, so a call rarely waits; reports travel with the next claim
@@ -302,6 +308,13 @@ class Client {
   // in stats() and the status (the `staleness` policy reads the job's).
   // A loss that is not a finite number is ignored.
   virtual void RecordLoss(double loss) = 0;
+  // How many worker batches the gradients this client pushes from now on
+  // stand for (1 at the start): a worker that trains several of the data
+  // plan's batches in one step (Batch::batches_per_step) says so, and under
+  // BSP (mean) the servers' batch scaling (TableOptions::batch_scaling)
+  // counts the batches rather than the pushes. Takes effect for pushes
+  // submitted after it returns. kInvalidArgument outside 1 - 65536.
+  virtual Status SetPushWeight(int32_t batches) = 0;
 
   // ---- Fault tolerance (docs/fault_tolerance.md).
   //

@@ -73,6 +73,19 @@ class PolicyActions {
     return FailedPreconditionError(
         "these policy actions cannot change a table's consistency");
   }
+  // Sets how many of the shared data plan's batches (Client::NextBatch)
+  // each worker trains in one step, 1 - 64: its batch grows that many
+  // times. Workers learn it with their next claim on the plan (within a
+  // few steps) and say so with their pushes (Client::SetPushWeight), so
+  // that under BSP (mean) the tables' batch scaling follows the global
+  // batch. The status shows it (ClusterStatus::data_batches_per_step). A
+  // rollback keeps it. kInvalidArgument out of range; the default refuses
+  // (kFailedPrecondition).
+  virtual Status SetBatchesPerStep(int32_t batches) {
+    (void)batches;
+    return FailedPreconditionError(
+        "these policy actions cannot change the batch size");
+  }
 };
 
 // What a hook is shown: the status just read, the time, and what changed
@@ -139,10 +152,12 @@ class Policy {
 //               than `raise_above` of their step time blocked on it, and
 //               lowers it while they spend less than `lower_below` (never
 //               back into a bound that blocked).
-//   gns-batch   grows the job by `step` workers while the gradient noise
-//               scale the servers estimate (in worker batches, averaged
-//               over `window` readings) stays above `grow_above` times the
-//               active workers, up to `max`; never shrinks it.
+//   gns-batch   grows the global batch by `step` workers (by=workers) or
+//               by `step` batches in each worker's step (by=batch) while
+//               the gradient noise scale the servers estimate (in worker
+//               step batches, averaged over `window` readings) stays above
+//               `grow_above` times the active workers, up to `max`; never
+//               shrinks it.
 // kInvalidArgument for an unknown name or parameter, or a bad value.
 Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec);
 

@@ -174,10 +174,12 @@ auto MakeTable(Client& client, TableOptions t, Make make) -> decltype(make(t)) {
 // Progress lines on stdout and the CSV log, from worker 0 only.
 class Progress {
  public:
-  Progress(bool lead, int epochs, uint64_t total_steps, int world)
+  // `total_batches`: this worker's share of the plan's batches (for the
+  // ETA).
+  Progress(bool lead, int epochs, uint64_t total_batches, int world)
       : lead_(lead),
         epochs_(epochs),
-        total_steps_(total_steps),
+        total_batches_(total_batches),
         world_(world) {}
 
   Status OpenLog(const std::string& path) {
@@ -199,17 +201,20 @@ class Progress {
   void set_lead(bool lead) { lead_ = lead; }
   bool lead() const { return lead_; }
 
-  // After each step; prints every `every` steps (and when `force`).
+  // After each step (this worker's `step`-th, which made its plan batches
+  // trained `batches`); prints every `every` steps (and when `force`).
   void Step(const Client& client, int epoch, int64_t clock, double loss,
-            size_t samples, uint64_t step, int every, bool force) {
+            size_t samples, uint64_t step, uint64_t batches, int every,
+            bool force) {
     window_loss_ += loss;
     ++window_steps_;
     window_samples_ += samples;
     if (!lead_ || (step % every != 0 && !force)) return;
     const double window_s = std::max(1e-9, SecondsSince(window_start_));
     const double elapsed = SecondsSince(start_);
-    const double eta =
-        step >= total_steps_ ? 0.0 : elapsed / step * (total_steps_ - step);
+    const double eta = batches == 0 || batches >= total_batches_
+                           ? 0.0
+                           : elapsed / batches * (total_batches_ - batches);
     const double rate = window_samples_ / window_s;
     const double mean_loss = window_loss_ / window_steps_;
     // The job's workers now (it may have been resized), else the first.
@@ -264,7 +269,7 @@ class Progress {
  private:
   bool lead_;
   int epochs_;
-  uint64_t total_steps_;
+  uint64_t total_batches_;
   int world_;
   std::ofstream csv_;
   SteadyClock::time_point start_, window_start_;
@@ -386,6 +391,9 @@ class DataPosition {
   // Samples and steps this worker has trained on (rolled back with it).
   int64_t samples = 0;
   uint64_t steps = 0;
+  // The plan's batches this worker has trained (for progress only: not
+  // rolled back).
+  uint64_t batches = 0;
   // This worker left the job (it was drained): no more data for it.
   bool left = false;
 
@@ -412,7 +420,7 @@ class DataPosition {
   void Note(const Client::Batch& b) {
     epochs_done_ = b.epochs_done;
     if (b.kind == Client::Batch::kTrain) {
-      per_step_ = std::max<int32_t>(1, b.batches_per_step);
+      per_step_ = std::clamp<int32_t>(b.batches_per_step, 1, 64);
     }
   }
 
@@ -581,6 +589,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     Result<float> loss = step(batch, epoch);
     DUCTILE_RETURN_IF_ERROR(loss.status());
     ++data.steps;
+    data.batches += static_cast<uint64_t>(data.batches_in_step());
     data.samples += static_cast<int64_t>(batch.size());
     const bool stop = o.max_samples > 0 && data.samples >= o.max_samples;
     DUCTILE_RETURN_IF_ERROR(data.Trained(stop));
@@ -589,7 +598,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     client.Clock();
     progress.set_lead(IsLead(client));
     progress.Step(client, epoch, client.clock(), *loss, batch.size(),
-                  data.steps, o.log_every, stop);
+                  data.steps, data.batches, o.log_every, stop);
     return report_epochs();
   };
   while (true) {

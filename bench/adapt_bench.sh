@@ -20,9 +20,14 @@
 #      time; and, in runs of their own (the readings cost CPU), the job's
 #      time with --noise_scale_sample=0 (off), 8 (the default) and 1 (every
 #      key).
+#   5. gns-batch: BSP (mean), --lr_scaling=linear, 2 workers: no policy,
+#      --policy=gns-batch (more workers, up to 4) and
+#      --policy=gns-batch:by=batch (more batches a step, up to 4): the job's
+#      time, its final test accuracy, the steps of worker 0 and when the
+#      policy grew the global batch.
 #
 # Usage: bench/adapt_bench.sh BUILD_DIR OUT_DIR [REPEATS]
-# EXPERIMENTS="1 2 3 4" (the default) picks which to run.
+# EXPERIMENTS="1 2 3 4" (the default) picks which to run; 5 runs when named.
 # Writes OUT_DIR/autoscale.csv, stragglers.csv, resize.csv, noise.csv and
 # noise_cost.csv (one row per run, or per reading), OUT_DIR/*.log (each
 # run's output with a time stamp per line) and, with gnuplot,
@@ -237,6 +242,30 @@ for ((r = 1; r <= REPEATS; r++)); do
     s=$(run "$log" --workers=3 --consistency=bsp --noise_scale_sample="$sample")
     echo "$r,$sample,$s,$(accuracy "$log")" >>"$OUT/noise_cost.csv"
     echo "noise scale sample 1/$sample: ${s}s"
+  done
+done
+fi
+
+# ---- 5. the gns-batch policy against a fixed global batch
+if wanted 5; then
+echo "run,setting,seconds,accuracy,steps,growths" >"$OUT/gns.csv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for setting in fixed workers batch; do
+    log="$OUT/gns-$setting-$r.log"
+    policy=()
+    case $setting in
+      workers) policy=(--policy=gns-batch:max=4 --max_workers=4) ;;
+      batch) policy=(--policy=gns-batch:by=batch:max=4) ;;
+    esac
+    s=$(run "$log" --workers=2 --consistency=bsp --lr_scaling=linear \
+      --policy_interval_ms=500 "${policy[@]}")
+    steps=$(grep -o "after [0-9]* steps per worker" "$log" |
+      awk '{print $2}' | tail -n 1 || true)
+    # The clocks (as the coordinator knew them) it grew at.
+    growths=$( (grep "gns-batch: the noise scale" "$log" || true) |
+      grep -o "at clock [0-9]*" | awk '{print $3}' | paste -sd' ' -)
+    echo "$r,$setting,$s,$(accuracy "$log"),$steps,$growths" >>"$OUT/gns.csv"
+    echo "gns-batch $setting: ${s}s, accuracy $(accuracy "$log"), $steps steps, grown at clock(s) $growths"
   done
 done
 fi

@@ -34,7 +34,8 @@ void BatchQueue::OnGrant(const wire::DataGrant& grant, size_t reports) {
   unacked_.erase(unacked_.begin(),
                  unacked_.begin() + std::min(reports, unacked_.size()));
   epochs_done_ = std::max(epochs_done_, grant.epochs_done());
-  batches_per_step_ = std::max(1, grant.batches_per_step());
+  batches_per_step_ =
+      std::clamp(grant.batches_per_step(), 1, kMaxBatchesPerStep);
   queue_.clear();
   for (const wire::DataBatch& b : grant.held()) {
     // The batches in hand, and those trained since the claim left, are
@@ -55,8 +56,10 @@ void BatchQueue::OnGrant(const wire::DataGrant& grant, size_t reports) {
     batch.index = b.batch();
     queue_.push_back(batch);
   }
-  idle_kind_ = grant.kind() == wire::DataGrant::WAIT ? Client::Batch::kWait
-                                                     : Client::Batch::kEnd;
+  // Only the plan's end is kEnd: an answer granting nothing new (what it
+  // holds for this worker is in hand) means ask again.
+  idle_kind_ = grant.kind() == wire::DataGrant::END ? Client::Batch::kEnd
+                                                    : Client::Batch::kWait;
 }
 
 std::optional<Client::Batch> BatchQueue::Pop() {

@@ -29,6 +29,9 @@ class BatchQueue {
  public:
   // Batches a worker holds ahead of the one it trains on.
   static constexpr int kAhead = 4;
+  // The most batches a step takes (DataPlan::kMaxBatchesPerStep); an
+  // answer saying more is taken as this.
+  static constexpr int32_t kMaxBatchesPerStep = 64;
 
   // The plan's shape, given with every claim.
   void SetShape(int64_t batches_per_epoch, int64_t epochs) {
@@ -48,6 +51,8 @@ class BatchQueue {
   // The next batch held, now in hand; nullopt if none is queued.
   std::optional<Client::Batch> Pop();
   size_t queued() const { return queue_.size(); }
+  // Handed out, not reported trained yet.
+  size_t in_hand() const { return in_hand_.size(); }
   bool has_unacked() const { return !unacked_.empty(); }
   // Reports not acknowledged yet of batches pushed before `clock`.
   std::vector<wire::DataBatch> UnackedBefore(int64_t clock) const;

@@ -346,8 +346,10 @@ Result<Client::Batch> ClientImpl::NextBatch(int64_t batches_per_epoch,
 }
 
 Result<Client::Batch> ClientImpl::Claim(bool take_next) {
-  // A batch held is handed out at once; the queue is topped up by a claim
-  // in the background when it runs low. Only an empty queue waits.
+  // A batch held is handed out at once, even while a claim is under way
+  // (its answer leaves out the batches in hand); the queue is topped up by
+  // a claim in the background when it runs low. Only an empty queue waits.
+  // A claim asks to hold the batches in hand and ahead() more.
   bool asked = false;
   while (true) {
     std::shared_ptr<ControlOperation> wait;
@@ -355,6 +357,16 @@ Result<Client::Batch> ClientImpl::Claim(bool take_next) {
       MutexLock lock(&data_mu_);
       if (claim_ != nullptr && claim_->done()) {
         DUCTILE_RETURN_IF_ERROR(TakeClaim());
+      }
+      if (take_next) {
+        if (std::optional<Batch> b = batches_.Pop()) {
+          const int ahead = batches_.ahead();
+          if (claim_ == nullptr &&
+              batches_.queued() < static_cast<size_t>(ahead / 2)) {
+            StartClaim(ahead + static_cast<int>(batches_.in_hand()));
+          }
+          return *b;
+        }
       }
       if (claim_ == nullptr) {
         Batch idle;
@@ -364,16 +376,10 @@ Result<Client::Batch> ClientImpl::Claim(bool take_next) {
           if (asked) return idle;
           StartClaim(0);  // reports, and gives back what is held
           asked = true;
-        } else if (std::optional<Batch> b = batches_.Pop()) {
-          const int ahead = batches_.ahead();
-          if (batches_.queued() < static_cast<size_t>(ahead / 2)) {
-            StartClaim(ahead + 1);
-          }
-          return *b;
         } else if (asked) {
           return idle;
         } else {
-          StartClaim(batches_.ahead());
+          StartClaim(batches_.ahead() + static_cast<int>(batches_.in_hand()));
           asked = true;
         }
       }

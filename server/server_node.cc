@@ -608,6 +608,13 @@ void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
 
 Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   ParameterTable& table = *request.table;
+  const uint32_t weight = request.header.batch_weight();
+  if (weight > kMaxBatchWeight) {
+    return InvalidArgumentError(
+        "a push's batch weight is " + std::to_string(weight) +
+        ", above the most a worker may give, " +
+        std::to_string(kMaxBatchWeight) + "; nothing of it was applied");
+  }
   DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
   const uint64_t adds = table.NewFloats(request.data);
   if (adds > 0 && tables_.stored_floats() + adds > max_stored_floats_) {
@@ -625,13 +632,6 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   // BSP: a worker's push of clock t becomes visible once every worker has
   // finished clock t (a late one, below the server clock, applies now).
   if (request.is_worker && consistency_.Buffers(table.id(), clock)) {
-    const uint32_t weight = request.header.batch_weight();
-    if (weight > kMaxBatchWeight) {
-      return InvalidArgumentError(
-          "a push's batch weight is " + std::to_string(weight) +
-          ", above the most a worker may give, " +
-          std::to_string(kMaxBatchWeight) + "; nothing of it was applied");
-    }
     DUCTILE_RETURN_IF_ERROR(
         consistency_.CheckBuffered(table.id(), clock, request.data));
     NoteGradient(request);

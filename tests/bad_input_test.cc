@@ -889,6 +889,26 @@ TEST_F(ServerBadInput, ClocksAndTimeoutsOutOfRangeAreRefused) {
   ExpectStillServing();
 }
 
+// A push standing for more worker batches than any worker trains in a step
+// is refused on every path (async here), and nothing of it is applied.
+TEST_F(ServerBadInput, APushWithAnAbsurdBatchWeightIsRefused) {
+  TableOptions t;
+  t.name = "weighted";
+  t.value_width = kWidth;
+  Result<TableId> table = client_->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {1};
+  wire::Header push = Request(wire::PUSH, *table, 300, 1);
+  push.set_batch_weight(70000);
+  ExpectRefused(
+      {Serialize(push), Bytes(key), Bytes(std::vector<float>(kWidth, 1.0f))},
+      StatusCode::kInvalidArgument, "batch weight is 70000", 300);
+  std::vector<float> out(kWidth);
+  ASSERT_TRUE(client_->Pull(*table, key, out).ok());
+  EXPECT_EQ(out, std::vector<float>(kWidth, 0.0f));
+  ExpectStillServing();
+}
+
 // A peer that sends requests and does not read the replies makes the
 // server queue at most max_queued_replies of them (and what the kernel's
 // socket buffers take): the rest are dropped, so its memory stays bounded,

@@ -98,8 +98,9 @@ struct ClusterStatus {
   // (PolicyActions::SetBatchesPerStep; 1 unless a policy changed it).
   int32_t data_batches_per_step = 1;
   // The gradient noise scale B_simple (McCandlish et al. 2018) the servers
-  // estimate from the workers' pushes, in units of one worker's batch:
-  // multiply by the batch size for samples. A batch well below it wastes
+  // estimate from the workers' pushes, in units of one worker's batch (of
+  // one step: data_batches_per_step of the plan's batches): multiply by
+  // its size for samples. A batch well below it wastes
   // steps; well above, samples. 0 until known (two workers and a few
   // clocks); over the clocks noise_scale_clocks says (the most any live
   // server has folded in).

@@ -263,7 +263,7 @@ for ((r = 1; r <= REPEATS; r++)); do
       awk '{print $2}' | tail -n 1 || true)
     # The clocks (as the coordinator knew them) it grew at.
     growths=$( (grep "gns-batch: the noise scale" "$log" || true) |
-      grep -o "at clock [0-9]*" | awk '{print $3}' | paste -sd' ' -)
+      grep -o "at clock [0-9]*" | awk '{print $3}' | paste -sd' ' - || true)
     echo "$r,$setting,$s,$(accuracy "$log"),$steps,$growths" >>"$OUT/gns.csv"
     echo "gns-batch $setting: ${s}s, accuracy $(accuracy "$log"), $steps steps, grown at clock(s) $growths"
   done

@@ -191,7 +191,9 @@ class StalenessPolicy final : public Policy {
 //     waits until the estimate has folded in `settle_clocks` more clocks
 //     (its moving average forgets the smaller batches slowly).
 // Readings start over after each growth. It never shrinks the job: the
-// noise scale grows as training goes on. It ignores the estimate until the
+// noise scale grows as training goes on; it never asks for fewer workers
+// than the job's target, and stops once a worker has finished (the job
+// ends). It ignores the estimate until the
 // servers have folded in `min_clocks` clocks, and stops (asking for the
 // size the job has) when a size it asked for is not reached within
 // `wait_ms` or the job refuses it. The estimate needs two workers: a job

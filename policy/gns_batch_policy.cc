@@ -21,6 +21,13 @@ void GnsBatchPolicy::OnStatus(const PolicyEvent& event,
                               PolicyActions& actions) {
   if (stopped_ || event.active_workers < 1) return;
   const ClusterStatus& status = *event.status;
+  for (const MemberStatus& m : status.members) {
+    if (m.role == "worker" && m.state == "finished") {
+      // The job is ending (a worker finished the data): nothing to grow,
+      // and a size not reached now never will be.
+      return Stop("a worker finished: the job is ending");
+    }
+  }
   if (asked_ > 0) {
     if (event.active_workers >= asked_) {
       asked_ = 0;  // reached: the readings start over from here
@@ -47,7 +54,10 @@ void GnsBatchPolicy::OnStatus(const PolicyEvent& event,
   double sum = 0;
   for (double r : readings_) sum += r;
   const double mean = sum / readings_.size();
-  const int32_t workers = event.active_workers;
+  // The size the job is to have: workers that finished or died at its
+  // end are not room to grow into (asking for fewer than the target
+  // would drain workers).
+  const int32_t workers = std::max(event.active_workers, status.target_workers);
   if (!(mean > options_.grow_above * workers)) return;
   if (options_.by == GnsBatchOptions::By::kBatch) {
     return GrowBatch(event, mean, actions);
@@ -94,9 +104,9 @@ void GnsBatchPolicy::GrowBatch(const PolicyEvent& event, double mean,
   LOG(INFO) << "gns-batch: the noise scale averaged " << mean
             << " worker steps' batches over " << readings_.size()
             << " readings, above " << options_.grow_above << " x "
-            << event.active_workers << " worker(s): " << next
-            << " batches a step (were " << per_step << ") at clock "
-            << event.clock;
+            << std::max(event.active_workers, status.target_workers)
+            << " worker(s): " << next << " batches a step (were " << per_step
+            << ") at clock " << event.clock;
   grown_.push_back({event.clock, per_step, next, mean});
   settle_until_ =
       status.noise_scale_clocks + static_cast<uint64_t>(options_.settle_clocks);

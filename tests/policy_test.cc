@@ -554,6 +554,8 @@ struct NoiseDrive {
   std::function<double(int64_t)> noise = [](int64_t s) {
     return 0.1 * s + 0.05;
   };
+  // From this second on, all workers but one have finished (the job's end).
+  int64_t finish_at = 1 << 30;
 };
 
 // The sizes the job went through.
@@ -576,7 +578,12 @@ std::vector<int32_t> RunGnsBatch(GnsBatchPolicy& policy, FakeActions& actions,
     }
     ClusterStatus s;
     s.members.push_back(Server(0));
-    for (int32_t w = 0; w < size; ++w) s.members.push_back(Worker(w, t * 10));
+    const int32_t active = t >= d.finish_at ? 1 : size;
+    for (int32_t w = 0; w < size; ++w) {
+      s.members.push_back(
+          Worker(w, t * 10, 0, w < active ? "active" : "finished"));
+    }
+    if (!actions.resizes.empty()) s.target_workers = actions.resizes.back();
     s.data_batches_per_step =
         actions.batches.empty() ? 1 : actions.batches.back();
     s.noise_scale = d.noise(t) / s.data_batches_per_step;
@@ -607,6 +614,30 @@ TEST(GnsBatch, GrowsWhileTheNoiseScaleOutgrowsTheWorkersUpToItsMax) {
   EXPECT_EQ(policy.grown()[1].to, 4);
   EXPECT_NEAR(policy.grown()[1].noise_scale, 3.05, 1e-9);
   EXPECT_TRUE(policy.stopped());
+}
+
+// At the job's end its workers finish one by one: fewer active workers is
+// no reason to ask for more than the target, let alone fewer (which would
+// drain workers still training).
+TEST(GnsBatch, WorkersFinishingAtTheEndAreNotRoomToGrowInto) {
+  GnsBatchOptions o;
+  o.max = 4;
+  GnsBatchPolicy policy(o);
+  FakeActions actions;
+  NoiseDrive d;
+  d.seconds = 40;
+  d.finish_at = 34;  // after the growth to 4 (asked at 32, reached at 35)
+  RunGnsBatch(policy, actions, d);
+  EXPECT_EQ(actions.resizes, (std::vector<int32_t>{3, 4}));
+  EXPECT_TRUE(policy.stopped());
+  // A job whose workers finish before it ever grew stops it as well.
+  GnsBatchPolicy early(o);
+  FakeActions none;
+  NoiseDrive quiet;
+  quiet.finish_at = 10;
+  RunGnsBatch(early, none, quiet);
+  EXPECT_TRUE(none.resizes.empty());
+  EXPECT_TRUE(early.stopped());
 }
 
 TEST(GnsBatch, StepsAndGrowAboveSetHowFastItGrows) {

@@ -420,7 +420,7 @@ class DataPosition {
   void Note(const Client::Batch& b) {
     epochs_done_ = b.epochs_done;
     if (b.kind == Client::Batch::kTrain) {
-      per_step_ = std::clamp<int32_t>(b.batches_per_step, 1, 64);
+      per_step_ = std::clamp(b.batches_per_step, 1, kMaxBatchesPerStep);
     }
   }
 

@@ -34,6 +34,7 @@ void BatchQueue::OnGrant(const wire::DataGrant& grant, size_t reports) {
   unacked_.erase(unacked_.begin(),
                  unacked_.begin() + std::min(reports, unacked_.size()));
   epochs_done_ = std::max(epochs_done_, grant.epochs_done());
+  // An answer saying more than a step may take is taken as the most.
   batches_per_step_ =
       std::clamp(grant.batches_per_step(), 1, kMaxBatchesPerStep);
   queue_.clear();

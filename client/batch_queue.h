@@ -29,9 +29,6 @@ class BatchQueue {
  public:
   // Batches a worker holds ahead of the one it trains on.
   static constexpr int kAhead = 4;
-  // The most batches a step takes (DataPlan::kMaxBatchesPerStep); an
-  // answer saying more is taken as this.
-  static constexpr int32_t kMaxBatchesPerStep = 64;
 
   // The plan's shape, given with every claim.
   void SetShape(int64_t batches_per_epoch, int64_t epochs) {

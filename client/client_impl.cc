@@ -433,10 +433,10 @@ int64_t ClientImpl::Clock() {
 }
 
 Status ClientImpl::SetPushWeight(int32_t batches) {
-  if (batches < 1 || batches > (1 << 16)) {
-    return InvalidArgumentError(
-        "a push weight must be 1 - 65536 batches, not " +
-        std::to_string(batches));
+  if (batches < 1 || batches > kMaxPushWeight) {
+    return InvalidArgumentError("a push weight must be 1 - " +
+                                std::to_string(kMaxPushWeight) +
+                                " batches, not " + std::to_string(batches));
   }
   push_weight_.store(batches);
   return Status::Ok();

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ductile/status.h"
+#include "ductile/table.h"
 #include "proto/ductile.pb.h"
 
 namespace ductile {
@@ -51,7 +52,6 @@ class DataPlan {
   // 128 MiB per open epoch.
   static constexpr int64_t kMaxBatchesPerEpoch = int64_t{1} << 24;
   static constexpr int64_t kMaxEpochs = int64_t{1} << 20;
-  static constexpr int32_t kMaxBatchesPerStep = 64;
 
   // Sets the plan's shape, on the first claim; a later claim must give
   // the same. InvalidArgument if a count is below 1 or above its maximum,

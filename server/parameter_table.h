@@ -76,6 +76,12 @@ class ParameterTable {
                ? 1.0f / static_cast<float>(pushes)
                : 1.0f;
   }
+  // The worker batches a combined entry's pushes stood for (`batches`, or
+  // `pushes` when it says none).
+  template <typename Combined>
+  static int32_t BatchesOf(const Combined& c) {
+    return c.batches > 0 ? c.batches : c.pushes;
+  }
   // ApplyCombined for each of `keys`' (key, pushes combined) pairs of one
   // BSP clock; a key of another width is skipped and named in `errors`.
   template <typename Combined>
@@ -201,8 +207,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
   int32_t batches = 0;
   for (const auto& kv : keys) {
     floats += kv.second.values.size();
-    batches = std::max(
-        batches, kv.second.batches > 0 ? kv.second.batches : kv.second.pushes);
+    batches = std::max(batches, BatchesOf(kv.second));
   }
   const float batch = BatchFactor(clock, batches, combine);
   if (!Parallel(floats)) {

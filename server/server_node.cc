@@ -18,8 +18,6 @@ using std::chrono::milliseconds;
 // Requests handled per Step() before the coordinator's messages and the
 // timers get their turn.
 constexpr int kRequestsPerStep = 256;
-// The most worker batches one push may stand for (Header::batch_weight).
-constexpr uint32_t kMaxBatchWeight = 1u << 16;
 // A request of this many bytes of values or more is announced to the
 // coordinator as a busy spell before it is served.
 constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
@@ -609,11 +607,11 @@ void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
 Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
   ParameterTable& table = *request.table;
   const uint32_t weight = request.header.batch_weight();
-  if (weight > kMaxBatchWeight) {
+  if (weight > static_cast<uint32_t>(kMaxPushWeight)) {
     return InvalidArgumentError(
         "a push's batch weight is " + std::to_string(weight) +
         ", above the most a worker may give, " +
-        std::to_string(kMaxBatchWeight) + "; nothing of it was applied");
+        std::to_string(kMaxPushWeight) + "; nothing of it was applied");
   }
   DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
   const uint64_t adds = table.NewFloats(request.data);

@@ -223,10 +223,9 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
     BspBuffer::Entry& e = b.second;
     if (consistency.PutBuffered(b.first, e)) continue;
     // Its clock is over here: every push of it is in the entry.
-    Status s = table->ApplyCombined(
-        e.key, e.combined.values, e.combined.pushes,
-        e.combined.batches > 0 ? e.combined.batches : e.combined.pushes,
-        combine, e.clock);
+    Status s = table->ApplyCombined(e.key, e.combined.values, e.combined.pushes,
+                                    ParameterTable::BatchesOf(e.combined),
+                                    combine, e.clock);
     if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();
   }
 }

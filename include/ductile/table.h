@@ -112,6 +112,12 @@ struct LearningRateSchedule {
 // The factor above for a push at `clock` (negative clocks count as 0).
 float LearningRateFactor(const LearningRateSchedule& schedule, int64_t clock);
 
+// The most of the data plan's batches one worker's step may take
+// (PolicyActions::SetBatchesPerStep), and the most worker batches one push
+// may stand for (Client::SetPushWeight, the push's batch_weight).
+inline constexpr int32_t kMaxBatchesPerStep = 64;
+inline constexpr int32_t kMaxPushWeight = 1 << 16;
+
 // How a table's learning rate follows the job's global batch. A BSP clock
 // combined by the mean (BspCombine::kMean) averages the pushes of every
 // worker that pushed, so its global batch is `pushes` worker batches: a

@@ -71,6 +71,9 @@ class ClientImpl final : public Client {
     stats_.RecordSamples(samples);
   }
   int64_t clock() const override { return clock_.load(); }
+  // The job's generation this client is in (its registration's, then its
+  // last rollback's).
+  uint64_t generation() const { return recovery_.generation(); }
   Status Barrier(int64_t timeout_ms) override;
   Status Finish() override;
   Status Leave() override;

@@ -361,9 +361,12 @@ void CoordinatorNode::Handle(InMessage& message) {
     case wire::CHECKPOINT_DONE:
       return checkpoints_.HandleDone(h);
     case wire::RECOVER_ACK:
-      recovery_.HandleAck(h);
-      // A rollback that just finished restarts the checkpoint interval.
-      if (!recovery_.in_progress()) checkpoints_.RestartInterval();
+      if (recovery_.HandleAck(h, membership_.Joining())) {
+        // A rollback that just finished restarts the checkpoint interval
+        // and lets in the workers that registered meanwhile.
+        checkpoints_.RestartInterval();
+        membership_.AdmitAfterRollback();
+      }
       return;
     case wire::GET_ROUTING:
       return routing_.HandleGet(identity, h);

@@ -384,6 +384,12 @@ void MembershipManager::HandleWorkersAck(const wire::Header& h) {
 
 void MembershipManager::ReleaseAdmissions() {
   for (auto it = admissions_.begin(); it != admissions_.end();) {
+    if (!it->leave && ctx_.state.recovering) {
+      // The servers' clocks are going back: the joiner starts where the
+      // rollback ends (AdmitAfterRollback).
+      ++it;
+      continue;
+    }
     bool known = true;
     // A joiner starts at the highest server clock among the servers: on
     // the others its CLOCK brings it there (nothing before it waits for
@@ -412,6 +418,27 @@ void MembershipManager::ReleaseAdmissions() {
     }
     it = admissions_.erase(it);
   }
+}
+
+std::set<int32_t> MembershipManager::Joining() const {
+  std::set<int32_t> joining;
+  for (const Admission& a : admissions_) {
+    if (!a.leave) joining.insert(a.worker);
+  }
+  return joining;
+}
+
+void MembershipManager::AdmitAfterRollback() {
+  if (Joining().empty()) return;
+  // The servers' acknowledgements so far were of the abandoned timeline,
+  // and the rollback may have restored a live set without the joiners:
+  // they are admitted once every server has installed a new round, at the
+  // servers' clock then (the checkpoint's).
+  PublishWorkers();
+  for (Admission& a : admissions_) {
+    if (!a.leave) a.round = workers_round_;
+  }
+  ReleaseAdmissions();
 }
 
 void MembershipManager::AnswerWaiting() {

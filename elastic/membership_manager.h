@@ -89,8 +89,16 @@ class MembershipManager {
   // WORKERS_ACK: a server installed a live-worker set.
   void HandleWorkersAck(const wire::Header& h);
   // Answers the workers' registrations every live server has acknowledged
-  // (call when the live servers change).
+  // (call when the live servers change). Joins wait while the job rolls
+  // back: AdmitAfterRollback answers them.
   void ReleaseAdmissions();
+  // Workers registered and not yet admitted (their registration waits).
+  std::set<int32_t> Joining() const;
+  // A rollback finished: the joining workers are admitted once every live
+  // server has installed them, at the servers' clock (the checkpoint's), in
+  // the new generation. They never heard of the old one, so the rollback
+  // sent them no RESUME.
+  void AdmitAfterRollback();
   // True when the job is over: every worker finished, or gone (dead for
   // three heartbeat timeouts: a worker declared dead may just be slow).
   bool JobOver() const;

@@ -85,10 +85,11 @@ void RecoveryManager::Start(const std::string& why) {
   ctx_.SendTo(state.servers, live, m);
 }
 
-void RecoveryManager::HandleAck(const wire::Header& h) {
+bool RecoveryManager::HandleAck(const wire::Header& h,
+                                const std::set<int32_t>& joining) {
   ClusterState& state = ctx_.state;
-  if (!round_ || h.generation() != state.generation) return;
-  if (!round_->round.Awaits(h.member_id())) return;
+  if (!round_ || h.generation() != state.generation) return false;
+  if (!round_->round.Awaits(h.member_id())) return false;
   Status s = StatusFromWire(h);
   if (!s.ok() && !h.checkpoint_unreadable()) {
     // The server could not take it (its own store failed): the checkpoint
@@ -110,7 +111,7 @@ void RecoveryManager::HandleAck(const wire::Header& h) {
     LOG(ERROR) << "coordinator: " << problem_ << " (failure " << failures
                << "); the checkpoint is kept, and the server is asked again in "
                << wait_ms << " ms";
-    return;
+    return false;
   }
   if (!s.ok()) {
     if (!state.catalog.empty()) {
@@ -130,13 +131,15 @@ void RecoveryManager::HandleAck(const wire::Header& h) {
       LOG(ERROR) << "coordinator: server " << h.member_id()
                  << " cannot restart from the start: " << s;
     }
-    return;
+    return false;
   }
   round_->round.Ack(h.member_id());
-  if (round_->round.complete()) Finish();
+  if (!round_->round.complete()) return false;
+  Finish(joining);
+  return true;
 }
 
-void RecoveryManager::Finish() {
+void RecoveryManager::Finish(const std::set<int32_t>& joining) {
   ClusterState& state = ctx_.state;
   const int64_t clock = round_->clock;
   // Checkpoints after the one restored belong to the abandoned timeline.
@@ -155,6 +158,7 @@ void RecoveryManager::Finish() {
   resume.set_clock(clock);
   state.routing.ToWire(resume.mutable_routing());
   for (int32_t id : state.LiveWorkers()) {
+    if (joining.count(id) > 0) continue;
     auto it = states.find(id);
     resume.set_resume_state(it == states.end() ? std::string() : it->second);
     ctx_.out.Send(state.workers[id].identity, resume);

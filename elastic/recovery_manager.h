@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "elastic/ack_round.h"
@@ -46,7 +47,10 @@ class RecoveryManager {
   // barriers first). No-op before the first routing table or while
   // shutting down.
   void Start(const std::string& why);
-  void HandleAck(const wire::Header& h);  // RECOVER_ACK
+  // RECOVER_ACK. True when it finished the rollback: every live worker
+  // but the `joining` ones (registered, not yet admitted: they join in the
+  // new generation) was told to resume.
+  bool HandleAck(const wire::Header& h, const std::set<int32_t>& joining);
   // A rollback not finished by its deadline starts again.
   bool Expired() const;
   // Asks the servers that failed to restore again once their wait is over.
@@ -66,7 +70,7 @@ class RecoveryManager {
     std::map<int32_t, CoordinatorContext::TimePoint> retry_at;
   };
 
-  void Finish();
+  void Finish(const std::set<int32_t>& joining);
 
   CoordinatorContext& ctx_;
   std::optional<Round> round_;

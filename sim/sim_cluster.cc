@@ -34,6 +34,8 @@ class Worker {
   Worker(Cluster* cluster, int index);
   void Advance();
   bool done() const { return phase_ == Phase::kDone; }
+  // A joiner not admitted yet (it has no clock in the job).
+  bool registering() const { return joiner_ && phase_ == Phase::kRegister; }
   bool idle() const { return phase_ == Phase::kIdle; }
   int64_t clock() const { return clock_; }
   ClientImpl& client() { return *client_; }
@@ -118,11 +120,35 @@ class Cluster {
   // Worker w's clocks in the job: [start, end); start -1 until admitted.
   int64_t& start_of(int w) { return start_[w]; }
   int64_t end_of(int w) const { return end_[w]; }
+  // Each worker's start in the timeline of `generation`, one that rolled
+  // back to `resumed_at`: a worker that joined after that clock redoes the
+  // clocks from it.
+  std::vector<int64_t>& starts(uint64_t generation, int64_t resumed_at) {
+    auto it = starts_.find(generation);
+    if (it != starts_.end()) return it->second;
+    std::vector<int64_t> before(total_workers(), -1);
+    if (!starts_.empty()) before = std::prev(starts_.end())->second;
+    for (int64_t& s : before) {
+      if (s > resumed_at) s = resumed_at;
+    }
+    return starts_[generation] = std::move(before);
+  }
+  // The clock the job last rolled back to, as the coordinator has it, in
+  // `generation` (false if the coordinator is down or elsewhere).
+  bool ResumeClockOf(uint64_t generation, int64_t* clock) const {
+    if (!coordinator_ || coordinator_->state().generation != generation) {
+      return false;
+    }
+    *clock = coordinator_->state().resume_clock;
+    return true;
+  }
   // The pushes worker w's counter holds once the clocks before `clock`
-  // are all applied.
-  int64_t CountBefore(int w, int64_t clock) const {
-    if (start_[w] < 0) return 0;
-    return std::max<int64_t>(0, std::min(clock, end_[w]) - start_[w]);
+  // are all applied, in the timeline of `generation`.
+  int64_t CountBefore(int w, int64_t clock, uint64_t generation) const {
+    auto it = starts_.find(generation);
+    const int64_t start = it == starts_.end() ? -1 : it->second[w];
+    if (start < 0) return 0;
+    return std::max<int64_t>(0, std::min(clock, end_[w]) - start);
   }
 
  private:
@@ -151,9 +177,10 @@ class Cluster {
   std::vector<std::unique_ptr<SimEnv>> server_envs_;
   std::vector<std::unique_ptr<ServerNode>> servers_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::map<uint64_t, std::vector<int64_t>> sent_;  // by generation
-  std::vector<int64_t> start_, end_;               // by worker
-  std::vector<int64_t> server_clock_;              // by server, seen last
+  std::map<uint64_t, std::vector<int64_t>> sent_;    // by generation
+  std::vector<int64_t> start_, end_;                 // by worker
+  std::map<uint64_t, std::vector<int64_t>> starts_;  // by generation
+  std::vector<int64_t> server_clock_;                // by server, seen last
   size_t drains_started_ = 0, drains_ended_ = 0;
   TimePoint drain_retry_at_{};
   bool draining_call_ = false;  // inside DrainServer()
@@ -243,18 +270,19 @@ void Worker::CheckRead() {
                            " pushes worker " + std::to_string(w) +
                            " sent: a push applied twice");
     }
-    const int64_t own = cluster_.CountBefore(w, clock_ + 1 - bsp);
+    const int64_t own = cluster_.CountBefore(w, clock_ + 1 - bsp, generation_);
     if (w == index_ && value != own) {
       return cluster_.Fail(what.str() + ": its own counter must be exactly " +
                            std::to_string(own));
     }
-    const int64_t all = cluster_.CountBefore(w, clock_);
+    const int64_t all = cluster_.CountBefore(w, clock_, generation_);
     if (c.mode == ConsistencyMode::kBsp && value != all) {
       return cluster_.Fail(what.str() + ": BSP reads at clock " +
                            std::to_string(clock_) + " see exactly " +
                            std::to_string(all));
     }
-    const int64_t least = cluster_.CountBefore(w, clock_ - c.staleness);
+    const int64_t least =
+        cluster_.CountBefore(w, clock_ - c.staleness, generation_);
     if (c.mode == ConsistencyMode::kSsp && value < least) {
       return cluster_.Fail(what.str() + ": SSP(" + std::to_string(c.staleness) +
                            ") needs at least " + std::to_string(least));
@@ -265,7 +293,7 @@ void Worker::CheckRead() {
 void Worker::CheckFinal() {
   const SimOptions& o = cluster_.options();
   for (int w = 0; w < cluster_.total_workers(); ++w) {
-    const int64_t want = cluster_.CountBefore(w, o.clocks);
+    const int64_t want = cluster_.CountBefore(w, o.clocks, generation_);
     if (out_[w] != static_cast<float>(want)) {
       std::ostringstream what;
       what << Where() << ": after the final barrier counter[" << w
@@ -280,7 +308,7 @@ void Worker::Advance() {
   const SimOptions& o = cluster_.options();
   while (!cluster_.failed()) {
     switch (phase_) {
-      case Phase::kRegister:
+      case Phase::kRegister: {
         if (!issued_) {
           control_ = client_->StartRegister();
           issued_ = true;
@@ -290,17 +318,27 @@ void Worker::Advance() {
           return cluster_.Fail(Where() + ": registration: " + s.ToString());
         }
         issued_ = false;
-        // A joiner starts at the job's clock.
+        // A joiner starts at the job's clock, in its generation.
         clock_ = client_->clock();
+        generation_ = client_->generation();
         if (joiner_) ++cluster_.result().joined;
         if (!joiner_ && clock_ != 0) {
           return cluster_.Fail(Where() + ": a worker of the job's start " +
                                "registered at clock " + std::to_string(clock_));
         }
+        int64_t resumed_at = 0;
+        if (generation_ > 0 &&
+            !cluster_.ResumeClockOf(generation_, &resumed_at)) {
+          return cluster_.Fail(Where() + ": admitted in generation " +
+                               std::to_string(generation_) +
+                               ", which the coordinator does not know");
+        }
         cluster_.start_of(index_) = clock_;
-        cluster_.sent(generation_)[index_] = clock_;
+        cluster_.starts(generation_, resumed_at)[index_] = clock_;
+        cluster_.sent(generation_, resumed_at)[index_] = clock_;
         phase_ = Phase::kCreateTable;
         break;
+      }
       case Phase::kCreateTable:
         if (!issued_) {
           TableOptions t;
@@ -408,8 +446,13 @@ void Worker::Advance() {
         if (!r.ok()) return;  // not announced yet
         ++cluster_.result().rollbacks;
         cluster_.result().resume_clocks.push_back(r->clock);
+        // A worker that joined after the checkpoint redoes the clocks
+        // from it.
+        const int64_t start = cluster_.starts(generation_, r->clock)[index_];
         clock_ = r->clock;
         generation_ = r->generation;
+        int64_t& now = cluster_.starts(generation_, r->clock)[index_];
+        now = start < 0 ? r->clock : std::min(start, r->clock);
         // The checkpoint holds exactly the pushes of the clocks before it.
         cluster_.sent(generation_, r->clock);
         phase_ = Phase::kStep;
@@ -478,8 +521,9 @@ void Cluster::HandleCrashes() {
       continue;
     }
     bool passed = true;
-    for (const auto& w : workers_)
-      passed = passed && w->clock() > crash.at_clock;
+    for (const auto& w : workers_) {
+      passed = passed && (w->registering() || w->clock() > crash.at_clock);
+    }
     if (!passed) continue;
     crashed_[k] = true;
     if (crash.pause) {
@@ -507,7 +551,9 @@ void Cluster::HandleDiskFaults() {
       continue;
     }
     bool passed = true;
-    for (const auto& w : workers_) passed = passed && w->clock() > f.at_clock;
+    for (const auto& w : workers_) {
+      passed = passed && (w->registering() || w->clock() > f.at_clock);
+    }
     if (!passed) continue;
     disk_fault_started_[k] = true;
     disk_.SetFault(dir, f.full ? DiskFault::kFull : DiskFault::kReadOnly);
@@ -556,8 +602,9 @@ void Cluster::HandleCoordinatorCrashes() {
       continue;
     }
     bool passed = true;
-    for (const auto& w : workers_)
-      passed = passed && w->clock() > crash.at_clock;
+    for (const auto& w : workers_) {
+      passed = passed && (w->registering() || w->clock() > crash.at_clock);
+    }
     if (passed) {
       coordinator_down_at_[k] = net_.now() + milliseconds(crash.delay_ms);
     }
@@ -738,13 +785,16 @@ SimResult Cluster::Run() {
   paused_.assign(options_.servers, false);
   for (int i = 0; i < options_.servers; ++i) StartServer(i);
   if (!options_.crashes.empty() &&
-      (!options_.joins.empty() || !options_.leaves.empty() ||
-       !options_.server_joins.empty() || !options_.server_drains.empty())) {
+      (!options_.leaves.empty() || !options_.server_joins.empty() ||
+       !options_.server_drains.empty())) {
     // The oracle's rollback (every counter back to the checkpoint's clock)
-    // assumes every worker took part from clock 0 to the end.
-    Fail("server crashes together with joins or leaves are not simulated");
+    // assumes every worker took part to the end.
+    Fail(
+        "server crashes together with leaves or server changes are not "
+        "simulated");
   }
   start_.assign(total_workers(), -1);
+  starts(0, 0);
   end_.assign(total_workers(), options_.clocks);
   for (const SimOptions::Leave& l : options_.leaves) {
     if (l.worker >= 0 && l.worker < total_workers()) {

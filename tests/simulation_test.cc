@@ -355,6 +355,38 @@ TEST(Simulation, WorkersJoiningAndLeavingKeepEveryInvariant) {
   }
 }
 
+// A worker registers just before, as or just after a server crashes. One
+// whose admission still waits for the servers when the job rolls back
+// joins the new generation once the servers have restored, at their clock
+// then (it was sent the rollback's RESUME instead, and its registration
+// failed); one admitted before the crash rolls back with the others, to
+// the checkpoint, and redoes the clocks since. Every read keeps the
+// contract and the counts stay exact.
+TEST(Simulation, AWorkerJoiningAroundAServerCrashJoinsTheRolledBackJob) {
+  int rollbacks = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {
+      SimOptions o;
+      o.seed = seed;
+      o.servers = 2;
+      o.workers = 2;
+      o.clocks = 12;
+      o.consistency = c;
+      o.checkpoint_every = 2;
+      o.faults.delay = 0.05;
+      const int64_t at = 3 + static_cast<int64_t>(seed % 3);
+      o.crashes = {{static_cast<int>(seed % 2), at,
+                    200 + 100 * static_cast<int64_t>(seed % 4)}};
+      o.joins = {{at - 1 + static_cast<int64_t>(seed % 3)}};
+      const SimResult r = RunSimulation(o);
+      EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+      EXPECT_EQ(r.joined, 1) << Describe(o);
+      rollbacks += r.rollbacks;
+    }
+  }
+  EXPECT_GT(rollbacks, 0);
+}
+
 // A server joins and another is drained while the workers go on: their
 // slots move with their keys, and every read keeps the contract.
 TEST(Simulation, ServersJoiningAndDrainedKeepEveryInvariant) {

@@ -164,11 +164,15 @@ std::shared_ptr<ControlOperation> ClientImpl::StartCreateTable(
   wire::Header request;
   request.set_type(wire::CREATE_TABLE);
   *request.mutable_table() = ToWire(options, 0);
-  return StartControl(request, options_.request_timeout_ms,
-                      [this](const wire::Header& reply) {
-                        tables_.Remember(reply.table());
-                        return Status::Ok();
-                      });
+  return StartControl(
+      request, options_.request_timeout_ms,
+      [this](const wire::Header& reply) {
+        tables_.Remember(reply.table());
+        return Status::Ok();
+      },
+      // Sent again while unanswered (creating is idempotent): a
+      // coordinator that restarted meanwhile never answers.
+      /*resend=*/true);
 }
 
 Result<TableId> ClientImpl::CreateTable(const TableOptions& options) {

@@ -587,6 +587,15 @@ void RequestEngine::HandleConsistencyChange(const wire::Header& header) {
 
 void RequestEngine::HandleResume(const wire::Header& header) {
   if (!shared_.recovery->IsNews(header)) return;  // old news
+  if (shared_.worker_id->load() < 0) {
+    // Not in the job yet: nothing of the old timeline is this worker's.
+    // Its registration is answered after this (in order), in the new
+    // generation; it must not fail (a coordinator restarted during the
+    // rollback does not know the registration waits).
+    VLOG(1) << "a worker not yet registered ignores the rollback to clock "
+            << header.clock();
+    return;
+  }
   LOG(WARNING) << "worker " << shared_.worker_id->load()
                << ": the job rolls back to clock " << header.clock()
                << " (generation " << header.generation() << ")";

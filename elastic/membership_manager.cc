@@ -364,6 +364,12 @@ void MembershipManager::Admit(const Waiter& waiter, const Member& worker) {
   for (const Admission& a : admissions_) {
     if (a.waiter == waiter) return;
   }
+  if (workers_round_ == 0) {
+    // Nothing published since this coordinator started (a registration
+    // asked again after a restart): no server has acknowledged a set that
+    // includes the worker, nor its clock in this job.
+    PublishWorkers();
+  }
   admissions_.push_back({waiter, worker.id, workers_round_});
   ReleaseAdmissions();
 }

@@ -133,13 +133,12 @@ class Cluster {
     }
     return starts_[generation] = std::move(before);
   }
-  // The clock the job last rolled back to, as the coordinator has it, in
-  // `generation` (false if the coordinator is down or elsewhere).
+  // The clock the job rolled back to in `generation`, as the coordinator
+  // had it once the rollback was over (false if not seen).
   bool ResumeClockOf(uint64_t generation, int64_t* clock) const {
-    if (!coordinator_ || coordinator_->state().generation != generation) {
-      return false;
-    }
-    *clock = coordinator_->state().resume_clock;
+    auto it = resume_clocks_.find(generation);
+    if (it == resume_clocks_.end()) return false;
+    *clock = it->second;
     return true;
   }
   // The pushes worker w's counter holds once the clocks before `clock`
@@ -180,6 +179,7 @@ class Cluster {
   std::map<uint64_t, std::vector<int64_t>> sent_;    // by generation
   std::vector<int64_t> start_, end_;                 // by worker
   std::map<uint64_t, std::vector<int64_t>> starts_;  // by generation
+  std::map<uint64_t, int64_t> resume_clocks_;        // by generation
   std::vector<int64_t> server_clock_;                // by server, seen last
   size_t drains_started_ = 0, drains_ended_ = 0;
   TimePoint drain_retry_at_{};
@@ -842,6 +842,10 @@ SimResult Cluster::Run() {
       }
     }
     NoteProgress();
+    if (coordinator_ && !coordinator_->state().recovering) {
+      resume_clocks_[coordinator_->state().generation] =
+          coordinator_->state().resume_clock;
+    }
     HandleCrashes();
     HandleDiskFaults();
     HandleCoordinatorCrashes();

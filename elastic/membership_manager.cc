@@ -364,6 +364,17 @@ void MembershipManager::Admit(const Waiter& waiter, const Member& worker) {
   for (const Admission& a : admissions_) {
     if (a.waiter == waiter) return;
   }
+  if (auto it = admitted_.find(waiter.identity); it != admitted_.end()) {
+    // Admitted already (this is a resend that crossed the answer, or the
+    // answer was lost): the same answer, at once. It is in the job: a
+    // rollback now tells it so.
+    wire::Header reply;
+    reply.set_seq(waiter.seq);
+    FillRegistration(worker, &reply);
+    reply.set_clock(it->second);
+    ctx_.out.Send(waiter.identity, reply);
+    return;
+  }
   if (workers_round_ == 0) {
     // Nothing published since this coordinator started (a registration
     // asked again after a restart): no server has acknowledged a set that
@@ -420,6 +431,7 @@ void MembershipManager::ReleaseAdmissions() {
         FillRegistration(w->second, &reply);
         reply.set_clock(start_clock);
         ctx_.out.Send(it->waiter.identity, reply);
+        admitted_[it->waiter.identity] = start_clock;
       }
     }
     it = admissions_.erase(it);
@@ -435,11 +447,14 @@ std::set<int32_t> MembershipManager::Joining() const {
 }
 
 void MembershipManager::AdmitAfterRollback() {
-  if (Joining().empty()) return;
-  // The servers' acknowledgements so far were of the abandoned timeline,
-  // and the rollback may have restored a live set without the joiners:
-  // they are admitted once every server has installed a new round, at the
-  // servers' clock then (the checkpoint's).
+  // The servers' acknowledgements so far may be of the abandoned timeline
+  // (a server that reconnected to a restarted coordinator acknowledged at
+  // its clock before it restored), and the rollback may have restored a
+  // live set without the joiners: they, and any registration from now on,
+  // are admitted once every server has installed a new round, at the
+  // servers' clock then (the checkpoint's, or above once the others have
+  // gone on). An answer given before is of the old timeline too.
+  admitted_.clear();
   PublishWorkers();
   for (Admission& a : admissions_) {
     if (!a.leave) a.round = workers_round_;

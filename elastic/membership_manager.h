@@ -94,10 +94,11 @@ class MembershipManager {
   void ReleaseAdmissions();
   // Workers registered and not yet admitted (their registration waits).
   std::set<int32_t> Joining() const;
-  // A rollback finished: the joining workers are admitted once every live
-  // server has installed them, at the servers' clock (the checkpoint's), in
-  // the new generation. They never heard of the old one, so the rollback
-  // sent them no RESUME.
+  // A rollback finished: publishes the live set again, and the joining
+  // workers (and any registration from now on) are admitted once every
+  // live server has installed it, at the servers' clock then (the
+  // checkpoint's, or above), in the new generation. The joiners never
+  // heard of the old one, so the rollback sent them no RESUME.
   void AdmitAfterRollback();
   // True when the job is over: every worker finished, or gone (dead for
   // three heartbeat timeouts: a worker declared dead may just be slow).
@@ -149,6 +150,9 @@ class MembershipManager {
   };
   std::map<int32_t, WorkersAck> workers_acked_;  // by server
   std::vector<Admission> admissions_;
+  // Registrations answered since the last rollback: the start clock, by
+  // the worker's identity (a resend is answered again at once).
+  std::map<std::string, int64_t> admitted_;
 };
 
 }  // namespace ductile

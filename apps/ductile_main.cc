@@ -165,6 +165,10 @@ DEFINE_string(policy, "",
               "staleness, gns-batch, each with optional :KEY=VALUE "
               "parameters "
               "(docs/adaptation.md)");
+DEFINE_string(worker_policy, "",
+              "worker, local: built-in worker policies run between each "
+              "worker's steps, comma-separated: comm-batch, with optional "
+              ":KEY=VALUE parameters (docs/adaptation.md)");
 DEFINE_int32(policy_interval_ms, 1000,
              "coordinator, local: how often the policies read the job's "
              "status (100 to 3600000)");
@@ -277,14 +281,15 @@ namespace {
 // workers. One list, so that a new training flag is both documented and
 // forwarded.
 constexpr const char* kTrainingFlags[] = {
-    "app",         "data_dir",       "device",        "epochs",
-    "batch_size",  "optimizer",      "learning_rate", "lr_warmup_epochs",
-    "lr_decay",    "lr_step_epochs", "lr_gamma",      "lr_min_factor",
-    "l2",          "consistency",    "staleness",     "bsp_combine",
-    "cache",       "prefetch",       "seed",          "log_every",
-    "max_samples", "min_accuracy",   "max_rmse",      "csv_log",
-    "layers",      "mf_rows",        "mf_cols",       "mf_rank",
-    "mf_observed", "mf_noise",       "lr_scaling",    "lr_scaling_ramp"};
+    "app",          "data_dir",       "device",        "epochs",
+    "batch_size",   "optimizer",      "learning_rate", "lr_warmup_epochs",
+    "lr_decay",     "lr_step_epochs", "lr_gamma",      "lr_min_factor",
+    "l2",           "consistency",    "staleness",     "bsp_combine",
+    "cache",        "prefetch",       "seed",          "log_every",
+    "max_samples",  "min_accuracy",   "max_rmse",      "csv_log",
+    "layers",       "mf_rows",        "mf_cols",       "mf_rank",
+    "mf_observed",  "mf_noise",       "lr_scaling",    "lr_scaling_ramp",
+    "worker_policy"};
 
 int Fail(const ductile::Status& s) {
   std::fprintf(stderr, "ductile: %s\n", s.ToString().c_str());
@@ -610,6 +615,10 @@ int RunWorker() {
   t.lr_scaling_ramp = FLAGS_lr_scaling_ramp;
   t.l2 = static_cast<float>(FLAGS_l2);
   t.seed = FLAGS_seed;
+  auto worker_policies =
+      ductile::MakeBuiltinWorkerPolicies(FLAGS_worker_policy);
+  if (!worker_policies.ok()) return Fail(worker_policies.status());
+  t.worker_policies = std::move(*worker_policies);
   t.log_every = FLAGS_log_every;
   t.max_samples = FLAGS_max_samples;
   t.min_accuracy = FLAGS_min_accuracy;
@@ -962,6 +971,10 @@ int RunLocal() {
   }
   // Checked here, before any process starts.
   if (auto policies = ductile::MakeBuiltinPolicies(FLAGS_policy);
+      !policies.ok()) {
+    return Fail(policies.status());
+  }
+  if (auto policies = ductile::MakeBuiltinWorkerPolicies(FLAGS_worker_policy);
       !policies.ok()) {
     return Fail(policies.status());
   }

@@ -9,6 +9,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -319,7 +320,7 @@ class DataPosition {
       DUCTILE_ASSIGN_OR_RETURN(std::optional<Client::Batch> first, Take());
       if (!first) return false;
       step_.push_back(*first);
-      while (step_.size() < static_cast<size_t>(per_step_)) {
+      while (step_.size() < static_cast<size_t>(per_step())) {
         // Short of the count at the plan's end: the step takes fewer.
         DUCTILE_ASSIGN_OR_RETURN(std::optional<Client::Batch> more, Take());
         if (!more) {
@@ -338,6 +339,11 @@ class DataPosition {
   int32_t batches_in_step() const {
     return std::max<int32_t>(1, static_cast<int32_t>(step_.size()));
   }
+  // The batches a step takes: the plan's, or this worker's own count (a
+  // worker policy's, 1 - 64) where that is more.
+  int32_t per_step() const { return std::max(local_per_step_, per_step_); }
+  // 0: the plan's again.
+  void SetLocalPerStep(int32_t batches) { local_per_step_ = batches; }
 
   // The step's gradient is pushed: reports each of its batches as trained
   // at this clock (the caller clocks past it next), taking as many new
@@ -447,6 +453,7 @@ class DataPosition {
   std::vector<Client::Batch> step_;  // the step's batches, in hand
   std::deque<Client::Batch> held_;   // taken for later steps
   int32_t per_step_ = 1;             // the plan's batches per step
+  int32_t local_per_step_ = 0;       // this worker's own (0: none)
   bool done_ = false;
   int64_t epochs_done_ = 0;
   std::vector<size_t> shuffle_;  // of epoch shuffle_epoch_
@@ -535,6 +542,95 @@ Status FinalBarrier(Client& client, DataPosition& data) {
   return s;
 }
 
+// Runs the worker policies (TrainerOptions::worker_policies) between one
+// worker's steps, and carries out what they ask.
+class WorkerPolicies final : public WorkerPolicyActions {
+ public:
+  WorkerPolicies(Client& client, DataPosition& data,
+                 std::vector<std::shared_ptr<WorkerPolicy>> policies)
+      : client_(client), data_(data), policies_(std::move(policies)) {}
+
+  bool empty() const { return policies_.empty(); }
+  // A policy asked this worker to leave.
+  bool leave() const { return leave_; }
+
+  void BeforeStep(int64_t epoch) {
+    if (policies_.empty()) return;
+    WorkerPolicyEvent e = Event(epoch);
+    const std::vector<int32_t> live = client_.live_workers();
+    if (live != live_) {
+      live_ = live;
+      for (auto& p : policies_) p->OnMembershipChange(live, e, *this);
+    }
+    for (auto& p : policies_) p->BeforeStep(e, *this);
+  }
+  // `batches`: the plan's batches the step took.
+  void AfterStep(int64_t epoch, int32_t batches, double loss,
+                 int64_t epochs_done) {
+    if (policies_.empty()) return;
+    WorkerPolicyEvent e = Event(epoch);
+    e.batches_per_step = batches;
+    e.loss = loss;
+    for (auto& p : policies_) p->AfterStep(e, *this);
+    // A rollback took the plan back before an epoch's end: that end is
+    // told again when the plan gets there.
+    epochs_seen_ = std::min(epochs_seen_, epochs_done);
+    if (epochs_done > epochs_seen_) {
+      e.loss = std::numeric_limits<double>::quiet_NaN();
+      e.epoch = epochs_done;
+      for (auto& p : policies_) p->AfterEpoch(epochs_seen_, e, *this);
+      epochs_seen_ = epochs_done;
+    }
+  }
+
+  Status SetBatchesPerStep(int32_t batches) override {
+    if (batches < 0 || batches > kMaxBatchesPerStep) {
+      return InvalidArgumentError("a worker's batches a step must be 1 - " +
+                                  std::to_string(kMaxBatchesPerStep) +
+                                  " (0: the job's), not " +
+                                  std::to_string(batches));
+    }
+    data_.SetLocalPerStep(batches);
+    std::printf(
+        "worker %d: %d batches a step (a worker policy asked for %d; "
+        "0: the job's)\n",
+        client_.worker_id(), data_.per_step(), batches);
+    std::fflush(stdout);
+    return Status::Ok();
+  }
+  Status SetConsistency(const std::string& table,
+                        const Consistency& consistency) override {
+    DUCTILE_ASSIGN_OR_RETURN(TableInfo info, client_.GetTable(table));
+    return client_.SetConsistency(info.id, consistency).status();
+  }
+  Status Leave() override {
+    leave_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  WorkerPolicyEvent Event(int64_t epoch) const {
+    WorkerPolicyEvent e;
+    e.worker_id = client_.worker_id();
+    e.clock = client_.clock();
+    e.epoch = epoch;
+    e.steps = data_.steps;
+    e.batches_per_step = data_.per_step();
+    e.now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch())
+                   .count();
+    e.stats = client_.stats();
+    return e;
+  }
+
+  Client& client_;
+  DataPosition& data_;
+  const std::vector<std::shared_ptr<WorkerPolicy>> policies_;
+  std::vector<int32_t> live_;
+  int64_t epochs_seen_ = 0;
+  bool leave_ = false;
+};
+
 // One app's step: pull, gradient (its loss checked with CheckLoss before
 // anything is pushed) and push for `batch`, indices into its training set
 // of epoch `epoch`. Returns the batch's loss.
@@ -555,6 +651,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
                 Progress& progress, const StepFn& step, const char* metric,
                 const std::function<Result<double>()>& evaluate,
                 const std::function<void()>& abandon) {
+  WorkerPolicies policies(client, data, o.worker_policies);
   std::vector<size_t> batch;
   // Epochs done whose metric was reported (or that ended before this
   // worker led).
@@ -574,10 +671,14 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     }
     return Status::Ok();
   };
+  bool waited = false;  // the last attempt found no batch
   auto one_step = [&]() -> Status {
     data.Record();
+    // Once per step, not at every attempt while waiting for a batch.
+    if (!waited) policies.BeforeStep(data.epochs_done());
     int epoch = 0;
     DUCTILE_ASSIGN_OR_RETURN(const bool have, data.Current(&batch, &epoch));
+    waited = !have;
     if (!have) {
       if (data.done()) return report_epochs();
       // The last batches are in others' hands (one may die and free its).
@@ -589,7 +690,8 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     Result<float> loss = step(batch, epoch);
     DUCTILE_RETURN_IF_ERROR(loss.status());
     ++data.steps;
-    data.batches += static_cast<uint64_t>(data.batches_in_step());
+    const int32_t in_step = data.batches_in_step();  // Trained() clears it
+    data.batches += static_cast<uint64_t>(in_step);
     data.samples += static_cast<int64_t>(batch.size());
     const bool stop = o.max_samples > 0 && data.samples >= o.max_samples;
     DUCTILE_RETURN_IF_ERROR(data.Trained(stop));
@@ -599,17 +701,19 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     progress.set_lead(IsLead(client));
     progress.Step(client, epoch, client.clock(), *loss, batch.size(),
                   data.steps, data.batches, o.log_every, stop);
+    policies.AfterStep(epoch, in_step, *loss, data.epochs_done());
     return report_epochs();
   };
   while (true) {
     const bool training = !data.done();
-    if (training && client.leave_requested()) {
+    if (training && (client.leave_requested() || policies.leave())) {
       // Drained: out of the job at this clock, its pushes so far kept and
       // the batch it held back in the plan.
       Status s = client.Leave();
       if (s.ok()) {
-        std::printf("worker %d left the job at clock %lld (drained)\n",
-                    client.worker_id(), static_cast<long long>(client.clock()));
+        std::printf("worker %d left the job at clock %lld (%s)\n",
+                    client.worker_id(), static_cast<long long>(client.clock()),
+                    policies.leave() ? "a worker policy asked" : "drained");
         std::fflush(stdout);
         data.left = true;
         return Status::Ok();

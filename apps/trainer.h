@@ -21,10 +21,12 @@
 #define DUCTILE_APPS_TRAINER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ductile/client.h"
+#include "ductile/policy.h"
 #include "ductile/status.h"
 
 namespace ductile::apps {
@@ -74,6 +76,9 @@ struct TrainerOptions {
   std::string csv_log;
   // fmnist-mlp: layer sizes, input first.
   std::vector<size_t> layers = {784, 256, 128, 10};
+  // Worker policies (ductile/policy.h), their hooks run between this
+  // worker's steps, in this order.
+  std::vector<std::shared_ptr<WorkerPolicy>> worker_policies;
   // mf: the synthetic matrix.
   size_t mf_rows = 2000;
   size_t mf_cols = 2000;

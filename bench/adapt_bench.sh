@@ -25,12 +25,19 @@
 #      --policy=gns-batch:by=batch (more batches a step, up to 4): the job's
 #      time, its final test accuracy, the steps of worker 0 and when the
 #      policy grew the global batch.
+#   6. comm-batch: BSP (mean), --lr_scaling=linear, 2 workers, logistic
+#      regression (its steps mostly wait on round trips) and the MLP: one
+#      batch a step against --worker_policy=comm-batch: the job's time,
+#      its final test accuracy, worker 0's steps and its last batches a
+#      step.
 #
 # Usage: bench/adapt_bench.sh BUILD_DIR OUT_DIR [REPEATS]
-# EXPERIMENTS="1 2 3 4" (the default) picks which to run; 5 runs when named.
-# Writes OUT_DIR/autoscale.csv, stragglers.csv, resize.csv, noise.csv and
-# noise_cost.csv (one row per run, or per reading), OUT_DIR/*.log (each
-# run's output with a time stamp per line) and, with gnuplot,
+# EXPERIMENTS="1 2 3 4" (the default) picks which to run; 5 and 6 run when
+# named.
+# Writes OUT_DIR/autoscale.csv, stragglers.csv, resize.csv, noise.csv,
+# noise_cost.csv, gns.csv and comm_batch.csv (one row per run, or per
+# reading), OUT_DIR/*.log (each run's output with a time stamp per line)
+# and, with gnuplot,
 # OUT_DIR/{autoscale,stragglers,resize,noise}.png (medians, or run 1's
 # curves). Every run is bounded (timeout); the jobs' processes end with
 # them.
@@ -266,6 +273,30 @@ for ((r = 1; r <= REPEATS; r++)); do
       grep -o "at clock [0-9]*" | awk '{print $3}' | paste -sd' ' - || true)
     echo "$r,$setting,$s,$(accuracy "$log"),$steps,$growths" >>"$OUT/gns.csv"
     echo "gns-batch $setting: ${s}s, accuracy $(accuracy "$log"), $steps steps, grown at clock(s) $growths"
+  done
+done
+fi
+
+# ---- 6. comm-batch (a worker policy) against one batch a step
+if wanted 6; then
+echo "run,app,setting,seconds,accuracy,steps,batches_a_step" >"$OUT/comm_batch.csv"
+for ((r = 1; r <= REPEATS; r++)); do
+  for app in fmnist-logreg fmnist-mlp; do
+    for setting in fixed comm-batch; do
+      log="$OUT/comm-$app-$setting-$r.log"
+      policy=()
+      [[ $setting == comm-batch ]] && policy=(--worker_policy=comm-batch)
+      s=$(run "$log" --app="$app" --workers=2 --consistency=bsp \
+        --lr_scaling=linear "${policy[@]}")
+      steps=$(grep -o "after [0-9]* steps per worker" "$log" |
+        awk '{print $2}' | tail -n 1 || true)
+      # Worker 0's last size (1: it never grew).
+      batches=$( (grep "worker 0: [0-9]* batches a step" "$log" || true) |
+        tail -n 1 | grep -o "[0-9]* batches" | awk '{print $1}' || true)
+      echo "$r,$app,$setting,$s,$(accuracy "$log"),$steps,${batches:-1}" \
+        >>"$OUT/comm_batch.csv"
+      echo "comm-batch $app $setting: ${s}s, accuracy $(accuracy "$log"), $steps steps, ${batches:-1} batches a step"
+    done
   done
 done
 fi

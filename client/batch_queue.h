@@ -14,6 +14,7 @@
 #ifndef DUCTILE_CLIENT_BATCH_QUEUE_H_
 #define DUCTILE_CLIENT_BATCH_QUEUE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -58,9 +59,16 @@ class BatchQueue {
   int64_t epochs_done() const { return epochs_done_; }
   // The plan's batches per step, as of the last answer.
   int32_t batches_per_step() const { return batches_per_step_; }
+  // The batches the caller says it trains in a step (its push weight): a
+  // worker's own setting may take more than the plan's.
+  void SetStepHint(int32_t batches) {
+    step_hint_ = std::clamp(batches, 1, kMaxBatchesPerStep);
+  }
   // Batches to hold ahead: kAhead, and two more for each batch a step
-  // takes beyond the first (at most 130).
-  int ahead() const { return kAhead + 2 * (batches_per_step_ - 1); }
+  // takes beyond the first, by the plan or the caller (at most 130).
+  int ahead() const {
+    return kAhead + 2 * (std::max(batches_per_step_, step_hint_) - 1);
+  }
   // A rollback: nothing held or trained is the worker's any more.
   void Clear();
 
@@ -75,6 +83,7 @@ class BatchQueue {
   Client::Batch::Kind idle_kind_ = Client::Batch::kEnd;
   int64_t epochs_done_ = 0;
   int32_t batches_per_step_ = 1;
+  int32_t step_hint_ = 1;
 };
 
 }  // namespace ductile

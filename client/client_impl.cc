@@ -443,6 +443,8 @@ Status ClientImpl::SetPushWeight(int32_t batches) {
                                 " batches, not " + std::to_string(batches));
   }
   push_weight_.store(batches);
+  MutexLock lock(&data_mu_);
+  batches_.SetStepHint(batches);  // claims hold enough for such steps
   return Status::Ok();
 }
 

@@ -19,16 +19,24 @@ Status BspBuffer::Check(int64_t clock, Key key, size_t width) const {
 }
 
 void BspBuffer::Add(int64_t clock, Key key, std::span<const float> values,
-                    bool replace, int32_t batches) {
+                    bool replace, int32_t batches, bool weigh) {
   Combined& c = clocks_[clock][key];
+  batches = std::max(batches, 1);
+  const float w = weigh && !replace ? static_cast<float>(batches) : 1.0f;
   if (c.pushes == 0 || replace) {
     c.values.assign(values.begin(), values.end());
-  } else {
+    if (w != 1.0f) {
+      for (float& x : c.values) x *= w;
+    }
+  } else if (w == 1.0f) {
     float* __restrict acc = c.values.data();
     for (size_t i = 0; i < values.size(); ++i) acc[i] += values[i];
+  } else {
+    float* __restrict acc = c.values.data();
+    for (size_t i = 0; i < values.size(); ++i) acc[i] += w * values[i];
   }
   ++c.pushes;
-  c.batches += std::max(batches, 1);
+  c.batches += batches;
 }
 
 std::vector<std::pair<int64_t, BspBuffer::Clock>> BspBuffer::TakeBefore(

@@ -3,8 +3,9 @@
 // Under BSP a push of timestamp t must not be visible before every worker
 // has finished clock t. The server adds it here; once the server clock
 // passes t, TakeBefore hands out one combined vector per key (the sum of the
-// clock's pushes, or the last one for assign tables) with the number of
-// pushes combined, and the table applies its rule once per key.
+// clock's pushes, each weighted by its worker batches for a mean, or the
+// last one for assign tables) with the number of pushes and of batches
+// combined, and the table applies its rule once per key.
 //
 // Invariant: every key's vector in a clock has one width.
 // Not thread-safe: owned by a server's request thread.
@@ -39,9 +40,13 @@ class BspBuffer {
   // the clock gave it another width).
   Status Check(int64_t clock, Key key, size_t width) const;
   // Adds one push's vector for `key` at `clock` (sum, or replace if
-  // `replace`), standing for `batches` worker batches. Check() first.
+  // `replace`), standing for `batches` worker batches. With `weigh` (a
+  // clock combined by the mean) the vector is added `batches` times over:
+  // the clock's mean is then its sum over its batches, each sample of the
+  // global batch counting alike whatever the batches of its worker's step.
+  // Check() first.
   void Add(int64_t clock, Key key, std::span<const float> values, bool replace,
-           int32_t batches = 1);
+           int32_t batches = 1, bool weigh = false);
   // Removes and returns the clocks below `server_clock`, oldest first.
   std::vector<std::pair<int64_t, Clock>> TakeBefore(int64_t server_clock);
 

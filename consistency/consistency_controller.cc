@@ -21,6 +21,12 @@ const Consistency& ConsistencyController::latest(TableId table) const {
   return it == tables_.end() ? kAsyncModel : it->second.schedule.latest();
 }
 
+const Consistency& ConsistencyController::At(TableId table,
+                                             int64_t clock) const {
+  auto it = tables_.find(table);
+  return it == tables_.end() ? kAsyncModel : it->second.schedule.At(clock);
+}
+
 void ConsistencyController::NoteClock(int64_t clock) {
   max_clock_seen_ = std::max(max_clock_seen_, clock);
 }
@@ -104,10 +110,13 @@ Status ConsistencyController::CheckBuffered(TableId table, int64_t clock,
 void ConsistencyController::Buffer(TableId table, int64_t clock,
                                    const DataFrames& request, int32_t batches,
                                    bool replace) {
-  BspBuffer& bsp = tables_.at(table).bsp;
+  TableState& state = tables_.at(table);
+  // A mean weighs each push by the batches it stands for.
+  const bool weigh =
+      batches > 1 && state.schedule.At(clock).combine == BspCombine::kMean;
   const auto keys = request.keys();
   for (size_t i = 0; i < keys.size(); ++i) {
-    bsp.Add(clock, keys[i], request.value(i), replace, batches);
+    state.bsp.Add(clock, keys[i], request.value(i), replace, batches, weigh);
   }
 }
 

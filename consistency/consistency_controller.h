@@ -77,6 +77,9 @@ class ConsistencyController {
   bool HasTable(TableId table) const { return tables_.count(table) > 0; }
   // The model of the newest change (what new clocks use).
   const Consistency& latest(TableId table) const;
+  // The model in force at `clock` (as far as this server knows the
+  // table's changes).
+  const Consistency& At(TableId table, int64_t clock) const;
 
   // ---- Workers and the server clock.
   int64_t server_clock() const {

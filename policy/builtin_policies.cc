@@ -349,11 +349,8 @@ Result<std::map<std::string, std::string>> ParsePolicyParameters(
   return params;
 }
 
-namespace {
-
-// A number in [lo, hi], all of `text`.
-Result<double> Number(const std::string& policy, const std::string& key,
-                      const std::string& text, double lo, double hi) {
+Result<double> PolicyNumber(const std::string& policy, const std::string& key,
+                            const std::string& text, double lo, double hi) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
@@ -367,15 +364,17 @@ Result<double> Number(const std::string& policy, const std::string& key,
   return v;
 }
 
-Result<int64_t> Integer(const std::string& policy, const std::string& key,
-                        const std::string& text, int64_t lo, int64_t hi) {
-  DUCTILE_ASSIGN_OR_RETURN(double v, Number(policy, key, text, lo, hi));
+Result<int64_t> PolicyInteger(const std::string& policy, const std::string& key,
+                              const std::string& text, int64_t lo, int64_t hi) {
+  DUCTILE_ASSIGN_OR_RETURN(double v, PolicyNumber(policy, key, text, lo, hi));
   if (v != std::floor(v)) {
     return InvalidArgumentError(policy + ": " + key + "=" + text +
                                 " must be a whole number");
   }
   return static_cast<int64_t>(v);
 }
+
+namespace {
 
 Result<std::shared_ptr<Policy>> MakeAutoscale(
     const std::map<std::string, std::string>& params) {
@@ -384,14 +383,17 @@ Result<std::shared_ptr<Policy>> MakeAutoscale(
   constexpr double kDayS = 86400;
   for (const auto& [key, value] : params) {
     if (key == "step") {
-      DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1024));
+      DUCTILE_ASSIGN_OR_RETURN(o.step,
+                               PolicyInteger(name, key, value, 1, 1024));
     } else if (key == "threshold") {
-      DUCTILE_ASSIGN_OR_RETURN(o.threshold, Number(name, key, value, 0, 1));
+      DUCTILE_ASSIGN_OR_RETURN(o.threshold,
+                               PolicyNumber(name, key, value, 0, 1));
     } else if (key == "max") {
       DUCTILE_ASSIGN_OR_RETURN(o.max_workers,
-                               Integer(name, key, value, 1, 1 << 20));
+                               PolicyInteger(name, key, value, 1, 1 << 20));
     } else if (key == "settle_s" || key == "measure_s" || key == "wait_s") {
-      DUCTILE_ASSIGN_OR_RETURN(double s, Number(name, key, value, 0, kDayS));
+      DUCTILE_ASSIGN_OR_RETURN(double s,
+                               PolicyNumber(name, key, value, 0, kDayS));
       const int64_t ms = static_cast<int64_t>(s * 1000);
       (key == "settle_s"    ? o.settle_ms
        : key == "measure_s" ? o.measure_ms
@@ -411,16 +413,17 @@ Result<std::shared_ptr<Policy>> MakeStragglers(
   const std::string name = "stragglers";
   for (const auto& [key, value] : params) {
     if (key == "ratio") {
-      DUCTILE_ASSIGN_OR_RETURN(o.ratio, Number(name, key, value, 0, 1));
+      DUCTILE_ASSIGN_OR_RETURN(o.ratio, PolicyNumber(name, key, value, 0, 1));
       if (o.ratio <= 0 || o.ratio >= 1) {
         return InvalidArgumentError("stragglers: ratio must be in (0, 1)");
       }
     } else if (key == "window") {
-      DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+      DUCTILE_ASSIGN_OR_RETURN(o.window,
+                               PolicyInteger(name, key, value, 1, 100000));
     } else if (key == "warmup_steps") {
       DUCTILE_ASSIGN_OR_RETURN(
-          o.warmup_steps,
-          Integer(name, key, value, 0, static_cast<double>(int64_t{1} << 40)));
+          o.warmup_steps, PolicyInteger(name, key, value, 0,
+                                        static_cast<double>(int64_t{1} << 40)));
     } else {
       return InvalidArgumentError("stragglers has no parameter '" + key +
                                   "' (ratio, window, warmup_steps)");
@@ -435,21 +438,26 @@ Result<std::shared_ptr<Policy>> MakeStaleness(
   const std::string name = "staleness";
   for (const auto& [key, value] : params) {
     if (key == "raise_above") {
-      DUCTILE_ASSIGN_OR_RETURN(o.raise_above, Number(name, key, value, 0, 1));
+      DUCTILE_ASSIGN_OR_RETURN(o.raise_above,
+                               PolicyNumber(name, key, value, 0, 1));
     } else if (key == "lower_below") {
-      DUCTILE_ASSIGN_OR_RETURN(o.lower_below, Number(name, key, value, 0, 1));
+      DUCTILE_ASSIGN_OR_RETURN(o.lower_below,
+                               PolicyNumber(name, key, value, 0, 1));
     } else if (key == "window") {
-      DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+      DUCTILE_ASSIGN_OR_RETURN(o.window,
+                               PolicyInteger(name, key, value, 1, 100000));
     } else if (key == "step") {
-      DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1000));
+      DUCTILE_ASSIGN_OR_RETURN(o.step,
+                               PolicyInteger(name, key, value, 1, 1000));
     } else if (key == "min") {
       DUCTILE_ASSIGN_OR_RETURN(o.min_bound,
-                               Integer(name, key, value, 0, 1000000));
+                               PolicyInteger(name, key, value, 0, 1000000));
     } else if (key == "max") {
       DUCTILE_ASSIGN_OR_RETURN(o.max_bound,
-                               Integer(name, key, value, 0, 1000000));
+                               PolicyInteger(name, key, value, 0, 1000000));
     } else if (key == "loss_rise") {
-      DUCTILE_ASSIGN_OR_RETURN(o.loss_rise, Number(name, key, value, 0, 10));
+      DUCTILE_ASSIGN_OR_RETURN(o.loss_rise,
+                               PolicyNumber(name, key, value, 0, 10));
     } else {
       return InvalidArgumentError(
           "staleness has no parameter '" + key +
@@ -478,17 +486,21 @@ Result<std::shared_ptr<Policy>> MakeGnsBatch(
   const std::string name = "gns-batch";
   for (const auto& [key, value] : params) {
     if (key == "grow_above") {
-      DUCTILE_ASSIGN_OR_RETURN(o.grow_above, Number(name, key, value, 0, 1000));
+      DUCTILE_ASSIGN_OR_RETURN(o.grow_above,
+                               PolicyNumber(name, key, value, 0, 1000));
       if (o.grow_above <= 0) {
         return InvalidArgumentError(
             "gns-batch: grow_above must be in (0, 1000]");
       }
     } else if (key == "step") {
-      DUCTILE_ASSIGN_OR_RETURN(o.step, Integer(name, key, value, 1, 1024));
+      DUCTILE_ASSIGN_OR_RETURN(o.step,
+                               PolicyInteger(name, key, value, 1, 1024));
     } else if (key == "max") {
-      DUCTILE_ASSIGN_OR_RETURN(o.max, Integer(name, key, value, 1, 1 << 20));
+      DUCTILE_ASSIGN_OR_RETURN(o.max,
+                               PolicyInteger(name, key, value, 1, 1 << 20));
     } else if (key == "window") {
-      DUCTILE_ASSIGN_OR_RETURN(o.window, Integer(name, key, value, 1, 100000));
+      DUCTILE_ASSIGN_OR_RETURN(o.window,
+                               PolicyInteger(name, key, value, 1, 100000));
     } else if (key == "by") {
       if (value != "workers" && value != "batch") {
         return InvalidArgumentError(
@@ -501,13 +513,15 @@ Result<std::shared_ptr<Policy>> MakeGnsBatch(
     } else if (key == "settle_clocks") {
       DUCTILE_ASSIGN_OR_RETURN(
           o.settle_clocks,
-          Integer(name, key, value, 0, static_cast<double>(int64_t{1} << 40)));
+          PolicyInteger(name, key, value, 0,
+                        static_cast<double>(int64_t{1} << 40)));
     } else if (key == "min_clocks") {
       DUCTILE_ASSIGN_OR_RETURN(
-          o.min_clocks,
-          Integer(name, key, value, 0, static_cast<double>(int64_t{1} << 40)));
+          o.min_clocks, PolicyInteger(name, key, value, 0,
+                                      static_cast<double>(int64_t{1} << 40)));
     } else if (key == "wait_s") {
-      DUCTILE_ASSIGN_OR_RETURN(double s, Number(name, key, value, 0, 86400));
+      DUCTILE_ASSIGN_OR_RETURN(double s,
+                               PolicyNumber(name, key, value, 0, 86400));
       o.wait_ms = static_cast<int64_t>(s * 1000);
     } else {
       return InvalidArgumentError("gns-batch has no parameter '" + key +

@@ -249,6 +249,59 @@ class GnsBatchPolicy final : public Policy {
 // for an item without '=' or a key given twice.
 Result<std::map<std::string, std::string>> ParsePolicyParameters(
     const std::string& text);
+// A policy parameter's value: a number in [lo, hi], all of `text`
+// (kInvalidArgument naming `policy`, `key` and the range otherwise), and a
+// whole one.
+Result<double> PolicyNumber(const std::string& policy, const std::string& key,
+                            const std::string& text, double lo, double hi);
+Result<int64_t> PolicyInteger(const std::string& policy, const std::string& key,
+                              const std::string& text, int64_t lo, int64_t hi);
+
+// `comm-batch` (a worker policy): grows the worker's batches a step by
+// `step` while the time it waits for its pushes and pulls (ClientStats::
+// push_wait_us + pull_wait_us; under BSP and SSP that includes waiting for
+// the others) is above `above` of its step time, averaged over `window`
+// trained steps, up to `max`. It grows from the size the last step took
+// (the job's may be more than it asked). Each window after a change
+// measures the new size. Never shrinks; stops at `max` or when the worker
+// refuses a size.
+struct CommBatchOptions {
+  double above = 0.5;   // (0, 1]
+  int32_t window = 20;  // steps: 1 - 100000
+  int32_t step = 1;     // 1 - 64
+  int32_t max = 8;      // 1 - 64
+};
+
+class CommBatchPolicy final : public WorkerPolicy {
+ public:
+  explicit CommBatchPolicy(const CommBatchOptions& options)
+      : options_(options) {}
+  std::string name() const override { return "comm-batch"; }
+  void AfterStep(const WorkerPolicyEvent& event,
+                 WorkerPolicyActions& actions) override;
+
+  // The waiting fraction of the last complete window (-1: none yet).
+  double wait_fraction() const { return last_fraction_; }
+  struct Growth {
+    uint64_t step = 0;  // the worker's steps when it grew
+    int32_t batches = 0;
+    double wait_fraction = 0;
+  };
+  const std::vector<Growth>& grown() const { return grown_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  const CommBatchOptions options_;
+  bool have_previous_ = false;
+  uint64_t previous_steps_ = 0;
+  uint64_t previous_step_us_ = 0, previous_wait_us_ = 0;
+  uint64_t window_steps_ = 0;
+  double window_step_us_ = 0, window_wait_us_ = 0;
+  int32_t batches_ = 0;  // the size now (as the last step took it)
+  double last_fraction_ = -1;
+  std::vector<Growth> grown_;
+  bool stopped_ = false;
+};
 
 }  // namespace ductile
 

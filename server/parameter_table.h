@@ -51,13 +51,13 @@ class ParameterTable {
   // `batch_factor` multiplies the learning rate as well (BatchFactor).
   Status ApplyOne(Key key, std::span<const float> update, int64_t clock,
                   float batch_factor = 1.0f);
-  // Applies one BSP clock's `pushes` pushes to `key`, summed in `sum`,
-  // standing for `batches` worker batches: their mean under
-  // BspCombine::kMean (not for assign tables), else the sum. `sum` is
-  // scaled in place.
-  Status ApplyCombined(Key key, std::span<float> sum, int32_t pushes,
-                       int32_t batches, BspCombine combine, int64_t clock) {
-    const float scale = CombinedScale(pushes, combine);
+  // Applies one BSP clock's pushes to `key`, summed in `sum` (weighted by
+  // their batches for a mean, BspBuffer::Add), standing for `batches`
+  // worker batches: their mean over the batches under BspCombine::kMean
+  // (not for assign tables), else the sum. `sum` is scaled in place.
+  Status ApplyCombined(Key key, std::span<float> sum, int32_t batches,
+                       BspCombine combine, int64_t clock) {
+    const float scale = CombinedScale(batches, combine);
     if (scale != 1.0f) {
       for (float& x : sum) x *= scale;
     }
@@ -68,12 +68,13 @@ class ParameterTable {
   // here (ignored unless combined by the mean), ramped from the factor of
   // the clocks before.
   float BatchFactor(int64_t clock, int32_t batches, BspCombine combine);
-  // What a sum of `pushes` pushes is multiplied by before it is applied:
-  // 1 / pushes for a mean (not for assign tables), else 1.
-  float CombinedScale(int32_t pushes, BspCombine combine) const {
+  // What a combined sum standing for `batches` worker batches (BatchesOf)
+  // is multiplied by before it is applied: 1 / batches for a mean (not for
+  // assign tables), else 1.
+  float CombinedScale(int32_t batches, BspCombine combine) const {
     return options_.rule != UpdateRule::kAssign &&
-                   combine == BspCombine::kMean && pushes > 1
-               ? 1.0f / static_cast<float>(pushes)
+                   combine == BspCombine::kMean && batches > 1
+               ? 1.0f / static_cast<float>(batches)
                : 1.0f;
   }
   // The worker batches a combined entry's pushes stood for (`batches`, or
@@ -212,7 +213,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
   const float batch = BatchFactor(clock, batches, combine);
   if (!Parallel(floats)) {
     for (auto& [key, c] : keys) {
-      const float scale = CombinedScale(c.pushes, combine);
+      const float scale = CombinedScale(BatchesOf(c), combine);
       if (scale != 1.0f) {
         for (float& x : c.values) x *= scale;
       }
@@ -233,7 +234,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
     ++e.steps;
     MarkChanged(key, e);
     work.push_back(Work{&e, c.values.data(), c.values.data(),
-                        CombinedScale(c.pushes, combine)});
+                        CombinedScale(BatchesOf(c), combine)});
   }
   RunWork(work, kernel_.Factor(clock) * batch);
 }

@@ -219,11 +219,12 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
   for (Buffered& b : buffered) {
     ParameterTable* table = tables.Find(b.first);
     if (table == nullptr) continue;
-    const BspCombine combine = consistency.latest(b.first).combine;
     BspBuffer::Entry& e = b.second;
+    // The combine of its clock: the source weighed its pushes by it.
+    const BspCombine combine = consistency.At(b.first, e.clock).combine;
     if (consistency.PutBuffered(b.first, e)) continue;
     // Its clock is over here: every push of it is in the entry.
-    Status s = table->ApplyCombined(e.key, e.combined.values, e.combined.pushes,
+    Status s = table->ApplyCombined(e.key, e.combined.values,
                                     ParameterTable::BatchesOf(e.combined),
                                     combine, e.clock);
     if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();

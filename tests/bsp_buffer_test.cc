@@ -39,6 +39,34 @@ TEST(BspBuffer, SumsAKeysPushesWithinAClockAndCountsThem) {
   EXPECT_EQ(keys.at(8).batches, 4);
 }
 
+// For a mean, each push counts as many times as the batches it stands
+// for: one of 3 batches and one of 1 make a mean over 4 batches, (3a + b)
+// / 4, not (a + b) / 2.
+TEST(BspBuffer, AMeansPushesAreWeighedByTheirBatches) {
+  BspBuffer buffer;
+  buffer.Add(1, 7, Floats{1.0f, 2.0f}, /*replace=*/false, /*batches=*/3,
+             /*weigh=*/true);
+  buffer.Add(1, 7, Floats{10.0f, 20.0f}, /*replace=*/false, /*batches=*/1,
+             /*weigh=*/true);
+  buffer.Add(1, 8, Floats{10.0f}, /*replace=*/false, /*batches=*/2,
+             /*weigh=*/true);
+  buffer.Add(1, 8, Floats{1.0f}, /*replace=*/false, /*batches=*/2,
+             /*weigh=*/true);
+  // Replacing (assign tables) weighs nothing.
+  buffer.Add(1, 9, Floats{4.0f}, /*replace=*/true, /*batches=*/5,
+             /*weigh=*/true);
+  auto taken = buffer.TakeBefore(2);
+  ASSERT_EQ(taken.size(), 1u);
+  const BspBuffer::Clock& keys = taken[0].second;
+  EXPECT_EQ(keys.at(7).values, (Floats{13.0f, 26.0f}));
+  EXPECT_EQ(keys.at(7).pushes, 2);
+  EXPECT_EQ(keys.at(7).batches, 4);
+  EXPECT_EQ(keys.at(8).values, (Floats{22.0f}));
+  EXPECT_EQ(keys.at(8).batches, 4);
+  EXPECT_EQ(keys.at(9).values, (Floats{4.0f}));
+  EXPECT_EQ(keys.at(9).batches, 5);
+}
+
 TEST(BspBuffer, ReplaceKeepsTheLastPushAndStillCountsEveryPush) {
   BspBuffer buffer;
   buffer.Add(0, 1, Floats{1.0f}, /*replace=*/true);

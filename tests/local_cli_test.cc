@@ -328,6 +328,38 @@ TEST(LocalCluster, TheGnsBatchPolicyGrowsTheBatchesOfAStep) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// --worker_policy=comm-batch: each worker grows its own batches a step
+// while it waits on its pushes and pulls more than `above` of its step
+// (0.01 here: always), up to 3; its pushes say so, and the servers' BSP
+// (mean) rate counts the batches (3 each: factor 3 against the 2 of the
+// start).
+TEST(LocalCluster, TheCommBatchWorkerPolicyGrowsEachWorkersBatches) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--workers=2", "--servers=1", "--epochs=1",
+             "--consistency=bsp", "--lr_scaling=linear", "--log_every=300",
+             "--verbose",
+             "--worker_policy=comm-batch:above=0.01:window=5:max=3", marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  const std::string out = p.output();
+  for (const char* worker : {"worker 0", "worker 1"}) {
+    for (const char* batches : {": 2 batches a step (a worker policy asked "
+                                "for 2;",
+                                ": 3 batches a step (a worker policy asked "
+                                "for 3;"}) {
+      EXPECT_NE(out.find(std::string(worker) + batches), std::string::npos)
+          << worker << batches << "\n"
+          << out;
+    }
+  }
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("learning-rate batch factor 3 \\(6 worker batches a "
+                      "clock, base 2\\)")))
+      << out;
+  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 TEST(LocalCluster, AnUnusableDeviceFailsClearly) {
   const std::string marker = UniqueTimeoutFlag();
   Process p({kBinary, "local", "--app=fmnist-mlp", "--device=tpu", marker});
@@ -896,6 +928,15 @@ TEST(Cli, BadPoliciesAreRefusedBeforeAnythingStarts) {
       << out;
   EXPECT_NE(RunToEnd({"local", "--policy_interval_ms=5"}, &out), 0);
   EXPECT_NE(out.find("--policy_interval_ms must be in [100, 3600000]"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(RunToEnd({"local", "--worker_policy=comm-batch,sometimes"}, &out),
+            0);
+  EXPECT_NE(out.find("unknown worker policy 'sometimes'"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
+  EXPECT_NE(RunToEnd({"worker", "--worker_policy=comm-batch:max=65"}, &out), 0);
+  EXPECT_NE(out.find("comm-batch: max=65 must be a number in [1, 64]"),
             std::string::npos)
       << out;
 }

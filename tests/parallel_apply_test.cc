@@ -371,13 +371,14 @@ TEST(BatchScaledTable, AClocksRateCountsTheBatchesItsPushesStandFor) {
     ParameterTable table(1, t, nullptr);
     if (parallel) table.set_runner(&runner);
     // Clock 0: two pushes of 1, one batch each: factor 1, step -1. Clock 1:
-    // two pushes of 1 standing for 3 batches each: factor 3, step -3.
-    // Clock 2: one push of 1 for 2 batches, the other key's for one (the
-    // most any key had counts): factor 1, step -1.
+    // two pushes of 1 standing for 3 batches each (summed 3 times over,
+    // BspBuffer::Add): mean 1, factor 3, step -3. Clock 2: one push of 1
+    // for 2 batches, the other key's for one (the most any key had
+    // counts): factor 1, step -1.
     std::unordered_map<Key, Combined> c0, c1, c2;
     c0[5] = Combined{std::vector<float>(t.value_width, 2.0f), 2, 2};
-    c1[5] = Combined{std::vector<float>(t.value_width, 2.0f), 2, 6};
-    c2[5] = Combined{std::vector<float>(t.value_width, 1.0f), 1, 2};
+    c1[5] = Combined{std::vector<float>(t.value_width, 6.0f), 2, 6};
+    c2[5] = Combined{std::vector<float>(t.value_width, 2.0f), 1, 2};
     c2[6] = Combined{std::vector<float>(t.value_width, 1.0f), 1, 1};
     int64_t clock = 0;
     for (auto* keys : {&c0, &c1, &c2}) {

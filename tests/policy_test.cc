@@ -753,6 +753,173 @@ TEST(GnsBatch, StopsWhereTheJobRefusesOrDoesNotGrowInTime) {
   }
 }
 
+// ---- comm-batch (a worker policy), driven with made-up step timings.
+
+class FakeWorkerActions final : public WorkerPolicyActions {
+ public:
+  Status SetBatchesPerStep(int32_t batches) override {
+    if (batches > refuse_above) {
+      return InvalidArgumentError("refused " + std::to_string(batches));
+    }
+    set.push_back(batches);
+    return Status::Ok();
+  }
+  Status SetConsistency(const std::string&, const Consistency&) override {
+    return FailedPreconditionError("not here");
+  }
+  Status Leave() override { return FailedPreconditionError("not here"); }
+  std::vector<int32_t> set;
+  int32_t refuse_above = 64;
+};
+
+// Steps of `step_us` each, `wait_us` of it waiting for pushes and pulls,
+// shown to `policy` after each; the batches a step follows what it set.
+// Returns the batches a step of each step.
+std::vector<int32_t> RunCommBatch(CommBatchPolicy& policy,
+                                  FakeWorkerActions& actions, int steps,
+                                  const std::function<uint64_t(int)>& wait_us,
+                                  uint64_t step_us = 1000) {
+  WorkerPolicyEvent e;
+  e.worker_id = 0;
+  std::vector<int32_t> sizes;
+  for (int i = 0; i < steps; ++i) {
+    e.batches_per_step = actions.set.empty() ? 1 : actions.set.back();
+    sizes.push_back(e.batches_per_step);
+    e.steps = static_cast<uint64_t>(i + 1);
+    e.stats.steps = static_cast<uint64_t>(i + 1);
+    e.stats.step_us += step_us;
+    e.stats.pull_wait_us += wait_us(i) / 2;
+    e.stats.push_wait_us += wait_us(i) - wait_us(i) / 2;
+    policy.AfterStep(e, actions);
+  }
+  return sizes;
+}
+
+TEST(CommBatch, GrowsWhileWaitsOutweighTheStepsShareUpToItsMax) {
+  CommBatchOptions o;
+  o.window = 4;
+  o.max = 3;
+  CommBatchPolicy policy(o);
+  FakeWorkerActions actions;
+  // Waits are 0.8 of every step: each window of 4 steps grows it by one.
+  // The first step has no step before it to measure against.
+  const std::vector<int32_t> sizes =
+      RunCommBatch(policy, actions, 20, [](int) { return 800; });
+  EXPECT_EQ(actions.set, (std::vector<int32_t>{2, 3}));
+  ASSERT_EQ(policy.grown().size(), 2u);
+  EXPECT_EQ(policy.grown()[0].step, 5u);
+  EXPECT_EQ(policy.grown()[1].step, 9u);
+  EXPECT_DOUBLE_EQ(policy.grown()[0].wait_fraction, 0.8);
+  EXPECT_EQ(sizes[4], 1);
+  EXPECT_EQ(sizes[5], 2);
+  EXPECT_EQ(sizes[9], 3);
+  // At its max, the next window that would grow it stops it.
+  EXPECT_TRUE(policy.stopped());
+}
+
+TEST(CommBatch, LeavesAComputeBoundWorkerAlone) {
+  CommBatchOptions o;
+  o.window = 4;
+  CommBatchPolicy policy(o);
+  FakeWorkerActions actions;
+  // Waits 0.3 of the step, then exactly `above` (0.5): neither is above.
+  RunCommBatch(policy, actions, 21, [](int i) { return i < 10 ? 300 : 500; });
+  EXPECT_TRUE(actions.set.empty());
+  EXPECT_DOUBLE_EQ(policy.wait_fraction(), 0.5);
+  EXPECT_FALSE(policy.stopped());
+  // Then waits grow: it grows with them.
+  CommBatchPolicy later(o);
+  RunCommBatch(later, actions, 21, [](int i) { return i < 12 ? 100 : 900; });
+  EXPECT_EQ(actions.set, (std::vector<int32_t>{2, 3}));
+}
+
+TEST(CommBatch, StepsAndARefusalSetWhereItGoes) {
+  {
+    CommBatchOptions o;
+    o.window = 2;
+    o.step = 3;
+    o.max = 8;
+    CommBatchPolicy policy(o);
+    FakeWorkerActions actions;
+    RunCommBatch(policy, actions, 20, [](int) { return 900; });
+    EXPECT_EQ(actions.set, (std::vector<int32_t>{4, 7, 8}));
+  }
+  {
+    CommBatchOptions o;
+    o.window = 2;
+    CommBatchPolicy policy(o);
+    FakeWorkerActions actions;
+    actions.refuse_above = 2;
+    RunCommBatch(policy, actions, 20, [](int) { return 900; });
+    EXPECT_EQ(actions.set, (std::vector<int32_t>{2}));
+    EXPECT_TRUE(policy.stopped());
+  }
+}
+
+// Counters that go back (a new client, a reset) count for nothing: the
+// window is made of real steps only.
+TEST(CommBatch, CountersThatGoBackAreNotSteps) {
+  CommBatchOptions o;
+  o.window = 3;
+  CommBatchPolicy policy(o);
+  FakeWorkerActions actions;
+  WorkerPolicyEvent e;
+  auto step = [&](uint64_t step_us, uint64_t wait_us) {
+    ++e.steps;
+    ++e.stats.steps;
+    e.stats.step_us += step_us;
+    e.stats.pull_wait_us += wait_us;
+    policy.AfterStep(e, actions);
+  };
+  e.stats.steps = 100;
+  e.stats.step_us = 100000;
+  e.stats.pull_wait_us = 90000;
+  step(0, 0);               // the first reading: a baseline
+  e.stats = ClientStats();  // went back (a new client)
+  step(1000, 900);
+  step(1000, 900);
+  step(1000, 900);
+  EXPECT_TRUE(actions.set.empty());  // 2 steps counted, not 3
+  step(1000, 900);
+  EXPECT_EQ(actions.set, (std::vector<int32_t>{2}));
+}
+
+// It grows from the size the steps take: a job that set 4 batches a step
+// is not taken back to 2.
+TEST(CommBatch, GrowsFromTheJobsSizeWhenThatIsMore) {
+  CommBatchOptions o;
+  o.window = 2;
+  CommBatchPolicy policy(o);
+  FakeWorkerActions actions;
+  WorkerPolicyEvent e;
+  e.batches_per_step = 4;
+  for (int i = 0; i < 3; ++i) {
+    ++e.steps;
+    ++e.stats.steps;
+    e.stats.step_us += 1000;
+    e.stats.push_wait_us += 900;
+    policy.AfterStep(e, actions);
+  }
+  EXPECT_EQ(actions.set, (std::vector<int32_t>{5}));
+}
+
+TEST(BuiltinWorkerPolicies, SpecsNameAPolicyAndItsParameters) {
+  auto one = MakeBuiltinWorkerPolicies("comm-batch:above=0.3:window=7:max=4");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0]->name(), "comm-batch");
+  auto none = MakeBuiltinWorkerPolicies("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  for (const char* bad :
+       {"comm-batch:above=0", "comm-batch:above=1.5", "comm-batch:max=65",
+        "comm-batch:step=0", "comm-batch:window=x", "comm-batch:speed=2",
+        "comm-batch:max", "gns-batch", "comm-batch,"}) {
+    auto p = MakeBuiltinWorkerPolicies(bad);
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(BuiltinPolicies, SpecsNameAPolicyAndItsParameters) {
   Result<std::vector<std::shared_ptr<Policy>>> two = MakeBuiltinPolicies(
       "autoscale:threshold=0.2:max=8:settle_s=1.5,stragglers:window=3");
@@ -1028,6 +1195,39 @@ TEST(CoordinatorPolicies, APolicySetsTheBatchesOfAStepAndTheRateFollows) {
   ASSERT_TRUE(worker->Pull(*id, std::vector<Key>{1}, out).ok());
   EXPECT_EQ(out[0], -4.0f);
   EXPECT_TRUE(worker->Finish().ok());
+}
+
+// Workers whose steps take different batches (a worker policy's
+// comm-batch): under BSP (mean) the clock's mean is over their batches, a
+// push of 3 batches counting 3 times. 3 x 1 and 1 x 5 make (3 + 5) / 4 =
+// 2, not (1 + 5) / 2 = 3.
+TEST(CoordinatorPolicies, ABspMeanWeighsEachPushByItsBatches) {
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> a = cluster.Connect();
+  std::unique_ptr<Client> b = cluster.Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  TableOptions table;
+  table.name = "t";
+  table.rule = UpdateRule::kSgd;
+  table.learning_rate = 1.0f;
+  table.consistency.mode = ConsistencyMode::kBsp;
+  Result<TableId> id = a->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(b->CreateTable(table).ok());
+  ASSERT_TRUE(a->SetPushWeight(3).ok());
+  ASSERT_TRUE(a->Push(*id, std::vector<Key>{1}, std::vector<float>{1}).ok());
+  ASSERT_TRUE(b->Push(*id, std::vector<Key>{1}, std::vector<float>{5}).ok());
+  a->Clock();
+  b->Clock();
+  std::vector<float> out(1);
+  ASSERT_TRUE(a->Pull(*id, std::vector<Key>{1}, out).ok());
+  EXPECT_EQ(out[0], -2.0f);
+  EXPECT_TRUE(a->Finish().ok());
+  EXPECT_TRUE(b->Finish().ok());
 }
 
 }  // namespace

@@ -312,7 +312,8 @@ class Client {
   // stand for (1 at the start): a worker that trains several of the data
   // plan's batches in one step (Batch::batches_per_step) says so, and under
   // BSP (mean) the servers' batch scaling (TableOptions::batch_scaling)
-  // counts the batches rather than the pushes. Takes effect for pushes
+  // counts the batches rather than the pushes, and a clock's mean weighs
+  // each push by its batches (BspCombine::kMean). Takes effect for pushes
   // submitted after it returns. kInvalidArgument outside 1 - 65536.
   virtual Status SetPushWeight(int32_t batches) = 0;
 

@@ -30,11 +30,13 @@
 #define DUCTILE_POLICY_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ductile/admin.h"
+#include "ductile/client.h"
 #include "ductile/status.h"
 
 namespace ductile {
@@ -164,6 +166,108 @@ Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec);
 // MakeBuiltinPolicy for each of a comma-separated list of specs ("" gives
 // none).
 Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(
+    const std::string& specs);
+
+// ---------------------------------------------------------------------
+// Policies in a worker.
+//
+// A worker policy runs in one worker's process, on its training thread,
+// between its steps: it reads that worker's own signals (ClientStats: step
+// time, time waiting for pushes and pulls, samples, loss) at every step,
+// with no round trip, and acts for that worker. The training apps call the
+// hooks (`ductile worker --worker_policy=NAME[,NAME]`; `ductile local`
+// gives the flag to every worker it starts; embedders of the apps set
+// apps::TrainerOptions::worker_policies). A loop of one's own calls them
+// itself, with actions of its own. Hooks run one at a time, in the order
+// the policies were given; a slow hook slows that worker's steps.
+
+// What a worker policy may change. A refused call returns why.
+class WorkerPolicyActions {
+ public:
+  virtual ~WorkerPolicyActions() = default;
+  // How many of the shared data plan's batches this worker trains in one
+  // step from its next step on, 1 - 64 (its batch grows that many times),
+  // where that is more than the job sets for every worker (PolicyActions::
+  // SetBatchesPerStep): the worker takes the larger of the two. 0: the
+  // job's again. Its pushes say so (Client::SetPushWeight), so that under
+  // BSP (mean) the tables' batch scaling counts its batches and a clock's
+  // mean weighs them. kInvalidArgument out of range.
+  virtual Status SetBatchesPerStep(int32_t batches) = 0;
+  // Changes table `table`'s consistency model for the whole job, as
+  // Client::SetConsistency does (returns once every member has switched).
+  virtual Status SetConsistency(const std::string& table,
+                                const Consistency& consistency) = 0;
+  // This worker leaves the job before its next step, as when drained: its
+  // pushes so far stay, the batches it holds go back to the plan.
+  virtual Status Leave() = 0;
+};
+
+// What a worker's hook is shown.
+struct WorkerPolicyEvent {
+  int32_t worker_id = -1;
+  int64_t clock = 0;  // Client::clock()
+  // The epoch of the step's data (BeforeStep: epochs done so far;
+  // AfterEpoch: the new epoch).
+  int64_t epoch = 0;
+  uint64_t steps = 0;  // steps this worker trained (rolled back with it)
+  // The plan's batches the step takes (or, before a step, the last one
+  // took).
+  int32_t batches_per_step = 1;
+  // AfterStep: the step's training loss (NaN in the other hooks).
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t now_ms = 0;  // a steady clock
+  ClientStats stats;   // Client::stats() when the hook runs
+};
+
+class WorkerPolicy {
+ public:
+  virtual ~WorkerPolicy() = default;
+  // Shown in the worker's log with each action it takes.
+  virtual std::string name() const = 0;
+  // Before each step (before its batches are taken; once, however long
+  // the worker then waits for a batch).
+  virtual void BeforeStep(const WorkerPolicyEvent& event,
+                          WorkerPolicyActions& actions) {
+    (void)event;
+    (void)actions;
+  }
+  // After each step: its gradient pushed and the worker clocked.
+  virtual void AfterStep(const WorkerPolicyEvent& event,
+                         WorkerPolicyActions& actions) {
+    (void)event;
+    (void)actions;
+  }
+  // The job's plan finished epochs `from_epoch` .. `event.epoch` - 1 (this
+  // worker learned it with its last step).
+  virtual void AfterEpoch(int64_t from_epoch, const WorkerPolicyEvent& event,
+                          WorkerPolicyActions& actions) {
+    (void)from_epoch;
+    (void)event;
+    (void)actions;
+  }
+  // The job's live workers changed (Client::live_workers()), before the
+  // next step.
+  virtual void OnMembershipChange(const std::vector<int32_t>& live_workers,
+                                  const WorkerPolicyEvent& event,
+                                  WorkerPolicyActions& actions) {
+    (void)live_workers;
+    (void)event;
+    (void)actions;
+  }
+};
+
+// A built-in worker policy by its spec, NAME or NAME:KEY=VALUE:..., as
+// MakeBuiltinPolicy:
+//   comm-batch  grows this worker's batches a step by `step` while the time
+//               it waits for its pushes and pulls stays above `above` of its
+//               step time (over `window` steps), up to `max`: a worker whose
+//               compute is short against its round trips (a GPU worker, a
+//               small model) does more work per round trip. Never shrinks.
+// kInvalidArgument for an unknown name or parameter, or a bad value.
+Result<std::shared_ptr<WorkerPolicy>> MakeBuiltinWorkerPolicy(
+    const std::string& spec);
+// MakeBuiltinWorkerPolicy for each of a comma-separated list ("": none).
+Result<std::vector<std::shared_ptr<WorkerPolicy>>> MakeBuiltinWorkerPolicies(
     const std::string& specs);
 
 }  // namespace ductile

@@ -62,7 +62,10 @@ enum class ConsistencyMode : int {
 // How BSP combines the workers' pushes to one key within one clock before
 // applying the table's rule once. Part of the wire format.
 enum class BspCombine : int {
-  kMean = 0,  // average over the pushes (synchronous large-batch SGD)
+  // Average over the pushes (synchronous large-batch SGD), each weighted
+  // by the worker batches it stands for (Client::SetPushWeight; 1 unless
+  // a worker trains several batches a step): the mean over the batches.
+  kMean = 0,
   kSum = 1,
 };
 

@@ -25,11 +25,10 @@
 #      --policy=gns-batch:by=batch (more batches a step, up to 4): the job's
 #      time, its final test accuracy, the steps of worker 0 and when the
 #      policy grew the global batch.
-#   6. comm-batch: BSP (mean), --lr_scaling=linear, 2 workers, logistic
-#      regression (its steps mostly wait on round trips) and the MLP: one
-#      batch a step against --worker_policy=comm-batch: the job's time,
-#      its final test accuracy, worker 0's steps and its last batches a
-#      step.
+#   6. comm-batch: BSP (mean), --lr_scaling=COMM_SCALING (linear), 2
+#      workers, logistic regression and the MLP: one batch a step against
+#      --worker_policy=COMM_POLICY (comm-batch): the job's time, its final
+#      test accuracy, worker 0's steps and its last batches a step.
 #
 # Usage: bench/adapt_bench.sh BUILD_DIR OUT_DIR [REPEATS]
 # EXPERIMENTS="1 2 3 4" (the default) picks which to run; 5 and 6 run when
@@ -56,6 +55,8 @@ SLOW_AT=${SLOW_AT:-8}
 RESIZE_UP=${RESIZE_UP:-150}
 RESIZE_DOWN=${RESIZE_DOWN:-600}
 EXPERIMENTS=${EXPERIMENTS:-1 2 3 4}
+COMM_SCALING=${COMM_SCALING:-linear}
+COMM_POLICY=${COMM_POLICY:-comm-batch}
 [[ -x "$DUCTILE" ]] || { echo "no $DUCTILE: build first" >&2; exit 1; }
 mkdir -p "$OUT"
 
@@ -285,9 +286,9 @@ for ((r = 1; r <= REPEATS; r++)); do
     for setting in fixed comm-batch; do
       log="$OUT/comm-$app-$setting-$r.log"
       policy=()
-      [[ $setting == comm-batch ]] && policy=(--worker_policy=comm-batch)
+      [[ $setting == comm-batch ]] && policy=(--worker_policy="$COMM_POLICY")
       s=$(run "$log" --app="$app" --workers=2 --consistency=bsp \
-        --lr_scaling=linear "${policy[@]}")
+        --lr_scaling="$COMM_SCALING" "${policy[@]}")
       steps=$(grep -o "after [0-9]* steps per worker" "$log" |
         awk '{print $2}' | tail -n 1 || true)
       # Worker 0's last size (1: it never grew).

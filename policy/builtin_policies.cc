@@ -541,14 +541,34 @@ Result<std::shared_ptr<Policy>> MakeGnsBatch(
 
 }  // namespace
 
-Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
+Status SplitPolicySpec(const std::string& spec, std::string* name,
+                       std::map<std::string, std::string>* params) {
   const size_t colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  std::map<std::string, std::string> params;
-  if (colon != std::string::npos) {
-    DUCTILE_ASSIGN_OR_RETURN(params,
-                             ParsePolicyParameters(spec.substr(colon + 1)));
+  *name = spec.substr(0, colon);
+  params->clear();
+  if (colon == std::string::npos) return Status::Ok();
+  DUCTILE_ASSIGN_OR_RETURN(*params,
+                           ParsePolicyParameters(spec.substr(colon + 1)));
+  return Status::Ok();
+}
+
+std::vector<std::string> SplitPolicySpecs(const std::string& specs) {
+  std::vector<std::string> out;
+  if (specs.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    size_t end = specs.find(',', start);
+    if (end == std::string::npos) end = specs.size();
+    out.push_back(specs.substr(start, end - start));
+    if (end == specs.size()) return out;
+    start = end + 1;  // "a," names an empty policy last
   }
+}
+
+Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
+  std::string name;
+  std::map<std::string, std::string> params;
+  DUCTILE_RETURN_IF_ERROR(SplitPolicySpec(spec, &name, &params));
   if (name == "autoscale") return MakeAutoscale(params);
   if (name == "stragglers") return MakeStragglers(params);
   if (name == "staleness") return MakeStaleness(params);
@@ -561,18 +581,12 @@ Result<std::shared_ptr<Policy>> MakeBuiltinPolicy(const std::string& spec) {
 Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(
     const std::string& specs) {
   std::vector<std::shared_ptr<Policy>> policies;
-  if (specs.empty()) return policies;
-  size_t start = 0;
-  while (true) {
-    size_t end = specs.find(',', start);
-    if (end == std::string::npos) end = specs.size();
-    DUCTILE_ASSIGN_OR_RETURN(
-        std::shared_ptr<Policy> p,
-        MakeBuiltinPolicy(specs.substr(start, end - start)));
+  for (const std::string& spec : SplitPolicySpecs(specs)) {
+    DUCTILE_ASSIGN_OR_RETURN(std::shared_ptr<Policy> p,
+                             MakeBuiltinPolicy(spec));
     policies.push_back(std::move(p));
-    if (end == specs.size()) return policies;
-    start = end + 1;  // "a," names an empty policy last
   }
+  return policies;
 }
 
 }  // namespace ductile

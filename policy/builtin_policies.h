@@ -249,6 +249,14 @@ class GnsBatchPolicy final : public Policy {
 // for an item without '=' or a key given twice.
 Result<std::map<std::string, std::string>> ParsePolicyParameters(
     const std::string& text);
+// A spec ("NAME" or "NAME:KEY=VALUE:...") into its name and parameters
+// (ParsePolicyParameters' errors).
+Status SplitPolicySpec(const std::string& spec, std::string* name,
+                       std::map<std::string, std::string>* params);
+// A comma-separated list of specs ("" gives none; "a," names an empty one
+// last, which no policy has).
+std::vector<std::string> SplitPolicySpecs(const std::string& specs);
+
 // A policy parameter's value: a number in [lo, hi], all of `text`
 // (kInvalidArgument naming `policy`, `key` and the range otherwise), and a
 // whole one.

@@ -95,13 +95,9 @@ Result<std::shared_ptr<WorkerPolicy>> MakeCommBatch(
 
 Result<std::shared_ptr<WorkerPolicy>> MakeBuiltinWorkerPolicy(
     const std::string& spec) {
-  const size_t colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
+  std::string name;
   std::map<std::string, std::string> params;
-  if (colon != std::string::npos) {
-    DUCTILE_ASSIGN_OR_RETURN(params,
-                             ParsePolicyParameters(spec.substr(colon + 1)));
-  }
+  DUCTILE_RETURN_IF_ERROR(SplitPolicySpec(spec, &name, &params));
   if (name == "comm-batch") return MakeCommBatch(params);
   return InvalidArgumentError("unknown worker policy '" + name +
                               "' (built-in: comm-batch)");
@@ -110,18 +106,12 @@ Result<std::shared_ptr<WorkerPolicy>> MakeBuiltinWorkerPolicy(
 Result<std::vector<std::shared_ptr<WorkerPolicy>>> MakeBuiltinWorkerPolicies(
     const std::string& specs) {
   std::vector<std::shared_ptr<WorkerPolicy>> policies;
-  if (specs.empty()) return policies;
-  size_t start = 0;
-  while (true) {
-    size_t end = specs.find(',', start);
-    if (end == std::string::npos) end = specs.size();
-    DUCTILE_ASSIGN_OR_RETURN(
-        std::shared_ptr<WorkerPolicy> p,
-        MakeBuiltinWorkerPolicy(specs.substr(start, end - start)));
+  for (const std::string& spec : SplitPolicySpecs(specs)) {
+    DUCTILE_ASSIGN_OR_RETURN(std::shared_ptr<WorkerPolicy> p,
+                             MakeBuiltinWorkerPolicy(spec));
     policies.push_back(std::move(p));
-    if (end == specs.size()) return policies;
-    start = end + 1;
   }
+  return policies;
 }
 
 }  // namespace ductile

@@ -6,7 +6,9 @@
 //
 // DUCTILE_SIM_SEEDS sets the seeds per case of the soak test (the
 // nightly-style run: scripts/sim_soak.sh).
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "glog/logging.h"
@@ -355,16 +357,16 @@ TEST(Simulation, WorkersJoiningAndLeavingKeepEveryInvariant) {
   }
 }
 
-// A worker registers just before, as or just after a server crashes. One
-// whose admission still waits for the servers when the job rolls back
-// joins the new generation once the servers have restored, at their clock
-// then (it was sent the rollback's RESUME instead, and its registration
-// failed); one admitted before the crash rolls back with the others, to
-// the checkpoint, and redoes the clocks since. Every read keeps the
-// contract and the counts stay exact.
-TEST(Simulation, AWorkerJoiningAroundAServerCrashJoinsTheRolledBackJob) {
+// Runs seeds 1..`seeds` under BSP, SSP(1) and async: 2 servers, 2
+// workers, checkpoints every 2 clocks, one worker joining and `faults`
+// (given the seed and the clock a server crashes at) setting the crash
+// and the join. Each run keeps every invariant and the joiner is in;
+// returns the rollbacks the workers resumed from.
+int RunJoinsAroundACrash(uint64_t seeds,
+                         const std::function<void(uint64_t seed, int64_t at,
+                                                  SimOptions& o)>& faults) {
   int rollbacks = 0;
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
+  for (uint64_t seed = 1; seed <= seeds; ++seed) {
     for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {
       SimOptions o;
       o.seed = seed;
@@ -374,16 +376,30 @@ TEST(Simulation, AWorkerJoiningAroundAServerCrashJoinsTheRolledBackJob) {
       o.consistency = c;
       o.checkpoint_every = 2;
       o.faults.delay = 0.05;
-      const int64_t at = 3 + static_cast<int64_t>(seed % 3);
-      o.crashes = {{static_cast<int>(seed % 2), at,
-                    200 + 100 * static_cast<int64_t>(seed % 4)}};
-      o.joins = {{at - 1 + static_cast<int64_t>(seed % 3)}};
+      faults(seed, 3 + static_cast<int64_t>(seed % 3), o);
       const SimResult r = RunSimulation(o);
       EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
       EXPECT_EQ(r.joined, 1) << Describe(o);
       rollbacks += r.rollbacks;
     }
   }
+  return rollbacks;
+}
+
+// A worker registers just before, as or just after a server crashes. One
+// whose admission still waits for the servers when the job rolls back
+// joins the new generation once the servers have restored, at their clock
+// then (it was sent the rollback's RESUME instead, and its registration
+// failed); one admitted before the crash rolls back with the others, to
+// the checkpoint, and redoes the clocks since. Every read keeps the
+// contract and the counts stay exact.
+TEST(Simulation, AWorkerJoiningAroundAServerCrashJoinsTheRolledBackJob) {
+  const int rollbacks =
+      RunJoinsAroundACrash(40, [](uint64_t seed, int64_t at, SimOptions& o) {
+        o.crashes = {{static_cast<int>(seed % 2), at,
+                      200 + 100 * static_cast<int64_t>(seed % 4)}};
+        o.joins = {{at - 1 + static_cast<int64_t>(seed % 3)}};
+      });
   EXPECT_GT(rollbacks, 0);
 }
 
@@ -396,28 +412,13 @@ TEST(Simulation, AWorkerJoiningAroundAServerCrashJoinsTheRolledBackJob) {
 // creation, lost with the coordinator, is asked again too (it waited for
 // the request timeout and failed: seed 32).
 TEST(Simulation, AWorkerJoiningAsTheCoordinatorRestartsInARollbackJoinsIt) {
-  int rollbacks = 0;
-  for (uint64_t seed = 1; seed <= 60; ++seed) {
-    for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {
-      SimOptions o;
-      o.seed = seed;
-      o.servers = 2;
-      o.workers = 2;
-      o.clocks = 12;
-      o.consistency = c;
-      o.checkpoint_every = 2;
-      o.faults.delay = 0.05;
-      const int64_t at = 3 + static_cast<int64_t>(seed % 3);
-      o.crashes = {{static_cast<int>(seed % 2), at, 100}};
-      o.coordinator_crashes = {{at, 50 + 97 * static_cast<int64_t>(seed % 13),
-                                100 + 300 * static_cast<int64_t>(seed % 7)}};
-      o.joins = {{at}};
-      const SimResult r = RunSimulation(o);
-      EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
-      EXPECT_EQ(r.joined, 1) << Describe(o);
-      rollbacks += r.rollbacks;
-    }
-  }
+  const int rollbacks =
+      RunJoinsAroundACrash(60, [](uint64_t seed, int64_t at, SimOptions& o) {
+        o.crashes = {{static_cast<int>(seed % 2), at, 100}};
+        o.coordinator_crashes = {{at, 50 + 97 * static_cast<int64_t>(seed % 13),
+                                  100 + 300 * static_cast<int64_t>(seed % 7)}};
+        o.joins = {{at}};
+      });
   EXPECT_GT(rollbacks, 0);
 }
 

@@ -3,24 +3,22 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <fstream>
 #include <functional>
-#include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "apps/compute_backend.h"
+#include "apps/data_position.h"
 #include "apps/fmnist_data.h"
 #include "apps/logreg_model.h"
 #include "apps/mf_model.h"
 #include "apps/mlp_model.h"
+#include "apps/worker_policies.h"
 
 namespace ductile::apps {
 namespace {
@@ -289,177 +287,6 @@ Status CheckLoss(double loss, int epoch, int64_t clock) {
 
 // --------------------------------------------------------- fault tolerance
 
-// Where one worker is in the data: the batches of the job's shared data
-// plan (Client::NextBatch) it trains on now. Batch b of epoch e is the b-th
-// slice of `batch_size` samples of e's shuffle, so every sample of an
-// epoch is trained on once across the workers, however they join, leave
-// or die; the plan rolls back with the model. A step trains as many of the
-// plan's batches as the plan last asked for (Batch::batches_per_step,
-// PolicyActions::SetBatchesPerStep), as one batch; batches taken beyond a
-// step's (the count went down) wait for the next. The worker's own
-// counters are recorded with every clock for checkpoints and restored
-// after a rollback.
-class DataPosition {
- public:
-  DataPosition(Client& client, uint64_t num_samples, uint64_t seed,
-               int batch_size, int epochs)
-      : client_(client),
-        num_samples_(num_samples),
-        seed_(seed),
-        batch_size_(batch_size),
-        epochs_(epochs),
-        batches_per_epoch_(std::max<int64_t>(
-            1, (num_samples + batch_size - 1) / batch_size)) {}
-
-  // The samples to train on now (the step's batches, taken from the plan
-  // if none are held), and the epoch of its first batch: false when there
-  // is none now (kWait: the last batches are in others' hands) or ever
-  // again (done() then says so).
-  Result<bool> Current(std::vector<size_t>* batch, int* epoch) {
-    if (step_.empty()) {
-      DUCTILE_ASSIGN_OR_RETURN(std::optional<Client::Batch> first, Take());
-      if (!first) return false;
-      step_.push_back(*first);
-      while (step_.size() < static_cast<size_t>(per_step())) {
-        // Short of the count at the plan's end: the step takes fewer.
-        DUCTILE_ASSIGN_OR_RETURN(std::optional<Client::Batch> more, Take());
-        if (!more) {
-          done_ = false;  // this step still trains
-          break;
-        }
-        step_.push_back(*more);
-      }
-    }
-    batch->clear();
-    for (const Client::Batch& b : step_) Slice(b.epoch, b.index, batch);
-    *epoch = static_cast<int>(step_.front().epoch);
-    return true;
-  }
-  // The plan's batches in the step Current() gave.
-  int32_t batches_in_step() const {
-    return std::max<int32_t>(1, static_cast<int32_t>(step_.size()));
-  }
-  // The batches a step takes: the plan's, or this worker's own count (a
-  // worker policy's, 1 - 64) where that is more.
-  int32_t per_step() const { return std::max(local_per_step_, per_step_); }
-  // 0: the plan's again.
-  void SetLocalPerStep(int32_t batches) { local_per_step_ = batches; }
-
-  // The step's gradient is pushed: reports each of its batches as trained
-  // at this clock (the caller clocks past it next), taking as many new
-  // ones, unless `stop`.
-  Status Trained(bool stop) {
-    for (size_t i = 0; i < step_.size(); ++i) {
-      const bool take = !(stop && i + 1 == step_.size());
-      DUCTILE_ASSIGN_OR_RETURN(
-          Client::Batch next,
-          client_.NextBatch(batches_per_epoch_, epochs_, &step_[i], take));
-      Note(next);
-      if (next.kind == Client::Batch::kTrain) held_.push_back(next);
-    }
-    step_.clear();
-    if (stop) {
-      done_ = true;
-      held_.clear();  // given back with the last report
-    }
-    return Status::Ok();
-  }
-
-  // Every batch of every epoch is done (or this worker stopped taking).
-  bool done() const { return done_; }
-  // Epochs done in full, job-wide, as the plan last said.
-  int64_t epochs_done() const { return epochs_done_; }
-  int64_t batches_per_epoch() const { return batches_per_epoch_; }
-
-  // After a rollback: back to the counters recorded at the checkpoint's
-  // clock (zero when there was none); the plan went back on its own, and
-  // the batch held before is nobody's any more.
-  Status Restore(const std::string& saved) {
-    samples = 0;
-    steps = 0;
-    step_.clear();
-    held_.clear();
-    done_ = false;
-    if (saved.empty()) return Status::Ok();
-    if (std::sscanf(saved.c_str(), "samples=%" SCNd64 " steps=%" SCNu64,
-                    &samples, &steps) != 2) {
-      return InvalidArgumentError("unreadable resume state '" + saved + "'");
-    }
-    return Status::Ok();
-  }
-
-  // Records this worker's counters for a checkpoint at this clock.
-  void Record() {
-    client_.SetResumeState("samples=" + std::to_string(samples) +
-                           " steps=" + std::to_string(steps));
-  }
-
-  // Samples and steps this worker has trained on (rolled back with it).
-  int64_t samples = 0;
-  uint64_t steps = 0;
-  // The plan's batches this worker has trained (for progress only: not
-  // rolled back).
-  uint64_t batches = 0;
-  // This worker left the job (it was drained): no more data for it.
-  bool left = false;
-
- private:
-  // A batch held, or else the plan's next: nullopt when the plan has none
-  // (done_ says whether ever again).
-  Result<std::optional<Client::Batch>> Take() {
-    if (!held_.empty()) {
-      Client::Batch b = held_.front();
-      held_.pop_front();
-      return std::optional<Client::Batch>(b);
-    }
-    DUCTILE_ASSIGN_OR_RETURN(
-        Client::Batch next,
-        client_.NextBatch(batches_per_epoch_, epochs_, nullptr, true));
-    Note(next);
-    if (next.kind == Client::Batch::kTrain) {
-      return std::optional<Client::Batch>(next);
-    }
-    done_ = next.kind == Client::Batch::kEnd;
-    return std::optional<Client::Batch>();
-  }
-  // What an answer of the plan says of the job.
-  void Note(const Client::Batch& b) {
-    epochs_done_ = b.epochs_done;
-    if (b.kind == Client::Batch::kTrain) {
-      per_step_ = std::clamp(b.batches_per_step, 1, kMaxBatchesPerStep);
-    }
-  }
-
-  // Appends the samples of batch `index` of `epoch`.
-  void Slice(int64_t epoch, int64_t index, std::vector<size_t>* batch) {
-    if (shuffle_epoch_ != epoch) {
-      shuffle_ = PartitionIndices(num_samples_, 0, 1, seed_,
-                                  static_cast<uint64_t>(epoch));
-      shuffle_epoch_ = epoch;
-    }
-    const size_t begin =
-        std::min(shuffle_.size(), static_cast<size_t>(index) * batch_size_);
-    const size_t end = std::min(shuffle_.size(), begin + batch_size_);
-    batch->insert(batch->end(), shuffle_.begin() + begin,
-                  shuffle_.begin() + end);
-  }
-
-  Client& client_;
-  const uint64_t num_samples_;
-  const uint64_t seed_;
-  const size_t batch_size_;
-  const int64_t epochs_;
-  const int64_t batches_per_epoch_;
-  std::vector<Client::Batch> step_;  // the step's batches, in hand
-  std::deque<Client::Batch> held_;   // taken for later steps
-  int32_t per_step_ = 1;             // the plan's batches per step
-  int32_t local_per_step_ = 0;       // this worker's own (0: none)
-  bool done_ = false;
-  int64_t epochs_done_ = 0;
-  std::vector<size_t> shuffle_;  // of epoch shuffle_epoch_
-  int64_t shuffle_epoch_ = -1;
-};
-
 // A step failed: if it is because the job rolls back (a server died),
 // waits for the rollback and restores the data position; otherwise, or if
 // no rollback comes, returns the step's error.
@@ -541,95 +368,6 @@ Status FinalBarrier(Client& client, DataPosition& data) {
   barrier.join();
   return s;
 }
-
-// Runs the worker policies (TrainerOptions::worker_policies) between one
-// worker's steps, and carries out what they ask.
-class WorkerPolicies final : public WorkerPolicyActions {
- public:
-  WorkerPolicies(Client& client, DataPosition& data,
-                 std::vector<std::shared_ptr<WorkerPolicy>> policies)
-      : client_(client), data_(data), policies_(std::move(policies)) {}
-
-  bool empty() const { return policies_.empty(); }
-  // A policy asked this worker to leave.
-  bool leave() const { return leave_; }
-
-  void BeforeStep(int64_t epoch) {
-    if (policies_.empty()) return;
-    WorkerPolicyEvent e = Event(epoch);
-    const std::vector<int32_t> live = client_.live_workers();
-    if (live != live_) {
-      live_ = live;
-      for (auto& p : policies_) p->OnMembershipChange(live, e, *this);
-    }
-    for (auto& p : policies_) p->BeforeStep(e, *this);
-  }
-  // `batches`: the plan's batches the step took.
-  void AfterStep(int64_t epoch, int32_t batches, double loss,
-                 int64_t epochs_done) {
-    if (policies_.empty()) return;
-    WorkerPolicyEvent e = Event(epoch);
-    e.batches_per_step = batches;
-    e.loss = loss;
-    for (auto& p : policies_) p->AfterStep(e, *this);
-    // A rollback took the plan back before an epoch's end: that end is
-    // told again when the plan gets there.
-    epochs_seen_ = std::min(epochs_seen_, epochs_done);
-    if (epochs_done > epochs_seen_) {
-      e.loss = std::numeric_limits<double>::quiet_NaN();
-      e.epoch = epochs_done;
-      for (auto& p : policies_) p->AfterEpoch(epochs_seen_, e, *this);
-      epochs_seen_ = epochs_done;
-    }
-  }
-
-  Status SetBatchesPerStep(int32_t batches) override {
-    if (batches < 0 || batches > kMaxBatchesPerStep) {
-      return InvalidArgumentError("a worker's batches a step must be 1 - " +
-                                  std::to_string(kMaxBatchesPerStep) +
-                                  " (0: the job's), not " +
-                                  std::to_string(batches));
-    }
-    data_.SetLocalPerStep(batches);
-    std::printf(
-        "worker %d: %d batches a step (a worker policy asked for %d; "
-        "0: the job's)\n",
-        client_.worker_id(), data_.per_step(), batches);
-    std::fflush(stdout);
-    return Status::Ok();
-  }
-  Status SetConsistency(const std::string& table,
-                        const Consistency& consistency) override {
-    DUCTILE_ASSIGN_OR_RETURN(TableInfo info, client_.GetTable(table));
-    return client_.SetConsistency(info.id, consistency).status();
-  }
-  Status Leave() override {
-    leave_ = true;
-    return Status::Ok();
-  }
-
- private:
-  WorkerPolicyEvent Event(int64_t epoch) const {
-    WorkerPolicyEvent e;
-    e.worker_id = client_.worker_id();
-    e.clock = client_.clock();
-    e.epoch = epoch;
-    e.steps = data_.steps;
-    e.batches_per_step = data_.per_step();
-    e.now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now().time_since_epoch())
-                   .count();
-    e.stats = client_.stats();
-    return e;
-  }
-
-  Client& client_;
-  DataPosition& data_;
-  const std::vector<std::shared_ptr<WorkerPolicy>> policies_;
-  std::vector<int32_t> live_;
-  int64_t epochs_seen_ = 0;
-  bool leave_ = false;
-};
 
 // One app's step: pull, gradient (its loss checked with CheckLoss before
 // anything is pushed) and push for `batch`, indices into its training set

@@ -121,9 +121,10 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   char line[512];
   std::snprintf(
       line, sizeof(line),
-      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s  %s\n",
+      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s %6s  "
+      "%s\n",
       "id", "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls",
-      "dups", "errors", "limit", "denied", "keys", "clock", "parked",
+      "dups", "errors", "limit", "denied", "keys", "clock", "parked", "queue",
       "address");
   os << line;
   for (const auto& m : status.members) {
@@ -131,7 +132,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     std::snprintf(
         line, sizeof(line),
         "%-4d %-7s %-8s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %6llu "
-        "%6llu %8llu %7lld %6llu  %s\n",
+        "%6llu %8llu %7lld %6llu %6llu  %s\n",
         m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago), m.slots,
         static_cast<unsigned long long>(m.counters.requests),
@@ -144,6 +145,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<unsigned long long>(m.counters.keys_stored),
         static_cast<long long>(m.counters.min_clock),
         static_cast<unsigned long long>(m.counters.parked_pulls),
+        static_cast<unsigned long long>(m.counters.queue_peak),
         m.address.c_str());
     os << line;
   }
@@ -229,7 +231,7 @@ bool Monotonic(std::string_view counter) {
        {"requests", "pushes", "pulls", "duplicates", "redirects", "errors",
         "refused_limits", "refused_permission", "bytes_in", "bytes_out",
         "checkpoints_written", "window_expired", "busy_us", "apply_us",
-        "gns_us"}) {
+        "gns_us", "queued_requests"}) {
     if (counter == name) return true;
   }
   return false;

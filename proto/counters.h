@@ -43,6 +43,8 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("busy_us", c.busy_us...);
   f("apply_us", c.apply_us...);
   f("gns_us", c.gns_us...);
+  f("queued_requests", c.queued_requests...);
+  f("queue_peak", c.queue_peak...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

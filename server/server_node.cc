@@ -9,6 +9,7 @@
 #include "proto/counters.h"
 #include "proto/table_config.h"
 #include "transport/endpoint.h"
+#include "transport/zmq_transport.h"
 
 namespace ductile {
 namespace {
@@ -70,7 +71,8 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
 ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
 
 Status ServerNode::Start() {
-  transport_ = env_->NewTransport("server", options_.security);
+  transport_ = env_->NewTransport("server", options_.security,
+                                  IoThreadsFor(options_.io_threads));
   mover_ = std::make_unique<SlotMover>(env_, transport_.get(),
                                        milliseconds(options_.move_timeout_ms));
   DUCTILE_ASSIGN_OR_RETURN(
@@ -271,7 +273,18 @@ void ServerNode::Step() {
   if (env_->Now() >= next_heartbeat_) Heartbeat(0);
   for (int i = 0; i < kRequestsPerStep; ++i) {
     bool got = false;
-    if (!router_->Receive(&message_, &got).ok() || !got) break;
+    if (!router_->Receive(&message_, &got).ok() || !got) {
+      run_ = 0;
+      break;
+    }
+    // Read right after another: it waited in the socket behind that one.
+    if (run_++ > 0) {
+      counters_.Add(&ServerCounters::queued_requests);
+      if (run_ - 1 > queue_peak_) {
+        queue_peak_ = run_ - 1;
+        counters_.Set(&ServerCounters::queue_peak, queue_peak_);
+      }
+    }
     const TimePoint start = env_->Now();
     HandleRequest(message_);
     const TimePoint end = env_->Now();
@@ -311,6 +324,9 @@ void ServerNode::Heartbeat(int64_t busy_ms) {
     hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
   }
   CountersToWire(counters_.Snapshot(), hb.mutable_counters());
+  // The next interval's peak starts from the requests waiting now.
+  queue_peak_ = run_ > 0 ? run_ - 1 : 0;
+  counters_.Set(&ServerCounters::queue_peak, queue_peak_);
   Send(hb);  // a lost heartbeat is not an error
   next_heartbeat_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
 }

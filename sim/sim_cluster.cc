@@ -697,6 +697,7 @@ void Cluster::HandleIdle() {
     const ServerCounters c = server ? server->counters() : ServerCounters();
     result_.window_clients.push_back(c.window_clients);
     result_.window_expired.push_back(c.window_expired);
+    result_.queued_requests.push_back(c.queued_requests);
   }
   idle_over_ = true;
 }
@@ -842,6 +843,12 @@ SimResult Cluster::Run() {
       }
     }
     NoteProgress();
+    for (const auto& server : servers_) {
+      if (server) {
+        result_.queue_peak =
+            std::max(result_.queue_peak, server->counters().queue_peak);
+      }
+    }
     if (coordinator_ && !coordinator_->state().recovering) {
       resume_clocks_[coordinator_->state().generation] =
           coordinator_->state().resume_clock;

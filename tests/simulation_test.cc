@@ -338,6 +338,36 @@ TEST(Simulation, TheOnlyServerPausedPastTheTimeoutTakesTheJobBack) {
   }
 }
 
+// A server that stops running for a while (as on SIGSTOP) finds its
+// workers' requests waiting when it goes on, and counts them: all but the
+// first it reads waited behind another. The same run without the pause
+// (same seed) is compared: its requests arrive in bunches too (replies
+// and the next requests cross), but fewer wait at once.
+TEST(Simulation, RequestsWaitingForAPausedServerAreCountedAsQueued) {
+  uint64_t steady_peak = 0, paused_peak = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SimOptions o = DiskFaultCase(seed, /*servers=*/1, /*clocks=*/20);
+    o.workers = 3;
+    o.idle_after_ms = 1;  // takes the servers' counters at the end
+    const SimResult steady = RunSimulation(o);
+    ASSERT_TRUE(steady.ok) << Describe(o) << ": " << steady.failure;
+    o.crashes.push_back(
+        {.server = 0, .at_clock = 5, .down_ms = 1000, .pause = true});
+    const SimResult paused = RunSimulation(o);
+    ASSERT_TRUE(paused.ok) << Describe(o) << ": " << paused.failure;
+    ASSERT_EQ(paused.queued_requests.size(), 1u);
+    // Each worker's request of the paused clocks waited; at least all but
+    // the one read first.
+    EXPECT_GE(paused.queued_requests[0], static_cast<uint64_t>(o.workers - 1))
+        << Describe(o);
+    EXPECT_GE(paused.queue_peak, static_cast<uint64_t>(o.workers - 1))
+        << Describe(o);
+    steady_peak = std::max(steady_peak, steady.queue_peak);
+    paused_peak = std::max(paused_peak, paused.queue_peak);
+  }
+  EXPECT_GT(paused_peak, steady_peak);
+}
+
 // Workers join and leave at several clocks under every model: every read
 // counts each worker's clocks from its join to its leave, exactly under BSP.
 TEST(Simulation, WorkersJoiningAndLeavingKeepEveryInvariant) {

@@ -133,6 +133,10 @@ DEFINE_int32(apply_threads, 0,
              "server, local: threads that apply one large push (32K floats "
              "or more) together; 0: the machine's cores, at most 8 (1 to "
              "256)");
+DEFINE_int32(io_threads, 0,
+             "server, worker, local: threads that move a member's bytes "
+             "(ZeroMQ's I/O threads, each serving whole connections); 0: a "
+             "quarter of the machine's cores, 1 to 4 (1 to 64)");
 DEFINE_bool(keep_freed_memory, true,
             "server, worker, local: keep freed memory for reuse (glibc: no "
             "mapping of its own for a large block, no trimming), so that "
@@ -437,6 +441,9 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
       (FLAGS_apply_threads < 0 || FLAGS_apply_threads > 256)) {
     return ductile::InvalidArgumentError("--apply_threads must be in [0, 256]");
   }
+  if (FLAGS_io_threads < 0 || FLAGS_io_threads > 64) {
+    return ductile::InvalidArgumentError("--io_threads must be in [0, 64]");
+  }
   if ((command == "server" || command == "local") &&
       FLAGS_max_stored_mb > (uint64_t{1} << 30)) {
     return ductile::InvalidArgumentError(
@@ -532,6 +539,7 @@ int RunServer() {
   o.client_idle_expiry_s = FLAGS_client_idle_expiry_s;
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.apply_threads = FLAGS_apply_threads;
+  o.io_threads = FLAGS_io_threads;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto security = SecurityFromFlags(
@@ -563,6 +571,10 @@ bool ParseSizes(const std::string& text, std::vector<size_t>* out) {
 }
 
 int RunWorker() {
+  if (FLAGS_io_threads < 0 || FLAGS_io_threads > 64) {
+    return Fail(
+        ductile::InvalidArgumentError("--io_threads must be in [0, 64]"));
+  }
   if (FLAGS_app != "fmnist-logreg" && FLAGS_app != "fmnist-mlp" &&
       FLAGS_app != "mf") {
     return Fail(ductile::InvalidArgumentError(
@@ -640,6 +652,7 @@ int RunWorker() {
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.request_timeout_ms = FLAGS_timeout_ms;
   o.enable_cache = FLAGS_cache;
+  o.io_threads = FLAGS_io_threads;
   auto id = IdOrRank(FLAGS_worker_id, "worker");
   if (!id.ok()) return Fail(id.status());
   o.requested_worker_id = *id;
@@ -945,6 +958,7 @@ std::vector<std::string> LaunchedServerFlags() {
           Forward("client_idle_expiry_s"),
           Forward("noise_scale_sample"),
           Forward("apply_threads"),
+          Forward("io_threads"),
           Forward("keep_freed_memory"),
           Forward("coordinator_timeout_ms"),
           Forward("move_timeout_ms")};
@@ -954,6 +968,7 @@ std::vector<std::string> LaunchedWorkerFlags() {
   std::vector<std::string> flags;
   for (const char* name : kTrainingFlags) flags.push_back(Forward(name));
   flags.push_back(Forward("timeout_ms"));
+  flags.push_back(Forward("io_threads"));
   flags.push_back(Forward("keep_freed_memory"));
   return flags;
 }
@@ -1095,6 +1110,7 @@ const std::vector<Command>& Commands() {
         "client_idle_expiry_s",
         "noise_scale_sample",
         "apply_threads",
+        "io_threads",
         "keep_freed_memory",
         "coordinator_timeout_ms",
         "no_worker_timeout_ms",
@@ -1138,6 +1154,7 @@ const std::vector<Command>& Commands() {
         "client_idle_expiry_s",
         "noise_scale_sample",
         "apply_threads",
+        "io_threads",
         "keep_freed_memory",
         "coordinator_timeout_ms",
         "ipc_dir",
@@ -1151,7 +1168,7 @@ const std::vector<Command>& Commands() {
       {"worker",
        "run a worker of --app (--coordinator)",
        {"coordinator", "worker_id", "timeout_ms", "keys", "member_key",
-        "require_member_keys", "keep_freed_memory"},
+        "require_member_keys", "io_threads", "keep_freed_memory"},
        true,
        RunWorker},
       {"status",
@@ -1221,6 +1238,7 @@ const std::vector<Command>& Commands() {
         "client_idle_expiry_s",
         "noise_scale_sample",
         "apply_threads",
+        "io_threads",
         "keep_freed_memory",
         "coordinator_timeout_ms",
         "move_timeout_ms",

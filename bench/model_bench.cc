@@ -62,6 +62,9 @@ DEFINE_int32(steps, 0,
 DEFINE_int32(repeats, 3, "Runs of each measurement; medians are shown.");
 DEFINE_int32(apply_threads, 0,
              "ServerOptions::apply_threads of every server (0: default).");
+DEFINE_int32(io_threads, 0,
+             "ServerOptions::io_threads and ClientOptions::io_threads of "
+             "every server and worker (0: default).");
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
 DEFINE_bool(keep_freed_memory, true,
@@ -126,6 +129,8 @@ Result<std::unique_ptr<InProcessCluster>> StartCluster(const Shape& shape) {
   o.client.connect_timeout_ms = 20000;
   o.client.request_timeout_ms = kSocketTimeoutMs;
   o.client.prefer_ipc = true;
+  o.server.io_threads = FLAGS_io_threads;
+  o.client.io_threads = FLAGS_io_threads;
   return InProcessCluster::Start(o);
 }
 

@@ -69,6 +69,9 @@ DEFINE_int32(iters, 0,
              "pipelined 20000, 1000, 200; half of that with --quick.");
 DEFINE_int32(repeats, 3, "Runs of each measurement; the median is shown.");
 DEFINE_int32(inflight, 8, "Requests outstanding per worker when pipelined.");
+DEFINE_int32(io_threads, 0,
+             "ServerOptions::io_threads and ClientOptions::io_threads of "
+             "every server and worker (0: default).");
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_bool(quick, false,
             "A run of about 20 s: 4 KiB and 1 MiB (unless --sizes is given) "
@@ -510,6 +513,8 @@ Result<std::unique_ptr<InProcessCluster>> StartCluster(
   o.server.security = security;
   o.client.connect_timeout_ms = 20000;
   o.client.prefer_ipc = true;
+  o.server.io_threads = FLAGS_io_threads;
+  o.client.io_threads = FLAGS_io_threads;
   o.client.security = security;
   return InProcessCluster::Start(o);
 }

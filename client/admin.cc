@@ -27,7 +27,7 @@ Result<wire::Header> AskCoordinator(const std::string& address,
                                     int64_t timeout_ms,
                                     const std::string& awaited = "answer") {
   std::unique_ptr<Transport> transport =
-      SystemEnv()->NewTransport("admin", security);
+      SystemEnv()->NewTransport("admin", security, /*io_threads=*/1);
   DUCTILE_ASSIGN_OR_RETURN(std::unique_ptr<Socket> socket,
                            transport->NewDealer("", kControlMessageBytes));
   DUCTILE_RETURN_IF_ERROR(socket->Connect(address));

@@ -42,7 +42,8 @@ CoordinatorNode::CoordinatorNode(const CoordinatorOptions& options, Env* env)
                   [this] { return checkpoints_.in_progress(); }) {}
 
 Status CoordinatorNode::Start() {
-  transport_ = env_->NewTransport("coordinator", options_.security);
+  transport_ = env_->NewTransport("coordinator", options_.security,
+                                  /*io_threads=*/1);  // control messages
   DUCTILE_ASSIGN_OR_RETURN(socket_,
                            transport_->NewRouter(kControlMessageBytes));
   std::string bind = options_.bind_address;

@@ -43,9 +43,11 @@ class Env {
 
   // A transport of the node's own: its sockets belong to it. `node` names
   // the node (the simulation uses it to tell nodes apart); `security` says
-  // how its connections are secured (a simulation ignores it).
+  // how its connections are secured, and `io_threads` how many threads
+  // move its bytes (ZeroMQ's I/O threads; a simulation ignores both).
   virtual std::unique_ptr<Transport> NewTransport(const std::string& node,
-                                                  const Security& security) = 0;
+                                                  const Security& security,
+                                                  int io_threads) = 0;
 
   // Durable storage (storage/checkpoint_store.h, storage/coordinator_store.h).
   virtual Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(

@@ -23,8 +23,9 @@ class RealEnv final : public Env {
   }
 
   std::unique_ptr<Transport> NewTransport(const std::string&,
-                                          const Security& security) override {
-    return NewZmqTransport(security);
+                                          const Security& security,
+                                          int io_threads) override {
+    return NewZmqTransport(security, io_threads);
   }
 
   Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(

@@ -27,8 +27,8 @@ class SimEnv final : public Env {
         .count();
   }
   uint64_t RandomU64() override { return network_->rng()(); }
-  std::unique_ptr<Transport> NewTransport(const std::string&,
-                                          const Security&) override {
+  std::unique_ptr<Transport> NewTransport(const std::string&, const Security&,
+                                          int) override {
     return network_->NewTransport(node_);
   }
   Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(

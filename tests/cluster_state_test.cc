@@ -47,8 +47,8 @@ class StoreOnlyEnv final : public Env {
   TimePoint Now() override { return std::chrono::steady_clock::now(); }
   int64_t UnixMs() override { return 0; }
   uint64_t RandomU64() override { return 4; }
-  std::unique_ptr<Transport> NewTransport(const std::string&,
-                                          const Security&) override {
+  std::unique_ptr<Transport> NewTransport(const std::string&, const Security&,
+                                          int) override {
     return nullptr;
   }
   Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -209,6 +211,60 @@ TEST(Cluster, DenseTensorRoundTripsAcrossServers) {
     servers_with_keys += cluster.server(i).counters().keys_stored > 0;
   }
   EXPECT_EQ(servers_with_keys, 3);
+}
+
+// Servers and a client whose bytes move on several ZeroMQ I/O threads
+// (their connections spread over them) carry large values exactly, and a
+// count out of range is refused by name.
+TEST(Cluster, MembersWithSeveralIoThreadsCarryLargeValuesExactly) {
+  ServerOptions bad_server;
+  bad_server.io_threads = 65;
+  const auto refused = Server::Start(bad_server);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("io_threads"), std::string::npos);
+
+  TestClusterOptions options;
+  options.num_servers = 3;
+  options.server.io_threads = 3;
+  TestCluster cluster(options);
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.connect_timeout_ms = 20000;
+  o.io_threads = -1;
+  const auto bad_client = Client::Connect(o);
+  ASSERT_FALSE(bad_client.ok());
+  EXPECT_NE(bad_client.status().message().find("io_threads"),
+            std::string::npos);
+  o.io_threads = 3;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TableOptions t = AddTable("large", 0);
+  t.rule = UpdateRule::kAdd;
+  auto tensor = (*client)->RegisterTensor(t, 3000017, 262144);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  std::vector<float> values(3000017);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * (i % 4099);
+  // Several requests in flight at once, to every server.
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE((*client)->PushTensor(*tensor, values).ok());
+  }
+  std::vector<float> out(values.size());
+  ASSERT_TRUE((*client)->PullTensor(*tensor, out).ok());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(out[i], 3 * values[i]) << "float " << i;
+  }
+  // libzmq names its I/O threads ZMQbg/IO/0, /1, ...: each of the three
+  // servers and the client has a third one.
+  int third_io_threads = 0;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    third_io_threads += name == "ZMQbg/IO/2";
+  }
+  EXPECT_EQ(third_io_threads, 4);
 }
 
 TEST(Cluster, ClientRefreshesRoutingAndResendsWhenASlotMoves) {

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -366,7 +367,8 @@ void ServeZap(const Security& security, zmq::socket_t& socket) {
 
 class ZmqTransport final : public Transport {
  public:
-  explicit ZmqTransport(const Security& security) : security_(security) {
+  ZmqTransport(const Security& security, int io_threads)
+      : security_(security), context_(io_threads) {
     if (!security_.curve()) return;
     // Bound before any router exists: a CURVE handshake with no handler
     // bound would admit any client key.
@@ -499,7 +501,7 @@ class ZmqTransport final : public Transport {
 
  private:
   const Security security_;
-  zmq::context_t context_{1};
+  zmq::context_t context_;
   zmq::socket_t zap_socket_;
   std::thread zap_thread_;
   std::vector<zmq::pollitem_t> items_;
@@ -530,7 +532,18 @@ void RaiseOpenFileLimit() {
 
 }  // namespace
 
-std::unique_ptr<Transport> NewZmqTransport(const Security& security) {
+int DefaultIoThreads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return std::clamp(static_cast<int>(cores / 4), 1, 4);
+}
+
+int IoThreadsFor(int requested) {
+  return requested > 0 ? requested : DefaultIoThreads();
+}
+
+std::unique_ptr<Transport> NewZmqTransport(const Security& security,
+                                           int io_threads) {
+  if (io_threads < 1 || io_threads > 64) io_threads = 1;
   // Once per process: libzmq aborts when accepting on an ipc:// socket
   // finds no file descriptor left (tcp:// only refuses), so idle
   // connections up to the soft limit would let the next one kill the
@@ -549,7 +562,7 @@ std::unique_ptr<Transport> NewZmqTransport(const Security& security) {
   // finds it.)
   static std::once_flag network;
   std::call_once(network, [] { keep_network_up = zmq_ctx_new(); });
-  return std::make_unique<ZmqTransport>(security);
+  return std::make_unique<ZmqTransport>(security, io_threads);
 }
 
 }  // namespace ductile

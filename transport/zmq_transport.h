@@ -21,10 +21,22 @@
 
 namespace ductile {
 
-// The first call in a process raises its soft limit of open files to the
-// hard limit: libzmq aborts the process when accepting a connection on an
-// ipc:// socket finds no file descriptor left.
-std::unique_ptr<Transport> NewZmqTransport(const Security& security);
+// A transport whose ZeroMQ context moves bytes on `io_threads` threads
+// (1 - 64; out of range: 1). Each connection is served by one of them, so
+// more than one helps a member with several busy connections (a client
+// talking to several servers, a server to several workers); ZeroMQ's guide
+// suggests one per GB/s. The first call in a process raises its soft limit
+// of open files to the hard limit: libzmq aborts the process when
+// accepting a connection on an ipc:// socket finds no file descriptor left.
+std::unique_ptr<Transport> NewZmqTransport(const Security& security,
+                                           int io_threads = 1);
+
+// The I/O threads a member takes when told 0: a quarter of the machine's
+// cores, 1 to 4.
+int DefaultIoThreads();
+
+// `requested`, or DefaultIoThreads() for 0.
+int IoThreadsFor(int requested);
 
 }  // namespace ductile
 

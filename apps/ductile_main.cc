@@ -261,7 +261,9 @@ DEFINE_double(lr_min_factor, 0.0,
 DEFINE_string(lr_scaling, "none",
               "with --consistency=bsp (mean): the learning rate follows the "
               "global batch when workers join or leave: none, linear (times "
-              "workers / the workers when the tables were made) or sqrt");
+              "workers / the workers when the tables were made), sqrt or "
+              "adascale (the gain from the gradient noise scale the servers "
+              "estimate: between 1 and linear)");
 DEFINE_int64(lr_scaling_ramp, 50,
              "--lr_scaling: steps over which a new factor is reached");
 DEFINE_double(l2, 0.0, "L2 weight decay");

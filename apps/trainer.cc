@@ -71,9 +71,9 @@ Status Validate(const TrainerOptions& o) {
     return InvalidArgumentError("--lr_min_factor must be in [0, 1]");
   }
   if (o.lr_scaling != "none" && o.lr_scaling != "linear" &&
-      o.lr_scaling != "sqrt") {
+      o.lr_scaling != "sqrt" && o.lr_scaling != "adascale") {
     return InvalidArgumentError("unknown --lr_scaling '" + o.lr_scaling +
-                                "' (none, linear, sqrt)");
+                                "' (none, linear, sqrt, adascale)");
   }
   if (o.lr_scaling_ramp < 0 || o.lr_scaling_ramp > (int64_t{1} << 40)) {
     return InvalidArgumentError("--lr_scaling_ramp must be in [0, 2^40]");
@@ -128,6 +128,7 @@ BatchScaling BatchScalingOf(const TrainerOptions& o, int world) {
   if (o.lr_scaling == "none") return b;  // the same for every worker
   if (o.lr_scaling == "linear") b.rule = BatchScaling::Rule::kLinear;
   if (o.lr_scaling == "sqrt") b.rule = BatchScaling::Rule::kSqrt;
+  if (o.lr_scaling == "adascale") b.rule = BatchScaling::Rule::kAdaScale;
   b.base_pushes = std::max(1, world);
   b.ramp_clocks = o.lr_scaling_ramp;
   return b;

@@ -53,7 +53,8 @@ struct TrainerOptions {
   float lr_min_factor = 0.0f;
   // How the rate follows the global batch of BSP (mean) clocks when the
   // workers change (TableOptions::batch_scaling): "none", "linear" or
-  // "sqrt", against the workers the job has when its tables are made,
+  // "sqrt", against the workers the job has when its tables are made, or
+  // "adascale" (the gain from the gradient noise scale, BatchScaling),
   // ramped over `lr_scaling_ramp` clocks.
   std::string lr_scaling = "none";
   int64_t lr_scaling_ramp = 50;

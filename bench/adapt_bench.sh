@@ -11,9 +11,9 @@
 #      and, with the policy, the time from the slowdown to the replacement
 #      request and to the replacement's start.
 #   3. resize: BSP (mean), momentum SGD, 2 workers grown to 4 at clock
-#      RESIZE_UP and shrunk to 2 at RESIZE_DOWN, without and with
-#      --lr_scaling=linear: the training loss and the test accuracy across
-#      the resizes (worker 0's CSV log).
+#      RESIZE_UP and shrunk to 2 at RESIZE_DOWN, for each --lr_scaling in
+#      RESIZE_SETTINGS (none linear adascale): the training loss and the
+#      test accuracy across the resizes (worker 0's CSV log).
 #   4. noise scale: BSP, 3 workers: the gradient noise scale the servers
 #      estimate, read with `ductile status` every second over the run, with
 #      the servers' time spent on it per clock against the workers' step
@@ -55,6 +55,7 @@ SLOW_AT=${SLOW_AT:-8}
 RESIZE_UP=${RESIZE_UP:-150}
 RESIZE_DOWN=${RESIZE_DOWN:-600}
 EXPERIMENTS=${EXPERIMENTS:-1 2 3 4}
+RESIZE_SETTINGS=${RESIZE_SETTINGS:-none linear adascale}
 COMM_SCALING=${COMM_SCALING:-linear}
 COMM_POLICY=${COMM_POLICY:-comm-batch}
 [[ -x "$DUCTILE" ]] || { echo "no $DUCTILE: build first" >&2; exit 1; }
@@ -188,7 +189,7 @@ fi
 if wanted 3; then
 echo "run,setting,kind,epoch,clock,time_s,loss,accuracy" >"$OUT/resize.csv"
 for ((r = 1; r <= REPEATS; r++)); do
-  for setting in none linear; do
+  for setting in $RESIZE_SETTINGS; do
     log="$OUT/resize-$setting-$r.log"
     rm -f "$log.csv"
     s=$(run "$log" --workers=2 --max_workers=4 --consistency=bsp \
@@ -341,7 +342,10 @@ EOF
   )
 fi
 if command -v gnuplot >/dev/null && wanted 3; then
-  for setting in none linear; do
+  loss_plot="" acc_plot=""
+  for setting in $RESIZE_SETTINGS; do
+    loss_plot+="${loss_plot:+, }'resize-$setting-loss.dat' with lines title '$setting'"
+    acc_plot+="${acc_plot:+, }'resize-$setting-acc.dat' with linespoints title '$setting'"
     awk -F, -v s="$setting" '$1 == 1 && $2 == s && $3 == "step" {print $5, $7}' \
       "$OUT/resize.csv" >"$OUT/resize-$setting-loss.dat"
     awk -F, -v s="$setting" '$1 == 1 && $2 == s && $3 == "epoch" {print $5, $8}' \
@@ -357,12 +361,10 @@ set grid
 set arrow from $RESIZE_UP, graph 0 to $RESIZE_UP, graph 1 nohead dt 2
 set arrow from $RESIZE_DOWN, graph 0 to $RESIZE_DOWN, graph 1 nohead dt 2
 set ylabel 'training loss'
-plot 'resize-none-loss.dat' with lines title 'no rule', \
-     'resize-linear-loss.dat' with lines title 'linear rule, ramped'
+plot $loss_plot
 set xlabel 'clock'
 set ylabel 'test accuracy'
-plot 'resize-none-acc.dat' with linespoints title 'no rule', \
-     'resize-linear-acc.dat' with linespoints title 'linear rule, ramped'
+plot $acc_plot
 unset multiplot
 EOF
   )

@@ -170,7 +170,7 @@ Status ValidateSchedule(const LearningRateSchedule& s) {
 
 Status ValidateBatchScaling(const BatchScaling& b) {
   const int rule = static_cast<int>(b.rule);
-  if (rule < 0 || rule > static_cast<int>(BatchScaling::Rule::kSqrt)) {
+  if (rule < 0 || rule > static_cast<int>(BatchScaling::Rule::kAdaScale)) {
     return InvalidArgumentError("batch_scaling: unknown rule " +
                                 std::to_string(rule));
   }

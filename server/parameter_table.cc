@@ -23,13 +23,24 @@ float ParameterTable::BatchFactor(int64_t clock, int32_t batches,
       combine != BspCombine::kMean || options_.rule == UpdateRule::kAssign) {
     return 1.0f;
   }
-  const float target = BatchScalingFactor(options_.batch_scaling, batches);
-  if (target != batch_target_ && (!batch_seen_ || clock > batch_clock_)) {
+  const float target =
+      BatchScalingFactor(options_.batch_scaling, batches, noise_scale_);
+  // AdaScale's gain moves every clock: logged when it moved by a tenth.
+  const bool moved =
+      options_.batch_scaling.rule == BatchScaling::Rule::kAdaScale
+          ? !batch_seen_ || std::abs(target - batch_target_) >
+                                0.1f * std::max(batch_target_, 1.0f)
+          : target != batch_target_;
+  if (moved && (!batch_seen_ || clock > batch_clock_)) {
     LOG(INFO) << "table '" << options_.name << "': learning-rate batch factor "
               << target << " (" << batches << " worker batches a clock, base "
-              << options_.batch_scaling.base_pushes << ") from clock " << clock
-              << ", reached over " << options_.batch_scaling.ramp_clocks
-              << " clocks";
+              << options_.batch_scaling.base_pushes
+              << (options_.batch_scaling.rule == BatchScaling::Rule::kAdaScale
+                      ? ", noise scale " + std::to_string(noise_scale_) +
+                            " worker batches"
+                      : std::string())
+              << ") from clock " << clock << ", reached over "
+              << options_.batch_scaling.ramp_clocks << " clocks";
     batch_target_ = target;
   }
   batch_clock_ = batch_seen_ ? std::max(batch_clock_, clock) : clock;

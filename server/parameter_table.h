@@ -68,6 +68,9 @@ class ParameterTable {
   // here (ignored unless combined by the mean), ramped from the factor of
   // the clocks before.
   float BatchFactor(int64_t clock, int32_t batches, BspCombine combine);
+  // The gradient noise scale this server estimates, in worker batches (0:
+  // none yet), for BatchScaling::Rule::kAdaScale.
+  void SetNoiseScale(double worker_batches) { noise_scale_ = worker_batches; }
   // What a combined sum standing for `batches` worker batches (BatchesOf)
   // is multiplied by before it is applied: 1 / batches for a mean (not for
   // assign tables), else 1.
@@ -195,6 +198,7 @@ class ParameterTable {
   std::vector<Key> changed_;  // keys with Entry::changed set
   BatchScaleRamp batch_ramp_;
   float batch_target_ = 1.0f;  // the factor last logged
+  double noise_scale_ = 0;     // SetNoiseScale
   int64_t batch_clock_ = 0;    // the newest BSP clock seen
   bool batch_seen_ = false;    // any clock yet
   ParallelRunner* runner_ = nullptr;

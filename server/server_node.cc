@@ -425,6 +425,14 @@ void ServerNode::CreateTable(const wire::Header& header) {
   if (s.ok()) {
     consistency_.AddTable(header.table().id(),
                           FromWire(header.table().consistency()));
+    if (!noise_.enabled() &&
+        header.table().batch_scaling().rule() ==
+            static_cast<int>(BatchScaling::Rule::kAdaScale)) {
+      LOG(WARNING) << "server " << id_ << ": table '" << header.table().name()
+                   << "' scales its learning rate by AdaScale's gain, which "
+                      "needs the gradient noise scale: with "
+                      "--noise_scale_sample=0 its factor stays 1 here";
+    }
   }
   wire::Header ack;
   ack.set_type(wire::TABLE_CREATE_ACK);
@@ -720,6 +728,15 @@ void ServerNode::OnServerClock() {
     counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());
     counters_.Set(&ServerCounters::gns_noise_trace, noise_.noise_trace());
     counters_.Set(&ServerCounters::gns_clocks, noise_.clocks());
+    // AdaScale's gain (BatchScaling::Rule::kAdaScale) reads this server's
+    // estimate, once it has enough clocks.
+    const double noise_scale =
+        noise_.clocks() >= kAdaScaleMinClocks && noise_.gradient_sq() > 0
+            ? noise_.noise_trace() / noise_.gradient_sq()
+            : 0;
+    tables_.ForEach([noise_scale](TableId, ParameterTable& table) {
+      table.SetNoiseScale(noise_scale);
+    });
   }
   // Tell the coordinator at once when a checkpoint by clock is due, rather
   // than at the next heartbeat.

@@ -298,6 +298,44 @@ TEST(LocalCluster, TheGnsBatchPolicyGrowsTheJobWithTheNoiseScale) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// --lr_scaling=adascale: a BSP job of 2 workers (the base) grows to 3 at
+// clock 100, and the server scales the rate by AdaScale's gain from its own
+// noise estimate: every factor it logs is (phi + 1) / (phi / k + 1) of the
+// batches and noise scale it logs with it (phi in base batches, k the
+// batches over the base), and with 3 workers and logistic regression's
+// noise (a few worker batches) the gain lies strictly between 1 and the
+// linear rule's 1.5.
+TEST(LocalCluster, AnAdaScaleJobScalesItsRateByTheNoiseGain) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--workers=2", "--servers=1", "--epochs=1",
+             "--consistency=bsp", "--lr_scaling=adascale",
+             "--lr_scaling_ramp=0", "--resize_schedule=workers=3@clock=100",
+             "--log_every=300", "--verbose", marker});
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  const std::string out = p.output();
+  const std::regex line(
+      "learning-rate batch factor ([0-9.e+-]+) \\(([0-9]+) worker batches a "
+      "clock, base ([0-9]+), noise scale ([0-9.e+-]+) worker batches\\)");
+  int checked = 0, between = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    const double factor = std::stod((*it)[1]);
+    const double batches = std::stod((*it)[2]);
+    const double base = std::stod((*it)[3]);
+    const double noise = std::stod((*it)[4]);
+    const double k = batches / base, phi = noise / base;
+    const double gain = noise > 0 ? (phi + 1) / (phi / k + 1) : 1.0;
+    EXPECT_NEAR(factor, gain, 1e-3 * gain) << it->str();
+    ++checked;
+    between += batches == 3 && base == 2 && factor > 1.0 && factor < 1.5;
+  }
+  EXPECT_GE(checked, 2) << out;
+  EXPECT_GE(between, 1) << out;
+  EXPECT_NE(out.find("final test accuracy"), std::string::npos) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 // --policy=gns-batch:by=batch: the same estimate grows the batches each
 // worker trains in a step instead (2 workers, up to 3 batches a step), and
 // the servers' factor counts the batches the pushes stand for.
@@ -837,7 +875,8 @@ TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
   Process bad_scaling(
       {kBinary, "local", "--lr_scaling=cubic", UniqueTimeoutFlag()});
   EXPECT_NE(ExitCode(bad_scaling.Wait(std::chrono::seconds(60))), 0);
-  EXPECT_NE(bad_scaling.output().find("unknown --lr_scaling 'cubic'"),
+  EXPECT_NE(bad_scaling.output().find(
+                "unknown --lr_scaling 'cubic' (none, linear, sqrt, adascale)"),
             std::string::npos)
       << bad_scaling.output();
   // Pushes applied one by one have no global batch to follow.

@@ -395,6 +395,38 @@ TEST(BatchScaledTable, AClocksRateCountsTheBatchesItsPushesStandFor) {
   }
 }
 
+// An AdaScale table steps by the gain of the noise scale its server set,
+// 1 before any: SGD, rate 1, a mean update of 1 from 4 pushes (base 1).
+TEST(BatchScaledTable, AnAdaScaleTableFollowsItsServersNoiseScale) {
+  TableOptions t = Table(UpdateRule::kSgd, 2);
+  t.learning_rate = 1.0f;
+  t.batch_scaling.rule = BatchScaling::Rule::kAdaScale;
+  t.batch_scaling.base_pushes = 1;
+  t.batch_scaling.ramp_clocks = 0;  // at once
+  ParameterTable table(1, t, nullptr);
+  std::unordered_map<Key, Combined> keys;
+  auto apply = [&](int64_t clock) {
+    keys[5] = Combined{std::vector<float>(2, 4.0f), 4};
+    std::vector<Status> errors;
+    table.ApplyCombinedAll(keys, BspCombine::kMean, clock, &errors);
+    ASSERT_TRUE(errors.empty());
+  };
+  std::vector<float> v;
+  apply(0);  // no estimate yet: factor 1
+  ASSERT_TRUE(table.Get(5, &v));
+  EXPECT_FLOAT_EQ(v.front(), -1.0f);
+  // phi = 3 worker batches, k = 4: (3 + 1) / (3/4 + 1) = 16/7.
+  table.SetNoiseScale(3.0);
+  apply(1);
+  ASSERT_TRUE(table.Get(5, &v));
+  EXPECT_FLOAT_EQ(v.front(), -1.0f - 16.0f / 7.0f);
+  // Noise far above: the linear rule's 4.
+  table.SetNoiseScale(1e9);
+  apply(2);
+  ASSERT_TRUE(table.Get(5, &v));
+  EXPECT_NEAR(v.front(), -1.0f - 16.0f / 7.0f - 4.0f, 1e-4);
+}
+
 // Pushes applied one by one (async, SSP) are one worker's batch each.
 TEST(BatchScaledTable, PushesAppliedOneByOneAreNotScaled) {
   TableOptions t = Table(UpdateRule::kSgd, 1);

@@ -487,6 +487,38 @@ TEST(BatchScaling, TheFactorIsThePushesOverTheBaseOrItsRoot) {
   EXPECT_FLOAT_EQ(BatchScalingFactor(b, 8), 2.0f);
 }
 
+// AdaScale's gain (phi + 1) / (phi / k + 1), phi in base global batches.
+TEST(BatchScalingFactor, AdaScalesGainLiesBetweenOneAndLinear) {
+  BatchScaling b;
+  b.rule = BatchScaling::Rule::kAdaScale;
+  b.base_pushes = 2;
+  // No estimate (0, negative, not finite): 1.
+  EXPECT_EQ(BatchScalingFactor(b, 8), 1.0f);
+  EXPECT_EQ(BatchScalingFactor(b, 8, -3.0), 1.0f);
+  EXPECT_EQ(BatchScalingFactor(b, 8, std::nan("")), 1.0f);
+  EXPECT_EQ(BatchScalingFactor(b, 8, HUGE_VAL), 1.0f);
+  // 8 pushes over a base of 2: k = 4. A noise scale of 2 worker batches is
+  // phi = 1 base batch: (1 + 1) / (1/4 + 1) = 1.6.
+  EXPECT_FLOAT_EQ(BatchScalingFactor(b, 8, 2.0), 1.6f);
+  // Noise that dominates: near linear (4); a gradient that dominates: near 1.
+  EXPECT_NEAR(BatchScalingFactor(b, 8, 2e6), 4.0f, 1e-4);
+  EXPECT_NEAR(BatchScalingFactor(b, 8, 2e-6), 1.0f, 1e-5);
+  // The base size itself: 1, whatever the noise; fewer pushes: below 1.
+  EXPECT_FLOAT_EQ(BatchScalingFactor(b, 2, 5.0), 1.0f);
+  // k = 1/2, phi = 1: 2 / 3.
+  EXPECT_FLOAT_EQ(BatchScalingFactor(b, 1, 2.0), 2.0f / 3.0f);
+  // The gain grows with k and with the noise, and never passes k.
+  for (int32_t pushes = 2; pushes <= 64; pushes *= 2) {
+    float last = 1.0f;
+    for (double noise : {0.1, 1.0, 10.0, 100.0, 1000.0}) {
+      const float gain = BatchScalingFactor(b, pushes, noise);
+      EXPECT_GE(gain, last) << pushes << " pushes, noise " << noise;
+      EXPECT_LE(gain, pushes / 2.0f * (1 + 1e-6f));
+      last = gain;
+    }
+  }
+}
+
 TEST(BatchScaleRamp, ANewTargetIsReachedOverTheRampsClocks) {
   BatchScaleRamp ramp(4);
   // The first clock takes its target at once: nothing was in force before.

@@ -34,11 +34,17 @@ float LearningRateFactor(const LearningRateSchedule& s, int64_t clock) {
   return 1.0f;
 }
 
-float BatchScalingFactor(const BatchScaling& b, int32_t pushes) {
+float BatchScalingFactor(const BatchScaling& b, int32_t pushes,
+                         double noise_scale) {
   if (pushes < 1 || b.base_pushes < 1) return 1.0f;
   const double ratio =
       static_cast<double>(pushes) / static_cast<double>(b.base_pushes);
   switch (b.rule) {
+    case BatchScaling::Rule::kAdaScale: {
+      if (!(noise_scale > 0) || !std::isfinite(noise_scale)) return 1.0f;
+      const double phi = noise_scale / static_cast<double>(b.base_pushes);
+      return static_cast<float>((phi + 1.0) / (phi / ratio + 1.0));
+    }
     case BatchScaling::Rule::kLinear:
       return static_cast<float>(ratio);
     case BatchScaling::Rule::kSqrt:

@@ -136,11 +136,25 @@ inline constexpr int32_t kMaxPushWeight = 1 << 16;
 // the whole velocity at once (Goyal et al., 2017, section 2.1). A ramp
 // under way when a server restarts ends at once on that server. Part of
 // the table's options and of the wire format.
+//
+// kAdaScale follows the gradient noise instead (Johnson et al., "AdaScale
+// SGD", 2020): with k = pushes / base_pushes and phi the noise scale in
+// base global batches, the factor is the gain (phi + 1) / (phi / k + 1),
+// between 1 (the gradient dominates: a larger batch adds little) and k (the
+// noise dominates: linear). phi is the noise scale each server estimates
+// from the gradients it receives (ServerCounters::gns_*, in worker batches,
+// divided by base_pushes), from its own share of the keys and so with a
+// gain of its own, once it has folded kAdaScaleMinClocks clocks; before,
+// and on a server whose estimate is off (--noise_scale_sample=0) or not
+// positive, the factor is 1. The gain moves every clock, each move ramped
+// as above. The schedule's clocks are not stretched by the gain (AdaScale's
+// scale-invariant iterations are not kept).
 struct BatchScaling {
   enum class Rule : int {
     kNone = 0,
     kLinear = 1,
     kSqrt = 2,
+    kAdaScale = 3,
   };
   Rule rule = Rule::kNone;
   int32_t base_pushes = 1;  // 1 - 1000000: the pushes the rate is meant for
@@ -148,8 +162,13 @@ struct BatchScaling {
 };
 
 // The factor BatchScaling gives `pushes` pushes, ramp aside (1 for kNone or
-// pushes < 1).
-float BatchScalingFactor(const BatchScaling& scaling, int32_t pushes);
+// pushes < 1). `noise_scale`: the gradient noise scale in worker batches,
+// for kAdaScale (0 or less: not known, factor 1).
+float BatchScalingFactor(const BatchScaling& scaling, int32_t pushes,
+                         double noise_scale = 0);
+
+// Clocks a server's noise estimate must have folded before kAdaScale uses it.
+inline constexpr uint64_t kAdaScaleMinClocks = 10;
 
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].

@@ -133,10 +133,10 @@ DEFINE_int32(apply_threads, 0,
              "server, local: threads that apply one large push (32K floats "
              "or more) together; 0: the machine's cores, at most 8 (1 to "
              "256)");
-DEFINE_int32(io_threads, 0,
+DEFINE_int32(io_threads, 1,
              "server, worker, local: threads that move a member's bytes "
-             "(ZeroMQ's I/O threads, each serving whole connections); 0: a "
-             "quarter of the machine's cores, 1 to 4 (1 to 64)");
+             "(ZeroMQ's I/O threads, each serving whole connections), 1 to "
+             "64");
 DEFINE_bool(keep_freed_memory, true,
             "server, worker, local: keep freed memory for reuse (glibc: no "
             "mapping of its own for a large block, no trimming), so that "
@@ -233,6 +233,9 @@ DEFINE_string(csv_log, "", "worker 0 writes progress and test metrics here");
 DEFINE_bool(prefetch, false,
             "fmnist apps: pull the next step's parameters during this "
             "step's compute (async, or ssp with --staleness >= 1)");
+DEFINE_bool(overlap_push, false,
+            "fmnist-mlp: push each layer's gradient as soon as the backward "
+            "pass has it, while the layers before it are computed");
 DEFINE_string(layers, "784,256,128,10", "fmnist-mlp: layer sizes");
 DEFINE_uint64(mf_rows, 2000, "mf: rows of the synthetic matrix");
 DEFINE_uint64(mf_cols, 2000, "mf: columns of the synthetic matrix");
@@ -286,16 +289,40 @@ namespace {
 // Flags `worker` reads to train its app; `local` forwards them to its
 // workers. One list, so that a new training flag is both documented and
 // forwarded.
-constexpr const char* kTrainingFlags[] = {
-    "app",          "data_dir",       "device",        "epochs",
-    "batch_size",   "optimizer",      "learning_rate", "lr_warmup_epochs",
-    "lr_decay",     "lr_step_epochs", "lr_gamma",      "lr_min_factor",
-    "l2",           "consistency",    "staleness",     "bsp_combine",
-    "cache",        "prefetch",       "seed",          "log_every",
-    "max_samples",  "min_accuracy",   "max_rmse",      "csv_log",
-    "layers",       "mf_rows",        "mf_cols",       "mf_rank",
-    "mf_observed",  "mf_noise",       "lr_scaling",    "lr_scaling_ramp",
-    "worker_policy"};
+constexpr const char* kTrainingFlags[] = {"app",
+                                          "data_dir",
+                                          "device",
+                                          "epochs",
+                                          "batch_size",
+                                          "optimizer",
+                                          "learning_rate",
+                                          "lr_warmup_epochs",
+                                          "lr_decay",
+                                          "lr_step_epochs",
+                                          "lr_gamma",
+                                          "lr_min_factor",
+                                          "l2",
+                                          "consistency",
+                                          "staleness",
+                                          "bsp_combine",
+                                          "cache",
+                                          "prefetch",
+                                          "overlap_push",
+                                          "seed",
+                                          "log_every",
+                                          "max_samples",
+                                          "min_accuracy",
+                                          "max_rmse",
+                                          "csv_log",
+                                          "layers",
+                                          "mf_rows",
+                                          "mf_cols",
+                                          "mf_rank",
+                                          "mf_observed",
+                                          "mf_noise",
+                                          "lr_scaling",
+                                          "lr_scaling_ramp",
+                                          "worker_policy"};
 
 int Fail(const ductile::Status& s) {
   std::fprintf(stderr, "ductile: %s\n", s.ToString().c_str());
@@ -443,8 +470,15 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
       (FLAGS_apply_threads < 0 || FLAGS_apply_threads > 256)) {
     return ductile::InvalidArgumentError("--apply_threads must be in [0, 256]");
   }
-  if (FLAGS_io_threads < 0 || FLAGS_io_threads > 64) {
-    return ductile::InvalidArgumentError("--io_threads must be in [0, 64]");
+  if ((command == "server" || command == "local") &&
+      (FLAGS_io_threads < 1 || FLAGS_io_threads > 64)) {
+    return ductile::InvalidArgumentError("--io_threads must be in [1, 64]");
+  }
+  if (command == "local" && FLAGS_lr_scaling == "adascale" &&
+      FLAGS_noise_scale_sample == 0) {
+    return ductile::InvalidArgumentError(
+        "--lr_scaling=adascale needs the gradient noise scale the servers "
+        "estimate: --noise_scale_sample=0 turns it off");
   }
   if ((command == "server" || command == "local") &&
       FLAGS_max_stored_mb > (uint64_t{1} << 30)) {
@@ -573,9 +607,9 @@ bool ParseSizes(const std::string& text, std::vector<size_t>* out) {
 }
 
 int RunWorker() {
-  if (FLAGS_io_threads < 0 || FLAGS_io_threads > 64) {
+  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 64) {
     return Fail(
-        ductile::InvalidArgumentError("--io_threads must be in [0, 64]"));
+        ductile::InvalidArgumentError("--io_threads must be in [1, 64]"));
   }
   if (FLAGS_app != "fmnist-logreg" && FLAGS_app != "fmnist-mlp" &&
       FLAGS_app != "mf") {
@@ -639,6 +673,7 @@ int RunWorker() {
   t.max_rmse = FLAGS_max_rmse;
   t.csv_log = FLAGS_csv_log;
   t.prefetch = FLAGS_prefetch;
+  t.overlap_push = FLAGS_overlap_push;
   if (!ParseSizes(FLAGS_layers, &t.layers)) {
     return Fail(ductile::InvalidArgumentError(
         "--layers must be sizes separated by commas, e.g. 784,256,128,10"));

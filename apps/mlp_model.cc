@@ -219,7 +219,9 @@ double MlpModel::L2Term(std::span<const float> params) const {
 Status MlpModel::EvaluateOnBackend(std::span<const float> params,
                                    const Dataset& data,
                                    std::span<const size_t> batch_indices,
-                                   std::span<float> grad, double* loss_sum) {
+                                   std::span<float> grad,
+                                   const GradientReady& ready,
+                                   double* loss_sum) {
   const bool want_grad = !grad.empty();
   const size_t rows = batch_indices.size();
   const size_t classes = layer_sizes_.back();
@@ -252,6 +254,13 @@ Status MlpModel::EvaluateOnBackend(std::span<const float> params,
         DUCTILE_RETURN_IF_ERROR(
             backend_->Axpy(out * in, l2_weight_decay_, weights, grad_weights));
       }
+      if (ready) {
+        // W and b of this layer, contiguous: out to the caller now.
+        const size_t begin = WeightOffset(l), count = out * in + out;
+        DUCTILE_RETURN_IF_ERROR(backend_->Download(grad_.Subspan(begin, count),
+                                                   grad.subspan(begin, count)));
+        ready(begin, count);
+      }
       if (l > 1) {
         // d loss / d a_{l-1} = delta W, then through the ReLU.
         DeviceSpan previous_delta = deltas_[l - 2];
@@ -262,7 +271,7 @@ Status MlpModel::EvaluateOnBackend(std::span<const float> params,
             rows * in, activations_[l - 2], previous_delta));
       }
     }
-    DUCTILE_RETURN_IF_ERROR(backend_->Download(grad_, grad));
+    if (!ready) DUCTILE_RETURN_IF_ERROR(backend_->Download(grad_, grad));
   }
   row_loss_host_.resize(rows);
   DUCTILE_RETURN_IF_ERROR(backend_->Download(row_loss_, row_loss_host_));
@@ -274,14 +283,17 @@ Status MlpModel::EvaluateOnBackend(std::span<const float> params,
 Result<float> MlpModel::Evaluate(std::span<const float> params,
                                  const Dataset& data,
                                  std::span<const size_t> batch_indices,
-                                 std::span<float> grad) {
+                                 std::span<float> grad,
+                                 const GradientReady& ready) {
   Status status = CheckCompatible(params, data);
   double loss_sum = 0.0;
   if (status.ok() && !batch_indices.empty()) {
-    status = EvaluateOnBackend(params, data, batch_indices, grad, &loss_sum);
+    status =
+        EvaluateOnBackend(params, data, batch_indices, grad, ready, &loss_sum);
   }
   if (!status.ok()) {
-    std::fill(grad.begin(), grad.end(), 0.0f);
+    // Layers handed out already stay as they were sent.
+    if (!ready) std::fill(grad.begin(), grad.end(), 0.0f);
     return status;
   }
   if (batch_indices.empty()) {
@@ -305,7 +317,8 @@ Result<float> MlpModel::Evaluate(std::span<const float> params,
 Result<float> MlpModel::LossAndGradient(std::span<const float> params,
                                         const Dataset& data,
                                         std::span<const size_t> batch_indices,
-                                        std::span<float> grad) {
+                                        std::span<float> grad,
+                                        const GradientReady& ready) {
   if (grad.size() != num_params()) {
     std::fill(grad.begin(), grad.end(), 0.0f);
     return InvalidArgumentError("MlpModel gradient buffer holds " +
@@ -313,12 +326,12 @@ Result<float> MlpModel::LossAndGradient(std::span<const float> params,
                                 " floats, the model has " +
                                 std::to_string(num_params()) + " parameters");
   }
-  return Evaluate(params, data, batch_indices, grad);
+  return Evaluate(params, data, batch_indices, grad, ready);
 }
 
 Result<float> MlpModel::Loss(std::span<const float> params, const Dataset& data,
                              std::span<const size_t> batch_indices) {
-  return Evaluate(params, data, batch_indices, {});
+  return Evaluate(params, data, batch_indices, {}, nullptr);
 }
 
 Result<double> MlpModel::Accuracy(std::span<const float> params,

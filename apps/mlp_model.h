@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -99,10 +100,18 @@ class MlpModel {
   // cannot corrupt a shared model): InvalidArgument if CheckCompatible
   // fails, grad.size() != num_params(), or an index or a label is out of
   // range; the backend's error if it fails.
+  //
+  // With `ready`, each layer's gradient (its W then b, contiguous in `grad`)
+  // is written to `grad` as soon as the backward pass has it, last layer
+  // first, and ready(begin, count) is called with its range, so that a
+  // caller can send it while the layers before it are computed. The
+  // ranges of the layers written before an error are not zeroed then.
+  using GradientReady = std::function<void(size_t begin, size_t count)>;
   Result<float> LossAndGradient(std::span<const float> params,
                                 const Dataset& data,
                                 std::span<const size_t> batch_indices,
-                                std::span<float> grad);
+                                std::span<float> grad,
+                                const GradientReady& ready = nullptr);
 
   // The loss LossAndGradient returns, without the gradient; same errors.
   Result<float> Loss(std::span<const float> params, const Dataset& data,
@@ -133,10 +142,11 @@ class MlpModel {
   // Shared body of Loss and LossAndGradient; `grad` empty for Loss.
   Result<float> Evaluate(std::span<const float> params, const Dataset& data,
                          std::span<const size_t> batch_indices,
-                         std::span<float> grad);
+                         std::span<float> grad, const GradientReady& ready);
   Status EvaluateOnBackend(std::span<const float> params, const Dataset& data,
                            std::span<const size_t> batch_indices,
-                           std::span<float> grad, double* loss_sum);
+                           std::span<float> grad, const GradientReady& ready,
+                           double* loss_sum);
   // 0.5 * l2 * |W|^2 over all layers, from host parameters.
   double L2Term(std::span<const float> params) const;
 

@@ -488,10 +488,13 @@ class Classifier {
   virtual const char* name() const = 0;
   virtual size_t num_params() const = 0;
   virtual std::vector<ParamBlock> Blocks() const = 0;
-  virtual Result<float> LossAndGradient(std::span<const float> params,
-                                        const Dataset& data,
-                                        std::span<const size_t> batch,
-                                        std::span<float> grad) = 0;
+  // `ready`, where the model can (the MLP): called with each range of
+  // `grad` as soon as it is final (MlpModel::LossAndGradient); ranges never
+  // named are final once the call returns.
+  virtual Result<float> LossAndGradient(
+      std::span<const float> params, const Dataset& data,
+      std::span<const size_t> batch, std::span<float> grad,
+      const MlpModel::GradientReady& ready) = 0;
   virtual Result<double> Accuracy(std::span<const float> params,
                                   const Dataset& data) = 0;
 };
@@ -506,8 +509,15 @@ class ModelClassifier : public Classifier {
   Result<float> LossAndGradient(std::span<const float> params,
                                 const Dataset& data,
                                 std::span<const size_t> batch,
-                                std::span<float> grad) override {
-    return model_.LossAndGradient(params, data, batch, grad);
+                                std::span<float> grad,
+                                const MlpModel::GradientReady& ready) override {
+    if constexpr (requires {
+                    model_.LossAndGradient(params, data, batch, grad, ready);
+                  }) {
+      return model_.LossAndGradient(params, data, batch, grad, ready);
+    } else {
+      return model_.LossAndGradient(params, data, batch, grad);
+    }
   }
   Result<double> Accuracy(std::span<const float> params,
                           const Dataset& data) override {
@@ -629,6 +639,25 @@ class ParamTensors {
     }
     return WaitAll(handles);
   }
+  // Starts pushing the blocks of `grad` that lie within [begin, begin +
+  // count) and are not in `pushed` yet (all of them for count = SIZE_MAX);
+  // marks them and adds their handles to `handles`. `grad` must outlive
+  // them (WaitAll).
+  void PushWithin(Client& client, std::span<const float> grad, size_t begin,
+                  size_t count, std::vector<bool>* pushed,
+                  std::vector<Handle>* handles) {
+    pushed->resize(tensors_.size(), false);
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const ParamBlock& b = blocks_[i];
+      if ((*pushed)[i] || b.offset < begin ||
+          (count != SIZE_MAX && b.offset + b.size > begin + count)) {
+        continue;
+      }
+      (*pushed)[i] = true;
+      handles->push_back(
+          client.PushTensorAsync(tensors_[i], grad.subspan(b.offset, b.size)));
+    }
+  }
 
   // Waits for every handle; the first error.
   static Status WaitAll(std::vector<Handle>& handles) {
@@ -725,10 +754,33 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       // allows, overlapping the gradient computation below.
       next_pull = tensors.PullAsync(client, next_params);
     }
-    Result<float> loss = model->LossAndGradient(params, *train, batch, grad);
-    DUCTILE_RETURN_IF_ERROR(loss.status());
-    DUCTILE_RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
-    DUCTILE_RETURN_IF_ERROR(tensors.Push(client, grad));
+    if (!o.overlap_push) {
+      Result<float> loss =
+          model->LossAndGradient(params, *train, batch, grad, nullptr);
+      DUCTILE_RETURN_IF_ERROR(loss.status());
+      DUCTILE_RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
+      DUCTILE_RETURN_IF_ERROR(tensors.Push(client, grad));
+      return loss;
+    }
+    // Each layer's gradient goes out as the backward pass finishes it,
+    // while the layers before it are computed; the rest after.
+    std::vector<bool> pushed;
+    std::vector<Handle> pushes;
+    Result<float> loss = model->LossAndGradient(
+        params, *train, batch, grad, [&](size_t begin, size_t count) {
+          tensors.PushWithin(client, grad, begin, count, &pushed, &pushes);
+        });
+    Status s = loss.status();
+    // A non-finite loss is found after its layers went out: the servers
+    // refuse non-finite gradients (TableOptions::reject_non_finite), so
+    // those pushes fail and change nothing.
+    if (s.ok()) s = CheckLoss(*loss, epoch, client.clock());
+    if (s.ok()) {
+      tensors.PushWithin(client, grad, 0, SIZE_MAX, &pushed, &pushes);
+    }
+    const Status pushed_all = ParamTensors::WaitAll(pushes);
+    DUCTILE_RETURN_IF_ERROR(s);
+    DUCTILE_RETURN_IF_ERROR(pushed_all);
     return loss;
   };
   auto test_accuracy = [&]() -> Result<double> {

@@ -72,6 +72,10 @@ struct TrainerOptions {
   // gradient then comes from parameters one step older). Used only where
   // the consistency model allows such a read: async, and SSP with s >= 1.
   bool prefetch = false;
+  // fmnist-mlp: push each layer's gradient as soon as the backward pass has
+  // it (last layer first), while the layers before it are computed, rather
+  // than the whole gradient after the pass.
+  bool overlap_push = false;
   // Worker 0 writes one line per progress report and per epoch here
   // ("" = none).
   std::string csv_log;

@@ -62,9 +62,9 @@ DEFINE_int32(steps, 0,
 DEFINE_int32(repeats, 3, "Runs of each measurement; medians are shown.");
 DEFINE_int32(apply_threads, 0,
              "ServerOptions::apply_threads of every server (0: default).");
-DEFINE_int32(io_threads, 0,
+DEFINE_int32(io_threads, 1,
              "ServerOptions::io_threads and ClientOptions::io_threads of "
-             "every server and worker (0: default).");
+             "every server and worker.");
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
 DEFINE_bool(keep_freed_memory, true,

@@ -69,9 +69,9 @@ DEFINE_int32(iters, 0,
              "pipelined 20000, 1000, 200; half of that with --quick.");
 DEFINE_int32(repeats, 3, "Runs of each measurement; the median is shown.");
 DEFINE_int32(inflight, 8, "Requests outstanding per worker when pipelined.");
-DEFINE_int32(io_threads, 0,
+DEFINE_int32(io_threads, 1,
              "ServerOptions::io_threads and ClientOptions::io_threads of "
-             "every server and worker (0: default).");
+             "every server and worker.");
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_bool(quick, false,
             "A run of about 20 s: 4 KiB and 1 MiB (unless --sizes is given) "

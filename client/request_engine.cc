@@ -9,7 +9,6 @@
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "transport/endpoint.h"
-#include "transport/zmq_transport.h"
 
 namespace ductile {
 namespace {
@@ -37,8 +36,8 @@ RequestEngine::RequestEngine(const Shared& shared)
 RequestEngine::~RequestEngine() = default;
 
 Status RequestEngine::Start() {
-  transport_ = env_->NewTransport("client", options_.security,
-                                  IoThreadsFor(options_.io_threads));
+  transport_ =
+      env_->NewTransport("client", options_.security, options_.io_threads);
   // One fixed identity on every connection: after a reconnection the
   // coordinator and the servers still know this member (a worker is bound
   // to its connections).

@@ -124,7 +124,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
       "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s %6s  "
       "%s\n",
       "id", "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls",
-      "dups", "errors", "limit", "denied", "keys", "clock", "parked", "queue",
+      "dups", "errors", "limit", "denied", "keys", "clock", "parked", "run",
       "address");
   os << line;
   for (const auto& m : status.members) {
@@ -145,7 +145,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<unsigned long long>(m.counters.keys_stored),
         static_cast<long long>(m.counters.min_clock),
         static_cast<unsigned long long>(m.counters.parked_pulls),
-        static_cast<unsigned long long>(m.counters.queue_peak),
+        static_cast<unsigned long long>(m.counters.busy_run_peak),
         m.address.c_str());
     os << line;
   }

@@ -44,7 +44,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("apply_us", c.apply_us...);
   f("gns_us", c.gns_us...);
   f("queued_requests", c.queued_requests...);
-  f("queue_peak", c.queue_peak...);
+  f("busy_run_peak", c.busy_run_peak...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -1,5 +1,7 @@
 #include "server/noise_monitor.h"
 
+#include <algorithm>
+
 namespace ductile {
 namespace {
 
@@ -25,7 +27,7 @@ bool GradientNoiseMonitor::Sampled(TableId table, Key key) const {
 
 void GradientNoiseMonitor::OnPush(
     TableId table, int32_t worker, int64_t clock, std::span<const Key> keys,
-    std::span<const std::span<const float>> values) {
+    std::span<const std::span<const float>> values, int32_t weight) {
   if (!enabled() || clock < folded_below_ || skipped_.contains(clock)) return;
   auto it = open_.find(clock);
   if (it == open_.end()) {
@@ -38,6 +40,9 @@ void GradientNoiseMonitor::OnPush(
   }
   OpenClock& c = it->second;
   c.workers.insert(worker);
+  weight = std::max(weight, 1);
+  if (c.weight != 0 && c.weight != weight) c.mixed_weights = true;
+  c.weight = weight;
   for (size_t i = 0; i < keys.size() && i < values.size(); ++i) {
     if (!Sampled(table, keys[i])) continue;
     const std::span<const float> g = values[i];
@@ -106,6 +111,13 @@ bool GradientNoiseMonitor::Fold(const OpenClock& c) {
     noise_trace_ = smoothing_ * noise_trace_ + (1 - smoothing_) * noise_trace;
   }
   ++clocks_;
+  if (!c.mixed_weights && c.weight >= 1) {
+    worker_gradient_sq_ =
+        smoothing_ * worker_gradient_sq_ + (1 - smoothing_) * gradient_sq;
+    worker_noise_trace_ = smoothing_ * worker_noise_trace_ +
+                          (1 - smoothing_) * noise_trace * c.weight;
+    ++worker_clocks_;
+  }
   return true;
 }
 

@@ -70,10 +70,12 @@ class GradientNoiseMonitor {
   bool enabled() const { return sample_one_in_ > 0; }
 
   // A worker's push of `clock` to `table`, applied (or buffered) here:
-  // `values[i]` is key `keys[i]`'s gradient.
+  // `values[i]` is key `keys[i]`'s gradient, the mean over `weight` worker
+  // batches (Client::SetPushWeight; 1 for one batch a step).
   void OnPush(TableId table, int32_t worker, int64_t clock,
               std::span<const Key> keys,
-              std::span<const std::span<const float>> values);
+              std::span<const std::span<const float>> values,
+              int32_t weight = 1);
   // Every worker has finished the clocks below `server_clock`: they are
   // folded into the averages. Returns whether they changed.
   bool OnServerClock(int64_t server_clock);
@@ -92,6 +94,19 @@ class GradientNoiseMonitor {
   double noise_trace() const { return noise_trace_; }
   uint64_t clocks() const { return clocks_; }
 
+  // The noise scale in worker batches, tr(Sigma)/b over |G|^2 with b one
+  // data-plan batch whatever the pushes' weights, for AdaScale
+  // (BatchScaling::Rule::kAdaScale): a clock whose pushes all stood for m
+  // batches counts its trace times m, and one of mixed weights is left
+  // out. Moving averages that start at 0, so that their ratio is a
+  // weighted mean over every clock folded (the first clock weighs no more
+  // than the others); 0 until a clock is folded.
+  double worker_noise_scale() const {
+    return worker_gradient_sq_ > 0 ? worker_noise_trace_ / worker_gradient_sq_
+                                   : 0;
+  }
+  uint64_t worker_clocks() const { return worker_clocks_; }
+
   // Whether `key` of `table` is among the keys sampled.
   bool Sampled(TableId table, Key key) const;
 
@@ -105,8 +120,10 @@ class GradientNoiseMonitor {
     size_t operator()(const TableKey& k) const;
   };
   struct OpenClock {
-    std::set<int32_t> workers;  // those that pushed in it
-    double sum_sq = 0;          // sum over pushes of |g|^2 (sampled keys)
+    std::set<int32_t> workers;   // those that pushed in it
+    double sum_sq = 0;           // sum over pushes of |g|^2 (sampled keys)
+    int32_t weight = 0;          // the pushes' batch weight (0: none yet)
+    bool mixed_weights = false;  // pushes of different weights
     std::unordered_map<TableKey, std::vector<float>, TableKeyHash> sum;
     uint64_t bytes = 0;
   };
@@ -125,6 +142,9 @@ class GradientNoiseMonitor {
   double gradient_sq_ = 0;
   double noise_trace_ = 0;
   uint64_t clocks_ = 0;
+  double worker_gradient_sq_ = 0;
+  double worker_noise_trace_ = 0;
+  uint64_t worker_clocks_ = 0;
 };
 
 }  // namespace ductile

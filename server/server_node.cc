@@ -9,7 +9,6 @@
 #include "proto/counters.h"
 #include "proto/table_config.h"
 #include "transport/endpoint.h"
-#include "transport/zmq_transport.h"
 
 namespace ductile {
 namespace {
@@ -71,8 +70,8 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
 ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
 
 Status ServerNode::Start() {
-  transport_ = env_->NewTransport("server", options_.security,
-                                  IoThreadsFor(options_.io_threads));
+  transport_ =
+      env_->NewTransport("server", options_.security, options_.io_threads);
   mover_ = std::make_unique<SlotMover>(env_, transport_.get(),
                                        milliseconds(options_.move_timeout_ms));
   DUCTILE_ASSIGN_OR_RETURN(
@@ -280,9 +279,9 @@ void ServerNode::Step() {
     // Read right after another: it waited in the socket behind that one.
     if (run_++ > 0) {
       counters_.Add(&ServerCounters::queued_requests);
-      if (run_ - 1 > queue_peak_) {
-        queue_peak_ = run_ - 1;
-        counters_.Set(&ServerCounters::queue_peak, queue_peak_);
+      if (run_ - 1 > busy_run_peak_) {
+        busy_run_peak_ = run_ - 1;
+        counters_.Set(&ServerCounters::busy_run_peak, busy_run_peak_);
       }
     }
     const TimePoint start = env_->Now();
@@ -324,9 +323,13 @@ void ServerNode::Heartbeat(int64_t busy_ms) {
     hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
   }
   CountersToWire(counters_.Snapshot(), hb.mutable_counters());
-  // The next interval's peak starts from the requests waiting now.
-  queue_peak_ = run_ > 0 ? run_ - 1 : 0;
-  counters_.Set(&ServerCounters::queue_peak, queue_peak_);
+  // A new interval's peak starts from the run under way (heartbeats sent
+  // within an interval, for a long request or a checkpoint, start none).
+  if (env_->Now() >= run_peak_until_) {
+    busy_run_peak_ = run_ > 0 ? run_ - 1 : 0;
+    counters_.Set(&ServerCounters::busy_run_peak, busy_run_peak_);
+    run_peak_until_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
+  }
   Send(hb);  // a lost heartbeat is not an error
   next_heartbeat_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
 }
@@ -677,7 +680,9 @@ void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
       const TimePoint start = env_->Now();
       noise_.OnPush(request.table->id(), request.header.worker_id(),
                     request.header.clock(), request.data.keys(),
-                    request.data.values());
+                    request.data.values(),
+                    static_cast<int32_t>(std::min<uint32_t>(
+                        request.header.batch_weight(), kMaxPushWeight)));
       counters_.Add(&ServerCounters::gns_us, MicrosSince(start));
       return;
     }
@@ -730,10 +735,9 @@ void ServerNode::OnServerClock() {
     counters_.Set(&ServerCounters::gns_clocks, noise_.clocks());
     // AdaScale's gain (BatchScaling::Rule::kAdaScale) reads this server's
     // estimate, once it has enough clocks.
-    const double noise_scale =
-        noise_.clocks() >= kAdaScaleMinClocks && noise_.gradient_sq() > 0
-            ? noise_.noise_trace() / noise_.gradient_sq()
-            : 0;
+    const double noise_scale = noise_.worker_clocks() >= kAdaScaleMinClocks
+                                   ? noise_.worker_noise_scale()
+                                   : 0;
     tables_.ForEach([noise_scale](TableId, ParameterTable& table) {
       table.SetNoiseScale(noise_scale);
     });

@@ -179,11 +179,13 @@ class ServerNode final : private CoordinatorLink {
   // only acknowledged.
   std::optional<uint64_t> restored_generation_;
   InMessage message_;  // reused by Step()
-  // Requests read back to back so far in this busy period (0: the socket
-  // was found empty last), and the most that waited behind one this
-  // heartbeat interval (ServerCounters::queue_peak).
+  // Requests read back to back so far (0: the socket was found empty
+  // last), and the longest such run less its first in this heartbeat
+  // interval (ServerCounters::busy_run_peak), which ends at
+  // run_peak_until_.
   uint64_t run_ = 0;
-  uint64_t queue_peak_ = 0;
+  uint64_t busy_run_peak_ = 0;
+  TimePoint run_peak_until_{};
   LiveCounters counters_;
   ReplySender replies_;
   RequestAdmission admission_;

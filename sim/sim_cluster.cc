@@ -845,8 +845,8 @@ SimResult Cluster::Run() {
     NoteProgress();
     for (const auto& server : servers_) {
       if (server) {
-        result_.queue_peak =
-            std::max(result_.queue_peak, server->counters().queue_peak);
+        result_.busy_run_peak =
+            std::max(result_.busy_run_peak, server->counters().busy_run_peak);
       }
     }
     if (coordinator_ && !coordinator_->state().recovering) {

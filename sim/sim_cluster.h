@@ -141,8 +141,8 @@ struct SimResult {
   std::vector<uint64_t> window_clients, window_expired;
   // Per server at the end: ServerCounters::queued_requests.
   std::vector<uint64_t> queued_requests;
-  // The highest ServerCounters::queue_peak any server reported in the run.
-  uint64_t queue_peak = 0;
+  // The highest ServerCounters::busy_run_peak any server reported in the run.
+  uint64_t busy_run_peak = 0;
   uint64_t reads_checked = 0;
   // The longest a worker went without its clock moving (simulated ms),
   // from its start to its end: how long a membership change or a fault

@@ -70,7 +70,7 @@ ClusterStatus AStatus() {
   server.counters.parked_pulls = 4;
   server.counters.gns_noise_trace = 0.25;
   server.counters.queued_requests = 9;
-  server.counters.queue_peak = 3;
+  server.counters.busy_run_peak = 3;
   MemberStatus worker;
   worker.id = 7;
   worker.role = "worker";
@@ -107,7 +107,7 @@ TEST(Prometheus, AStatusReadsBackSampleBySample) {
   EXPECT_EQ(m.at("ductile_server_gns_noise_trace{server=\"0\"}"), "0.25");
   EXPECT_EQ(m.count("ductile_server_parked_pulls_total{server=\"0\"}"), 0u);
   EXPECT_EQ(m.at("ductile_server_queued_requests_total{server=\"0\"}"), "9");
-  EXPECT_EQ(m.at("ductile_server_queue_peak{server=\"0\"}"), "3");
+  EXPECT_EQ(m.at("ductile_server_busy_run_peak{server=\"0\"}"), "3");
   EXPECT_EQ(m.at("ductile_worker_clock{worker=\"7\"}"), "41");
   EXPECT_EQ(m.at("ductile_worker_blocked_seconds_total{worker=\"7\"}"), "1.5");
   EXPECT_EQ(m.at("ductile_training_loss"), "0.75");

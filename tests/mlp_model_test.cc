@@ -204,6 +204,47 @@ TEST(MlpModel, ChangingBatchSizesGivesTheSameResultsAsAFreshModel) {
   }
 }
 
+// With `ready`, each layer's W and b are handed out as the backward pass
+// finishes them, last layer first, in ranges that tile the gradient; what
+// a range holds when it is handed out is final, and the whole gradient and
+// the loss are those of a call without `ready`.
+TEST(MlpModel, EachLayersGradientIsHandedOutFinalLastLayerFirst) {
+  const Dataset data = MakeSeparableData(40, 6, 3, 9);
+  std::unique_ptr<ComputeBackend> backend = CpuBackend();
+  MlpModel model = MakeModel(backend.get(), {6, 5, 4, 3}, /*l2=*/0.01f);
+  const std::vector<float> params = RandomParams(model.num_params(), 0.5f, 3);
+  const std::vector<size_t> batch = AllIndices(40);
+  std::vector<float> plain(model.num_params());
+  Result<float> plain_loss = model.LossAndGradient(params, data, batch, plain);
+  ASSERT_TRUE(plain_loss.ok()) << plain_loss.status();
+
+  std::vector<float> grad(model.num_params(), std::nanf(""));
+  std::vector<std::pair<size_t, size_t>> ranges;
+  std::vector<std::vector<float>> at_handout;
+  Result<float> loss = model.LossAndGradient(
+      params, data, batch, grad, [&](size_t begin, size_t count) {
+        ranges.emplace_back(begin, count);
+        at_handout.emplace_back(grad.begin() + begin,
+                                grad.begin() + begin + count);
+      });
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(*loss, *plain_loss);
+  EXPECT_EQ(grad, plain);
+  // Layers 3, 2, 1 of {6, 5, 4, 3}: W3 + b3 at 30 + 5 + 20 + 4 = 59 (12
+  // + 3 floats), W2 + b2 at 35 (20 + 4), W1 + b1 at 0 (30 + 5).
+  const std::vector<std::pair<size_t, size_t>> expected = {
+      {59, 15}, {35, 24}, {0, 35}};
+  EXPECT_EQ(ranges, expected);
+  ASSERT_EQ(model.num_params(), 74u);
+  for (size_t i = 0; i < ranges.size() && i < at_handout.size(); ++i) {
+    EXPECT_EQ(
+        at_handout[i],
+        std::vector<float>(plain.begin() + ranges[i].first,
+                           plain.begin() + ranges[i].first + ranges[i].second))
+        << "layer range " << i;
+  }
+}
+
 TEST(MlpModel, SgdOnSeparableDataReachesHighAccuracy) {
   const Dataset data = MakeSeparableData(600, 20, 4, 3);
   std::unique_ptr<ComputeBackend> backend = CpuBackend();

@@ -42,10 +42,44 @@ TEST(NoiseMonitor, SamplesAboutOneKeyInN) {
 
 // One push of `worker` in `clock`: key k's gradient is {v, v}.
 void PushTo(GradientNoiseMonitor& m, int32_t worker, int64_t clock,
-            const std::vector<Key>& keys, float v) {
+            const std::vector<Key>& keys, float v, int32_t weight = 1) {
   const std::vector<float> g = {v, v};
   std::vector<std::span<const float>> values(keys.size(), g);
-  m.OnPush(1, worker, clock, keys, values);
+  m.OnPush(1, worker, clock, keys, values, weight);
+}
+
+// The noise scale in worker batches (for AdaScale) counts a push standing
+// for m batches as the mean of m: its trace times m. Clocks of mixed
+// weights are left out of it, and its averages start at 0.
+TEST(NoiseMonitor, TheNoiseScaleInWorkerBatchesCountsThePushesWeights) {
+  GradientNoiseMonitor m(1, 0.5);
+  const std::vector<Key> keys = {1, 2};
+  EXPECT_EQ(m.worker_noise_scale(), 0);
+  // Clock 0 as in the test below (|G|^2 = 12, tr/b = 8), one batch each:
+  // 8 / 12 in worker batches.
+  PushTo(m, 0, 0, keys, 1);
+  PushTo(m, 1, 0, keys, 3);
+  ASSERT_TRUE(m.OnServerClock(1));
+  EXPECT_EQ(m.worker_clocks(), 1u);
+  EXPECT_DOUBLE_EQ(m.worker_noise_scale(), 8.0 / 12.0);
+  // Clock 1, the same gradients standing for 3 batches each: the step
+  // batch's trace 8 is a third of a worker batch's, 24. Averages (weight
+  // 0.5, from 0): |G|^2 0.25 * 12 + 0.5 * 12 = 9, tr 0.25 * 8 + 0.5 * 24
+  // = 14.
+  PushTo(m, 0, 1, keys, 1, 3);
+  PushTo(m, 1, 1, keys, 3, 3);
+  ASSERT_TRUE(m.OnServerClock(2));
+  EXPECT_EQ(m.worker_clocks(), 2u);
+  EXPECT_DOUBLE_EQ(m.worker_noise_scale(), 14.0 / 9.0);
+  // The step-batch estimate is that of the pushes as they are.
+  EXPECT_DOUBLE_EQ(m.noise_trace(), 8);
+  // Clock 2 of mixed weights: folded into the step-batch averages only.
+  PushTo(m, 0, 2, keys, 1, 1);
+  PushTo(m, 1, 2, keys, 3, 2);
+  ASSERT_TRUE(m.OnServerClock(3));
+  EXPECT_EQ(m.clocks(), 3u);
+  EXPECT_EQ(m.worker_clocks(), 2u);
+  EXPECT_DOUBLE_EQ(m.worker_noise_scale(), 14.0 / 9.0);
 }
 
 TEST(NoiseMonitor, FoldsAClockOnceEveryWorkerFinishedIt) {

@@ -532,18 +532,10 @@ void RaiseOpenFileLimit() {
 
 }  // namespace
 
-int DefaultIoThreads() {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return std::clamp(static_cast<int>(cores / 4), 1, 4);
-}
-
-int IoThreadsFor(int requested) {
-  return requested > 0 ? requested : DefaultIoThreads();
-}
-
 std::unique_ptr<Transport> NewZmqTransport(const Security& security,
                                            int io_threads) {
-  if (io_threads < 1 || io_threads > 64) io_threads = 1;
+  // Members check their options; one thread for anything else.
+  io_threads = std::clamp(io_threads, 1, 64);
   // Once per process: libzmq aborts when accepting on an ipc:// socket
   // finds no file descriptor left (tcp:// only refuses), so idle
   // connections up to the soft limit would let the next one kill the

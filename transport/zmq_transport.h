@@ -1,6 +1,6 @@
 // The ZeroMQ transport: the one place ductile uses ZeroMQ.
 //
-// One ZeroMQ context per ZmqTransport (with one I/O thread); sockets made by
+// One ZeroMQ context per ZmqTransport (with its I/O threads); sockets made by
 // it belong to it and must be destroyed before it. Sockets have linger 0
 // and no high water marks (ductile does its own flow control); routers drop
 // messages to peers that are gone.
@@ -22,21 +22,15 @@
 namespace ductile {
 
 // A transport whose ZeroMQ context moves bytes on `io_threads` threads
-// (1 - 64; out of range: 1). Each connection is served by one of them, so
-// more than one helps a member with several busy connections (a client
-// talking to several servers, a server to several workers); ZeroMQ's guide
-// suggests one per GB/s. The first call in a process raises its soft limit
-// of open files to the hard limit: libzmq aborts the process when
-// accepting a connection on an ipc:// socket finds no file descriptor left.
+// (clamped to 1 - 64). Each connection is served by one of them, so more
+// than one can help a member with several busy connections (a client
+// talking to several servers, a server to several workers) on a machine
+// with cores to spare; ZeroMQ's guide suggests one per GB/s. The first call
+// in a process raises its soft limit of open files to the hard limit:
+// libzmq aborts the process when accepting a connection on an ipc://
+// socket finds no file descriptor left.
 std::unique_ptr<Transport> NewZmqTransport(const Security& security,
                                            int io_threads = 1);
-
-// The I/O threads a member takes when told 0: a quarter of the machine's
-// cores, 1 to 4.
-int DefaultIoThreads();
-
-// `requested`, or DefaultIoThreads() for 0.
-int IoThreadsFor(int requested);
 
 }  // namespace ductile
 

@@ -74,10 +74,10 @@ struct ClientOptions {
   // Talk to servers on the same host over ipc:// (faster than tcp loopback).
   bool prefer_ipc = true;
   // Threads that move its bytes to and from the servers (ZeroMQ's I/O
-  // threads); each server's connection is served by one, so more help a
-  // client of several servers with large values. 0: a quarter of the
-  // machine's cores, 1 to 4; 1 - 64.
-  int io_threads = 0;
+  // threads), 1 - 64; each server's connection is served by one, so more
+  // may help a client of several servers with large values on a machine
+  // with cores to spare (not measured there yet: docs/benchmarks.md).
+  int io_threads = 1;
   // Largest request this client builds, in bytes; larger calls are rejected
   // with kInvalidArgument before anything is sent. Servers enforce their own
   // limit too.

@@ -98,10 +98,10 @@ struct ServerOptions {
   // are as with one thread. 0: the machine's cores, at most 8; 1 - 256.
   int apply_threads = 0;
   // Threads that move its bytes to and from the network (ZeroMQ's I/O
-  // threads); each connection is served by one, so more help a server with
-  // several busy workers. 0: a quarter of the machine's cores, 1 to 4;
-  // 1 - 64.
-  int io_threads = 0;
+  // threads), 1 - 64; each connection is served by one, so more may help a
+  // server of several busy workers on a machine with cores to spare (not
+  // measured there yet: docs/benchmarks.md).
+  int io_threads = 1;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;
@@ -180,15 +180,17 @@ struct ServerCounters {
   // Time the request thread spent on the gradient noise scale (reading
   // pushed gradients, and folding each finished clock in).
   uint64_t gns_us = 0;
-  // The request queue. ZeroMQ does not say how many requests wait in a
-  // socket; the request thread counts those it reads back to back, each
-  // found waiting as it finished the one before. `queued_requests`: all
-  // such requests so far. `queue_peak`: the longest run of back-to-back
-  // requests in a busy period, less its first (each of those waited at
-  // some moment of it), the highest since the last heartbeat (the
-  // coordinator's copy is the last heartbeat interval's).
+  // Waiting requests. ZeroMQ does not say how many requests wait in a
+  // socket (the queue's length is not known); the request thread counts
+  // those it reads back to back, each found waiting as it finished the one
+  // before. `queued_requests`: all such requests so far; its growth over
+  // that of `requests` is the share of requests that found the server busy.
+  // `busy_run_peak`: the longest run of back-to-back requests, less its
+  // first, in the current heartbeat interval (a run under way carries over
+  // with its length so far): how long the server went without finding its
+  // socket empty, in requests, not how many waited at once.
   uint64_t queued_requests = 0;
-  uint64_t queue_peak = 0;
+  uint64_t busy_run_peak = 0;
 };
 
 class Server {

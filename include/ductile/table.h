@@ -141,14 +141,13 @@ inline constexpr int32_t kMaxPushWeight = 1 << 16;
 // SGD", 2020): with k = pushes / base_pushes and phi the noise scale in
 // base global batches, the factor is the gain (phi + 1) / (phi / k + 1),
 // between 1 (the gradient dominates: a larger batch adds little) and k (the
-// noise dominates: linear). phi is the noise scale each server estimates
-// from the gradients it receives (server/noise_monitor.h,
-// worker_noise_scale: in data-plan batches whatever batches a push stands
-// for), divided by base_pushes, from its own share of the keys and so with
-// a gain of its own, once it has folded kAdaScaleMinClocks clocks; before,
-// and on a server whose estimate is off (--noise_scale_sample=0) or not
-// positive, the factor is 1 (a server that joins or restarts starts there
-// again). The gain moves every clock; with ramp_clocks each new target is
+// noise dominates: linear). phi is the gradient noise scale each server
+// estimates from the gradients it receives, in data-plan batches whatever
+// batches a push stands for, divided by base_pushes: from its own share of
+// the keys, and so with a gain of its own, once it has folded
+// kAdaScaleMinClocks clocks. Before, and on a server whose estimate is off
+// (ServerOptions::noise_scale_sample = 0) or not positive, the factor is 1
+// (a server that joins or restarts starts there again). The gain moves every clock; with ramp_clocks each new target is
 // approached from the factor in force, so the factor trails the gain. The
 // schedule's clocks are not stretched by the gain (AdaScale's
 // scale-invariant iterations are not kept).

@@ -147,10 +147,10 @@ inline constexpr int32_t kMaxPushWeight = 1 << 16;
 // the keys, and so with a gain of its own, once it has folded
 // kAdaScaleMinClocks clocks. Before, and on a server whose estimate is off
 // (ServerOptions::noise_scale_sample = 0) or not positive, the factor is 1
-// (a server that joins or restarts starts there again). The gain moves every clock; with ramp_clocks each new target is
-// approached from the factor in force, so the factor trails the gain. The
-// schedule's clocks are not stretched by the gain (AdaScale's
-// scale-invariant iterations are not kept).
+// (a server that joins or restarts starts there again). The gain moves every
+// clock; with ramp_clocks each new target is approached from the factor in
+// force, so the factor trails the gain. The schedule's clocks are not stretched
+// by the gain (AdaScale's scale-invariant iterations are not kept).
 struct BatchScaling {
   enum class Rule : int {
     kNone = 0,

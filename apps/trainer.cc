@@ -631,14 +631,6 @@ class ParamTensors {
     }
     return handles;
   }
-  Status Push(Client& client, std::span<const float> grad) {
-    std::vector<Handle> handles;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      handles.push_back(client.PushTensorAsync(
-          tensors_[i], grad.subspan(blocks_[i].offset, blocks_[i].size)));
-    }
-    return WaitAll(handles);
-  }
   // Starts pushing the blocks of `grad` that lie within [begin, begin +
   // count) and are not in `pushed` yet (all of them for count = SIZE_MAX);
   // marks them and adds their handles to `handles`. `grad` must outlive
@@ -754,26 +746,23 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       // allows, overlapping the gradient computation below.
       next_pull = tensors.PullAsync(client, next_params);
     }
-    if (!o.overlap_push) {
-      Result<float> loss =
-          model->LossAndGradient(params, *train, batch, grad, nullptr);
-      DUCTILE_RETURN_IF_ERROR(loss.status());
-      DUCTILE_RETURN_IF_ERROR(CheckLoss(*loss, epoch, client.clock()));
-      DUCTILE_RETURN_IF_ERROR(tensors.Push(client, grad));
-      return loss;
-    }
-    // Each layer's gradient goes out as the backward pass finishes it,
-    // while the layers before it are computed; the rest after.
+    // With overlap_push each layer's gradient goes out as the backward pass
+    // finishes it, while the layers before it are computed; whatever was
+    // not handed out goes after the pass.
     std::vector<bool> pushed;
     std::vector<Handle> pushes;
-    Result<float> loss = model->LossAndGradient(
-        params, *train, batch, grad, [&](size_t begin, size_t count) {
-          tensors.PushWithin(client, grad, begin, count, &pushed, &pushes);
-        });
+    MlpModel::GradientReady ready;
+    if (o.overlap_push) {
+      ready = [&](size_t begin, size_t count) {
+        tensors.PushWithin(client, grad, begin, count, &pushed, &pushes);
+      };
+    }
+    Result<float> loss =
+        model->LossAndGradient(params, *train, batch, grad, ready);
     Status s = loss.status();
-    // A non-finite loss is found after its layers went out: the servers
-    // refuse non-finite gradients (TableOptions::reject_non_finite), so
-    // those pushes fail and change nothing.
+    // A non-finite loss found after layers went out: the servers refuse
+    // non-finite gradients (TableOptions::reject_non_finite), so those
+    // pushes fail and change nothing.
     if (s.ok()) s = CheckLoss(*loss, epoch, client.clock());
     if (s.ok()) {
       tensors.PushWithin(client, grad, 0, SIZE_MAX, &pushed, &pushes);

@@ -681,8 +681,8 @@ void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
       noise_.OnPush(request.table->id(), request.header.worker_id(),
                     request.header.clock(), request.data.keys(),
                     request.data.values(),
-                    static_cast<int32_t>(std::min<uint32_t>(
-                        request.header.batch_weight(), kMaxPushWeight)));
+                    // At most kMaxPushWeight: ApplyValues checked it.
+                    static_cast<int32_t>(request.header.batch_weight()));
       counters_.Add(&ServerCounters::gns_us, MicrosSince(start));
       return;
     }

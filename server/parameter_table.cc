@@ -1,9 +1,11 @@
 #include "server/parameter_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "glog/logging.h"
 #include "server/initializer.h"
@@ -66,16 +68,49 @@ Status ParameterTable::CheckWidths(const DataFrames& request) const {
 Status ParameterTable::CheckPush(const DataFrames& request) const {
   DUCTILE_RETURN_IF_ERROR(CheckWidths(request));
   if (!options_.reject_non_finite) return Status::Ok();
+  if (AllValuesFinite(request)) return Status::Ok();
   const auto keys = request.keys();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!AllFinite(request.value(i))) {
-      return InvalidArgumentError(
-          "non-finite value (NaN or Inf) pushed to key " +
-          std::to_string(keys[i]) + " of table '" + options_.name +
-          "'; table left unchanged");
+  size_t i = 0;  // the first key holding a non-finite value
+  while (i + 1 < keys.size() && AllFinite(request.value(i))) ++i;
+  return InvalidArgumentError("non-finite value (NaN or Inf) pushed to key " +
+                              std::to_string(keys[i]) + " of table '" +
+                              options_.name + "'; table left unchanged");
+}
+
+bool ParameterTable::AllValuesFinite(const DataFrames& request) const {
+  const size_t total = request.total_floats();
+  const size_t n = request.keys().size();
+  if (runner_ == nullptr || runner_->threads() <= 1 ||
+      total < kParallelMinFloats) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!AllFinite(request.value(i))) return false;
     }
+    return true;
   }
-  return Status::Ok();
+  // The values end to end, cut into pieces as RunWork cuts an update: the
+  // check reads every byte of the push once, on all the runner's threads.
+  std::vector<size_t> starts(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) starts[i + 1] = starts[i] + request.length(i);
+  const size_t wanted = 4 * static_cast<size_t>(runner_->threads());
+  const size_t piece = std::max(kMinPieceFloats, (total + wanted - 1) / wanted);
+  std::atomic<bool> finite{true};
+  runner_->Run((total + piece - 1) / piece, [&](size_t p) {
+    size_t at = p * piece;
+    const size_t end = std::min(total, at + piece);
+    size_t i = static_cast<size_t>(
+        std::upper_bound(starts.begin(), starts.end() - 1, at) -
+        starts.begin() - 1);
+    while (at < end && finite.load(std::memory_order_relaxed)) {
+      const size_t begin = at - starts[i];
+      const size_t stop = std::min(end, starts[i + 1]) - starts[i];
+      if (!AllFinite(request.value(i).subspan(begin, stop - begin))) {
+        finite.store(false, std::memory_order_relaxed);
+      }
+      at = starts[i] + stop;
+      ++i;
+    }
+  });
+  return finite.load(std::memory_order_relaxed);
 }
 
 Status ParameterTable::CheckPull(const DataFrames& request) const {

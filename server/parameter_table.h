@@ -189,6 +189,9 @@ class ParameterTable {
                        kernel_.ExportState(e.state, e.value.size()), e.steps};
   }
   Status CheckWidths(const DataFrames& request) const;
+  // Whether every value of the push is finite; on the runner's threads for
+  // a large push.
+  bool AllValuesFinite(const DataFrames& request) const;
 
   const TableId id_;
   const TableOptions options_;

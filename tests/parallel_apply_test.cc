@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -146,6 +148,71 @@ TEST(ParallelApply, PiecesEndFloatForFloatWhereOneThreadEnds) {
       }
       ExpectSameTables(serial, parallel, keys);
       EXPECT_EQ(serial.changed(), parallel.changed());
+    }
+  }
+}
+
+// The finiteness check of a large push runs in pieces on the runner's
+// threads: a NaN or infinity anywhere (first float, last, on either side of
+// a key's edge, inside a key that spans pieces) is found, and the error
+// names the key that holds the first one.
+TEST(ParallelApply, ANonFiniteFloatAnywhereInALargePushIsFound) {
+  const float kBad[] = {std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(11);
+  for (int threads : {1, 4}) {
+    ParallelRunner runner(threads);
+    for (const auto& [width, count] : std::vector<std::pair<uint32_t, size_t>>{
+             {1000, 40}, {70000, 1}, {3, 12000}}) {
+      ParameterTable table(1, Table(UpdateRule::kSgd, width), nullptr);
+      table.set_runner(&runner);
+      std::vector<Key> keys(count);
+      for (size_t i = 0; i < count; ++i) keys[i] = 5 * i + 2;
+      const std::vector<float> clean = Random(size_t{width} * count, rng);
+      Push ok(keys, clean, width);
+      ASSERT_TRUE(ok.status.ok());
+      EXPECT_TRUE(table.CheckPush(ok.request).ok());
+      const size_t n = clean.size();
+      // The first and last floats, the middle, both sides of a key's edge,
+      // and both sides of every edge between the check's pieces (at most
+      // kMinPieceFloats apart: the edges of the smallest pieces).
+      std::vector<size_t> positions = {0,         n - 1, n / 2,
+                                       width - 1, width, n - width};
+      for (size_t edge = ParameterTable::kMinPieceFloats; edge < n;
+           edge += ParameterTable::kMinPieceFloats) {
+        positions.push_back(edge - 1);
+        positions.push_back(edge);
+      }
+      for (size_t at : positions) {
+        if (at >= n) continue;  // one key: no float past its edge
+        for (float bad : kBad) {
+          SCOPED_TRACE(::testing::Message()
+                       << threads << " threads, " << count << " keys of "
+                       << width << ", float " << at << " = " << bad);
+          std::vector<float> values = clean;
+          values[at] = bad;
+          Push push(keys, values, width);
+          ASSERT_TRUE(push.status.ok());
+          const Status s = table.CheckPush(push.request);
+          EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+          EXPECT_NE(s.message().find("key " + std::to_string(keys[at / width]) +
+                                     " of table"),
+                    std::string::npos)
+              << s;
+        }
+      }
+      // Two bad floats: the first key holding one is named.
+      std::vector<float> values = clean;
+      values[n - 1] = kBad[0];
+      if (count > 1) values[width + 1] = kBad[1];
+      Push push(keys, values, width);
+      const Status s = table.CheckPush(push.request);
+      EXPECT_NE(
+          s.message().find("key " + std::to_string(keys[count > 1 ? 1 : 0]) +
+                           " of table"),
+          std::string::npos)
+          << s;
     }
   }
 }

@@ -2,6 +2,8 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -57,6 +59,74 @@ void DeviceBuffer::Reset() {
   data_ = nullptr;
   size_ = 0;
   owner_ = nullptr;
+}
+
+namespace {
+
+// Zeroed plain host memory for `count` floats (count > 0), or null.
+float* AllocatePlain(size_t count) {
+  return static_cast<float*>(std::calloc(count, sizeof(float)));
+}
+
+}  // namespace
+
+HostBuffer HostBuffer::Plain(size_t count) {
+  if (count == 0) return HostBuffer();
+  float* data = AllocatePlain(count);
+  if (data == nullptr) throw std::bad_alloc();
+  return HostBuffer(data, count, nullptr);
+}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      owner_(std::exchange(other.owner_, nullptr)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owner_ = std::exchange(other.owner_, nullptr);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() { Reset(); }
+
+void HostBuffer::Reset() {
+  if (data_ != nullptr) {
+    if (owner_ != nullptr) {
+      owner_->DoFreeHost(data_);
+    } else {
+      std::free(data_);
+    }
+  }
+  data_ = nullptr;
+  size_ = 0;
+  owner_ = nullptr;
+}
+
+Status ComputeBackend::DoAllocateHost(size_t count, float** data) {
+  *data = AllocatePlain(count);
+  if (*data == nullptr) {
+    return ResourceExhaustedError("cannot allocate " + std::to_string(count) +
+                                  " floats of host memory");
+  }
+  return Status::Ok();
+}
+
+void ComputeBackend::DoFreeHost(float* data) { std::free(data); }
+
+Result<HostBuffer> ComputeBackend::AllocateHost(size_t count) {
+  if (count == 0) return HostBuffer();
+  if (count > SIZE_MAX / sizeof(float)) {
+    return InvalidArgumentError("cannot allocate " + std::to_string(count) +
+                                " floats");
+  }
+  float* data = nullptr;
+  DUCTILE_RETURN_IF_ERROR(DoAllocateHost(count, &data));
+  return HostBuffer(data, count, this);
 }
 
 Status ComputeBackend::CheckSpan(DeviceSpan span, size_t needed,

@@ -108,6 +108,45 @@ class DeviceBuffer {
   ComputeBackend* owner_ = nullptr;
 };
 
+// Owns `size()` floats of host memory for moving data to and from a
+// backend (ComputeBackend::AllocateHost): page-locked on CUDA, so that
+// Upload from it and Download into it go straight between it and the GPU,
+// without the copy through the backend's staging memory that ordinary
+// host memory takes. Plain memory on the CPU, or when built with Plain().
+// Move-only; zeroed when made; frees the memory when destroyed, and must
+// be destroyed before the backend that made it.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  // `count` floats of ordinary host memory, owned by no backend.
+  static HostBuffer Plain(size_t count);
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+
+  size_t size() const { return size_; }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  std::span<float> span() { return {data_, size_}; }
+  std::span<const float> span() const { return {data_, size_}; }
+  operator std::span<float>() { return span(); }  // NOLINT: like vector
+  operator std::span<const float>() const { return span(); }  // NOLINT
+  float& operator[](size_t i) { return data_[i]; }
+  const float& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  friend class ComputeBackend;
+  HostBuffer(float* data, size_t size, ComputeBackend* owner)
+      : data_(data), size_(size), owner_(owner) {}
+  void Reset();
+
+  float* data_ = nullptr;
+  size_t size_ = 0;
+  ComputeBackend* owner_ = nullptr;  // null: plain memory (std::free)
+};
+
 // Whether Gemm uses a matrix as stored or its transpose.
 enum class Transpose : bool { kNo = false, kYes = true };
 
@@ -124,9 +163,14 @@ class ComputeBackend {
   // cannot be had.
   Result<DeviceBuffer> Allocate(size_t count);
 
+  // `count` floats of host memory that this backend moves fastest (see
+  // HostBuffer), zeroed. ResourceExhausted if the memory cannot be had.
+  Result<HostBuffer> AllocateHost(size_t count);
+
   // Copies `src` into dst[0, src.size()). Needs dst.size() >= src.size().
   // May return before the copy has happened (CUDA); `src` may be reused at
-  // once.
+  // once. From a HostBuffer of this backend, CUDA copies straight from it
+  // and returns once that copy is done (after the work queued before it).
   Status Upload(std::span<const float> src, DeviceSpan dst);
 
   // Copies src[0, dst.size()) into `dst`. Needs src.size() >= dst.size().
@@ -199,9 +243,14 @@ class ComputeBackend {
                               float* out) = 0;
   virtual Status DoAxpy(size_t count, float alpha, const float* x,
                         float* y) = 0;
+  // Host memory for AllocateHost, zeroed; by default plain memory. Freed by
+  // DoFreeHost, which must not fail.
+  virtual Status DoAllocateHost(size_t count, float** data);
+  virtual void DoFreeHost(float* data);
 
  private:
   friend class DeviceBuffer;
+  friend class HostBuffer;
 
   // OK if `span` is memory of this backend with at least `needed` floats,
   // or if `needed` is 0. `what` names the argument in the error.

@@ -4,7 +4,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "apps/cuda_kernels.h"
@@ -53,6 +57,14 @@ class CudaBackend final : public ComputeBackend {
   explicit CudaBackend(int device) : device_(device) {}
 
   ~CudaBackend() override {
+    // HostBuffers must go before their backend (compute_backend.h); one
+    // still here would later free through a destroyed backend.
+    if (!pinned_.empty()) {
+      std::fprintf(stderr,
+                   "CudaBackend destroyed with %zu of its HostBuffers alive\n",
+                   pinned_.size());
+      std::abort();
+    }
     // Errors are ignored: there is nothing to do about them here.
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -113,8 +125,18 @@ class CudaBackend final : public ComputeBackend {
   // free offset: uploads queued since the staging memory was last drained
   // need not wait for each other. When it is full, wait for the copies out
   // of it (upload_done_ follows the latest) and start over at offset 0.
+  // From page-locked memory of this backend's (AllocateHost), the copy
+  // goes straight to the GPU; it is waited for, so that `src` may be
+  // reused at once as from staging.
   Status DoUpload(const float* src, size_t count, float* dst) override {
     DUCTILE_RETURN_IF_ERROR(Activate());
+    if (IsPinned(src, count)) {
+      DUCTILE_RETURN_IF_ERROR(
+          FromCuda(cudaMemcpyAsync(dst, src, count * sizeof(float),
+                                   cudaMemcpyHostToDevice, stream_),
+                   "cudaMemcpyAsync to the device"));
+      return FromCuda(cudaStreamSynchronize(stream_), "queued CUDA work");
+    }
     if (count > upload_capacity_ - upload_used_) {
       DUCTILE_RETURN_IF_ERROR(
           FromCuda(cudaEventSynchronize(upload_done_), "cudaEventSynchronize"));
@@ -137,6 +159,16 @@ class CudaBackend final : public ComputeBackend {
 
   Status DoDownload(const float* src, size_t count, float* dst) override {
     DUCTILE_RETURN_IF_ERROR(Activate());
+    if (IsPinned(dst, count)) {
+      DUCTILE_RETURN_IF_ERROR(
+          FromCuda(cudaMemcpyAsync(dst, src, count * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "cudaMemcpyAsync to the host"));
+      DUCTILE_RETURN_IF_ERROR(
+          FromCuda(cudaStreamSynchronize(stream_), "queued CUDA work"));
+      upload_used_ = 0;  // the stream is idle: no upload reads the staging
+      return Status::Ok();
+    }
     if (count > download_capacity_) {
       // No copy into the staging memory is in flight: each Download waits.
       DUCTILE_RETURN_IF_ERROR(
@@ -152,6 +184,47 @@ class CudaBackend final : public ComputeBackend {
     upload_used_ = 0;  // the stream is idle: no upload reads the staging
     std::memcpy(dst, download_staging_, count * sizeof(float));
     return Status::Ok();
+  }
+
+  Status DoAllocateHost(size_t count, float** data) override {
+    DUCTILE_RETURN_IF_ERROR(Activate());
+    void* memory = nullptr;
+    const cudaError_t error = cudaMallocHost(&memory, count * sizeof(float));
+    if (error != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      return ResourceExhaustedError(
+          "cannot allocate " + std::to_string(count) +
+          " floats of page-locked host memory: " + cudaGetErrorString(error));
+    }
+    std::memset(memory, 0, count * sizeof(float));
+    try {
+      pinned_[static_cast<const float*>(memory)] = count;
+    } catch (...) {  // no memory for the map's node
+      cudaFreeHost(memory);
+      throw;
+    }
+    *data = static_cast<float*>(memory);
+    return Status::Ok();
+  }
+
+  void DoFreeHost(float* data) override {
+    // Queued copies may still read or write the memory: let them finish.
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    pinned_.erase(data);
+    cudaFreeHost(data);
+  }
+
+  // Whether [p, p + count) lies within one HostBuffer of this backend.
+  bool IsPinned(const float* p, size_t count) const {
+    auto it = pinned_.upper_bound(p);
+    if (it == pinned_.begin()) return false;
+    --it;
+    // As integers: p may lie outside the buffer found.
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(it->first);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t bytes = it->second * sizeof(float);
+    return at - begin <= bytes && count * sizeof(float) <= bytes - (at - begin);
   }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a
@@ -243,6 +316,9 @@ class CudaBackend final : public ComputeBackend {
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+
+  // This backend's HostBuffers: start -> floats.
+  std::map<const float*, size_t> pinned_;
 
   // Upload staging: floats [0, upload_used_) of upload_staging_ may still
   // be read by queued copies, the last of which upload_done_ follows.

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "apps/compute_backend.h"
@@ -497,6 +498,11 @@ class Classifier {
       const MlpModel::GradientReady& ready) = 0;
   virtual Result<double> Accuracy(std::span<const float> params,
                                   const Dataset& data) = 0;
+  // Host memory for parameters and gradients of `count` floats, the kind
+  // the model's backend moves fastest (ComputeBackend::AllocateHost).
+  virtual Result<HostBuffer> HostVector(size_t count) {
+    return HostBuffer::Plain(count);
+  }
 };
 
 // Forwards the Classifier calls to a model of the shape both models share
@@ -563,6 +569,17 @@ class MlpClassifier final : private BackendOwner,
   }
   const char* name() const override { return "MLP"; }
   std::string backend_name() const { return backend->name(); }
+  // Page-locked memory where the backend has it to give; ordinary memory
+  // otherwise (slower copies, but the same training).
+  Result<HostBuffer> HostVector(size_t count) override {
+    Result<HostBuffer> buffer = backend->AllocateHost(count);
+    if (buffer.ok() || buffer.status().code() != StatusCode::kResourceExhausted)
+      return buffer;
+    std::fprintf(stderr,
+                 "warning: %s; the parameters go through ordinary memory\n",
+                 buffer.status().ToString().c_str());
+    return HostBuffer::Plain(count);
+  }
   // Layer by layer: W (out x in, He-uniform) then b (zeros), the layout
   // MlpModel uses.
   std::vector<ParamBlock> Blocks() const override {
@@ -703,14 +720,21 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   }));
   DataPosition data(client, train->num_samples, o.seed, o.batch_size, o.epochs);
 
-  std::vector<float> params(model->num_params()), grad(model->num_params());
+  // Page-locked on a GPU, so that the model's uploads and downloads go
+  // straight between them and the device.
+  DUCTILE_ASSIGN_OR_RETURN(HostBuffer params,
+                           model->HostVector(model->num_params()));
+  DUCTILE_ASSIGN_OR_RETURN(HostBuffer grad,
+                           model->HostVector(model->num_params()));
   // Where the model allows reads one step old (async, SSP with s >= 1), the
   // next step's parameters are pulled while this step computes.
   const bool prefetch =
       o.prefetch && (o.consistency.mode == ConsistencyMode::kAsync ||
                      (o.consistency.mode == ConsistencyMode::kSsp &&
                       o.consistency.staleness >= 1));
-  std::vector<float> next_params(prefetch ? model->num_params() : 0);
+  DUCTILE_ASSIGN_OR_RETURN(
+      HostBuffer next_params,
+      model->HostVector(prefetch ? model->num_params() : 0));
   std::vector<Handle> next_pull;
   // On every way out (errors too), a prefetch in flight still writes into
   // next_params: wait for it before that buffer goes.
@@ -741,7 +765,7 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
     } else {
       if (next_pull.empty()) next_pull = tensors.PullAsync(client, next_params);
       DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
-      params.swap(next_params);
+      std::swap(params, next_params);
       // Issued at this clock, before this step's push: a pull this model
       // allows, overlapping the gradient computation below.
       next_pull = tensors.PullAsync(client, next_params);

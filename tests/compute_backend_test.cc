@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ductile::apps {
@@ -88,6 +90,143 @@ TEST_P(BackendTest, ManyUploadsBeforeADownloadAllArrive) {
   for (size_t i = 0; i < buffers.size(); ++i) {
     EXPECT_EQ(Get(buffers[i]), values[i]) << "buffer " << i;
   }
+}
+
+TEST_P(BackendTest, HostBuffersAreZeroAndCarryDataBothWays) {
+  Result<HostBuffer> host = backend_->AllocateHost(5000);
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_EQ(host->size(), 5000u);
+  EXPECT_EQ(std::vector<float>(host->data(), host->data() + 5000),
+            std::vector<float>(5000, 0.0f));
+
+  // Up from a host buffer, and rewritten at once: the device keeps what
+  // was there at the call, as with ordinary memory. 4M floats too, whose
+  // copy to a GPU takes long enough for a rewrite to overtake it.
+  for (size_t n : {size_t{5000}, size_t{1} << 22}) {
+    Result<HostBuffer> big = backend_->AllocateHost(n);
+    ASSERT_TRUE(big.ok()) << big.status();
+    const std::vector<float> before = RandomVector(n, 5);
+    std::copy(before.begin(), before.end(), big->data());
+    Result<DeviceBuffer> target = backend_->Allocate(n);
+    ASSERT_TRUE(target.ok());
+    ASSERT_TRUE(backend_->Upload(*big, *target).ok());
+    std::fill(big->data(), big->data() + n, -1.0f);
+    EXPECT_TRUE(Get(*target) == before) << n << " floats";
+  }
+  const std::vector<float> first = RandomVector(5000, 3);
+  const std::vector<float> second = RandomVector(5000, 4);
+  std::copy(first.begin(), first.end(), host->data());
+  Result<DeviceBuffer> device = backend_->Allocate(5000);
+  ASSERT_TRUE(device.ok());
+  ASSERT_TRUE(backend_->Upload(*host, *device).ok());
+  std::copy(second.begin(), second.end(), host->data());
+  EXPECT_EQ(Get(*device), first);
+
+  // Part of a host buffer both ways, and down into the middle of one: the
+  // floats around the range stay as they were.
+  ASSERT_TRUE(
+      backend_->Upload(host->span().subspan(100, 50), device->Subspan(0, 50))
+          .ok());
+  Result<HostBuffer> back = backend_->AllocateHost(300);
+  ASSERT_TRUE(back.ok());
+  std::fill(back->data(), back->data() + 300, -7.0f);
+  ASSERT_TRUE(
+      backend_->Download(device->Subspan(0, 50), back->span().subspan(200, 50))
+          .ok());
+  for (size_t i = 0; i < 300; ++i) {
+    const float want = i >= 200 && i < 250 ? second[100 + i - 200] : -7.0f;
+    ASSERT_EQ((*back)[i], want) << "float " << i;
+  }
+
+  // Moved, the buffer's memory goes with it; the empty one is harmless.
+  HostBuffer moved = std::move(*back);
+  EXPECT_EQ(moved.size(), 300u);
+  EXPECT_EQ(back->size(), 0u);
+  EXPECT_EQ(moved[205], second[105]);
+  Result<HostBuffer> none = backend_->AllocateHost(0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->size(), 0u);
+}
+
+// A backend that only records its host allocations (every other
+// operation is unused here).
+class HostRecordingBackend final : public ComputeBackend {
+ public:
+  std::string name() const override { return "recording"; }
+  std::vector<float*> allocated, freed;
+
+ protected:
+  Status DoAllocateHost(size_t count, float** data) override {
+    DUCTILE_RETURN_IF_ERROR(ComputeBackend::DoAllocateHost(count, data));
+    allocated.push_back(*data);
+    return Status::Ok();
+  }
+  void DoFreeHost(float* data) override {
+    freed.push_back(data);
+    ComputeBackend::DoFreeHost(data);
+  }
+  Status DoAllocate(size_t, float**) override { return Unused(); }
+  void DoFree(float*) override {}
+  Status DoUpload(const float*, size_t, float*) override { return Unused(); }
+  Status DoDownload(const float*, size_t, float*) override { return Unused(); }
+  Status DoGemm(Transpose, Transpose, int, int, int, float, const float*,
+                const float*, float, float*) override {
+    return Unused();
+  }
+  Status DoAddRowVector(size_t, size_t, const float*, float*) override {
+    return Unused();
+  }
+  Status DoRelu(size_t, float*) override { return Unused(); }
+  Status DoReluBackward(size_t, const float*, float*) override {
+    return Unused();
+  }
+  Status DoSoftmaxCrossEntropy(size_t, size_t, const float*, const float*,
+                               float, float*, float*) override {
+    return Unused();
+  }
+  Status DoColumnSums(size_t, size_t, const float*, float*) override {
+    return Unused();
+  }
+  Status DoAxpy(size_t, float, const float*, float*) override {
+    return Unused();
+  }
+
+ private:
+  static Status Unused() { return InternalError("not used by this test"); }
+};
+
+TEST(HostBuffer, ABackendsBuffersGoBackToItOnceAndPlainOnesNever) {
+  HostRecordingBackend backend;
+  {
+    Result<HostBuffer> a = backend.AllocateHost(100);
+    Result<HostBuffer> b = backend.AllocateHost(200);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(backend.allocated.size(), 2u);
+    EXPECT_EQ(a->data(), backend.allocated[0]);
+    HostBuffer plain = HostBuffer::Plain(50);
+    HostBuffer moved = std::move(*a);  // a is empty now
+    std::swap(moved, *b);              // b holds a's memory, moved b's
+    EXPECT_TRUE(backend.freed.empty());
+    *b = HostBuffer::Plain(10);  // a's memory goes back now
+    ASSERT_EQ(backend.freed.size(), 1u);
+    EXPECT_EQ(backend.freed[0], backend.allocated[0]);
+  }
+  // b's memory (held by `moved`) went back at the end of the scope; the
+  // plain buffers and the empty ones never reached the backend.
+  ASSERT_EQ(backend.freed.size(), 2u);
+  EXPECT_EQ(backend.freed[1], backend.allocated[1]);
+}
+
+TEST(HostBuffer, PlainMemoryIsZeroedAndOwnedByNoBackend) {
+  HostBuffer plain = HostBuffer::Plain(1000);
+  ASSERT_EQ(plain.size(), 1000u);
+  for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i], 0.0f);
+  plain[999] = 2.0f;
+  HostBuffer other = HostBuffer::Plain(10);
+  std::swap(plain, other);
+  EXPECT_EQ(plain.size(), 10u);
+  EXPECT_EQ(other[999], 2.0f);
+  EXPECT_EQ(HostBuffer::Plain(0).size(), 0u);
 }
 
 // C = alpha * op(A) op(B) + beta * C, all row-major, in double.

@@ -251,6 +251,11 @@ DEFINE_string(optimizer, "adam",
               "server-side update rule: sgd, momentum, adagrad or adam");
 DEFINE_double(learning_rate, 0.001,
               "learning rate of --optimizer (mf: 0.03 unless given)");
+DEFINE_int32(lr_for_batch, 0,
+             "the --learning_rate is meant for batches of this many samples "
+             "per worker: the tables get it scaled to --batch_size, by the "
+             "ratio (sgd, momentum) or its square root (adam, adagrad); 0: "
+             "as given");
 DEFINE_double(lr_warmup_epochs, 0,
               "learning rate: linear warm-up over this many epochs");
 DEFINE_string(lr_decay, "none",
@@ -296,6 +301,7 @@ constexpr const char* kTrainingFlags[] = {"app",
                                           "batch_size",
                                           "optimizer",
                                           "learning_rate",
+                                          "lr_for_batch",
                                           "lr_warmup_epochs",
                                           "lr_decay",
                                           "lr_step_epochs",
@@ -654,6 +660,7 @@ int RunWorker() {
         "unknown --bsp_combine '" + FLAGS_bsp_combine + "' (mean, sum)"));
   }
   t.learning_rate = static_cast<float>(FLAGS_learning_rate);
+  t.lr_for_batch = FLAGS_lr_for_batch;
   t.lr_warmup_epochs = FLAGS_lr_warmup_epochs;
   t.lr_decay = FLAGS_lr_decay;
   t.lr_step_epochs = FLAGS_lr_step_epochs;

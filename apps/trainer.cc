@@ -53,6 +53,14 @@ Status Validate(const TrainerOptions& o) {
     return InvalidArgumentError("--learning_rate must be a positive number");
   }
   if (o.log_every < 1) return InvalidArgumentError("--log_every must be >= 1");
+  if (o.lr_for_batch < 0 || o.lr_for_batch > (1 << 20)) {
+    return InvalidArgumentError("--lr_for_batch must be in [0, 1048576]");
+  }
+  if (const float rate = LearningRateForBatch(o);
+      !(rate > 0) || !std::isfinite(rate)) {
+    return InvalidArgumentError(
+        "--learning_rate scaled by --lr_for_batch is not a positive number");
+  }
   if (!(o.lr_warmup_epochs >= 0) || o.lr_warmup_epochs > o.epochs) {
     return InvalidArgumentError("--lr_warmup_epochs must be in [0, --epochs]");
   }
@@ -618,7 +626,7 @@ class ParamTensors {
       TableOptions t;
       t.name = b.name;
       t.rule = o.optimizer;
-      t.learning_rate = o.learning_rate;
+      t.learning_rate = LearningRateForBatch(o);
       t.lr_schedule =
           TableSchedule(client, b.name, o, batches_per_epoch, world);
       t.batch_scaling = BatchScalingOf(o, world);
@@ -755,7 +763,8 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
         "epoch(s), %zu parameters\n",
         model->name(), backend.c_str(), train->num_samples, test->num_samples,
         world, ToString(o.consistency).c_str(), o.batch_size,
-        RuleName(o.optimizer), o.learning_rate, o.epochs, model->num_params());
+        RuleName(o.optimizer), LearningRateForBatch(o), o.epochs,
+        model->num_params());
     std::fflush(stdout);
   }
   progress.Start();
@@ -854,7 +863,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
       t.name = names[i];
       t.value_width = static_cast<uint32_t>(o.mf_rank);
       t.rule = o.optimizer;
-      t.learning_rate = o.learning_rate;
+      t.learning_rate = LearningRateForBatch(o);
       t.lr_schedule = TableSchedule(
           client, names[i], o,
           (static_cast<int64_t>(data.train.size()) + o.batch_size - 1) /
@@ -891,7 +900,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
         "%.3g, %d epoch(s)\n",
         data.rows, data.cols, data.rank, data.train.size(), data.test.size(),
         world, ToString(o.consistency).c_str(), o.batch_size,
-        RuleName(o.optimizer), o.learning_rate, o.epochs);
+        RuleName(o.optimizer), LearningRateForBatch(o), o.epochs);
     std::fflush(stdout);
   }
   progress.Start();
@@ -960,6 +969,18 @@ Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
   if (options.app == "mf") return RunMf(client, options, rank, world);
   return InvalidArgumentError("unknown --app '" + options.app +
                               "' (apps: fmnist-logreg, fmnist-mlp, mf)");
+}
+
+float LearningRateForBatch(const TrainerOptions& o) {
+  if (o.lr_for_batch <= 0 || o.lr_for_batch == o.batch_size) {
+    return o.learning_rate;
+  }
+  const double ratio =
+      static_cast<double>(o.batch_size) / static_cast<double>(o.lr_for_batch);
+  const bool adaptive =
+      o.optimizer == UpdateRule::kAdam || o.optimizer == UpdateRule::kAdaGrad;
+  return static_cast<float>(o.learning_rate *
+                            (adaptive ? std::sqrt(ratio) : ratio));
 }
 
 uint32_t TensorChunkFloats(uint64_t num_floats) {

@@ -40,6 +40,10 @@ struct TrainerOptions {
   // Server-side update rule: kSgd, kMomentum, kAdaGrad or kAdam.
   UpdateRule optimizer = UpdateRule::kAdam;
   float learning_rate = 0.001f;  // step size of `optimizer`
+  // > 0: `learning_rate` is meant for batches of this many samples per
+  // worker, and the tables get it scaled to `batch_size`
+  // (LearningRateForBatch); 0: used as given.
+  int lr_for_batch = 0;
   // Its schedule (TableOptions::lr_schedule), in epochs: a linear warm-up
   // over `lr_warmup_epochs`, then `lr_decay`: "none", "step" (times
   // `lr_gamma` every `lr_step_epochs`) or "cosine" (down to
@@ -103,6 +107,13 @@ LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
 
 // Runs the app as one worker of the job; returns when training is done.
 Status RunTrainingWorker(Client& client, const TrainerOptions& options);
+
+// The learning rate the tables get: `learning_rate` as given, or, with
+// `lr_for_batch`, scaled from batches of lr_for_batch samples to batches
+// of batch_size: by the ratio for SGD and momentum (the linear rule), by
+// its square root for Adam and AdaGrad (whose steps do not grow with the
+// gradient's size).
+float LearningRateForBatch(const TrainerOptions& options);
 
 // The chunk size (floats per key) of a parameter block of `num_floats` on
 // the servers: about 64 chunks per block, 256 to 8192 floats each, so that

@@ -178,6 +178,19 @@ TEST(LocalCluster, TrainsLogisticRegressionAndReportsTestAccuracy) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// --lr_for_batch reaches the workers, and their tables get the rate
+// scaled from its batch to theirs (linearly, for SGD).
+TEST(LocalCluster, ALearningRateMeantForAnotherBatchIsScaledToTheirs) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--servers=1", "--workers=1", "--epochs=1",
+             "--max_samples=512", "--batch_size=128", "--optimizer=sgd",
+             "--learning_rate=0.01", "--lr_for_batch=32", marker});
+  ASSERT_EQ(ExitCode(p.Wait(std::chrono::seconds(240))), 0) << p.output();
+  EXPECT_NE(p.output().find("batch 128, sgd lr 0.04,"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 // 100 steps a worker reach 0.60-0.73 and 200 steps 0.75-0.80 (checked with
 // 0.6 below: 100 steps were once 0.599 on a loaded machine).
 TEST(LocalCluster, TrainsTheMlpOnTheCpuAndWritesACsvLog) {
@@ -902,6 +915,13 @@ TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
   EXPECT_NE(bad_decay.output().find("unknown --lr_decay 'linear'"),
             std::string::npos)
       << bad_decay.output();
+
+  Process bad_for_batch(
+      {kBinary, "local", "--lr_for_batch=-64", UniqueTimeoutFlag()});
+  EXPECT_NE(ExitCode(bad_for_batch.Wait(std::chrono::seconds(60))), 0);
+  EXPECT_NE(bad_for_batch.output().find("--lr_for_batch must be in"),
+            std::string::npos)
+      << bad_for_batch.output();
 
   Process bad_scaling(
       {kBinary, "local", "--lr_scaling=cubic", UniqueTimeoutFlag()});

@@ -26,6 +26,30 @@ TEST(TensorChunks, ASmallModelSpreadsOverManyKeys) {
   EXPECT_EQ(TensorChunkFloats(100'000'000), 8192u);
 }
 
+// A rate meant for another batch: linear for SGD and momentum, the square
+// root for Adam and AdaGrad, unchanged without lr_for_batch or at its batch.
+TEST(LearningRateForBatch, ScalesByTheRatioOrItsSquareRootByOptimizer) {
+  TrainerOptions o;
+  o.learning_rate = 0.01f;
+  o.batch_size = 256;
+  EXPECT_EQ(LearningRateForBatch(o), 0.01f);  // lr_for_batch 0: as given
+  o.lr_for_batch = 64;
+  o.optimizer = UpdateRule::kSgd;
+  EXPECT_FLOAT_EQ(LearningRateForBatch(o), 0.04f);
+  o.optimizer = UpdateRule::kMomentum;
+  EXPECT_FLOAT_EQ(LearningRateForBatch(o), 0.04f);
+  o.optimizer = UpdateRule::kAdam;
+  EXPECT_FLOAT_EQ(LearningRateForBatch(o), 0.02f);
+  o.optimizer = UpdateRule::kAdaGrad;
+  EXPECT_FLOAT_EQ(LearningRateForBatch(o), 0.02f);
+  o.batch_size = 16;  // a smaller batch: a smaller rate
+  EXPECT_FLOAT_EQ(LearningRateForBatch(o), 0.005f);
+  o.optimizer = UpdateRule::kSgd;
+  EXPECT_FLOAT_EQ(LearningRateForBatch(o), 0.0025f);
+  o.lr_for_batch = 16;  // meant for this batch
+  EXPECT_EQ(LearningRateForBatch(o), 0.01f);
+}
+
 // The flags' schedule in epochs becomes clocks at the workers' pace.
 TEST(ScheduleInClocks, EpochsBecomeClocksAtTheWorkersPace) {
   TrainerOptions o;

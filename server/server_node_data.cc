@@ -1,0 +1,323 @@
+// A server's data path: push, pull and push-pull requests admitted, held
+// or served (ApplyValues, ServePull), the gradient noise estimate fed, and
+// BSP clocks ended (OnServerClock).
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "glog/logging.h"
+#include "proto/codec.h"
+#include "proto/counters.h"
+#include "proto/table_config.h"
+#include "server/server_node.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A request of this many bytes of values or more is announced to the
+// coordinator as a busy spell before it is served.
+constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
+
+}  // namespace
+
+// --------------------------------------------------------------- requests
+
+void ServerNode::HandleRequest(InMessage& message, bool replay) {
+  if (!replay) {
+    counters_.Add(&ServerCounters::requests);
+    counters_.Add(&ServerCounters::bytes_in, message.bytes());
+  }
+  if (message.empty()) {
+    counters_.Add(&ServerCounters::errors);  // nobody to answer
+    return;
+  }
+  if (!behind_.empty()) {
+    // Requests wait, in order, behind one that named a newer routing.
+    behind_.push_back(std::move(message));
+    return;
+  }
+  const ByteSpan identity = message.frame(0);
+  RequestAdmission::Request request;
+  uint64_t seq = 0;
+  Status s = admission_.Check(message, routing_, generation_, id_, tables_,
+                              &request, &seq);
+  if (admission_.TakeNewerEpoch() != 0) {
+    wire::Header get;
+    get.set_type(wire::GET_ROUTING);
+    get.set_member_id(id_);
+    Send(get);
+  }
+  if (!s.ok()) {
+    // Another server's chunk of keys moving here.
+    if (request.header.type() == wire::MIGRATE_DATA && !request.header.ack()) {
+      return InstallMoved(message, request.header);
+    }
+    if (!routing_.empty() && request.header.epoch() > routing_.epoch() &&
+        !refuse_behind_ && s.code() != StatusCode::kPermissionDenied) {
+      // The sender knows a newer routing table than this server (asked for
+      // it above). Refused, this request would be sent again after the
+      // ones behind it: it waits for the table instead, and they wait
+      // behind it, so that a client's requests are taken in order.
+      behind_since_ = env_->Now();
+      behind_.push_back(std::move(message));
+      return;
+    }
+    return replies_.Error(identity, seq, s);
+  }
+  if (request.is_clock) return HandleClock(request.header);
+
+  if (request.has_values()) {
+    // Arrived: whatever waits below, its client is heard from now.
+    admission_.dedup().Touch(request.header.client_id(), DedupNow(),
+                             request.header.timeout_ms());
+  }
+  const TableId table = request.table->id();
+  const int64_t clock = request.header.clock();
+  if (request.is_worker) {
+    consistency_.NoteClock(clock);
+    const int64_t client = request.header.client_id();
+    // The checkpoint's cut: a push after it waits, and so does whatever
+    // its client sends after it (in order).
+    if ((request.has_values() && checkpointer_.Holds(clock)) ||
+        checkpointer_.HoldsClient(client)) {
+      return checkpointer_.Hold(std::move(message), client);
+    }
+    if (request.has_values()) checkpointer_.NotePush(clock);
+    // A consistency change is being agreed: requests beyond the clocks
+    // seen so far wait until the change tells which model governs them.
+    if (consistency_.HoldsForChange(table, clock)) {
+      return consistency_.HoldForChange(table, std::move(message));
+    }
+  }
+
+  bool duplicate = false;
+  Result<RequestAdmission::Route> route =
+      admission_.Decide(request, routing_, id_, &duplicate);
+  if (duplicate) counters_.Add(&ServerCounters::duplicates);
+  if (!route.ok()) return replies_.Error(identity, seq, route.status());
+  if (*route == RequestAdmission::Route::kMoved ||
+      (*route == RequestAdmission::Route::kServe && mover_->moving() &&
+       mover_->Bounces(routing_, table, request.data.keys()))) {
+    // Not served here (any more: its slot is moving away); the client asks
+    // again, and the new owner once the routing names it. A resent push
+    // applied here before is still acknowledged as a duplicate.
+    return replies_.Moved(identity, seq, duplicate);
+  }
+  wire::Header reply;
+  reply.set_type(wire::DATA_REPLY);
+  reply.set_seq(seq);
+  reply.set_duplicate(duplicate);
+  if (*route == RequestAdmission::Route::kDuplicate) {
+    return replies_.Reply(identity, reply, nullptr);
+  }
+  AnnounceLongWork(request);
+  if (request.has_values() && !duplicate) {
+    const TimePoint start = env_->Now();
+    s = ApplyValues(request);
+    counters_.Add(&ServerCounters::apply_us, MicrosSince(start));
+    if (!s.ok()) return replies_.Error(identity, seq, s);
+    admission_.MarkApplied(request);
+    counters_.Add(&ServerCounters::pushes);
+  }
+  if (!request.has_pull()) return replies_.Reply(identity, reply, nullptr);
+
+  // The staleness gate: park the pull until the server clock allows it.
+  const int64_t required = request.is_worker
+                               ? consistency_.RequiredServerClock(table, clock)
+                               : ConsistencySchedule::kNoWait;
+  if (required > consistency_.server_clock()) {
+    const TimePoint now = env_->Now();
+    const int64_t timeout_ms =
+        request.header.timeout_ms() > 0 ? request.header.timeout_ms() : 60000;
+    // Answer a little before the client gives up, so the answer can say
+    // whom the pull waited for.
+    const auto wait = milliseconds(std::max<int64_t>(
+        1, timeout_ms - std::min<int64_t>(timeout_ms / 10, 1000)));
+    // A parked push-pull has applied its push already: released, it is
+    // only served (ServePull reads keys and lengths, never values), or
+    // answered "moved" as a duplicate (its values went with the slot).
+    consistency_.Park({std::move(message), table, required, clock,
+                       duplicate || request.has_values(), now, now + wait});
+    counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
+    return;
+  }
+  ServePull(message, request, 0, duplicate);
+}
+
+void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
+  // A large request keeps this thread, and so the heartbeats, busy for a
+  // while (a pull may create its keys, optimizer state included): say for
+  // how long at most first, at a pessimistic 10 MB/s as for a checkpoint
+  // write, or a working server would be taken for a dead one.
+  const uint64_t bytes = request.data.total_floats() * sizeof(float);
+  if (bytes >= kLongRequestBytes) {
+    Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000));
+  }
+}
+
+Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
+  ParameterTable& table = *request.table;
+  const uint32_t weight = request.header.batch_weight();
+  if (weight > static_cast<uint32_t>(kMaxPushWeight)) {
+    return InvalidArgumentError(
+        "a push's batch weight is " + std::to_string(weight) +
+        ", above the most a worker may give, " +
+        std::to_string(kMaxPushWeight) + "; nothing of it was applied");
+  }
+  DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
+  const uint64_t adds = table.NewFloats(request.data);
+  if (adds > 0 && tables_.stored_floats() + adds > max_stored_floats_) {
+    counters_.Add(&ServerCounters::refused_limits);
+    return ResourceExhaustedError(
+        "server " + std::to_string(id_) + " holds " +
+        std::to_string(tables_.stored_floats() * 4 >> 20) +
+        " MB of tables; this push's new keys (" +
+        std::to_string(adds * 4 >> 10) + " KB with their optimizer state) " +
+        "would pass its limit of " +
+        std::to_string(max_stored_floats_ * 4 >> 20) +
+        " MB (--max_stored_mb); nothing of it was applied");
+  }
+  const int64_t clock = request.header.clock();
+  // BSP: a worker's push of clock t becomes visible once every worker has
+  // finished clock t (a late one, below the server clock, applies now).
+  if (request.is_worker && consistency_.Buffers(table.id(), clock)) {
+    DUCTILE_RETURN_IF_ERROR(
+        consistency_.CheckBuffered(table.id(), clock, request.data));
+    NoteGradient(request);
+    consistency_.Buffer(table.id(), clock, request.data,
+                        std::max<int32_t>(1, static_cast<int32_t>(weight)),
+                        table.options().rule == UpdateRule::kAssign);
+    return Status::Ok();
+  }
+  if (request.is_worker) NoteGradient(request);
+  table.ApplyPush(request.data, clock);
+  SetKeysStored();
+  return Status::Ok();
+}
+
+void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
+  switch (request.table->options().rule) {
+    case UpdateRule::kSgd:
+    case UpdateRule::kMomentum:
+    case UpdateRule::kAdaGrad:
+    case UpdateRule::kAdam: {
+      const TimePoint start = env_->Now();
+      noise_.OnPush(request.table->id(), request.header.worker_id(),
+                    request.header.clock(), request.data.keys(),
+                    request.data.values(),
+                    // At most kMaxPushWeight: ApplyValues checked it.
+                    static_cast<int32_t>(request.header.batch_weight()));
+      counters_.Add(&ServerCounters::gns_us, MicrosSince(start));
+      return;
+    }
+    default:
+      return;  // not a gradient
+  }
+}
+
+void ServerNode::ServePull(const InMessage& message,
+                           const RequestAdmission::Request& request,
+                           uint64_t blocked_us, bool duplicate) {
+  const ByteSpan identity = message.frame(0);
+  ParameterTable& table = *request.table;
+  Status s = table.CheckPull(request.data);
+  if (!s.ok()) return replies_.Error(identity, request.header.seq(), s);
+  std::vector<float> values;
+  table.Pull(request.data, &values);
+  SetKeysStored();
+  counters_.Add(&ServerCounters::pulls);
+  wire::Header reply;
+  reply.set_type(wire::DATA_REPLY);
+  reply.set_seq(request.header.seq());
+  reply.set_num_keys(request.data.keys().size());
+  reply.set_values_frames(1);
+  reply.set_data_clock(consistency_.server_clock());
+  reply.set_blocked_us(blocked_us);
+  reply.set_duplicate(duplicate);
+  // Clients' caches decide freshness with the bound: keep theirs current.
+  *reply.mutable_consistency() = ToWire(consistency_.latest(table.id()));
+  replies_.Reply(identity, reply, &values);
+}
+
+void ServerNode::HandleClock(const wire::Header& header) {
+  if (!header.has_worker_id() || header.worker_id() < 0) return;
+  if (header.generation() != generation_) return;  // another timeline
+  if (consistency_.Advance(header.worker_id(), header.clock())) {
+    OnServerClock();
+  }
+}
+
+void ServerNode::OnServerClock() {
+  const int64_t server_clock = consistency_.server_clock();
+  counters_.Set(&ServerCounters::min_clock, server_clock);
+  const TimePoint noise_start = env_->Now();
+  const bool noise_moved = noise_.OnServerClock(server_clock);
+  counters_.Add(&ServerCounters::gns_us, MicrosSince(noise_start));
+  if (noise_moved) {
+    counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());
+    counters_.Set(&ServerCounters::gns_noise_trace, noise_.noise_trace());
+    counters_.Set(&ServerCounters::gns_clocks, noise_.clocks());
+    // AdaScale's gain (BatchScaling::Rule::kAdaScale) reads this server's
+    // estimate, once it has enough clocks.
+    const double noise_scale = noise_.worker_clocks() >= kAdaScaleMinClocks
+                                   ? noise_.worker_noise_scale()
+                                   : 0;
+    tables_.ForEach([noise_scale](TableId, ParameterTable& table) {
+      table.SetNoiseScale(noise_scale);
+    });
+  }
+  // Tell the coordinator at once when a checkpoint by clock is due, rather
+  // than at the next heartbeat.
+  if (checkpointer_.DueByClock(server_clock)) Heartbeat(0);
+  // Apply every BSP clock that every worker has finished.
+  for (auto& combined : consistency_.TakeCombined()) {
+    ParameterTable* table = tables_.Find(combined.table);
+    if (table == nullptr) continue;
+    std::vector<Status> errors;
+    const TimePoint start = env_->Now();
+    table->ApplyCombinedAll(combined.keys, combined.combine, combined.clock,
+                            &errors);
+    counters_.Add(&ServerCounters::apply_us, MicrosSince(start));
+    for (const Status& s : errors) {
+      counters_.Add(&ServerCounters::errors);
+      LOG(ERROR) << "server " << id_ << ": clock " << combined.clock << ": "
+                 << s.message();
+    }
+    SetKeysStored();
+  }
+  WriteDueCheckpoints();
+  // Release the pulls the new server clock allows, in arrival order.
+  std::vector<ConsistencyController::ParkedPull> ready =
+      consistency_.TakeReleasable();
+  if (ready.empty()) return;
+  counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
+  const TimePoint now = env_->Now();
+  for (ConsistencyController::ParkedPull& p : ready) {
+    RequestAdmission::Request request;
+    uint64_t seq = 0;
+    Status s = admission_.Check(p.message, routing_, generation_, id_, tables_,
+                                &request, &seq);
+    if (!s.ok()) {
+      replies_.Error(p.message.frame(0), seq, s);
+      continue;
+    }
+    if (!ServesAll(request) ||
+        (mover_->moving() &&
+         mover_->Bounces(routing_, request.table->id(), request.data.keys()))) {
+      // Its slot moved away while it waited: the new owner serves it.
+      replies_.Moved(p.message.frame(0), seq, p.duplicate);
+      continue;
+    }
+    const uint64_t blocked_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - p.parked_at)
+            .count();
+    AnnounceLongWork(request);
+    ServePull(p.message, request, blocked_us, p.duplicate);
+  }
+}
+
+}  // namespace ductile

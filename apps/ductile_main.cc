@@ -133,10 +133,11 @@ DEFINE_int32(apply_threads, 0,
              "server, local: threads that apply one large push (32K floats "
              "or more) together; 0: the machine's cores, at most 8 (1 to "
              "256)");
-DEFINE_int32(io_threads, 1,
+DEFINE_int32(io_threads, 0,
              "server, worker, local: threads that move a member's bytes "
              "(ZeroMQ's I/O threads, each serving whole connections), 1 to "
-             "64");
+             "64; 0: with keys a quarter of the cores, 1 to 4 (the "
+             "encryption runs on them), in plain mode 1");
 DEFINE_bool(keep_freed_memory, true,
             "server, worker, local: keep freed memory for reuse (glibc: no "
             "mapping of its own for a large block, no trimming), so that "
@@ -477,8 +478,8 @@ ductile::Status ValidateCheckpointFlags(const std::string& command) {
     return ductile::InvalidArgumentError("--apply_threads must be in [0, 256]");
   }
   if ((command == "server" || command == "local") &&
-      (FLAGS_io_threads < 1 || FLAGS_io_threads > 64)) {
-    return ductile::InvalidArgumentError("--io_threads must be in [1, 64]");
+      (FLAGS_io_threads < 0 || FLAGS_io_threads > 64)) {
+    return ductile::InvalidArgumentError("--io_threads must be in [0, 64]");
   }
   if (command == "local" && FLAGS_lr_scaling == "adascale" &&
       FLAGS_noise_scale_sample == 0) {
@@ -613,9 +614,9 @@ bool ParseSizes(const std::string& text, std::vector<size_t>* out) {
 }
 
 int RunWorker() {
-  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 64) {
+  if (FLAGS_io_threads < 0 || FLAGS_io_threads > 64) {
     return Fail(
-        ductile::InvalidArgumentError("--io_threads must be in [1, 64]"));
+        ductile::InvalidArgumentError("--io_threads must be in [0, 64]"));
   }
   if (FLAGS_app != "fmnist-logreg" && FLAGS_app != "fmnist-mlp" &&
       FLAGS_app != "mf") {

@@ -30,8 +30,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       options.heartbeat_interval_ms > 60000) {
     return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
   }
-  if (options.io_threads < 1 || options.io_threads > 64) {
-    return InvalidArgumentError("io_threads must be in [1, 64], not " +
+  if (options.io_threads < 0 || options.io_threads > 64) {
+    return InvalidArgumentError("io_threads must be in [0, 64], not " +
                                 std::to_string(options.io_threads));
   }
   if (options.max_message_bytes < 1 ||

@@ -46,8 +46,8 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
     return InvalidArgumentError("apply_threads must be in [0, 256], not " +
                                 std::to_string(options.apply_threads));
   }
-  if (options.io_threads < 1 || options.io_threads > 64) {
-    return InvalidArgumentError("io_threads must be in [1, 64], not " +
+  if (options.io_threads < 0 || options.io_threads > 64) {
+    return InvalidArgumentError("io_threads must be in [0, 64], not " +
                                 std::to_string(options.io_threads));
   }
   if (options.client_idle_expiry_s < 60 ||

@@ -231,7 +231,7 @@ TEST(Cluster, MembersWithSeveralIoThreadsCarryLargeValuesExactly) {
   ClientOptions o;
   o.coordinator_address = cluster.address();
   o.connect_timeout_ms = 20000;
-  o.io_threads = 0;
+  o.io_threads = -1;
   const auto bad_client = Client::Connect(o);
   ASSERT_FALSE(bad_client.ok());
   EXPECT_NE(bad_client.status().message().find("io_threads"),

@@ -100,3 +100,24 @@ TEST(Endpoint, StaleIpcFilesOfGoneProcessesAreRemovedAndNoOthers) {
 
 }  // namespace
 }  // namespace ductile
+
+namespace ductile {
+namespace {
+
+// A count asked for is kept (within 1 - 64); 0 gives encrypted members a
+// quarter of the cores (1 - 4) and plain ones 1.
+TEST(ZmqIoThreads, ZeroChoosesByEncryptionAndCores) {
+  EXPECT_EQ(ZmqIoThreads(3, false, 16), 3);
+  EXPECT_EQ(ZmqIoThreads(3, true, 2), 3);
+  EXPECT_EQ(ZmqIoThreads(100, true, 16), 64);
+  EXPECT_EQ(ZmqIoThreads(-5, false, 16), 1);
+  EXPECT_EQ(ZmqIoThreads(0, false, 64), 1);
+  EXPECT_EQ(ZmqIoThreads(0, true, 0), 1);  // cores unknown
+  EXPECT_EQ(ZmqIoThreads(0, true, 2), 1);
+  EXPECT_EQ(ZmqIoThreads(0, true, 8), 2);
+  EXPECT_EQ(ZmqIoThreads(0, true, 16), 4);
+  EXPECT_EQ(ZmqIoThreads(0, true, 128), 4);
+}
+
+}  // namespace
+}  // namespace ductile

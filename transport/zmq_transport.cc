@@ -532,10 +532,16 @@ void RaiseOpenFileLimit() {
 
 }  // namespace
 
+int ZmqIoThreads(int requested, bool encrypted, unsigned cores) {
+  if (requested != 0) return std::clamp(requested, 1, 64);
+  if (!encrypted) return 1;
+  return static_cast<int>(std::clamp(cores / 4, 1u, 4u));
+}
+
 std::unique_ptr<Transport> NewZmqTransport(const Security& security,
                                            int io_threads) {
-  // Members check their options; one thread for anything else.
-  io_threads = std::clamp(io_threads, 1, 64);
+  io_threads = ZmqIoThreads(io_threads, security.curve(),
+                            std::thread::hardware_concurrency());
   // Once per process: libzmq aborts when accepting on an ipc:// socket
   // finds no file descriptor left (tcp:// only refuses), so idle
   // connections up to the soft limit would let the next one kill the

@@ -21,16 +21,22 @@
 
 namespace ductile {
 
-// A transport whose ZeroMQ context moves bytes on `io_threads` threads
-// (clamped to 1 - 64). Each connection is served by one of them, so more
-// than one can help a member with several busy connections (a client
-// talking to several servers, a server to several workers) on a machine
-// with cores to spare; ZeroMQ's guide suggests one per GB/s. The first call
+// A transport whose ZeroMQ context moves bytes on ZmqIoThreads(io_threads,
+// ...) threads. Each connection is served by one of them, so more than
+// one can help a member with several busy connections (a client talking
+// to several servers, a server to several workers) on a machine with
+// cores to spare; ZeroMQ's guide suggests one per GB/s. The first call
 // in a process raises its soft limit of open files to the hard limit:
 // libzmq aborts the process when accepting a connection on an ipc://
 // socket finds no file descriptor left.
 std::unique_ptr<Transport> NewZmqTransport(const Security& security,
                                            int io_threads = 1);
+
+// The I/O threads for a requested count: 1 - 64 as asked (clamped); 0
+// chooses: with CURVE (`encrypted`), where each connection's encryption
+// runs on its I/O thread, a quarter of the `cores`, 1 to 4; in plain mode 1
+// (more gained nothing measurable on 16 cores: docs/benchmarks.md).
+int ZmqIoThreads(int requested, bool encrypted, unsigned cores);
 
 }  // namespace ductile
 

@@ -76,8 +76,10 @@ struct ClientOptions {
   // Threads that move its bytes to and from the servers (ZeroMQ's I/O
   // threads), 1 - 64; each server's connection is served by one, so more
   // may help a client of several servers with large values on a machine
-  // with cores to spare (not measured there yet: docs/benchmarks.md).
-  int io_threads = 1;
+  // with cores to spare. 0: with keys (CURVE, whose encryption runs on
+  // these threads) a quarter of the machine's cores, 1 to 4; in plain mode
+  // 1 (docs/benchmarks.md).
+  int io_threads = 0;
   // Largest request this client builds, in bytes; larger calls are rejected
   // with kInvalidArgument before anything is sent. Servers enforce their own
   // limit too.

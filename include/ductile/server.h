@@ -99,9 +99,10 @@ struct ServerOptions {
   int apply_threads = 0;
   // Threads that move its bytes to and from the network (ZeroMQ's I/O
   // threads), 1 - 64; each connection is served by one, so more may help a
-  // server of several busy workers on a machine with cores to spare (not
-  // measured there yet: docs/benchmarks.md).
-  int io_threads = 1;
+  // server of several busy workers on a machine with cores to spare. 0:
+  // with keys (CURVE, whose encryption runs on these threads) a quarter of
+  // the machine's cores, 1 to 4; in plain mode 1 (docs/benchmarks.md).
+  int io_threads = 0;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;

@@ -67,11 +67,16 @@ void StatsRecorder::RecordStep(std::chrono::steady_clock::time_point now) {
     smooth(&stats_.recent_step_us, static_cast<double>(step_us));
     smooth(&stats_.recent_push_wait_us, static_cast<double>(push));
     smooth(&stats_.recent_pull_wait_us, static_cast<double>(pull));
-    smooth(&recent_samples_, static_cast<double>(step_samples_));
+    // The rate weighs each step by its length (decayed totals of samples
+    // and seconds): a worker stopped for long spells between fast steps
+    // reads as slow, as its samples over wall time are.
+    const double seconds = static_cast<double>(step_us) / 1e6;
+    const double decay = std::exp(-seconds / kRecentRateSeconds);
+    recent_samples_ =
+        recent_samples_ * decay + static_cast<double>(step_samples_);
+    recent_seconds_ = recent_seconds_ * decay + seconds;
     stats_.recent_samples_per_s =
-        stats_.recent_step_us > 0
-            ? recent_samples_ * 1e6 / stats_.recent_step_us
-            : 0;
+        recent_seconds_ > 0 ? recent_samples_ / recent_seconds_ : 0;
   }
   step_start_ = now;
   step_push_wait_us_ = step_pull_wait_us_ = step_samples_ = 0;

@@ -43,6 +43,9 @@ class StatsRecorder {
 
   // Weight of the newest step in the smoothed values.
   static constexpr double kRecentWeight = 0.1;
+  // Time constant of the recent samples per second: what happened this
+  // many seconds before counts 1/e as much as what happened last.
+  static constexpr double kRecentRateSeconds = 1.0;
 
  private:
   mutable Mutex mu_;
@@ -54,7 +57,10 @@ class StatsRecorder {
   uint64_t step_push_wait_us_ GUARDED_BY(mu_) = 0;
   uint64_t step_pull_wait_us_ GUARDED_BY(mu_) = 0;
   uint64_t step_samples_ GUARDED_BY(mu_) = 0;
-  double recent_samples_ GUARDED_BY(mu_) = 0;  // per step, smoothed
+  // Samples and seconds of the steps so far, decayed by their age
+  // (kRecentRateSeconds).
+  double recent_samples_ GUARDED_BY(mu_) = 0;
+  double recent_seconds_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ductile

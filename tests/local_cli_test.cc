@@ -764,7 +764,9 @@ std::string CommandLine(pid_t pid) {
 // is seen, before it can be active: the launcher starts another.
 void RunWithASlowedWorker(bool kill_first_replacement) {
   const std::string marker = UniqueTimeoutFlag();
-  Process p({kBinary, "local", "--workers=3", "--servers=1", "--epochs=12",
+  // 20 epochs: time for the policy to pick worker 1
+  // even after a first pick of another worker on a loaded machine.
+  Process p({kBinary, "local", "--workers=3", "--servers=1", "--epochs=20",
              "--log_every=200", "--policy=stragglers:ratio=0.6:window=6",
              "--policy_interval_ms=500", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();

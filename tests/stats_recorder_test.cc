@@ -3,6 +3,7 @@
 #include "client/stats_recorder.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "gtest/gtest.h"
 
@@ -33,7 +34,8 @@ TEST(StatsRecorder, AStepIsSplitIntoWaitsForPushesAndPullsAndTheRest) {
   EXPECT_DOUBLE_EQ(s.recent_samples_per_s, 6400);
 
   // A second step twice as long, with no waits: the recent values move a
-  // tenth of the way.
+  // tenth of the way; the rate weighs the first step's samples and time by
+  // e^-(20 ms / 1 s) against the second's.
   r.RecordSamples(64);
   r.RecordStep(t0 + milliseconds(30));
   s = r.Snapshot();
@@ -44,7 +46,40 @@ TEST(StatsRecorder, AStepIsSplitIntoWaitsForPushesAndPullsAndTheRest) {
   EXPECT_DOUBLE_EQ(s.recent_step_us, 11000);
   EXPECT_DOUBLE_EQ(s.recent_pull_wait_us, 2700);
   EXPECT_DOUBLE_EQ(s.recent_push_wait_us, 900);
-  EXPECT_DOUBLE_EQ(s.recent_samples_per_s, 64 * 1e6 / 11000);
+  const double d = std::exp(-0.02);
+  EXPECT_NEAR(s.recent_samples_per_s, (64 * d + 64) / (0.01 * d + 0.02), 1e-6);
+}
+
+// A worker stopped 400 ms after every 100 ms of fast steps makes a fifth
+// of its running rate over wall time, and that is what it reports; a steady
+// worker reports its steps' rate.
+TEST(StatsRecorder, TheRateIsOverWallTimeSoStallsBetweenFastStepsCount) {
+  StatsRecorder duty, steady;
+  Clock::time_point t{}, u{};  // duty's clock and steady's
+  duty.RecordStep(t);
+  steady.RecordStep(u);
+  for (int cycle = 0; cycle < 10; ++cycle) {
+    for (int i = 0; i < 200; ++i) {  // 100 ms of 0.5 ms steps of 64 samples
+      t += std::chrono::microseconds(500);
+      duty.RecordSamples(64);
+      duty.RecordStep(t);
+      u += std::chrono::microseconds(500);
+      steady.RecordSamples(64);
+      steady.RecordStep(u);
+    }
+    // One step that took 400 ms longer (the process was stopped).
+    t += milliseconds(400) + std::chrono::microseconds(500);
+    duty.RecordSamples(64);
+    duty.RecordStep(t);
+  }
+  const double running = 64 / 0.0005;  // 128,000 samples/s
+  EXPECT_NEAR(steady.Snapshot().recent_samples_per_s, running, 1e-9 * running);
+  // Over wall time the duty-cycled worker makes 0.2 of `running`; read
+  // right after a stall, the last second holds a little more stall than
+  // that (about 0.14).
+  const double reported = duty.Snapshot().recent_samples_per_s;
+  EXPECT_LT(reported, 0.3 * running) << reported;
+  EXPECT_GT(reported, 0.1 * running) << reported;
 }
 
 TEST(StatsRecorder, WaitsSideBySideCountAtMostTheStep) {

@@ -142,10 +142,13 @@ struct ClientStats {
   uint64_t pull_wait_us = 0;
   uint64_t samples = 0;
   // The same per step, smoothed over about the last ten steps (0 before
-  // the first step), and the samples per second they make.
+  // the first step).
   double recent_step_us = 0;
   double recent_push_wait_us = 0;
   double recent_pull_wait_us = 0;
+  // Samples per second of wall time over about the last second (each
+  // step weighted by its length, with a time constant of 1 s), so that a
+  // worker that stalls between fast steps reads as slow.
   double recent_samples_per_s = 0;
   // The training loss the loop reported with RecordLoss(), smoothed over
   // about the last ten reports, and how many it reported (0: none, and

@@ -23,10 +23,22 @@
 //   push_pull_bench --quick         # about 20 s: 4 KiB and 1 MiB only
 //   push_pull_bench --sizes=65536 --configs=1x1 --csv=/tmp/bench.csv
 //   push_pull_bench --configs=1x1,1x1+curve   # the cost of CURVE (keys)
+//   push_pull_bench --shm_reference --sizes=1048576,16777216
+//
+// --shm_reference measures, instead of ductile, what shared memory would
+// give a value frame between two peers on one host, next to the raw ipc://
+// stream in the same run: the sender copies the value into a slot of a
+// shared memory segment (mapped twice, as two processes would) and sends a
+// 16-byte header naming the slot over ipc://; the receiver copies it out
+// (as a server reads a push into its table) and returns the slot. "1 copy"
+// leaves out the sender's copy, as if the caller's buffer were already in
+// the segment; memcpy is one thread's copy of the same bytes.
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -77,6 +89,10 @@ DEFINE_bool(quick, false,
             "A run of about 20 s: 4 KiB and 1 MiB (unless --sizes is given) "
             "and half the iterations (unless --iters is given).");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
+DEFINE_bool(shm_reference, false,
+            "Measure shared memory against raw ipc:// instead of ductile (see "
+            "the top of the source); --configs' worker counts give the "
+            "pairs.");
 DEFINE_bool(keep_freed_memory, true,
             "Keep freed memory for reuse, as the ductile programs do "
             "(util/malloc_policy.h); false: glibc's defaults, for ductile "
@@ -1058,6 +1074,175 @@ Result<BenchOptions> OptionsFromFlags() {
   return options;
 }
 
+// ------------------------------------------------- shared memory reference
+
+constexpr int kShmSlots = 8;  // frames in flight per pair, as --inflight
+
+// One pair's segment: kShmSlots slots of `size` bytes, mapped twice.
+struct ShmSegment {
+  int fd = -1;
+  size_t bytes = 0;
+  char* sender_view = nullptr;
+  char* receiver_view = nullptr;
+  ~ShmSegment() {
+    if (sender_view != nullptr) munmap(sender_view, bytes);
+    if (receiver_view != nullptr) munmap(receiver_view, bytes);
+    if (fd >= 0) close(fd);
+  }
+};
+
+Result<std::unique_ptr<ShmSegment>> MakeShmSegment(uint64_t size) {
+  auto segment = std::make_unique<ShmSegment>();
+  segment->bytes = static_cast<size_t>(size) * kShmSlots;
+  segment->fd = memfd_create("ductile-bench", 0);
+  if (segment->fd < 0 ||
+      ftruncate(segment->fd, static_cast<off_t>(segment->bytes)) != 0) {
+    return UnavailableError(std::string("memfd: ") + std::strerror(errno));
+  }
+  for (char** view : {&segment->sender_view, &segment->receiver_view}) {
+    void* p = mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   segment->fd, 0);
+    if (p == MAP_FAILED) {
+      return UnavailableError(std::string("mmap: ") + std::strerror(errno));
+    }
+    *view = static_cast<char*>(p);
+  }
+  return segment;
+}
+
+// `count` frames of payload.size() bytes per pair through shared memory,
+// all pairs at once: headers go over an ipc:// PUSH -> PULL pair, freed
+// slots come back over another. With `copy_in`, the sender first copies
+// the payload into the slot.
+Result<Rate> ShmOneWay(int pairs, const std::vector<char>& payload, int count,
+                       bool copy_in, const std::string& ipc_dir) {
+  const uint64_t size = payload.size();
+  std::vector<std::unique_ptr<RawPair>> headers, credits;
+  std::vector<std::unique_ptr<ShmSegment>> segments;
+  std::vector<std::vector<char>> sinks(pairs, std::vector<char>(size));
+  for (int p = 0; p < pairs; ++p) {
+    auto h = MakeRawPair("ipc", ipc_dir, zmq::socket_type::pull,
+                         zmq::socket_type::push);
+    auto c = MakeRawPair("ipc", ipc_dir, zmq::socket_type::pull,
+                         zmq::socket_type::push);
+    auto seg = MakeShmSegment(size);
+    DUCTILE_RETURN_IF_ERROR(h.status());
+    DUCTILE_RETURN_IF_ERROR(c.status());
+    DUCTILE_RETURN_IF_ERROR(seg.status());
+    // Touch every page once on both sides, as a long-lived segment would be.
+    std::memset((*seg)->sender_view, 1, (*seg)->bytes);
+    std::memset(sinks[p].data(), 1, size);
+    headers.push_back(std::move(*h));
+    credits.push_back(std::move(*c));
+    segments.push_back(std::move(*seg));
+  }
+  const auto start = SteadyClock::now();
+  DUCTILE_RETURN_IF_ERROR(RunOnThreads(2 * pairs, [&](int i) -> Status {
+    const int p = i / 2;
+    ShmSegment& seg = *segments[p];
+    if (i % 2 == 0) {  // sender: header pair's connected end, credits' bound
+      int free_slots = kShmSlots;
+      uint32_t next = 0;
+      for (int n = 0; n < count; ++n) {
+        if (free_slots == 0) {
+          zmq::message_t credit;
+          DUCTILE_RETURN_IF_ERROR(Receive(credits[p]->bound, &credit));
+          ++free_slots;
+        }
+        const uint32_t slot = next++ % kShmSlots;
+        if (copy_in) {
+          std::memcpy(seg.sender_view + size_t{slot} * size, payload.data(),
+                      size);
+        }
+        char header[kSmallMessageBytes] = {};
+        std::memcpy(header, &slot, sizeof(slot));
+        DUCTILE_RETURN_IF_ERROR(Send(headers[p]->connected,
+                                     zmq::message_t(header, sizeof(header))));
+        --free_slots;
+      }
+      return Status::Ok();
+    }
+    for (int n = 0; n < count; ++n) {  // receiver
+      zmq::message_t header;
+      DUCTILE_RETURN_IF_ERROR(Receive(headers[p]->bound, &header));
+      uint32_t slot = 0;
+      std::memcpy(&slot, header.data(), sizeof(slot));
+      if (slot >= static_cast<uint32_t>(kShmSlots)) {
+        return InternalError("shm: a header names no slot");
+      }
+      std::memcpy(sinks[p].data(), seg.receiver_view + size_t{slot} * size,
+                  size);
+      DUCTILE_RETURN_IF_ERROR(
+          Send(credits[p]->connected, zmq::message_t(header.data(), 4)));
+    }
+    return Status::Ok();
+  }));
+  const double seconds = SecondsSince(start);
+  if (copy_in && std::memcmp(sinks[0].data(), payload.data(), size) != 0) {
+    return InternalError("shm: the receiver read other bytes than were sent");
+  }
+  return RateOf(static_cast<uint64_t>(pairs) * count, size, seconds);
+}
+
+// One thread copying `count` times `payload`, pairs threads at once.
+Rate MemcpyRate(int pairs, const std::vector<char>& payload, int count) {
+  std::vector<std::vector<char>> sinks(pairs,
+                                       std::vector<char>(payload.size(), 1));
+  const auto start = SteadyClock::now();
+  RunOnThreads(pairs, [&](int p) {
+    for (int n = 0; n < count; ++n) {
+      std::memcpy(sinks[p].data(), payload.data(), payload.size());
+    }
+    return Status::Ok();
+  }).IgnoreError();
+  return RateOf(static_cast<uint64_t>(pairs) * count, payload.size(),
+                SecondsSince(start));
+}
+
+Status RunShmReference(const BenchOptions& options) {
+  std::printf(
+      "push_pull_bench --shm_reference: value frames through shared memory "
+      "against raw ipc://\n(GB/s of payload, all pairs together, medians "
+      "of %d; the settings alternate within each repeat)\n\n",
+      options.repeats);
+  std::printf("%5s %10s | %9s %12s %12s %9s | %9s %9s\n", "pairs", "size",
+              "ipc", "shm 2 copies", "shm 1 copy", "memcpy", "shm2/ipc",
+              "shm1/ipc");
+  std::set<int> pair_counts;
+  for (const ClusterShape& shape : options.configs) {
+    pair_counts.insert(shape.workers);
+  }
+  for (int pairs : pair_counts) {
+    for (uint64_t size : options.sizes) {
+      std::vector<char> payload(size);
+      for (size_t i = 0; i < payload.size(); ++i) {
+        payload[i] = static_cast<char>(i * 131 + 7);
+      }
+      const int count = PipelinedOps(options, size);
+      std::vector<Rate> ipc, shm2, shm1, copy;
+      for (int r = 0; r < options.repeats; ++r) {
+        auto a = RawOneWay("ipc", pairs, payload, count,
+                           WarmupIters(options, size), options.ipc_dir);
+        DUCTILE_RETURN_IF_ERROR(a.status());
+        auto b = ShmOneWay(pairs, payload, count, true, options.ipc_dir);
+        DUCTILE_RETURN_IF_ERROR(b.status());
+        auto c = ShmOneWay(pairs, payload, count, false, options.ipc_dir);
+        DUCTILE_RETURN_IF_ERROR(c.status());
+        ipc.push_back(*a);
+        shm2.push_back(*b);
+        shm1.push_back(*c);
+        copy.push_back(MemcpyRate(pairs, payload, count));
+      }
+      const double i = MedianOf(ipc).gb_per_s, s2 = MedianOf(shm2).gb_per_s,
+                   s1 = MedianOf(shm1).gb_per_s, m = MedianOf(copy).gb_per_s;
+      std::printf("%5d %10s | %9.2f %12.2f %12.2f %9.2f | %8.2fx %8.2fx\n",
+                  pairs, SizeName(size).c_str(), i, s2, s1, m, s2 / i, s1 / i);
+      std::fflush(stdout);
+    }
+  }
+  return Status::Ok();
+}
+
 Status RunBench(const BenchOptions& options, const std::string& csv_path) {
   const auto start = SteadyClock::now();
   PrintHeader(options);
@@ -1098,7 +1283,9 @@ int main(int argc, char** argv) {
     std::cerr << "push_pull_bench: " << options.status() << "\n";
     return 2;
   }
-  ductile::Status s = ductile::bench::RunBench(*options, FLAGS_csv);
+  ductile::Status s = FLAGS_shm_reference
+                          ? ductile::bench::RunShmReference(*options)
+                          : ductile::bench::RunBench(*options, FLAGS_csv);
   std::fflush(stdout);
   if (!s.ok()) {
     std::cerr << "push_pull_bench: " << s << "\n";

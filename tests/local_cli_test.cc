@@ -687,8 +687,9 @@ TEST(LocalCluster, ADrainedWorkerLeavesAndTheOthersFinishTheJob) {
 // --resize_schedule: workers 2 -> 4 -> 1 -> 3 and servers 2 -> 3 -> 2
 // while logistic regression trains; the job still reaches its accuracy.
 // Eight epochs (about 2,800 clocks, several seconds after the last
-// drain begins at clock 450): a server's drain takes about 2 s here, and
-// one still under way when the job ends is never reported.
+// drain begins at clock 450): a drained server lingers 2 s
+// (CoordinatorOptions::drain_linger_ms) before its drain is reported, and
+// a drain still under way when the job ends is never reported.
 TEST(LocalCluster, TrainsThroughAResizeSchedule) {
   const std::string marker = UniqueTimeoutFlag();
   Process p({kBinary, "local", "--workers=2", "--epochs=8", "--log_every=100",

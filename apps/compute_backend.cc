@@ -77,34 +77,12 @@ HostBuffer HostBuffer::Plain(size_t count) {
   return HostBuffer(data, count, nullptr);
 }
 
-HostBuffer::HostBuffer(HostBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      owner_(std::exchange(other.owner_, nullptr)) {}
-
-HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    owner_ = std::exchange(other.owner_, nullptr);
+void HostBufferRelease::operator()(float* data) const {
+  if (owner != nullptr) {
+    owner->DoFreeHost(data);
+  } else {
+    std::free(data);
   }
-  return *this;
-}
-
-HostBuffer::~HostBuffer() { Reset(); }
-
-void HostBuffer::Reset() {
-  if (data_ != nullptr) {
-    if (owner_ != nullptr) {
-      owner_->DoFreeHost(data_);
-    } else {
-      std::free(data_);
-    }
-  }
-  data_ = nullptr;
-  size_ = 0;
-  owner_ = nullptr;
 }
 
 Status ComputeBackend::DoAllocateHost(size_t count, float** data) {

@@ -108,6 +108,14 @@ class DeviceBuffer {
   ComputeBackend* owner_ = nullptr;
 };
 
+// How a HostBuffer gives its memory back: to its backend (DoFreeHost), or
+// with std::free for plain memory (owner null). Also carries its length.
+struct HostBufferRelease {
+  ComputeBackend* owner = nullptr;
+  size_t size = 0;
+  void operator()(float* data) const;
+};
+
 // Owns `size()` floats of host memory for moving data to and from a
 // backend (ComputeBackend::AllocateHost): page-locked on CUDA, so that
 // Upload from it and Download into it go straight between it and the GPU,
@@ -120,17 +128,12 @@ class HostBuffer {
   HostBuffer() = default;
   // `count` floats of ordinary host memory, owned by no backend.
   static HostBuffer Plain(size_t count);
-  HostBuffer(HostBuffer&& other) noexcept;
-  HostBuffer& operator=(HostBuffer&& other) noexcept;
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer();
 
-  size_t size() const { return size_; }
-  float* data() { return data_; }
-  const float* data() const { return data_; }
-  std::span<float> span() { return {data_, size_}; }
-  std::span<const float> span() const { return {data_, size_}; }
+  size_t size() const { return data_ ? data_.get_deleter().size : 0; }
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  std::span<float> span() { return {data(), size()}; }
+  std::span<const float> span() const { return {data(), size()}; }
   operator std::span<float>() { return span(); }  // NOLINT: like vector
   operator std::span<const float>() const { return span(); }  // NOLINT
   float& operator[](size_t i) { return data_[i]; }
@@ -139,12 +142,9 @@ class HostBuffer {
  private:
   friend class ComputeBackend;
   HostBuffer(float* data, size_t size, ComputeBackend* owner)
-      : data_(data), size_(size), owner_(owner) {}
-  void Reset();
+      : data_(data, HostBufferRelease{owner, size}) {}
 
-  float* data_ = nullptr;
-  size_t size_ = 0;
-  ComputeBackend* owner_ = nullptr;  // null: plain memory (std::free)
+  std::unique_ptr<float[], HostBufferRelease> data_;
 };
 
 // Whether Gemm uses a matrix as stored or its transpose.
@@ -250,7 +250,7 @@ class ComputeBackend {
 
  private:
   friend class DeviceBuffer;
-  friend class HostBuffer;
+  friend struct HostBufferRelease;
 
   // OK if `span` is memory of this backend with at least `needed` floats,
   // or if `needed` is 0. `what` names the argument in the error.

@@ -131,11 +131,7 @@ class CudaBackend final : public ComputeBackend {
   Status DoUpload(const float* src, size_t count, float* dst) override {
     DUCTILE_RETURN_IF_ERROR(Activate());
     if (IsPinned(src, count)) {
-      DUCTILE_RETURN_IF_ERROR(
-          FromCuda(cudaMemcpyAsync(dst, src, count * sizeof(float),
-                                   cudaMemcpyHostToDevice, stream_),
-                   "cudaMemcpyAsync to the device"));
-      return FromCuda(cudaStreamSynchronize(stream_), "queued CUDA work");
+      return CopyAndWait(dst, src, count, cudaMemcpyHostToDevice);
     }
     if (count > upload_capacity_ - upload_used_) {
       DUCTILE_RETURN_IF_ERROR(
@@ -160,14 +156,7 @@ class CudaBackend final : public ComputeBackend {
   Status DoDownload(const float* src, size_t count, float* dst) override {
     DUCTILE_RETURN_IF_ERROR(Activate());
     if (IsPinned(dst, count)) {
-      DUCTILE_RETURN_IF_ERROR(
-          FromCuda(cudaMemcpyAsync(dst, src, count * sizeof(float),
-                                   cudaMemcpyDeviceToHost, stream_),
-                   "cudaMemcpyAsync to the host"));
-      DUCTILE_RETURN_IF_ERROR(
-          FromCuda(cudaStreamSynchronize(stream_), "queued CUDA work"));
-      upload_used_ = 0;  // the stream is idle: no upload reads the staging
-      return Status::Ok();
+      return CopyAndWait(dst, src, count, cudaMemcpyDeviceToHost);
     }
     if (count > download_capacity_) {
       // No copy into the staging memory is in flight: each Download waits.
@@ -213,6 +202,19 @@ class CudaBackend final : public ComputeBackend {
     cudaStreamSynchronize(stream_);
     pinned_.erase(data);
     cudaFreeHost(data);
+  }
+
+  // Copies `count` floats straight between a HostBuffer and the GPU, after
+  // the work queued before, and waits for it.
+  Status CopyAndWait(float* dst, const float* src, size_t count,
+                     cudaMemcpyKind kind) {
+    DUCTILE_RETURN_IF_ERROR(FromCuda(
+        cudaMemcpyAsync(dst, src, count * sizeof(float), kind, stream_),
+        "cudaMemcpyAsync"));
+    DUCTILE_RETURN_IF_ERROR(
+        FromCuda(cudaStreamSynchronize(stream_), "queued CUDA work"));
+    upload_used_ = 0;  // the stream is idle: no upload reads the staging
+    return Status::Ok();
   }
 
   // Whether [p, p + count) lies within one HostBuffer of this backend.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,36 +79,22 @@ Status ParameterTable::CheckPush(const DataFrames& request) const {
 }
 
 bool ParameterTable::AllValuesFinite(const DataFrames& request) const {
-  const size_t total = request.total_floats();
   const size_t n = request.keys().size();
   if (runner_ == nullptr || runner_->threads() <= 1 ||
-      total < kParallelMinFloats) {
+      request.total_floats() < kParallelMinFloats) {
     for (size_t i = 0; i < n; ++i) {
       if (!AllFinite(request.value(i))) return false;
     }
     return true;
   }
-  // The values end to end, cut into pieces as RunWork cuts an update: the
-  // check reads every byte of the push once, on all the runner's threads.
+  // Every byte of the push read once, on all the runner's threads.
   std::vector<size_t> starts(n + 1, 0);
   for (size_t i = 0; i < n; ++i) starts[i + 1] = starts[i] + request.length(i);
-  const size_t wanted = 4 * static_cast<size_t>(runner_->threads());
-  const size_t piece = std::max(kMinPieceFloats, (total + wanted - 1) / wanted);
   std::atomic<bool> finite{true};
-  runner_->Run((total + piece - 1) / piece, [&](size_t p) {
-    size_t at = p * piece;
-    const size_t end = std::min(total, at + piece);
-    size_t i = static_cast<size_t>(
-        std::upper_bound(starts.begin(), starts.end() - 1, at) -
-        starts.begin() - 1);
-    while (at < end && finite.load(std::memory_order_relaxed)) {
-      const size_t begin = at - starts[i];
-      const size_t stop = std::min(end, starts[i + 1]) - starts[i];
-      if (!AllFinite(request.value(i).subspan(begin, stop - begin))) {
-        finite.store(false, std::memory_order_relaxed);
-      }
-      at = starts[i] + stop;
-      ++i;
+  InPieces(starts, [&](size_t i, size_t begin, size_t stop) {
+    if (finite.load(std::memory_order_relaxed) &&
+        !AllFinite(request.value(i).subspan(begin, stop - begin))) {
+      finite.store(false, std::memory_order_relaxed);
     }
   });
   return finite.load(std::memory_order_relaxed);
@@ -163,34 +150,39 @@ void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock) {
 }
 
 void ParameterTable::RunWork(const std::vector<Work>& work, float factor) {
-  // The updates, end to end, cut into pieces of equal length: a few per
-  // thread, so that one slow thread does not hold up the others.
   std::vector<size_t> starts(work.size() + 1, 0);
   for (size_t i = 0; i < work.size(); ++i) {
     starts[i + 1] = starts[i] + work[i].entry->value.size();
   }
+  InPieces(starts, [&](size_t i, size_t begin, size_t stop) {
+    const Work& w = work[i];
+    Entry& e = *w.entry;
+    if (w.scale != 1.0f) {
+      for (size_t k = begin; k < stop; ++k) w.scaled[k] *= w.scale;
+    }
+    kernel_.ApplyRange(e.value, std::span<const float>(w.g, e.value.size()),
+                       e.state, e.steps, factor, begin, stop);
+  });
+}
+
+void ParameterTable::InPieces(
+    const std::vector<size_t>& starts,
+    const std::function<void(size_t, size_t, size_t)>& range) const {
+  // Cut end to end into pieces of equal length: a few per thread, so that
+  // one slow thread does not hold up the others.
   const size_t total = starts.back();
   const size_t wanted = 4 * static_cast<size_t>(runner_->threads());
-  const size_t piece = std::max(
-      kMinPieceFloats, (total + wanted - 1) / std::max<size_t>(wanted, 1));
-  const size_t pieces = (total + piece - 1) / piece;
-  runner_->Run(pieces, [&](size_t p) {
+  const size_t piece = std::max(kMinPieceFloats, (total + wanted - 1) / wanted);
+  runner_->Run((total + piece - 1) / piece, [&](size_t p) {
     size_t at = p * piece;
     const size_t end = std::min(total, at + piece);
-    // The last update that starts at or before `at`.
+    // The last entry that starts at or before `at`.
     size_t i = static_cast<size_t>(
         std::upper_bound(starts.begin(), starts.end() - 1, at) -
         starts.begin() - 1);
     while (at < end) {
-      const Work& w = work[i];
-      Entry& e = *w.entry;
-      const size_t begin = at - starts[i];
       const size_t stop = std::min(end, starts[i + 1]) - starts[i];
-      if (w.scale != 1.0f) {
-        for (size_t k = begin; k < stop; ++k) w.scaled[k] *= w.scale;
-      }
-      kernel_.ApplyRange(e.value, std::span<const float>(w.g, e.value.size()),
-                         e.state, e.steps, factor, begin, stop);
+      range(i, at - starts[i], stop);
       at = starts[i] + stop;
       ++i;
     }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -178,6 +179,12 @@ class ParameterTable {
   };
   // Applies `work` (distinct entries) on the runner's threads.
   void RunWork(const std::vector<Work>& work, float factor);
+  // Entries laid end to end (entry i holds floats [starts[i], starts[i +
+  // 1])), cut into pieces on the runner's threads (a runner of 2 threads or
+  // more): range(i, begin, stop) for each part [begin, stop) of entry i,
+  // every float once. Returns when all are done.
+  void InPieces(const std::vector<size_t>& starts,
+                const std::function<void(size_t, size_t, size_t)>& range) const;
   // True if `work` may run in pieces: a runner with helpers, a splittable
   // rule and at least kParallelMinFloats floats.
   bool Parallel(size_t floats) const {

@@ -81,7 +81,7 @@ Status ParameterTable::CheckPush(const DataFrames& request) const {
 bool ParameterTable::AllValuesFinite(const DataFrames& request) const {
   const size_t n = request.keys().size();
   if (runner_ == nullptr || runner_->threads() <= 1 ||
-      request.total_floats() < kParallelMinFloats) {
+      request.total_floats() < kParallelCheckMinFloats) {
     for (size_t i = 0; i < n; ++i) {
       if (!AllFinite(request.value(i))) return false;
     }

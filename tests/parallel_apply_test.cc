@@ -152,10 +152,11 @@ TEST(ParallelApply, PiecesEndFloatForFloatWhereOneThreadEnds) {
   }
 }
 
-// The finiteness check of a large push runs in pieces on the runner's
-// threads: a NaN or infinity anywhere (first float, last, on either side of
-// a key's edge, inside a key that spans pieces) is found, and the error
-// names the key that holds the first one.
+// The finiteness check of a push runs on the request thread, or in pieces
+// on the runner's threads from kParallelCheckMinFloats floats: either way a
+// NaN or infinity anywhere (first float, last, on either side of a key's
+// edge, inside a key that spans pieces) is found, and the error names the
+// key that holds the first one.
 TEST(ParallelApply, ANonFiniteFloatAnywhereInALargePushIsFound) {
   const float kBad[] = {std::numeric_limits<float>::quiet_NaN(),
                         std::numeric_limits<float>::infinity(),
@@ -164,7 +165,7 @@ TEST(ParallelApply, ANonFiniteFloatAnywhereInALargePushIsFound) {
   for (int threads : {1, 4}) {
     ParallelRunner runner(threads);
     for (const auto& [width, count] : std::vector<std::pair<uint32_t, size_t>>{
-             {1000, 40}, {70000, 1}, {3, 12000}}) {
+             {1000, 40}, {70000, 1}, {3, 12000}, {131072, 9}}) {
       ParameterTable table(1, Table(UpdateRule::kSgd, width), nullptr);
       table.set_runner(&runner);
       std::vector<Key> keys(count);
@@ -184,9 +185,16 @@ TEST(ParallelApply, ANonFiniteFloatAnywhereInALargePushIsFound) {
         positions.push_back(edge - 1);
         positions.push_back(edge);
       }
-      for (size_t at : positions) {
+      for (size_t k = 0; k < positions.size(); ++k) {
+        const size_t at = positions[k];
         if (at >= n) continue;  // one key: no float past its edge
-        for (float bad : kBad) {
+        for (size_t b = 0; b < 3; ++b) {
+          // Every kind of bad float at each position of the small pushes;
+          // one kind per position, in turn, in the large one.
+          if (n >= ParameterTable::kParallelCheckMinFloats && b != k % 3) {
+            continue;
+          }
+          const float bad = kBad[b];
           SCOPED_TRACE(::testing::Message()
                        << threads << " threads, " << count << " keys of "
                        << width << ", float " << at << " = " << bad);

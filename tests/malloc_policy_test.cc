@@ -12,21 +12,12 @@
 
 #include "gtest/gtest.h"
 
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
 #include <malloc.h>
 #endif
 
 namespace ductile {
 namespace {
-
-// glibc's allocator, which the policy sets; the sanitizers' allocators
-// ignore mallopt.
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define DUCTILE_GLIBC_ALLOCATOR 1
-#else
-#define DUCTILE_GLIBC_ALLOCATOR 0
-#endif
 
 #if DUCTILE_GLIBC_ALLOCATOR
 

@@ -2,14 +2,14 @@
 
 #include <climits>
 
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
 #include <malloc.h>
 #endif
 
 namespace ductile {
 
 void KeepFreedMemory() {
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
   mallopt(M_MMAP_MAX, 0);  // no block gets a mapping of its own
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
   // One arena: a thread's own arena gives a heap back to the system as
@@ -20,7 +20,7 @@ void KeepFreedMemory() {
 }
 
 void ReleaseFreedMemory() {
-#if defined(__GLIBC__)
+#if DUCTILE_GLIBC_ALLOCATOR
   malloc_trim(0);
 #endif
 }

@@ -11,6 +11,26 @@
 #ifndef DUCTILE_UTIL_MALLOC_POLICY_H_
 #define DUCTILE_UTIL_MALLOC_POLICY_H_
 
+#include <climits>  // defines __GLIBC__ where the C library is glibc
+
+// 1 where the process allocates with glibc's malloc, whose tunables these
+// functions set: not under a sanitizer, whose allocator replaces glibc's
+// (glibc's malloc_trim there even sets up an arena of glibc's own, which
+// glibc's thread-exit cleanup later trips on).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DUCTILE_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DUCTILE_SANITIZER_ALLOCATOR 1
+#endif
+#if defined(__GLIBC__) && !defined(DUCTILE_SANITIZER_ALLOCATOR)
+#define DUCTILE_GLIBC_ALLOCATOR 1
+#else
+#define DUCTILE_GLIBC_ALLOCATOR 0
+#endif
+
 namespace ductile {
 
 // From now on freed memory stays in the process for reuse: large blocks

@@ -72,12 +72,13 @@ class AutoscalePolicy final : public Policy {
   int32_t settled_ = 0;
 };
 
-// `stragglers`: a worker whose samples per second, as a fraction of the
-// median of the active workers', average below `ratio` over its last
-// `window` readings is replaced (PolicyActions::ReplaceWorker: a new worker
-// starts, and the slow one is drained once it is active). Averaging rides
-// out a dip (a worker evaluating at an epoch's end, the others waiting for
-// the epoch to end). Workers that report no samples yet (just joined) are
+// `stragglers`: a worker whose samples per second of its own work (the
+// time it waited on the staleness bound for others left out), as a
+// fraction of the median of the active workers', average below `ratio`
+// over its last `window` readings is replaced (PolicyActions::ReplaceWorker: a
+// new worker starts, and the slow one is drained once it is active). Averaging
+// rides out a dip (a worker evaluating at an epoch's end, the others waiting
+// for the epoch to end). Workers that report no samples yet (just joined) are
 // left out, as are workers in their first `warmup_steps` steps, and a
 // worker's readings start over when it is; fewer than two rated workers
 // compare nothing.
@@ -101,6 +102,17 @@ class StragglerPolicy final : public Policy {
 
  private:
   const StragglerOptions options_;
+  // Of the time between a worker's last two heartbeats that told of new
+  // steps, the fraction it waited on the staleness bound (at most
+  // kMaxBlocked: a worker that did nothing else reads as 20 times its
+  // wall rate, fast enough).
+  static constexpr double kMaxBlocked = 0.95;
+  struct Progress {
+    double step_ms = 0;  // MemberStatus::step_seconds, in ms
+    uint64_t blocked_ms = 0;
+    double blocked_fraction = 0;
+  };
+  std::map<int32_t, Progress> progress_;
   // Worker -> its last `window` rates as fractions of the median.
   std::map<int32_t, std::deque<double>> ratios_;
   std::set<int32_t> replaced_;

@@ -765,14 +765,17 @@ std::string CommandLine(pid_t pid) {
 // asks for it to be replaced, the launcher starts a new worker and drains
 // worker 1 once the new one is active, and the job finishes. With
 // `kill_first_replacement` the first new worker is killed as soon as it
-// is seen, before it can be active: the launcher starts another.
-void RunWithASlowedWorker(bool kill_first_replacement) {
+// is seen, before it can be active: the launcher starts another. With
+// `bsp` the job is BSP: worker 1 paces the others, who make as many
+// samples per second of wall time as it does and wait for it.
+void RunWithASlowedWorker(bool kill_first_replacement, bool bsp = false) {
   const std::string marker = UniqueTimeoutFlag();
   // 20 epochs: time for the policy to pick worker 1
   // even after a first pick of another worker on a loaded machine.
   Process p({kBinary, "local", "--workers=3", "--servers=1", "--epochs=20",
              "--log_every=200", "--policy=stragglers:ratio=0.6:window=6",
-             "--policy_interval_ms=500", marker});
+             "--policy_interval_ms=500",
+             bsp ? "--consistency=bsp" : "--consistency=async", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
   auto worker_pid = [&](int id) {
     for (pid_t pid : ProcessesWith(marker)) {
@@ -861,6 +864,10 @@ TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorker) {
 
 TEST(LocalCluster, AReplacementThatDiesBeforeItIsActiveIsStartedAgain) {
   RunWithASlowedWorker(/*kill_first_replacement=*/true);
+}
+
+TEST(LocalCluster, TheStragglersPolicyReplacesASlowedWorkerUnderBsp) {
+  RunWithASlowedWorker(/*kill_first_replacement=*/false, /*bsp=*/true);
 }
 
 TEST(Cli, ResizeNeedsASize) {

@@ -359,6 +359,52 @@ TEST(Stragglers, AWorkerInItsFirstStepsIsNotRated) {
   EXPECT_EQ(actions.replaced, std::vector<int32_t>{2});
 }
 
+// Under BSP the slow worker paces the others: every worker makes the same
+// samples per second of wall time, and the others spend most of theirs
+// waiting on the bound for it. Rated without that wait, it stands out.
+TEST(Stragglers, UnderBspTheWorkerTheOthersWaitForIsTheStraggler) {
+  StragglerOptions o;
+  o.window = 4;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  ClusterStatus s = Rates({50, 50, 50});
+  PolicyEvent e;
+  e.status = &s;
+  // Each reading, one second of steps each; workers 0 and 2 waited 750 ms
+  // of it, worker 1 (a quarter of their speed) 10 ms.
+  for (int i = 1; i <= 3; ++i) {
+    for (MemberStatus& m : s.members) {
+      m.step_seconds = i;
+      m.blocked_ms = static_cast<uint64_t>(i * (m.id == 1 ? 10 : 750));
+    }
+    policy.OnStatus(e, actions);
+  }
+  EXPECT_TRUE(actions.replaced.empty());  // three readings: no full window
+  // A reading without new heartbeats keeps each worker's last share.
+  policy.OnStatus(e, actions);
+  EXPECT_EQ(actions.replaced, std::vector<int32_t>{1});
+}
+
+// Without the bound's waits the same wall rates tell nobody apart, and a
+// worker that waited as long as the others is no straggler.
+TEST(Stragglers, WorkersWaitingAlikeAreRatedAlike) {
+  StragglerOptions o;
+  o.window = 2;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  ClusterStatus s = Rates({50, 50, 50});
+  PolicyEvent e;
+  e.status = &s;
+  for (int i = 1; i <= 10; ++i) {
+    for (MemberStatus& m : s.members) {
+      m.step_seconds = i;
+      m.blocked_ms = static_cast<uint64_t>(i * 500);
+    }
+    policy.OnStatus(e, actions);
+  }
+  EXPECT_TRUE(actions.replaced.empty());
+}
+
 TEST(Stragglers, OneRatedWorkerHasNothingToBeComparedWith) {
   StragglerOptions o;
   o.window = 1;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "client/cluster_status_wire.h"
 #include "env/env.h"
@@ -181,6 +182,19 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
       }
     }
     status.members.push_back(s);
+  }
+  // Each server's requests in flight, from the live workers' heartbeats.
+  std::map<int32_t, uint64_t> in_flight;
+  for (const auto& m : c.members()) {
+    if (m.role() == wire::ROLE_SERVER || !m.alive()) continue;
+    for (const wire::InFlight& f : m.metrics().in_flight()) {
+      in_flight[f.server()] += f.requests();
+    }
+  }
+  for (MemberStatus& s : status.members) {
+    if (s.role != "server") continue;
+    auto it = in_flight.find(s.id);
+    if (it != in_flight.end()) s.in_flight_requests = it->second;
   }
   if (status.noise_scale_clocks > 0 && gradient_sq > 0) {
     status.noise_scale = noise_trace / gradient_sq;

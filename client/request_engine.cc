@@ -750,6 +750,17 @@ void RequestEngine::SendHeartbeat() {
   hb.set_generation(shared_.recovery->generation());
   shared_.stats->Fill(hb.mutable_metrics());
   hb.mutable_metrics()->set_clock(shared_.clock->load());
+  // What each server has of this worker's requests now: in its socket,
+  // in its hands, parked on a bound (or its reply on the way back).
+  std::map<int32_t, uint32_t> in_flight;
+  for (const auto& [seq, part] : parts_) {
+    if (part.sent && part.retry_at == TimePoint{}) ++in_flight[part.server];
+  }
+  for (const auto& [server, requests] : in_flight) {
+    wire::InFlight* f = hb.mutable_metrics()->add_in_flight();
+    f->set_server(server);
+    f->set_requests(requests);
+  }
   SendToCoordinator(hb);  // best effort
 }
 

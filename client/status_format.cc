@@ -121,18 +121,18 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   char line[512];
   std::snprintf(
       line, sizeof(line),
-      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s %6s  "
-      "%s\n",
+      "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s %6s "
+      "%6s  %s\n",
       "id", "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls",
       "dups", "errors", "limit", "denied", "keys", "clock", "parked", "run",
-      "address");
+      "queue", "address");
   os << line;
   for (const auto& m : status.members) {
     if (m.role != "server") continue;
     std::snprintf(
         line, sizeof(line),
         "%-4d %-7s %-8s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %6llu "
-        "%6llu %8llu %7lld %6llu %6llu  %s\n",
+        "%6llu %8llu %7lld %6llu %6llu %6llu  %s\n",
         m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago), m.slots,
         static_cast<unsigned long long>(m.counters.requests),
@@ -146,6 +146,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<long long>(m.counters.min_clock),
         static_cast<unsigned long long>(m.counters.parked_pulls),
         static_cast<unsigned long long>(m.counters.busy_run_peak),
+        static_cast<unsigned long long>(m.in_flight_requests),
         m.address.c_str());
     os << line;
   }
@@ -325,6 +326,13 @@ std::string FormatPrometheus(const ClusterStatus& status) {
     Family slots(&os, "ductile_server_slots", "gauge", "Slots owned.");
     for (const MemberStatus* m : servers) {
       slots.Sample(Label("server", m->id), m->slots);
+    }
+    Family queue(&os, "ductile_server_in_flight_requests", "gauge",
+                 "The live workers' requests to the server sent and not "
+                 "answered yet, as of their last heartbeats "
+                 "(MemberStatus::in_flight_requests).");
+    for (const MemberStatus* m : servers) {
+      queue.Sample(Label("server", m->id), m->in_flight_requests);
     }
     // One family per counter, a sample per server.
     std::vector<std::vector<std::pair<std::string, std::string>>> rows;

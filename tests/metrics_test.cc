@@ -1,8 +1,10 @@
 // The cluster's signals from outside: the Prometheus text of a status
 // (FormatPrometheus), the coordinator's own view of it (QueryStatus) and
 // the /metrics endpoint that serves it over HTTP.
+#include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -71,6 +73,7 @@ ClusterStatus AStatus() {
   server.counters.gns_noise_trace = 0.25;
   server.counters.queued_requests = 9;
   server.counters.busy_run_peak = 3;
+  server.in_flight_requests = 5;
   MemberStatus worker;
   worker.id = 7;
   worker.role = "worker";
@@ -108,6 +111,7 @@ TEST(Prometheus, AStatusReadsBackSampleBySample) {
   EXPECT_EQ(m.count("ductile_server_parked_pulls_total{server=\"0\"}"), 0u);
   EXPECT_EQ(m.at("ductile_server_queued_requests_total{server=\"0\"}"), "9");
   EXPECT_EQ(m.at("ductile_server_busy_run_peak{server=\"0\"}"), "3");
+  EXPECT_EQ(m.at("ductile_server_in_flight_requests{server=\"0\"}"), "5");
   EXPECT_EQ(m.at("ductile_worker_clock{worker=\"7\"}"), "41");
   EXPECT_EQ(m.at("ductile_worker_blocked_seconds_total{worker=\"7\"}"), "1.5");
   EXPECT_EQ(m.at("ductile_training_loss"), "0.75");
@@ -142,12 +146,81 @@ TEST(Prometheus, AnEmptyStatusIsStillValidText) {
   EXPECT_EQ(m.count("ductile_server_slots{server=\"0\"}"), 0u);
 }
 
+TEST(Prometheus, TheStatusTableShowsEachServersQueue) {
+  const std::string table = FormatClusterStatus(AStatus());
+  // parked, run, queue
+  EXPECT_TRUE(
+      std::regex_search(table, std::regex(" parked +run +queue +address\n")))
+      << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex(" 4 +3 +5  \n"))) << table;
+}
+
 TEST(Prometheus, StatusShowsTheJobsStalenessHistogram) {
   const std::string table = FormatClusterStatus(AStatus());
   EXPECT_NE(table.find("staleness of reads: 0: 50.0% 1: 30.0% 3: 20.0% "
                        "(10 pulls)"),
             std::string::npos)
       << table;
+}
+
+// The status's server of `id`, polled until `done` holds of it or 10 s
+// have passed (a worker's requests reach the status with its heartbeats).
+MemberStatus ServerUntil(Coordinator& coordinator, int32_t id,
+                         const std::function<bool(const MemberStatus&)>& done) {
+  MemberStatus last;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Result<ClusterStatus> status = coordinator.QueryStatus(5000);
+    EXPECT_TRUE(status.ok()) << status.status();
+    if (!status.ok()) break;
+    for (const MemberStatus& m : status->members) {
+      if (m.role == "server" && m.id == id) last = m;
+    }
+    if (done(last)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return last;
+}
+
+// A pull parked on the BSP bound is in flight at its server until the
+// other worker's clock lets it through, and the status counts it there.
+TEST(MetricsEndpoint, APullWaitingAtItsServerIsCountedInItsQueue) {
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> ahead = cluster.Connect();
+  std::unique_ptr<Client> behind = cluster.Connect();
+  ASSERT_NE(ahead, nullptr);
+  ASSERT_NE(behind, nullptr);
+  TableOptions t;
+  t.name = "w";
+  t.value_width = 1;
+  t.consistency.mode = ConsistencyMode::kBsp;
+  Result<TableId> table = ahead->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_TRUE(behind->CreateTable(t).ok());
+  const std::vector<Key> keys = {1};
+  std::vector<float> out(1);
+  const MemberStatus idle =
+      ServerUntil(cluster.coordinator(), 0,
+                  [](const MemberStatus& m) { return m.id == 0; });
+  EXPECT_EQ(idle.in_flight_requests, 0u);
+  ahead->Clock();  // at clock 1: its pull needs the other's clock 0 too
+  Handle pull = ahead->PullAsync(*table, keys, out);
+  const MemberStatus waiting =
+      ServerUntil(cluster.coordinator(), 0, [](const MemberStatus& m) {
+        return m.in_flight_requests == 1 && m.counters.parked_pulls == 1;
+      });
+  EXPECT_EQ(waiting.in_flight_requests, 1u);
+  EXPECT_EQ(waiting.counters.parked_pulls, 1u);
+  behind->Clock();
+  ASSERT_TRUE(pull.Wait().ok());
+  const MemberStatus answered = ServerUntil(
+      cluster.coordinator(), 0,
+      [](const MemberStatus& m) { return m.in_flight_requests == 0; });
+  EXPECT_EQ(answered.in_flight_requests, 0u);
 }
 
 // The coordinator's own view, and the endpoint serving it.

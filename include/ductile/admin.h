@@ -27,6 +27,12 @@ struct MemberStatus {
   std::string state;
   int32_t slots = 0;        // servers: slots owned
   ServerCounters counters;  // servers: as of the last heartbeat
+  // Servers: the live workers' requests to it in flight (sent, not
+  // answered yet), summed over their last heartbeats: those waiting in
+  // its socket, the one it handles, pulls parked on a bound
+  // (counters.parked_pulls) and replies on their way back. Requests wait
+  // in a ZeroMQ socket uncounted: this is the one count of its queue.
+  uint64_t in_flight_requests = 0;
   // Workers, as of the last heartbeat: clock, pulls, time blocked on the
   // staleness bound, and observed staleness.
   int64_t clock = 0;

@@ -182,7 +182,8 @@ struct ServerCounters {
   // pushed gradients, and folding each finished clock in).
   uint64_t gns_us = 0;
   // Waiting requests. ZeroMQ does not say how many requests wait in a
-  // socket (the queue's length is not known); the request thread counts
+  // socket (the workers count them: MemberStatus::in_flight_requests in
+  // ductile/admin.h); the request thread counts
   // those it reads back to back, each found waiting as it finished the one
   // before. `queued_requests`: all such requests so far; its growth over
   // that of `requests` is the share of requests that found the server busy.

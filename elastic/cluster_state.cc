@@ -33,6 +33,8 @@ Status ClusterState::Open() {
   barrier_round = state.barrier_round();
   target_workers = state.target_workers();
   target_servers = state.target_servers();
+  replace_workers = {state.replace_workers().begin(),
+                     state.replace_workers().end()};
   const Member::TimePoint now = env_->Now();
   for (const auto& pm : state.members()) {
     Member m;
@@ -121,6 +123,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
   state.set_barrier_round(barrier_round);
   state.set_target_workers(target_workers);
   state.set_target_servers(target_servers);
+  for (int32_t id : replace_workers) state.add_replace_workers(id);
   return state;
 }
 

@@ -118,6 +118,11 @@ class ClusterState {
   // The size `ductile resize` asked for, which launchers act on (0: none).
   int32_t target_workers = 0;
   int32_t target_servers = 0;
+  // Workers a policy asked to replace (CoordinatorNode::RequestReplacement)
+  // that launchers act on; those no longer live are dropped when the next
+  // request comes. Kept over a restart, so that a launcher still sees the
+  // request and the policy does not ask again.
+  std::set<int32_t> replace_workers;
   // The job's shared data plan: durable too, but in a record of its own
   // written without a sync (it changes at every step; see
   // CoordinatorStore::SaveDataPlan).

@@ -275,7 +275,7 @@ wire::ClusterState CoordinatorNode::ClusterStateNow() const {
   c.set_data_epoch(plan.current_epoch());
   c.set_data_batches_done(plan.batches_done_in_current());
   c.set_data_batches_per_step(plan.batches_per_step());
-  for (int32_t id : replace_workers_) {
+  for (int32_t id : state_.replace_workers) {
     auto it = state_.workers.find(id);
     if (it != state_.workers.end() && it->second.live_worker()) {
       c.add_replace_workers(id);
@@ -584,7 +584,7 @@ Status CoordinatorNode::ChangeConsistency(const std::string& table,
 }
 
 Status CoordinatorNode::RequestReplacement(int32_t id) {
-  std::erase_if(replace_workers_, [this](int32_t w) {
+  std::erase_if(state_.replace_workers, [this](int32_t w) {
     auto it = state_.workers.find(w);
     return it == state_.workers.end() || !it->second.live_worker();
   });
@@ -599,14 +599,14 @@ Status CoordinatorNode::RequestReplacement(int32_t id) {
   }
   // The replacement joins before the old one leaves: one more at once.
   const int32_t bound = options_.max_workers;
-  if (bound > 0 && !replace_workers_.contains(id) &&
+  if (bound > 0 && !state_.replace_workers.contains(id) &&
       membership_.CountLiveWorkers() + 1 > bound) {
     return ResourceExhaustedError("replacing worker " + std::to_string(id) +
                                   " needs room for one more "
                                   "worker, and the job has its maximum of " +
                                   std::to_string(bound) + " (--max_workers)");
   }
-  if (replace_workers_.insert(id).second) {
+  if (state_.replace_workers.insert(id).second) {
     LOG(INFO) << "coordinator: worker " << id
               << " is to be replaced (a policy asked)";
   }

@@ -126,9 +126,6 @@ class CoordinatorNode {
   void HandleDataClaim(const std::string& identity, const wire::Header& h);
   // `ductile resize`: records the target size launchers act on.
   void HandleResize(const std::string& identity, const wire::Header& h);
-  // Workers a policy asked to replace (RequestReplacement); those no
-  // longer live are dropped when the next request comes.
-  std::set<int32_t> replace_workers_;
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
   void CheckTimeouts();

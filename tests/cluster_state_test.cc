@@ -4,6 +4,7 @@
 #include "elastic/cluster_state.h"
 
 #include <chrono>
+#include <set>
 
 #include "elastic/ack_round.h"
 #include "gtest/gtest.h"
@@ -154,6 +155,8 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
     state.barrier_round = 5;
     state.servers[0].role = wire::ROLE_SERVER;
     state.servers[0].endpoint = e;
+    state.target_workers = 4;
+    state.replace_workers = {2, 5};  // a policy's requests
     ASSERT_TRUE(state.PersistIfChanged().ok());
   }
   ClusterState again(&env, options);
@@ -164,6 +167,8 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
   EXPECT_EQ(again.routing.epoch(), 1u);
   EXPECT_EQ(again.servers.count(0), 1u);
   EXPECT_FALSE(again.servers[0].dead);
+  EXPECT_EQ(again.target_workers, 4);
+  EXPECT_EQ(again.replace_workers, (std::set<int32_t>{2, 5}));
 }
 
 TEST(ClusterState, TheDataPlanIsWrittenApartAndReadBack) {

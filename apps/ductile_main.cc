@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <climits>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <span>
 #include <sstream>
@@ -28,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/k8s_controller.h"
 #include "apps/k8s_manifests.h"
 #include "apps/launch_env.h"
 #include "apps/local_launcher.h"
@@ -205,8 +208,19 @@ DEFINE_string(image, "",
               "k8s: the container image of every member (with `ductile` on "
               "its PATH)");
 DEFINE_string(job_name, "ductile",
-              "k8s: the job's Service name and its Jobs' prefix (a DNS "
-              "label of at most 40 characters)");
+              "k8s, k8s-controller: the job's Service name and its Jobs' "
+              "prefix (a DNS label of at most 40 characters)");
+DEFINE_bool(controller, false,
+            "k8s: also a Job running `ductile k8s-controller`, which "
+            "carries `ductile resize` and the policies' targets and "
+            "replacements out by patching the Jobs (its image needs "
+            "kubectl; with keys, the Secret also holds admin.key)");
+DEFINE_string(namespace, "",
+              "k8s-controller: the Kubernetes namespace of the job's Jobs "
+              "(empty: kubectl's current one)");
+DEFINE_string(kubectl, "kubectl",
+              "k8s-controller: the kubectl program (found on PATH without "
+              "a '/')");
 DEFINE_string(state_claim, "",
               "k8s: a ReadWriteMany PersistentVolumeClaim shared by the "
               "coordinator and servers as their state directory (empty: an "
@@ -1104,6 +1118,7 @@ int RunK8s() {
   job.keys_secret = FLAGS_keys_secret;
   job.state_claim = FLAGS_state_claim;
   job.plain = FLAGS_insecure;
+  job.controller = FLAGS_controller;
   job.coordinator_flags = LaunchedCoordinatorFlags();
   job.server_flags = LaunchedServerFlags();
   job.worker_flags = LaunchedWorkerFlags();
@@ -1114,6 +1129,43 @@ int RunK8s() {
   ductile::Result<std::string> yaml = ductile::apps::KubernetesManifests(job);
   if (!yaml.ok()) return Fail(yaml.status());
   std::fputs(yaml->c_str(), stdout);
+  return 0;
+}
+
+int RunK8sController() {
+  if (FLAGS_job_name.empty() || FLAGS_job_name.size() > 40 ||
+      FLAGS_job_name.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+    return Fail(ductile::InvalidArgumentError(
+        "--job_name must be the job's name as `ductile k8s` was given it (a "
+        "DNS label: a-z, 0-9 and '-', at most 40 characters), not '" +
+        FLAGS_job_name + "'"));
+  }
+  if (FLAGS_kubectl.empty()) {
+    return Fail(ductile::InvalidArgumentError("--kubectl must name a program"));
+  }
+  auto security = SecurityFromFlags(true);
+  if (!security.ok()) return Fail(security.status());
+  ductile::apps::K8sControllerOptions o;
+  o.coordinator = FLAGS_coordinator;
+  o.security = *security;
+  o.job_name = FLAGS_job_name;
+  o.kube_namespace = FLAGS_namespace;
+  o.kubectl = FLAGS_kubectl;
+  o.drain_timeout_ms = FLAGS_timeout_ms;
+  o.give_up_ms = FLAGS_coordinator_timeout_ms > 0
+                     ? FLAGS_coordinator_timeout_ms
+                     : std::numeric_limits<int64_t>::max() / 2;
+  std::printf(
+      "k8s-controller: carrying out the target size and replacements "
+      "of the job at %s on the Jobs %s-worker and %s-server\n",
+      FLAGS_coordinator.c_str(), FLAGS_job_name.c_str(),
+      FLAGS_job_name.c_str());
+  std::fflush(stdout);
+  const std::atomic<bool> stop{false};  // SIGTERM ends the process
+  ductile::Status s = ductile::apps::RunK8sController(o, stop);
+  if (!s.ok()) return Fail(s);
+  std::printf("k8s-controller: the job has ended\n");
   return 0;
 }
 
@@ -1265,6 +1317,7 @@ const std::vector<Command>& Commands() {
         "servers",
         "workers",
         "max_workers",
+        "controller",
         "keys_secret",
         "state_claim",
         "insecure",
@@ -1292,6 +1345,15 @@ const std::vector<Command>& Commands() {
         "timeout_ms"},
        true,
        RunK8s},
+      {"k8s-controller",
+       "carry a Kubernetes job's target size (`ductile resize`, the "
+       "autoscale policy) and worker replacements out with kubectl: patch "
+       "the Jobs of `ductile k8s` and drain what goes (--coordinator, "
+       "--job_name; docs/adaptation.md)",
+       {"coordinator", "job_name", "namespace", "kubectl", "keys", "insecure",
+        "timeout_ms", "coordinator_timeout_ms"},
+       false,
+       RunK8sController},
   };
   return *kCommands;
 }

@@ -92,11 +92,14 @@ void WriteLabels(const std::string& job, const std::string& component,
 }
 
 struct Role {
-  std::string component;  // coordinator, server, worker
+  std::string component;  // coordinator, server, worker, controller
   int count = 1;
   std::vector<std::string> args;
   bool pod_ip = false;  // POD_IP in the environment (servers' --host)
   int port = 0;         // a container port, 0: none
+  // The controller: not Indexed, runs as its ServiceAccount, knows its
+  // namespace (POD_NAMESPACE) and mounts no state.
+  bool controller = false;
 };
 
 void WriteJob(const KubernetesJob& job, const Role& role,
@@ -109,7 +112,7 @@ void WriteJob(const KubernetesJob& job, const Role& role,
   w.Line(2, "name: " + Quote(job.name + "-" + role.component));
   WriteLabels(job.name, role.component, 2, w);
   w.Line(0, "spec:");
-  w.Line(2, "completionMode: Indexed");
+  if (!role.controller) w.Line(2, "completionMode: Indexed");
   w.Line(2, "completions: " + std::to_string(role.count));
   w.Line(2, "parallelism: " + std::to_string(role.count));
   // A member that keeps failing stops being restarted: the job then fails
@@ -121,6 +124,9 @@ void WriteJob(const KubernetesJob& job, const Role& role,
   w.Line(4, "spec:");
   // Pod NAME-ROLE-I is then NAME-ROLE-I.NAME in DNS.
   w.Line(6, "subdomain: " + Quote(job.name));
+  if (role.controller) {
+    w.Line(6, "serviceAccountName: " + Quote(job.name + "-controller"));
+  }
   w.Line(6, "restartPolicy: OnFailure");
   w.Line(6, "containers:");
   w.Line(8, "- name: " + role.component);
@@ -128,32 +134,39 @@ void WriteJob(const KubernetesJob& job, const Role& role,
   w.Line(10, "command: [\"ductile\"]");
   w.Line(10, "args:");
   for (const std::string& a : role.args) w.Line(12, "- " + Quote(a));
-  if (role.pod_ip) {
+  if (role.pod_ip || role.controller) {
     w.Line(10, "env:");
-    w.Line(12, "- name: POD_IP");
+    w.Line(12, std::string("- name: ") +
+                   (role.controller ? "POD_NAMESPACE" : "POD_IP"));
     w.Line(14, "valueFrom:");
     w.Line(16, "fieldRef:");
-    w.Line(18, "fieldPath: status.podIP");
+    w.Line(18, std::string("fieldPath: ") +
+                   (role.controller ? "metadata.namespace" : "status.podIP"));
   }
   if (role.port > 0) {
     w.Line(10, "ports:");
     w.Line(12, "- containerPort: " + std::to_string(role.port));
   }
+  if (role.controller && job.plain) return;  // nothing to mount
   w.Line(10, "volumeMounts:");
-  w.Line(12, "- name: state");
-  w.Line(14, "mountPath: /state");
+  if (!role.controller) {
+    w.Line(12, "- name: state");
+    w.Line(14, "mountPath: /state");
+  }
   if (!job.plain) {
     w.Line(12, "- name: keys");
     w.Line(14, "mountPath: /keys");
     w.Line(14, "readOnly: true");
   }
   w.Line(6, "volumes:");
-  w.Line(8, "- name: state");
-  if (job.state_claim.empty()) {
-    w.Line(10, "emptyDir: {}");
-  } else {
-    w.Line(10, "persistentVolumeClaim:");
-    w.Line(12, "claimName: " + Quote(job.state_claim));
+  if (!role.controller) {
+    w.Line(8, "- name: state");
+    if (job.state_claim.empty()) {
+      w.Line(10, "emptyDir: {}");
+    } else {
+      w.Line(10, "persistentVolumeClaim:");
+      w.Line(12, "claimName: " + Quote(job.state_claim));
+    }
   }
   if (!job.plain) {
     w.Line(8, "- name: keys");
@@ -168,6 +181,54 @@ void WriteJob(const KubernetesJob& job, const Role& role,
       w.Line(16, "path: " + Quote(path));
     }
   }
+}
+
+// The controller's Job and what lets it patch the worker and server Jobs.
+void WriteController(const KubernetesJob& job, const std::string& coordinator,
+                     const std::string& secret, Writer& w) {
+  const std::string name = job.name + "-controller";
+  w.Line(0, "---");
+  w.Line(0, "apiVersion: v1");
+  w.Line(0, "kind: ServiceAccount");
+  w.Line(0, "metadata:");
+  w.Line(2, "name: " + Quote(name));
+  WriteLabels(job.name, "controller", 2, w);
+  w.Line(0, "---");
+  w.Line(0, "apiVersion: rbac.authorization.k8s.io/v1");
+  w.Line(0, "kind: Role");
+  w.Line(0, "metadata:");
+  w.Line(2, "name: " + Quote(name));
+  WriteLabels(job.name, "controller", 2, w);
+  w.Line(0, "rules:");
+  w.Line(2, "- apiGroups: [\"batch\"]");
+  w.Line(4, "resources: [\"jobs\"]");
+  w.Line(4, "resourceNames: [" + Quote(job.name + "-worker") + ", " +
+                Quote(job.name + "-server") + "]");
+  w.Line(4, "verbs: [\"get\", \"patch\"]");
+  w.Line(0, "---");
+  w.Line(0, "apiVersion: rbac.authorization.k8s.io/v1");
+  w.Line(0, "kind: RoleBinding");
+  w.Line(0, "metadata:");
+  w.Line(2, "name: " + Quote(name));
+  WriteLabels(job.name, "controller", 2, w);
+  w.Line(0, "subjects:");
+  w.Line(2, "- kind: ServiceAccount");
+  w.Line(4, "name: " + Quote(name));
+  w.Line(0, "roleRef:");
+  w.Line(2, "apiGroup: rbac.authorization.k8s.io");
+  w.Line(2, "kind: Role");
+  w.Line(2, "name: " + Quote(name));
+  Role r{"controller", 1, {"k8s-controller"}, false, 0, true};
+  r.args.insert(r.args.end(),
+                {"--coordinator=" + coordinator, "--job_name=" + job.name,
+                 "--namespace=$(POD_NAMESPACE)",
+                 job.plain ? "--insecure" : "--keys=/keys"});
+  // The admin key, which only this pod gets: resizes and drains need it.
+  const std::vector<std::pair<std::string, std::string>> keys = {
+      {"cluster.pub", "cluster.pub"},
+      {"admin.key", "admin.key"},
+      {"admin.pub", "admin.pub"}};
+  WriteJob(job, r, keys, secret, w);
 }
 
 }  // namespace
@@ -236,7 +297,9 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
                   " --workers=" + std::to_string(max_workers) + "`:");
     w.Line(0, "#   kubectl create secret generic " + secret +
                   " --from-file=keys/cluster.key --from-file=keys/cluster.pub"
-                  " --from-file=keys/admin.pub $(for f in keys/members/*; do "
+                  " --from-file=keys/admin.pub" +
+                  (job.controller ? " --from-file=keys/admin.key" : "") +
+                  " $(for f in keys/members/*; do "
                   "printf -- '--from-file=members.%s=%s ' \"${f##*/}\" "
                   "\"$f\"; done)");
   }
@@ -248,11 +311,21 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
            "# down past the heartbeat timeout takes its checkpoints with it "
            "(docs/adaptation.md).");
   }
-  w.Line(0, "# Resize the workers (up to " + std::to_string(max_workers) +
-                "; drain the highest ids first when shrinking):");
-  w.Line(0, "#   kubectl patch job " + job.name +
-                "-worker --type=merge -p "
-                "'{\"spec\":{\"parallelism\":N,\"completions\":N}}'");
+  if (job.controller) {
+    w.Line(0, "# Resize with `ductile resize` (up to " +
+                  std::to_string(max_workers) +
+                  " workers) or a policy: the Job " + job.name +
+                  "-controller patches the Jobs (its image needs kubectl).");
+  } else {
+    w.Line(0, "# Resize the workers (up to " + std::to_string(max_workers) +
+                  "; drain the highest ids first when shrinking):");
+    w.Line(0, "#   kubectl patch job " + job.name +
+                  "-worker --type=merge -p "
+                  "'{\"spec\":{\"parallelism\":N,\"completions\":N}}'");
+    w.Line(0,
+           "# (or generate with --controller: a Job that carries `ductile "
+           "resize` and the policies' targets out)");
+  }
   w.Line(0, "---");
   w.Line(0, "apiVersion: v1");
   w.Line(0, "kind: Service");
@@ -271,6 +344,7 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
   w.Line(6, "port: " + std::to_string(job.server_port));
   const auto keys = KeyItems(job, max_workers);
   for (const Role* role : {&c, &s, &wk}) WriteJob(job, *role, keys, secret, w);
+  if (job.controller) WriteController(job, coordinator, secret, w);
   return w.str();
 }
 

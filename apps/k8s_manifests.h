@@ -48,6 +48,14 @@ struct KubernetesJob {
   // Member keys made for up to this many workers (>= workers), so that
   // the worker Job can grow to it.
   int max_workers = 0;  // 0 = workers
+  // Also a Job NAME-controller running `ductile k8s-controller`, which
+  // carries the job's target size (`ductile resize`, the autoscale policy)
+  // and the stragglers policy's replacements out by patching the worker
+  // and server Jobs with kubectl (the image must have kubectl on its
+  // PATH), with a ServiceAccount, Role and RoleBinding that allow it to
+  // get and patch those two Jobs only. With keys, it alone mounts the
+  // admin key (admin.key in the Secret too).
+  bool controller = false;
   // Extra flags of each role's command line ("--name=value").
   std::vector<std::string> coordinator_flags;
   std::vector<std::string> server_flags;

@@ -1,7 +1,5 @@
 #include "apps/local_launcher.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -24,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "apps/child_process.h"
 #include "ductile/admin.h"
 
 namespace ductile::apps {
@@ -297,54 +296,6 @@ Result<std::vector<KillEvent>> ParseKillSchedule(
 
 namespace {
 
-// A command line and environment made before fork(): the child of a
-// process with threads may only call async-signal-safe functions, so it
-// allocates nothing.
-struct ExecImage {
-  std::vector<std::string> strings;  // owns what the pointers point at
-  std::vector<char*> argv;
-  std::vector<char*> envp;
-};
-
-// `own_slurm_job`: the child runs srun, which must queue a job of its own
-// rather than a step of an allocation the launcher may run in, with none
-// of the allocation's settings: every SLURM_* variable but SLURM_CONF is
-// left out.
-ExecImage MakeExecImage(const std::vector<std::string>& args,
-                        bool own_slurm_job) {
-  ExecImage image;
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string_view var(*e);
-    if (own_slurm_job && var.substr(0, 6) == "SLURM_" &&
-        var.substr(0, 11) != "SLURM_CONF=") {
-      continue;
-    }
-    env.emplace_back(var);
-  }
-  image.strings = args;
-  image.strings.insert(image.strings.end(), env.begin(), env.end());
-  for (size_t i = 0; i < image.strings.size(); ++i) {
-    (i < args.size() ? image.argv : image.envp)
-        .push_back(image.strings[i].data());
-  }
-  image.argv.push_back(nullptr);
-  image.envp.push_back(nullptr);
-  return image;
-}
-
-// In a child after fork(): exec `image` (argv[0] found on PATH when it has
-// no '/'), or say so and exit 127. Async-signal-safe calls only.
-[[noreturn]] void ExecOrDie(const ExecImage& image) {
-  execvpe(image.argv[0], image.argv.data(), image.envp.data());
-  const char prefix[] = "ductile local: cannot run ";
-  ssize_t ignored = write(STDERR_FILENO, prefix, sizeof(prefix) - 1);
-  ignored = write(STDERR_FILENO, image.argv[0], strlen(image.argv[0]));
-  ignored = write(STDERR_FILENO, "\n", 1);
-  (void)ignored;
-  _exit(127);
-}
-
 // fork + exec of `args` with the given signals unblocked. The child dies
 // with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
 pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked,
@@ -362,62 +313,6 @@ pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked,
 // How long a Slurm command (squeue, scancel) may take before it is killed:
 // a slurmctld that does not answer must not stop the supervision.
 constexpr int kToolTimeoutMs = 10000;
-
-// Runs `args` to its end, its standard output into `output`; its exit
-// status, or -1 if it could not run, was killed, or took longer than
-// kToolTimeoutMs (it is then killed).
-int RunToEnd(const std::vector<std::string>& args, const sigset_t& blocked,
-             std::string* output) {
-  const ExecImage image = MakeExecImage(args, false);
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    return -1;
-  }
-  if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
-    sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
-    ExecOrDie(image);
-  }
-  close(pipe_fds[1]);
-  const auto deadline =
-      SteadyClock::now() + std::chrono::milliseconds(kToolTimeoutMs);
-  bool timed_out = false;
-  char buffer[512];
-  while (true) {
-    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             deadline - SteadyClock::now())
-                             .count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{pipe_fds[0], POLLIN, 0};
-    const int ready = poll(&p, 1, static_cast<int>(left));
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (ready == 0) {
-      timed_out = true;
-      break;
-    }
-    const ssize_t n = read(pipe_fds[0], buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // its end of the pipe closed
-    output->append(buffer, static_cast<size_t>(n));
-  }
-  close(pipe_fds[0]);
-  if (timed_out) kill(pid, SIGKILL);
-  int status = 0;
-  if (waitpid(pid, &status, 0) != pid || timed_out || !WIFEXITED(status)) {
-    return -1;
-  }
-  return WEXITSTATUS(status);
-}
 
 // The signal a child died of, 0 if it exited. srun reports a task killed
 // by signal N as exit status 128 + N.
@@ -696,18 +591,19 @@ class Supervisor {
     std::string ids;
     if (RunToEnd({SlurmTool("squeue"), "--noheader", "--states=RUNNING",
                   "--name=" + job, "--format=%i"},
-                 blocked_, &ids) != 0) {
+                 blocked_, &ids, kToolTimeoutMs) != 0) {
       return false;
     }
     const std::string id(Trim(ids.substr(0, ids.find('\n'))));
     if (id.empty()) return false;
     std::string ignored;
     return RunToEnd({SlurmTool("scancel"), "--signal=KILL", id + ".0"},
-                    blocked_, &ignored) == 0;
+                    blocked_, &ignored, kToolTimeoutMs) == 0;
   }
   void CancelSlurmJob(const std::string& job) {
     std::string ignored;
-    RunToEnd({SlurmTool("scancel"), "--name=" + job}, blocked_, &ignored);
+    RunToEnd({SlurmTool("scancel"), "--name=" + job}, blocked_, &ignored,
+             kToolTimeoutMs);
   }
 
   Status Restart(size_t index, bool scheduled) {
@@ -827,7 +723,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                                  ? "srun"
                                  : options.slurm_bin_dir + "/srun";
     std::string version;
-    if (RunToEnd({srun, "--version"}, set, &version) != 0) {
+    if (RunToEnd({srun, "--version"}, set, &version, kToolTimeoutMs) != 0) {
       return FailedPreconditionError(
           "--provider=slurm: cannot run '" + srun +
           " --version' (is Slurm installed, and srun on PATH?)");

@@ -16,7 +16,10 @@ their content checked against the flags they were made from:
   - --state_claim is the state volume of every pod; without it each has an
     emptyDir, and the output warns;
   - --insecure drops the keys; bad names, a missing image and bad counts are
-    refused with a message naming the flag.
+    refused with a message naming the flag;
+  - --controller adds a Job running `ductile k8s-controller` as a
+    ServiceAccount whose Role may get and patch the worker and server Jobs
+    only; it alone mounts the admin key, which the Secret line then holds.
 Usage: k8s_manifests_test.py DUCTILE_CLI
 """
 import subprocess
@@ -45,6 +48,7 @@ def main():
                          "--policy=autoscale:max=5",
                          "--state_claim=mnist-state")
     check(code == 0, "ductile k8s failed: " + err)
+    check("admin.key" not in out, "admin.key without --controller")
     docs = [d for d in yaml.safe_load_all(out) if d is not None]
     check(len(docs) == 4, "expected 4 documents, got %d" % len(docs))
     service = docs[0]
@@ -136,6 +140,65 @@ def main():
         check({"name": "state", "emptyDir": {}} in pod["volumes"],
               "without --state_claim the state is not an emptyDir")
     check("WARNING: no --state_claim" in out, "no warning without a claim")
+
+    # The controller, and what lets it patch the Jobs.
+    code, out, err = run(ductile, "--image=img", "--job_name=mnist",
+                         "--servers=2", "--workers=3", "--controller")
+    check(code == 0, "ductile k8s --controller failed: " + err)
+    check("--from-file=keys/admin.key" in out,
+          "the Secret line lacks the admin key")
+    docs = [d for d in yaml.safe_load_all(out) if d is not None]
+    check(len(docs) == 8, "expected 8 documents, got %d" % len(docs))
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    for kind in ["ServiceAccount", "Role", "RoleBinding", "Job"]:
+        check((kind, "mnist-controller") in by_kind, "no %s mnist-controller"
+              % kind)
+    (rule,) = by_kind[("Role", "mnist-controller")]["rules"]
+    check(rule["apiGroups"] == ["batch"] and rule["resources"] == ["jobs"] and
+          sorted(rule["resourceNames"]) == ["mnist-server", "mnist-worker"] and
+          sorted(rule["verbs"]) == ["get", "patch"],
+          "the Role allows more or less than get/patch of the two Jobs: %s"
+          % rule)
+    binding = by_kind[("RoleBinding", "mnist-controller")]
+    check(binding["subjects"] == [{"kind": "ServiceAccount",
+                                   "name": "mnist-controller"}] and
+          binding["roleRef"]["kind"] == "Role" and
+          binding["roleRef"]["name"] == "mnist-controller",
+          "the RoleBinding does not bind the Role to the ServiceAccount")
+    job = by_kind[("Job", "mnist-controller")]
+    check("completionMode" not in job["spec"] and
+          job["spec"]["completions"] == 1, "the controller Job's shape")
+    pod = job["spec"]["template"]["spec"]
+    check(pod["serviceAccountName"] == "mnist-controller",
+          "the controller does not run as its ServiceAccount")
+    (container,) = pod["containers"]
+    check(container["args"] == [
+        "k8s-controller", "--coordinator=tcp://mnist-coordinator-0.mnist:7000",
+        "--job_name=mnist", "--namespace=$(POD_NAMESPACE)", "--keys=/keys"],
+          "controller args: %s" % container["args"])
+    env = {e["name"]: e for e in container["env"]}
+    check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] ==
+          "metadata.namespace", "POD_NAMESPACE is not the pod's namespace")
+    check("state" not in [m["name"] for m in container["volumeMounts"]],
+          "the controller mounts the state")
+    (keys,) = pod["volumes"]
+    check({i["path"] for i in keys["secret"]["items"]} ==
+          {"cluster.pub", "admin.key", "admin.pub"},
+          "the controller's keys: %s" % keys["secret"]["items"])
+    for (kind, name), doc in by_kind.items():
+        if kind != "Job" or name == "mnist-controller":
+            continue
+        items = doc["spec"]["template"]["spec"]["volumes"][1]["secret"]["items"]
+        check("admin.key" not in {i["path"] for i in items},
+              name + " mounts the admin key")
+    code, out, err = run(ductile, "--image=i", "--insecure", "--controller")
+    check(code == 0, "ductile k8s --insecure --controller failed: " + err)
+    (job,) = [d for d in yaml.safe_load_all(out)
+              if d is not None and d["kind"] == "Job" and
+              d["metadata"]["name"] == "ductile-controller"]
+    pod = job["spec"]["template"]["spec"]
+    check("volumes" not in pod and "--insecure" in pod["containers"][0]["args"],
+          "the plain controller mounts keys or lacks --insecure")
 
     for args, message in [
             ([], "--image: the container image is needed"),

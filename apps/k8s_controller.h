@@ -1,0 +1,106 @@
+// Carries a job's target size and its replacement requests out on
+// Kubernetes (`ductile k8s-controller`), as `ductile local` does with
+// child processes.
+//
+// The job is the one `ductile k8s` describes: the workers and servers are
+// the pods of the Indexed Jobs NAME-worker and NAME-server, member N the
+// pod of completion index N. The controller reads the coordinator's status
+// (ClusterStatus::target_workers/target_servers, set by `ductile resize`
+// or a policy, and replace_workers) and acts through kubectl:
+// - a larger target raises the Job's parallelism and completions: new
+//   indexes, new members;
+// - a smaller one drains the newest live members first (`ductile drain`:
+//   a worker leaves at its next step, a server moves its slots away) and,
+//   once they are gone, lowers the Job's size to the highest live id + 1,
+//   so that Kubernetes does not start them again (their pods succeeded;
+//   indexes below that stay as they are);
+// - a replacement adds one index to the worker Job and drains the old
+//   worker once the new one is active.
+// Each new target is acted on once; a kubectl call that fails (or takes
+// longer than tool_timeout_ms) is logged and tried again at the next
+// poll.
+#ifndef DUCTILE_APPS_K8S_CONTROLLER_H_
+#define DUCTILE_APPS_K8S_CONTROLLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "ductile/security.h"
+#include "ductile/status.h"
+
+namespace ductile::apps {
+
+struct K8sControllerOptions {
+  std::string coordinator;  // the coordinator's address
+  Security security;        // with the admin key on a cluster with keys
+  std::string job_name = "ductile";   // `ductile k8s --job_name`
+  std::string kube_namespace;         // "" = kubectl's current one
+  std::string kubectl = "kubectl";    // found on PATH without a '/'
+  int64_t poll_ms = 1000;             // between two looks at the status
+  int64_t status_timeout_ms = 5000;   // one status query
+  int64_t drain_timeout_ms = 120000;  // a server's drain
+  int64_t tool_timeout_ms = 30000;    // one kubectl call
+  // RunK8sController ends once the coordinator has not answered for this
+  // long (the job is over, or it is lost).
+  int64_t give_up_ms = 60000;
+};
+
+class K8sController {
+ public:
+  // Runs `args` (kubectl's arguments, without the program) and returns its
+  // exit status, its standard output in `out`; -1 if it could not run.
+  using Tool = std::function<int(const std::vector<std::string>& args,
+                                 std::string* out)>;
+
+  // `tool`: kubectl by default (options.kubectl, tool_timeout_ms).
+  explicit K8sController(K8sControllerOptions options, Tool tool = nullptr);
+
+  // One look at `status` and what it asks for done (or started: drains
+  // finish at later steps). Errors are logged; the step goes on.
+  void Step(const ClusterStatus& status);
+
+  // What it did, one line each ("patched NAME-worker to 3", ...), for the
+  // log and for tests.
+  const std::vector<std::string>& actions() const { return actions_; }
+
+ private:
+  enum Role { kWorker = 0, kServer = 1 };
+  std::string JobName(Role role) const;
+  // The Job's completions (its size), or an error.
+  Result<int32_t> JobSize(Role role);
+  Status Patch(Role role, int32_t size);
+  void Act(const std::string& line);
+  void ApplyTarget(Role role, const ClusterStatus& status);
+  void FinishShrink(Role role, const ClusterStatus& status);
+  void Replace(const ClusterStatus& status);
+
+  const K8sControllerOptions options_;
+  Tool tool_;
+  std::vector<std::string> actions_;
+  // Per role: the last target acted on; and a shrink under way: the
+  // members drained for it that are not gone yet, and the Job's size once
+  // they are.
+  int32_t applied_[2] = {0, 0};
+  bool shrink_pending_[2] = {false, false};
+  std::set<int32_t> shrinking_[2];
+  int32_t shrink_to_[2] = {0, 0};
+  // Replacements under way: old worker -> the new one's id (its index).
+  std::map<int32_t, int32_t> replacing_;
+  std::set<int32_t> replaced_;
+};
+
+// Steps a controller every poll_ms until `stop` is set or the coordinator
+// has not answered for give_up_ms. Ok if the last status it read showed
+// no live worker still training (the job ended), else Unavailable.
+Status RunK8sController(const K8sControllerOptions& options,
+                        const std::atomic<bool>& stop);
+
+}  // namespace ductile::apps
+
+#endif  // DUCTILE_APPS_K8S_CONTROLLER_H_

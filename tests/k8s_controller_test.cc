@@ -1,0 +1,262 @@
+// `ductile k8s-controller` against a real coordinator and a kubectl that
+// keeps the Jobs' sizes in memory (or, once, a script standing in for
+// kubectl): targets and replacements become Job patches and drains.
+#include "apps/k8s_controller.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "ductile/policy.h"
+#include "gtest/gtest.h"
+#include "tests/test_cluster.h"
+
+namespace ductile::apps {
+namespace {
+
+// kubectl for Jobs that exist only here: `get job NAME` prints its size,
+// `patch job NAME` sets it from the patch's completions.
+struct FakeKubectl {
+  std::map<std::string, int32_t> sizes;
+  std::vector<std::string> calls;  // each call's arguments, joined
+  int fail_next = 0;               // calls that fail before the next works
+
+  K8sController::Tool tool() {
+    return [this](const std::vector<std::string>& args, std::string* out) {
+      std::string line;
+      for (const std::string& a : args) line += (line.empty() ? "" : " ") + a;
+      calls.push_back(line);
+      if (fail_next > 0) {
+        --fail_next;
+        return 1;
+      }
+      if (args.size() < 3 || args[1] != "job" || !sizes.contains(args[2])) {
+        return 1;
+      }
+      if (args[0] == "get") {
+        *out = std::to_string(sizes[args[2]]);
+        return 0;
+      }
+      if (args[0] == "patch") {
+        const std::string& patch = args.back();
+        const size_t at = patch.find("\"completions\":");
+        if (at == std::string::npos) return 1;
+        sizes[args[2]] = std::stoi(patch.substr(at + 14));
+        return 0;
+      }
+      return 1;
+    };
+  }
+};
+
+// Asks for the replacement of worker `ask` at its next reading.
+class ReplaceWhenAsked final : public Policy {
+ public:
+  std::string name() const override { return "replace-when-asked"; }
+  void OnStatus(const PolicyEvent&, PolicyActions& actions) override {
+    const int32_t id = ask.exchange(-1);
+    if (id >= 0) {
+      EXPECT_TRUE(actions.ReplaceWorker(id).ok());
+    }
+  }
+  std::atomic<int32_t> ask{-1};
+};
+
+// A worker that asks for its id, as a pod of an Indexed Job does.
+std::unique_ptr<Client> ConnectAs(const testing::TestCluster& cluster,
+                                  int32_t id) {
+  ClientOptions o;
+  o.coordinator_address = cluster.address();
+  o.requested_worker_id = id;
+  o.connect_timeout_ms = 20000;
+  auto client = Client::Connect(o);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+ClusterStatus StatusOf(const testing::TestCluster& cluster) {
+  Result<ClusterStatus> s = QueryClusterStatus(cluster.address(), 5000);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : ClusterStatus{};
+}
+
+std::string StateOf(const ClusterStatus& status, int32_t worker) {
+  for (const MemberStatus& m : status.members) {
+    if (m.role == "worker" && m.id == worker) return m.state;
+  }
+  return "";
+}
+
+// Steps the controller until `done` holds of its fake kubectl and the
+// status, for at most 10 s; the workers that were asked to leave leave.
+void StepUntil(K8sController& controller, const testing::TestCluster& cluster,
+               std::vector<std::unique_ptr<Client>>& workers,
+               const std::function<bool(const ClusterStatus&)>& done) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (auto& w : workers) {
+      if (w && w->leave_requested()) {
+        EXPECT_TRUE(w->Leave().ok());
+        w.reset();
+      }
+    }
+    const ClusterStatus status = StatusOf(cluster);
+    controller.Step(status);
+    if (done(status)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ADD_FAILURE() << "not done in 10 s";
+}
+
+TEST(K8sController, TargetsAndReplacementsBecomeJobPatchesAndDrains) {
+  auto policy = std::make_shared<ReplaceWhenAsked>();
+  testing::TestCluster cluster({.num_servers = 1,
+                                .num_workers = 0,
+                                .policies = {policy},
+                                .policy_interval_ms = 100});
+  std::vector<std::unique_ptr<Client>> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(cluster.Connect());
+    ASSERT_NE(workers.back(), nullptr);
+    ASSERT_EQ(workers.back()->worker_id(), i);
+  }
+  FakeKubectl kubectl;
+  kubectl.sizes = {{"job1-worker", 2}, {"job1-server", 1}};
+  K8sControllerOptions o;
+  o.coordinator = cluster.address();
+  o.job_name = "job1";
+  K8sController controller(o, kubectl.tool());
+
+  // No target: nothing to do.
+  controller.Step(StatusOf(cluster));
+  EXPECT_TRUE(kubectl.calls.empty());
+
+  // Grow to 3 workers: one more index. A failing kubectl is tried again.
+  ASSERT_TRUE(RequestResize(cluster.address(), 3, 0, 5000).ok());
+  kubectl.fail_next = 1;
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 2);
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 3);
+  EXPECT_EQ(kubectl.calls.back(),
+            "patch job job1-worker --type=merge "
+            "--patch={\"spec\":{\"parallelism\":3,\"completions\":3}}");
+  // Acted on once: its pod starting (worker 2) asks for nothing more.
+  workers.push_back(cluster.Connect());
+  ASSERT_NE(workers.back(), nullptr);
+  ASSERT_EQ(workers.back()->worker_id(), 2);
+  const size_t calls = kubectl.calls.size();
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(kubectl.calls.size(), calls);
+
+  // Shrink to 1: workers 2 and 1 drained, newest first; the Job is
+  // lowered only once they are gone.
+  ASSERT_TRUE(RequestResize(cluster.address(), 1, 0, 5000).ok());
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 3);
+  ASSERT_GE(controller.actions().size(), 3u);
+  EXPECT_EQ(controller.actions()[1], "draining worker 2");
+  EXPECT_EQ(controller.actions()[2], "draining worker 1");
+  StepUntil(controller, cluster, workers, [&](const ClusterStatus&) {
+    return kubectl.sizes["job1-worker"] == 1;
+  });
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 1);
+  const ClusterStatus after = StatusOf(cluster);
+  EXPECT_EQ(StateOf(after, 1), "left");
+  EXPECT_EQ(StateOf(after, 2), "left");
+  EXPECT_EQ(StateOf(after, 0), "active");
+
+  // A replacement of worker 0: one more index (1), and worker 0 drained
+  // once the new worker is active.
+  policy->ask.store(0);
+  ClusterStatus asked;
+  for (int i = 0; i < 500 && asked.replace_workers.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    asked = StatusOf(cluster);
+  }
+  ASSERT_EQ(asked.replace_workers, std::vector<int32_t>{0});
+  controller.Step(asked);
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 2);
+  EXPECT_EQ(controller.actions().back(),
+            "worker 1 starts in place of worker 0");
+  EXPECT_EQ(StateOf(StatusOf(cluster), 0), "active");  // not drained yet
+  workers.push_back(ConnectAs(cluster, 1));            // index 1's new pod
+  ASSERT_NE(workers.back(), nullptr);
+  StepUntil(controller, cluster, workers,
+            [](const ClusterStatus& s) { return StateOf(s, 0) == "left"; });
+  EXPECT_EQ(StateOf(StatusOf(cluster), 0), "left");
+  EXPECT_EQ(controller.actions().back(),
+            "worker 1 is active; draining worker 0");
+  // Servers were never asked for.
+  EXPECT_EQ(kubectl.sizes["job1-server"], 1);
+}
+
+// The default tool runs the kubectl program with the namespace first; a
+// kubectl that does not answer in time is killed and the patch retried.
+TEST(K8sController, RunsKubectlWithItsNamespace) {
+  char dir_template[] = "/tmp/ductile-kubectl-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string script = dir + "/kubectl";
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\n"
+           "echo \"$@\" >> "
+        << dir
+        << "/calls\n"
+           "case \"$3\" in\n"
+           "  get) echo 4 ;;\n"
+           "  patch) [ -e "
+        << dir << "/slow ] && { rm " << dir
+        << "/slow; exec sleep 30; }; exit 0 ;;\n"
+           "esac\n";
+  }
+  ASSERT_EQ(chmod(script.c_str(), 0700), 0);
+  { std::ofstream slow(dir + "/slow"); }
+  testing::TestCluster cluster({.num_servers = 1, .num_workers = 0});
+  auto worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  K8sControllerOptions o;
+  o.coordinator = cluster.address();
+  o.job_name = "j";
+  o.kube_namespace = "ml";
+  o.kubectl = script;
+  o.tool_timeout_ms = 1000;
+  K8sController controller(o);
+  ASSERT_TRUE(RequestResize(cluster.address(), 2, 0, 5000).ok());
+  controller.Step(StatusOf(cluster));  // the patch times out
+  EXPECT_TRUE(controller.actions().empty());
+  controller.Step(StatusOf(cluster));
+  ASSERT_EQ(controller.actions().size(), 1u);
+  EXPECT_EQ(controller.actions()[0], "patched j-worker to 5");
+  std::ifstream in(dir + "/calls");
+  std::stringstream calls;
+  calls << in.rdbuf();
+  EXPECT_EQ(calls.str(),
+            "--namespace ml get job j-worker "
+            "--output=jsonpath={.spec.completions}\n"
+            "--namespace ml patch job j-worker --type=merge "
+            "--patch={\"spec\":{\"parallelism\":5,\"completions\":5}}\n"
+            "--namespace ml get job j-worker "
+            "--output=jsonpath={.spec.completions}\n"
+            "--namespace ml patch job j-worker --type=merge "
+            "--patch={\"spec\":{\"parallelism\":5,\"completions\":5}}\n");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ductile::apps

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <string_view>
+#include <thread>
 
 extern char** environ;
 
@@ -95,11 +96,22 @@ int RunToEnd(const std::vector<std::string>& args, const sigset_t& blocked,
     output->append(buffer, static_cast<size_t>(n));
   }
   close(pipe_fds[0]);
-  if (timed_out) kill(pid, SIGKILL);
+  // Its output is closed; it may still run (or hang) until the deadline.
   int status = 0;
-  if (waitpid(pid, &status, 0) != pid || timed_out || !WIFEXITED(status)) {
+  pid_t done = 0;
+  while (!timed_out && (done = waitpid(pid, &status, WNOHANG)) == 0) {
+    if (SteadyClock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (timed_out) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
     return -1;
   }
+  if (done != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
 }
 

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <span>
 #include <sstream>
@@ -55,6 +54,11 @@ DEFINE_int32(workers, 2,
              "number of workers (coordinator, local; resize: the target)");
 DEFINE_int32(max_workers, 0,
              "coordinator: most workers at once; more are refused "
+             "(0: no bound). k8s: member keys are made for this many "
+             "workers; k8s-controller: the worker Job's largest size");
+DEFINE_int32(max_servers, 0,
+             "k8s: member keys are made for this many servers (0: "
+             "--servers); k8s-controller: the server Job's largest size "
              "(0: no bound)");
 DEFINE_int32(slots, 4096, "coordinator: number of slots keys hash into");
 DEFINE_int64(no_worker_timeout_ms, 600000,
@@ -106,7 +110,8 @@ DEFINE_int32(keep_checkpoints, 3,
              "server, local: checkpoint versions each server keeps");
 DEFINE_int64(coordinator_timeout_ms, 600000,
              "server, local: a server stops when it has heard nothing from "
-             "the coordinator for this long (0: never)");
+             "the coordinator for this long; k8s-controller: it ends so "
+             "(0: never)");
 DEFINE_int64(disk_reserve_mb, 64,
              "server, local: space each server's checkpoint store leaves "
              "free on its disk; a checkpoint that would leave less fails "
@@ -1115,6 +1120,7 @@ int RunK8s() {
   job.servers = FLAGS_servers;
   job.workers = FLAGS_workers;
   job.max_workers = FLAGS_max_workers;
+  job.max_servers = FLAGS_max_servers;
   job.keys_secret = FLAGS_keys_secret;
   job.state_claim = FLAGS_state_claim;
   job.plain = FLAGS_insecure;
@@ -1144,6 +1150,10 @@ int RunK8sController() {
   if (FLAGS_kubectl.empty()) {
     return Fail(ductile::InvalidArgumentError("--kubectl must name a program"));
   }
+  if (FLAGS_max_workers < 0 || FLAGS_max_servers < 0) {
+    return Fail(ductile::InvalidArgumentError(
+        "--max_workers and --max_servers must be at least 0"));
+  }
   auto security = SecurityFromFlags(true);
   if (!security.ok()) return Fail(security.status());
   ductile::apps::K8sControllerOptions o;
@@ -1153,9 +1163,9 @@ int RunK8sController() {
   o.kube_namespace = FLAGS_namespace;
   o.kubectl = FLAGS_kubectl;
   o.drain_timeout_ms = FLAGS_timeout_ms;
-  o.give_up_ms = FLAGS_coordinator_timeout_ms > 0
-                     ? FLAGS_coordinator_timeout_ms
-                     : std::numeric_limits<int64_t>::max() / 2;
+  o.max_workers = FLAGS_max_workers;
+  o.max_servers = FLAGS_max_servers;
+  o.give_up_ms = std::max<int64_t>(FLAGS_coordinator_timeout_ms, 0);
   std::printf(
       "k8s-controller: carrying out the target size and replacements "
       "of the job at %s on the Jobs %s-worker and %s-server\n",
@@ -1317,6 +1327,7 @@ const std::vector<Command>& Commands() {
         "servers",
         "workers",
         "max_workers",
+        "max_servers",
         "controller",
         "keys_secret",
         "state_claim",
@@ -1351,7 +1362,7 @@ const std::vector<Command>& Commands() {
        "the Jobs of `ductile k8s` and drain what goes (--coordinator, "
        "--job_name; docs/adaptation.md)",
        {"coordinator", "job_name", "namespace", "kubectl", "keys", "insecure",
-        "timeout_ms", "coordinator_timeout_ms"},
+        "max_workers", "max_servers", "timeout_ms", "coordinator_timeout_ms"},
        false,
        RunK8sController},
   };

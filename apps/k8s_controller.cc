@@ -142,12 +142,34 @@ void K8sController::Step(const ClusterStatus& status) {
   Replace(status);
 }
 
+int32_t K8sController::MaxSize(Role role) const {
+  return role == kWorker ? options_.max_workers : options_.max_servers;
+}
+
+std::set<int32_t> K8sController::Fresh() const {
+  std::set<int32_t> fresh;
+  for (const auto& [old, id] : replacing_) fresh.insert(id);
+  return fresh;
+}
+
 void K8sController::ApplyTarget(Role role, const ClusterStatus& status) {
   const int32_t target =
       role == kWorker ? status.target_workers : status.target_servers;
   if (target <= 0 || target == applied_[role]) return;
+  // A worker being replaced and its replacement count as one, and
+  // neither is drained.
+  std::set<int32_t> paired;
+  if (role == kWorker) {
+    for (const auto& [old, fresh] : replacing_) {
+      paired.insert(old);
+      paired.insert(fresh);
+    }
+  }
+  const std::set<int32_t> fresh =
+      role == kWorker ? Fresh() : std::set<int32_t>();
   const std::vector<int32_t> live = LiveIds(status, RoleName(role));
-  const int32_t count = static_cast<int32_t>(live.size());
+  int32_t count = 0;
+  for (int32_t id : live) count += fresh.contains(id) ? 0 : 1;
   if (target > count) {
     // New indexes past the Job's size: new members.
     Result<int32_t> size = JobSize(role);
@@ -155,11 +177,26 @@ void K8sController::ApplyTarget(Role role, const ClusterStatus& status) {
       LOG(WARNING) << "k8s-controller: " << size.status() << "; tried again";
       return;
     }
-    if (!Patch(role, *size + (target - count)).ok()) return;
+    int32_t grown = *size + (target - count);
+    const int32_t max = MaxSize(role);
+    if (max > 0 && grown > max) {
+      LOG(WARNING) << "k8s-controller: " << RoleName(role) << "s: a target of "
+                   << target << " needs " << grown << " indexes in "
+                   << JobName(role) << ", and only " << max
+                   << " have member keys (ductile k8s --max_" << RoleName(role)
+                   << "s): growing to " << max;
+      grown = max;
+    }
+    if (grown > *size && !Patch(role, grown).ok()) return;
   } else if (target < count) {
-    // The newest first, as `ductile local` does.
-    for (int32_t i = count - 1; i >= target; --i) {
-      const int32_t id = live[static_cast<size_t>(i)];
+    // The newest first, as `ductile local` does; what stays sets the
+    // Job's new size.
+    std::set<int32_t> staying(live.begin(), live.end());
+    int32_t to_drain = count - target;
+    for (auto it = live.rbegin(); it != live.rend() && to_drain > 0; ++it) {
+      const int32_t id = *it;
+      if (paired.contains(id)) continue;
+      --to_drain;
       const Status s = role == kWorker
                            ? RequestDrainWorker(options_.coordinator, id,
                                                 options_.status_timeout_ms,
@@ -167,33 +204,42 @@ void K8sController::ApplyTarget(Role role, const ClusterStatus& status) {
                            : RequestDrainServer(options_.coordinator, id,
                                                 options_.drain_timeout_ms,
                                                 options_.security);
-      if (!s.ok() && !NothingToDrain(s)) {
-        LOG(WARNING) << "k8s-controller: cannot drain " << RoleName(role) << " "
-                     << id << ": " << s << "; tried again";
-        return;  // the drains asked so far are asked again: no harm
+      const std::string name =
+          std::string(RoleName(role)) + " " + std::to_string(id);
+      if (s.ok() || s.code() == StatusCode::kDeadlineExceeded) {
+        // Asked (a long drain goes on past the wait): the Job is lowered
+        // once it is gone.
+        Act("draining " + name);
+        staying.erase(id);
+      } else if (s.code() == StatusCode::kNotFound) {
+        staying.erase(id);  // not in the job (any more)
+      } else {
+        LOG(WARNING) << "k8s-controller: the coordinator refused to drain "
+                     << name << " (" << s << "): it stays";
       }
-      Act(std::string("draining ") + RoleName(role) + " " + std::to_string(id));
-      shrinking_[role].insert(id);
     }
-    shrink_to_[role] = live[static_cast<size_t>(target) - 1] + 1;
+    shrink_to_[role] = staying.empty() ? 0 : *staying.rbegin() + 1;
     shrink_pending_[role] = true;
   }
   applied_[role] = target;
 }
 
 void K8sController::FinishShrink(Role role, const ClusterStatus& status) {
-  for (auto it = shrinking_[role].begin(); it != shrinking_[role].end();) {
-    const MemberStatus* m = Find(status, RoleName(role), *it);
-    if (m != nullptr && Present(*m)) return;  // not gone yet
-    it = shrinking_[role].erase(it);
-  }
-  // Every drained member is gone: the Job no longer counts them, or
-  // Kubernetes would start their indexes again. Members started since
-  // (ids at or past the new size) keep the size where it is.
+  // Every member at or past the new size must be gone first, or
+  // Kubernetes would stop it mid-drain; replacements started since stay.
+  const std::set<int32_t> fresh =
+      role == kWorker ? Fresh() : std::set<int32_t>();
   int32_t size = shrink_to_[role];
-  for (int32_t id : LiveIds(status, RoleName(role))) {
-    size = std::max(size, id + 1);
+  for (const MemberStatus& m : status.members) {
+    if (m.role != RoleName(role)) continue;
+    if (fresh.contains(m.id)) {
+      size = std::max(size, m.id + 1);
+    } else if (m.id >= shrink_to_[role] && Present(m)) {
+      return;  // not gone yet
+    }
   }
+  for (int32_t id : fresh) size = std::max(size, id + 1);
+  if (size == 0) size = 1;  // never a Job of no pods
   if (Patch(role, size).ok()) shrink_pending_[role] = false;
 }
 
@@ -201,6 +247,11 @@ void K8sController::Replace(const ClusterStatus& status) {
   // Replacements under way: drain the old worker once the new is active.
   for (auto it = replacing_.begin(); it != replacing_.end();) {
     const MemberStatus* fresh = Find(status, "worker", it->second);
+    const MemberStatus* old = Find(status, "worker", it->first);
+    if (old == nullptr || !Present(*old)) {
+      it = replacing_.erase(it);  // it left or died meanwhile
+      continue;
+    }
     if (fresh == nullptr || !fresh->alive || fresh->state != "active") {
       ++it;
       continue;
@@ -218,6 +269,8 @@ void K8sController::Replace(const ClusterStatus& status) {
         " is active; draining worker " + std::to_string(it->first));
     it = replacing_.erase(it);
   }
+  // No new replacement while the worker Job is being lowered.
+  if (shrink_pending_[kWorker]) return;
   for (int32_t old : status.replace_workers) {
     if (replaced_.contains(old)) continue;
     const MemberStatus* m = Find(status, "worker", old);
@@ -226,6 +279,14 @@ void K8sController::Replace(const ClusterStatus& status) {
     if (!size.ok()) {
       LOG(WARNING) << "k8s-controller: " << size.status() << "; tried again";
       return;
+    }
+    if (MaxSize(kWorker) > 0 && *size >= MaxSize(kWorker)) {
+      LOG(WARNING) << "k8s-controller: cannot replace worker " << old
+                   << ": its replacement would be index " << *size << " of "
+                   << JobName(kWorker) << ", and only " << MaxSize(kWorker)
+                   << " have member keys (ductile k8s --max_workers)";
+      replaced_.insert(old);  // not asked again
+      continue;
     }
     if (!Patch(kWorker, *size + 1).ok()) return;
     Act("worker " + std::to_string(*size) + " starts in place of worker " +
@@ -244,6 +305,9 @@ Status RunK8sController(const K8sControllerOptions& options,
     Result<ClusterStatus> status = QueryClusterStatus(
         options.coordinator, options.status_timeout_ms, options.security);
     const auto now = std::chrono::steady_clock::now();
+    const int64_t silent_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - last_answer)
+            .count();
     if (status.ok()) {
       last_answer = now;
       training = false;
@@ -251,12 +315,11 @@ Status RunK8sController(const K8sControllerOptions& options,
         if (m.role == "worker" && Present(m)) training = true;
       }
       controller.Step(*status);
-    } else if (now - last_answer >=
-               std::chrono::milliseconds(options.give_up_ms)) {
+    } else if (options.give_up_ms > 0 && silent_ms >= options.give_up_ms) {
       if (!training) return Status::Ok();
       return UnavailableError("no answer from the coordinator at " +
                               options.coordinator + " for " +
-                              std::to_string(options.give_up_ms / 1000) +
+                              std::to_string(silent_ms / 1000) +
                               " s; last: " + status.status().ToString());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(options.poll_ms));

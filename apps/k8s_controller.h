@@ -8,17 +8,24 @@
 // (ClusterStatus::target_workers/target_servers, set by `ductile resize`
 // or a policy, and replace_workers) and acts through kubectl:
 // - a larger target raises the Job's parallelism and completions: new
-//   indexes, new members;
+//   indexes, new members (up to max_workers / max_servers, the indexes
+//   that have member keys);
 // - a smaller one drains the newest live members first (`ductile drain`:
 //   a worker leaves at its next step, a server moves its slots away) and,
-//   once they are gone, lowers the Job's size to the highest live id + 1,
-//   so that Kubernetes does not start them again (their pods succeeded;
-//   indexes below that stay as they are);
+//   once no member at or past the new size is left, lowers the Job's size
+//   to the highest id that stays + 1, so that Kubernetes does not start
+//   them again (their pods succeeded; indexes below that stay as they
+//   are). A member the coordinator refuses to drain (the only server)
+//   stays, and the Job with it;
 // - a replacement adds one index to the worker Job and drains the old
-//   worker once the new one is active.
+//   worker once the new one is active. As `ductile local` does, a resize
+//   counts the two as one and drains neither; no replacement starts while
+//   a shrink is under way.
 // Each new target is acted on once; a kubectl call that fails (or takes
 // longer than tool_timeout_ms) is logged and tried again at the next
-// poll.
+// poll. The controller's own state (replacements under way, the last
+// target) is in memory: a restarted controller acts on the coordinator's
+// target again and may start a second replacement for one under way.
 #ifndef DUCTILE_APPS_K8S_CONTROLLER_H_
 #define DUCTILE_APPS_K8S_CONTROLLER_H_
 
@@ -45,9 +52,13 @@ struct K8sControllerOptions {
   int64_t poll_ms = 1000;             // between two looks at the status
   int64_t status_timeout_ms = 5000;   // one status query
   int64_t drain_timeout_ms = 120000;  // a server's drain
-  int64_t tool_timeout_ms = 30000;    // one kubectl call
+  // Indexes past these have no member keys (`ductile k8s --max_workers`,
+  // --max_servers): the Jobs never grow past them (0: no bound).
+  int32_t max_workers = 0;
+  int32_t max_servers = 0;
+  int64_t tool_timeout_ms = 30000;  // one kubectl call
   // RunK8sController ends once the coordinator has not answered for this
-  // long (the job is over, or it is lost).
+  // long (the job is over, or it is lost); 0: never.
   int64_t give_up_ms = 60000;
 };
 
@@ -83,14 +94,18 @@ class K8sController {
   const K8sControllerOptions options_;
   Tool tool_;
   std::vector<std::string> actions_;
-  // Per role: the last target acted on; and a shrink under way: the
-  // members drained for it that are not gone yet, and the Job's size once
-  // they are.
+  // The most indexes the role's Job may have (0: no bound).
+  int32_t MaxSize(Role role) const;
+  // Ids of replacements under way (the new workers).
+  std::set<int32_t> Fresh() const;
+
+  // Per role: the last target acted on; and a shrink under way: the Job's
+  // size once every member at or past it is gone.
   int32_t applied_[2] = {0, 0};
   bool shrink_pending_[2] = {false, false};
-  std::set<int32_t> shrinking_[2];
   int32_t shrink_to_[2] = {0, 0};
-  // Replacements under way: old worker -> the new one's id (its index).
+  // Replacements under way: old worker -> the new one's id (its index);
+  // and the workers whose replacement was started or refused.
   std::map<int32_t, int32_t> replacing_;
   std::set<int32_t> replaced_;
 };

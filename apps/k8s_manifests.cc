@@ -52,8 +52,8 @@ bool IsDnsLabel(const std::string& name, size_t max_length) {
 
 // The Secret's keys and where each goes under /keys: what `ductile local`
 // gives every member (admin.key stays with the admins).
-std::vector<std::pair<std::string, std::string>> KeyItems(
-    const KubernetesJob& job, int max_workers) {
+std::vector<std::pair<std::string, std::string>> KeyItems(int max_servers,
+                                                          int max_workers) {
   std::vector<std::pair<std::string, std::string>> items = {
       {"cluster.key", "cluster.key"},
       {"cluster.pub", "cluster.pub"},
@@ -63,7 +63,7 @@ std::vector<std::pair<std::string, std::string>> KeyItems(
       items.emplace_back("members." + name + ext, "members/" + name + ext);
     }
   };
-  for (int i = 0; i < job.servers; ++i) member("server-" + std::to_string(i));
+  for (int i = 0; i < max_servers; ++i) member("server-" + std::to_string(i));
   for (int i = 0; i < max_workers; ++i) member("worker-" + std::to_string(i));
   return items;
 }
@@ -185,7 +185,8 @@ void WriteJob(const KubernetesJob& job, const Role& role,
 
 // The controller's Job and what lets it patch the worker and server Jobs.
 void WriteController(const KubernetesJob& job, const std::string& coordinator,
-                     const std::string& secret, Writer& w) {
+                     const std::string& secret, int max_servers,
+                     int max_workers, Writer& w) {
   const std::string name = job.name + "-controller";
   w.Line(0, "---");
   w.Line(0, "apiVersion: v1");
@@ -222,6 +223,8 @@ void WriteController(const KubernetesJob& job, const std::string& coordinator,
   r.args.insert(r.args.end(),
                 {"--coordinator=" + coordinator, "--job_name=" + job.name,
                  "--namespace=$(POD_NAMESPACE)",
+                 "--max_workers=" + std::to_string(max_workers),
+                 "--max_servers=" + std::to_string(max_servers),
                  job.plain ? "--insecure" : "--keys=/keys"});
   // The admin key, which only this pod gets: resizes and drains need it.
   const std::vector<std::pair<std::string, std::string>> keys = {
@@ -252,6 +255,10 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
   const int max_workers = job.max_workers == 0 ? job.workers : job.max_workers;
   if (max_workers < job.workers || max_workers > 65536) {
     return InvalidArgumentError("--max_workers must be in [--workers, 65536]");
+  }
+  const int max_servers = job.max_servers == 0 ? job.servers : job.max_servers;
+  if (max_servers < job.servers || max_servers > 1024) {
+    return InvalidArgumentError("--max_servers must be in [--servers, 1024]");
   }
   for (const int port : {job.coordinator_port, job.server_port}) {
     if (port < 1 || port > 65535) {
@@ -293,7 +300,7 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
   if (!job.plain) {
     w.Line(0, "# after making the Secret " + Quote(secret) +
                   " from `ductile keygen --out=keys --servers=" +
-                  std::to_string(job.servers) +
+                  std::to_string(max_servers) +
                   " --workers=" + std::to_string(max_workers) + "`:");
     w.Line(0, "#   kubectl create secret generic " + secret +
                   " --from-file=keys/cluster.key --from-file=keys/cluster.pub"
@@ -342,9 +349,11 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
   w.Line(6, "port: " + std::to_string(job.coordinator_port));
   w.Line(4, "- name: server");
   w.Line(6, "port: " + std::to_string(job.server_port));
-  const auto keys = KeyItems(job, max_workers);
+  const auto keys = KeyItems(max_servers, max_workers);
   for (const Role* role : {&c, &s, &wk}) WriteJob(job, *role, keys, secret, w);
-  if (job.controller) WriteController(job, coordinator, secret, w);
+  if (job.controller) {
+    WriteController(job, coordinator, secret, max_servers, max_workers, w);
+  }
   return w.str();
 }
 

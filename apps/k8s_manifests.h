@@ -48,6 +48,9 @@ struct KubernetesJob {
   // Member keys made for up to this many workers (>= workers), so that
   // the worker Job can grow to it.
   int max_workers = 0;  // 0 = workers
+  // And for up to this many servers (>= servers): the server Job can grow
+  // to it.
+  int max_servers = 0;  // 0 = servers
   // Also a Job NAME-controller running `ductile k8s-controller`, which
   // carries the job's target size (`ductile resize`, the autoscale policy)
   // and the stragglers policy's replacements out by patching the worker

@@ -186,7 +186,13 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   // Each server's requests in flight, from the live workers' heartbeats.
   std::map<int32_t, uint64_t> in_flight;
   for (const auto& m : c.members()) {
-    if (m.role() == wire::ROLE_SERVER || !m.alive()) continue;
+    // Workers in the job: one that left or finished has nothing in flight
+    // (its last heartbeat may say otherwise until it is forgotten).
+    if (m.role() == wire::ROLE_SERVER || !m.alive() ||
+        (m.state() != "active" && m.state() != "joining" &&
+         m.state() != "draining")) {
+      continue;
+    }
     for (const wire::InFlight& f : m.metrics().in_flight()) {
       in_flight[f.server()] += f.requests();
     }

@@ -155,15 +155,20 @@ void StragglerPolicy::OnStatus(const PolicyEvent& event,
     // rate of the time a worker did not wait.
     Progress& p = progress_[m.id];
     const double step_ms = m.step_seconds * 1000;
-    if (step_ms < p.step_ms || m.blocked_ms < p.blocked_ms) {
+    const double pull_wait_ms = m.pull_wait_seconds * 1000;
+    if (step_ms < p.step_ms || m.blocked_ms < p.blocked_ms ||
+        pull_wait_ms < p.pull_wait_ms) {
       p = Progress{};  // a new process under the same id: start over
     }
     if (step_ms > p.step_ms) {
-      const double waited = static_cast<double>(m.blocked_ms - p.blocked_ms);
+      const double waited =
+          std::min(static_cast<double>(m.blocked_ms - p.blocked_ms),
+                   pull_wait_ms - p.pull_wait_ms);
       p.blocked_fraction =
           std::min(waited / (step_ms - p.step_ms), kMaxBlocked);
       p.step_ms = step_ms;
       p.blocked_ms = m.blocked_ms;
+      p.pull_wait_ms = pull_wait_ms;
     }
     if (m.samples_per_s > 0 &&
         m.steps >= static_cast<uint64_t>(options_.warmup_steps)) {

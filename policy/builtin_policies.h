@@ -103,13 +103,17 @@ class StragglerPolicy final : public Policy {
  private:
   const StragglerOptions options_;
   // Of the time between a worker's last two heartbeats that told of new
-  // steps, the fraction it waited on the staleness bound (at most
+  // steps, the fraction it waited on the staleness bound: the pulls' time
+  // parked at their servers, but no more than its callers waited for
+  // pulls (pulls side by side each count their parked time, and a
+  // prefetch waits while the worker computes) (at most
   // kMaxBlocked: a worker that did nothing else reads as 20 times its
   // wall rate, fast enough).
   static constexpr double kMaxBlocked = 0.95;
   struct Progress {
     double step_ms = 0;  // MemberStatus::step_seconds, in ms
     uint64_t blocked_ms = 0;
+    double pull_wait_ms = 0;  // MemberStatus::pull_wait_seconds, in ms
     double blocked_fraction = 0;
   };
   std::map<int32_t, Progress> progress_;

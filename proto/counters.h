@@ -45,6 +45,10 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("gns_us", c.gns_us...);
   f("queued_requests", c.queued_requests...);
   f("busy_run_peak", c.busy_run_peak...);
+  f("gns_batch_gradient_sq", c.gns_batch_gradient_sq...);
+  f("gns_batch_noise_trace", c.gns_batch_noise_trace...);
+  f("gns_batch_clocks", c.gns_batch_clocks...);
+  f("adascale_noise_scale", c.adascale_noise_scale...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

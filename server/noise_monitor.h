@@ -106,6 +106,9 @@ class GradientNoiseMonitor {
                                    : 0;
   }
   uint64_t worker_clocks() const { return worker_clocks_; }
+  // Its two averages, this server's share of the job's.
+  double worker_gradient_sq() const { return worker_gradient_sq_; }
+  double worker_noise_trace() const { return worker_noise_trace_; }
 
   // Whether `key` of `table` is among the keys sampled.
   bool Sampled(TableId table, Key key) const;

@@ -1,6 +1,7 @@
 #include "server/server_node.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "ductile/security.h"
@@ -390,6 +391,15 @@ void ServerNode::HandleCoordinator(InMessage& message) {
                      << ": coordinator says: " << header.status_message();
       }
       return;
+    case wire::HEARTBEAT: {
+      // The answer to a heartbeat, with the job's noise scale once known.
+      const double job = header.job_noise_scale();
+      if (std::isfinite(job) && job > 0 && job != job_noise_scale_) {
+        job_noise_scale_ = job;
+        SetAdaScaleNoise();
+      }
+      return;
+    }
     default:
       return;
   }
@@ -431,8 +441,11 @@ void ServerNode::CreateTable(const wire::Header& header) {
       LOG(WARNING) << "server " << id_ << ": table '" << header.table().name()
                    << "' scales its learning rate by AdaScale's gain, which "
                       "needs the gradient noise scale: with "
-                      "--noise_scale_sample=0 its factor stays 1 here";
+                      "--noise_scale_sample=0 this server adds nothing to "
+                      "it, and its factor here stays 1 unless other "
+                      "servers estimate one";
     }
+    SetAdaScaleNoise();  // the job's, when already known
   }
   wire::Header ack;
   ack.set_type(wire::TABLE_CREATE_ACK);

@@ -132,6 +132,9 @@ class ServerNode final : private CoordinatorLink {
   // After the server clock may have moved: apply the finished BSP clocks,
   // write the checkpoints due, release the pulls the clock allows.
   void OnServerClock();
+  // Sets the noise scale of AdaScale tables: the job's, else this
+  // server's own once it has kAdaScaleMinClocks clocks, else 0.
+  void SetAdaScaleNoise();
   void WriteDueCheckpoints();
   void ReplayCheckpointHeld();
   void HandleTimers();
@@ -194,6 +197,10 @@ class ServerNode final : private CoordinatorLink {
   TableSet tables_;
   ConsistencyController consistency_;
   GradientNoiseMonitor noise_;
+  // The job's noise scale in data-plan batches, as the coordinator last
+  // sent it (0: none yet): AdaScale's gain then comes from every server's
+  // keys, one for the whole model.
+  double job_noise_scale_ = 0;
   Checkpointer checkpointer_;
   Restorer restorer_;
   std::unique_ptr<SlotMover> mover_;  // made by Start()

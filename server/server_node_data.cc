@@ -251,6 +251,20 @@ void ServerNode::HandleClock(const wire::Header& header) {
   }
 }
 
+void ServerNode::SetAdaScaleNoise() {
+  // AdaScale's gain (BatchScaling::Rule::kAdaScale) reads the job's
+  // estimate, or until there is one this server's, once it has enough
+  // clocks.
+  const double noise_scale = job_noise_scale_ > 0 ? job_noise_scale_
+                             : noise_.worker_clocks() >= kAdaScaleMinClocks
+                                 ? noise_.worker_noise_scale()
+                                 : 0;
+  counters_.Set(&ServerCounters::adascale_noise_scale, noise_scale);
+  tables_.ForEach([noise_scale](TableId, ParameterTable& table) {
+    table.SetNoiseScale(noise_scale);
+  });
+}
+
 void ServerNode::OnServerClock() {
   const int64_t server_clock = consistency_.server_clock();
   counters_.Set(&ServerCounters::min_clock, server_clock);
@@ -261,14 +275,12 @@ void ServerNode::OnServerClock() {
     counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());
     counters_.Set(&ServerCounters::gns_noise_trace, noise_.noise_trace());
     counters_.Set(&ServerCounters::gns_clocks, noise_.clocks());
-    // AdaScale's gain (BatchScaling::Rule::kAdaScale) reads this server's
-    // estimate, once it has enough clocks.
-    const double noise_scale = noise_.worker_clocks() >= kAdaScaleMinClocks
-                                   ? noise_.worker_noise_scale()
-                                   : 0;
-    tables_.ForEach([noise_scale](TableId, ParameterTable& table) {
-      table.SetNoiseScale(noise_scale);
-    });
+    counters_.Set(&ServerCounters::gns_batch_gradient_sq,
+                  noise_.worker_gradient_sq());
+    counters_.Set(&ServerCounters::gns_batch_noise_trace,
+                  noise_.worker_noise_trace());
+    counters_.Set(&ServerCounters::gns_batch_clocks, noise_.worker_clocks());
+    SetAdaScaleNoise();
   }
   // Tell the coordinator at once when a checkpoint by clock is due, rather
   // than at the next heartbeat.

@@ -139,6 +139,7 @@ TEST(K8sController, TargetsAndReplacementsBecomeJobPatchesAndDrains) {
   K8sControllerOptions o;
   o.coordinator = cluster.address();
   o.job_name = "job1";
+  o.max_workers = 3;  // member keys for workers 0-2
   K8sController controller(o, kubectl.tool());
 
   // No target: nothing to do.
@@ -203,6 +204,18 @@ TEST(K8sController, TargetsAndReplacementsBecomeJobPatchesAndDrains) {
             "worker 1 is active; draining worker 0");
   // Servers were never asked for.
   EXPECT_EQ(kubectl.sizes["job1-server"], 1);
+
+  // 4 workers would need indexes 2-4 past the Job's 2: only up to 3 have
+  // keys.
+  ASSERT_TRUE(RequestResize(cluster.address(), 4, 0, 5000).ok());
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 3);
+  ASSERT_TRUE(RequestResize(cluster.address(), 5, 0, 5000).ok());
+  const size_t before = kubectl.calls.size();
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(kubectl.sizes["job1-worker"], 3);
+  ASSERT_EQ(kubectl.calls.size(), before + 1);  // looked, did not patch
+  EXPECT_EQ(kubectl.calls.back().rfind("get job job1-worker", 0), 0u);
 }
 
 // The default tool runs the kubectl program with the namespace first; a
@@ -211,6 +224,10 @@ TEST(K8sController, RunsKubectlWithItsNamespace) {
   char dir_template[] = "/tmp/ductile-kubectl-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{dir};
   const std::string script = dir + "/kubectl";
   {
     std::ofstream out(script);
@@ -255,7 +272,6 @@ TEST(K8sController, RunsKubectlWithItsNamespace) {
             "--output=jsonpath={.spec.completions}\n"
             "--namespace ml patch job j-worker --type=merge "
             "--patch={\"spec\":{\"parallelism\":5,\"completions\":5}}\n");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -143,7 +143,8 @@ def main():
 
     # The controller, and what lets it patch the Jobs.
     code, out, err = run(ductile, "--image=img", "--job_name=mnist",
-                         "--servers=2", "--workers=3", "--controller")
+                         "--servers=2", "--max_servers=4", "--workers=3",
+                         "--controller")
     check(code == 0, "ductile k8s --controller failed: " + err)
     check("--from-file=keys/admin.key" in out,
           "the Secret line lacks the admin key")
@@ -174,13 +175,21 @@ def main():
     (container,) = pod["containers"]
     check(container["args"] == [
         "k8s-controller", "--coordinator=tcp://mnist-coordinator-0.mnist:7000",
-        "--job_name=mnist", "--namespace=$(POD_NAMESPACE)", "--keys=/keys"],
+        "--job_name=mnist", "--namespace=$(POD_NAMESPACE)",
+        "--max_workers=3", "--max_servers=4", "--keys=/keys"],
           "controller args: %s" % container["args"])
     env = {e["name"]: e for e in container["env"]}
     check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] ==
           "metadata.namespace", "POD_NAMESPACE is not the pod's namespace")
     check("state" not in [m["name"] for m in container["volumeMounts"]],
           "the controller mounts the state")
+    check("--servers=4 --workers=3" in out,
+          "the keygen line does not make keys for --max_servers")
+    server_items = {i["path"] for i in by_kind[("Job", "mnist-server")]["spec"][
+        "template"]["spec"]["volumes"][1]["secret"]["items"]}
+    check("members/server-3.key" in server_items and
+          "members/server-4.key" not in server_items,
+          "server keys are not made up to --max_servers")
     (keys,) = pod["volumes"]
     check({i["path"] for i in keys["secret"]["items"]} ==
           {"cluster.pub", "admin.key", "admin.pub"},
@@ -207,6 +216,8 @@ def main():
             (["--image=i", "--servers=0"], "--servers must be in [1, 1024]"),
             (["--image=i", "--workers=4", "--max_workers=2"],
              "--max_workers must be in [--workers, 65536]"),
+            (["--image=i", "--servers=3", "--max_servers=2"],
+             "--max_servers must be in [--servers, 1024]"),
             (["--image=i", "--policy=nosuch"], "unknown policy 'nosuch'")]:
         code, out, err = run(ductile, *args)
         check(code != 0, "accepted %s" % args)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ductile/admin.h"
+#include "ductile/table.h"
 #include "gtest/gtest.h"
 #include "server/noise_monitor.h"
 #include "tests/test_cluster.h"
@@ -304,6 +305,78 @@ TEST(NoiseScale, OneWorkerOrTheMonitorOffReportsNothing) {
     EXPECT_EQ(c.gns_gradient_sq, 0.0);
     for (auto& w : workers) EXPECT_TRUE(w->Finish().ok());
   }
+}
+
+// AdaScale's gain is one for the whole model: the coordinator adds the
+// servers' shares up and sends the sum back, and every server scales by it
+// rather than by its own share's noise scale. Keys 0, 4, 8, ... are far
+// noisier than the rest, so the two servers' own estimates differ.
+TEST(NoiseScale, EveryServerScalesByTheJobsNoiseScale) {
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.server.noise_scale_sample = 1;
+  testing::TestCluster cluster(options);
+  constexpr int kWorkers = 2;
+  constexpr int kClocks = 2 * static_cast<int>(kAdaScaleMinClocks);
+  std::vector<std::unique_ptr<Client>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.push_back(cluster.Connect());
+    ASSERT_NE(workers.back(), nullptr);
+  }
+  TableOptions table;
+  table.name = "uneven";
+  table.value_width = 1;
+  table.rule = UpdateRule::kSgd;
+  auto id = workers[0]->CreateTable(table);
+  ASSERT_TRUE(id.ok()) << id.status();
+  for (auto& w : workers) ASSERT_TRUE(w->GetTable(table.name).ok());
+  std::vector<Key> keys(24);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<Key>(i);
+  std::mt19937_64 random(7);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (int clock = 0; clock < kClocks; ++clock) {
+    for (auto& w : workers) {
+      std::vector<float> g(keys.size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        g[i] = 0.5f + (i % 4 == 0 ? 4.0f : 0.2f) * noise(random);
+      }
+      Status pushed = w->Push(*id, keys, g);
+      ASSERT_TRUE(pushed.ok()) << pushed;
+    }
+    for (auto& w : workers) w->Clock();
+  }
+
+  // Once both servers folded every clock and heard back from the
+  // coordinator, each scales by the sum of the shares.
+  const auto own = [](const ServerCounters& c) {
+    return c.gns_batch_noise_trace / c.gns_batch_gradient_sq;
+  };
+  double job = 0;
+  ServerCounters c[2];
+  const auto deadline = steady_clock::now() + std::chrono::seconds(20);
+  while (true) {
+    for (int s = 0; s < 2; ++s) c[s] = cluster.server(s).counters();
+    job = (c[0].gns_batch_noise_trace + c[1].gns_batch_noise_trace) /
+          (c[0].gns_batch_gradient_sq + c[1].gns_batch_gradient_sq);
+    const bool folded =
+        c[0].gns_batch_clocks == kClocks && c[1].gns_batch_clocks == kClocks;
+    if (folded && std::abs(c[0].adascale_noise_scale - job) < 1e-9 * job &&
+        std::abs(c[1].adascale_noise_scale - job) < 1e-9 * job) {
+      break;
+    }
+    ASSERT_LT(steady_clock::now(), deadline)
+        << "clocks " << c[0].gns_batch_clocks << " " << c[1].gns_batch_clocks
+        << ", job " << job << ", in use " << c[0].adascale_noise_scale << " "
+        << c[1].adascale_noise_scale;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The servers' own estimates differ from each other and from the job's:
+  // each would have scaled by another gain.
+  EXPECT_GT(std::abs(own(c[0]) - own(c[1])), 0.2 * job)
+      << own(c[0]) << " " << own(c[1]);
+  EXPECT_GT(std::abs(own(c[0]) - job), 0.05 * job);
+  EXPECT_GT(std::abs(own(c[1]) - job), 0.05 * job);
+  for (auto& w : workers) EXPECT_TRUE(w->Finish().ok());
 }
 
 }  // namespace

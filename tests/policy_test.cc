@@ -371,11 +371,16 @@ TEST(Stragglers, UnderBspTheWorkerTheOthersWaitForIsTheStraggler) {
   PolicyEvent e;
   e.status = &s;
   // Each reading, one second of steps each; workers 0 and 2 waited 750 ms
-  // of it, worker 1 (a quarter of their speed) 10 ms.
+  // of it on pulls parked at the server, worker 1 (a quarter of their
+  // speed) 10 ms. Worker 2's pulls went side by side (two tables): their
+  // parked times add up to 1500 ms, but it waited 750 ms.
   for (int i = 1; i <= 3; ++i) {
     for (MemberStatus& m : s.members) {
       m.step_seconds = i;
-      m.blocked_ms = static_cast<uint64_t>(i * (m.id == 1 ? 10 : 750));
+      m.blocked_ms = static_cast<uint64_t>(i * (m.id == 1   ? 10
+                                                : m.id == 2 ? 1500
+                                                            : 750));
+      m.pull_wait_seconds = i * (m.id == 1 ? 0.02 : 0.8);
     }
     policy.OnStatus(e, actions);
   }
@@ -383,6 +388,29 @@ TEST(Stragglers, UnderBspTheWorkerTheOthersWaitForIsTheStraggler) {
   // A reading without new heartbeats keeps each worker's last share.
   policy.OnStatus(e, actions);
   EXPECT_EQ(actions.replaced, std::vector<int32_t>{1});
+}
+
+// Pulls parked side by side, or a prefetch parked while the worker
+// computed, count no more than the worker waited for its pulls: a worker
+// whose parked time is large but whose waits are short is slow itself.
+TEST(Stragglers, ParkedTimeCountsNoMoreThanTheWorkerWaited) {
+  StragglerOptions o;
+  o.window = 3;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  ClusterStatus s = Rates({50, 50, 50});
+  PolicyEvent e;
+  e.status = &s;
+  for (int i = 1; i <= 3; ++i) {
+    for (MemberStatus& m : s.members) {
+      m.step_seconds = i;
+      // Worker 2 prefetches: 900 ms parked a second, 50 ms waited.
+      m.blocked_ms = static_cast<uint64_t>(i * (m.id == 2 ? 900 : 700));
+      m.pull_wait_seconds = i * (m.id == 2 ? 0.05 : 0.7);
+    }
+    policy.OnStatus(e, actions);
+  }
+  EXPECT_EQ(actions.replaced, std::vector<int32_t>{2});
 }
 
 // Without the bound's waits the same wall rates tell nobody apart, and a
@@ -399,6 +427,7 @@ TEST(Stragglers, WorkersWaitingAlikeAreRatedAlike) {
     for (MemberStatus& m : s.members) {
       m.step_seconds = i;
       m.blocked_ms = static_cast<uint64_t>(i * 500);
+      m.pull_wait_seconds = i * 0.5;
     }
     policy.OnStatus(e, actions);
   }

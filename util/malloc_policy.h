@@ -18,11 +18,13 @@
 // (glibc's malloc_trim there even sets up an arena of glibc's own, which
 // glibc's thread-exit cleanup later trips on).
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer) || __has_feature(hwaddress_sanitizer)
 #define DUCTILE_SANITIZER_ALLOCATOR 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || \
+    defined(__SANITIZE_HWADDRESS__)
 #define DUCTILE_SANITIZER_ALLOCATOR 1
 #endif
 #if defined(__GLIBC__) && !defined(DUCTILE_SANITIZER_ALLOCATOR)

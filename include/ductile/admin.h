@@ -31,7 +31,8 @@ struct MemberStatus {
   // answered yet), summed over their last heartbeats: those waiting in
   // its socket, the one it handles, pulls parked on a bound
   // (counters.parked_pulls) and replies on their way back. Requests wait
-  // in a ZeroMQ socket uncounted: this is the one count of its queue.
+  // in a ZeroMQ socket uncounted: this is the count of its queue of
+  // workers' requests (other servers' slot moves are not in it).
   uint64_t in_flight_requests = 0;
   // Workers, as of the last heartbeat: clock, pulls, time blocked on the
   // staleness bound, and observed staleness.

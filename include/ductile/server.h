@@ -193,6 +193,17 @@ struct ServerCounters {
   // socket empty, in requests, not how many waited at once.
   uint64_t queued_requests = 0;
   uint64_t busy_run_peak = 0;
+  // This server's share of the noise scale's averages in data-plan
+  // batches, whatever batches a push stood for (AdaScale's units), and the
+  // clocks folded into them; summed over servers by the coordinator into
+  // the job's noise scale, which it sends back to every server.
+  double gns_batch_gradient_sq = 0;
+  double gns_batch_noise_trace = 0;
+  uint64_t gns_batch_clocks = 0;
+  // The noise scale (data-plan batches) its AdaScale tables scale by: the
+  // job's, once the coordinator has sent one, else this server's own
+  // estimate once it has kAdaScaleMinClocks clocks; 0: none (factor 1).
+  double adascale_noise_scale = 0;
 };
 
 class Server {

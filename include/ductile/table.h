@@ -143,11 +143,14 @@ inline constexpr int32_t kMaxPushWeight = 1 << 16;
 // between 1 (the gradient dominates: a larger batch adds little) and k (the
 // noise dominates: linear). phi is the gradient noise scale each server
 // estimates from the gradients it receives, in data-plan batches whatever
-// batches a push stands for, divided by base_pushes: from its own share of
-// the keys, and so with a gain of its own, once it has folded
-// kAdaScaleMinClocks clocks. Before, and on a server whose estimate is off
-// (ServerOptions::noise_scale_sample = 0) or not positive, the factor is 1
-// (a server that joins or restarts starts there again). The gain moves every
+// batches a push stands for, divided by base_pushes: the job's, summed by
+// the coordinator over the servers' shares (those that have folded
+// kAdaScaleMinClocks clocks) and sent back to each server with the answer
+// to its heartbeat, so that the whole model has one gain; until the
+// coordinator has one, a server's own share's estimate once it has folded
+// kAdaScaleMinClocks clocks. Before, and with no estimate anywhere
+// (ServerOptions::noise_scale_sample = 0 everywhere) or none positive, the
+// factor is 1. The gain moves every
 // clock; with ramp_clocks each new target is approached from the factor in
 // force, so the factor trails the gain. The schedule's clocks are not stretched
 // by the gain (AdaScale's scale-invariant iterations are not kept).

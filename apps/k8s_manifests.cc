@@ -188,30 +188,24 @@ void WriteController(const KubernetesJob& job, const std::string& coordinator,
                      const std::string& secret, int max_servers,
                      int max_workers, Writer& w) {
   const std::string name = job.name + "-controller";
-  w.Line(0, "---");
-  w.Line(0, "apiVersion: v1");
-  w.Line(0, "kind: ServiceAccount");
-  w.Line(0, "metadata:");
-  w.Line(2, "name: " + Quote(name));
-  WriteLabels(job.name, "controller", 2, w);
-  w.Line(0, "---");
-  w.Line(0, "apiVersion: rbac.authorization.k8s.io/v1");
-  w.Line(0, "kind: Role");
-  w.Line(0, "metadata:");
-  w.Line(2, "name: " + Quote(name));
-  WriteLabels(job.name, "controller", 2, w);
+  // A document's first lines, down to its metadata.
+  const auto begin = [&](const char* api_version, const char* kind) {
+    w.Line(0, "---");
+    w.Line(0, std::string("apiVersion: ") + api_version);
+    w.Line(0, std::string("kind: ") + kind);
+    w.Line(0, "metadata:");
+    w.Line(2, "name: " + Quote(name));
+    WriteLabels(job.name, "controller", 2, w);
+  };
+  begin("v1", "ServiceAccount");
+  begin("rbac.authorization.k8s.io/v1", "Role");
   w.Line(0, "rules:");
   w.Line(2, "- apiGroups: [\"batch\"]");
   w.Line(4, "resources: [\"jobs\"]");
   w.Line(4, "resourceNames: [" + Quote(job.name + "-worker") + ", " +
                 Quote(job.name + "-server") + "]");
   w.Line(4, "verbs: [\"get\", \"patch\"]");
-  w.Line(0, "---");
-  w.Line(0, "apiVersion: rbac.authorization.k8s.io/v1");
-  w.Line(0, "kind: RoleBinding");
-  w.Line(0, "metadata:");
-  w.Line(2, "name: " + Quote(name));
-  WriteLabels(job.name, "controller", 2, w);
+  begin("rbac.authorization.k8s.io/v1", "RoleBinding");
   w.Line(0, "subjects:");
   w.Line(2, "- kind: ServiceAccount");
   w.Line(4, "name: " + Quote(name));

@@ -359,6 +359,32 @@ TEST(Stragglers, AWorkerInItsFirstStepsIsNotRated) {
   EXPECT_EQ(actions.replaced, std::vector<int32_t>{2});
 }
 
+// Three workers at 50 samples/s of wall time, `readings` readings one
+// second of steps apart; `wait` gives a worker's pulls' parked time and its
+// callers' wait for pulls, in ms, per second. Returns whom the policy asked
+// to replace.
+std::vector<int32_t> ReplacedAfter(
+    int32_t window, int readings,
+    const std::function<std::pair<double, double>(int32_t)>& wait) {
+  StragglerOptions o;
+  o.window = window;
+  StragglerPolicy policy(o);
+  FakeActions actions;
+  ClusterStatus s = Rates({50, 50, 50});
+  PolicyEvent e;
+  e.status = &s;
+  for (int i = 1; i <= readings; ++i) {
+    for (MemberStatus& m : s.members) {
+      const auto [parked_ms, waited_ms] = wait(m.id);
+      m.step_seconds = i;
+      m.blocked_ms = static_cast<uint64_t>(i * parked_ms);
+      m.pull_wait_seconds = i * waited_ms / 1000;
+    }
+    policy.OnStatus(e, actions);
+  }
+  return actions.replaced;
+}
+
 // Under BSP the slow worker paces the others: every worker makes the same
 // samples per second of wall time, and the others spend most of theirs
 // waiting on the bound for it. Rated without that wait, it stands out.
@@ -394,44 +420,21 @@ TEST(Stragglers, UnderBspTheWorkerTheOthersWaitForIsTheStraggler) {
 // computed, count no more than the worker waited for its pulls: a worker
 // whose parked time is large but whose waits are short is slow itself.
 TEST(Stragglers, ParkedTimeCountsNoMoreThanTheWorkerWaited) {
-  StragglerOptions o;
-  o.window = 3;
-  StragglerPolicy policy(o);
-  FakeActions actions;
-  ClusterStatus s = Rates({50, 50, 50});
-  PolicyEvent e;
-  e.status = &s;
-  for (int i = 1; i <= 3; ++i) {
-    for (MemberStatus& m : s.members) {
-      m.step_seconds = i;
-      // Worker 2 prefetches: 900 ms parked a second, 50 ms waited.
-      m.blocked_ms = static_cast<uint64_t>(i * (m.id == 2 ? 900 : 700));
-      m.pull_wait_seconds = i * (m.id == 2 ? 0.05 : 0.7);
-    }
-    policy.OnStatus(e, actions);
-  }
-  EXPECT_EQ(actions.replaced, std::vector<int32_t>{2});
+  // Worker 2 prefetches: 900 ms parked a second, 50 ms waited.
+  EXPECT_EQ(ReplacedAfter(3, 3,
+                          [](int32_t id) {
+                            return id == 2 ? std::pair(900.0, 50.0)
+                                           : std::pair(700.0, 700.0);
+                          }),
+            std::vector<int32_t>{2});
 }
 
 // Without the bound's waits the same wall rates tell nobody apart, and a
 // worker that waited as long as the others is no straggler.
 TEST(Stragglers, WorkersWaitingAlikeAreRatedAlike) {
-  StragglerOptions o;
-  o.window = 2;
-  StragglerPolicy policy(o);
-  FakeActions actions;
-  ClusterStatus s = Rates({50, 50, 50});
-  PolicyEvent e;
-  e.status = &s;
-  for (int i = 1; i <= 10; ++i) {
-    for (MemberStatus& m : s.members) {
-      m.step_seconds = i;
-      m.blocked_ms = static_cast<uint64_t>(i * 500);
-      m.pull_wait_seconds = i * 0.5;
-    }
-    policy.OnStatus(e, actions);
-  }
-  EXPECT_TRUE(actions.replaced.empty());
+  EXPECT_TRUE(ReplacedAfter(2, 10, [](int32_t) {
+                return std::pair(500.0, 500.0);
+              }).empty());
 }
 
 TEST(Stragglers, OneRatedWorkerHasNothingToBeComparedWith) {

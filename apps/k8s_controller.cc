@@ -197,26 +197,7 @@ void K8sController::ApplyTarget(Role role, const ClusterStatus& status) {
       const int32_t id = *it;
       if (paired.contains(id)) continue;
       --to_drain;
-      const Status s = role == kWorker
-                           ? RequestDrainWorker(options_.coordinator, id,
-                                                options_.status_timeout_ms,
-                                                options_.security)
-                           : RequestDrainServer(options_.coordinator, id,
-                                                options_.drain_timeout_ms,
-                                                options_.security);
-      const std::string name =
-          std::string(RoleName(role)) + " " + std::to_string(id);
-      if (s.ok() || s.code() == StatusCode::kDeadlineExceeded) {
-        // Asked (a long drain goes on past the wait): the Job is lowered
-        // once it is gone.
-        Act("draining " + name);
-        staying.erase(id);
-      } else if (s.code() == StatusCode::kNotFound) {
-        staying.erase(id);  // not in the job (any more)
-      } else {
-        LOG(WARNING) << "k8s-controller: the coordinator refused to drain "
-                     << name << " (" << s << "): it stays";
-      }
+      if (Drain(role, id)) staying.erase(id);
     }
     shrink_to_[role] = staying.empty() ? 0 : *staying.rbegin() + 1;
     shrink_pending_[role] = true;
@@ -224,20 +205,52 @@ void K8sController::ApplyTarget(Role role, const ClusterStatus& status) {
   applied_[role] = target;
 }
 
+bool K8sController::Drain(Role role, int32_t id) {
+  const Status s =
+      role == kWorker
+          ? RequestDrainWorker(options_.coordinator, id,
+                               options_.status_timeout_ms, options_.security)
+          : RequestDrainServer(options_.coordinator, id,
+                               options_.drain_timeout_ms, options_.security);
+  const std::string name =
+      std::string(RoleName(role)) + " " + std::to_string(id);
+  if (s.ok() || s.code() == StatusCode::kDeadlineExceeded) {
+    // Asked (a long drain goes on past the wait): the Job is lowered once
+    // it is gone.
+    Act("draining " + name);
+    draining_[role].insert(id);
+    return true;
+  }
+  if (s.code() == StatusCode::kNotFound) return true;  // not in the job
+  LOG(WARNING) << "k8s-controller: the coordinator refused to drain " << name
+               << " (" << s << "): it stays";
+  return false;
+}
+
 void K8sController::FinishShrink(Role role, const ClusterStatus& status) {
   // Every member at or past the new size must be gone first, or
   // Kubernetes would stop it mid-drain; replacements started since stay.
+  // A pod that registered there after the drains were asked (its index
+  // was made by an earlier grow) is drained too, or, if refused, kept.
   const std::set<int32_t> fresh =
       role == kWorker ? Fresh() : std::set<int32_t>();
   int32_t size = shrink_to_[role];
+  bool waiting = false;
   for (const MemberStatus& m : status.members) {
     if (m.role != RoleName(role)) continue;
     if (fresh.contains(m.id)) {
       size = std::max(size, m.id + 1);
     } else if (m.id >= shrink_to_[role] && Present(m)) {
-      return;  // not gone yet
+      if (Live(m) && !draining_[role].contains(m.id) && !Drain(role, m.id)) {
+        shrink_to_[role] = std::max(shrink_to_[role], m.id + 1);
+        size = std::max(size, m.id + 1);
+        continue;
+      }
+      waiting = true;  // not gone yet
     }
   }
+  if (waiting) return;
+  draining_[role].clear();
   for (int32_t id : fresh) size = std::max(size, id + 1);
   if (size == 0) size = 1;  // never a Job of no pods
   if (Patch(role, size).ok()) shrink_pending_[role] = false;

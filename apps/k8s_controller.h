@@ -15,8 +15,9 @@
 //   once no member at or past the new size is left, lowers the Job's size
 //   to the highest id that stays + 1, so that Kubernetes does not start
 //   them again (their pods succeeded; indexes below that stay as they
-//   are). A member the coordinator refuses to drain (the only server)
-//   stays, and the Job with it;
+//   are). A pod that registers past the new size meanwhile (its index
+//   made by an earlier grow) is drained too. A member the coordinator
+//   refuses to drain (the only server) stays, and the Job with it;
 // - a replacement adds one index to the worker Job and drains the old
 //   worker once the new one is active. As `ductile local` does, a resize
 //   counts the two as one and drains neither; no replacement starts while
@@ -96,6 +97,9 @@ class K8sController {
   std::vector<std::string> actions_;
   // The most indexes the role's Job may have (0: no bound).
   int32_t MaxSize(Role role) const;
+  // Asks the coordinator to drain a member: true if asked (or it is not
+  // in the job), false if refused (it stays).
+  bool Drain(Role role, int32_t id);
   // Ids of replacements under way (the new workers).
   std::set<int32_t> Fresh() const;
 
@@ -104,6 +108,7 @@ class K8sController {
   int32_t applied_[2] = {0, 0};
   bool shrink_pending_[2] = {false, false};
   int32_t shrink_to_[2] = {0, 0};
+  std::set<int32_t> draining_[2];  // asked to drain for it
   // Replacements under way: old worker -> the new one's id (its index);
   // and the workers whose replacement was started or refused.
   std::map<int32_t, int32_t> replacing_;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -216,6 +217,43 @@ TEST(K8sController, TargetsAndReplacementsBecomeJobPatchesAndDrains) {
   EXPECT_EQ(kubectl.sizes["job1-worker"], 3);
   ASSERT_EQ(kubectl.calls.size(), before + 1);  // looked, did not patch
   EXPECT_EQ(kubectl.calls.back().rfind("get job job1-worker", 0), 0u);
+}
+
+// A pod that registers past the new size after the drains were asked (its
+// index made by an earlier grow) is drained too before the Job is lowered.
+TEST(K8sController, AMemberThatJoinsPastTheNewSizeIsDrainedToo) {
+  testing::TestCluster cluster({.num_servers = 1, .num_workers = 0});
+  std::vector<std::unique_ptr<Client>> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(cluster.Connect());
+    ASSERT_NE(workers.back(), nullptr);
+  }
+  FakeKubectl kubectl;
+  kubectl.sizes = {{"j-worker", 2}, {"j-server", 1}};
+  K8sControllerOptions o;
+  o.coordinator = cluster.address();
+  o.job_name = "j";
+  K8sController controller(o, kubectl.tool());
+  ASSERT_TRUE(RequestResize(cluster.address(), 3, 0, 5000).ok());
+  controller.Step(StatusOf(cluster));
+  ASSERT_EQ(kubectl.sizes["j-worker"], 3);
+  // Index 2's pod has not registered when the job shrinks to 1.
+  ASSERT_TRUE(RequestResize(cluster.address(), 1, 0, 5000).ok());
+  controller.Step(StatusOf(cluster));
+  EXPECT_EQ(controller.actions().back(), "draining worker 1");
+  workers.push_back(ConnectAs(cluster, 2));
+  ASSERT_NE(workers.back(), nullptr);
+  StepUntil(controller, cluster, workers, [&](const ClusterStatus&) {
+    return kubectl.sizes["j-worker"] == 1;
+  });
+  EXPECT_EQ(kubectl.sizes["j-worker"], 1);
+  const ClusterStatus after = StatusOf(cluster);
+  EXPECT_EQ(StateOf(after, 2), "left");
+  EXPECT_EQ(StateOf(after, 1), "left");
+  EXPECT_EQ(StateOf(after, 0), "active");
+  const std::vector<std::string>& acts = controller.actions();
+  EXPECT_NE(std::find(acts.begin(), acts.end(), "draining worker 2"),
+            acts.end());
 }
 
 // The default tool runs the kubectl program with the namespace first; a

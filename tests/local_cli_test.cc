@@ -505,7 +505,8 @@ TEST(LocalCluster, AServerKilledFromOutsideIsRestartedAndTheJobFinishes) {
 struct KillCase {
   const char* name;
   std::vector<std::string> flags;
-  const char* expect;  // a line the run must print
+  const char* expect;          // a line the run must print
+  const char* also = nullptr;  // and another, if set
 };
 
 // Test names show the case's name, not its bytes.
@@ -529,9 +530,25 @@ TEST_P(KillSchedule, TheJobCompletesWithoutAHang) {
   ASSERT_EQ(ExitCode(status), 0) << p.output();
   EXPECT_NE(p.output().find(GetParam().expect), std::string::npos)
       << p.output();
+  if (GetParam().also != nullptr) {
+    EXPECT_NE(p.output().find(GetParam().also), std::string::npos)
+        << p.output();
+  }
   EXPECT_NE(p.output().find("final test accuracy"), std::string::npos)
       << p.output();
   EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+// Each worker trains several batches a step (the comm-batch worker
+// policy), so a step's pushes stand for several batches and a worker holds
+// several at once when it dies.
+const std::vector<std::string> kSeveralBatchesAStep = {
+    "--consistency=bsp", "--lr_scaling=linear", "--verbose",
+    "--worker_policy=comm-batch:above=0.01:window=5:max=3"};
+std::vector<std::string> With(std::vector<std::string> flags,
+                              const std::string& more) {
+  flags.push_back(more);
+  return flags;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -549,7 +566,17 @@ INSTANTIATE_TEST_SUITE_P(
                  "kill-schedule: restarted coordinator"},
         KillCase{"ServerUnderBsp",
                  {"--consistency=bsp", "--kill_schedule=server:1@clock=150"},
-                 "kill-schedule: restarted server 1"}),
+                 "kill-schedule: restarted server 1"},
+        KillCase{
+            "WorkerWithSeveralBatchesAStep",
+            With(kSeveralBatchesAStep, "--kill_schedule=worker:1@clock=100"),
+            "kill-schedule: killed worker 1",
+            "3 batches a step (a worker policy asked for 3;"},
+        KillCase{
+            "ServerWithSeveralBatchesAStep",
+            With(kSeveralBatchesAStep, "--kill_schedule=server:1@clock=100"),
+            "kill-schedule: restarted server 1",
+            "3 batches a step (a worker policy asked for 3;"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Ten kills at random clocks (servers, workers, the coordinator) in one

@@ -28,7 +28,9 @@
 #   6. comm-batch: BSP (mean), --lr_scaling=COMM_SCALING (linear), 2
 #      workers, logistic regression and the MLP: one batch a step against
 #      --worker_policy=COMM_POLICY (comm-batch): the job's time, its final
-#      test accuracy, worker 0's steps and its last batches a step.
+#      test accuracy, worker 0's steps and its last batches a step, and the
+#      time to a test accuracy of COMM_TARGET_LOGREG (0.82) or
+#      COMM_TARGET_MLP (0.85) at an epoch's end.
 #
 # Usage: bench/adapt_bench.sh BUILD_DIR OUT_DIR [REPEATS]
 # EXPERIMENTS="1 2 3 4" (the default) picks which to run; 5 and 6 run when
@@ -58,6 +60,9 @@ EXPERIMENTS=${EXPERIMENTS:-1 2 3 4}
 RESIZE_SETTINGS=${RESIZE_SETTINGS:-none linear adascale}
 COMM_SCALING=${COMM_SCALING:-linear}
 COMM_POLICY=${COMM_POLICY:-comm-batch}
+# Test accuracies whose time to reach experiment 6 reports.
+COMM_TARGET_LOGREG=${COMM_TARGET_LOGREG:-0.82}
+COMM_TARGET_MLP=${COMM_TARGET_MLP:-0.85}
 [[ -x "$DUCTILE" ]] || { echo "no $DUCTILE: build first" >&2; exit 1; }
 mkdir -p "$OUT"
 
@@ -280,8 +285,18 @@ done
 fi
 
 # ---- 6. comm-batch (a worker policy) against one batch a step
+# time_to LOG TARGET: seconds from the run's start to the end of the
+# first epoch whose test accuracy reached TARGET (empty if none did).
+time_to() {
+  awk -v target="$2" '/epoch [0-9]+ done: test accuracy/ {
+      for (i = 1; i <= NF; i++) if ($i == "accuracy") a = $(i + 1)
+      if (a + 0 >= target + 0) { print $1; exit }
+    }' "$1"
+}
+
 if wanted 6; then
-echo "run,app,setting,seconds,accuracy,steps,batches_a_step" >"$OUT/comm_batch.csv"
+echo "run,app,setting,seconds,accuracy,steps,batches_a_step,target,time_to_target" \
+  >"$OUT/comm_batch.csv"
 for ((r = 1; r <= REPEATS; r++)); do
   for app in fmnist-logreg fmnist-mlp; do
     for setting in fixed comm-batch; do
@@ -295,9 +310,12 @@ for ((r = 1; r <= REPEATS; r++)); do
       # Worker 0's last size (1: it never grew).
       batches=$( (grep "worker 0: [0-9]* batches a step" "$log" || true) |
         tail -n 1 | grep -o "[0-9]* batches" | awk '{print $1}' || true)
-      echo "$r,$app,$setting,$s,$(accuracy "$log"),$steps,${batches:-1}" \
+      target=$COMM_TARGET_MLP
+      [[ $app == fmnist-logreg ]] && target=$COMM_TARGET_LOGREG
+      reached=$(time_to "$log" "$target")
+      echo "$r,$app,$setting,$s,$(accuracy "$log"),$steps,${batches:-1},$target,$reached" \
         >>"$OUT/comm_batch.csv"
-      echo "comm-batch $app $setting: ${s}s, accuracy $(accuracy "$log"), $steps steps, ${batches:-1} batches a step"
+      echo "comm-batch $app $setting: ${s}s, accuracy $(accuracy "$log"), $steps steps, ${batches:-1} batches a step, $target after ${reached:-(not reached)}s"
     done
   done
 done

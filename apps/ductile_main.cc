@@ -1139,13 +1139,10 @@ int RunK8s() {
 }
 
 int RunK8sController() {
-  if (FLAGS_job_name.empty() || FLAGS_job_name.size() > 40 ||
-      FLAGS_job_name.find_first_not_of(
-          "abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
-    return Fail(ductile::InvalidArgumentError(
-        "--job_name must be the job's name as `ductile k8s` was given it (a "
-        "DNS label: a-z, 0-9 and '-', at most 40 characters), not '" +
-        FLAGS_job_name + "'"));
+  // The name `ductile k8s` was given, and so by the same rule.
+  if (ductile::Status s = ductile::apps::CheckJobName(FLAGS_job_name);
+      !s.ok()) {
+    return Fail(s);
   }
   if (FLAGS_kubectl.empty()) {
     return Fail(ductile::InvalidArgumentError("--kubectl must name a program"));

@@ -230,13 +230,16 @@ void WriteController(const KubernetesJob& job, const std::string& coordinator,
 
 }  // namespace
 
+Status CheckJobName(const std::string& name) {
+  if (IsDnsLabel(name, 40)) return Status::Ok();
+  return InvalidArgumentError(
+      "--job_name: '" + name +
+      "' is not a DNS label of at most 40 characters (a-z, 0-9 and '-', "
+      "starting with a letter, not ending with '-')");
+}
+
 Result<std::string> KubernetesManifests(const KubernetesJob& job) {
-  if (!IsDnsLabel(job.name, 40)) {
-    return InvalidArgumentError(
-        "--name: '" + job.name +
-        "' is not a DNS label of at most 40 characters (a-z, 0-9 and '-', "
-        "starting with a letter, not ending with '-')");
-  }
+  DUCTILE_RETURN_IF_ERROR(CheckJobName(job.name));
   if (job.image.empty()) {
     return InvalidArgumentError("--image: the container image is needed");
   }

@@ -65,6 +65,10 @@ struct KubernetesJob {
   std::vector<std::string> worker_flags;
 };
 
+// OK if `name` can name a job (KubernetesJob::name), else InvalidArgument
+// saying why.
+Status CheckJobName(const std::string& name);
+
 // The manifests as one YAML stream (documents separated by "---"), or
 // InvalidArgument naming what is wrong with `job`.
 Result<std::string> KubernetesManifests(const KubernetesJob& job);

@@ -1,5 +1,8 @@
 #include "elastic/cluster_state.h"
 
+#include <cmath>
+
+#include "ductile/table.h"
 #include "glog/logging.h"
 
 namespace ductile {
@@ -212,6 +215,32 @@ std::vector<wire::ServerEndpoint> ClusterState::LiveEndpoints() const {
     if (!m.dead && !m.left && !m.rejoining) out.push_back(m.endpoint);
   }
   return out;
+}
+
+double ClusterState::JobNoiseScale() const {
+  double gradient_sq = 0;
+  double noise_trace = 0;
+  for (const auto& [id, server] : servers) {
+    if (server.dead || server.left) continue;
+    const wire::Counters& c = server.counters;
+    if (c.gns_batch_clocks() < kAdaScaleMinClocks ||
+        !std::isfinite(c.gns_batch_gradient_sq()) ||
+        !std::isfinite(c.gns_batch_noise_trace()) ||
+        c.gns_batch_gradient_sq() < 0 || c.gns_batch_noise_trace() < 0) {
+      continue;
+    }
+    gradient_sq += c.gns_batch_gradient_sq();
+    noise_trace += c.gns_batch_noise_trace();
+  }
+  const double scale = gradient_sq > 0 ? noise_trace / gradient_sq : 0;
+  return std::isfinite(scale) ? scale : 0;
+}
+
+void ClusterState::ForgetReplacedWorkers() {
+  std::erase_if(replace_workers, [this](int32_t w) {
+    auto it = workers.find(w);
+    return it == workers.end() || !it->second.live_worker();
+  });
 }
 
 }  // namespace ductile

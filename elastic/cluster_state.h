@@ -103,6 +103,17 @@ class ClusterState {
   // meanwhile the coordinator sends nothing that tells of it.
   Status PersistIfChanged();
 
+  // Derived from what follows.
+  // The job's gradient noise scale in data-plan batches: the servers'
+  // shares (ServerCounters::gns_batch_*) of those alive with at least
+  // kAdaScaleMinClocks clocks, summed; 0 while none has. Each server's
+  // heartbeat answer carries it, for AdaScale's one gain. Shares that are
+  // not finite, non-negative numbers (a server that lies) are left out.
+  double JobNoiseScale() const;
+  // Drops the replacement requests of workers no longer live (a new
+  // process may take a worker's id later).
+  void ForgetReplacedWorkers();
+
   // ---- Durable.
   uint64_t generation = 0;
   RoutingTable routing;

@@ -1,9 +1,7 @@
 #include "elastic/coordinator_node.h"
 
-#include <cmath>
 #include <utility>
 
-#include "ductile/table.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "proto/table_config.h"
@@ -432,33 +430,11 @@ void CoordinatorNode::HandleHeartbeat(const std::string& identity,
     // cannot be saved.
     wire::Header alive;
     alive.set_type(wire::HEARTBEAT);
-    alive.set_job_noise_scale(JobNoiseScale());
+    alive.set_job_noise_scale(state_.JobNoiseScale());
     out_.SendStateless(identity, alive);
     checkpoints_.OnServerClock(m->counters.min_clock());
     if (m->rejoining) Rejoin(*m, h.generation());
   }
-}
-
-double CoordinatorNode::JobNoiseScale() const {
-  double gradient_sq = 0;
-  double noise_trace = 0;
-  for (const auto& [id, server] : state_.servers) {
-    if (server.dead || server.left) continue;
-    const wire::Counters& c = server.counters;
-    // Shares too young to count, and shares that are not numbers (a
-    // server that lies), are left out.
-    if (c.gns_batch_clocks() < kAdaScaleMinClocks ||
-        !std::isfinite(c.gns_batch_gradient_sq()) ||
-        !std::isfinite(c.gns_batch_noise_trace()) ||
-        c.gns_batch_gradient_sq() < 0 || c.gns_batch_noise_trace() < 0) {
-      continue;
-    }
-    gradient_sq += c.gns_batch_gradient_sq();
-    noise_trace += c.gns_batch_noise_trace();
-  }
-  return gradient_sq > 0 && std::isfinite(noise_trace / gradient_sq)
-             ? noise_trace / gradient_sq
-             : 0;
 }
 
 void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
@@ -608,15 +584,8 @@ Status CoordinatorNode::ChangeConsistency(const std::string& table,
   return tables_.ChangeConsistency(table, ToWire(consistency));
 }
 
-void CoordinatorNode::ForgetReplacedWorkers() {
-  std::erase_if(state_.replace_workers, [this](int32_t w) {
-    auto it = state_.workers.find(w);
-    return it == state_.workers.end() || !it->second.live_worker();
-  });
-}
-
 Status CoordinatorNode::RequestReplacement(int32_t id) {
-  ForgetReplacedWorkers();
+  state_.ForgetReplacedWorkers();
   if (finishing()) {
     return FailedPreconditionError("the job is ending: no replacements");
   }
@@ -697,7 +666,7 @@ void CoordinatorNode::CheckTimeouts() {
   // it any more (clock vectors, barriers, shutdown).
   if (membership_.DetectDeadWorkers()) OnWorkersChanged();
   // A request ends with its worker (a new process may take its id later).
-  ForgetReplacedWorkers();
+  state_.ForgetReplacedWorkers();
   migrations_.CheckTimers();
   if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
     BeginShutdown();

@@ -118,13 +118,7 @@ class CoordinatorNode {
   // A server declared dead while alive, at generation `its_generation`:
   // told to rejoin, then given its share of the slots.
   void Rejoin(Member& server, uint64_t its_generation);
-  // The job's gradient noise scale in data-plan batches: the servers'
-  // shares (ServerCounters::gns_batch_*) of those alive with at least
-  // kAdaScaleMinClocks clocks, summed; 0 while none has. Each server's
-  // heartbeat answer carries it, for AdaScale's one gain.
-  double JobNoiseScale() const;
-  // Drops the replacement requests of workers no longer live.
-  void ForgetReplacedWorkers();
+
   void HandleRegister(const std::string& identity, const std::string& key,
                       const std::string& key_name, const wire::Header& h);
   void HandleFinish(const std::string& identity, const wire::Header& h);

@@ -4,8 +4,10 @@
 #include "elastic/cluster_state.h"
 
 #include <chrono>
+#include <cmath>
 #include <set>
 
+#include "ductile/table.h"
 #include "elastic/ack_round.h"
 #include "gtest/gtest.h"
 
@@ -169,6 +171,33 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
   EXPECT_FALSE(again.servers[0].dead);
   EXPECT_EQ(again.target_workers, 4);
   EXPECT_EQ(again.replace_workers, (std::set<int32_t>{2, 5}));
+}
+
+// The job's noise scale adds up the shares of the servers alive with enough
+// clocks; a share that is not a finite, non-negative number is left out.
+TEST(ClusterState, TheJobsNoiseScaleSumsTheUsableShares) {
+  StoreOnlyEnv env;
+  ClusterState state(&env, Durable());
+  ASSERT_TRUE(state.Open().ok());
+  EXPECT_EQ(state.JobNoiseScale(), 0.0);
+  const auto share = [&](int32_t id, double sq, double trace, uint64_t clocks) {
+    Member& m = state.servers[id];
+    m.role = wire::ROLE_SERVER;
+    m.counters.set_gns_batch_gradient_sq(sq);
+    m.counters.set_gns_batch_noise_trace(trace);
+    m.counters.set_gns_batch_clocks(clocks);
+    return &m;
+  };
+  share(0, 2, 6, kAdaScaleMinClocks);
+  share(1, 2, 2, kAdaScaleMinClocks + 10);
+  share(2, 100, 1, kAdaScaleMinClocks - 1);  // too young
+  share(3, std::nan(""), 5, 500);            // lies
+  share(4, 1, -3, 500);                      // lies
+  share(5, 1e308, 1e308, 500)->dead = true;  // gone
+  EXPECT_DOUBLE_EQ(state.JobNoiseScale(), 8.0 / 4.0);
+  share(6, 1e308, 1e308, 500);  // the sums overflow: no number
+  share(7, 1e308, 1e308, 500);
+  EXPECT_EQ(state.JobNoiseScale(), 0.0);
 }
 
 TEST(ClusterState, TheDataPlanIsWrittenApartAndReadBack) {

@@ -177,7 +177,8 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
 // clocks; a share that is not a finite, non-negative number is left out.
 TEST(ClusterState, TheJobsNoiseScaleSumsTheUsableShares) {
   StoreOnlyEnv env;
-  ClusterState state(&env, Durable());
+  const CoordinatorOptions options = Durable();  // outlives the state
+  ClusterState state(&env, options);
   ASSERT_TRUE(state.Open().ok());
   EXPECT_EQ(state.JobNoiseScale(), 0.0);
   const auto share = [&](int32_t id, double sq, double trace, uint64_t clocks) {

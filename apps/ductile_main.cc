@@ -146,6 +146,11 @@ DEFINE_int32(io_threads, 0,
              "(ZeroMQ's I/O threads, each serving whole connections), 1 to "
              "64; 0: with keys a quarter of the cores, 1 to 4 (the "
              "encryption runs on them), in plain mode 1");
+DEFINE_bool(shm_values, true,
+            "server, worker, local: a pull's values from a server on the "
+            "worker's host (over ipc://) come through the worker's shared "
+            "memory rather than the socket (docs/wire.md); false on either "
+            "side: through the socket");
 DEFINE_bool(keep_freed_memory, true,
             "server, worker, local: keep freed memory for reuse (glibc: no "
             "mapping of its own for a large block, no trimming), so that "
@@ -602,6 +607,7 @@ int RunServer() {
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.apply_threads = FLAGS_apply_threads;
   o.io_threads = FLAGS_io_threads;
+  o.shm_values = FLAGS_shm_values;
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   auto security = SecurityFromFlags(
@@ -717,6 +723,7 @@ int RunWorker() {
   o.request_timeout_ms = FLAGS_timeout_ms;
   o.enable_cache = FLAGS_cache;
   o.io_threads = FLAGS_io_threads;
+  if (!FLAGS_shm_values) o.shm_reply_bytes = 0;
   auto id = IdOrRank(FLAGS_worker_id, "worker");
   if (!id.ok()) return Fail(id.status());
   o.requested_worker_id = *id;
@@ -1023,6 +1030,7 @@ std::vector<std::string> LaunchedServerFlags() {
           Forward("noise_scale_sample"),
           Forward("apply_threads"),
           Forward("io_threads"),
+          Forward("shm_values"),
           Forward("keep_freed_memory"),
           Forward("coordinator_timeout_ms"),
           Forward("move_timeout_ms")};
@@ -1033,6 +1041,7 @@ std::vector<std::string> LaunchedWorkerFlags() {
   for (const char* name : kTrainingFlags) flags.push_back(Forward(name));
   flags.push_back(Forward("timeout_ms"));
   flags.push_back(Forward("io_threads"));
+  flags.push_back(Forward("shm_values"));
   flags.push_back(Forward("keep_freed_memory"));
   return flags;
 }
@@ -1215,6 +1224,7 @@ const std::vector<Command>& Commands() {
         "noise_scale_sample",
         "apply_threads",
         "io_threads",
+        "shm_values",
         "keep_freed_memory",
         "coordinator_timeout_ms",
         "no_worker_timeout_ms",
@@ -1259,6 +1269,7 @@ const std::vector<Command>& Commands() {
         "noise_scale_sample",
         "apply_threads",
         "io_threads",
+        "shm_values",
         "keep_freed_memory",
         "coordinator_timeout_ms",
         "ipc_dir",
@@ -1272,7 +1283,7 @@ const std::vector<Command>& Commands() {
       {"worker",
        "run a worker of --app (--coordinator)",
        {"coordinator", "worker_id", "timeout_ms", "keys", "member_key",
-        "require_member_keys", "io_threads", "keep_freed_memory"},
+        "require_member_keys", "io_threads", "shm_values", "keep_freed_memory"},
        true,
        RunWorker},
       {"status",

@@ -67,6 +67,10 @@ DEFINE_int32(io_threads, 1,
              "every server and worker.");
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
+DEFINE_int64(shm_reply_mb, 256,
+             "Each worker's shared memory for pulled values "
+             "(ClientOptions::shm_reply_bytes), MiB; 0: values through the "
+             "socket.");
 DEFINE_bool(keep_freed_memory, true,
             "Keep freed memory for reuse, as the ductile programs do "
             "(util/malloc_policy.h); false: glibc's defaults, for ductile "
@@ -131,6 +135,7 @@ Result<std::unique_ptr<InProcessCluster>> StartCluster(const Shape& shape) {
   o.client.prefer_ipc = true;
   o.server.io_threads = FLAGS_io_threads;
   o.client.io_threads = FLAGS_io_threads;
+  o.client.shm_reply_bytes = static_cast<uint64_t>(FLAGS_shm_reply_mb) << 20;
   return InProcessCluster::Start(o);
 }
 

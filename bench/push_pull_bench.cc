@@ -93,6 +93,10 @@ DEFINE_bool(shm_reference, false,
             "Measure shared memory against raw ipc:// instead of ductile (see "
             "the top of the source); --configs' worker counts give the "
             "pairs.");
+DEFINE_bool(shm_values, true,
+            "Pulls' values through the worker's shared memory "
+            "(ClientOptions::shm_reply_bytes, ServerOptions::shm_values); "
+            "false: through the socket.");
 DEFINE_bool(keep_freed_memory, true,
             "Keep freed memory for reuse, as the ductile programs do "
             "(util/malloc_policy.h); false: glibc's defaults, for ductile "
@@ -531,6 +535,8 @@ Result<std::unique_ptr<InProcessCluster>> StartCluster(
   o.client.prefer_ipc = true;
   o.server.io_threads = FLAGS_io_threads;
   o.client.io_threads = FLAGS_io_threads;
+  o.server.shm_values = FLAGS_shm_values;
+  if (!FLAGS_shm_values) o.client.shm_reply_bytes = 0;
   o.client.security = security;
   return InProcessCluster::Start(o);
 }

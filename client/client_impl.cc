@@ -34,6 +34,13 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     return InvalidArgumentError("io_threads must be in [0, 64], not " +
                                 std::to_string(options.io_threads));
   }
+  if (options.shm_reply_bytes != 0 &&
+      (options.shm_reply_bytes < (uint64_t{1} << 20) ||
+       options.shm_reply_bytes > (uint64_t{64} << 30))) {
+    return InvalidArgumentError(
+        "shm_reply_bytes must be 0 (off) or in [1 MiB, 64 GiB], not " +
+        std::to_string(options.shm_reply_bytes));
+  }
   if (options.max_message_bytes < 1 ||
       options.max_message_bytes > (uint64_t{1} << 40)) {
     return InvalidArgumentError("max_message_bytes must be in [1, 2^40]");

@@ -27,6 +27,9 @@ constexpr size_t kMaxPriors = 8;
 constexpr milliseconds kTimerPeriod{10};
 // Barrier and Finish requests unanswered this long are sent again.
 constexpr milliseconds kControlResendAfter{2000};
+// Pull replies of fewer bytes come in frames even from a server on this
+// host (shared memory saves little there).
+constexpr uint64_t kShmMinBytes = 32768;
 
 }  // namespace
 
@@ -109,7 +112,7 @@ void RequestEngine::Step() {
       if (socket == nullptr || !socket->Receive(&message_, &got).ok() || !got) {
         break;
       }
-      HandleDataReply(message_);
+      HandleDataReply(message_, id);
     }
   }
   const TimePoint now = env_->Now();
@@ -403,6 +406,7 @@ void RequestEngine::SendPart(Part& part) {
           << wire::MessageType_Name(type) << " clock " << op.clock
           << ") to server " << part.server << " epoch "
           << routing_->table().epoch();
+  if (type != wire::PUSH) LendReplyRegion(part, header);
   OutMessage out = BuildDataRequest(header, part.op, part.begin, count,
                                     part.indices, type != wire::PULL);
   part.retry_at = {};
@@ -410,6 +414,31 @@ void RequestEngine::SendPart(Part& part) {
   Status s = socket->Send(std::move(out));
   if (!s.ok()) return FinishPart(seq, s);
   part.sent = true;
+}
+
+void RequestEngine::LendReplyRegion(const Part& part, wire::Header& header) {
+  if (options_.shm_reply_bytes == 0 || shm_failed_ ||
+      !routing_->IsLocal(part.server)) {
+    return;
+  }
+  const DataOperation& op = *part.op;
+  uint64_t floats = 0;
+  for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
+  if (floats * sizeof(float) < kShmMinBytes) return;
+  if (shm_ == nullptr) {
+    Result<std::unique_ptr<ShmReplyArea>> area =
+        ShmReplyArea::Create(options_.shm_reply_bytes);
+    if (!area.ok()) {
+      LOG(WARNING) << "client: no shared memory for pulls from servers on "
+                      "this host (their values come in frames): "
+                   << area.status();
+      shm_failed_ = true;
+      return;
+    }
+    shm_ = std::move(*area);
+  }
+  shm_->Lend(part.seq, part.server, floats * sizeof(float),
+             options_.request_timeout_ms, header.mutable_reply_shm());
 }
 
 void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
@@ -427,12 +456,20 @@ void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
 
 // --------------------------------------------------------------- replies
 
-void RequestEngine::HandleDataReply(InMessage& message) {
+void RequestEngine::HandleDataReply(InMessage& message, int32_t server) {
   wire::Header header;
   if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
     LOG(WARNING) << "client: unreadable reply from a server, dropped";
     return;
   }
+  ReadDataReply(message, header, server);
+  // Answered: a region of shared memory lent for the request, read by now,
+  // may go out again (late and re-routed answers included).
+  if (shm_ != nullptr) shm_->Return(header.seq(), server);
+}
+
+void RequestEngine::ReadDataReply(InMessage& message,
+                                  const wire::Header& header, int32_t server) {
   // Every reply carries its server's routing epoch: act on a newer one.
   if (header.epoch() > routing_->table().epoch() && !header.has_routing()) {
     RequestRouting();
@@ -478,14 +515,21 @@ void RequestEngine::HandleDataReply(InMessage& message) {
   if (op.type != wire::PUSH) {
     uint64_t floats = 0;
     for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
-    if (message.size() != 2 ||
-        message.frame(1).size() != floats * sizeof(float)) {
+    const uint64_t bytes = floats * sizeof(float);
+    const float* values = nullptr;
+    if (header.values_in_shm()) {
+      if (message.size() == 1 && shm_ != nullptr) {
+        values = shm_->Values(header.seq(), server, bytes);
+      }
+    } else if (message.size() == 2 && message.frame(1).size() == bytes) {
+      values = reinterpret_cast<const float*>(message.frame(1).data());
+    }
+    if (values == nullptr) {
       return FinishPart(header.seq(),
                         InternalError("server " + std::to_string(part.server) +
                                       " sent a pull reply of the wrong size"));
     }
-    CopyPulledValues(part, header,
-                     reinterpret_cast<const float*>(message.frame(1).data()));
+    CopyPulledValues(part, header, values);
   }
   if (op.width == 0) {
     shared_.tables->LearnWidths(op.table, op.keys, op.lengths, part.size(),
@@ -656,6 +700,7 @@ bool RequestEngine::Overtakes(const Part& moved) const {
 
 void RequestEngine::HandleTimers() {
   const TimePoint now = env_->Now();
+  if (shm_ != nullptr) shm_->Expire();
   std::vector<uint64_t> expired, resend, reroute;
   bool reroute_due = false;
   for (auto& [seq, part] : parts_) {

@@ -31,6 +31,7 @@
 #include "client/param_cache.h"
 #include "client/recovery_state.h"
 #include "client/routing_view.h"
+#include "client/shm_reply_area.h"
 #include "client/stats_recorder.h"
 #include "client/table_registry.h"
 #include "ductile/client.h"
@@ -131,7 +132,13 @@ class RequestEngine {
   void Orphan(Part& part, std::chrono::milliseconds delay);
   void ReleasePriors(const Part& part);
   uint64_t DoneBelow() const;
-  void HandleDataReply(InMessage& message);
+  // A reply from `server`.
+  void HandleDataReply(InMessage& message, int32_t server);
+  void ReadDataReply(InMessage& message, const wire::Header& header,
+                     int32_t server);
+  // Names a region of the shared memory for a pull part's values, when
+  // its server is on this host (ClientOptions::shm_reply_bytes).
+  void LendReplyRegion(const Part& part, wire::Header& header);
   void CopyPulledValues(Part& part, const wire::Header& header,
                         const float* values);
   void HandleControlMessage(InMessage& message);
@@ -168,6 +175,10 @@ class RequestEngine {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Socket> coordinator_;
   std::unique_ptr<RoutingView> routing_;
+  // Shared memory for pull replies (made at the first pull to a server on
+  // this host; null until then, or if it could not be made).
+  std::unique_ptr<ShmReplyArea> shm_;
+  bool shm_failed_ = false;
   std::vector<Socket*> sockets_;  // the coordinator's, then each server's
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying

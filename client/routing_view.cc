@@ -54,6 +54,11 @@ Socket* RoutingView::SocketOf(int32_t server) const {
   return it == connections_.end() ? nullptr : it->second.socket.get();
 }
 
+bool RoutingView::IsLocal(int32_t server) const {
+  auto it = connections_.find(server);
+  return it != connections_.end() && it->second.address.starts_with("ipc://");
+}
+
 bool RoutingView::Lists(int32_t server) const {
   for (const auto& s : table_.servers()) {
     if (s.id() == server) return true;

@@ -43,6 +43,8 @@ class RoutingView {
   // Whether the table lists `server` (connected to or not): a server not
   // listed has left the job.
   bool Lists(int32_t server) const;
+  // Whether the connection to `server` is over ipc:// (on this host).
+  bool IsLocal(int32_t server) const;
   // "server 3 (tcp://...)" for messages.
   std::string Describe(int32_t server) const;
   // Every connected server, ascending by id.

@@ -49,6 +49,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("gns_batch_noise_trace", c.gns_batch_noise_trace...);
   f("gns_batch_clocks", c.gns_batch_clocks...);
   f("adascale_noise_scale", c.adascale_noise_scale...);
+  f("shm_replies", c.shm_replies...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

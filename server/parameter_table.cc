@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -260,6 +261,21 @@ void ParameterTable::Pull(const DataFrames& request, std::vector<float>* out) {
     out->resize(at + request.length(i));
     InitializeValue(options_.init, id_, keys[i],
                     std::span<float>(out->data() + at, request.length(i)));
+  }
+}
+
+void ParameterTable::PullInto(const DataFrames& request, float* out) {
+  const auto keys = request.keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::span<float> to(out, request.length(i));
+    out += to.size();
+    auto it = entries_.find(keys[i]);
+    if (it == entries_.end()) {
+      InitializeValue(options_.init, id_, keys[i], to);
+      continue;
+    }
+    // CheckPull: a stored key's width is the request's.
+    std::memcpy(to.data(), it->second.value.data(), to.size_bytes());
   }
 }
 

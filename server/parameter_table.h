@@ -103,6 +103,9 @@ class ParameterTable {
   // Appends the requested keys' values to `out`; an absent key reads as its
   // initial value and is not stored (only a push stores a key).
   void Pull(const DataFrames& request, std::vector<float>* out);
+  // The same into `out`, which holds request.total_floats() floats (a
+  // worker's shared memory).
+  void PullInto(const DataFrames& request, float* out);
 
   // Checkpoints. Keys whose value or optimizer state changed since the last
   // TakeChanges (keys only ever pulled hold their initial value, which the

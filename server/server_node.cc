@@ -45,6 +45,7 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
     : options_(options),
       env_(env),
       replies_(&routing_, &counters_),
+      shm_regions_(options.shm_values),
       admission_(options.max_message_bytes, options.max_key_floats,
                  options.max_window_per_client, &counters_),
       runner_(MakeRunner(options.apply_threads)),
@@ -312,6 +313,7 @@ void ServerNode::Send(const wire::Header& header) {
 }
 
 void ServerNode::Heartbeat(int64_t busy_ms) {
+  shm_regions_.ForgetExited();
   wire::Header hb;
   hb.set_type(wire::HEARTBEAT);
   hb.set_member_id(id_);

@@ -42,6 +42,7 @@
 #include "server/reply_sender.h"
 #include "server/request_admission.h"
 #include "server/restorer.h"
+#include "server/shm_reply_regions.h"
 #include "server/slot_mover.h"
 #include "server/table_set.h"
 #include "transport/message.h"
@@ -191,6 +192,8 @@ class ServerNode final : private CoordinatorLink {
   TimePoint run_peak_until_{};
   LiveCounters counters_;
   ReplySender replies_;
+  // Workers' shared memory that pulls' values go into.
+  ShmReplyRegions shm_regions_;
   RequestAdmission admission_;
   // Applies large pushes' pieces (null: one thread).
   std::unique_ptr<ParallelRunner> runner_;

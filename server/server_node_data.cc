@@ -226,21 +226,36 @@ void ServerNode::ServePull(const InMessage& message,
   ParameterTable& table = *request.table;
   Status s = table.CheckPull(request.data);
   if (!s.ok()) return replies_.Error(identity, request.header.seq(), s);
+  // The worker's shared memory if it named a region there, else a frame.
+  float* region =
+      request.header.has_reply_shm()
+          ? shm_regions_.Region(request.header.reply_shm(),
+                                request.data.total_floats() * sizeof(float),
+                                request.header.timeout_ms())
+          : nullptr;
   std::vector<float> values;
-  table.Pull(request.data, &values);
+  if (region != nullptr) {
+    table.PullInto(request.data, region);
+    counters_.Add(&ServerCounters::shm_replies);
+    counters_.Add(&ServerCounters::bytes_out,
+                  request.data.total_floats() * sizeof(float));
+  } else {
+    table.Pull(request.data, &values);
+  }
   SetKeysStored();
   counters_.Add(&ServerCounters::pulls);
   wire::Header reply;
   reply.set_type(wire::DATA_REPLY);
   reply.set_seq(request.header.seq());
   reply.set_num_keys(request.data.keys().size());
-  reply.set_values_frames(1);
+  reply.set_values_frames(region != nullptr ? 0 : 1);
+  reply.set_values_in_shm(region != nullptr);
   reply.set_data_clock(consistency_.server_clock());
   reply.set_blocked_us(blocked_us);
   reply.set_duplicate(duplicate);
   // Clients' caches decide freshness with the bound: keep theirs current.
   *reply.mutable_consistency() = ToWire(consistency_.latest(table.id()));
-  replies_.Reply(identity, reply, &values);
+  replies_.Reply(identity, reply, region != nullptr ? nullptr : &values);
 }
 
 void ServerNode::HandleClock(const wire::Header& header) {

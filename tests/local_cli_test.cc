@@ -684,6 +684,52 @@ TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// Workers and servers as processes of one host: the MLP's pulls (its
+// layers are hundreds of KB) get their values through each worker's
+// shared memory, which the servers open from another process.
+TEST(LocalCluster, PullsFromServersOnTheHostComeThroughSharedMemory) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--app=fmnist-mlp", "--device=cpu",
+             "--workers=2", "--epochs=1000", "--log_every=20",
+             "--metrics_port=0", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  std::smatch port;
+  const std::string out = p.output();
+  ASSERT_TRUE(std::regex_search(
+      out, port,
+      std::regex("coordinator metrics on http://127.0.0.1:([0-9]+)/metrics")))
+      << out;
+  httplib::Client http("127.0.0.1", std::stoi(port[1].str()));
+  http.set_read_timeout(10, 0);
+  // The counters come with the servers' heartbeats: wait for one that
+  // follows pulls.
+  const std::regex counter(
+      "\\nductile_server_shm_replies_total\\{server=\"[01]\"\\} ([0-9]+)\\n");
+  const std::regex pulls(
+      "\\nductile_server_pulls_total\\{server=\"[01]\"\\} ([0-9]+)\\n");
+  auto sum = [](const std::string& body, const std::regex& re) {
+    uint64_t total = 0;
+    for (std::sregex_iterator it(body.begin(), body.end(), re), end; it != end;
+         ++it) {
+      total += std::stoull((*it)[1].str());
+    }
+    return total;
+  };
+  std::string body;
+  const auto until = SteadyClock::now() + std::chrono::seconds(30);
+  while (SteadyClock::now() < until) {
+    auto metrics = http.Get("/metrics");
+    ASSERT_TRUE(metrics) << httplib::to_string(metrics.error());
+    body = metrics->body;
+    if (sum(body, pulls) > 0 && sum(body, counter) > 0) break;
+    p.WaitFor("(never printed)", std::chrono::seconds(1));
+  }
+  EXPECT_GT(sum(body, counter), 0u) << body;
+  kill(p.pid(), SIGINT);
+  p.Wait(std::chrono::seconds(60));
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 // A worker drained from outside leaves at its next step and exits 0; the
 // others finish the job (under BSP, so a worker still waited for would
 // hang it).

@@ -84,7 +84,12 @@ class TestCluster {
     o.request_timeout_ms = request_timeout_ms;
     o.connect_timeout_ms = 20000;
     o.security = security != nullptr ? *security : security_;
-    auto client = Client::Connect(o);
+    return ConnectWith(o);
+  }
+  // With `options`, their coordinator address replaced by this cluster's.
+  std::unique_ptr<Client> ConnectWith(ClientOptions options) {
+    options.coordinator_address = address();
+    auto client = Client::Connect(options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
   }

@@ -103,6 +103,12 @@ struct ServerOptions {
   // with keys (CURVE, whose encryption runs on these threads) a quarter of
   // the machine's cores, 1 to 4; in plain mode 1 (docs/benchmarks.md).
   int io_threads = 0;
+  // Put a pull's values into the worker's shared memory when the worker
+  // names a region of it (a worker on this host that reaches the server
+  // over ipc://: ClientOptions::shm_reply_bytes), rather than into the
+  // reply: two copies at memory speed instead of a trip through the
+  // socket (docs/wire.md, docs/benchmarks.md). false: always in the reply.
+  bool shm_values = true;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;
@@ -152,6 +158,8 @@ struct ServerCounters {
   // worker from another connection.
   uint64_t refused_limits = 0;
   uint64_t refused_permission = 0;
+  // Bytes of requests received and of replies sent, values put in a
+  // worker's shared memory included (shm_replies).
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t keys_stored = 0;
@@ -204,6 +212,9 @@ struct ServerCounters {
   // job's, once the coordinator has sent one, else this server's own
   // estimate once it has kAdaScaleMinClocks clocks; 0: none (factor 1).
   double adascale_noise_scale = 0;
+  // Of `pulls`: those whose values went into the worker's shared memory
+  // rather than a reply frame (ServerOptions::shm_values).
+  uint64_t shm_replies = 0;
 };
 
 class Server {

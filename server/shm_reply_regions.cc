@@ -1,0 +1,72 @@
+#include "server/shm_reply_regions.h"
+
+#include <signal.h>
+
+#include <cerrno>
+#include <chrono>
+#include <utility>
+
+#include "glog/logging.h"
+
+namespace ductile {
+
+float* ShmReplyRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
+                               int64_t timeout_ms) {
+  if (!enabled_ || bytes == 0 || ref.bytes() != bytes ||
+      ref.offset() % alignof(float) != 0) {
+    return nullptr;
+  }
+  // The worker reuses the region 2 x timeout_ms after sending: write only
+  // well within that (the clock is the host's, shared by both processes).
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  const int64_t timeout_ns = (timeout_ms > 0 ? timeout_ms : 60000) * 1000000;
+  if (ref.sent_ns() <= 0 || now_ns - ref.sent_ns() > timeout_ns) {
+    return nullptr;
+  }
+  ShmSegment* segment = Find({ref.pid(), ref.fd(), ref.token()});
+  if (segment == nullptr || !segment->Holds(ref.offset(), bytes)) {
+    return nullptr;
+  }
+  return reinterpret_cast<float*>(segment->data() + ref.offset());
+}
+
+ShmSegment* ShmReplyRegions::Find(const SegmentKey& key) {
+  ++uses_;
+  if (auto it = segments_.find(key); it != segments_.end()) {
+    it->second.last_use = uses_;
+    return it->second.segment.get();
+  }
+  if (refused_.count(key) != 0) return nullptr;
+  const auto& [pid, fd, token] = key;
+  Result<std::unique_ptr<ShmSegment>> opened = ShmSegment::Open(pid, fd, token);
+  if (!opened.ok()) {
+    LOG(WARNING) << "a worker's shared memory cannot be used (its pulls' "
+                    "values come in frames): "
+                 << opened.status();
+    if (refused_.size() >= kMaxRefused) refused_.clear();
+    refused_.insert(key);
+    return nullptr;
+  }
+  if (segments_.size() >= kMaxSegments) {
+    auto oldest = segments_.begin();
+    for (auto it = segments_.begin(); it != segments_.end(); ++it) {
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    }
+    segments_.erase(oldest);
+  }
+  ShmSegment* segment = opened->get();
+  segments_.emplace(key, Mapped{std::move(*opened), uses_});
+  return segment;
+}
+
+void ShmReplyRegions::ForgetExited() {
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    const bool exited = kill(std::get<0>(it->first), 0) != 0 && errno == ESRCH;
+    it = exited ? segments_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace ductile

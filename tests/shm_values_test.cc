@@ -1,0 +1,400 @@
+// Pull values through a worker's shared memory (docs/wire.md, "Values in
+// shared memory"): the segment, the worker's regions, the server's side,
+// and whole pulls from a server on this host.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "client/shm_reply_area.h"
+#include "gtest/gtest.h"
+#include "server/shm_reply_regions.h"
+#include "tests/test_cluster.h"
+#include "transport/shm_segment.h"
+
+namespace ductile {
+namespace {
+
+using testing::TestCluster;
+using testing::TestClusterOptions;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// ------------------------------------------------------------ the segment
+
+TEST(ShmSegment, APeerMapsTheSameBytes) {
+  auto segment = ShmSegment::Create(kMiB);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto peer = ShmSegment::Open((*segment)->pid(), (*segment)->fd(),
+                               (*segment)->token());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_EQ((*peer)->size(), kMiB);
+  EXPECT_NE((*peer)->data(), (*segment)->data());  // a mapping of its own
+  std::memcpy((*segment)->data() + 4096, "pulled", 7);
+  EXPECT_STREQ(reinterpret_cast<const char*>((*peer)->data() + 4096), "pulled");
+  std::memcpy((*peer)->data() + kMiB - 8, "back", 5);
+  EXPECT_STREQ(reinterpret_cast<const char*>((*segment)->data() + kMiB - 8),
+               "back");
+}
+
+TEST(ShmSegment, AnotherTokenIsRefused) {
+  auto segment = ShmSegment::Create(kMiB);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  std::string token = (*segment)->token();
+  token[5] ^= 1;
+  auto peer = ShmSegment::Open((*segment)->pid(), (*segment)->fd(), token);
+  EXPECT_EQ(peer.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(peer.status().message().find("token"), std::string::npos);
+  auto short_token =
+      ShmSegment::Open((*segment)->pid(), (*segment)->fd(), token.substr(0, 8));
+  EXPECT_EQ(short_token.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ShmSegment, AFileNotSealedAgainstShrinkingIsRefused) {
+  // A segment its creator could cut under a server's mapping (the
+  // server's writes would then fault) is not used.
+  const int fd = memfd_create("not-sealed", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kMiB), 0);
+  auto peer = ShmSegment::Open(getpid(), fd, std::string(16, 'x'));
+  EXPECT_EQ(peer.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(peer.status().message().find("sealed"), std::string::npos)
+      << peer.status();
+  close(fd);
+}
+
+TEST(ShmSegment, NoSuchDescriptorOrSizeIsAnError) {
+  const std::string token(16, 'x');
+  EXPECT_EQ(ShmSegment::Open(getpid(), 1 << 20, token).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ShmSegment::Open(0, 3, token).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmSegment::Create(0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmSegment::Create(ShmSegment::kHeaderBytes).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// ------------------------------------------------------ a worker's regions
+
+TEST(ShmReplyArea, RegionsAreLentOnceAndJoinAgainWhenReturned) {
+  auto area = ShmReplyArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  ShmReplyArea& a = **area;
+  const uint64_t all = a.free_bytes();
+  EXPECT_EQ(all, kMiB);
+  wire::ShmRef r1, r2, r3;
+  ASSERT_TRUE(a.Lend(1, 0, 600 * 1024, 1000, &r1));
+  EXPECT_FALSE(a.Lend(2, 0, 600 * 1024, 1000, &r2));  // no room left
+  EXPECT_TRUE(r2.token().empty());
+  EXPECT_FALSE(a.Lend(1, 0, 1024, 1000, &r2));  // seq 1 has one already
+  ASSERT_TRUE(a.Lend(3, 1, 100 * 1024, 1000, &r3));
+  EXPECT_EQ(r1.pid(), getpid());
+  EXPECT_EQ(r1.token().size(), ShmSegment::kTokenBytes);
+  EXPECT_EQ(r1.bytes(), 600u * 1024);
+  EXPECT_GE(r1.offset(), ShmSegment::kHeaderBytes);
+  EXPECT_GE(r3.offset(), r1.offset() + r1.bytes());  // they do not overlap
+  EXPECT_GT(r1.sent_ns(), 0);
+  EXPECT_EQ(a.lent(), 2u);
+
+  // Seq 1 answered: its region (before seq 3's) goes out again.
+  a.Return(1, 0);
+  ASSERT_TRUE(a.Lend(2, 0, 600 * 1024, 1000, &r2));
+  EXPECT_EQ(r2.offset(), r1.offset());
+  a.Return(2, 0);
+  a.Return(3, 1);
+  EXPECT_EQ(a.lent(), 0u);
+  EXPECT_EQ(a.free_bytes(), all);
+  wire::ShmRef whole;
+  EXPECT_TRUE(a.Lend(4, 0, kMiB, 1000, &whole));  // one free region again
+}
+
+TEST(ShmReplyArea, OnlyTheServerAskedReadsOrReturnsARegion) {
+  auto area = ShmReplyArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(7, 2, 4000, 1000, &ref));
+  EXPECT_NE((*area)->Values(7, 2, 4000), nullptr);
+  EXPECT_EQ((*area)->Values(7, 3, 4000), nullptr);  // another server
+  EXPECT_EQ((*area)->Values(7, 2, 3996), nullptr);  // another size
+  EXPECT_EQ((*area)->Values(8, 2, 4000), nullptr);  // another request
+  (*area)->Return(7, 3);
+  EXPECT_EQ((*area)->lent(), 1u);
+  (*area)->Return(7, 2);
+  EXPECT_EQ((*area)->lent(), 0u);
+  EXPECT_EQ((*area)->Values(7, 2, 4000), nullptr);
+}
+
+TEST(ShmReplyArea, AnUnansweredRegionIsTakenBackAfterTwiceItsTimeout) {
+  auto area = ShmReplyArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  const auto lent_at = std::chrono::steady_clock::now();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(1, 0, kMiB, 1000, &ref));
+  (*area)->Expire(lent_at + std::chrono::milliseconds(1500));
+  EXPECT_EQ((*area)->lent(), 1u);
+  (*area)->Expire(lent_at + std::chrono::milliseconds(2500));
+  EXPECT_EQ((*area)->lent(), 0u);
+  EXPECT_EQ((*area)->free_bytes(), kMiB);
+}
+
+// ------------------------------------------------------ the server's side
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(ShmReplyRegions, AServerWritesWhereTheWorkerReads) {
+  auto area = ShmReplyArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(5, 1, 400, 1000, &ref));
+  ShmReplyRegions regions(/*enabled=*/true);
+  float* to = regions.Region(ref, 400, 1000);
+  ASSERT_NE(to, nullptr);
+  std::iota(to, to + 100, 1.0f);
+  const float* from = (*area)->Values(5, 1, 400);
+  ASSERT_NE(from, nullptr);
+  EXPECT_EQ(from[0], 1.0f);
+  EXPECT_EQ(from[99], 100.0f);
+  EXPECT_EQ(regions.mapped(), 1u);
+  EXPECT_NE(regions.Region(ref, 400, 1000), nullptr);
+  EXPECT_EQ(regions.mapped(), 1u);  // mapped once
+}
+
+TEST(ShmReplyRegions, RegionsThatCannotBeUsedAreRefused) {
+  auto area = ShmReplyArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(5, 1, 4096, 1000, &ref));
+  ShmReplyRegions regions(true);
+  EXPECT_EQ(ShmReplyRegions(false).Region(ref, 4096, 1000), nullptr);
+  EXPECT_EQ(regions.Region(ref, 4092, 1000), nullptr);  // not the reply's size
+
+  wire::ShmRef outside = ref;
+  outside.set_offset(kMiB + ShmSegment::kHeaderBytes - 4092);
+  outside.set_bytes(4096);
+  EXPECT_EQ(regions.Region(outside, 4096, 1000), nullptr);
+  outside.set_offset(~uint64_t{0} - 1024);
+  EXPECT_EQ(regions.Region(outside, 4096, 1000), nullptr);
+  outside.set_offset(2);  // in the header, and unaligned
+  EXPECT_EQ(regions.Region(outside, 4096, 1000), nullptr);
+
+  // Sent longer ago than its timeout: the worker may have lent it again.
+  wire::ShmRef late = ref;
+  late.set_sent_ns(NowNs() - 1500 * 1000000LL);
+  EXPECT_EQ(regions.Region(late, 4096, 1000), nullptr);
+  EXPECT_NE(regions.Region(late, 4096, 2000), nullptr);
+  late.set_sent_ns(0);
+  EXPECT_EQ(regions.Region(late, 4096, 1000), nullptr);
+
+  wire::ShmRef stranger = ref;
+  stranger.set_token(std::string(16, 'z'));
+  EXPECT_EQ(regions.Region(stranger, 4096, 1000), nullptr);
+  stranger.set_pid(getpid());
+  stranger.set_fd(1 << 20);
+  EXPECT_EQ(regions.Region(stranger, 4096, 1000), nullptr);
+  EXPECT_EQ(regions.mapped(), 1u);  // only the good segment
+  EXPECT_NE(regions.Region(ref, 4096, 1000), nullptr);
+}
+
+TEST(ShmReplyRegions, AnExitedWorkersSegmentIsUnmapped) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto area = ShmReplyArea::Create(kMiB);
+    wire::ShmRef ref;
+    if (!area.ok() || !(*area)->Lend(1, 0, 4096, 60000, &ref)) _exit(1);
+    const std::string bytes = ref.SerializeAsString();
+    const uint32_t size = static_cast<uint32_t>(bytes.size());
+    if (write(from_child[1], &size, sizeof(size)) != sizeof(size) ||
+        write(from_child[1], bytes.data(), size) !=
+            static_cast<ssize_t>(size)) {
+      _exit(1);
+    }
+    char done;
+    if (read(to_child[0], &done, 1) < 0) _exit(1);
+    _exit(0);
+  }
+  uint32_t size = 0;
+  ASSERT_EQ(read(from_child[0], &size, sizeof(size)),
+            static_cast<ssize_t>(sizeof(size)));
+  std::string bytes(size, '\0');
+  ASSERT_EQ(read(from_child[0], bytes.data(), size),
+            static_cast<ssize_t>(size));
+  wire::ShmRef ref;
+  ASSERT_TRUE(ref.ParseFromString(bytes));
+
+  ShmReplyRegions regions(true);
+  float* to = regions.Region(ref, 4096, 60000);
+  ASSERT_NE(to, nullptr);  // another process's segment
+  to[0] = 3.0f;
+  regions.ForgetExited();
+  EXPECT_EQ(regions.mapped(), 1u);  // still running
+
+  ASSERT_EQ(write(to_child[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  regions.ForgetExited();
+  EXPECT_EQ(regions.mapped(), 0u);
+  for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) {
+    close(fd);
+  }
+}
+
+// ---------------------------------------------------------- whole pulls
+
+// One key holds 512 KiB of floats.
+constexpr uint32_t kWidth = 131072;
+
+TableOptions WideTable() {
+  TableOptions t;
+  t.name = "wide";
+  t.value_width = kWidth;
+  t.rule = UpdateRule::kAdd;
+  return t;
+}
+
+// Pushes keys 0..n-1 with distinct values; returns what each holds.
+std::vector<float> PushDistinct(Client& client, TableId table, int n) {
+  std::vector<Key> keys(n);
+  std::iota(keys.begin(), keys.end(), Key{0});
+  std::vector<float> values(static_cast<size_t>(n) * kWidth);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<float>(i % 100003) * 0.5f;
+  }
+  EXPECT_TRUE(client.Push(table, keys, values).ok());
+  return values;
+}
+
+std::vector<Key> FirstKeys(int n) {
+  std::vector<Key> keys(n);
+  std::iota(keys.begin(), keys.end(), Key{0});
+  return keys;
+}
+
+TEST(ShmValues, PullsFromAServerOnThisHostComeThroughSharedMemory) {
+  TestCluster cluster(TestClusterOptions{.num_servers = 1});
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<float> pushed = PushDistinct(*client, *table, 3);
+  const std::vector<Key> keys = FirstKeys(3);
+
+  std::vector<float> out(pushed.size(), -1.0f);
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  EXPECT_EQ(out, pushed);
+  EXPECT_EQ(cluster.server(0).counters().shm_replies, 1u);
+
+  // A push-pull's values come the same way.
+  std::vector<float> grad(pushed.size(), 1.0f);
+  ASSERT_TRUE(client->PushPull(*table, keys, grad, out).ok());
+  for (size_t i = 0; i < out.size(); i += 4099) {
+    ASSERT_EQ(out[i], pushed[i] + 1.0f) << i;
+  }
+  EXPECT_EQ(out.back(), pushed.back() + 1.0f);
+  EXPECT_EQ(cluster.server(0).counters().shm_replies, 2u);
+
+  // A small pull (4 KiB) comes in the reply.
+  TableOptions narrow = WideTable();
+  narrow.name = "narrow";
+  narrow.value_width = 1024;
+  std::vector<float> one(1024);
+  auto small = client->CreateTable(narrow);
+  ASSERT_TRUE(small.ok()) << small.status();
+  ASSERT_TRUE(client->Pull(*small, std::vector<Key>{1}, one).ok());
+  EXPECT_EQ(cluster.server(0).counters().shm_replies, 2u);
+}
+
+TEST(ShmValues, WithoutSharedMemoryOnEitherSideTheValuesComeInFrames) {
+  TestClusterOptions options{.num_servers = 1};
+  options.server.shm_values = false;
+  TestCluster cluster(options);
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<float> pushed = PushDistinct(*client, *table, 2);
+  std::vector<float> out(pushed.size());
+  ASSERT_TRUE(client->Pull(*table, FirstKeys(2), out).ok());
+  EXPECT_EQ(out, pushed);
+  EXPECT_EQ(cluster.server(0).counters().shm_replies, 0u);
+
+  TestCluster other(TestClusterOptions{.num_servers = 1});
+  ClientOptions off;
+  off.shm_reply_bytes = 0;
+  off.request_timeout_ms = 20000;
+  auto plain = other.ConnectWith(off);
+  ASSERT_NE(plain, nullptr);
+  auto t = plain->CreateTable(WideTable());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<float> again = PushDistinct(*plain, *t, 2);
+  ASSERT_TRUE(plain->Pull(*t, FirstKeys(2), out).ok());
+  EXPECT_EQ(out, again);
+  EXPECT_EQ(other.server(0).counters().shm_replies, 0u);
+  EXPECT_GT(other.server(0).counters().pulls, 0u);
+}
+
+TEST(ShmValues, PullsBeyondTheFreeSharedMemoryComeInFrames) {
+  // 1 MiB of shared memory; eight 1 MiB pulls at once: at most one holds a
+  // region at a time, the others come in frames, and all are right.
+  // (Which ones get the region depends on timing; the first of each
+  // round finds it free.)
+  TestCluster cluster(TestClusterOptions{.num_servers = 1});
+  ClientOptions options;
+  options.shm_reply_bytes = kMiB;
+  options.request_timeout_ms = 20000;
+  auto client = cluster.ConnectWith(options);
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<float> pushed = PushDistinct(*client, *table, 2);
+  const std::vector<Key> keys = FirstKeys(2);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::vector<float>> outs(8, std::vector<float>(pushed.size()));
+    std::vector<Handle> pending;
+    for (auto& out : outs) {
+      pending.push_back(client->PullAsync(*table, keys, out));
+    }
+    for (auto& h : pending) ASSERT_TRUE(h.Wait().ok());
+    for (const auto& out : outs) ASSERT_EQ(out, pushed);
+  }
+  const ServerCounters c = cluster.server(0).counters();
+  EXPECT_GE(c.shm_replies, 3u);  // the first of each round at least
+
+  // A pull larger than the whole area.
+  const std::vector<float> bigger = PushDistinct(*client, *table, 3);
+  std::vector<float> out(bigger.size());
+  const uint64_t before = cluster.server(0).counters().shm_replies;
+  ASSERT_TRUE(client->Pull(*table, FirstKeys(3), out).ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(out[i], bigger[i] + (i < pushed.size() ? pushed[i] : 0.0f)) << i;
+  }
+  EXPECT_EQ(cluster.server(0).counters().shm_replies, before);
+}
+
+TEST(ShmValues, ABadSizeIsRefusedAtConnect) {
+  TestCluster cluster(TestClusterOptions{.num_servers = 1});
+  ClientOptions options;
+  options.coordinator_address = cluster.address();
+  options.shm_reply_bytes = 4096;
+  auto client = Client::Connect(options);
+  EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(client.status().message().find("shm_reply_bytes"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ductile

@@ -1,0 +1,127 @@
+#include "transport/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ductile {
+namespace {
+
+constexpr char kMagic[] = "ductile-shm-v1";  // 15 bytes with its NUL
+constexpr uint64_t kMaxSegmentBytes = uint64_t{64} << 30;
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_SEAL;
+
+std::string Errno(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
+
+Result<std::string> RandomToken() {
+  std::string token(ShmSegment::kTokenBytes, '\0');
+  size_t got = 0;
+  while (got < token.size()) {
+    const ssize_t n = getrandom(token.data() + got, token.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return UnavailableError(Errno("getrandom"));
+    got += static_cast<size_t>(n);
+  }
+  return token;
+}
+
+Result<uint8_t*> Map(int fd, uint64_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return UnavailableError(Errno("mmap"));
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(uint64_t bytes) {
+  if (bytes <= kHeaderBytes || bytes > kMaxSegmentBytes) {
+    return InvalidArgumentError("a shared memory segment of " +
+                                std::to_string(bytes) + " bytes: must be " +
+                                std::to_string(kHeaderBytes + 1) + " to " +
+                                std::to_string(kMaxSegmentBytes));
+  }
+  Result<std::string> token = RandomToken();
+  DUCTILE_RETURN_IF_ERROR(token.status());
+  std::unique_ptr<ShmSegment> segment(new ShmSegment);
+  segment->fd_ =
+      memfd_create("ductile-values", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (segment->fd_ < 0) return UnavailableError(Errno("memfd_create"));
+  if (ftruncate(segment->fd_, static_cast<off_t>(bytes)) != 0) {
+    return UnavailableError(Errno("ftruncate"));
+  }
+  if (fcntl(segment->fd_, F_ADD_SEALS, kRequiredSeals) != 0) {
+    return UnavailableError(Errno("sealing a memfd"));
+  }
+  Result<uint8_t*> data = Map(segment->fd_, bytes);
+  DUCTILE_RETURN_IF_ERROR(data.status());
+  segment->data_ = *data;
+  segment->size_ = bytes;
+  segment->pid_ = static_cast<int32_t>(getpid());
+  segment->token_ = std::move(*token);
+  std::memcpy(segment->data_, kMagic, sizeof(kMagic));
+  std::memcpy(segment->data_ + sizeof(kMagic), segment->token_.data(),
+              kTokenBytes);
+  return segment;
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Open(int32_t pid, int32_t fd,
+                                                     std::string_view token) {
+  const std::string path =
+      "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  if (pid <= 0 || fd < 0 || token.size() != kTokenBytes) {
+    return InvalidArgumentError("no shared memory segment is named by " + path +
+                                " and a token of " +
+                                std::to_string(token.size()) + " bytes");
+  }
+  const int file = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (file < 0) {
+    const std::string message = Errno("opening " + path);
+    return errno == ENOENT ? NotFoundError(message)
+                           : PermissionDeniedError(message);
+  }
+  struct stat st {};
+  const int seals = fcntl(file, F_GET_SEALS);
+  Status s;
+  if (fstat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = InvalidArgumentError(path + " is not a memory file");
+  } else if (seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
+    s = InvalidArgumentError(path + " is not sealed against shrinking");
+  } else if (static_cast<uint64_t>(st.st_size) <= kHeaderBytes ||
+             static_cast<uint64_t>(st.st_size) > kMaxSegmentBytes) {
+    s = InvalidArgumentError(path + " has " + std::to_string(st.st_size) +
+                             " bytes, not a segment's size");
+  }
+  std::unique_ptr<ShmSegment> segment(new ShmSegment);
+  if (s.ok()) {
+    Result<uint8_t*> data = Map(file, static_cast<uint64_t>(st.st_size));
+    s = data.status();
+    if (s.ok()) {
+      segment->data_ = *data;
+      segment->size_ = static_cast<uint64_t>(st.st_size);
+    }
+  }
+  close(file);
+  DUCTILE_RETURN_IF_ERROR(s);
+  if (std::memcmp(segment->data_, kMagic, sizeof(kMagic)) != 0 ||
+      std::memcmp(segment->data_ + sizeof(kMagic), token.data(), kTokenBytes) !=
+          0) {
+    return InvalidArgumentError(path + " is not the segment named: its token " +
+                                "differs");
+  }
+  segment->token_.assign(token);
+  return segment;
+}
+
+ShmSegment::~ShmSegment() {
+  if (data_ != nullptr) munmap(data_, size_);
+  if (fd_ >= 0) close(fd_);
+}
+
+}  // namespace ductile

@@ -261,6 +261,10 @@ DEFINE_bool(prefetch, false,
 DEFINE_bool(overlap_push, false,
             "fmnist-mlp: push each layer's gradient as soon as the backward "
             "pass has it, while the layers before it are computed");
+DEFINE_bool(layered_pulls, false,
+            "fmnist apps: start the forward pass on each layer as soon as "
+            "its parameters have arrived, rather than once the whole "
+            "model has");
 DEFINE_string(layers, "784,256,128,10", "fmnist-mlp: layer sizes");
 DEFINE_uint64(mf_rows, 2000, "mf: rows of the synthetic matrix");
 DEFINE_uint64(mf_cols, 2000, "mf: columns of the synthetic matrix");
@@ -339,6 +343,7 @@ constexpr const char* kTrainingFlags[] = {"app",
                                           "cache",
                                           "prefetch",
                                           "overlap_push",
+                                          "layered_pulls",
                                           "seed",
                                           "log_every",
                                           "max_samples",
@@ -707,6 +712,7 @@ int RunWorker() {
   t.csv_log = FLAGS_csv_log;
   t.prefetch = FLAGS_prefetch;
   t.overlap_push = FLAGS_overlap_push;
+  t.layered_pulls = FLAGS_layered_pulls;
   if (!ParseSizes(FLAGS_layers, &t.layers)) {
     return Fail(ductile::InvalidArgumentError(
         "--layers must be sizes separated by commas, e.g. 784,256,128,10"));

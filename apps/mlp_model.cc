@@ -185,10 +185,17 @@ Status MlpModel::UploadBatch(const Dataset& data,
   return backend_->Upload(targets_host_, targets_);
 }
 
-Status MlpModel::Forward(size_t rows) {
+Status MlpModel::Forward(size_t rows, std::span<const float> params,
+                         const ParamsReady& params_ready) {
   for (size_t l = 1; l <= num_layers(); ++l) {
     const size_t in = layer_sizes_[l - 1];
     const size_t out = layer_sizes_[l];
+    if (params_ready) {
+      const size_t begin = WeightOffset(l), count = out * in + out;
+      DUCTILE_RETURN_IF_ERROR(params_ready(begin, count));
+      DUCTILE_RETURN_IF_ERROR(backend_->Upload(params.subspan(begin, count),
+                                               params_.Subspan(begin, count)));
+    }
     DeviceSpan input = l == 1 ? x_.span() : activations_[l - 2].span();
     DeviceSpan output = activations_[l - 1];
     // z = a W^T + b, for the rows of a.
@@ -221,13 +228,14 @@ Status MlpModel::EvaluateOnBackend(std::span<const float> params,
                                    std::span<const size_t> batch_indices,
                                    std::span<float> grad,
                                    const GradientReady& ready,
+                                   const ParamsReady& params_ready,
                                    double* loss_sum) {
   const bool want_grad = !grad.empty();
   const size_t rows = batch_indices.size();
   const size_t classes = layer_sizes_.back();
-  DUCTILE_RETURN_IF_ERROR(backend_->Upload(params, params_));
+  if (!params_ready) DUCTILE_RETURN_IF_ERROR(backend_->Upload(params, params_));
   DUCTILE_RETURN_IF_ERROR(UploadBatch(data, batch_indices));
-  DUCTILE_RETURN_IF_ERROR(Forward(rows));
+  DUCTILE_RETURN_IF_ERROR(Forward(rows, params, params_ready));
 
   // The logits' gradient replaces the logits: d loss / d z_L, already
   // divided by the batch size.
@@ -284,12 +292,20 @@ Result<float> MlpModel::Evaluate(std::span<const float> params,
                                  const Dataset& data,
                                  std::span<const size_t> batch_indices,
                                  std::span<float> grad,
-                                 const GradientReady& ready) {
+                                 const GradientReady& ready,
+                                 const ParamsReady& params_ready) {
   Status status = CheckCompatible(params, data);
   double loss_sum = 0.0;
   if (status.ok() && !batch_indices.empty()) {
-    status =
-        EvaluateOnBackend(params, data, batch_indices, grad, ready, &loss_sum);
+    status = EvaluateOnBackend(params, data, batch_indices, grad, ready,
+                               params_ready, &loss_sum);
+  } else if (status.ok() && params_ready) {
+    // No forward pass: the L2 term reads every layer.
+    for (size_t l = 1; status.ok() && l <= num_layers(); ++l) {
+      status = params_ready(WeightOffset(l),
+                            layer_sizes_[l] * layer_sizes_[l - 1] +
+                                layer_sizes_[l]);
+    }
   }
   if (!status.ok()) {
     // Layers handed out already stay as they were sent.
@@ -318,7 +334,8 @@ Result<float> MlpModel::LossAndGradient(std::span<const float> params,
                                         const Dataset& data,
                                         std::span<const size_t> batch_indices,
                                         std::span<float> grad,
-                                        const GradientReady& ready) {
+                                        const GradientReady& ready,
+                                        const ParamsReady& params_ready) {
   if (grad.size() != num_params()) {
     std::fill(grad.begin(), grad.end(), 0.0f);
     return InvalidArgumentError("MlpModel gradient buffer holds " +
@@ -326,12 +343,12 @@ Result<float> MlpModel::LossAndGradient(std::span<const float> params,
                                 " floats, the model has " +
                                 std::to_string(num_params()) + " parameters");
   }
-  return Evaluate(params, data, batch_indices, grad, ready);
+  return Evaluate(params, data, batch_indices, grad, ready, params_ready);
 }
 
 Result<float> MlpModel::Loss(std::span<const float> params, const Dataset& data,
                              std::span<const size_t> batch_indices) {
-  return Evaluate(params, data, batch_indices, {}, nullptr);
+  return Evaluate(params, data, batch_indices, {}, nullptr, nullptr);
 }
 
 Result<double> MlpModel::Accuracy(std::span<const float> params,

@@ -106,12 +106,23 @@ class MlpModel {
   // first, and ready(begin, count) is called with its range, so that a
   // caller can send it while the layers before it are computed. The
   // ranges of the layers written before an error are not zeroed then.
+  //
+  // With `params_ready`, `params` is read layer by layer, in the order the
+  // forward pass needs it: params_ready(begin, count) is called with each
+  // layer's range (its W then b, contiguous), first layer first, before
+  // anything in it is read, and returns once that range holds the
+  // parameters (a caller pulling them can let the pass start on the first
+  // layers while the later ones arrive). An error it returns ends the
+  // call with that error. By the return, it was called for every layer
+  // (the L2 term reads them all), unless an error ended the call.
   using GradientReady = std::function<void(size_t begin, size_t count)>;
+  using ParamsReady = std::function<Status(size_t begin, size_t count)>;
   Result<float> LossAndGradient(std::span<const float> params,
                                 const Dataset& data,
                                 std::span<const size_t> batch_indices,
                                 std::span<float> grad,
-                                const GradientReady& ready = nullptr);
+                                const GradientReady& ready = nullptr,
+                                const ParamsReady& params_ready = nullptr);
 
   // The loss LossAndGradient returns, without the gradient; same errors.
   Result<float> Loss(std::span<const float> params, const Dataset& data,
@@ -137,16 +148,20 @@ class MlpModel {
                      std::span<const size_t> batch_indices);
   // z and a of every layer for the `rows` samples in x_, with params_
   // uploaded: hidden activations in activations_[l - 1], logits in
-  // activations_.back().
-  Status Forward(size_t rows);
+  // activations_.back(). With `params_ready`, each layer's parameters are
+  // waited for and uploaded from `params` just before the layer is
+  // computed.
+  Status Forward(size_t rows, std::span<const float> params = {},
+                 const ParamsReady& params_ready = nullptr);
   // Shared body of Loss and LossAndGradient; `grad` empty for Loss.
   Result<float> Evaluate(std::span<const float> params, const Dataset& data,
                          std::span<const size_t> batch_indices,
-                         std::span<float> grad, const GradientReady& ready);
+                         std::span<float> grad, const GradientReady& ready,
+                         const ParamsReady& params_ready);
   Status EvaluateOnBackend(std::span<const float> params, const Dataset& data,
                            std::span<const size_t> batch_indices,
                            std::span<float> grad, const GradientReady& ready,
-                           double* loss_sum);
+                           const ParamsReady& params_ready, double* loss_sum);
   // 0.5 * l2 * |W|^2 over all layers, from host parameters.
   double L2Term(std::span<const float> params) const;
 

@@ -499,11 +499,15 @@ class Classifier {
   virtual std::vector<ParamBlock> Blocks() const = 0;
   // `ready`, where the model can (the MLP): called with each range of
   // `grad` as soon as it is final (MlpModel::LossAndGradient); ranges never
-  // named are final once the call returns.
+  // named are final once the call returns. `params_ready`, if given: called
+  // with each range of `params` before it is read, in the order the model
+  // reads them (the MLP: layer by layer, as its forward pass goes; the
+  // others: all at once), returning once the range holds the parameters.
   virtual Result<float> LossAndGradient(
       std::span<const float> params, const Dataset& data,
       std::span<const size_t> batch, std::span<float> grad,
-      const MlpModel::GradientReady& ready) = 0;
+      const MlpModel::GradientReady& ready,
+      const MlpModel::ParamsReady& params_ready) = 0;
   virtual Result<double> Accuracy(std::span<const float> params,
                                   const Dataset& data) = 0;
   // Host memory for parameters and gradients of `count` floats, the kind
@@ -524,12 +528,19 @@ class ModelClassifier : public Classifier {
                                 const Dataset& data,
                                 std::span<const size_t> batch,
                                 std::span<float> grad,
-                                const MlpModel::GradientReady& ready) override {
+                                const MlpModel::GradientReady& ready,
+                                const MlpModel::ParamsReady& params_ready)
+      override {
     if constexpr (requires {
-                    model_.LossAndGradient(params, data, batch, grad, ready);
+                    model_.LossAndGradient(params, data, batch, grad, ready,
+                                           params_ready);
                   }) {
-      return model_.LossAndGradient(params, data, batch, grad, ready);
+      return model_.LossAndGradient(params, data, batch, grad, ready,
+                                    params_ready);
     } else {
+      if (params_ready) {
+        DUCTILE_RETURN_IF_ERROR(params_ready(0, params.size()));
+      }
       return model_.LossAndGradient(params, data, batch, grad);
     }
   }
@@ -676,6 +687,19 @@ class ParamTensors {
     }
   }
 
+  // Waits for the handles (of PullAsync) of the blocks within [begin,
+  // begin + count); the first error.
+  Status WaitWithin(std::vector<Handle>& handles, size_t begin,
+                    size_t count) const {
+    Status first;
+    for (size_t i = 0; i < handles.size() && i < blocks_.size(); ++i) {
+      const ParamBlock& b = blocks_[i];
+      if (b.offset < begin || b.offset + b.size > begin + count) continue;
+      Status s = handles[i].Wait();
+      if (first.ok() && !s.ok()) first = s;
+    }
+    return first;
+  }
   // Waits for every handle; the first error.
   static Status WaitAll(std::vector<Handle>& handles) {
     Status first;
@@ -769,15 +793,30 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
   }
   progress.Start();
   auto step = [&](std::span<const size_t> batch, int epoch) -> Result<float> {
+    // The pulls of the parameters this step reads.
+    std::vector<Handle> pulls;
     if (!prefetch) {
-      DUCTILE_RETURN_IF_ERROR(tensors.Pull(client, params));
+      pulls = tensors.PullAsync(client, params);
     } else {
       if (next_pull.empty()) next_pull = tensors.PullAsync(client, next_params);
-      DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
+      if (!o.layered_pulls) {
+        DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
+      }
       std::swap(params, next_params);
+      pulls = std::move(next_pull);
       // Issued at this clock, before this step's push: a pull this model
       // allows, overlapping the gradient computation below.
       next_pull = tensors.PullAsync(client, next_params);
+    }
+    // With layered_pulls the forward pass takes each layer as its blocks
+    // arrive; else it starts once all have.
+    MlpModel::ParamsReady arrived;
+    if (o.layered_pulls) {
+      arrived = [&](size_t begin, size_t count) {
+        return tensors.WaitWithin(pulls, begin, count);
+      };
+    } else {
+      DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(pulls));
     }
     // With overlap_push each layer's gradient goes out as the backward pass
     // finishes it, while the layers before it are computed; whatever was
@@ -791,8 +830,12 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       };
     }
     Result<float> loss =
-        model->LossAndGradient(params, *train, batch, grad, ready);
+        model->LossAndGradient(params, *train, batch, grad, ready, arrived);
+    // Every pull is done before `params` is touched again (an error may
+    // have ended the pass before it waited for them all).
+    const Status pulled = ParamTensors::WaitAll(pulls);
     Status s = loss.status();
+    if (s.ok()) s = pulled;
     // A non-finite loss found after layers went out: the servers refuse
     // non-finite gradients (TableOptions::reject_non_finite), so those
     // pushes fail and change nothing.

@@ -80,6 +80,11 @@ struct TrainerOptions {
   // it (last layer first), while the layers before it are computed, rather
   // than the whole gradient after the pass.
   bool overlap_push = false;
+  // fmnist apps: start the forward pass on each layer as soon as its
+  // parameters have arrived (they are pulled in the order the pass reads
+  // them), rather than once the whole model has. The MLP reads layer by
+  // layer; logistic regression has one layer, so it waits for all.
+  bool layered_pulls = false;
   // Worker 0 writes one line per progress report and per epoch here
   // ("" = none).
   std::string csv_log;

@@ -312,12 +312,14 @@ TEST(LocalCluster, TheGnsBatchPolicyGrowsTheJobWithTheNoiseScale) {
 }
 
 // --overlap_push sends each layer's gradient while the layers before it
-// are computed. One worker under BSP trains the same batches in the same
+// are computed, and --layered_pulls starts the forward pass on each layer
+// as it arrives. One worker under BSP trains the same batches in the same
 // order either way, and each layer is a table of its own, so every key
 // gets the same updates: the losses and the accuracy agree to the digit.
 TEST(LocalCluster, AnMlpPushingEachLayerAsItIsReadyTrainsAsOneThatDoesNot) {
   std::vector<std::string> outputs;
-  for (const char* overlap : {"--overlap_push=false", "--overlap_push=true"}) {
+  for (const char* overlap :
+       {"--overlap_push=false", "--overlap_push=true", "--layered_pulls"}) {
     const std::string marker = UniqueTimeoutFlag();
     Process p({kBinary, "local", "--app=fmnist-mlp", "--workers=1",
                "--servers=2", "--epochs=1", "--max_samples=6400",
@@ -334,12 +336,13 @@ TEST(LocalCluster, AnMlpPushingEachLayerAsItIsReadyTrainsAsOneThatDoesNot) {
     outputs.push_back(numbers);
     EXPECT_TRUE(NoProcessesLeft(marker));
   }
-  ASSERT_EQ(outputs.size(), 2u);
+  ASSERT_EQ(outputs.size(), 3u);
   EXPECT_NE(outputs[0].find("final test accuracy"), std::string::npos)
       << outputs[0];
   EXPECT_GE(std::count(outputs[0].begin(), outputs[0].end(), '\n'), 5)
       << outputs[0];
   EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(outputs[0], outputs[2]);
 }
 
 // --lr_scaling=adascale: a BSP job of 2 workers (the base) grows to 3 at

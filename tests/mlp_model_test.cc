@@ -245,6 +245,75 @@ TEST(MlpModel, EachLayersGradientIsHandedOutFinalLastLayerFirst) {
   }
 }
 
+// The parameters arrive layer by layer: each range holds NaN until the
+// callback fills it, so a layer read before its callback would poison the
+// loss and the gradient.
+TEST(MlpModel, ParametersAreReadLayerByLayerOnlyOnceTheyHaveArrived) {
+  const Dataset data = MakeSeparableData(40, 6, 3, 9);
+  std::unique_ptr<ComputeBackend> backend = CpuBackend();
+  MlpModel model = MakeModel(backend.get(), {6, 5, 4, 3}, /*l2=*/0.01f);
+  const std::vector<float> params = RandomParams(model.num_params(), 0.5f, 3);
+  const std::vector<size_t> batch = AllIndices(40);
+  std::vector<float> plain(model.num_params());
+  Result<float> plain_loss = model.LossAndGradient(params, data, batch, plain);
+  ASSERT_TRUE(plain_loss.ok()) << plain_loss.status();
+
+  std::vector<float> arriving(model.num_params(), std::nanf(""));
+  std::vector<std::pair<size_t, size_t>> ranges;
+  auto arrive = [&](size_t begin, size_t count) {
+    ranges.emplace_back(begin, count);
+    std::copy(params.begin() + begin, params.begin() + begin + count,
+              arriving.begin() + begin);
+    return Status::Ok();
+  };
+  std::vector<float> grad(model.num_params());
+  Result<float> loss =
+      model.LossAndGradient(arriving, data, batch, grad, nullptr, arrive);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(*loss, *plain_loss);
+  EXPECT_EQ(grad, plain);
+  // Layers 1, 2, 3 of {6, 5, 4, 3}, in the forward pass's order.
+  const std::vector<std::pair<size_t, size_t>> expected = {
+      {0, 35}, {35, 24}, {59, 15}};
+  EXPECT_EQ(ranges, expected);
+
+  // With the gradient handed out too, and for an empty batch (the L2 term
+  // alone reads every layer).
+  std::fill(arriving.begin(), arriving.end(), std::nanf(""));
+  ranges.clear();
+  std::vector<float> handed(model.num_params());
+  loss = model.LossAndGradient(
+      arriving, data, batch, handed, [](size_t, size_t) {}, arrive);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_EQ(handed, plain);
+  std::fill(arriving.begin(), arriving.end(), std::nanf(""));
+  ranges.clear();
+  Result<float> decay = model.LossAndGradient(params, data, {}, plain);
+  loss = model.LossAndGradient(arriving, data, {}, grad, nullptr, arrive);
+  ASSERT_TRUE(loss.ok() && decay.ok());
+  EXPECT_EQ(*loss, *decay);
+  EXPECT_EQ(ranges, expected);
+}
+
+TEST(MlpModel, AParameterRangeThatFailsToArriveEndsTheCall) {
+  const Dataset data = MakeSeparableData(10, 6, 3, 1);
+  std::unique_ptr<ComputeBackend> backend = CpuBackend();
+  MlpModel model = MakeModel(backend.get(), {6, 5, 4, 3});
+  const std::vector<float> params = RandomParams(model.num_params(), 0.5f, 3);
+  std::vector<float> grad(model.num_params(), 7.0f);
+  int calls = 0;
+  Result<float> loss = model.LossAndGradient(
+      params, data, AllIndices(10), grad, nullptr,
+      [&](size_t begin, size_t) {
+        ++calls;
+        return begin == 0 ? Status::Ok()
+                          : UnavailableError("server 1 did not answer");
+      });
+  EXPECT_EQ(loss.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(calls, 2);  // the second layer's failed: no third
+  EXPECT_EQ(grad, std::vector<float>(model.num_params(), 0.0f));
+}
+
 TEST(MlpModel, SgdOnSeparableDataReachesHighAccuracy) {
   const Dataset data = MakeSeparableData(600, 20, 4, 3);
   std::unique_ptr<ComputeBackend> backend = CpuBackend();

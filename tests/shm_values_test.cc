@@ -58,7 +58,7 @@ TEST(ShmSegment, AnotherTokenIsRefused) {
 TEST(ShmSegment, AFileNotSealedAgainstShrinkingIsRefused) {
   // A segment its creator could cut under a server's mapping (the
   // server's writes would then fault) is not used.
-  const int fd = memfd_create("not-sealed", MFD_CLOEXEC);
+  const int fd = memfd_create("ductile-values", MFD_CLOEXEC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, kMiB), 0);
   auto peer = ShmSegment::Open(getpid(), fd, std::string(16, 'x'));
@@ -66,6 +66,25 @@ TEST(ShmSegment, AFileNotSealedAgainstShrinkingIsRefused) {
   EXPECT_NE(peer.status().message().find("sealed"), std::string::npos)
       << peer.status();
   close(fd);
+}
+
+TEST(ShmSegment, WhatIsNotADuctileSegmentIsNotEvenOpened) {
+  // A request may name any descriptor of any process: a pipe's or a
+  // device's must not be opened (a read end, a terminal), let alone mapped.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  auto peer = ShmSegment::Open(getpid(), pipe_fds[0], std::string(16, 'x'));
+  EXPECT_EQ(peer.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(peer.status().message().find("not a ductile segment"),
+            std::string::npos)
+      << peer.status();
+  const int other = memfd_create("something-else", MFD_CLOEXEC);
+  ASSERT_GE(other, 0);
+  EXPECT_EQ(ShmSegment::Open(getpid(), other, std::string(16, 'x'))
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  for (int fd : {pipe_fds[0], pipe_fds[1], other}) close(fd);
 }
 
 TEST(ShmSegment, NoSuchDescriptorOrSizeIsAnError) {

@@ -13,6 +13,8 @@ namespace ductile {
 namespace {
 
 constexpr char kMagic[] = "ductile-shm-v1";  // 15 bytes with its NUL
+// The memfd's name; /proc/PID/fd/FD of one reads "/memfd:NAME (deleted)".
+constexpr char kName[] = "ductile-values";
 constexpr uint64_t kMaxSegmentBytes = uint64_t{64} << 30;
 constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_SEAL;
 
@@ -51,7 +53,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(uint64_t bytes) {
   DUCTILE_RETURN_IF_ERROR(token.status());
   std::unique_ptr<ShmSegment> segment(new ShmSegment);
   segment->fd_ =
-      memfd_create("ductile-values", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+      memfd_create(kName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (segment->fd_ < 0) return UnavailableError(Errno("memfd_create"));
   if (ftruncate(segment->fd_, static_cast<off_t>(bytes)) != 0) {
     return UnavailableError(Errno("ftruncate"));
@@ -80,7 +82,21 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Open(int32_t pid, int32_t fd,
                                 " and a token of " +
                                 std::to_string(token.size()) + " bytes");
   }
-  const int file = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // Only a ductile memfd is opened at all: a peer's request must not make
+  // this process open whatever another process holds (a device, a pipe).
+  char target[64] = {};
+  const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+  if (n < 0) {
+    const std::string message = Errno("reading " + path);
+    return errno == ENOENT ? NotFoundError(message)
+                           : PermissionDeniedError(message);
+  }
+  if (std::string_view(target, static_cast<size_t>(n)) !=
+      std::string("/memfd:") + kName + " (deleted)") {
+    return InvalidArgumentError(path + " is not a ductile segment");
+  }
+  const int file =
+      open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (file < 0) {
     const std::string message = Errno("opening " + path);
     return errno == ENOENT ? NotFoundError(message)

@@ -6,8 +6,9 @@
 //
 // A segment is an anonymous memory file (memfd) sealed against shrinking.
 // Another process of the same user opens it by the creator's pid and file
-// descriptor (/proc/PID/fd/FD) and proves it is the segment meant by a
-// random token written at its start: a pid reused by another process, or
+// descriptor (/proc/PID/fd/FD), only if that names a ductile memfd (so a
+// request cannot make a server open another kind of file), and proves it
+// is the segment meant by a random token written at its start: a pid reused by another process, or
 // a process in another pid namespace, does not have it. The seal means
 // the creator cannot cut the file under a peer's mapping (which would
 // fault the peer). The memory is freed once the creator has exited and
@@ -43,7 +44,8 @@ class ShmSegment {
   // Maps the segment that process `pid` holds as descriptor `fd`.
   // kPermissionDenied/kNotFound if it cannot be opened (another user, the
   // process is gone, another pid namespace); kInvalidArgument if it is not
-  // a sealed ductile segment or its token differs.
+  // a sealed ductile memfd (then it is not opened at all) or its token
+  // differs.
   static Result<std::unique_ptr<ShmSegment>> Open(int32_t pid, int32_t fd,
                                                   std::string_view token);
 

@@ -147,8 +147,8 @@ DEFINE_int32(io_threads, 0,
              "64; 0: with keys a quarter of the cores, 1 to 4 (the "
              "encryption runs on them), in plain mode 1");
 DEFINE_bool(shm_values, true,
-            "server, worker, local: a pull's values from a server on the "
-            "worker's host (over ipc://) come through the worker's shared "
+            "server, worker, local: values between a worker and a server "
+            "on its host (over ipc://) go through the worker's shared "
             "memory rather than the socket (docs/wire.md); false on either "
             "side: through the socket");
 DEFINE_bool(keep_freed_memory, true,

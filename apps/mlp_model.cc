@@ -302,9 +302,9 @@ Result<float> MlpModel::Evaluate(std::span<const float> params,
   } else if (status.ok() && params_ready) {
     // No forward pass: the L2 term reads every layer.
     for (size_t l = 1; status.ok() && l <= num_layers(); ++l) {
-      status = params_ready(WeightOffset(l),
-                            layer_sizes_[l] * layer_sizes_[l - 1] +
-                                layer_sizes_[l]);
+      status =
+          params_ready(WeightOffset(l),
+                       layer_sizes_[l] * layer_sizes_[l - 1] + layer_sizes_[l]);
     }
   }
   if (!status.ok()) {

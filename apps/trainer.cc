@@ -524,13 +524,11 @@ class ModelClassifier : public Classifier {
  public:
   explicit ModelClassifier(Model model) : model_(std::move(model)) {}
   size_t num_params() const override { return model_.num_params(); }
-  Result<float> LossAndGradient(std::span<const float> params,
-                                const Dataset& data,
-                                std::span<const size_t> batch,
-                                std::span<float> grad,
-                                const MlpModel::GradientReady& ready,
-                                const MlpModel::ParamsReady& params_ready)
-      override {
+  Result<float> LossAndGradient(
+      std::span<const float> params, const Dataset& data,
+      std::span<const size_t> batch, std::span<float> grad,
+      const MlpModel::GradientReady& ready,
+      const MlpModel::ParamsReady& params_ready) override {
     if constexpr (requires {
                     model_.LossAndGradient(params, data, batch, grad, ready,
                                            params_ready);

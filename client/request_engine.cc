@@ -406,9 +406,10 @@ void RequestEngine::SendPart(Part& part) {
           << wire::MessageType_Name(type) << " clock " << op.clock
           << ") to server " << part.server << " epoch "
           << routing_->table().epoch();
-  if (type != wire::PUSH) LendReplyRegion(part, header);
-  OutMessage out = BuildDataRequest(header, part.op, part.begin, count,
-                                    part.indices, type != wire::PULL);
+  const std::span<float> shm_values = LendShmRegions(part, type, header);
+  OutMessage out =
+      BuildDataRequest(header, part.op, part.begin, count, part.indices,
+                       type != wire::PULL, shm_values);
   part.retry_at = {};
   part.resend_at = env_->Now() + kResendAfter;
   Status s = socket->Send(std::move(out));
@@ -416,29 +417,44 @@ void RequestEngine::SendPart(Part& part) {
   part.sent = true;
 }
 
-void RequestEngine::LendReplyRegion(const Part& part, wire::Header& header) {
+std::span<float> RequestEngine::LendShmRegions(const Part& part,
+                                               wire::MessageType type,
+                                               wire::Header& header) {
   if (options_.shm_reply_bytes == 0 || shm_failed_ ||
-      !routing_->IsLocal(part.server)) {
-    return;
+      !routing_->IsLocal(part.server) || shm_refused_.count(part.server)) {
+    return {};
   }
   const DataOperation& op = *part.op;
   uint64_t floats = 0;
   for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
-  if (floats * sizeof(float) < kShmMinBytes) return;
+  const uint64_t bytes = floats * sizeof(float);
+  if (bytes < kShmMinBytes) return {};
   if (shm_ == nullptr) {
-    Result<std::unique_ptr<ShmReplyArea>> area =
-        ShmReplyArea::Create(options_.shm_reply_bytes);
+    Result<std::unique_ptr<ShmValueArea>> area =
+        ShmValueArea::Create(options_.shm_reply_bytes);
     if (!area.ok()) {
-      LOG(WARNING) << "client: no shared memory for pulls from servers on "
-                      "this host (their values come in frames): "
+      LOG(WARNING) << "client: no shared memory for values exchanged with "
+                      "servers on this host (they go in frames): "
                    << area.status();
       shm_failed_ = true;
-      return;
+      return {};
     }
     shm_ = std::move(*area);
   }
-  shm_->Lend(part.seq, part.server, floats * sizeof(float),
-             options_.request_timeout_ms, header.mutable_reply_shm());
+  const int64_t timeout_ms = options_.request_timeout_ms;
+  if (type != wire::PUSH) {
+    shm_->Lend(ShmValueArea::ReplyTicket(part.seq), part.server, bytes,
+               timeout_ms, header.mutable_reply_shm());
+  }
+  if (type == wire::PULL) return {};
+  // A push sent again under its seq keeps its region.
+  const uint64_t ticket = ShmValueArea::PushTicket(part.seq);
+  if (!shm_->Renew(ticket, timeout_ms, header.mutable_push_shm()) &&
+      !shm_->Lend(ticket, part.server, bytes, timeout_ms,
+                  header.mutable_push_shm())) {
+    return {};
+  }
+  return {shm_->Data(ticket, part.server, bytes), floats};
 }
 
 void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
@@ -463,9 +479,12 @@ void RequestEngine::HandleDataReply(InMessage& message, int32_t server) {
     return;
   }
   ReadDataReply(message, header, server);
-  // Answered: a region of shared memory lent for the request, read by now,
-  // may go out again (late and re-routed answers included).
-  if (shm_ != nullptr) shm_->Return(header.seq(), server);
+  // Answered: the regions of shared memory lent for the request, read by
+  // now, may go out again (late and re-routed answers included).
+  if (shm_ != nullptr) {
+    shm_->Return(ShmValueArea::ReplyTicket(header.seq()), server);
+    shm_->Return(ShmValueArea::PushTicket(header.seq()), server);
+  }
 }
 
 void RequestEngine::ReadDataReply(InMessage& message,
@@ -480,6 +499,12 @@ void RequestEngine::ReadDataReply(InMessage& message,
   }
   Part& part = it->second;
   const Status status = StatusFromWire(header);
+  if (header.shm_refused() && shm_refused_.insert(server).second) {
+    LOG(WARNING) << "client: " << routing_->Describe(server)
+                 << " cannot use this worker's shared memory; values go to "
+                    "it in frames: "
+                 << status;
+  }
   if (header.moved() || status.code() == StatusCode::kUnavailable) {
     // Not applied: re-route the keys (under the newer table if the server
     // sent one) with fresh sequence numbers.
@@ -519,7 +544,8 @@ void RequestEngine::ReadDataReply(InMessage& message,
     const float* values = nullptr;
     if (header.values_in_shm()) {
       if (message.size() == 1 && shm_ != nullptr) {
-        values = shm_->Values(header.seq(), server, bytes);
+        values =
+            shm_->Data(ShmValueArea::ReplyTicket(header.seq()), server, bytes);
       }
     } else if (message.size() == 2 && message.frame(1).size() == bytes) {
       values = reinterpret_cast<const float*>(message.frame(1).data());

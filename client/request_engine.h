@@ -31,7 +31,7 @@
 #include "client/param_cache.h"
 #include "client/recovery_state.h"
 #include "client/routing_view.h"
-#include "client/shm_reply_area.h"
+#include "client/shm_value_area.h"
 #include "client/stats_recorder.h"
 #include "client/table_registry.h"
 #include "ductile/client.h"
@@ -136,9 +136,12 @@ class RequestEngine {
   void HandleDataReply(InMessage& message, int32_t server);
   void ReadDataReply(InMessage& message, const wire::Header& header,
                      int32_t server);
-  // Names a region of the shared memory for a pull part's values, when
-  // its server is on this host (ClientOptions::shm_reply_bytes).
-  void LendReplyRegion(const Part& part, wire::Header& header);
+  // When the part's server is on this host (ClientOptions::
+  // shm_reply_bytes), names regions of the shared memory in `header`: one
+  // for a pull's values (reply_shm), and one for a push's (push_shm),
+  // returned for the values to be copied in; else empty.
+  std::span<float> LendShmRegions(const Part& part, wire::MessageType type,
+                                  wire::Header& header);
   void CopyPulledValues(Part& part, const wire::Header& header,
                         const float* values);
   void HandleControlMessage(InMessage& message);
@@ -177,8 +180,11 @@ class RequestEngine {
   std::unique_ptr<RoutingView> routing_;
   // Shared memory for pull replies (made at the first pull to a server on
   // this host; null until then, or if it could not be made).
-  std::unique_ptr<ShmReplyArea> shm_;
+  std::unique_ptr<ShmValueArea> shm_;
   bool shm_failed_ = false;
+  // Servers that could not use it (wire::Header::shm_refused): their
+  // values go in frames.
+  std::set<int32_t> shm_refused_;
   std::vector<Socket*> sockets_;  // the coordinator's, then each server's
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying

@@ -1,5 +1,6 @@
 #include "client/request_frames.h"
 
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -15,7 +16,8 @@ constexpr uint64_t kFramePerKeyBytes = 16384;
 OutMessage BuildDataRequest(wire::Header& header,
                             const std::shared_ptr<DataOperation>& op,
                             size_t begin, size_t count,
-                            std::span<const uint32_t> indices, bool push) {
+                            std::span<const uint32_t> indices, bool push,
+                            std::span<float> shm_values) {
   const bool contiguous = indices.empty();
   auto index = [&](size_t j) -> size_t {
     return contiguous ? begin + j : indices[j];
@@ -23,6 +25,25 @@ OutMessage BuildDataRequest(wire::Header& header,
   const bool variable = op->width == 0;
   uint64_t floats = 0;
   for (size_t j = 0; j < count; ++j) floats += op->length(index(j));
+  if (push && !shm_values.empty() && shm_values.size() == floats) {
+    float* to = shm_values.data();
+    for (size_t j = 0; j < count;) {
+      // A run of keys contiguous in the caller's arrays: one copy.
+      size_t run = 1;
+      while (j + run < count && index(j + run) == index(j) + run) ++run;
+      const size_t i = index(j);
+      const uint64_t run_floats =
+          op->offset(i + run - 1) + op->length(i + run - 1) - op->offset(i);
+      std::memcpy(to, op->values.data() + op->offset(i),
+                  run_floats * sizeof(float));
+      to += run_floats;
+      j += run;
+    }
+    header.set_values_frames(0);
+    push = false;  // no values frame
+  } else {
+    header.clear_push_shm();
+  }
   const bool per_key_frames =
       push && !contiguous && count > 1 &&
       floats * sizeof(float) / count >= kFramePerKeyBytes;

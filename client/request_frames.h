@@ -22,11 +22,15 @@
 namespace ductile {
 
 // The part: keys [begin, begin + count) of `op`, or those at `indices`
-// when it is not empty. Sets header.values_frames for a push.
+// when it is not empty. Sets header.values_frames for a push. A push with
+// `shm_values` (a region of shared memory holding exactly the part's
+// values, named in header.push_shm) copies its values there and sends no
+// values frame.
 OutMessage BuildDataRequest(wire::Header& header,
                             const std::shared_ptr<DataOperation>& op,
                             size_t begin, size_t count,
-                            std::span<const uint32_t> indices, bool push);
+                            std::span<const uint32_t> indices, bool push,
+                            std::span<float> shm_values = {});
 
 }  // namespace ductile
 

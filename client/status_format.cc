@@ -232,7 +232,7 @@ bool Monotonic(std::string_view counter) {
        {"requests", "pushes", "pulls", "duplicates", "redirects", "errors",
         "refused_limits", "refused_permission", "bytes_in", "bytes_out",
         "checkpoints_written", "window_expired", "busy_us", "apply_us",
-        "gns_us", "queued_requests", "shm_replies"}) {
+        "gns_us", "queued_requests", "shm_replies", "shm_pushes"}) {
     if (counter == name) return true;
   }
   return false;

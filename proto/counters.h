@@ -50,6 +50,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("gns_batch_clocks", c.gns_batch_clocks...);
   f("adascale_noise_scale", c.adascale_noise_scale...);
   f("shm_replies", c.shm_replies...);
+  f("shm_pushes", c.shm_pushes...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -42,7 +42,7 @@
 #include "server/reply_sender.h"
 #include "server/request_admission.h"
 #include "server/restorer.h"
-#include "server/shm_reply_regions.h"
+#include "server/shm_value_regions.h"
 #include "server/slot_mover.h"
 #include "server/table_set.h"
 #include "transport/message.h"
@@ -99,6 +99,11 @@ class ServerNode final : private CoordinatorLink {
   void HandleRegistration(const wire::Header& reply);
   // `replay`: a held request handled again (already counted).
   void HandleRequest(InMessage& message, bool replay = false);
+  // A push whose values are in the worker's shared memory: copies them
+  // out now, on arrival (the worker reuses the region once answered), and
+  // rebuilds the message as if they had come in a frame. False if it was
+  // refused (answered; nothing applied).
+  bool TakeShmValues(InMessage& message);
   void HandleClock(const wire::Header& header);
   // A request's values, applied or buffered.
   // Tells the coordinator first when serving `request` will take a while.
@@ -193,7 +198,7 @@ class ServerNode final : private CoordinatorLink {
   LiveCounters counters_;
   ReplySender replies_;
   // Workers' shared memory that pulls' values go into.
-  ShmReplyRegions shm_regions_;
+  ShmValueRegions shm_regions_;
   RequestAdmission admission_;
   // Applies large pushes' pieces (null: one thread).
   std::unique_ptr<ParallelRunner> runner_;

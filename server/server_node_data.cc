@@ -3,6 +3,8 @@
 // BSP clocks ended (OnServerClock).
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,19 @@ using std::chrono::milliseconds;
 // coordinator as a busy spell before it is served.
 constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
 
+// Pushed values in shared memory of this many bytes or more are copied out
+// in pieces of kCopyPieceBytes on the apply threads.
+constexpr uint64_t kParallelCopyBytes = uint64_t{4} << 20;
+constexpr uint64_t kCopyPieceBytes = uint64_t{1} << 20;
+
+// A push rebuilt around values copied out of a worker's shared memory: the
+// message as received, the rewritten header and the values.
+struct ShmCopiedFrames final : FrameStorage {
+  std::unique_ptr<FrameStorage> received;
+  std::string header;
+  std::unique_ptr<uint8_t[]> values;
+};
+
 }  // namespace
 
 // --------------------------------------------------------------- requests
@@ -35,6 +50,7 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     counters_.Add(&ServerCounters::errors);  // nobody to answer
     return;
   }
+  if (!replay && !TakeShmValues(message)) return;
   if (!behind_.empty()) {
     // Requests wait, in order, behind one that named a newer routing.
     behind_.push_back(std::move(message));
@@ -148,6 +164,73 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   ServePull(message, request, 0, duplicate);
 }
 
+bool ServerNode::TakeShmValues(InMessage& message) {
+  // [identity, header, keys, lengths?]: admission refuses anything else.
+  wire::Header header;
+  if (message.size() < 3 || !ParseHeader(message.frame(1), &header).ok() ||
+      !header.has_push_shm()) {
+    return true;
+  }
+  const wire::ShmRef& ref = header.push_shm();
+  const uint64_t bytes = ref.bytes();
+  if (header.values_frames() != 0 ||
+      (header.type() != wire::PUSH && header.type() != wire::PUSH_PULL) ||
+      bytes % sizeof(float) != 0 || bytes > options_.max_message_bytes) {
+    replies_.Error(message.frame(0), header.seq(),
+                   InvalidArgumentError(
+                       "a request naming pushed values in shared memory "
+                       "must be a push or push-pull without values frames, "
+                       "of whole floats within the message limit"));
+    return false;
+  }
+  Result<float*> from = shm_regions_.Region(ref, bytes, header.timeout_ms());
+  if (!from.ok()) {
+    // Nothing applied: the worker sends the values again in frames (or,
+    // for a request that waited past its timeout, in a new region).
+    counters_.Add(&ServerCounters::errors);
+    wire::Header reply;
+    reply.set_type(wire::DATA_REPLY);
+    reply.set_seq(header.seq());
+    reply.set_shm_refused(from.status().code() !=
+                          StatusCode::kDeadlineExceeded);
+    StatusToWire(UnavailableError("server " + std::to_string(id_) +
+                                  " cannot read the pushed values: " +
+                                  from.status().message()),
+                 &reply);
+    replies_.Reply(message.frame(0), reply, nullptr);
+    return false;
+  }
+  auto storage = std::make_unique<ShmCopiedFrames>();
+  storage->values.reset(new uint8_t[bytes]);
+  uint8_t* to = storage->values.get();
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(*from);
+  if (runner_ != nullptr && bytes >= kParallelCopyBytes) {
+    runner_->Run(
+        (bytes + kCopyPieceBytes - 1) / kCopyPieceBytes, [&](size_t i) {
+          const uint64_t at = i * kCopyPieceBytes;
+          std::memcpy(to + at, src + at, std::min(kCopyPieceBytes, bytes - at));
+        });
+  } else {
+    std::memcpy(to, src, bytes);
+  }
+  header.clear_push_shm();
+  header.set_values_frames(1);
+  storage->header = header.SerializeAsString();
+  std::vector<ByteSpan> frames = {
+      message.frame(0),
+      {reinterpret_cast<const uint8_t*>(storage->header.data()),
+       storage->header.size()},
+      message.frame(2),
+      {to, bytes}};
+  for (size_t i = 3; i < message.size(); ++i)
+    frames.push_back(message.frame(i));
+  storage->received = message.TakeStorage();
+  message.Reset(std::move(storage), std::move(frames));
+  counters_.Add(&ServerCounters::shm_pushes);
+  counters_.Add(&ServerCounters::bytes_in, bytes);
+  return true;
+}
+
 void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
   // A large request keeps this thread, and so the heartbeats, busy for a
   // while (a pull may create its keys, optimizer state included): say for
@@ -227,12 +310,13 @@ void ServerNode::ServePull(const InMessage& message,
   Status s = table.CheckPull(request.data);
   if (!s.ok()) return replies_.Error(identity, request.header.seq(), s);
   // The worker's shared memory if it named a region there, else a frame.
-  float* region =
-      request.header.has_reply_shm()
-          ? shm_regions_.Region(request.header.reply_shm(),
-                                request.data.total_floats() * sizeof(float),
-                                request.header.timeout_ms())
-          : nullptr;
+  float* region = nullptr;
+  if (request.header.has_reply_shm()) {
+    Result<float*> to = shm_regions_.Region(
+        request.header.reply_shm(), request.data.total_floats() * sizeof(float),
+        request.header.timeout_ms());
+    if (to.ok()) region = *to;
+  }
   std::vector<float> values;
   if (region != nullptr) {
     table.PullInto(request.data, region);

@@ -18,6 +18,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "client/shm_value_area.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/codec.h"
@@ -336,6 +337,74 @@ TEST_F(ServerBadInput, NonFiniteValuesAreRefusedAndLeaveTheTableUnchanged) {
                   "non-finite value", 19);
     ExpectTableHolds(keys_, initial_);
   }
+  ExpectStillServing();
+}
+
+// Pushed values in a worker's shared memory (docs/wire.md): this process
+// is the worker, with a segment of its own.
+TEST_F(ServerBadInput, PushedValuesInSharedMemoryAreCheckedLikeAFramesValues) {
+  auto area = ShmValueArea::Create(1 << 20);
+  ASSERT_TRUE(area.ok()) << area.status();
+  auto push = [&](uint64_t seq, const std::vector<float>& values) {
+    wire::Header h = Request(wire::PUSH, table_, seq, 3);
+    h.set_values_frames(0);
+    const uint64_t bytes = values.size() * sizeof(float);
+    EXPECT_TRUE((*area)->Lend(seq, 0, bytes, 60000, h.mutable_push_shm()));
+    std::memcpy((*area)->Data(seq, 0, bytes), values.data(), bytes);
+    return h;
+  };
+  // Applied as if the values had come in a frame.
+  std::vector<float> one(12, 1.0f);
+  peer_->Send({Serialize(push(40, one)), Bytes(keys_)});
+  std::optional<wire::Header> reply = peer_->ReceiveHeader();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status_code(), 0) << reply->status_message();
+  std::vector<float> expected = initial_;
+  for (float& x : expected) x += 1.0f;
+  ExpectTableHolds(keys_, expected);
+  EXPECT_EQ(server().counters().shm_pushes, 1u);
+
+  // A NaN there is refused like one in a frame, and so is a region that
+  // does not hold the request's values.
+  std::vector<float> bad(12, 2.0f);
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  ExpectRefused({Serialize(push(41, bad)), Bytes(keys_)},
+                StatusCode::kInvalidArgument, "non-finite value", 41);
+  ExpectRefused(
+      {Serialize(push(42, std::vector<float>(8, 1.0f))), Bytes(keys_)},
+      StatusCode::kInvalidArgument, "values frame has 32 bytes", 42);
+  // Values both in shared memory and in a frame.
+  wire::Header both = push(43, one);
+  both.set_values_frames(1);
+  ExpectRefused({Serialize(both), Bytes(keys_), Bytes(one)},
+                StatusCode::kInvalidArgument, "without values frames", 43);
+  ExpectTableHolds(keys_, expected);
+
+  // A segment that is not there: refused as unusable, nothing applied,
+  // and the reply says so (the worker then sends values in frames).
+  wire::Header nowhere = push(44, one);
+  nowhere.mutable_push_shm()->set_fd(1 << 20);
+  peer_->Send({Serialize(nowhere), Bytes(keys_)});
+  ++bad_messages_;
+  reply = peer_->ReceiveHeader();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status_code(), static_cast<int>(StatusCode::kUnavailable));
+  EXPECT_THAT(reply->status_message(),
+              HasSubstr("cannot read the pushed values"));
+  EXPECT_TRUE(reply->shm_refused());
+  // One sent longer ago than its timeout: refused, but not as unusable.
+  wire::Header late = push(45, one);
+  late.set_timeout_ms(1000);
+  late.mutable_push_shm()->set_sent_ns(late.push_shm().sent_ns() -
+                                       int64_t{5} * 1000 * 1000 * 1000);
+  peer_->Send({Serialize(late), Bytes(keys_)});
+  ++bad_messages_;
+  reply = peer_->ReceiveHeader();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status_code(), static_cast<int>(StatusCode::kUnavailable));
+  EXPECT_FALSE(reply->shm_refused());
+  ExpectTableHolds(keys_, expected);
+  initial_ = expected;  // for ExpectStillServing
   ExpectStillServing();
 }
 

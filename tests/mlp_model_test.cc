@@ -303,8 +303,7 @@ TEST(MlpModel, AParameterRangeThatFailsToArriveEndsTheCall) {
   std::vector<float> grad(model.num_params(), 7.0f);
   int calls = 0;
   Result<float> loss = model.LossAndGradient(
-      params, data, AllIndices(10), grad, nullptr,
-      [&](size_t begin, size_t) {
+      params, data, AllIndices(10), grad, nullptr, [&](size_t begin, size_t) {
         ++calls;
         return begin == 0 ? Status::Ok()
                           : UnavailableError("server 1 did not answer");

@@ -11,9 +11,9 @@
 #include <numeric>
 #include <vector>
 
-#include "client/shm_reply_area.h"
+#include "client/shm_value_area.h"
 #include "gtest/gtest.h"
-#include "server/shm_reply_regions.h"
+#include "server/shm_value_regions.h"
 #include "tests/test_cluster.h"
 #include "transport/shm_segment.h"
 
@@ -80,10 +80,9 @@ TEST(ShmSegment, WhatIsNotADuctileSegmentIsNotEvenOpened) {
       << peer.status();
   const int other = memfd_create("something-else", MFD_CLOEXEC);
   ASSERT_GE(other, 0);
-  EXPECT_EQ(ShmSegment::Open(getpid(), other, std::string(16, 'x'))
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ShmSegment::Open(getpid(), other, std::string(16, 'x')).status().code(),
+      StatusCode::kInvalidArgument);
   for (int fd : {pipe_fds[0], pipe_fds[1], other}) close(fd);
 }
 
@@ -101,10 +100,10 @@ TEST(ShmSegment, NoSuchDescriptorOrSizeIsAnError) {
 
 // ------------------------------------------------------ a worker's regions
 
-TEST(ShmReplyArea, RegionsAreLentOnceAndJoinAgainWhenReturned) {
-  auto area = ShmReplyArea::Create(kMiB);
+TEST(ShmValueArea, RegionsAreLentOnceAndJoinAgainWhenReturned) {
+  auto area = ShmValueArea::Create(kMiB);
   ASSERT_TRUE(area.ok()) << area.status();
-  ShmReplyArea& a = **area;
+  ShmValueArea& a = **area;
   const uint64_t all = a.free_bytes();
   EXPECT_EQ(all, kMiB);
   wire::ShmRef r1, r2, r3;
@@ -133,24 +132,43 @@ TEST(ShmReplyArea, RegionsAreLentOnceAndJoinAgainWhenReturned) {
   EXPECT_TRUE(a.Lend(4, 0, kMiB, 1000, &whole));  // one free region again
 }
 
-TEST(ShmReplyArea, OnlyTheServerAskedReadsOrReturnsARegion) {
-  auto area = ShmReplyArea::Create(kMiB);
+TEST(ShmValueArea, OnlyTheServerAskedReadsOrReturnsARegion) {
+  auto area = ShmValueArea::Create(kMiB);
   ASSERT_TRUE(area.ok()) << area.status();
   wire::ShmRef ref;
   ASSERT_TRUE((*area)->Lend(7, 2, 4000, 1000, &ref));
-  EXPECT_NE((*area)->Values(7, 2, 4000), nullptr);
-  EXPECT_EQ((*area)->Values(7, 3, 4000), nullptr);  // another server
-  EXPECT_EQ((*area)->Values(7, 2, 3996), nullptr);  // another size
-  EXPECT_EQ((*area)->Values(8, 2, 4000), nullptr);  // another request
+  EXPECT_NE((*area)->Data(7, 2, 4000), nullptr);
+  EXPECT_EQ((*area)->Data(7, 3, 4000), nullptr);  // another server
+  EXPECT_EQ((*area)->Data(7, 2, 3996), nullptr);  // another size
+  EXPECT_EQ((*area)->Data(8, 2, 4000), nullptr);  // another request
   (*area)->Return(7, 3);
   EXPECT_EQ((*area)->lent(), 1u);
   (*area)->Return(7, 2);
   EXPECT_EQ((*area)->lent(), 0u);
-  EXPECT_EQ((*area)->Values(7, 2, 4000), nullptr);
+  EXPECT_EQ((*area)->Data(7, 2, 4000), nullptr);
 }
 
-TEST(ShmReplyArea, AnUnansweredRegionIsTakenBackAfterTwiceItsTimeout) {
-  auto area = ShmReplyArea::Create(kMiB);
+TEST(ShmValueArea, APushSentAgainKeepsItsRegionTwiceItsTimeoutLonger) {
+  auto area = ShmValueArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  EXPECT_NE(ShmValueArea::ReplyTicket(9), ShmValueArea::PushTicket(9));
+  const uint64_t ticket = ShmValueArea::PushTicket(9);
+  wire::ShmRef first, again;
+  ASSERT_TRUE((*area)->Lend(ticket, 0, 4096, 1000, &first));
+  EXPECT_FALSE((*area)->Renew(ShmValueArea::ReplyTicket(9), 1000, &again));
+  const auto renewed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*area)->Renew(ticket, 1000, &again));
+  EXPECT_EQ(again.offset(), first.offset());
+  EXPECT_EQ(again.bytes(), first.bytes());
+  EXPECT_GE(again.sent_ns(), first.sent_ns());
+  (*area)->Expire(renewed_at + std::chrono::milliseconds(1900));
+  EXPECT_EQ((*area)->lent(), 1u);
+  (*area)->Expire(renewed_at + std::chrono::milliseconds(2500));
+  EXPECT_EQ((*area)->lent(), 0u);
+}
+
+TEST(ShmValueArea, AnUnansweredRegionIsTakenBackAfterTwiceItsTimeout) {
+  auto area = ShmValueArea::Create(kMiB);
   ASSERT_TRUE(area.ok()) << area.status();
   const auto lent_at = std::chrono::steady_clock::now();
   wire::ShmRef ref;
@@ -164,74 +182,91 @@ TEST(ShmReplyArea, AnUnansweredRegionIsTakenBackAfterTwiceItsTimeout) {
 
 // ------------------------------------------------------ the server's side
 
+// The region, or null where it is refused.
+float* RegionOf(ShmValueRegions& regions, const wire::ShmRef& ref,
+                uint64_t bytes, int64_t timeout_ms) {
+  Result<float*> region = regions.Region(ref, bytes, timeout_ms);
+  return region.ok() ? *region : nullptr;
+}
+
+float* RegionOfDisabled(const wire::ShmRef& ref, uint64_t bytes,
+                        int64_t timeout_ms) {
+  ShmValueRegions disabled(false);
+  Result<float*> region = disabled.Region(ref, bytes, timeout_ms);
+  EXPECT_EQ(region.status().code(), StatusCode::kFailedPrecondition);
+  return region.ok() ? *region : nullptr;
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-TEST(ShmReplyRegions, AServerWritesWhereTheWorkerReads) {
-  auto area = ShmReplyArea::Create(kMiB);
+TEST(ShmValueRegions, AServerWritesWhereTheWorkerReads) {
+  auto area = ShmValueArea::Create(kMiB);
   ASSERT_TRUE(area.ok()) << area.status();
   wire::ShmRef ref;
   ASSERT_TRUE((*area)->Lend(5, 1, 400, 1000, &ref));
-  ShmReplyRegions regions(/*enabled=*/true);
-  float* to = regions.Region(ref, 400, 1000);
+  ShmValueRegions regions(/*enabled=*/true);
+  float* to = RegionOf(regions, ref, 400, 1000);
   ASSERT_NE(to, nullptr);
   std::iota(to, to + 100, 1.0f);
-  const float* from = (*area)->Values(5, 1, 400);
+  const float* from = (*area)->Data(5, 1, 400);
   ASSERT_NE(from, nullptr);
   EXPECT_EQ(from[0], 1.0f);
   EXPECT_EQ(from[99], 100.0f);
   EXPECT_EQ(regions.mapped(), 1u);
-  EXPECT_NE(regions.Region(ref, 400, 1000), nullptr);
+  EXPECT_NE(RegionOf(regions, ref, 400, 1000), nullptr);
   EXPECT_EQ(regions.mapped(), 1u);  // mapped once
 }
 
-TEST(ShmReplyRegions, RegionsThatCannotBeUsedAreRefused) {
-  auto area = ShmReplyArea::Create(kMiB);
+TEST(ShmValueRegions, RegionsThatCannotBeUsedAreRefused) {
+  auto area = ShmValueArea::Create(kMiB);
   ASSERT_TRUE(area.ok()) << area.status();
   wire::ShmRef ref;
   ASSERT_TRUE((*area)->Lend(5, 1, 4096, 1000, &ref));
-  ShmReplyRegions regions(true);
-  EXPECT_EQ(ShmReplyRegions(false).Region(ref, 4096, 1000), nullptr);
-  EXPECT_EQ(regions.Region(ref, 4092, 1000), nullptr);  // not the reply's size
+  ShmValueRegions regions(true);
+  EXPECT_EQ(RegionOfDisabled(ref, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, ref, 4092, 1000),
+            nullptr);  // not the reply's size
 
   wire::ShmRef outside = ref;
   outside.set_offset(kMiB + ShmSegment::kHeaderBytes - 4092);
   outside.set_bytes(4096);
-  EXPECT_EQ(regions.Region(outside, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, outside, 4096, 1000), nullptr);
   outside.set_offset(~uint64_t{0} - 1024);
-  EXPECT_EQ(regions.Region(outside, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, outside, 4096, 1000), nullptr);
   outside.set_offset(2);  // in the header, and unaligned
-  EXPECT_EQ(regions.Region(outside, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, outside, 4096, 1000), nullptr);
 
   // Sent longer ago than its timeout: the worker may have lent it again.
   wire::ShmRef late = ref;
   late.set_sent_ns(NowNs() - 1500 * 1000000LL);
-  EXPECT_EQ(regions.Region(late, 4096, 1000), nullptr);
-  EXPECT_NE(regions.Region(late, 4096, 2000), nullptr);
+  EXPECT_EQ(regions.Region(late, 4096, 1000).status().code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_NE(RegionOf(regions, late, 4096, 2000), nullptr);
   late.set_sent_ns(0);
-  EXPECT_EQ(regions.Region(late, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, late, 4096, 1000), nullptr);
 
   wire::ShmRef stranger = ref;
   stranger.set_token(std::string(16, 'z'));
-  EXPECT_EQ(regions.Region(stranger, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, stranger, 4096, 1000), nullptr);
   stranger.set_pid(getpid());
   stranger.set_fd(1 << 20);
-  EXPECT_EQ(regions.Region(stranger, 4096, 1000), nullptr);
+  EXPECT_EQ(RegionOf(regions, stranger, 4096, 1000), nullptr);
   EXPECT_EQ(regions.mapped(), 1u);  // only the good segment
-  EXPECT_NE(regions.Region(ref, 4096, 1000), nullptr);
+  EXPECT_NE(RegionOf(regions, ref, 4096, 1000), nullptr);
 }
 
-TEST(ShmReplyRegions, AnExitedWorkersSegmentIsUnmapped) {
+TEST(ShmValueRegions, AnExitedWorkersSegmentIsUnmapped) {
   int to_child[2], from_child[2];
   ASSERT_EQ(pipe(to_child), 0);
   ASSERT_EQ(pipe(from_child), 0);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto area = ShmReplyArea::Create(kMiB);
+    auto area = ShmValueArea::Create(kMiB);
     wire::ShmRef ref;
     if (!area.ok() || !(*area)->Lend(1, 0, 4096, 60000, &ref)) _exit(1);
     const std::string bytes = ref.SerializeAsString();
@@ -254,8 +289,8 @@ TEST(ShmReplyRegions, AnExitedWorkersSegmentIsUnmapped) {
   wire::ShmRef ref;
   ASSERT_TRUE(ref.ParseFromString(bytes));
 
-  ShmReplyRegions regions(true);
-  float* to = regions.Region(ref, 4096, 60000);
+  ShmValueRegions regions(true);
+  float* to = RegionOf(regions, ref, 4096, 60000);
   ASSERT_NE(to, nullptr);  // another process's segment
   to[0] = 3.0f;
   regions.ForgetExited();
@@ -402,6 +437,54 @@ TEST(ShmValues, PullsBeyondTheFreeSharedMemoryComeInFrames) {
     ASSERT_EQ(out[i], bigger[i] + (i < pushed.size() ? pushed[i] : 0.0f)) << i;
   }
   EXPECT_EQ(cluster.server(0).counters().shm_replies, before);
+}
+
+// Pushes the same way: the worker copies the values into a region, the
+// server copies them out on arrival. Two servers, keys spread over both
+// by their slots (so a part's keys are not contiguous in the caller's
+// arrays), pushed twice: every key holds exactly twice its values.
+TEST(ShmValues, PushesToServersOnThisHostComeThroughSharedMemory) {
+  TestCluster cluster(TestClusterOptions{.num_servers = 2});
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> keys = FirstKeys(8);
+  const std::vector<float> once = PushDistinct(*client, *table, 8);
+  std::vector<float> out(once.size());
+  ASSERT_TRUE(client->PushPull(*table, keys, once, out).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 2 * once[i]) << i;
+  const ServerCounters a = cluster.server(0).counters();
+  const ServerCounters b = cluster.server(1).counters();
+  EXPECT_GT(a.shm_pushes, 0u);
+  EXPECT_GT(b.shm_pushes, 0u);
+  EXPECT_EQ(a.shm_pushes + b.shm_pushes, a.pushes + b.pushes);
+  EXPECT_EQ(a.errors + b.errors, 0u);
+}
+
+// A server that does not use shared memory refuses the first push in it
+// (nothing applied) and says so; the worker sends it again in frames and
+// keeps doing so. Each push is applied exactly once.
+TEST(ShmValues, AServerThatCannotUseItTakesPushesInFramesExactlyOnce) {
+  TestClusterOptions options{.num_servers = 1};
+  options.server.shm_values = false;
+  TestCluster cluster(options);
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<float> once = PushDistinct(*client, *table, 2);
+  std::vector<float> out(once.size());
+  ASSERT_TRUE(client->Pull(*table, FirstKeys(2), out).ok());
+  EXPECT_EQ(out, once);
+  PushDistinct(*client, *table, 2);
+  ASSERT_TRUE(client->Pull(*table, FirstKeys(2), out).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 2 * once[i]) << i;
+  const ServerCounters c = cluster.server(0).counters();
+  EXPECT_EQ(c.shm_pushes, 0u);
+  EXPECT_EQ(c.shm_replies, 0u);
+  EXPECT_EQ(c.pushes, 2u);
+  EXPECT_EQ(c.errors, 1u);  // the first push, refused; none after it
 }
 
 TEST(ShmValues, ABadSizeIsRefusedAtConnect) {

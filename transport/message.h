@@ -68,6 +68,9 @@ class InMessage {
              std::vector<ByteSpan> frames);
   // Transports: the storage of the frames now held (may be reused).
   FrameStorage* storage() const { return storage_.get(); }
+  // Takes the storage out: the frames stay views into it, valid while it
+  // lives (to rebuild a message around some of its frames with Reset).
+  std::unique_ptr<FrameStorage> TakeStorage() { return std::move(storage_); }
   std::vector<ByteSpan>& mutable_frames() { return frames_; }
   void set_from_admin(bool from_admin) { from_admin_ = from_admin; }
   void set_member_key(std::string_view key, std::string_view name = {}) {

@@ -80,13 +80,14 @@ struct ClientOptions {
   // these threads) a quarter of the machine's cores, 1 to 4; in plain mode
   // 1 (docs/benchmarks.md).
   int io_threads = 0;
-  // Shared memory for pulls from servers on this host (reached over
-  // ipc://), in bytes: such a server writes a pull's values into a region
-  // of it and replies with the header alone, instead of sending the
-  // values through the socket (docs/wire.md, "Values in shared memory";
-  // ServerOptions::shm_values). Pages are taken as first written. A
-  // reply of less than 32 KB, or one that finds no free region, comes in
-  // the reply as usual. 0: off; else 1 MiB - 64 GiB.
+  // Shared memory for values exchanged with servers on this host (reached
+  // over ipc://), in bytes: such a server writes a pull's values into a
+  // region of it and replies with the header alone, and reads a push's
+  // values from one, instead of their going through the socket
+  // (docs/wire.md, "Values in shared memory"; ServerOptions::shm_values).
+  // Pages are taken as first written. Values of less than 32 KB per
+  // server, or that find no free region, go in frames as usual. 0: off;
+  // else 1 MiB - 64 GiB.
   uint64_t shm_reply_bytes = uint64_t{256} << 20;
   // Largest request this client builds, in bytes; larger calls are rejected
   // with kInvalidArgument before anything is sent. Servers enforce their own

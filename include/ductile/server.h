@@ -103,11 +103,13 @@ struct ServerOptions {
   // with keys (CURVE, whose encryption runs on these threads) a quarter of
   // the machine's cores, 1 to 4; in plain mode 1 (docs/benchmarks.md).
   int io_threads = 0;
-  // Put a pull's values into the worker's shared memory when the worker
-  // names a region of it (a worker on this host that reaches the server
-  // over ipc://: ClientOptions::shm_reply_bytes), rather than into the
-  // reply: two copies at memory speed instead of a trip through the
-  // socket (docs/wire.md, docs/benchmarks.md). false: always in the reply.
+  // Put a pull's values into the worker's shared memory, and read a push's
+  // from it, when the worker names a region of it (a worker on this host
+  // that reaches the server over ipc://: ClientOptions::shm_reply_bytes),
+  // rather than their going through the socket: two copies at memory speed
+  // (docs/wire.md, docs/benchmarks.md). false: replies carry the values,
+  // and pushes naming a region are refused (the worker then sends them in
+  // frames).
   bool shm_values = true;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
@@ -215,6 +217,9 @@ struct ServerCounters {
   // Of `pulls`: those whose values went into the worker's shared memory
   // rather than a reply frame (ServerOptions::shm_values).
   uint64_t shm_replies = 0;
+  // Push and push-pull requests whose values came in the worker's shared
+  // memory rather than a frame (copied out on arrival).
+  uint64_t shm_pushes = 0;
 };
 
 class Server {

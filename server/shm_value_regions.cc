@@ -1,4 +1,4 @@
-#include "server/shm_reply_regions.h"
+#include "server/shm_value_regions.h"
 
 #include <signal.h>
 
@@ -10,13 +10,20 @@
 
 namespace ductile {
 
-float* ShmReplyRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
-                               int64_t timeout_ms) {
-  if (!enabled_ || bytes == 0 || ref.bytes() != bytes ||
-      ref.offset() % alignof(float) != 0) {
-    return nullptr;
+Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
+                                       int64_t timeout_ms) {
+  if (!enabled_) {
+    return FailedPreconditionError(
+        "this server does not use workers' shared memory (--shm_values)");
   }
-  // The worker reuses the region 2 x timeout_ms after sending: write only
+  if (bytes == 0 || ref.bytes() != bytes ||
+      ref.offset() % alignof(float) != 0) {
+    return InvalidArgumentError(
+        "a shared memory region of " + std::to_string(ref.bytes()) +
+        " bytes at offset " + std::to_string(ref.offset()) + " for " +
+        std::to_string(bytes) + " bytes of values");
+  }
+  // The worker reuses the region 2 x timeout_ms after sending: use it only
   // well within that (the clock is the host's, shared by both processes).
   const int64_t now_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -24,16 +31,20 @@ float* ShmReplyRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
           .count();
   const int64_t timeout_ns = (timeout_ms > 0 ? timeout_ms : 60000) * 1000000;
   if (ref.sent_ns() <= 0 || now_ns - ref.sent_ns() > timeout_ns) {
-    return nullptr;
+    return DeadlineExceededError(
+        "a request naming shared memory, sent more than its timeout ago");
   }
   ShmSegment* segment = Find({ref.pid(), ref.fd(), ref.token()});
-  if (segment == nullptr || !segment->Holds(ref.offset(), bytes)) {
-    return nullptr;
+  if (segment == nullptr) {
+    return UnavailableError("the worker's shared memory cannot be opened");
+  }
+  if (!segment->Holds(ref.offset(), bytes)) {
+    return InvalidArgumentError("a region outside the worker's segment");
   }
   return reinterpret_cast<float*>(segment->data() + ref.offset());
 }
 
-ShmSegment* ShmReplyRegions::Find(const SegmentKey& key) {
+ShmSegment* ShmValueRegions::Find(const SegmentKey& key) {
   ++uses_;
   if (auto it = segments_.find(key); it != segments_.end()) {
     it->second.last_use = uses_;
@@ -62,7 +73,7 @@ ShmSegment* ShmReplyRegions::Find(const SegmentKey& key) {
   return segment;
 }
 
-void ShmReplyRegions::ForgetExited() {
+void ShmValueRegions::ForgetExited() {
   for (auto it = segments_.begin(); it != segments_.end();) {
     const bool exited = kill(std::get<0>(it->first), 0) != 0 && errno == ESRCH;
     it = exited ? segments_.erase(it) : std::next(it);

@@ -1,18 +1,18 @@
-#include "client/shm_reply_area.h"
+#include "client/shm_value_area.h"
 
 #include <iterator>
 #include <utility>
 
 namespace ductile {
 
-Result<std::unique_ptr<ShmReplyArea>> ShmReplyArea::Create(uint64_t bytes) {
+Result<std::unique_ptr<ShmValueArea>> ShmValueArea::Create(uint64_t bytes) {
   DUCTILE_ASSIGN_OR_RETURN(
       std::unique_ptr<ShmSegment> segment,
       ShmSegment::Create(bytes + ShmSegment::kHeaderBytes));
-  return std::unique_ptr<ShmReplyArea>(new ShmReplyArea(std::move(segment)));
+  return std::unique_ptr<ShmValueArea>(new ShmValueArea(std::move(segment)));
 }
 
-ShmReplyArea::ShmReplyArea(std::unique_ptr<ShmSegment> segment)
+ShmValueArea::ShmValueArea(std::unique_ptr<ShmSegment> segment)
     : segment_(std::move(segment)) {
   const uint64_t begin = ShmSegment::kHeaderBytes;
   const uint64_t usable =
@@ -20,9 +20,9 @@ ShmReplyArea::ShmReplyArea(std::unique_ptr<ShmSegment> segment)
   if (usable > 0) free_.emplace(begin, usable);
 }
 
-bool ShmReplyArea::Lend(uint64_t seq, int32_t server, uint64_t bytes,
+bool ShmValueArea::Lend(uint64_t ticket, int32_t server, uint64_t bytes,
                         int64_t timeout_ms, wire::ShmRef* ref) {
-  if (bytes == 0 || lent_.count(seq) != 0) return false;
+  if (bytes == 0 || lent_.count(ticket) != 0) return false;
   const uint64_t rounded =
       (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
   auto it = free_.begin();
@@ -33,39 +33,47 @@ bool ShmReplyArea::Lend(uint64_t seq, int32_t server, uint64_t bytes,
   free_.erase(it);
   if (left > 0) free_.emplace(offset + rounded, left);
 
+  lent_.emplace(ticket, Region{offset, rounded, bytes, server, {}});
+  return Renew(ticket, timeout_ms, ref);
+}
+
+bool ShmValueArea::Renew(uint64_t ticket, int64_t timeout_ms,
+                         wire::ShmRef* ref) {
+  auto it = lent_.find(ticket);
+  if (it == lent_.end()) return false;
   const Clock::time_point now = Clock::now();
   const auto timeout =
       std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 60000);
-  lent_.emplace(seq, Region{offset, rounded, bytes, server, now + 2 * timeout});
+  it->second.expires = now + 2 * timeout;
   ref->set_pid(segment_->pid());
   ref->set_fd(segment_->fd());
   ref->set_token(segment_->token());
-  ref->set_offset(offset);
-  ref->set_bytes(bytes);
+  ref->set_offset(it->second.offset);
+  ref->set_bytes(it->second.value_bytes);
   ref->set_sent_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                        now.time_since_epoch())
                        .count());
   return true;
 }
 
-const float* ShmReplyArea::Values(uint64_t seq, int32_t server,
-                                  uint64_t bytes) const {
-  auto it = lent_.find(seq);
+float* ShmValueArea::Data(uint64_t ticket, int32_t server,
+                          uint64_t bytes) const {
+  auto it = lent_.find(ticket);
   if (it == lent_.end() || it->second.server != server ||
       bytes != it->second.value_bytes) {
     return nullptr;
   }
-  return reinterpret_cast<const float*>(segment_->data() + it->second.offset);
+  return reinterpret_cast<float*>(segment_->data() + it->second.offset);
 }
 
-void ShmReplyArea::Return(uint64_t seq, int32_t server) {
-  auto it = lent_.find(seq);
+void ShmValueArea::Return(uint64_t ticket, int32_t server) {
+  auto it = lent_.find(ticket);
   if (it == lent_.end() || it->second.server != server) return;
   Free(it->second.offset, it->second.bytes);
   lent_.erase(it);
 }
 
-void ShmReplyArea::Expire(Clock::time_point now) {
+void ShmValueArea::Expire(Clock::time_point now) {
   if (lent_.empty()) return;
   for (auto it = lent_.begin(); it != lent_.end();) {
     if (now < it->second.expires) {
@@ -77,13 +85,13 @@ void ShmReplyArea::Expire(Clock::time_point now) {
   }
 }
 
-uint64_t ShmReplyArea::free_bytes() const {
+uint64_t ShmValueArea::free_bytes() const {
   uint64_t bytes = 0;
   for (const auto& [offset, size] : free_) bytes += size;
   return bytes;
 }
 
-void ShmReplyArea::Free(uint64_t offset, uint64_t bytes) {
+void ShmValueArea::Free(uint64_t offset, uint64_t bytes) {
   auto next = free_.lower_bound(offset);
   // Joins the free neighbour after, then the one before.
   if (next != free_.end() && offset + bytes == next->first) {

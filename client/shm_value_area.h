@@ -1,0 +1,88 @@
+// A worker's shared memory for values exchanged with servers on its host
+// (docs/wire.md, "Values in shared memory"): one segment, cut into
+// regions lent to requests. For a pull, a server writes the reply's values
+// into the request's region and the worker copies them out when the reply
+// comes; for a push, the worker copies the values in and the server copies
+// them out when the request arrives.
+//
+// Invariant: a region is lent to one ticket (a request's pull or push
+// values: ReplyTicket, PushTicket) at a time and goes out again only once
+// that request's server has answered it, or 2 x its timeout after it was
+// last sent: a server reads or writes a region only within the timeout
+// (ShmValueRegions), so a late access never lands in a region lent to
+// another request. A pull is sent once under its seq; a push sent again
+// under the same seq keeps its region (Renew); a re-routed part gets a new
+// seq and new regions.
+//
+// Not thread-safe: used by the client's I/O thread.
+#ifndef DUCTILE_CLIENT_SHM_VALUE_AREA_H_
+#define DUCTILE_CLIENT_SHM_VALUE_AREA_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "ductile/status.h"
+#include "proto/ductile.pb.h"
+#include "transport/shm_segment.h"
+
+namespace ductile {
+
+class ShmValueArea {
+ public:
+  // A segment of `bytes`; kUnavailable if the system has no memfd.
+  static Result<std::unique_ptr<ShmValueArea>> Create(uint64_t bytes);
+
+  // The tickets of request `seq`'s pulled and pushed values.
+  static uint64_t ReplyTicket(uint64_t seq) { return seq << 1; }
+  static uint64_t PushTicket(uint64_t seq) { return (seq << 1) | 1; }
+
+  // Lends a region of `bytes` to `ticket`, for a request to `server` with
+  // `timeout_ms` sent now, and names it in `ref`; false (ref untouched)
+  // when no free region is large enough or the ticket has one.
+  bool Lend(uint64_t ticket, int32_t server, uint64_t bytes, int64_t timeout_ms,
+            wire::ShmRef* ref);
+  // The request is sent again now: names `ticket`'s region in `ref` with
+  // the new time, and keeps it 2 x `timeout_ms` from now; false if the
+  // ticket has none.
+  bool Renew(uint64_t ticket, int64_t timeout_ms, wire::ShmRef* ref);
+  // The region of `ticket`, if one of exactly `bytes` is lent to it for
+  // `server`; else null.
+  float* Data(uint64_t ticket, int32_t server, uint64_t bytes) const;
+  // `server` answered: `ticket`'s region (if any) may be lent again.
+  void Return(uint64_t ticket, int32_t server);
+  // Takes back the regions whose time is up at `now` (2 x their timeout
+  // after they were lent).
+  void Expire(std::chrono::steady_clock::time_point now =
+                  std::chrono::steady_clock::now());
+
+  // Regions lent, and the bytes free, now.
+  size_t lent() const { return lent_.size(); }
+  uint64_t free_bytes() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // Regions start at multiples of this many bytes.
+  static constexpr uint64_t kAlignBytes = 64;
+
+  struct Region {
+    uint64_t offset = 0;
+    uint64_t bytes = 0;        // rounded up to kAlignBytes
+    uint64_t value_bytes = 0;  // as lent
+    int32_t server = -1;
+    Clock::time_point expires;
+  };
+
+  explicit ShmValueArea(std::unique_ptr<ShmSegment> segment);
+  void Free(uint64_t offset, uint64_t bytes);
+
+  const std::unique_ptr<ShmSegment> segment_;
+  std::map<uint64_t, uint64_t> free_;          // offset -> bytes, coalesced
+  std::unordered_map<uint64_t, Region> lent_;  // by ticket
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_CLIENT_SHM_VALUE_AREA_H_

@@ -88,6 +88,12 @@ class RequestEngine {
   Wakeup& wakeup() { return wakeup_; }
 
  private:
+  // Barrier and Finish requests unanswered this long are sent again.
+  static constexpr std::chrono::milliseconds kControlResendAfter{2000};
+  // Back-off before re-routing a request a server could not take yet, and
+  // between requests for the routing table.
+  static constexpr std::chrono::milliseconds kRetryAfter{20};
+
   // One request to one server: the keys of `op` at `indices` (or the
   // contiguous range [begin, end) when indices is empty).
   struct Part {

@@ -685,14 +685,14 @@ class ParamTensors {
     }
   }
 
-  // Waits for the handles (of PullAsync) of the blocks within [begin,
-  // begin + count); the first error.
+  // Waits for the handles (of PullAsync) of the blocks that overlap
+  // [begin, begin + count); the first error.
   Status WaitWithin(std::vector<Handle>& handles, size_t begin,
                     size_t count) const {
     Status first;
     for (size_t i = 0; i < handles.size() && i < blocks_.size(); ++i) {
       const ParamBlock& b = blocks_[i];
-      if (b.offset < begin || b.offset + b.size > begin + count) continue;
+      if (b.offset + b.size <= begin || b.offset >= begin + count) continue;
       Status s = handles[i].Wait();
       if (first.ok() && !s.ok()) first = s;
     }

@@ -68,7 +68,7 @@ DEFINE_int32(io_threads, 1,
 DEFINE_string(csv, "", "Also write every result to this CSV file.");
 DEFINE_string(ipc_dir, "/tmp", "Directory for the ipc:// socket files.");
 DEFINE_int64(shm_reply_mb, 256,
-             "Each worker's shared memory for pulled values "
+             "Each worker's shared memory for pushed and pulled values "
              "(ClientOptions::shm_reply_bytes), MiB; 0: values through the "
              "socket.");
 DEFINE_bool(keep_freed_memory, true,

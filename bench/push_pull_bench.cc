@@ -94,7 +94,7 @@ DEFINE_bool(shm_reference, false,
             "the top of the source); --configs' worker counts give the "
             "pairs.");
 DEFINE_bool(shm_values, true,
-            "Pulls' values through the worker's shared memory "
+            "Values through the worker's shared memory "
             "(ClientOptions::shm_reply_bytes, ServerOptions::shm_values); "
             "false: through the socket.");
 DEFINE_bool(keep_freed_memory, true,

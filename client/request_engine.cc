@@ -400,7 +400,7 @@ std::span<float> RequestEngine::LendShmRegions(const Part& part,
                                                wire::MessageType type,
                                                wire::Header& header) {
   if (options_.shm_reply_bytes == 0 || shm_failed_ ||
-      !routing_->IsLocal(part.server) || shm_refused_.count(part.server)) {
+      !routing_->IsLocal(part.server)) {
     return {};
   }
   const DataOperation& op = *part.op;
@@ -421,18 +421,28 @@ std::span<float> RequestEngine::LendShmRegions(const Part& part,
     shm_ = std::move(*area);
   }
   const int64_t timeout_ms = options_.request_timeout_ms;
-  if (type != wire::PUSH) {
-    shm_->Lend(ShmValueArea::ReplyTicket(part.seq), part.server, bytes,
-               timeout_ms, header.mutable_reply_shm());
+  wire::ShmRef ref;
+  if (type != wire::PUSH && shm_->Lend(ShmValueArea::ReplyTicket(part.seq),
+                                       part.server, bytes, timeout_ms, &ref)) {
+    *header.mutable_reply_shm() = std::move(ref);
   }
   if (type == wire::PULL) return {};
-  // A push sent again under its seq keeps its region.
   const uint64_t ticket = ShmValueArea::PushTicket(part.seq);
-  if (!shm_->Renew(ticket, timeout_ms, header.mutable_push_shm()) &&
-      !shm_->Lend(ticket, part.server, bytes, timeout_ms,
-                  header.mutable_push_shm())) {
+  if (part.sent) {
+    // Sent again under its seq: the first copy may still be on its way
+    // and read from its region, so that region waits for its time to be
+    // up, and this copy carries its values in frames.
+    shm_->Keep(ticket);
     return {};
   }
+  // Pushed values go in shared memory only to a server that has shown it
+  // can use it (a pull's values came that way): a refusal would let the
+  // requests behind the push overtake it.
+  if (shm_proven_.count(part.server) == 0 ||
+      !shm_->Lend(ticket, part.server, bytes, timeout_ms, &ref)) {
+    return {};
+  }
+  *header.mutable_push_shm() = std::move(ref);
   return {shm_->Data(ticket, part.server, bytes), floats};
 }
 
@@ -478,10 +488,11 @@ void RequestEngine::ReadDataReply(InMessage& message,
   }
   Part& part = it->second;
   const Status status = StatusFromWire(header);
-  if (header.shm_refused() && shm_refused_.insert(server).second) {
+  if (header.shm_refused() && shm_proven_.erase(server) > 0) {
     LOG(WARNING) << "client: " << routing_->Describe(server)
-                 << " cannot use this worker's shared memory; values go to "
-                    "it in frames: "
+                 << " could not use this worker's shared memory; pushed "
+                    "values go to it in frames until a pull's come back "
+                    "through it: "
                  << status;
   }
   if (header.moved() || status.code() == StatusCode::kUnavailable) {
@@ -526,6 +537,7 @@ void RequestEngine::ReadDataReply(InMessage& message,
         values =
             shm_->Data(ShmValueArea::ReplyTicket(header.seq()), server, bytes);
       }
+      if (values != nullptr) shm_proven_.insert(server);
     } else if (message.size() == 2 && message.frame(1).size() == bytes) {
       values = reinterpret_cast<const float*>(message.frame(1).data());
     }

@@ -144,8 +144,9 @@ class RequestEngine {
                      int32_t server);
   // When the part's server is on this host (ClientOptions::
   // shm_reply_bytes), names regions of the shared memory in `header`: one
-  // for a pull's values (reply_shm), and one for a push's (push_shm),
-  // returned for the values to be copied in; else empty.
+  // for a pull's values (reply_shm), and one for a push's (push_shm; not
+  // for a push sent again, nor before the server has shown it can use the
+  // memory), returned for the values to be copied in; else empty.
   std::span<float> LendShmRegions(const Part& part, wire::MessageType type,
                                   wire::Header& header);
   void CopyPulledValues(Part& part, const wire::Header& header,
@@ -184,13 +185,15 @@ class RequestEngine {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Socket> coordinator_;
   std::unique_ptr<RoutingView> routing_;
-  // Shared memory for pull replies (made at the first pull to a server on
-  // this host; null until then, or if it could not be made).
+  // Shared memory for values exchanged with servers on this host (made at
+  // the first large request to one; null until then, or if it could not
+  // be made).
   std::unique_ptr<ShmValueArea> shm_;
   bool shm_failed_ = false;
-  // Servers that could not use it (wire::Header::shm_refused): their
-  // values go in frames.
-  std::set<int32_t> shm_refused_;
+  // Servers that have written a pull's values into it, and not refused a
+  // push in it since (wire::Header::shm_refused): pushed values go to them
+  // through it.
+  std::set<int32_t> shm_proven_;
   std::vector<Socket*> sockets_;  // the coordinator's, then each server's
   uint64_t next_seq_ = 1;
   std::unordered_map<uint64_t, Part> parts_;  // by seq, in flight or retrying

@@ -25,34 +25,42 @@ bool ShmValueArea::Lend(uint64_t ticket, int32_t server, uint64_t bytes,
   if (bytes == 0 || lent_.count(ticket) != 0) return false;
   const uint64_t rounded =
       (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
-  auto it = free_.begin();
-  while (it != free_.end() && it->second < rounded) ++it;  // first fit
-  if (it == free_.end()) return false;
+  const auto first_fit = [&] {
+    auto it = free_.begin();
+    while (it != free_.end() && it->second < rounded) ++it;
+    return it;
+  };
+  auto it = first_fit();
+  if (it == free_.end()) {
+    Expire();
+    it = first_fit();
+    if (it == free_.end()) return false;
+  }
   const uint64_t offset = it->first;
   const uint64_t left = it->second - rounded;
   free_.erase(it);
   if (left > 0) free_.emplace(offset + rounded, left);
 
-  lent_.emplace(ticket, Region{offset, rounded, bytes, server, {}});
-  return Renew(ticket, timeout_ms, ref);
-}
-
-bool ShmValueArea::Renew(uint64_t ticket, int64_t timeout_ms,
-                         wire::ShmRef* ref) {
-  auto it = lent_.find(ticket);
-  if (it == lent_.end()) return false;
   const Clock::time_point now = Clock::now();
   const auto timeout =
       std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 60000);
-  it->second.expires = now + 2 * timeout;
+  lent_.emplace(ticket, Region{offset, rounded, bytes, server,
+                               now + 2 * timeout + kSlack});
   ref->set_pid(segment_->pid());
   ref->set_fd(segment_->fd());
   ref->set_token(segment_->token());
-  ref->set_offset(it->second.offset);
-  ref->set_bytes(it->second.value_bytes);
+  ref->set_offset(offset);
+  ref->set_bytes(bytes);
   ref->set_sent_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                        now.time_since_epoch())
                        .count());
+  return true;
+}
+
+bool ShmValueArea::Keep(uint64_t ticket) {
+  auto it = lent_.find(ticket);
+  if (it == lent_.end()) return false;
+  it->second.kept = true;
   return true;
 }
 
@@ -68,7 +76,9 @@ float* ShmValueArea::Data(uint64_t ticket, int32_t server,
 
 void ShmValueArea::Return(uint64_t ticket, int32_t server) {
   auto it = lent_.find(ticket);
-  if (it == lent_.end() || it->second.server != server) return;
+  if (it == lent_.end() || it->second.server != server || it->second.kept) {
+    return;
+  }
   Free(it->second.offset, it->second.bytes);
   lent_.erase(it);
 }

@@ -7,12 +7,14 @@
 //
 // Invariant: a region is lent to one ticket (a request's pull or push
 // values: ReplyTicket, PushTicket) at a time and goes out again only once
-// that request's server has answered it, or 2 x its timeout after it was
-// last sent: a server reads or writes a region only within the timeout
+// that request's server has answered the one copy of the request that
+// named it, or kHoldFor after it was lent: a server reads or writes a
+// region only within the request's timeout of its sending
 // (ShmValueRegions), so a late access never lands in a region lent to
 // another request. A pull is sent once under its seq; a push sent again
-// under the same seq keeps its region (Renew); a re-routed part gets a new
-// seq and new regions.
+// under the same seq goes in frames, and its region is kept until its time
+// is up (Keep: an answer may be to either copy, while the other is still
+// on its way); a re-routed part gets a new seq and new regions.
 //
 // Not thread-safe: used by the client's I/O thread.
 #ifndef DUCTILE_CLIENT_SHM_VALUE_AREA_H_
@@ -39,22 +41,28 @@ class ShmValueArea {
   static uint64_t ReplyTicket(uint64_t seq) { return seq << 1; }
   static uint64_t PushTicket(uint64_t seq) { return (seq << 1) | 1; }
 
+  // How long past its request's timeout a region is held when no answer
+  // frees it: 2 x the timeout plus this slack (a server may still be
+  // writing a large reply it began just within the timeout).
+  static constexpr std::chrono::seconds kSlack{10};
+
   // Lends a region of `bytes` to `ticket`, for a request to `server` with
   // `timeout_ms` sent now, and names it in `ref`; false (ref untouched)
-  // when no free region is large enough or the ticket has one.
+  // when no free region is large enough (after taking back those whose
+  // time is up) or the ticket has one.
   bool Lend(uint64_t ticket, int32_t server, uint64_t bytes, int64_t timeout_ms,
             wire::ShmRef* ref);
-  // The request is sent again now: names `ticket`'s region in `ref` with
-  // the new time, and keeps it 2 x `timeout_ms` from now; false if the
-  // ticket has none.
-  bool Renew(uint64_t ticket, int64_t timeout_ms, wire::ShmRef* ref);
+  // The request of `ticket` is sent again: its region is no longer given
+  // back by Return, only when its time is up. False if it has none.
+  bool Keep(uint64_t ticket);
   // The region of `ticket`, if one of exactly `bytes` is lent to it for
   // `server`; else null.
   float* Data(uint64_t ticket, int32_t server, uint64_t bytes) const;
-  // `server` answered: `ticket`'s region (if any) may be lent again.
+  // `server` answered: `ticket`'s region (if any, and not kept) may be
+  // lent again.
   void Return(uint64_t ticket, int32_t server);
   // Takes back the regions whose time is up at `now` (2 x their timeout
-  // after they were lent).
+  // plus kSlack after they were lent).
   void Expire(std::chrono::steady_clock::time_point now =
                   std::chrono::steady_clock::now());
 
@@ -73,6 +81,7 @@ class ShmValueArea {
     uint64_t value_bytes = 0;  // as lent
     int32_t server = -1;
     Clock::time_point expires;
+    bool kept = false;  // Keep(): only Expire frees it
   };
 
   explicit ShmValueArea(std::unique_ptr<ShmSegment> segment);

@@ -274,8 +274,11 @@ void ParameterTable::PullInto(const DataFrames& request, float* out) {
       InitializeValue(options_.init, id_, keys[i], to);
       continue;
     }
-    // CheckPull: a stored key's width is the request's.
-    std::memcpy(to.data(), it->second.value.data(), to.size_bytes());
+    // CheckPull and the codec: a stored key's width is the request's (the
+    // bound keeps a broken invariant from reading past the value).
+    const size_t n = std::min(to.size(), it->second.value.size());
+    std::memcpy(to.data(), it->second.value.data(), n * sizeof(float));
+    std::fill(to.begin() + n, to.end(), 0.0f);
   }
 }
 

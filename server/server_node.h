@@ -197,7 +197,8 @@ class ServerNode final : private CoordinatorLink {
   TimePoint run_peak_until_{};
   LiveCounters counters_;
   ReplySender replies_;
-  // Workers' shared memory that pulls' values go into.
+  // Workers' shared memory that pushes' values come from and pulls' go
+  // into.
   ShmValueRegions shm_regions_;
   RequestAdmission admission_;
   // Applies large pushes' pieces (null: one thread).

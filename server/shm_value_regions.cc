@@ -1,9 +1,9 @@
 #include "server/shm_value_regions.h"
 
-#include <signal.h>
+#include <sys/stat.h>
 
-#include <cerrno>
 #include <chrono>
+#include <string>
 #include <utility>
 
 #include "glog/logging.h"
@@ -54,9 +54,13 @@ ShmSegment* ShmValueRegions::Find(const SegmentKey& key) {
   const auto& [pid, fd, token] = key;
   Result<std::unique_ptr<ShmSegment>> opened = ShmSegment::Open(pid, fd, token);
   if (!opened.ok()) {
-    LOG(WARNING) << "a worker's shared memory cannot be used (its pulls' "
-                    "values come in frames): "
-                 << opened.status();
+    // At most a few lines however many peers name segments it cannot use.
+    ++refusals_;
+    LOG_IF(WARNING, refusals_ <= 10 || refusals_ % 1000 == 0)
+        << "a worker's shared memory cannot be used (refusal " << refusals_
+        << "; its pulls' values go in frames, its pushes are refused and "
+           "sent again in frames): "
+        << opened.status();
     if (refused_.size() >= kMaxRefused) refused_.clear();
     refused_.insert(key);
     return nullptr;
@@ -75,8 +79,17 @@ ShmSegment* ShmValueRegions::Find(const SegmentKey& key) {
 
 void ShmValueRegions::ForgetExited() {
   for (auto it = segments_.begin(); it != segments_.end();) {
-    const bool exited = kill(std::get<0>(it->first), 0) != 0 && errno == ESRCH;
-    it = exited ? segments_.erase(it) : std::next(it);
+    // Gone when /proc/PID/fd/FD no longer names the segment: the worker
+    // (or its client) closed it, or exited.
+    const auto& [pid, fd, token] = it->first;
+    const std::string path =
+        "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    struct stat st {};
+    const ShmSegment& segment = *it->second.segment;
+    const bool gone = stat(path.c_str(), &st) != 0 ||
+                      static_cast<uint64_t>(st.st_dev) != segment.device() ||
+                      static_cast<uint64_t>(st.st_ino) != segment.inode();
+    it = gone ? segments_.erase(it) : std::next(it);
   }
 }
 

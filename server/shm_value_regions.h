@@ -8,7 +8,8 @@
 // more than its timeout ago (the worker may have given the region out
 // again). A pull's reply then carries its values in a frame; a push is
 // refused, nothing applied, and its worker sends the values in frames. A
-// segment refused is not tried again, and each refusal is logged once.
+// segment refused is not tried again (until 1024 others have been), and
+// refusals are logged sparingly.
 //
 // Not thread-safe: used by the request thread.
 #ifndef DUCTILE_SERVER_SHM_VALUE_REGIONS_H_
@@ -39,8 +40,8 @@ class ShmValueRegions {
   Result<float*> Region(const wire::ShmRef& ref, uint64_t bytes,
                         int64_t timeout_ms);
 
-  // Unmaps the segments of workers that have exited (their memory is
-  // freed once no server maps it).
+  // Unmaps the segments their workers no longer hold (closed, or the
+  // process exited): their memory is freed once no server maps it.
   void ForgetExited();
 
   // Segments mapped now.
@@ -65,6 +66,7 @@ class ShmValueRegions {
   std::map<SegmentKey, Mapped> segments_;
   std::set<SegmentKey> refused_;
   uint64_t uses_ = 0;
+  uint64_t refusals_ = 0;
 };
 
 }  // namespace ductile

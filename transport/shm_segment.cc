@@ -1,9 +1,11 @@
 #include "transport/shm_segment.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,11 +17,12 @@ namespace {
 constexpr char kMagic[] = "ductile-shm-v1";  // 15 bytes with its NUL
 // The memfd's name; /proc/PID/fd/FD of one reads "/memfd:NAME (deleted)".
 constexpr char kName[] = "ductile-values";
-constexpr uint64_t kMaxSegmentBytes = uint64_t{64} << 30;
+constexpr uint64_t kMaxSegmentBytes = (uint64_t{64} << 30) + 4096;
 constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_SEAL;
 
 std::string Errno(const std::string& what) {
-  return what + ": " + std::strerror(errno);
+  const int error = errno;
+  return what + ": " + std::strerror(error);
 }
 
 Result<std::string> RandomToken() {
@@ -52,8 +55,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(uint64_t bytes) {
   Result<std::string> token = RandomToken();
   DUCTILE_RETURN_IF_ERROR(token.status());
   std::unique_ptr<ShmSegment> segment(new ShmSegment);
-  segment->fd_ =
-      memfd_create(kName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  segment->fd_ = memfd_create(kName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (segment->fd_ < 0) return UnavailableError(Errno("memfd_create"));
   if (ftruncate(segment->fd_, static_cast<off_t>(bytes)) != 0) {
     return UnavailableError(Errno("ftruncate"));
@@ -82,25 +84,36 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Open(int32_t pid, int32_t fd,
                                 " and a token of " +
                                 std::to_string(token.size()) + " bytes");
   }
-  // Only a ductile memfd is opened at all: a peer's request must not make
-  // this process open whatever another process holds (a device, a pipe).
-  char target[64] = {};
-  const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
-  if (n < 0) {
-    const std::string message = Errno("reading " + path);
-    return errno == ENOENT ? NotFoundError(message)
+  // Only a ductile memfd is opened for reading and writing at all: a
+  // peer's request must not make this process open whatever another
+  // process holds (a device, a pipe). The descriptor is pinned first
+  // (O_PATH opens nothing), so that what is checked is what is opened.
+  const int pinned = open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (pinned < 0) {
+    const int error = errno;
+    const std::string message = "opening " + path + ": " + std::strerror(error);
+    return error == ENOENT ? NotFoundError(message)
                            : PermissionDeniedError(message);
   }
-  if (std::string_view(target, static_cast<size_t>(n)) !=
-      std::string("/memfd:") + kName + " (deleted)") {
+  const std::string own = "/proc/self/fd/" + std::to_string(pinned);
+  char target[64] = {};
+  const ssize_t n = readlink(own.c_str(), target, sizeof(target) - 1);
+  struct statfs fs {};
+  const bool is_segment = n > 0 &&
+                          std::string_view(target, static_cast<size_t>(n)) ==
+                              std::string("/memfd:") + kName + " (deleted)" &&
+                          fstatfs(pinned, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  const int file =
+      is_segment ? open(own.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+                 : -1;
+  const int open_error = errno;
+  close(pinned);
+  if (!is_segment) {
     return InvalidArgumentError(path + " is not a ductile segment");
   }
-  const int file =
-      open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (file < 0) {
-    const std::string message = Errno("opening " + path);
-    return errno == ENOENT ? NotFoundError(message)
-                           : PermissionDeniedError(message);
+    return PermissionDeniedError("opening " + path + ": " +
+                                 std::strerror(open_error));
   }
   struct stat st {};
   const int seals = fcntl(file, F_GET_SEALS);
@@ -121,6 +134,8 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Open(int32_t pid, int32_t fd,
     if (s.ok()) {
       segment->data_ = *data;
       segment->size_ = static_cast<uint64_t>(st.st_size);
+      segment->device_ = static_cast<uint64_t>(st.st_dev);
+      segment->inode_ = static_cast<uint64_t>(st.st_ino);
     }
   }
   close(file);

@@ -1,14 +1,15 @@
 // Shared memory between processes on one host, for large values: a
-// worker creates one segment and names it in its pull requests to the
-// servers it reaches over ipc://; a server writes the values into it and
-// its reply carries only the header (docs/wire.md, "Values in shared
-// memory").
+// worker creates one segment and names regions of it in its requests to
+// the servers it reaches over ipc://; a server reads a push's values from
+// it and writes a pull's into it, and the messages carry only headers
+// (docs/wire.md, "Values in shared memory").
 //
 // A segment is an anonymous memory file (memfd) sealed against shrinking.
 // Another process of the same user opens it by the creator's pid and file
-// descriptor (/proc/PID/fd/FD), only if that names a ductile memfd (so a
-// request cannot make a server open another kind of file), and proves it
-// is the segment meant by a random token written at its start: a pid reused by another process, or
+// descriptor (/proc/PID/fd/FD), only if that names a ductile memfd on
+// tmpfs (so a request cannot make a server open another kind of file,
+// hugetlb memory included), and proves it is the segment meant by a random
+// token written at its start: a pid reused by another process, or
 // a process in another pid namespace, does not have it. The seal means
 // the creator cannot cut the file under a peer's mapping (which would
 // fault the peer). The memory is freed once the creator has exited and
@@ -60,6 +61,10 @@ class ShmSegment {
   int32_t pid() const { return pid_; }
   int32_t fd() const { return fd_; }
   const std::string& token() const { return token_; }
+  // The memory file's device and inode (Open only: 0 after Create), to
+  // tell whether /proc/PID/fd/FD still names it.
+  uint64_t device() const { return device_; }
+  uint64_t inode() const { return inode_; }
   // Whether [offset, offset + bytes) lies in the usable region.
   bool Holds(uint64_t offset, uint64_t bytes) const {
     return offset >= kHeaderBytes && offset <= size_ && bytes <= size_ - offset;
@@ -73,6 +78,8 @@ class ShmSegment {
   int32_t pid_ = -1;
   int32_t fd_ = -1;  // owned by the creator; closed after mapping by a peer
   std::string token_;
+  uint64_t device_ = 0;
+  uint64_t inode_ = 0;
 };
 
 }  // namespace ductile

@@ -160,8 +160,8 @@ struct ServerCounters {
   // worker from another connection.
   uint64_t refused_limits = 0;
   uint64_t refused_permission = 0;
-  // Bytes of requests received and of replies sent, values put in a
-  // worker's shared memory included (shm_replies).
+  // Bytes of requests received and of replies sent, values read from and
+  // put in a worker's shared memory included (shm_pushes, shm_replies).
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   uint64_t keys_stored = 0;

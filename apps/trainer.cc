@@ -797,9 +797,6 @@ Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
       pulls = tensors.PullAsync(client, params);
     } else {
       if (next_pull.empty()) next_pull = tensors.PullAsync(client, next_params);
-      if (!o.layered_pulls) {
-        DUCTILE_RETURN_IF_ERROR(ParamTensors::WaitAll(next_pull));
-      }
       std::swap(params, next_params);
       pulls = std::move(next_pull);
       // Issued at this clock, before this step's push: a pull this model

@@ -403,9 +403,7 @@ std::span<float> RequestEngine::LendShmRegions(const Part& part,
       !routing_->IsLocal(part.server)) {
     return {};
   }
-  const DataOperation& op = *part.op;
-  uint64_t floats = 0;
-  for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
+  const uint64_t floats = part.floats();
   const uint64_t bytes = floats * sizeof(float);
   if (bytes < kShmMinBytes) return {};
   if (shm_ == nullptr) {
@@ -421,10 +419,11 @@ std::span<float> RequestEngine::LendShmRegions(const Part& part,
     shm_ = std::move(*area);
   }
   const int64_t timeout_ms = options_.request_timeout_ms;
-  wire::ShmRef ref;
-  if (type != wire::PUSH && shm_->Lend(ShmValueArea::ReplyTicket(part.seq),
-                                       part.server, bytes, timeout_ms, &ref)) {
-    *header.mutable_reply_shm() = std::move(ref);
+  wire::ShmRef reply_ref;
+  if (type != wire::PUSH &&
+      shm_->Lend(ShmValueArea::ReplyTicket(part.seq), part.server, bytes,
+                 timeout_ms, &reply_ref)) {
+    *header.mutable_reply_shm() = std::move(reply_ref);
   }
   if (type == wire::PULL) return {};
   const uint64_t ticket = ShmValueArea::PushTicket(part.seq);
@@ -438,11 +437,12 @@ std::span<float> RequestEngine::LendShmRegions(const Part& part,
   // Pushed values go in shared memory only to a server that has shown it
   // can use it (a pull's values came that way): a refusal would let the
   // requests behind the push overtake it.
+  wire::ShmRef push_ref;
   if (shm_proven_.count(part.server) == 0 ||
-      !shm_->Lend(ticket, part.server, bytes, timeout_ms, &ref)) {
+      !shm_->Lend(ticket, part.server, bytes, timeout_ms, &push_ref)) {
     return {};
   }
-  *header.mutable_push_shm() = std::move(ref);
+  *header.mutable_push_shm() = std::move(push_ref);
   return {shm_->Data(ticket, part.server, bytes), floats};
 }
 
@@ -528,9 +528,7 @@ void RequestEngine::ReadDataReply(InMessage& message,
   }
   DataOperation& op = *part.op;
   if (op.type != wire::PUSH) {
-    uint64_t floats = 0;
-    for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
-    const uint64_t bytes = floats * sizeof(float);
+    const uint64_t bytes = part.floats() * sizeof(float);
     const float* values = nullptr;
     if (header.values_in_shm()) {
       if (message.size() == 1 && shm_ != nullptr) {
@@ -577,10 +575,8 @@ void RequestEngine::CopyPulledValues(Part& part, const wire::Header& header,
     }
   }
   if (part.indices.empty()) {
-    uint64_t floats = 0;
-    for (size_t j = 0; j < part.size(); ++j) floats += op.length(part.index(j));
     std::memcpy(op.out.data() + op.offset(part.begin), values,
-                floats * sizeof(float));
+                part.floats() * sizeof(float));
     return;
   }
   for (size_t j = 0; j < part.size(); ++j) {

@@ -118,6 +118,12 @@ class RequestEngine {
     size_t index(size_t j) const {
       return indices.empty() ? begin + j : indices[j];
     }
+    // Floats of values its keys hold.
+    uint64_t floats() const {
+      uint64_t n = 0;
+      for (size_t j = 0; j < size(); ++j) n += op->length(index(j));
+      return n;
+    }
   };
 
   void Dispatch(const std::shared_ptr<DataOperation>& op);

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -29,7 +30,15 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::steady_clock::now().time_since_epoch())
           .count();
-  const int64_t timeout_ns = (timeout_ms > 0 ? timeout_ms : 60000) * 1000000;
+  // A peer's timeout is not checked yet here: at most 30 days, as a
+  // client's, so that the product cannot overflow.
+  constexpr int64_t kMaxTimeoutMs = int64_t{30} * 24 * 3600 * 1000;
+  const int64_t timeout_ns =
+      std::min(timeout_ms > 0 ? timeout_ms : 60000, kMaxTimeoutMs) * 1000000;
+  if (ref.sent_ns() > now_ns) {
+    return InvalidArgumentError(
+        "a request naming shared memory says it was sent in the future");
+  }
   if (ref.sent_ns() <= 0 || now_ns - ref.sent_ns() > timeout_ns) {
     return DeadlineExceededError(
         "a request naming shared memory, sent more than its timeout ago");

@@ -158,6 +158,18 @@ bool NoProcessesLeft(const std::string& marker) {
   return false;
 }
 
+// The port of the coordinator's /metrics that `ductile local` printed in
+// `output`; 0 if it printed none.
+int MetricsPortIn(const std::string& output) {
+  std::smatch port;
+  if (!std::regex_search(output, port,
+                         std::regex("coordinator metrics on "
+                                    "http://127.0.0.1:([0-9]+)/metrics"))) {
+    return 0;
+  }
+  return std::stoi(port[1].str());
+}
+
 const std::string kBinary = DUCTILE_BINARY;
 const std::string kExampleWorker = DUCTILE_EXAMPLE_WORKER;
 
@@ -619,12 +631,9 @@ TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
   const std::string out = p.output();
   ASSERT_TRUE(std::regex_search(out, m, kAddressAndKeys));
   // The coordinator's /metrics, in Prometheus' text format.
-  std::smatch port;
-  ASSERT_TRUE(std::regex_search(
-      out, port,
-      std::regex("coordinator metrics on http://127.0.0.1:([0-9]+)/metrics")))
-      << out;
-  httplib::Client http("127.0.0.1", std::stoi(port[1].str()));
+  const int port = MetricsPortIn(out);
+  ASSERT_GT(port, 0) << out;
+  httplib::Client http("127.0.0.1", port);
   http.set_read_timeout(10, 0);
   auto metrics = http.Get("/metrics");
   ASSERT_TRUE(metrics) << httplib::to_string(metrics.error());
@@ -696,13 +705,9 @@ TEST(LocalCluster, PullsFromServersOnTheHostComeThroughSharedMemory) {
              "--workers=2", "--epochs=1000", "--log_every=20",
              "--metrics_port=0", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
-  std::smatch port;
-  const std::string out = p.output();
-  ASSERT_TRUE(std::regex_search(
-      out, port,
-      std::regex("coordinator metrics on http://127.0.0.1:([0-9]+)/metrics")))
-      << out;
-  httplib::Client http("127.0.0.1", std::stoi(port[1].str()));
+  const int port = MetricsPortIn(p.output());
+  ASSERT_GT(port, 0) << p.output();
+  httplib::Client http("127.0.0.1", port);
   http.set_read_timeout(10, 0);
   // The counters come with the servers' heartbeats: wait for one that
   // follows pulls.

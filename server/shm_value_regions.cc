@@ -43,6 +43,16 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
     return DeadlineExceededError(
         "a request naming shared memory, sent more than its timeout ago");
   }
+  // Checked before anything is remembered of the segment: the token is a
+  // peer's bytes of any length, and only well-formed names are kept.
+  if (ref.pid() <= 0 || ref.fd() < 0 ||
+      ref.token().size() != ShmSegment::kTokenBytes) {
+    return InvalidArgumentError(
+        "a shared memory segment named by pid " + std::to_string(ref.pid()) +
+        ", descriptor " + std::to_string(ref.fd()) + " and a token of " +
+        std::to_string(ref.token().size()) + " bytes (" +
+        std::to_string(ShmSegment::kTokenBytes) + " expected)");
+  }
   ShmSegment* segment = Find({ref.pid(), ref.fd(), ref.token()});
   if (segment == nullptr) {
     return UnavailableError("the worker's shared memory cannot be opened");
@@ -70,8 +80,16 @@ ShmSegment* ShmValueRegions::Find(const SegmentKey& key) {
         << "; its pulls' values go in frames, its pushes are refused and "
            "sent again in frames): "
         << opened.status();
-    if (refused_.size() >= kMaxRefused) refused_.clear();
-    refused_.insert(key);
+    // Remembered only when trying again cannot help: not the segment
+    // named, or not one this server may open. A lack of descriptors or
+    // memory may pass, so such a segment is tried again next time.
+    const StatusCode code = opened.status().code();
+    if (code == StatusCode::kInvalidArgument ||
+        code == StatusCode::kPermissionDenied ||
+        code == StatusCode::kNotFound) {
+      if (refused_.size() >= kMaxRefused) refused_.clear();
+      refused_.insert(key);
+    }
     return nullptr;
   }
   if (segments_.size() >= kMaxSegments) {

@@ -8,8 +8,9 @@
 // more than its timeout ago (the worker may have given the region out
 // again). A pull's reply then carries its values in a frame; a push is
 // refused, nothing applied, and its worker sends the values in frames. A
-// segment refused is not tried again (until 1024 others have been), and
-// refusals are logged sparingly.
+// segment that is not what the request names, or that this server may not
+// open, is not tried again (until 1024 others have been); one refused for
+// want of descriptors or memory is. Refusals are logged sparingly.
 //
 // Not thread-safe: used by the request thread.
 #ifndef DUCTILE_SERVER_SHM_VALUE_REGIONS_H_
@@ -44,8 +45,9 @@ class ShmValueRegions {
   // process exited): their memory is freed once no server maps it.
   void ForgetExited();
 
-  // Segments mapped now.
+  // Segments mapped now, and refused segments remembered.
   size_t mapped() const { return segments_.size(); }
+  size_t remembered_refusals() const { return refused_.size(); }
 
  private:
   // The workers' segments mapped at once; the one used longest ago is

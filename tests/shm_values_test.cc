@@ -271,6 +271,41 @@ TEST(ShmValueRegions, RegionsThatCannotBeUsedAreRefused) {
   EXPECT_EQ(RegionOf(regions, stranger, 4096, 1000), nullptr);
   EXPECT_EQ(regions.mapped(), 1u);  // only the good segment
   EXPECT_NE(RegionOf(regions, ref, 4096, 1000), nullptr);
+  // Both strangers named a segment: each is remembered, not opened again.
+  EXPECT_EQ(regions.remembered_refusals(), 2u);
+}
+
+// A name no segment can have (a token of the wrong length, which a peer
+// may make as long as its message: a cache of them would grow with every
+// request) is refused at once and nothing of it is kept.
+TEST(ShmValueRegions, AMalformedNameIsRefusedAndNotRemembered) {
+  auto area = ShmValueArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(5, 1, 4096, 1000, &ref));
+  ShmValueRegions regions(true);
+  for (int i = 0; i < 100; ++i) {
+    wire::ShmRef bad = ref;
+    bad.set_token(std::string(ShmSegment::kTokenBytes + 1 + i, 'x'));
+    bad.set_fd(ref.fd() + i);
+    EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+              StatusCode::kInvalidArgument);
+  }
+  wire::ShmRef bad = ref;
+  bad.set_token("");
+  EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+            StatusCode::kInvalidArgument);
+  bad = ref;
+  bad.set_pid(0);
+  EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+            StatusCode::kInvalidArgument);
+  bad = ref;
+  bad.set_fd(-1);
+  EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(regions.remembered_refusals(), 0u);
+  EXPECT_EQ(regions.mapped(), 0u);
+  EXPECT_NE(RegionOf(regions, ref, 4096, 1000), nullptr);
 }
 
 TEST(ShmValueRegions, ASegmentItsWorkerClosedIsUnmapped) {

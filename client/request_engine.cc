@@ -316,21 +316,28 @@ void RequestEngine::ReleasePriors(const Part& part) {
   }
 }
 
+bool RequestEngine::KeepAsPrior(Part& part) {
+  if (part.op->type == wire::PULL || part.pull_only) return true;
+  // A chain of re-routes, each leaving a copy that may be applied, is
+  // bounded.
+  if (part.priors.size() >= kMaxPriors) {
+    // It may have been applied: not kUnavailable, which says "retry".
+    FinishPart(part.seq,
+               AbortedError("request re-routed " + std::to_string(kMaxPriors) +
+                            " times while an earlier copy of it could still "
+                            "be applied; it may have been applied"));
+    return false;
+  }
+  part.priors.push_back(part.seq);
+  prior_holds_.insert(part.seq);
+  return true;
+}
+
 void RequestEngine::Orphan(Part& part, milliseconds delay) {
   const uint64_t seq = part.seq;
-  if (part.sent && part.op->type != wire::PULL && !part.pull_only) {
-    // A chain of servers that each left before answering is bounded.
-    if (part.priors.size() >= kMaxPriors) {
-      // It may have been applied: not kUnavailable, which says "retry".
-      return FinishPart(
-          seq,
-          AbortedError("request re-routed after " + std::to_string(kMaxPriors) +
-                       " servers left the job without answering it; it "
-                       "may have been applied"));
-    }
-    part.priors.push_back(seq);
-    prior_holds_.insert(seq);
-  }
+  // Its server left before answering: it may have applied the part, and
+  // its window moved with its slots.
+  if (part.sent && !KeepAsPrior(part)) return;
   VLOG(1) << "client " << shared_.worker_id->load() << ": part " << seq << " ("
           << wire::MessageType_Name(part.op->type) << " clock "
           << part.op->clock << ") to server " << part.server
@@ -392,7 +399,16 @@ void RequestEngine::SendPart(Part& part) {
   part.retry_at = {};
   part.resend_at = env_->Now() + kResendAfter;
   Status s = socket->Send(std::move(out));
-  if (!s.ok()) return FinishPart(seq, s);
+  if (!s.ok()) {
+    // Nothing of this copy went out: its regions may go out again (those
+    // of a copy sent before stay kept for it).
+    if (shm_ != nullptr && !part.sent) {
+      shm_->Return(ShmValueArea::ReplyTicket(seq), part.server);
+      shm_->Return(ShmValueArea::PushTicket(seq), part.server);
+    }
+    return FinishPart(seq, s);
+  }
+  if (part.sent) part.resent = true;
   part.sent = true;
 }
 
@@ -504,6 +520,11 @@ void RequestEngine::ReadDataReply(InMessage& message,
     // A duplicate push-pull was applied here before its slot moved: the
     // new owner is only asked for the values.
     if (header.duplicate()) part.pull_only = true;
+    // This copy was not applied, but one sent again on silence may still
+    // be on its way, to be applied after this answer: the new requests
+    // name this seq, so that a server that applied that copy takes them as
+    // duplicates.
+    if (part.resent && !KeepAsPrior(part)) return;
     VLOG(1) << "client " << shared_.worker_id->load() << ": part " << part.seq
             << " (" << wire::MessageType_Name(part.op->type) << " clock "
             << part.op->clock << ") moved by server " << part.server

@@ -104,8 +104,10 @@ class RequestEngine {
     std::vector<uint32_t> indices;
     // A push-pull whose push a server already applied: only pull.
     bool pull_only = false;
-    // Sent under `seq` at least once (it may have been applied).
+    // Sent under `seq` at least once (it may have been applied), and more
+    // than once (a copy may arrive after an answer to another).
     bool sent = false;
+    bool resent = false;
     // Earlier seqs of these values, sent to a server that left the job
     // before answering (they may have been applied there; its window
     // moved with its slots): the new owner checks them.
@@ -142,6 +144,10 @@ class RequestEngine {
   // A part's server left the routing before answering: its keys are
   // re-routed, after `delay`, checked against its seq at the new owners.
   void Orphan(Part& part, std::chrono::milliseconds delay);
+  // A push part about to be re-routed while a copy of it may still be
+  // applied: its seq joins its priors (so the new owners check it). False
+  // if it already had kMaxPriors: then it is finished, kAborted.
+  bool KeepAsPrior(Part& part);
   void ReleasePriors(const Part& part);
   uint64_t DoneBelow() const;
   // A reply from `server`.

@@ -34,6 +34,7 @@ class ServerImpl final : public Server {
   void Stop() override;
   int32_t id() const override { return node_.id(); }
   std::string address() const override { return node_.address(); }
+  std::string ipc_address() const override { return node_.ipc_address(); }
   ServerCounters counters() const override { return node_.counters(); }
 
   // For tests only: a copy of one key's value (call only while the server

@@ -84,6 +84,7 @@ class ServerNode final : private CoordinatorLink {
 
   int32_t id() const { return id_.load(); }
   const std::string& address() const { return tcp_address_; }
+  const std::string& ipc_address() const { return ipc_address_; }
   // Any thread.
   ServerCounters counters() const { return counters_.Snapshot(); }
   // For tests only: a copy of one key's value (call only while the node is

@@ -183,7 +183,8 @@ bool ServerNode::TakeShmValues(InMessage& message) {
                        "of whole floats within the message limit"));
     return false;
   }
-  Result<float*> from = shm_regions_.Region(ref, bytes, header.timeout_ms());
+  Result<float*> from =
+      shm_regions_.Region(ref, bytes, header.timeout_ms(), message.peer_pid());
   if (!from.ok()) {
     // Nothing applied: the worker sends the values again in frames (or,
     // for a request that waited past its timeout, in a new region).
@@ -314,7 +315,7 @@ void ServerNode::ServePull(const InMessage& message,
   if (request.header.has_reply_shm()) {
     Result<float*> to = shm_regions_.Region(
         request.header.reply_shm(), request.data.total_floats() * sizeof(float),
-        request.header.timeout_ms());
+        request.header.timeout_ms(), message.peer_pid());
     if (to.ok()) region = *to;
   }
   std::vector<float> values;

@@ -12,7 +12,7 @@
 namespace ductile {
 
 Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
-                                       int64_t timeout_ms) {
+                                       int64_t timeout_ms, int32_t peer_pid) {
   if (!enabled_) {
     return FailedPreconditionError(
         "this server does not use workers' shared memory (--shm_values)");
@@ -42,6 +42,16 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
   if (ref.sent_ns() <= 0 || now_ns - ref.sent_ns() > timeout_ns) {
     return DeadlineExceededError(
         "a request naming shared memory, sent more than its timeout ago");
+  }
+  // A worker names only its own segment, and only over ipc://, where the
+  // kernel says which process sent the request: nothing else makes this
+  // server open a /proc entry.
+  if (ref.pid() != peer_pid) {
+    return InvalidArgumentError(
+        "a request names the shared memory of process " +
+        std::to_string(ref.pid()) + " but " +
+        (peer_pid > 0 ? "comes from process " + std::to_string(peer_pid)
+                      : std::string("did not come over ipc://")));
   }
   // Checked before anything is remembered of the segment: the token is a
   // peer's bytes of any length, and only well-formed names are kept.

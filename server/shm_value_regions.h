@@ -2,8 +2,10 @@
 // and writes pulled values into (wire::ShmRef, docs/wire.md "Values in
 // shared memory"): the workers' segments, opened once and kept mapped.
 //
-// A region is refused when the segment cannot be opened (another host,
-// user or pid namespace), it is not a sealed ductile segment, the region
+// A region is refused when the request did not come over ipc:// from the
+// process that holds the segment (as the kernel tells), the segment cannot
+// be opened (another user or pid namespace), it is not a sealed ductile
+// segment, the region
 // does not lie in it or is not the values' size, or the request was sent
 // more than its timeout ago (the worker may have given the region out
 // again). A pull's reply then carries its values in a frame; a push is
@@ -35,11 +37,13 @@ class ShmValueRegions {
   explicit ShmValueRegions(bool enabled) : enabled_(enabled) {}
 
   // The region `ref` names, holding `bytes` of values, for a request with
-  // `timeout_ms` (0: 60 s). kDeadlineExceeded if the request was sent more
-  // than its timeout ago; kFailedPrecondition when disabled; else an error
-  // if the region cannot be used.
+  // `timeout_ms` (0: 60 s) that came from process `peer_pid`
+  // (InMessage::peer_pid(): 0 unless over ipc://). kDeadlineExceeded if the
+  // request was sent more than its timeout ago; kFailedPrecondition when
+  // disabled; kInvalidArgument if `ref` names another process's segment;
+  // else an error if the region cannot be used.
   Result<float*> Region(const wire::ShmRef& ref, uint64_t bytes,
-                        int64_t timeout_ms);
+                        int64_t timeout_ms, int32_t peer_pid);
 
   // Unmaps the segments their workers no longer hold (closed, or the
   // process exited): their memory is freed once no server maps it.

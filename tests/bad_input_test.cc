@@ -345,6 +345,10 @@ TEST_F(ServerBadInput, NonFiniteValuesAreRefusedAndLeaveTheTableUnchanged) {
 TEST_F(ServerBadInput, PushedValuesInSharedMemoryAreCheckedLikeAFramesValues) {
   auto area = ShmValueArea::Create(1 << 20);
   ASSERT_TRUE(area.ok()) << area.status();
+  // Shared memory is named over ipc:// (this process holds the segment).
+  ASSERT_FALSE(server().ipc_address().empty());
+  RawPeer tcp_peer(server().address());
+  peer_ = std::make_unique<RawPeer>(server().ipc_address());
   auto push = [&](uint64_t seq, const std::vector<float>& values) {
     wire::Header h = Request(wire::PUSH, table_, seq, 3);
     h.set_values_frames(0);
@@ -403,6 +407,15 @@ TEST_F(ServerBadInput, PushedValuesInSharedMemoryAreCheckedLikeAFramesValues) {
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->status_code(), static_cast<int>(StatusCode::kUnavailable));
   EXPECT_FALSE(reply->shm_refused());
+  // A good region named over tcp://, where the kernel does not say which
+  // process sent it: refused as unusable before any segment is opened.
+  tcp_peer.Send({Serialize(push(46, one)), Bytes(keys_)});
+  ++bad_messages_;
+  reply = tcp_peer.ReceiveHeader();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->status_code(), static_cast<int>(StatusCode::kUnavailable));
+  EXPECT_THAT(reply->status_message(), HasSubstr("did not come over ipc://"));
+  EXPECT_TRUE(reply->shm_refused());
   ExpectTableHolds(keys_, expected);
   initial_ = expected;  // for ExpectStillServing
   ExpectStillServing();

@@ -6,13 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 
+#include "ductile/security.h"
 #include "gtest/gtest.h"
+#include "transport/message.h"
 #include "transport/zmq_transport.h"
 
 namespace ductile {
@@ -103,6 +106,74 @@ TEST(Endpoint, StaleIpcFilesOfGoneProcessesAreRemovedAndNoOthers) {
 
 namespace ductile {
 namespace {
+
+// The next message at `socket`, waiting up to 10 s for it.
+Status ReceiveWithin(Transport& transport, Socket& socket, InMessage* in,
+                     bool* got) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  *got = false;
+  while (!*got && std::chrono::steady_clock::now() < deadline) {
+    Socket* sockets[] = {&socket};
+    DUCTILE_RETURN_IF_ERROR(transport.Wait(sockets, -1, deadline));
+    DUCTILE_RETURN_IF_ERROR(socket.Receive(in, got));
+  }
+  return Status::Ok();
+}
+
+// ZeroMQ's "Peer-Address" of an ipc:// peer carries its credentials; a
+// tcp:// peer's is numeric, IPv6 included, and names no process.
+TEST(IpcPeerPid, ReadsThePidOfAUnixPeerAndNothingElse) {
+  EXPECT_EQ(IpcPeerPid("localhost:0:0:23662"), 23662);
+  EXPECT_EQ(IpcPeerPid("localhost:1000:1000:7"), 7);
+  EXPECT_EQ(IpcPeerPid("127.0.0.1"), 0);
+  EXPECT_EQ(IpcPeerPid("::1"), 0);
+  EXPECT_EQ(IpcPeerPid("fe80::1:2:3"), 0);
+  EXPECT_EQ(IpcPeerPid(""), 0);
+  EXPECT_EQ(IpcPeerPid("localhost"), 0);
+  EXPECT_EQ(IpcPeerPid("localhost:0:0:"), 0);
+  EXPECT_EQ(IpcPeerPid("localhost:0:0:0"), 0);
+  EXPECT_EQ(IpcPeerPid("localhost:0:0:12x"), 0);
+  EXPECT_EQ(IpcPeerPid("localhost:0:12"), 0);
+  EXPECT_EQ(IpcPeerPid("localhost:0:0:99999999999"), 0);
+  EXPECT_EQ(IpcPeerPid("localhost:0:0:-5"), 0);
+}
+
+// A router's messages say which process sent them over ipc://, and none
+// over tcp://; a dealer's say none.
+TEST(IpcPeerPid, ARoutersMessagesCarryTheSendersPidOverIpcOnly) {
+  auto transport = NewZmqTransport(Security{});
+  auto router = transport->NewRouter(1 << 20);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto tcp = (*router)->Bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  const std::string ipc =
+      MakeIpcAddress(fs::temp_directory_path().string(), "endpoint-test");
+  auto bound_ipc = (*router)->Bind(ipc);
+  ASSERT_TRUE(bound_ipc.ok()) << bound_ipc.status();
+  for (const std::string& address : {*bound_ipc, *tcp}) {
+    auto dealer = transport->NewDealer("", 1 << 20);
+    ASSERT_TRUE(dealer.ok()) << dealer.status();
+    ASSERT_TRUE((*dealer)->Connect(address).ok());
+    OutMessage out;
+    out.AddString("hello");
+    ASSERT_TRUE((*dealer)->Send(std::move(out)).ok());
+    InMessage in;
+    bool got = false;
+    ASSERT_TRUE(ReceiveWithin(*transport, **router, &in, &got).ok());
+    ASSERT_TRUE(got) << address;
+    EXPECT_EQ(in.peer_pid(), address == *bound_ipc ? getpid() : 0) << address;
+    // The answer, at the dealer: no pid.
+    OutMessage back;
+    back.AddCopy(in.frame(0));
+    back.AddString("hi");
+    ASSERT_TRUE((*router)->Send(std::move(back)).ok());
+    ASSERT_TRUE(ReceiveWithin(*transport, **dealer, &in, &got).ok());
+    ASSERT_TRUE(got) << address;
+    EXPECT_EQ(in.peer_pid(), 0) << address;
+  }
+  RemoveIpcFile(*bound_ipc);
+}
 
 // A count asked for is kept (within 1 - 64); 0 gives encrypted members a
 // quarter of the cores (1 - 4) and plain ones 1.

@@ -189,14 +189,14 @@ TEST(ShmValueArea, AnUnansweredRegionIsTakenBackAfterTwiceItsTimeout) {
 // The region, or null where it is refused.
 float* RegionOf(ShmValueRegions& regions, const wire::ShmRef& ref,
                 uint64_t bytes, int64_t timeout_ms) {
-  Result<float*> region = regions.Region(ref, bytes, timeout_ms);
+  Result<float*> region = regions.Region(ref, bytes, timeout_ms, ref.pid());
   return region.ok() ? *region : nullptr;
 }
 
 float* RegionOfDisabled(const wire::ShmRef& ref, uint64_t bytes,
                         int64_t timeout_ms) {
   ShmValueRegions disabled(false);
-  Result<float*> region = disabled.Region(ref, bytes, timeout_ms);
+  Result<float*> region = disabled.Region(ref, bytes, timeout_ms, ref.pid());
   EXPECT_EQ(region.status().code(), StatusCode::kFailedPrecondition);
   return region.ok() ? *region : nullptr;
 }
@@ -247,7 +247,7 @@ TEST(ShmValueRegions, RegionsThatCannotBeUsedAreRefused) {
   // Sent longer ago than its timeout: the worker may have lent it again.
   wire::ShmRef late = ref;
   late.set_sent_ns(NowNs() - 1500 * 1000000LL);
-  EXPECT_EQ(regions.Region(late, 4096, 1000).status().code(),
+  EXPECT_EQ(regions.Region(late, 4096, 1000, getpid()).status().code(),
             StatusCode::kDeadlineExceeded);
   EXPECT_NE(RegionOf(regions, late, 4096, 2000), nullptr);
   late.set_sent_ns(0);
@@ -256,7 +256,7 @@ TEST(ShmValueRegions, RegionsThatCannotBeUsedAreRefused) {
   // nanoseconds would overflow.
   wire::ShmRef future = ref;
   future.set_sent_ns(NowNs() + int64_t{3600} * 1000000000);
-  EXPECT_EQ(regions.Region(future, 4096, 1000).status().code(),
+  EXPECT_EQ(regions.Region(future, 4096, 1000, getpid()).status().code(),
             StatusCode::kInvalidArgument);
   // (Read as 30 days, the longest a client takes; UBSan checks the rest.)
   late.set_sent_ns(NowNs() - int64_t{2} * 1000000000);
@@ -275,6 +275,25 @@ TEST(ShmValueRegions, RegionsThatCannotBeUsedAreRefused) {
   EXPECT_EQ(regions.remembered_refusals(), 2u);
 }
 
+// A request names only the segment of the process that sent it, as the
+// kernel tells for an ipc:// connection (InMessage::peer_pid): another
+// process's, or any over tcp:// (peer 0), is refused and nothing opened.
+TEST(ShmValueRegions, OnlyTheSendersOwnSegmentIsUsed) {
+  auto area = ShmValueArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(5, 1, 4096, 1000, &ref));
+  ASSERT_EQ(ref.pid(), getpid());
+  ShmValueRegions regions(true);
+  for (int32_t peer : {0, getpid() + 1, -getpid()}) {
+    Result<float*> region = regions.Region(ref, 4096, 1000, peer);
+    EXPECT_EQ(region.status().code(), StatusCode::kInvalidArgument) << peer;
+  }
+  EXPECT_EQ(regions.mapped(), 0u);
+  EXPECT_EQ(regions.remembered_refusals(), 0u);
+  EXPECT_NE(RegionOf(regions, ref, 4096, 1000), nullptr);
+}
+
 // A name no segment can have (a token of the wrong length, which a peer
 // may make as long as its message: a cache of them would grow with every
 // request) is refused at once and nothing of it is kept.
@@ -288,20 +307,20 @@ TEST(ShmValueRegions, AMalformedNameIsRefusedAndNotRemembered) {
     wire::ShmRef bad = ref;
     bad.set_token(std::string(ShmSegment::kTokenBytes + 1 + i, 'x'));
     bad.set_fd(ref.fd() + i);
-    EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+    EXPECT_EQ(regions.Region(bad, 4096, 1000, getpid()).status().code(),
               StatusCode::kInvalidArgument);
   }
   wire::ShmRef bad = ref;
   bad.set_token("");
-  EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+  EXPECT_EQ(regions.Region(bad, 4096, 1000, getpid()).status().code(),
             StatusCode::kInvalidArgument);
   bad = ref;
   bad.set_pid(0);
-  EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+  EXPECT_EQ(regions.Region(bad, 4096, 1000, getpid()).status().code(),
             StatusCode::kInvalidArgument);
   bad = ref;
   bad.set_fd(-1);
-  EXPECT_EQ(regions.Region(bad, 4096, 1000).status().code(),
+  EXPECT_EQ(regions.Region(bad, 4096, 1000, getpid()).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(regions.remembered_refusals(), 0u);
   EXPECT_EQ(regions.mapped(), 0u);

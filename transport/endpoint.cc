@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -133,6 +134,26 @@ bool IsLocalOnlyAddress(const std::string& address) {
       host.starts_with("127.") &&
       host.find_first_not_of("0123456789.") == std::string::npos;
   return dotted_127 || host == "localhost" || host == "[::1]";
+}
+
+int32_t IpcPeerPid(std::string_view peer_address) {
+  // libzmq writes a Unix-domain peer as "localhost" and ":UID:GID:PID";
+  // a tcp:// peer's address is numeric, never "localhost".
+  constexpr std::string_view kUnixPeer = "localhost:";
+  if (!peer_address.starts_with(kUnixPeer)) return 0;
+  std::string_view rest = peer_address.substr(kUnixPeer.size());
+  int64_t fields[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    const size_t end = i < 2 ? rest.find(':') : rest.size();
+    if (end == std::string_view::npos || end == 0 || end > 10) return 0;
+    for (char c : rest.substr(0, end)) {
+      if (c < '0' || c > '9') return 0;
+      fields[i] = fields[i] * 10 + (c - '0');
+    }
+    rest.remove_prefix(i < 2 ? end + 1 : end);
+  }
+  const int64_t pid = fields[2];
+  return pid > 0 && pid <= INT32_MAX ? static_cast<int32_t>(pid) : 0;
 }
 
 std::string ChooseAddress(const std::string& tcp_address,

@@ -2,7 +2,9 @@
 #ifndef DUCTILE_TRANSPORT_ENDPOINT_H_
 #define DUCTILE_TRANSPORT_ENDPOINT_H_
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "ductile/status.h"
 
@@ -38,6 +40,11 @@ bool IsLocalOnlyAddress(const std::string& address);
 // bits in hex. It stays the same over reconnections, so a router knows the
 // member again, and cannot be guessed (with CURVE nobody else sees it).
 std::string NewMemberIdentity(const std::string& role);
+
+// The process id in ZeroMQ's "Peer-Address" of a message that came over
+// ipc:// ("localhost:UID:GID:PID", from the socket's peer credentials), or
+// 0 for any other form (a tcp:// peer's numeric address, none at all).
+int32_t IpcPeerPid(std::string_view peer_address);
 
 // The address a client should use to reach a server: its ipc address when
 // both are on this host and ipc is preferred, else its tcp address.

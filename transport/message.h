@@ -50,6 +50,13 @@ class InMessage {
   }
   uint64_t bytes() const;
 
+  // The sending process's id as the kernel gave it for the connection (a
+  // Unix-domain socket's peer credentials: ipc:// only, read from a
+  // router's messages); 0 where it is not known (tcp://, inproc://, a
+  // dealer's messages, a simulation). A peer cannot choose it.
+  int32_t peer_pid() const { return peer_pid_; }
+  void set_peer_pid(int32_t pid) { peer_pid_ = pid; }
+
   // Whether the sender has admin rights, as the transport authenticated
   // it: with CURVE keys, a peer that connected with the admin key; in plain
   // mode (and in a simulation) every sender, since nobody is authenticated
@@ -82,6 +89,7 @@ class InMessage {
   std::unique_ptr<FrameStorage> storage_;
   std::vector<ByteSpan> frames_;
   bool from_admin_ = true;
+  int32_t peer_pid_ = 0;
   std::string member_key_;
   std::string member_key_name_;
 };

@@ -192,9 +192,19 @@ class ZmqSocket final : public Socket {
         }
       }
     }
+    int32_t peer_pid = 0;
+    if (router_) {
+      try {
+        const char* peer = storage->messages.back().gets("Peer-Address");
+        if (peer != nullptr) peer_pid = IpcPeerPid(peer);
+      } catch (const zmq::error_t&) {
+        // No address known: not an ipc:// peer as far as anyone can tell.
+      }
+    }
     message->set_member_key(member_key, member_key_name);  // before `storage`
     message->Reset(std::move(storage), std::move(views));
     message->set_from_admin(from_admin);
+    message->set_peer_pid(peer_pid);
     *got = true;
     return Status::Ok();
   }

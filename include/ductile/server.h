@@ -238,6 +238,10 @@ class Server {
   virtual int32_t id() const = 0;
   // The tcp address peers reach this server at.
   virtual std::string address() const = 0;
+  // The ipc:// address processes on this host reach it at ("" with
+  // ServerOptions::enable_ipc off). Values go through a worker's shared
+  // memory only over it.
+  virtual std::string ipc_address() const = 0;
   virtual ServerCounters counters() const = 0;
 
  protected:

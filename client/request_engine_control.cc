@@ -1,7 +1,8 @@
 // RequestEngine's side towards the coordinator: control requests and
 // notices, the coordinator's messages (routing, consistency changes,
 // rollbacks, checkpoints, live workers, drains), heartbeats and routing
-// requests. The data path is in request_engine.cc.
+// requests. Sending data requests is in request_engine.cc, their replies
+// in request_engine_replies.cc.
 #include <chrono>
 #include <utility>
 #include <vector>

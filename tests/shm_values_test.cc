@@ -1,7 +1,9 @@
 // Values through a worker's shared memory (docs/wire.md, "Values in
 // shared memory"): the segment, the worker's regions, the server's side,
 // and whole pulls and pushes with a server on this host.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -275,6 +277,33 @@ TEST(ShmValueRegions, RegionsThatCannotBeUsedAreRefused) {
   EXPECT_EQ(regions.remembered_refusals(), 2u);
 }
 
+// A segment that cannot be opened because this process is out of file
+// descriptors is refused this time but tried again the next: a passing
+// shortage must not send a worker's values through the socket for good.
+TEST(ShmValueRegions, ASegmentRefusedForWantOfDescriptorsIsTriedAgain) {
+  auto area = ShmValueArea::Create(kMiB);
+  ASSERT_TRUE(area.ok()) << area.status();
+  wire::ShmRef ref;
+  ASSERT_TRUE((*area)->Lend(5, 1, 4096, 1000, &ref));
+  ShmValueRegions regions(true);
+  // No descriptor can be made while the soft limit is the lowest free one.
+  const int lowest_free = open("/dev/null", O_RDONLY);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  rlimit low = limit;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const Status starved = regions.Region(ref, 4096, 1000, getpid()).status();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  EXPECT_EQ(starved.code(), StatusCode::kUnavailable) << starved;
+  EXPECT_EQ(regions.remembered_refusals(), 0u);
+  EXPECT_EQ(regions.mapped(), 0u);
+  EXPECT_NE(RegionOf(regions, ref, 4096, 1000), nullptr);
+  EXPECT_EQ(regions.mapped(), 1u);
+}
+
 // A request names only the segment of the process that sent it, as the
 // kernel tells for an ipc:// connection (InMessage::peer_pid): another
 // process's, or any over tcp:// (peer 0), is refused and nothing opened.
@@ -317,6 +346,9 @@ TEST(ShmValueRegions, AMalformedNameIsRefusedAndNotRemembered) {
   bad = ref;
   bad.set_pid(0);
   EXPECT_EQ(regions.Region(bad, 4096, 1000, getpid()).status().code(),
+            StatusCode::kInvalidArgument);
+  // Pid 0 from a peer of pid 0 (as over tcp://) is no name either.
+  EXPECT_EQ(regions.Region(bad, 4096, 1000, 0).status().code(),
             StatusCode::kInvalidArgument);
   bad = ref;
   bad.set_fd(-1);

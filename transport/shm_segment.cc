@@ -14,6 +14,23 @@
 namespace ductile {
 namespace {
 
+// Why `path` could not be opened: lasting (kNotFound: no such process or
+// descriptor; kPermissionDenied: another user's) or passing
+// (kUnavailable: this process is short of descriptors or memory).
+Status OpenError(const std::string& path, int error) {
+  const std::string message = "opening " + path + ": " + std::strerror(error);
+  switch (error) {
+    case ENOENT:
+    case ESRCH:
+      return NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return PermissionDeniedError(message);
+    default:
+      return UnavailableError(message);
+  }
+}
+
 constexpr char kMagic[] = "ductile-shm-v1";  // 15 bytes with its NUL
 // The memfd's name; /proc/PID/fd/FD of one reads "/memfd:NAME (deleted)".
 constexpr char kName[] = "ductile-values";
@@ -89,12 +106,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Open(int32_t pid, int32_t fd,
   // process holds (a device, a pipe). The descriptor is pinned first
   // (O_PATH opens nothing), so that what is checked is what is opened.
   const int pinned = open(path.c_str(), O_PATH | O_CLOEXEC);
-  if (pinned < 0) {
-    const int error = errno;
-    const std::string message = "opening " + path + ": " + std::strerror(error);
-    return error == ENOENT ? NotFoundError(message)
-                           : PermissionDeniedError(message);
-  }
+  if (pinned < 0) return OpenError(path, errno);
   const std::string own = "/proc/self/fd/" + std::to_string(pinned);
   char target[64] = {};
   const ssize_t n = readlink(own.c_str(), target, sizeof(target) - 1);
@@ -111,10 +123,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Open(int32_t pid, int32_t fd,
   if (!is_segment) {
     return InvalidArgumentError(path + " is not a ductile segment");
   }
-  if (file < 0) {
-    return PermissionDeniedError("opening " + path + ": " +
-                                 std::strerror(open_error));
-  }
+  if (file < 0) return OpenError(path, open_error);
   struct stat st {};
   const int seals = fcntl(file, F_GET_SEALS);
   Status s;

@@ -44,9 +44,10 @@ class ShmSegment {
   static Result<std::unique_ptr<ShmSegment>> Create(uint64_t bytes);
   // Maps the segment that process `pid` holds as descriptor `fd`.
   // kPermissionDenied/kNotFound if it cannot be opened (another user, the
-  // process is gone, another pid namespace); kInvalidArgument if it is not
-  // a sealed ductile memfd (then it is not opened at all) or its token
-  // differs.
+  // process is gone, another pid namespace); kUnavailable if this process
+  // is short of descriptors or memory for it (it may be tried again);
+  // kInvalidArgument if it is not a sealed ductile memfd (then it is not
+  // opened at all) or its token differs.
   static Result<std::unique_ptr<ShmSegment>> Open(int32_t pid, int32_t fd,
                                                   std::string_view token);
 

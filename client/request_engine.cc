@@ -332,6 +332,19 @@ bool RequestEngine::KeepAsPrior(Part& part) {
   return true;
 }
 
+Status RequestEngine::FailureOf(const Part& part, const Status& status) {
+  const bool may_be_applied = part.op->type != wire::PULL && !part.pull_only &&
+                              (part.sent || !part.priors.empty());
+  if (!may_be_applied || status.code() != StatusCode::kUnavailable) {
+    return status;
+  }
+  // Not kUnavailable, which says "retry": the caller's retry could apply
+  // the values a second time.
+  return AbortedError(status.message() +
+                      "; an earlier copy of the push was sent, so it may "
+                      "have been applied");
+}
+
 void RequestEngine::Orphan(Part& part, milliseconds delay) {
   const uint64_t seq = part.seq;
   // Its server left before answering: it may have applied the part, and
@@ -360,9 +373,10 @@ void RequestEngine::SendPart(Part& part) {
   if (socket == nullptr) {
     // Listed, but its address could not be connected to: an earlier copy
     // of this part may still reach it, so it is not sent elsewhere.
-    return FinishPart(seq, UnavailableError("routing names " +
-                                            routing_->Describe(part.server) +
-                                            " but it cannot be reached"));
+    return FinishPart(
+        seq, FailureOf(part, UnavailableError("routing names " +
+                                              routing_->Describe(part.server) +
+                                              " but it cannot be reached")));
   }
   const size_t count = part.size();
   const wire::MessageType type = part.pull_only ? wire::PULL : op.type;
@@ -405,7 +419,7 @@ void RequestEngine::SendPart(Part& part) {
       shm_->Return(ShmValueArea::ReplyTicket(seq), part.server);
       shm_->Return(ShmValueArea::PushTicket(seq), part.server);
     }
-    return FinishPart(seq, s);
+    return FinishPart(seq, FailureOf(part, s));
   }
   if (part.sent) part.resent = true;
   part.sent = true;

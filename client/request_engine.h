@@ -148,6 +148,10 @@ class RequestEngine {
   // applied: its seq joins its priors (so the new owners check it). False
   // if it already had kMaxPriors: then it is finished, kAborted.
   bool KeepAsPrior(Part& part);
+  // `status` for a part that fails before an answer, except that a push
+  // of which a copy (or one under an earlier seq) went out fails kAborted
+  // instead of kUnavailable: it may have been applied.
+  static Status FailureOf(const Part& part, const Status& status);
   void ReleasePriors(const Part& part);
   uint64_t DoneBelow() const;
   // A reply from `server`.

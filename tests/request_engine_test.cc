@@ -241,6 +241,18 @@ TEST(RequestEngine, APushSentTwiceAndRefusedOnceNamesItsSeqWhenSentAnew) {
   peers.Run(milliseconds(10));
   ASSERT_TRUE(push.done());
   EXPECT_TRUE(push.Wait().ok());
+
+  // Done now: nothing holds the mark back any more.
+  Handle next = peers.client().PushAsync(kTable, kKeys, kValues, {});
+  peers.Run(milliseconds(10));
+  std::vector<Taken> after = peers.TakeRequests();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_GT(after[0].header.done_below(), anew[0].header.seq());
+  EXPECT_TRUE(Priors(after[0]).empty());
+  peers.Answer(after[0], Status::Ok());
+  peers.Run(milliseconds(10));
+  ASSERT_TRUE(next.done());
+  EXPECT_TRUE(next.Wait().ok());
 }
 
 }  // namespace

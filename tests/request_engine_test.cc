@@ -187,25 +187,36 @@ std::vector<uint64_t> Priors(const Taken& request) {
 const std::vector<Key> kKeys = {7};
 const std::vector<float> kValues(kWidth, 1.0f);
 
+// Runs the network for `duration`; the one data request the server got
+// meanwhile (a test failure if it got none or several).
+Taken OnlyRequest(ScriptedPeers& peers, milliseconds duration) {
+  peers.Run(duration);
+  std::vector<Taken> taken = peers.TakeRequests();
+  EXPECT_EQ(taken.size(), 1u);
+  return taken.empty() ? Taken{} : std::move(taken.front());
+}
+
+// The server applies `request`: the call `handle` is done, and succeeded.
+void AnswerOk(ScriptedPeers& peers, const Taken& request,
+              const Handle& handle) {
+  peers.Answer(request, Status::Ok());
+  peers.Run(milliseconds(10));
+  ASSERT_TRUE(handle.done());
+  EXPECT_TRUE(handle.Wait().ok()) << handle.Wait();
+}
+
 // A push sent once and answered "unavailable" was not applied anywhere:
 // it goes out again under a new seq and names no earlier one.
 TEST(RequestEngine, APushRefusedBeforeItWasSentAgainNamesNoEarlierCopy) {
   ScriptedPeers peers;
   peers.Admit();
   Handle push = peers.client().PushAsync(kTable, kKeys, kValues, {});
-  peers.Run(milliseconds(10));
-  std::vector<Taken> first = peers.TakeRequests();
-  ASSERT_EQ(first.size(), 1u);
-  peers.Answer(first[0], UnavailableError("scripted: not now"));
-  peers.Run(milliseconds(200));
-  std::vector<Taken> again = peers.TakeRequests();
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_NE(again[0].header.seq(), first[0].header.seq());
-  EXPECT_TRUE(Priors(again[0]).empty());
-  peers.Answer(again[0], Status::Ok());
-  peers.Run(milliseconds(10));
-  ASSERT_TRUE(push.done());
-  EXPECT_TRUE(push.Wait().ok());
+  const Taken first = OnlyRequest(peers, milliseconds(10));
+  peers.Answer(first, UnavailableError("scripted: not now"));
+  const Taken again = OnlyRequest(peers, milliseconds(200));
+  EXPECT_NE(again.header.seq(), first.header.seq());
+  EXPECT_TRUE(Priors(again).empty());
+  AnswerOk(peers, again, push);
 }
 
 // A push the server did not answer for a while went out twice under one
@@ -217,42 +228,29 @@ TEST(RequestEngine, APushSentTwiceAndRefusedOnceNamesItsSeqWhenSentAnew) {
   ScriptedPeers peers;
   peers.Admit();
   Handle push = peers.client().PushAsync(kTable, kKeys, kValues, {});
-  peers.Run(milliseconds(10));
-  std::vector<Taken> first = peers.TakeRequests();
-  ASSERT_EQ(first.size(), 1u);
-  const uint64_t seq = first[0].header.seq();
-  peers.Run(milliseconds(6000));  // silence: the push is sent again
-  std::vector<Taken> copies = peers.TakeRequests();
-  ASSERT_EQ(copies.size(), 1u);
-  EXPECT_EQ(copies[0].header.seq(), seq);
-  EXPECT_EQ(copies[0].data, first[0].data);
+  const Taken first = OnlyRequest(peers, milliseconds(10));
+  const uint64_t seq = first.header.seq();
+  // Silence: the push is sent again under its seq.
+  const Taken copy = OnlyRequest(peers, milliseconds(6000));
+  EXPECT_EQ(copy.header.seq(), seq);
+  EXPECT_EQ(copy.data, first.data);
 
-  peers.Answer(first[0], UnavailableError("scripted: not this copy"));
-  peers.Run(milliseconds(200));
-  std::vector<Taken> anew = peers.TakeRequests();
-  ASSERT_EQ(anew.size(), 1u);
-  EXPECT_NE(anew[0].header.seq(), seq);
-  EXPECT_EQ(Priors(anew[0]), std::vector<uint64_t>{seq});
+  peers.Answer(first, UnavailableError("scripted: not this copy"));
+  const Taken anew = OnlyRequest(peers, milliseconds(200));
+  EXPECT_NE(anew.header.seq(), seq);
+  EXPECT_EQ(Priors(anew), std::vector<uint64_t>{seq});
   // The first seq stays above the done-below mark while the new request
   // is in flight, so a server can still tell that it was applied.
-  EXPECT_LE(anew[0].header.done_below(), seq);
+  EXPECT_LE(anew.header.done_below(), seq);
   EXPECT_FALSE(push.done());
-  peers.Answer(anew[0], Status::Ok());
-  peers.Run(milliseconds(10));
-  ASSERT_TRUE(push.done());
-  EXPECT_TRUE(push.Wait().ok());
+  AnswerOk(peers, anew, push);
 
   // Done now: nothing holds the mark back any more.
   Handle next = peers.client().PushAsync(kTable, kKeys, kValues, {});
-  peers.Run(milliseconds(10));
-  std::vector<Taken> after = peers.TakeRequests();
-  ASSERT_EQ(after.size(), 1u);
-  EXPECT_GT(after[0].header.done_below(), anew[0].header.seq());
-  EXPECT_TRUE(Priors(after[0]).empty());
-  peers.Answer(after[0], Status::Ok());
-  peers.Run(milliseconds(10));
-  ASSERT_TRUE(next.done());
-  EXPECT_TRUE(next.Wait().ok());
+  const Taken after = OnlyRequest(peers, milliseconds(10));
+  EXPECT_GT(after.header.done_below(), anew.header.seq());
+  EXPECT_TRUE(Priors(after).empty());
+  AnswerOk(peers, after, next);
 }
 
 }  // namespace

@@ -286,6 +286,17 @@ TEST(ShmValueRegions, ASegmentRefusedForWantOfDescriptorsIsTriedAgain) {
   wire::ShmRef ref;
   ASSERT_TRUE((*area)->Lend(5, 1, 4096, 1000, &ref));
   ShmValueRegions regions(true);
+  // Ten refusals first (segments that do not exist, remembered), so that
+  // the one below is past those the server logs: nothing is logged while
+  // descriptors are out (UBSan's checks of the logging need one).
+  constexpr int kLoggedRefusals = 10;
+  for (int i = 0; i < kLoggedRefusals; ++i) {
+    wire::ShmRef gone = ref;
+    gone.set_fd((1 << 20) + i);
+    EXPECT_EQ(regions.Region(gone, 4096, 1000, getpid()).status().code(),
+              StatusCode::kUnavailable);
+  }
+  ASSERT_EQ(regions.remembered_refusals(), size_t{kLoggedRefusals});
   // No descriptor can be made while the soft limit is the lowest free one.
   const int lowest_free = open("/dev/null", O_RDONLY);
   ASSERT_GE(lowest_free, 0);
@@ -298,7 +309,7 @@ TEST(ShmValueRegions, ASegmentRefusedForWantOfDescriptorsIsTriedAgain) {
   const Status starved = regions.Region(ref, 4096, 1000, getpid()).status();
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
   EXPECT_EQ(starved.code(), StatusCode::kUnavailable) << starved;
-  EXPECT_EQ(regions.remembered_refusals(), 0u);
+  EXPECT_EQ(regions.remembered_refusals(), size_t{kLoggedRefusals});
   EXPECT_EQ(regions.mapped(), 0u);
   EXPECT_NE(RegionOf(regions, ref, 4096, 1000), nullptr);
   EXPECT_EQ(regions.mapped(), 1u);

@@ -48,7 +48,7 @@ if [[ $# -lt 2 ]]; then
   echo "usage: $0 BUILD_DIR OUT_DIR [REPEATS]" >&2
   exit 2
 fi
-DUCTILE=$(realpath "$1")/apps/ductile
+DUCTILE=$(realpath "$1")/ductile
 OUT=$2
 REPEATS=${3:-1}
 MAX_WORKERS=${MAX_WORKERS:-4}

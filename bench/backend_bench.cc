@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/compute_backend.h"
-#include "apps/fmnist_data.h"
-#include "apps/mlp_model.h"
+#include "models/compute_backend.h"
+#include "models/fmnist_data.h"
+#include "models/mlp_model.h"
 #include "gflags/gflags.h"
 
 DEFINE_string(devices, "cpu,cuda",
@@ -46,9 +46,9 @@ DEFINE_int32(cpu_threads, 1, "OpenBLAS threads for the cpu backend.");
 namespace ductile::bench {
 namespace {
 
-using apps::ComputeBackend;
-using apps::DeviceBuffer;
-using apps::Transpose;
+using models::ComputeBackend;
+using models::DeviceBuffer;
+using models::Transpose;
 using SteadyClock = std::chrono::steady_clock;
 
 double Median(std::vector<double> v) {
@@ -108,11 +108,11 @@ Result<DeviceBuffer> RandomBuffer(ComputeBackend& backend, size_t count,
 Status MeasureDevice(const std::string& device,
                      const std::vector<size_t>& layers,
                      const std::vector<size_t>& batches) {
-  apps::ComputeBackendOptions options;
+  models::ComputeBackendOptions options;
   options.device = device;
   options.cpu_threads = FLAGS_cpu_threads;
   Result<std::unique_ptr<ComputeBackend>> made =
-      apps::MakeComputeBackend(options);
+      models::MakeComputeBackend(options);
   if (!made.ok()) {
     std::printf("%s: skipped: %s\n", device.c_str(),
                 made.status().ToString().c_str());
@@ -149,14 +149,14 @@ Status MeasureDevice(const std::string& device,
                 *seconds * 1e3, peak_gflops);
   }
 
-  apps::MlpOptions mlp_options;
+  models::MlpOptions mlp_options;
   mlp_options.layer_sizes = layers;
-  Result<apps::MlpModel> model = apps::MlpModel::Create(&backend, mlp_options);
+  Result<models::MlpModel> model = models::MlpModel::Create(&backend, mlp_options);
   if (!model.ok()) return model.status();
   const std::vector<float> params = model->InitParams(1);
   std::vector<float> grad(model->num_params());
-  Result<apps::HostBuffer> host_params = backend.AllocateHost(params.size());
-  Result<apps::HostBuffer> host_grad = backend.AllocateHost(params.size());
+  Result<models::HostBuffer> host_params = backend.AllocateHost(params.size());
+  Result<models::HostBuffer> host_grad = backend.AllocateHost(params.size());
   if (!host_params.ok()) return host_params.status();
   if (!host_grad.ok()) return host_grad.status();
   std::copy(params.begin(), params.end(), host_params->data());
@@ -166,7 +166,7 @@ Status MeasureDevice(const std::string& device,
               "gemm GF/s", "of peak", "gemm %");
   for (const size_t batch : batches) {
     // Step: a synthetic batch of `batch` samples through LossAndGradient.
-    apps::Dataset data;
+    models::Dataset data;
     data.num_samples = batch;
     data.num_features = layers.front();
     data.num_classes = static_cast<int>(layers.back());

@@ -33,13 +33,13 @@ if [[ $# -ne 3 ]]; then
   exit 2
 fi
 BUILD=$(realpath "$1") && DATA=$(realpath "$2") || exit 2
-if [[ ! -x $BUILD/apps/ductile || ! -d $DATA ]]; then
-  echo "$0: no $BUILD/apps/ductile, or no directory $DATA" >&2
+if [[ ! -x $BUILD/ductile || ! -d $DATA ]]; then
+  echo "$0: no $BUILD/ductile, or no directory $DATA" >&2
   exit 2
 fi
 OUT=$3
 PHASES=${PHASES:-check backend rules model io mlp overlap batch plain}
-DUCTILE=$BUILD/apps/ductile
+DUCTILE=$BUILD/ductile
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 

@@ -13,13 +13,13 @@
 //
 // Workloads (--workload):
 //   mf      matrix factorization on synthetic low-rank data
-//           (apps::MakeLowRankData): U (rows x rank) and V (cols x rank)
+//           (models::MakeLowRankData): U (rows x rank) and V (cols x rank)
 //           are two kSgd tables, one key per row or column. A worker pulls
 //           the rows of U and V its mini-batch (a tenth of its shard)
 //           touches, computes the gradient of squared error + L2
-//           (apps::MfModel) and pushes it for the same rows. Objective: RMSE
+//           (models::MfModel) and pushes it for the same rows. Objective: RMSE
 //           on a fixed sample of 10000 training entries.
-//   logreg  softmax regression on Fashion-MNIST (apps::LogRegModel): the
+//   logreg  softmax regression on Fashion-MNIST (models::LogRegModel): the
 //           parameters are one dense tensor in chunks over the servers; a
 //           worker pulls it, computes the mean gradient of its mini-batch
 //           and pushes it (a kSgd table). Objective: the cross-entropy on a
@@ -83,9 +83,9 @@
 #include <utility>
 #include <vector>
 
-#include "apps/fmnist_data.h"
-#include "apps/logreg_model.h"
-#include "apps/mf_model.h"
+#include "models/fmnist_data.h"
+#include "models/logreg_model.h"
+#include "models/mf_model.h"
 #include "bench/in_process_cluster.h"
 #include "ductile/client.h"
 #include "ductile/coordinator.h"
@@ -325,8 +325,8 @@ struct MfConfig {
 
 class MfTask : public WorkerTask {
  public:
-  MfTask(const MfConfig& config, const apps::MfModel& model,
-         const std::vector<apps::Rating>& ratings, std::vector<size_t> shard,
+  MfTask(const MfConfig& config, const models::MfModel& model,
+         const std::vector<models::Rating>& ratings, std::vector<size_t> shard,
          const Consistency& consistency, uint64_t seed)
       : config_(config),
         model_(model),
@@ -381,7 +381,7 @@ class MfTask : public WorkerTask {
       }
       batch_.push_back(ratings_[shard_[next_++]]);
     }
-    apps::MfModel::TouchedKeys(batch_, &u_.ids, &v_.ids);
+    models::MfModel::TouchedKeys(batch_, &u_.ids, &v_.ids);
     u_.values.resize(u_.ids.size() * rank);
     v_.values.resize(v_.ids.size() * rank);
 
@@ -442,8 +442,8 @@ class MfTask : public WorkerTask {
 
  private:
   const MfConfig config_;
-  const apps::MfModel& model_;
-  const std::vector<apps::Rating>& ratings_;
+  const models::MfModel& model_;
+  const std::vector<models::Rating>& ratings_;
   std::vector<size_t> shard_;  // indices into ratings_, in this pass's order
   const Consistency consistency_;
   std::mt19937_64 rng_;
@@ -453,8 +453,8 @@ class MfTask : public WorkerTask {
   TableId v_table_ = 0;
   std::vector<Key> all_rows_, all_cols_;
   // Scratch of one clock.
-  std::vector<apps::Rating> batch_;
-  apps::SparseFactors u_, v_, u_grad_, v_grad_;
+  std::vector<models::Rating> batch_;
+  models::SparseFactors u_, v_, u_grad_, v_grad_;
 };
 
 class MfWorkload : public Workload {
@@ -462,7 +462,7 @@ class MfWorkload : public Workload {
   MfWorkload(const MfConfig& config, uint64_t seed)
       : config_(config),
         model_(config.rank, config.l2),
-        data_(apps::MakeLowRankData(config.rows, config.cols, config.rank,
+        data_(models::MakeLowRankData(config.rows, config.cols, config.rank,
                                     config.density, config.noise, seed,
                                     /*test_fraction=*/0.0)) {
     std::mt19937_64 rng(seed + 5);
@@ -504,7 +504,7 @@ class MfWorkload : public Workload {
 
   double Objective(std::span<const float> params) const override {
     const size_t u_floats = eval_u_.ids.size() * config_.rank;
-    apps::SparseFactors u = eval_u_, v = eval_v_;
+    models::SparseFactors u = eval_u_, v = eval_v_;
     u.values.assign(params.begin(), params.begin() + u_floats);
     v.values.assign(params.begin() + u_floats, params.end());
     Result<double> rmse = model_.Rmse(eval_, u, v);
@@ -513,10 +513,10 @@ class MfWorkload : public Workload {
 
  private:
   const MfConfig config_;
-  const apps::MfModel model_;
-  const apps::LowRankData data_;
-  std::vector<apps::Rating> eval_;
-  apps::SparseFactors eval_u_, eval_v_;  // ids of every row and column
+  const models::MfModel model_;
+  const models::LowRankData data_;
+  std::vector<models::Rating> eval_;
+  models::SparseFactors eval_u_, eval_v_;  // ids of every row and column
 };
 
 // ---- logistic regression
@@ -530,8 +530,8 @@ struct LogRegConfig {
 
 class LogRegTask : public WorkerTask {
  public:
-  LogRegTask(const LogRegConfig& config, const apps::Dataset& data,
-             const apps::LogRegModel& model, int rank, int world,
+  LogRegTask(const LogRegConfig& config, const models::Dataset& data,
+             const models::LogRegModel& model, int rank, int world,
              const Consistency& consistency, uint64_t seed)
       : config_(config),
         data_(data),
@@ -562,7 +562,7 @@ class LogRegTask : public WorkerTask {
               double* compute_s) override {
     if (next_ + config_.batch > indices_.size()) {
       // A new epoch of this worker's shard.
-      indices_ = apps::PartitionIndices(data_.num_samples, rank_, world_, seed_,
+      indices_ = models::PartitionIndices(data_.num_samples, rank_, world_, seed_,
                                         epoch_++);
       next_ = 0;
     }
@@ -592,8 +592,8 @@ class LogRegTask : public WorkerTask {
 
  private:
   const LogRegConfig config_;
-  const apps::Dataset& data_;
-  const apps::LogRegModel& model_;
+  const models::Dataset& data_;
+  const models::LogRegModel& model_;
   const int rank_;
   const int world_;
   const Consistency consistency_;
@@ -609,8 +609,8 @@ class LogRegWorkload : public Workload {
  public:
   static Result<std::unique_ptr<LogRegWorkload>> Load(
       const LogRegConfig& config, uint64_t seed) {
-    Result<apps::Dataset> train =
-        apps::LoadFashionMnist(config.data_dir, /*train=*/true);
+    Result<models::Dataset> train =
+        models::LoadFashionMnist(config.data_dir, /*train=*/true);
     DUCTILE_RETURN_IF_ERROR(train.status());
     return std::unique_ptr<LogRegWorkload>(
         new LogRegWorkload(config, std::move(*train), seed));
@@ -640,18 +640,18 @@ class LogRegWorkload : public Workload {
   }
 
  private:
-  LogRegWorkload(const LogRegConfig& config, apps::Dataset data, uint64_t seed)
+  LogRegWorkload(const LogRegConfig& config, models::Dataset data, uint64_t seed)
       : config_(config),
         data_(std::move(data)),
         model_(data_.num_features, data_.num_classes) {
     // A fixed subset: the first eval_samples of a shuffled order.
-    eval_ = apps::PartitionIndices(data_.num_samples, 0, 1, seed + 99, 0);
+    eval_ = models::PartitionIndices(data_.num_samples, 0, 1, seed + 99, 0);
     eval_.resize(std::min<size_t>(eval_.size(), config.eval_samples));
   }
 
   const LogRegConfig config_;
-  const apps::Dataset data_;
-  const apps::LogRegModel model_;
+  const models::Dataset data_;
+  const models::LogRegModel model_;
   std::vector<size_t> eval_;
 };
 

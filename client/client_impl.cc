@@ -19,7 +19,7 @@ int64_t NewClientId(Env* env) {
 
 }  // namespace
 
-Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+Status Validate(const ClientOptions& options) {
   if (options.connect_timeout_ms < 1 || options.request_timeout_ms < 1 ||
       options.connect_timeout_ms > kMaxTimeoutMs ||
       options.request_timeout_ms > kMaxTimeoutMs) {
@@ -45,6 +45,11 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
       options.max_message_bytes > (uint64_t{1} << 40)) {
     return InvalidArgumentError("max_message_bytes must be in [1, 2^40]");
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  DUCTILE_RETURN_IF_ERROR(Validate(options));
   auto client =
       std::make_unique<ClientImpl>(options, SystemEnv(), /*own_thread=*/true);
   DUCTILE_RETURN_IF_ERROR(client->Init());

@@ -26,10 +26,10 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 minutes=${1:-10}
 build=${2:-build}
-cli=$PWD/$build/apps/ductile
+cli=$PWD/$build/ductile
 worker=$PWD/$build/tests/recovery_worker
 if [[ ! -x $cli || ! -x $worker ]]; then
-  echo "chaos: build $build first (needs apps/ductile and tests/recovery_worker)" >&2
+  echo "chaos: build $build first (needs ductile and tests/recovery_worker)" >&2
   exit 2
 fi
 root=0

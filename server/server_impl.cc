@@ -9,7 +9,7 @@
 
 namespace ductile {
 
-Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+Status Validate(const ServerOptions& options) {
   if (options.heartbeat_interval_ms < 10 ||
       options.heartbeat_interval_ms > 60000) {
     return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");
@@ -22,6 +22,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
        options.coordinator_timeout_ms > 604800000)) {
     return InvalidArgumentError(
         "coordinator_timeout_ms must be 0 or in [1000, 604800000]");
+  }
+  if (options.keep_checkpoints < 1) {
+    return InvalidArgumentError("keep_checkpoints must be >= 1");
   }
   if (options.disk_reserve_mb < 0 || options.disk_reserve_mb > (1 << 20)) {
     return InvalidArgumentError("disk_reserve_mb must be in [0, 1048576]");
@@ -67,6 +70,11 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.port < 0 || options.port > 65535) {
     return InvalidArgumentError("port must be in [0, 65535]");
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  DUCTILE_RETURN_IF_ERROR(Validate(options));
   auto server = std::make_unique<ServerImpl>(options);
   DUCTILE_RETURN_IF_ERROR(server->Init());
   return std::unique_ptr<Server>(std::move(server));

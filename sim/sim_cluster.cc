@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "client/client_impl.h"
-#include "elastic/coordinator_node.h"
+#include "coordinator/coordinator_node.h"
 #include "proto/ductile.pb.h"
 #include "server/server_node.h"
 #include "sim/mem_stores.h"

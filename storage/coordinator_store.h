@@ -35,7 +35,7 @@ class CoordinatorStore {
   // RocksDB abort the process); a later call goes on once there is space.
   virtual Status Save(const wire::CoordinatorState& state) = 0;
 
-  // The job's data plan (elastic/data_plan.h), a record of its own that
+  // The job's data plan (coordinator/data_plan.h), a record of its own that
   // changes at every step: written without a sync, so it survives the
   // coordinator's process (the write is in the operating system's hands)
   // but not its machine. nullopt if none was saved.

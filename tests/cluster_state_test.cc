@@ -1,14 +1,14 @@
 // The coordinator's cluster state persists itself: a change is written
 // once, no change is not written, and a restarted coordinator reads back
 // what was written. AckRound: the generic "wait for every ack" round.
-#include "elastic/cluster_state.h"
+#include "coordinator/cluster_state.h"
 
 #include <chrono>
 #include <cmath>
 #include <set>
 
 #include "ductile/table.h"
-#include "elastic/ack_round.h"
+#include "coordinator/ack_round.h"
 #include "gtest/gtest.h"
 
 namespace ductile {

@@ -1,4 +1,4 @@
-#include "apps/compute_backend.h"
+#include "models/compute_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace ductile::apps {
+namespace ductile::models {
 namespace {
 
 std::vector<float> RandomVector(size_t size, uint64_t seed) {
@@ -503,4 +503,4 @@ TEST(ComputeBackend, UnknownDevicesAndBadOptionsAreInvalidArguments) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::models

@@ -1,7 +1,7 @@
-// The shared data plan (elastic/data_plan.h): every batch of an epoch is
+// The shared data plan (coordinator/data_plan.h): every batch of an epoch is
 // handed out once, what a worker gone held goes to the next to ask, and
 // the plan at a clock is exactly the batches pushed before it.
-#include "elastic/data_plan.h"
+#include "coordinator/data_plan.h"
 
 #include <map>
 #include <random>

@@ -1,10 +1,10 @@
-// DataPosition (apps/data_position.h) against a scripted one-worker data
+// DataPosition (train/data_position.h) against a scripted one-worker data
 // plan: a step is the plan's next batches, sliced from their epoch's
 // shuffle; it takes as many as the plan (or the worker) asks for, keeps
 // those taken ahead for later steps, waits when the plan has none free,
 // ends when it has none ever again; its counters go to the resume state
 // and come back from it after a rollback, which drops the batches in hand.
-#include "apps/data_position.h"
+#include "train/data_position.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "apps/fmnist_data.h"
+#include "models/fmnist_data.h"
 #include "gtest/gtest.h"
 
-namespace ductile::apps {
+namespace ductile::train {
 namespace {
 
 using Batch = Client::Batch;
@@ -186,7 +186,8 @@ class PlanClient final : public Client {
 std::vector<size_t> SliceOf(uint64_t num_samples, uint64_t seed, int batch_size,
                             int64_t epoch, int64_t index) {
   const std::vector<size_t> shuffle =
-      PartitionIndices(num_samples, 0, 1, seed, static_cast<uint64_t>(epoch));
+      models::PartitionIndices(num_samples, 0, 1, seed,
+                               static_cast<uint64_t>(epoch));
   const size_t size = static_cast<size_t>(batch_size);
   const size_t begin =
       std::min(shuffle.size(), static_cast<size_t>(index) * size);
@@ -541,4 +542,4 @@ TEST(DataPosition, ThePlansErrorsAreReturned) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::train

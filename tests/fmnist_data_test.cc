@@ -1,4 +1,4 @@
-#include "apps/fmnist_data.h"
+#include "models/fmnist_data.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include <system_error>
 #include <vector>
 
-namespace ductile::apps {
+namespace ductile::models {
 namespace {
 
 // A fresh directory under the system temp dir, removed with its contents
@@ -426,4 +426,4 @@ TEST(MakeSeparableData, UnsupportedShapeGivesAnEmptyDataset) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::models

@@ -1,7 +1,7 @@
 // `ductile k8s-controller` against a real coordinator and a kubectl that
 // keeps the Jobs' sizes in memory (or, once, a script standing in for
 // kubectl): targets and replacements become Job patches and drains.
-#include "apps/k8s_controller.h"
+#include "launch/k8s_controller.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,7 +25,7 @@
 #include "gtest/gtest.h"
 #include "tests/test_cluster.h"
 
-namespace ductile::apps {
+namespace ductile::launch {
 namespace {
 
 // kubectl for Jobs that exist only here: `get job NAME` prints its size,
@@ -313,4 +313,4 @@ TEST(K8sController, RunsKubectlWithItsNamespace) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::launch

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "apps/local_launcher.h"
+#include "launch/local_launcher.h"
 #include "gtest/gtest.h"
 
-namespace ductile::apps {
+namespace ductile::launch {
 namespace {
 
 using Role = KillEvent::Role;
@@ -233,4 +233,4 @@ TEST(KillSchedule, RandomKillsCombineWithNamedOnes) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::launch

@@ -1,12 +1,12 @@
-// A server's or worker's id from its launcher's rank (apps/launch_env.h).
-#include "apps/launch_env.h"
+// A server's or worker's id from its launcher's rank (launch/launch_env.h).
+#include "launch/launch_env.h"
 
 #include <map>
 #include <string>
 
 #include "gtest/gtest.h"
 
-namespace ductile::apps {
+namespace ductile::launch {
 namespace {
 
 Result<int32_t> RankWith(const std::map<std::string, std::string>& env,
@@ -59,4 +59,4 @@ TEST(LaunchEnv, AValueThatIsNoRankIsAnErrorNamingTheVariable) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::launch

@@ -1002,6 +1002,9 @@ TEST(Cli, RejectsUnknownCommandsAndBadFlags) {
   EXPECT_NE(ExitCode(bad_app.Wait(std::chrono::seconds(60))), 0);
   EXPECT_NE(bad_app.output().find("unknown --app"), std::string::npos)
       << bad_app.output();
+  // Found before any process starts.
+  EXPECT_EQ(bad_app.output().find("coordinator listening"), std::string::npos)
+      << bad_app.output();
 
   Process bad_decay(
       {kBinary, "local", "--lr_decay=linear", UniqueTimeoutFlag()});
@@ -1127,6 +1130,29 @@ TEST(Cli, BadPoliciesAreRefusedBeforeAnythingStarts) {
       << out;
 }
 
+TEST(Cli, BadTrainingFlagsAndMissingDataAreRefusedBeforeAnythingStarts) {
+  std::string out;
+  EXPECT_NE(RunToEnd({"local", "--app=nope"}, &out), 0);
+  EXPECT_NE(out.find("unknown --app 'nope'"), std::string::npos) << out;
+  EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
+  EXPECT_NE(RunToEnd({"local", "--device=tpu"}, &out), 0);
+  EXPECT_NE(out.find("unknown --device 'tpu'"), std::string::npos) << out;
+  EXPECT_NE(RunToEnd({"local", "--data_dir=/nonexistent/fmnist"}, &out), 0);
+  EXPECT_NE(out.find("Fashion-MNIST directory '/nonexistent/fmnist'"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
+  // The servers' options too, named by their flags.
+  EXPECT_NE(RunToEnd({"local", "--max_key_floats=0"}, &out), 0);
+  EXPECT_NE(out.find("--max_key_floats must be in [1, 268435456]"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(RunToEnd({"local", "--slots=1", "--servers=2"}, &out), 0);
+  EXPECT_NE(out.find("--slots must be >= num_servers"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
+}
+
 TEST(Cli, BadProvidersAreRefusedBeforeAnythingStarts) {
   std::string out;
   EXPECT_NE(RunToEnd({"local", "--provider=kubernetes"}, &out), 0);
@@ -1153,7 +1179,11 @@ bool ListsFlag(const std::string& help, const std::string& flag) {
   return help.find("\n  --" + flag + " ") != std::string::npos;
 }
 
-TEST(Help, ListsEveryCommandsFlagsButNotTheLibraries) {
+size_t LineCount(const std::string& text) {
+  return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST(Help, ListsEveryCommandOnOneScreenAndNoLibraryFlags) {
   // gflags' own full help lists every flag linked in, gflags', glog's and
   // RocksDB's tools' too; ours lists none of theirs.
   std::string full;
@@ -1163,18 +1193,19 @@ TEST(Help, ListsEveryCommandsFlagsButNotTheLibraries) {
     SCOPED_TRACE(spelling);
     std::string out;
     ASSERT_EQ(RunToEnd({spelling}, &out), 0) << out;
+    EXPECT_LE(LineCount(out), 24u) << out;
     EXPECT_EQ(out.find("flagfile"), std::string::npos) << out;
     for (const char* command :
          {"local", "coordinator", "server", "worker", "status", "shutdown",
-          "checkpoint", "drain", "resize", "keygen"}) {
-      EXPECT_NE(out.find(std::string("\n") + command + " "), std::string::npos)
+          "checkpoint", "drain", "resize", "keygen", "k8s", "k8s-controller"}) {
+      EXPECT_NE(out.find(std::string("\n  ") + command + " "),
+                std::string::npos)
           << command << "\n"
           << out;
     }
-    EXPECT_TRUE(ListsFlag(out, "servers")) << out;
-    EXPECT_TRUE(ListsFlag(out, "epochs")) << out;
     EXPECT_EQ(out.find("logtostderr"), std::string::npos) << out;
     EXPECT_EQ(out.find("minloglevel"), std::string::npos) << out;
+    EXPECT_NE(out.find("ductile help <command>"), std::string::npos) << out;
     EXPECT_NE(out.find("--helpfull"), std::string::npos) << out;
   }
 }
@@ -1182,12 +1213,12 @@ TEST(Help, ListsEveryCommandsFlagsButNotTheLibraries) {
 TEST(Help, ForOneCommandListsOnlyItsFlags) {
   std::string out;
   ASSERT_EQ(RunToEnd({"help", "server"}, &out), 0) << out;
-  EXPECT_EQ(out.rfind("server ", 0), 0u) << out;
+  EXPECT_EQ(out.rfind("usage: ductile server ", 0), 0u) << out;
   EXPECT_TRUE(ListsFlag(out, "state_dir")) << out;
   EXPECT_TRUE(ListsFlag(out, "keep_checkpoints")) << out;
   EXPECT_FALSE(ListsFlag(out, "epochs")) << out;
   EXPECT_EQ(out.find("--epochs"), std::string::npos) << out;
-  EXPECT_EQ(out.find("\nlocal "), std::string::npos) << out;
+  EXPECT_EQ(out.find("ductile local"), std::string::npos) << out;
 
   for (const char* spelling : {"--help", "-h"}) {
     std::string same;
@@ -1202,6 +1233,25 @@ TEST(Help, ForOneCommandListsOnlyItsFlags) {
   EXPECT_FALSE(ListsFlag(out, "state_dir")) << out;
 }
 
+// The common flags are described, the others named; --all describes them
+// all.
+TEST(Help, ForLocalFitsSixtyLinesAndAllDescribesTheRest) {
+  std::string out;
+  ASSERT_EQ(RunToEnd({"help", "local"}, &out), 0) << out;
+  EXPECT_LE(LineCount(out), 60u) << out;
+  EXPECT_TRUE(ListsFlag(out, "servers")) << out;
+  EXPECT_TRUE(ListsFlag(out, "app")) << out;
+  EXPECT_FALSE(ListsFlag(out, "max_key_floats")) << out;
+  EXPECT_NE(out.find("--max_key_floats"), std::string::npos) << out;
+  EXPECT_NE(out.find("ductile help local --all"), std::string::npos) << out;
+
+  std::string all;
+  ASSERT_EQ(RunToEnd({"help", "local", "--all"}, &all), 0) << all;
+  EXPECT_TRUE(ListsFlag(all, "servers")) << all;
+  EXPECT_TRUE(ListsFlag(all, "max_key_floats")) << all;
+  EXPECT_TRUE(ListsFlag(all, "lr_decay")) << all;
+}
+
 TEST(Help, ForAnUnknownCommandFailsAndNamesTheCommands) {
   std::string out;
   EXPECT_EQ(RunToEnd({"help", "nosuch"}, &out), 2) << out;
@@ -1209,20 +1259,21 @@ TEST(Help, ForAnUnknownCommandFailsAndNamesTheCommands) {
   EXPECT_NE(out.find("checkpoint"), std::string::npos) << out;
 }
 
-// Every flag ductile_main.cc defines must be under some command in
-// `ductile help`; --helpfull (gflags' listing) names the defining file.
+// Every flag cli/flags.cc defines must be under some command in `ductile
+// help <command> --all`; --helpfull (gflags' listing) names the defining
+// file.
 TEST(Help, ListsEveryFlagTheProgramDefines) {
   std::string full;
   RunToEnd({"--helpfull"}, &full);
   std::vector<std::string> flags;
-  bool in_main = false;
+  bool in_ours = false;
   std::istringstream lines(full);
   for (std::string line; std::getline(lines, line);) {
     // "  Flags from <file>:" starts each file's flags, "    -<name> (...)"
     // is a flag.
     if (line.rfind("  Flags from ", 0) == 0) {
-      in_main = line.ends_with("/ductile_main.cc:");
-    } else if (in_main && line.rfind("    -", 0) == 0) {
+      in_ours = line.ends_with("/cli/flags.cc:");
+    } else if (in_ours && line.rfind("    -", 0) == 0) {
       flags.push_back(line.substr(5, line.find(' ', 5) - 5));
     }
   }
@@ -1230,7 +1281,13 @@ TEST(Help, ListsEveryFlagTheProgramDefines) {
   ASSERT_GT(flags.size(), 30u) << full;
 
   std::string help;
-  ASSERT_EQ(RunToEnd({"help"}, &help), 0) << help;
+  for (const char* command :
+       {"local", "coordinator", "server", "worker", "status", "shutdown",
+        "checkpoint", "drain", "resize", "keygen", "k8s", "k8s-controller"}) {
+    std::string out;
+    ASSERT_EQ(RunToEnd({"help", command, "--all"}, &out), 0) << out;
+    help += out;
+  }
   for (const std::string& flag : flags) {
     EXPECT_TRUE(ListsFlag(help, flag))
         << "--" << flag << " is under no command";

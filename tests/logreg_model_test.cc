@@ -1,4 +1,4 @@
-#include "apps/logreg_model.h"
+#include "models/logreg_model.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
-#include "apps/fmnist_data.h"
+#include "models/fmnist_data.h"
 
-namespace ductile::apps {
+namespace ductile::models {
 namespace {
 
 std::vector<float> RandomParams(size_t size, float scale, uint64_t seed) {
@@ -215,4 +215,4 @@ TEST(LogRegModel, OutOfRangeIndexOrLabelGivesNaN) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::models

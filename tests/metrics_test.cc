@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/metrics_http.h"
+#include "cli/metrics_http.h"
 #include "ductile/admin.h"
 #include "ductile/coordinator.h"
 #include "gtest/gtest.h"
@@ -282,7 +282,7 @@ TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
   EXPECT_DOUBLE_EQ(worker->samples_per_s, own.recent_samples_per_s);
   EXPECT_DOUBLE_EQ(status->samples_per_s, own.recent_samples_per_s);
 
-  auto endpoint = apps::MetricsHttpServer::Start(
+  auto endpoint = cli::MetricsHttpServer::Start(
       "127.0.0.1", 0, [coordinator]() -> Result<std::string> {
         Result<ClusterStatus> s = coordinator->QueryStatus(5000);
         if (!s.ok()) return s.status();
@@ -322,7 +322,7 @@ TEST(MetricsEndpoint, ServesTheCoordinatorsStatusOverHttp) {
 }
 
 TEST(MetricsEndpoint, AStatusThatCannotBeReadIsA503WithTheReason) {
-  auto endpoint = apps::MetricsHttpServer::Start(
+  auto endpoint = cli::MetricsHttpServer::Start(
       "127.0.0.1", 0, []() -> Result<std::string> {
         return UnavailableError("coordinator stopped");
       });
@@ -332,7 +332,7 @@ TEST(MetricsEndpoint, AStatusThatCannotBeReadIsA503WithTheReason) {
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 503);
   EXPECT_NE(response->body.find("coordinator stopped"), std::string::npos);
-  EXPECT_EQ(apps::MetricsHttpServer::Start("127.0.0.1", 70000, nullptr)
+  EXPECT_EQ(cli::MetricsHttpServer::Start("127.0.0.1", 70000, nullptr)
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);

@@ -1,4 +1,4 @@
-#include "apps/mf_model.h"
+#include "models/mf_model.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace ductile::apps {
+namespace ductile::models {
 namespace {
 
 std::vector<uint64_t> Range(uint64_t n) {
@@ -205,4 +205,4 @@ TEST(MfModel, BadFactorsAndMissingKeysAreInvalidArguments) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::models

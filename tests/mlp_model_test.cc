@@ -1,4 +1,4 @@
-#include "apps/mlp_model.h"
+#include "models/mlp_model.h"
 
 #include <gtest/gtest.h>
 
@@ -10,12 +10,11 @@
 #include <random>
 #include <vector>
 
-#include "apps/compute_backend.h"
-#include "apps/data_cursor.h"
-#include "apps/fmnist_data.h"
-#include "apps/logreg_model.h"
+#include "models/compute_backend.h"
+#include "models/fmnist_data.h"
+#include "models/logreg_model.h"
 
-namespace ductile::apps {
+namespace ductile::models {
 namespace {
 
 std::unique_ptr<ComputeBackend> CpuBackend() {
@@ -319,12 +318,20 @@ TEST(MlpModel, SgdOnSeparableDataReachesHighAccuracy) {
   MlpModel model = MakeModel(backend.get(), {20, 32, 16, 4});
   std::vector<float> params = model.InitParams(1);
   std::vector<float> grad(model.num_params());
-  Result<DataCursor> cursor = DataCursor::Create(data.num_samples, 0, 1, 5);
-  ASSERT_TRUE(cursor.ok());
+  // Batches of 32 in each epoch's shuffle; the last of an epoch may be short.
+  std::vector<size_t> order;
+  size_t position = 0;
+  uint64_t epoch = 0;
   std::vector<size_t> batch;
   const float lr = 0.1f;
   for (int step = 0; step < 300; ++step) {
-    cursor->Next(32, &batch);
+    if (position == order.size()) {
+      order = PartitionIndices(data.num_samples, 0, 1, 5, epoch++);
+      position = 0;
+    }
+    const size_t end = std::min(position + 32, order.size());
+    batch.assign(order.begin() + position, order.begin() + end);
+    position = end;
     Result<float> loss = model.LossAndGradient(params, data, batch, grad);
     ASSERT_TRUE(loss.ok()) << loss.status();
     for (size_t j = 0; j < params.size(); ++j) params[j] -= lr * grad[j];
@@ -428,4 +435,4 @@ TEST(MlpModel, CpuAndCudaAgreeOnLossAndGradient) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::models

@@ -2,7 +2,7 @@
 // worker of the training apps has created its tables and waits at the
 // start barrier for the other one when a server is killed and restarted.
 // The job rolls back; the worker waits for the rollback and starts again
-// (StartUp in apps/trainer.cc), and once the second worker comes the job
+// (StartUp in train/trainer.cc), and once the second worker comes the job
 // runs to its end. Real processes on loopback; every wait is bounded and
 // every process killed when the test ends.
 #include <memory>

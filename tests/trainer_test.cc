@@ -1,12 +1,12 @@
 // The training apps' parameter layout on the servers.
-#include "apps/trainer.h"
+#include "train/trainer.h"
 
 #include <cstdint>
 
 #include "gtest/gtest.h"
 #include "proto/table_config.h"
 
-namespace ductile::apps {
+namespace ductile::train {
 namespace {
 
 uint64_t Chunks(uint64_t floats) {
@@ -99,4 +99,4 @@ TEST(BatchScalingOf, TheFlagsBecomeTheTablesScalingAgainstTheWorkersNow) {
 }
 
 }  // namespace
-}  // namespace ductile::apps
+}  // namespace ductile::train

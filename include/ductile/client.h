@@ -177,9 +177,15 @@ struct TableInfo {
   TableOptions options;
 };
 
+// Checks every field of `options` against the range its comment gives;
+// an InvalidArgument error names the field. Client::Connect calls it
+// first.
+[[nodiscard]] Status Validate(const ClientOptions& options);
+
 class Client {
  public:
-  // Connects, registers and waits for the routing table.
+  // Validate(options), then connects, registers and waits for the routing
+  // table.
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   virtual ~Client() = default;

@@ -88,8 +88,14 @@ struct CoordinatorOptions {
   int64_t policy_interval_ms = 1000;
 };
 
+// Checks every field of `options` against the range its comment gives and
+// against the others (checkpoints need a state_dir); an InvalidArgument
+// error names the field. Coordinator::Start calls it first.
+[[nodiscard]] Status Validate(const CoordinatorOptions& options);
+
 class Coordinator {
  public:
+  // Validate(options), then starts the coordinator.
   static Result<std::unique_ptr<Coordinator>> Start(
       const CoordinatorOptions& options);
 

@@ -177,7 +177,7 @@ Result<std::vector<std::shared_ptr<Policy>>> MakeBuiltinPolicies(
 // with no round trip, and acts for that worker. The training apps call the
 // hooks (`ductile worker --worker_policy=NAME[,NAME]`; `ductile local`
 // gives the flag to every worker it starts; embedders of the apps set
-// apps::TrainerOptions::worker_policies). A loop of one's own calls them
+// train::TrainerOptions::worker_policies). A loop of one's own calls them
 // itself, with actions of its own. Hooks run one at a time, in the order
 // the policies were given; a slow hook slows that worker's steps.
 

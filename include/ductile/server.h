@@ -222,8 +222,16 @@ struct ServerCounters {
   uint64_t shm_pushes = 0;
 };
 
+// Checks every field of `options` against the range its comment gives;
+// an InvalidArgument error names the field. Server::Start calls it first,
+// and a program that builds ServerOptions from flags or a file can call it
+// before it starts anything.
+[[nodiscard]] Status Validate(const ServerOptions& options);
+
 class Server {
  public:
+  // Validate(options), then starts the server and registers it with the
+  // coordinator.
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options);
 
   virtual ~Server() = default;  // stops the server if still running

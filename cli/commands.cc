@@ -1,0 +1,200 @@
+#include "cli/commands.h"
+
+namespace ductile::cli {
+namespace {
+
+constexpr const char* kTrainingFlags[] = {
+    // Common: kCommonTrainingFlags of them.
+    "app", "epochs", "batch_size", "optimizer", "learning_rate", "consistency",
+    "staleness", "device",
+    // Advanced.
+    "data_dir", "lr_for_batch", "lr_warmup_epochs", "lr_decay",
+    "lr_step_epochs", "lr_gamma", "lr_min_factor", "l2", "bsp_combine",
+    "cache", "prefetch", "overlap_push", "layered_pulls", "seed", "log_every",
+    "max_samples", "min_accuracy", "max_rmse", "csv_log", "layers", "mf_rows",
+    "mf_cols", "mf_rank", "mf_observed", "mf_noise", "lr_scaling",
+    "lr_scaling_ramp", "worker_policy"};
+
+}  // namespace
+
+std::span<const char* const> TrainingFlags() { return kTrainingFlags; }
+
+const std::vector<Command>& Commands() {
+  static const auto* const kCommands = new std::vector<Command>{
+      {"local",
+       "train an app on a whole cluster on this machine",
+       "Starts a coordinator, --servers servers and --workers workers "
+       "(processes, or Slurm steps with --provider=slurm), trains --app, and "
+       "stops them when it is done; a crashed server is restarted.",
+       {"servers", "workers", "state_dir", "checkpoint_every", "policy",
+        "resize_schedule", "metrics_port", "keys", "verbose"},
+       {"kill_schedule",
+        "slots",
+        "heartbeat_timeout_ms",
+        "timeout_ms",
+        "checkpoint_interval_s",
+        "checkpoint_timeout_ms",
+        "keep_checkpoints",
+        "disk_reserve_mb",
+        "max_key_floats",
+        "max_stored_mb",
+        "max_queued_replies",
+        "max_window_per_client",
+        "client_idle_expiry_s",
+        "noise_scale_sample",
+        "apply_threads",
+        "io_threads",
+        "shm_values",
+        "keep_freed_memory",
+        "coordinator_timeout_ms",
+        "no_worker_timeout_ms",
+        "move_timeout_ms",
+        "provider",
+        "srun_flags",
+        "slurm_bin_dir",
+        "metrics_host",
+        "policy_interval_ms",
+        "insecure"},
+       true,
+       RunLocal},
+      {"coordinator",
+       "run the coordinator of a cluster",
+       "Registers --servers servers and --workers workers, assigns key slots "
+       "to servers, publishes the routing table, and takes checkpoints. It "
+       "runs until the job ends or `ductile shutdown`.",
+       {"listen", "servers", "workers", "state_dir", "checkpoint_every",
+        "keys", "metrics_port", "policy"},
+       {"address_file", "max_workers", "slots", "heartbeat_timeout_ms",
+        "no_worker_timeout_ms", "checkpoint_interval_s",
+        "checkpoint_timeout_ms", "require_member_keys", "insecure",
+        "metrics_host", "policy_interval_ms"},
+       false,
+       RunCoordinator},
+      {"server",
+       "run a parameter server",
+       "Registers with the coordinator at --coordinator, holds the keys of "
+       "the slots it is given, applies pushes with each table's update rule, "
+       "and writes its checkpoints under --state_dir.",
+       {"coordinator", "host", "port", "server_id", "state_dir",
+        "keep_checkpoints", "keys", "member_key", "timeout_ms"},
+       {"disk_reserve_mb", "max_key_floats", "max_stored_mb",
+        "max_queued_replies", "max_window_per_client", "client_idle_expiry_s",
+        "noise_scale_sample", "apply_threads", "io_threads", "shm_values",
+        "keep_freed_memory", "coordinator_timeout_ms", "ipc_dir",
+        "move_timeout_ms", "require_member_keys", "insecure"},
+       false,
+       RunServer},
+      {"worker",
+       "run a worker of a built-in app",
+       "Joins the job at --coordinator and trains --app on its share of each "
+       "epoch, until the job's epochs are done or it is drained.",
+       {"coordinator", "worker_id", "keys", "member_key", "timeout_ms"},
+       {"require_member_keys", "io_threads", "shm_values", "keep_freed_memory"},
+       true,
+       RunWorker},
+      {"status",
+       "print a running cluster's members and counters",
+       "Asks the coordinator at --coordinator for the job's members, epoch, "
+       "slots and counters; --watch=S shows them as a live table.",
+       {"coordinator", "watch", "keys", "timeout_ms"},
+       {"member_key"},
+       false,
+       RunStatus},
+      {"shutdown",
+       "stop a running cluster",
+       "Asks the coordinator at --coordinator to stop every member.",
+       {"coordinator", "keys", "timeout_ms"},
+       {},
+       false,
+       RunShutdown},
+      {"checkpoint",
+       "take a checkpoint of a running cluster now",
+       "Asks the coordinator at --coordinator for a checkpoint and prints "
+       "its clock once it is complete.",
+       {"coordinator", "keys", "timeout_ms"},
+       {},
+       false,
+       RunCheckpoint},
+      {"drain",
+       "take a worker or a server out of a running job",
+       "A worker leaves at its next step; a server's slots move, with their "
+       "keys, to the other servers, then it stops.",
+       {"coordinator", "keys", "timeout_ms"},
+       {},
+       false,
+       RunDrain,
+       "worker:N|server:N"},
+      {"resize",
+       "set a running job's target size",
+       "Sets the job's target size (--workers and/or --servers): `ductile "
+       "local` starts or drains members to match; `ductile status` shows it "
+       "for other launchers.",
+       {"coordinator", "workers", "servers", "keys", "timeout_ms"},
+       {},
+       false,
+       RunResize},
+      {"keygen",
+       "make a cluster's keys (docs/security.md)",
+       "Writes cluster.key for the coordinator and servers, admin.key for "
+       "administrators and the .pub files for all into --out; with --servers "
+       "and --workers, also members/server-N.key and worker-N.key, each "
+       "member's own.",
+       {"out", "servers", "workers", "member"},
+       {},
+       false,
+       RunKeygen},
+      {"k8s",
+       "print Kubernetes manifests for a job",
+       "Prints a headless Service and Indexed Jobs for the coordinator, "
+       "--servers servers and --workers workers running --app "
+       "(docs/adaptation.md).",
+       {"image", "job_name", "servers", "workers", "controller", "keys_secret",
+        "state_claim", "policy"},
+       {"max_workers",
+        "max_servers",
+        "insecure",
+        "slots",
+        "heartbeat_timeout_ms",
+        "no_worker_timeout_ms",
+        "checkpoint_every",
+        "checkpoint_interval_s",
+        "checkpoint_timeout_ms",
+        "keep_checkpoints",
+        "disk_reserve_mb",
+        "max_key_floats",
+        "max_stored_mb",
+        "max_queued_replies",
+        "max_window_per_client",
+        "client_idle_expiry_s",
+        "noise_scale_sample",
+        "apply_threads",
+        "io_threads",
+        "keep_freed_memory",
+        "coordinator_timeout_ms",
+        "move_timeout_ms",
+        "policy_interval_ms",
+        "timeout_ms"},
+       true,
+       RunK8s},
+      {"k8s-controller",
+       "resize a Kubernetes job's Jobs to its target size",
+       "Carries a Kubernetes job's target size (`ductile resize`, the "
+       "autoscale policy) and worker replacements out with kubectl: patches "
+       "the Jobs of `ductile k8s` and drains what goes (docs/adaptation.md).",
+       {"coordinator", "job_name", "namespace", "keys"},
+       {"kubectl", "insecure", "max_workers", "max_servers", "timeout_ms",
+        "coordinator_timeout_ms"},
+       false,
+       RunK8sController},
+  };
+  return *kCommands;
+}
+
+const Command* FindCommand(const std::string& name) {
+  for (const Command& c : Commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace ductile::cli

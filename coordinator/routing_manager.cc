@@ -1,0 +1,81 @@
+#include "coordinator/routing_manager.h"
+
+#include "glog/logging.h"
+
+namespace ductile {
+
+bool RoutingManager::MaybeAssign() {
+  ClusterState& state = ctx_.state;
+  if (!state.routing.empty()) {
+    // A server joining a running cluster gets the current table (and no
+    // slots until resharding moves some to it).
+    Publish();
+    return false;
+  }
+  if (static_cast<int32_t>(state.servers.size()) < ctx_.options.num_servers) {
+    return false;
+  }
+  state.routing =
+      RoutingTable::Initial(ctx_.options.num_slots, state.LiveEndpoints());
+  LOG(INFO) << "coordinator: " << ctx_.options.num_slots
+            << " slots assigned to " << state.servers.size()
+            << " server(s), epoch " << state.routing.epoch();
+  Publish();
+  return true;
+}
+
+void RoutingManager::Publish() {
+  ClusterState& state = ctx_.state;
+  state.routing.SetServers(state.LiveEndpoints());
+  wire::Header update;
+  update.set_type(wire::ROUTING_UPDATE);
+  state.routing.ToWire(update.mutable_routing());
+  for (const auto& [id, m] : state.servers) ctx_.out.Send(m.identity, update);
+  // Workers too: a server that joined hears of their clocks at once (a
+  // worker tells every server new to its routing where it is).
+  ctx_.SendTo(state.workers, state.LiveWorkers(), update);
+}
+
+void RoutingManager::HandleGet(const std::string& identity,
+                               const wire::Header& h) {
+  wire::Header reply;
+  reply.set_type(wire::CONTROL_REPLY);
+  reply.set_seq(h.seq());
+  if (!ctx_.state.routing.empty()) {
+    ctx_.state.routing.ToWire(reply.mutable_routing());
+  }
+  ctx_.out.Send(identity, reply);
+}
+
+void RoutingManager::HandleAck(const wire::Header& h) {
+  uint64_t& acked = acked_[h.member_id()];
+  acked = std::max<uint64_t>(acked, h.epoch());
+  for (auto it = waits_.begin(); it != waits_.end();) {
+    if (acked >= it->epoch) it->round.Ack(h.member_id());
+    if (it->round.complete()) {
+      it->done(Status::Ok());
+      it = waits_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RoutingManager::WhenInstalled(std::function<void(const Status&)> done) {
+  ClusterState& state = ctx_.state;
+  std::set<int32_t> awaiting;
+  for (int32_t id : state.LiveServers()) {
+    if (acked_[id] < state.routing.epoch()) awaiting.insert(id);
+  }
+  if (awaiting.empty()) return done(Status::Ok());
+  waits_.push_back({state.routing.epoch(),
+                    AckRound(wire::Header(), std::move(awaiting), {}),
+                    std::move(done)});
+}
+
+void RoutingManager::CancelWaits(const Status& status) {
+  for (EpochWait& w : waits_) w.done(status);
+  waits_.clear();
+}
+
+}  // namespace ductile

@@ -1,0 +1,126 @@
+// Carries a job's target size and its replacement requests out on
+// Kubernetes (`ductile k8s-controller`), as `ductile local` does with
+// child processes.
+//
+// The job is the one `ductile k8s` describes: the workers and servers are
+// the pods of the Indexed Jobs NAME-worker and NAME-server, member N the
+// pod of completion index N. The controller reads the coordinator's status
+// (ClusterStatus::target_workers/target_servers, set by `ductile resize`
+// or a policy, and replace_workers) and acts through kubectl:
+// - a larger target raises the Job's parallelism and completions: new
+//   indexes, new members (up to max_workers / max_servers, the indexes
+//   that have member keys);
+// - a smaller one drains the newest live members first (`ductile drain`:
+//   a worker leaves at its next step, a server moves its slots away) and,
+//   once no member at or past the new size is left, lowers the Job's size
+//   to the highest id that stays + 1, so that Kubernetes does not start
+//   them again (their pods succeeded; indexes below that stay as they
+//   are). A pod that registers past the new size meanwhile (its index
+//   made by an earlier grow) is drained too. A member the coordinator
+//   refuses to drain (the only server) stays, and the Job with it;
+// - a replacement adds one index to the worker Job and drains the old
+//   worker once the new one is active. As `ductile local` does, a resize
+//   counts the two as one and drains neither; no replacement starts while
+//   a shrink is under way.
+// Each new target is acted on once; a kubectl call that fails (or takes
+// longer than tool_timeout_ms) is logged and tried again at the next
+// poll. The controller's own state (replacements under way, the last
+// target) is in memory: a restarted controller acts on the coordinator's
+// target again and may start a second replacement for one under way.
+#ifndef DUCTILE_LAUNCH_K8S_CONTROLLER_H_
+#define DUCTILE_LAUNCH_K8S_CONTROLLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ductile/admin.h"
+#include "ductile/security.h"
+#include "ductile/status.h"
+
+namespace ductile::launch {
+
+struct K8sControllerOptions {
+  std::string coordinator;  // the coordinator's address
+  Security security;        // with the admin key on a cluster with keys
+  std::string job_name = "ductile";   // `ductile k8s --job_name`
+  std::string kube_namespace;         // "" = kubectl's current one
+  std::string kubectl = "kubectl";    // found on PATH without a '/'
+  int64_t poll_ms = 1000;             // between two looks at the status
+  int64_t status_timeout_ms = 5000;   // one status query
+  int64_t drain_timeout_ms = 120000;  // a server's drain
+  // Indexes past these have no member keys (`ductile k8s --max_workers`,
+  // --max_servers): the Jobs never grow past them (0: no bound).
+  int32_t max_workers = 0;
+  int32_t max_servers = 0;
+  int64_t tool_timeout_ms = 30000;  // one kubectl call
+  // RunK8sController ends once the coordinator has not answered for this
+  // long (the job is over, or it is lost); 0: never.
+  int64_t give_up_ms = 60000;
+};
+
+class K8sController {
+ public:
+  // Runs `args` (kubectl's arguments, without the program) and returns its
+  // exit status, its standard output in `out`; -1 if it could not run.
+  using Tool = std::function<int(const std::vector<std::string>& args,
+                                 std::string* out)>;
+
+  // `tool`: kubectl by default (options.kubectl, tool_timeout_ms).
+  explicit K8sController(K8sControllerOptions options, Tool tool = nullptr);
+
+  // One look at `status` and what it asks for done (or started: drains
+  // finish at later steps). Errors are logged; the step goes on.
+  void Step(const ClusterStatus& status);
+
+  // What it did, one line each ("patched NAME-worker to 3", ...), for the
+  // log and for tests.
+  const std::vector<std::string>& actions() const { return actions_; }
+
+ private:
+  enum Role { kWorker = 0, kServer = 1 };
+  std::string JobName(Role role) const;
+  // The Job's completions (its size), or an error.
+  Result<int32_t> JobSize(Role role);
+  Status Patch(Role role, int32_t size);
+  void Act(const std::string& line);
+  void ApplyTarget(Role role, const ClusterStatus& status);
+  void FinishShrink(Role role, const ClusterStatus& status);
+  void Replace(const ClusterStatus& status);
+
+  const K8sControllerOptions options_;
+  Tool tool_;
+  std::vector<std::string> actions_;
+  // The most indexes the role's Job may have (0: no bound).
+  int32_t MaxSize(Role role) const;
+  // Asks the coordinator to drain a member: true if asked (or it is not
+  // in the job), false if refused (it stays).
+  bool Drain(Role role, int32_t id);
+  // Ids of replacements under way (the new workers).
+  std::set<int32_t> Fresh() const;
+
+  // Per role: the last target acted on; and a shrink under way: the Job's
+  // size once every member at or past it is gone.
+  int32_t applied_[2] = {0, 0};
+  bool shrink_pending_[2] = {false, false};
+  int32_t shrink_to_[2] = {0, 0};
+  std::set<int32_t> draining_[2];  // asked to drain for it
+  // Replacements under way: old worker -> the new one's id (its index);
+  // and the workers whose replacement was started or refused.
+  std::map<int32_t, int32_t> replacing_;
+  std::set<int32_t> replaced_;
+};
+
+// Steps a controller every poll_ms until `stop` is set or the coordinator
+// has not answered for give_up_ms. Ok if the last status it read showed
+// no live worker still training (the job ended), else Unavailable.
+Status RunK8sController(const K8sControllerOptions& options,
+                        const std::atomic<bool>& stop);
+
+}  // namespace ductile::launch
+
+#endif  // DUCTILE_LAUNCH_K8S_CONTROLLER_H_

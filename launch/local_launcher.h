@@ -1,0 +1,189 @@
+// Runs a whole cluster on this machine as child processes of one
+// supervisor: a coordinator, servers and workers.
+//
+// The supervisor never leaves orphans: children die with it (PDEATHSIG),
+// and Ctrl-C or SIGTERM stops them all (SIGTERM, then SIGKILL after a
+// grace period).
+//
+// Failures are told apart by how a child ends:
+//  - Killed by a signal (SIGKILL, SIGSEGV, SIGABRT, ...): a crash, which
+//    the cluster recovers from. A server is restarted at once with the
+//    same id and state directory, the coordinator on the same address and
+//    state directory; a worker is not restarted, and the surviving workers
+//    take over its share of the data. A role restarted more than
+//    kMaxRestartsPerRole times stops the cluster, so that a crash loop
+//    cannot run forever. (A child ended by SIGINT, SIGTERM or SIGHUP was
+//    asked to stop, which is not a crash: see below.)
+//  - Exited with a non-zero status, or ended by SIGINT/SIGTERM/SIGHUP
+//    while the job runs: a real error. The other children are stopped and
+//    the launch fails naming it.
+// The launch succeeds when every worker that was not killed exited with
+// status 0, and at least one did.
+//
+// State: the coordinator keeps its RocksDB in <state_dir>/coordinator and
+// server i, started with --server_id=i, its checkpoint store under
+// <state_dir>. The coordinator's address is chosen once (a free tcp port
+// on 127.0.0.1) and reused when it is restarted, so that the servers and
+// workers find it again.
+//
+// Fault injection: a kill schedule (ParseKillSchedule) names children to
+// SIGKILL once the job reaches given clocks. The supervisor learns the
+// job's clock by asking the coordinator for the cluster's status every
+// 100 ms while a kill is pending, and prints each kill and restart on
+// stdout:
+//
+//   kill-schedule: killed server 1 (pid 1234) at clock 52
+//   kill-schedule: restarted server 1 (pid 1240)
+//
+// RunLocalCluster runs on the calling thread and blocks SIGINT, SIGTERM,
+// SIGHUP and SIGCHLD in it, to take them synchronously; it is meant for a
+// program's main thread and is not reentrant.
+#ifndef DUCTILE_LAUNCH_LOCAL_LAUNCHER_H_
+#define DUCTILE_LAUNCH_LOCAL_LAUNCHER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ductile/status.h"
+
+namespace ductile::launch {
+
+// One scheduled SIGKILL.
+struct KillEvent {
+  enum class Role { kCoordinator, kServer, kWorker };
+  Role role = Role::kServer;
+  // Server id or worker index, 0 .. number of that role - 1; 0 for the
+  // coordinator. Workers are numbered in the order the launcher starts
+  // them, which is not necessarily the worker id the coordinator assigns.
+  int id = 0;
+  // The child is killed once the job's clock is at least this. >= 1.
+  int64_t clock = 0;
+
+  bool operator==(const KillEvent&) const = default;
+};
+
+// What ParseKillSchedule checks a schedule against and needs to place
+// random kills.
+struct KillScheduleContext {
+  int num_servers = 2;
+  int num_workers = 2;
+  // Seeds the choice of random kills' clocks and targets.
+  uint64_t seed = 1;
+  // The job's expected length in clocks; random kills without a range fall
+  // in [10, estimated_clocks]. 0 = unknown (such kills are then refused).
+  int64_t estimated_clocks = 0;
+};
+
+// Parses a kill schedule: comma-separated items, each one of
+//
+//   server:ID@clock=N      kill server ID once the job reaches clock N
+//   worker:ID@clock=N      kill worker ID (it is not restarted)
+//   coordinator@clock=N    kill the coordinator
+//   random:K               K kills at clocks drawn uniformly from
+//                          [10, context.estimated_clocks]
+//   random:K@clock=A-B     K kills at clocks drawn uniformly from [A, B]
+//
+// e.g. "server:1@clock=50,worker:2@clock=80,random:2@clock=20-200".
+// A random kill's target is drawn uniformly among the servers, the
+// coordinator and the workers, workers being candidates only while at
+// least 2 would remain after the kill (counting every worker the schedule
+// kills). The same seed gives the same schedule.
+//
+// Returns the events ordered by clock (an empty spec gives none), or
+// InvalidArgument naming the bad item: unknown role, id out of range,
+// missing or bad clock, a worker killed twice or every worker killed, or
+// random kills with neither a range nor a known job length.
+Result<std::vector<KillEvent>> ParseKillSchedule(
+    const std::string& spec, const KillScheduleContext& context);
+
+// "server 1", "worker 0", "coordinator".
+std::string KillTargetName(const KillEvent& event);
+
+// One step of a resize schedule: the job's workers or servers become
+// `count` once the job reaches `clock` (docs/elasticity.md). More workers:
+// new `ductile worker` processes join; fewer: the newest are drained
+// (`ductile drain worker:N`) and leave at their next step. More servers:
+// new `ductile server` processes join and slots move to them; fewer: the
+// newest are drained (their slots move away) and stop.
+struct ResizeEvent {
+  bool servers = false;  // servers, or workers
+  int count = 0;         // >= 1
+  int64_t clock = 0;     // >= 1
+  bool operator==(const ResizeEvent&) const = default;
+};
+
+// Parses "workers=4@clock=300,servers=3@clock=600,workers=1@clock=900":
+// returns the events ordered by clock, or InvalidArgument naming the bad
+// item (unknown role, a count or clock that is not a positive number).
+Result<std::vector<ResizeEvent>> ParseResizeSchedule(const std::string& spec);
+
+struct LocalClusterOptions {
+  std::string program;  // path of the ductile binary (children run it)
+  int num_servers = 2;
+  int num_workers = 2;
+  // Extra flags for each role's command line ("--name=value"). Checkpoint
+  // settings travel here: --checkpoint_every and --checkpoint_interval_s
+  // for the coordinator, --keep_checkpoints for the servers. The launcher
+  // adds --state_dir itself, and --server_id to each server.
+  std::vector<std::string> coordinator_flags;
+  std::vector<std::string> server_flags;
+  std::vector<std::string> worker_flags;
+  // Base directory of the cluster's durable state (see the top of this
+  // file). "" = a directory inside the launcher's temporary run directory,
+  // removed when the launch ends. A directory given here is kept, and a
+  // coordinator started on a previous run's state resumes that run.
+  std::string state_dir;
+  // SIGKILLs to deliver as the job runs (ParseKillSchedule), in any order.
+  std::vector<KillEvent> kill_schedule;
+  // Resizes of the job as it runs (ParseResizeSchedule), in clock order.
+  std::vector<ResizeEvent> resize_schedule;
+  // Directory of the cluster's keys (ductile keygen), admin.key included:
+  // every child gets --keys=DIR and the launcher acts as the admin. "" =
+  // keys made for this launch in its temporary run directory (the line
+  // "ductile local: coordinator at ADDR, ..., keys in DIR" names it, for
+  // `ductile status --keys=DIR` from elsewhere while the job runs).
+  std::string keys_dir;
+  // No keys at all (plain mode): faster, for a host whose every user may
+  // act as any member (anyone on it can reach the loopback ports).
+  bool plain = false;
+  // After the workers finish, how long the coordinator and servers get to
+  // exit by themselves before they are killed.
+  int shutdown_grace_ms = 10000;
+  // How servers and workers are started (the coordinator is always a child
+  // of the launcher: it writes its address to a file the launcher reads).
+  //  - kLocal: child processes.
+  //  - kSlurm: each server and worker is a Slurm job of its own, started
+  //    with `srun --ntasks=1 --job-name=ductile-<pid>-<role>-<id>` (srun
+  //    stays the launcher's child and reports the task's end: a task
+  //    killed by signal N as exit status 128 + N, which counts as that
+  //    signal). A scheduled kill is `scancel --signal=KILL JOB.0`, so the
+  //    task dies at once, without cleaning up, as a local kill -9. Jobs
+  //    of an enclosing allocation are not used: srun runs with no SLURM_*
+  //    variable but SLURM_CONF, so each member is queued as a job of its
+  //    own, with none of the allocation's settings. The
+  //    members listen on 127.0.0.1: all must run on this node (a
+  //    single-node partition, or --srun_flags=--nodelist=HOST).
+  enum class Provider { kLocal, kSlurm };
+  Provider provider = Provider::kLocal;
+  // kSlurm: srun's and scancel's directory ("" = from PATH) and extra srun
+  // arguments (e.g. --partition=P).
+  std::string slurm_bin_dir;
+  std::vector<std::string> srun_flags;
+};
+
+// "local" or "slurm"; InvalidArgument for anything else.
+Result<LocalClusterOptions::Provider> ParseProvider(const std::string& name);
+
+// Crashes of one role (servers together, or the coordinator) the launcher
+// recovers from before it gives up on the launch.
+inline constexpr int kMaxRestartsPerRole = 20;
+
+// Runs the cluster to completion: OK when every worker that was not killed
+// exited with status 0 and at least one did. Cancelled on SIGINT, SIGTERM
+// or SIGHUP; Aborted naming the child when one fails.
+Status RunLocalCluster(const LocalClusterOptions& options);
+
+}  // namespace ductile::launch
+
+#endif  // DUCTILE_LAUNCH_LOCAL_LAUNCHER_H_

@@ -193,9 +193,6 @@ int RunLocal(const std::string&) {
 }
 
 int RunK8s(const std::string&) {
-  // The data is in the members' image, not here.
-  Status valid = CheckLaunchedJob(/*data_here=*/false);
-  if (!valid.ok()) return Fail(valid);
   launch::KubernetesJob job;
   job.name = FLAGS_job_name;
   job.image = FLAGS_image;
@@ -210,8 +207,12 @@ int RunK8s(const std::string&) {
   job.coordinator_flags = LaunchedCoordinatorFlags();
   job.server_flags = LaunchedServerFlags();
   job.worker_flags = LaunchedWorkerFlags();
+  // The job's own checks first (its sizes, names, image), then every
+  // role's flags; the data is in the members' image, not here.
   Result<std::string> yaml = launch::KubernetesManifests(job);
   if (!yaml.ok()) return Fail(yaml.status());
+  Status valid = CheckLaunchedJob(/*data_here=*/false);
+  if (!valid.ok()) return Fail(valid);
   std::fputs(yaml->c_str(), stdout);
   return 0;
 }

@@ -1,6 +1,7 @@
 // Carries a job's target size and its replacement requests out on
-// Kubernetes (`ductile k8s-controller`), as `ductile local` does with
-// child processes.
+// Kubernetes (`ductile k8s-controller`) with the reconcile loop
+// `ductile local` runs (launch/reconciler.h), a Kubernetes Job as its
+// provider.
 //
 // The job is the one `ductile k8s` describes: the workers and servers are
 // the pods of the Indexed Jobs NAME-worker and NAME-server, member N the
@@ -24,7 +25,8 @@
 //   a shrink is under way.
 // Each new target is acted on once; a kubectl call that fails (or takes
 // longer than tool_timeout_ms) is logged and tried again at the next
-// poll. The controller's own state (replacements under way, the last
+// poll. Drains are asked on threads of their own and answered at later
+// steps. The controller's own state (replacements under way, the last
 // target) is in memory: a restarted controller acts on the coordinator's
 // target again and may start a second replacement for one under way.
 #ifndef DUCTILE_LAUNCH_K8S_CONTROLLER_H_
@@ -33,14 +35,15 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <set>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ductile/admin.h"
 #include "ductile/security.h"
 #include "ductile/status.h"
+#include "launch/provider.h"
+#include "launch/reconciler.h"
 
 namespace ductile::launch {
 
@@ -71,48 +74,28 @@ class K8sController {
                                  std::string* out)>;
 
   // `tool`: kubectl by default (options.kubectl, tool_timeout_ms).
-  explicit K8sController(K8sControllerOptions options, Tool tool = nullptr);
+  // `drainer`: the coordinator's drains (CoordinatorDrainer) by default.
+  explicit K8sController(K8sControllerOptions options, Tool tool = nullptr,
+                         std::unique_ptr<Drainer> drainer = nullptr);
+  ~K8sController();
 
   // One look at `status` and what it asks for done (or started: drains
-  // finish at later steps). Errors are logged; the step goes on.
+  // are answered at later steps). Errors are logged; the step goes on.
   void Step(const ClusterStatus& status);
 
-  // What it did, one line each ("patched NAME-worker to 3", ...), for the
-  // log and for tests.
+  // What it did, one line each ("patched NAME-worker to 3", the reconcile
+  // loop's lines), for the log and for tests.
   const std::vector<std::string>& actions() const { return actions_; }
 
  private:
-  enum Role { kWorker = 0, kServer = 1 };
-  std::string JobName(Role role) const;
-  // The Job's completions (its size), or an error.
-  Result<int32_t> JobSize(Role role);
-  Status Patch(Role role, int32_t size);
+  class JobProvider;
   void Act(const std::string& line);
-  void ApplyTarget(Role role, const ClusterStatus& status);
-  void FinishShrink(Role role, const ClusterStatus& status);
-  void Replace(const ClusterStatus& status);
 
   const K8sControllerOptions options_;
-  Tool tool_;
   std::vector<std::string> actions_;
-  // The most indexes the role's Job may have (0: no bound).
-  int32_t MaxSize(Role role) const;
-  // Asks the coordinator to drain a member: true if asked (or it is not
-  // in the job), false if refused (it stays).
-  bool Drain(Role role, int32_t id);
-  // Ids of replacements under way (the new workers).
-  std::set<int32_t> Fresh() const;
-
-  // Per role: the last target acted on; and a shrink under way: the Job's
-  // size once every member at or past it is gone.
-  int32_t applied_[2] = {0, 0};
-  bool shrink_pending_[2] = {false, false};
-  int32_t shrink_to_[2] = {0, 0};
-  std::set<int32_t> draining_[2];  // asked to drain for it
-  // Replacements under way: old worker -> the new one's id (its index);
-  // and the workers whose replacement was started or refused.
-  std::map<int32_t, int32_t> replacing_;
-  std::set<int32_t> replaced_;
+  std::unique_ptr<JobProvider> provider_;
+  std::unique_ptr<Drainer> drainer_;
+  std::unique_ptr<Reconciler> reconciler_;
 };
 
 // Steps a controller every poll_ms until `stop` is set or the coordinator

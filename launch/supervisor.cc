@@ -1,0 +1,338 @@
+#include "launch/supervisor.h"
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "launch/child_process.h"
+
+namespace ductile::launch {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using Role = KillEvent::Role;
+
+std::string_view Trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  const size_t end = s.find_last_not_of(" \t");
+  return s.substr(begin, end - begin + 1);
+}
+
+// fork + exec of `args` with the given signals unblocked. The child dies
+// with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
+pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked,
+            bool own_slurm_job = false) {
+  const ExecImage image = MakeExecImage(args, own_slurm_job);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid != 0) return pid;  // parent, or -1
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // the parent died already
+  sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
+  ExecOrDie(image);
+}
+
+// How long a Slurm command (squeue, scancel) may take before it is killed:
+// a slurmctld that does not answer must not stop the supervision.
+constexpr int kToolTimeoutMs = 10000;
+
+// The signal a child died of, 0 if it exited. srun reports a task killed
+// by signal N as exit status 128 + N.
+int DeathSignal(int status, bool via_srun) {
+  if (WIFSIGNALED(status)) return WTERMSIG(status);
+  if (via_srun && WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+      WEXITSTATUS(status) < 128 + 32) {
+    return WEXITSTATUS(status) - 128;
+  }
+  return 0;
+}
+
+std::string Describe(int status, bool via_srun = false) {
+  if (const int sig = DeathSignal(status, via_srun); via_srun && sig > 0) {
+    return std::string("signal ") + strsignal(sig) + " (srun's exit status " +
+           std::to_string(WEXITSTATUS(status)) + ")";
+  }
+  if (WIFEXITED(status))
+    return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return std::string("signal ") + strsignal(WTERMSIG(status));
+  }
+  return "status " + std::to_string(status);
+}
+
+// Signals that ask a process to stop, as opposed to crashing it: a child
+// ended by one was stopped on purpose (often a Ctrl-C reaching the whole
+// process group), so restarting it would fight whoever sent it.
+bool IsStopRequest(int signal) {
+  return signal == SIGINT || signal == SIGTERM || signal == SIGHUP;
+}
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// Prints a line of the kill schedule's log on stdout, where tests and
+// users read the job's own output.
+void KillLog(const std::string& line) {
+  std::printf("kill-schedule: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// Waits for a signal among `set` for up to `ms`; returns it, or 0.
+int WaitSignal(const sigset_t& set, int ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+Status Supervisor::Start(Role role, int id, std::vector<std::string> args) {
+  Child c;
+  c.role = role;
+  c.id = id;
+  c.name = KillTargetName({role, id, 0});
+  if (slurm_ && role != Role::kCoordinator) {
+    c.slurm_job = "ductile-" + std::to_string(getpid()) + "-" +
+                  RoleName(role) + "-" + std::to_string(id);
+    std::vector<std::string> srun = {
+        SlurmTool("srun"), "--ntasks=1", "--nodes=1",
+        "--input=none",    "--quiet",    "--job-name=" + c.slurm_job};
+    srun.insert(srun.end(), srun_flags_.begin(), srun_flags_.end());
+    srun.push_back("--");
+    args.insert(args.begin(), srun.begin(), srun.end());
+  }
+  c.args = std::move(args);
+  c.pid = Spawn(c.args, blocked_, !c.slurm_job.empty());
+  if (c.pid < 0)
+    return UnavailableError("cannot start " + c.name + ": fork failed");
+  by_pid_[c.pid] = children_.size();
+  children_.push_back(std::move(c));
+  return Status::Ok();
+}
+
+void Supervisor::SetCoordinatorAddress(const std::string& address) {
+  for (Child& c : children_) {
+    if (c.role != Role::kCoordinator) continue;
+    for (std::string& a : c.args) {
+      if (a.rfind("--listen=", 0) == 0) a = "--listen=" + address;
+    }
+  }
+}
+
+Status Supervisor::Reap() {
+  while (true) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return Status::Ok();
+    auto it = by_pid_.find(pid);
+    if (it == by_pid_.end()) continue;
+    const size_t index = it->second;
+    Child& c = children_[index];
+    by_pid_.erase(it);
+    c.pid = -1;
+    const bool scheduled = std::exchange(c.scheduled_kill, false);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      if (c.role == Role::kWorker) c.finished = true;
+      continue;
+    }
+    if (stopping_) continue;
+    const bool via_srun = !c.slurm_job.empty();
+    const std::string what =
+        c.name +
+        (via_srun ? " (Slurm job " + c.slurm_job + ", srun pid " : " (pid ") +
+        std::to_string(pid) + ")";
+    const int signal = DeathSignal(status, via_srun);
+    if (signal == 0 || (IsStopRequest(signal) && !scheduled)) {
+      return AbortedError(what + " failed with " +
+                          Describe(status, via_srun));
+    }
+    if (c.role == Role::kWorker) {
+      c.dropped = true;
+      if (!scheduled) {
+        std::fprintf(stderr,
+                     "ductile local: %s died of %s (not scheduled); the "
+                     "other workers go on without it\n",
+                     what.c_str(), Describe(status, via_srun).c_str());
+      }
+      continue;
+    }
+    if (!scheduled) {
+      std::fprintf(stderr,
+                   "ductile local: %s died of %s (not scheduled); "
+                   "restarting it\n",
+                   what.c_str(), Describe(status, via_srun).c_str());
+    }
+    DUCTILE_RETURN_IF_ERROR(Restart(index, scheduled));
+  }
+}
+
+bool Supervisor::Kill(const KillEvent& event, int64_t clock) {
+  const std::string target = KillTargetName(event);
+  for (Child& c : children_) {
+    if (c.role != event.role || c.id != event.id) continue;
+    if (c.scheduled_kill) return false;  // not reaped and restarted yet
+    if (c.pid > 0 && !c.slurm_job.empty()) {
+      // The task itself, wherever Slurm runs it; srun then reports its
+      // death. Not found yet (still queued): tried again at the next
+      // poll.
+      if (SteadyClock::now() < c.next_slurm_kill) return false;
+      if (!KillSlurmTask(c.slurm_job)) {
+        c.next_slurm_kill = SteadyClock::now() + std::chrono::seconds(1);
+        return false;
+      }
+      c.scheduled_kill = true;
+      KillLog("killed " + target + " (Slurm job " + c.slurm_job +
+              ") at clock " + std::to_string(clock));
+      return true;
+    }
+    if (c.pid > 0 && kill(c.pid, SIGKILL) == 0) {
+      c.scheduled_kill = true;
+      KillLog("killed " + target + " (pid " + std::to_string(c.pid) +
+              ") at clock " + std::to_string(clock));
+      return true;
+    }
+  }
+  KillLog(target + " is not running at clock " + std::to_string(clock) +
+          "; nothing to kill");
+  return true;
+}
+
+bool Supervisor::WorkersDone() const {
+  for (const Child& c : children_) {
+    if (c.role == Role::kWorker && !c.finished && !c.dropped) return false;
+  }
+  return true;
+}
+
+std::vector<int> Supervisor::Active(Role role) const {
+  std::vector<int> ids;
+  for (const Child& c : children_) {
+    if (c.role == role && !c.finished && !c.dropped && !c.drained) {
+      ids.push_back(c.id);
+    }
+  }
+  std::sort(ids.rbegin(), ids.rend());
+  return ids;
+}
+
+int Supervisor::NextId(Role role) const {
+  int n = 0;
+  for (const Child& c : children_) n += c.role == role ? 1 : 0;
+  return n;
+}
+
+void Supervisor::MarkDrained(Role role, int id, bool drained) {
+  for (Child& c : children_) {
+    if (c.role == role && c.id == id) c.drained = drained;
+  }
+}
+
+bool Supervisor::Gone(Role role, int id) const {
+  for (const Child& c : children_) {
+    if (c.role == role && c.id == id) return c.finished || c.dropped;
+  }
+  return true;
+}
+
+int Supervisor::WorkersFinished() const {
+  int n = 0;
+  for (const Child& c : children_) n += c.finished ? 1 : 0;
+  return n;
+}
+
+int Supervisor::WorkersDropped() const {
+  int n = 0;
+  for (const Child& c : children_) n += c.dropped ? 1 : 0;
+  return n;
+}
+
+void Supervisor::KillAll(int grace_ms) {
+  stopping_ = true;
+  for (const auto& [pid, index] : by_pid_) {
+    kill(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
+  }
+  const auto deadline =
+      SteadyClock::now() + std::chrono::milliseconds(grace_ms);
+  while (!AllDone() && SteadyClock::now() < deadline) {
+    Reap().IgnoreError();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (const auto& [pid, index] : by_pid_) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    children_[index].pid = -1;
+    // Slurm ended the job of a killed srun within seconds where this
+    // was tried, but that is its choice (InactiveLimit): cancel it.
+    if (!children_[index].slurm_job.empty()) {
+      CancelSlurmJob(children_[index].slurm_job);
+    }
+  }
+  by_pid_.clear();
+}
+
+std::string Supervisor::SlurmTool(const char* name) const {
+  return slurm_bin_dir_.empty() ? name : slurm_bin_dir_ + "/" + name;
+}
+
+bool Supervisor::KillSlurmTask(const std::string& job) {
+  std::string ids;
+  if (RunToEnd({SlurmTool("squeue"), "--noheader", "--states=RUNNING",
+                "--name=" + job, "--format=%i"},
+               blocked_, &ids, kToolTimeoutMs) != 0) {
+    return false;
+  }
+  const std::string id(Trim(ids.substr(0, ids.find('\n'))));
+  if (id.empty()) return false;
+  std::string ignored;
+  return RunToEnd({SlurmTool("scancel"), "--signal=KILL", id + ".0"},
+                  blocked_, &ignored, kToolTimeoutMs) == 0;
+}
+
+void Supervisor::CancelSlurmJob(const std::string& job) {
+  std::string ignored;
+  RunToEnd({SlurmTool("scancel"), "--name=" + job}, blocked_, &ignored,
+           kToolTimeoutMs);
+}
+
+Status Supervisor::Restart(size_t index, bool scheduled) {
+  Child& c = children_[index];
+  int& restarts = restarts_[static_cast<int>(c.role)];
+  if (restarts >= kMaxRestartsPerRole) {
+    return AbortedError(c.name + " died, and " + RoleName(c.role) +
+                        "s were restarted " + std::to_string(restarts) +
+                        " times already; giving up");
+  }
+  ++restarts;
+  c.pid = Spawn(c.args, blocked_, !c.slurm_job.empty());
+  if (c.pid < 0) {
+    return UnavailableError("cannot restart " + c.name + ": fork failed");
+  }
+  by_pid_[c.pid] = index;
+  const std::string line =
+      "restarted " + c.name + " (pid " + std::to_string(c.pid) + ")";
+  if (scheduled) {
+    KillLog(line);
+  } else {
+    std::fprintf(stderr, "ductile local: %s\n", line.c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ductile::launch

@@ -1,0 +1,122 @@
+// The supervisor of `ductile local`: owns a launch's child processes
+// (the coordinator, servers and workers, as processes or through srun as
+// Slurm jobs), starts them, reaps them, restarts the crashed servers and
+// coordinator, and delivers scheduled kills (launch/local_launcher.h says
+// how failures are told apart).
+//
+// Thread safety: not thread-safe; used from the launching thread only,
+// which blocks SIGCHLD and takes it synchronously (WaitSignal).
+#ifndef DUCTILE_LAUNCH_SUPERVISOR_H_
+#define DUCTILE_LAUNCH_SUPERVISOR_H_
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ductile/status.h"
+#include "launch/local_launcher.h"
+
+namespace ductile::launch {
+
+// The supervisor's view of one role instance ("server 1"). A server or the
+// coordinator keeps its Child across restarts; only the pid changes.
+struct Child {
+  KillEvent::Role role = KillEvent::Role::kWorker;
+  int id = 0;
+  std::string name;               // "coordinator", "server 0", "worker 1"
+  std::vector<std::string> args;  // the command line, reused on restart
+  // The Slurm job's name when it runs through srun (Provider::kSlurm), "".
+  std::string slurm_job;
+  // A scheduled kill of a Slurm task not running yet is tried again then.
+  std::chrono::steady_clock::time_point next_slurm_kill{};
+  pid_t pid = -1;               // the running process; -1 when none
+  bool finished = false;        // a worker that exited with status 0
+  bool dropped = false;         // a worker that was killed: not restarted
+  bool scheduled_kill = false;  // the schedule killed the running process
+  bool drained = false;         // resized away (drained; exits by itself)
+};
+
+// Owns the children. Used from the launching thread only.
+class Supervisor {
+ public:
+  Supervisor(const sigset_t& blocked, const LocalClusterOptions& options)
+      : blocked_(blocked),
+        slurm_(options.provider == LocalClusterOptions::Provider::kSlurm),
+        slurm_bin_dir_(options.slurm_bin_dir),
+        srun_flags_(options.srun_flags) {}
+  ~Supervisor() { KillAll(0); }
+
+  Status Start(KillEvent::Role role, int id, std::vector<std::string> args);
+
+  // The coordinator's restarts must listen where the first one does.
+  void SetCoordinatorAddress(const std::string& address);
+
+  // Reaps exited children and restarts crashed servers and coordinators.
+  // Returns the first failure that ends the launch, if any.
+  Status Reap();
+
+  // SIGKILLs the target of `event`, if it is running. The reaping
+  // (Reap) restarts it or drops it. False (the event stays due) while the
+  // target was killed and has not been restarted yet.
+  bool Kill(const KillEvent& event, int64_t clock);
+
+  // Every worker has finished or was killed.
+  bool WorkersDone() const;
+  // Children of `role` still in the job (not finished, dropped or
+  // drained), highest id first.
+  std::vector<int> Active(KillEvent::Role role) const;
+  // The id the next child of `role` gets.
+  int NextId(KillEvent::Role role) const;
+  // Sets whether child `id` of `role` is being drained (resized or
+  // replaced away: it leaves by itself, and is no longer counted).
+  void MarkDrained(KillEvent::Role role, int id, bool drained = true);
+  // Whether child `id` of `role` is gone for good: finished, or killed and
+  // not to be restarted (a worker), or never started.
+  bool Gone(KillEvent::Role role, int id) const;
+  int WorkersFinished() const;
+  int WorkersDropped() const;
+  bool AllDone() const { return by_pid_.empty(); }
+
+  // From now on a child's death is only recorded: nothing is restarted and
+  // nothing fails the launch (the job is over, or being stopped).
+  void StopRestarting() { stopping_ = true; }
+
+  // SIGTERM to every live child, then SIGKILL to what is left after
+  // `grace_ms`; reaps them all.
+  void KillAll(int grace_ms);
+
+ private:
+  std::string SlurmTool(const char* name) const;
+  // SIGKILL to the task of Slurm job `job` (its step 0, which srun runs);
+  // false if the job is not running yet.
+  bool KillSlurmTask(const std::string& job);
+  void CancelSlurmJob(const std::string& job);
+
+  Status Restart(size_t index, bool scheduled);
+
+  sigset_t blocked_;
+  const bool slurm_;
+  const std::string slurm_bin_dir_;
+  const std::vector<std::string> srun_flags_;
+  std::vector<Child> children_;
+  std::map<pid_t, size_t> by_pid_;  // running processes -> children_ index
+  int restarts_[3] = {0, 0, 0};     // per KillEvent::Role
+  bool stopping_ = false;
+};
+
+// Prints a line of the kill schedule's log on stdout, where tests and
+// users read the job's own output.
+void KillLog(const std::string& line);
+
+// Waits for a signal among `set` for up to `ms`; returns it, or 0.
+int WaitSignal(const sigset_t& set, int ms);
+
+}  // namespace ductile::launch
+
+#endif  // DUCTILE_LAUNCH_SUPERVISOR_H_

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "ductile/limits.h"
+
 // Cluster.
 DEFINE_string(coordinator, "tcp://127.0.0.1:7000",
               "coordinator address (server, worker, status, shutdown, "
@@ -48,7 +50,7 @@ DEFINE_int32(server_id, -1,
 DEFINE_int32(worker_id, -1,
              "worker: ask for this id (-1: the launcher's rank as for "
              "--server_id, else any; ids are 0 to --workers - 1)");
-DEFINE_int64(timeout_ms, 60000,
+DEFINE_int64(timeout_ms, ductile::kDefaultTimeoutMs,
              "request and connect timeout in milliseconds; checkpoint: how "
              "long to wait for the checkpoint to complete");
 DEFINE_bool(verbose, false, "local: show the cluster processes' INFO logs");

@@ -355,9 +355,14 @@ void RequestEngine::Orphan(Part& part, milliseconds delay) {
           << part.op->clock << ") to server " << part.server
           << ", which left the routing: re-routed";
   open_seqs_.erase(seq);
-  if (part.retry_at == TimePoint{}) ++waiting_parts_;
-  part.retry_at = env_->Now() + delay;
+  AwaitReroute(part, env_->Now() + delay);
   if (delay.count() == 0) reroute_now_ = true;
+}
+
+void RequestEngine::AwaitReroute(Part& part, TimePoint at) {
+  if (!part.awaiting_reroute()) ++waiting_parts_;
+  part.state = Part::State::kAwaitingReroute;
+  part.retry_at = at;
 }
 
 void RequestEngine::SendPart(Part& part) {
@@ -409,7 +414,7 @@ void RequestEngine::SendPart(Part& part) {
   OutMessage out =
       BuildDataRequest(header, part.op, part.begin, count, part.indices,
                        type != wire::PULL, shm_values);
-  part.retry_at = {};
+  part.state = Part::State::kAwaitingAnswer;
   part.resend_at = env_->Now() + kResendAfter;
   Status s = socket->Send(std::move(out));
   if (!s.ok()) {
@@ -478,7 +483,7 @@ std::span<float> RequestEngine::LendShmRegions(const Part& part,
 void RequestEngine::FinishPart(uint64_t seq, const Status& status) {
   auto it = parts_.find(seq);
   if (it == parts_.end()) return;
-  if (it->second.retry_at != TimePoint{}) --waiting_parts_;
+  if (it->second.awaiting_reroute()) --waiting_parts_;
   std::shared_ptr<DataOperation> op = std::move(it->second.op);
   ReleasePriors(it->second);
   parts_.erase(it);
@@ -511,7 +516,7 @@ void RequestEngine::HandleTimers() {
   std::vector<uint64_t> expired, resend, reroute;
   bool reroute_due = false;
   for (auto& [seq, part] : parts_) {
-    if (part.retry_at != TimePoint{} && now >= part.retry_at &&
+    if (part.awaiting_reroute() && now >= part.retry_at &&
         now < part.op->deadline) {
       reroute_due = true;
     }
@@ -519,7 +524,7 @@ void RequestEngine::HandleTimers() {
   for (auto& [seq, part] : parts_) {
     if (now >= part.op->deadline) {
       expired.push_back(seq);
-    } else if (part.retry_at != TimePoint{}) {
+    } else if (part.awaiting_reroute()) {
       // When one is due every waiting part is re-routed, in call order.
       if (reroute_due) reroute.push_back(seq);
     } else if (now >= part.resend_at && part.op->type == wire::PUSH &&

@@ -112,7 +112,14 @@ class RequestEngine {
     // before answering (they may have been applied there; its window
     // moved with its slots): the new owner checks them.
     std::vector<uint64_t> priors;
-    TimePoint retry_at{};   // waiting for a retry (not in flight) if set
+    // Where the part is: sent (or about to be) and awaiting its server's
+    // answer; or answered "moved" or unavailable, or orphaned by its
+    // server's leaving, and awaiting its re-route, at retry_at, under new
+    // seqs (Step's timers).
+    enum class State { kAwaitingAnswer, kAwaitingReroute };
+    State state = State::kAwaitingAnswer;
+    TimePoint retry_at{};   // kAwaitingReroute: when it is re-routed
+    bool awaiting_reroute() const { return state == State::kAwaitingReroute; }
     TimePoint resend_at{};  // resend the same seq if silent until then
     size_t size() const {
       return indices.empty() ? end - begin : indices.size();
@@ -140,6 +147,9 @@ class RequestEngine {
   Status CheckBeforeSplit(DataOperation& op);
   void AddPart(Part part);
   void SendPart(Part& part);
+  // Marks `part` as awaiting its re-route at `at` (counted in
+  // waiting_parts_ once, however often it is marked).
+  void AwaitReroute(Part& part, TimePoint at);
   void FinishPart(uint64_t seq, const Status& status);
   // A part's server left the routing before answering: its keys are
   // re-routed, after `delay`, checked against its seq at the new owners.
@@ -222,7 +232,7 @@ class RequestEngine {
   // before it is applied (or refused) wherever its keys now live, so a
   // push re-routed after a slot moved is never late (docs/elasticity.md).
   std::deque<std::shared_ptr<ClockOperation>> deferred_clocks_;
-  // Parts answered "moved", waiting to be re-routed (retry_at set), and
+  // Parts awaiting their re-route (Part::State::kAwaitingReroute), and
   // the calls held behind them (in order).
   size_t waiting_parts_ = 0;
   uint64_t next_order_ = 0;  // DataOperation::order of the last call

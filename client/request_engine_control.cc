@@ -150,7 +150,7 @@ void RequestEngine::SendHeartbeat() {
   // in its hands, parked on a bound (or its reply on the way back).
   std::map<int32_t, uint32_t> in_flight;
   for (const auto& [seq, part] : parts_) {
-    if (part.sent && part.retry_at == TimePoint{}) ++in_flight[part.server];
+    if (part.sent && !part.awaiting_reroute()) ++in_flight[part.server];
   }
   for (const auto& [server, requests] : in_flight) {
     wire::InFlight* f = hb.mutable_metrics()->add_in_flight();
@@ -183,7 +183,7 @@ void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
   // (its connection is closed): they go to the new owners of their keys.
   std::vector<uint64_t> orphans;
   for (const auto& [seq, part] : parts_) {
-    if (part.retry_at == TimePoint{} && !routing_->Lists(part.server)) {
+    if (!part.awaiting_reroute() && !routing_->Lists(part.server)) {
       orphans.push_back(seq);
     }
   }
@@ -195,7 +195,7 @@ void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
   if (waiting_parts_ > 0) {
     const TimePoint now = env_->Now();
     for (auto& [seq, part] : parts_) {
-      if (part.retry_at != TimePoint{}) part.retry_at = now;
+      if (part.awaiting_reroute()) part.retry_at = now;
     }
     reroute_now_ = true;
   }

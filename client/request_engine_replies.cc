@@ -35,7 +35,7 @@ void RequestEngine::ReadDataReply(InMessage& message,
     RequestRouting();
   }
   auto it = parts_.find(header.seq());
-  if (it == parts_.end() || it->second.retry_at != TimePoint{}) {
+  if (it == parts_.end() || it->second.awaiting_reroute()) {
     return;  // late reply to a request that already finished or was re-routed
   }
   Part& part = it->second;
@@ -67,8 +67,7 @@ void RequestEngine::ReadDataReply(InMessage& message,
             << (newer ? ", new routing" : "");
     // Waiting before the routing is installed: the answer is in, so the
     // part is not orphaned if the new table no longer lists its server.
-    if (part.retry_at == TimePoint{}) ++waiting_parts_;
-    part.retry_at = env_->Now() + (newer ? milliseconds(0) : kRetryAfter);
+    AwaitReroute(part, env_->Now() + (newer ? milliseconds(0) : kRetryAfter));
     if (newer) {
       InstallRouting(header.routing());
       HandleTimers();

@@ -3,6 +3,8 @@
 #include <iterator>
 #include <utility>
 
+#include "ductile/limits.h"
+
 namespace ductile {
 
 Result<std::unique_ptr<ShmValueArea>> ShmValueArea::Create(uint64_t bytes) {
@@ -43,7 +45,7 @@ bool ShmValueArea::Lend(uint64_t ticket, int32_t server, uint64_t bytes,
 
   const Clock::time_point now = Clock::now();
   const auto timeout =
-      std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 60000);
+      std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : kDefaultTimeoutMs);
   lent_.emplace(ticket, Region{offset, rounded, bytes, server,
                                now + 2 * timeout + kSlack});
   ref->set_pid(segment_->pid());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ductile/limits.h"
 #include "ductile/security.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
@@ -298,11 +299,12 @@ MembershipManager::Registered MembershipManager::Register(
         // A worker asking for its id (`ductile local` numbers them, so its
         // --kill_schedule names the coordinator's ids).
         const int32_t id = h.worker_id();
-        if (id >= (1 << 20)) {
+        if (id > kMaxMemberId) {
           ctx_.out.Reply(
               identity, h.seq(),
               InvalidArgumentError("worker id " + std::to_string(id) +
-                                   " is out of range (0 to 1048575)"));
+                                   " is out of range (0 to " +
+                                   std::to_string(kMaxMemberId) + ")"));
           return result;
         }
         auto taken = state.workers.find(id);

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ductile/limits.h"
+
 namespace ductile::launch {
 
 Result<int32_t> RankFromEnvironment(
@@ -16,9 +18,10 @@ Result<int32_t> RankFromEnvironment(
     int32_t rank = -1;
     const auto [at, error] = std::from_chars(value, end, rank);
     if (error != std::errc() || at != end || value == end || rank < 0 ||
-        rank > (1 << 20) - 1) {
+        rank > kMaxMemberId) {
       return InvalidArgumentError(std::string(name) + "='" + value +
-                                  "' is not a rank in [0, 1048575]");
+                                  "' is not a rank in [0, " +
+                                  std::to_string(kMaxMemberId) + "]");
     }
     return rank;
   }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ductile/limits.h"
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "proto/counters.h"
@@ -148,7 +149,8 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   if (required > consistency_.server_clock()) {
     const TimePoint now = env_->Now();
     const int64_t timeout_ms =
-        request.header.timeout_ms() > 0 ? request.header.timeout_ms() : 60000;
+        request.header.timeout_ms() > 0 ? request.header.timeout_ms()
+                                        : kDefaultTimeoutMs;
     // Answer a little before the client gives up, so the answer can say
     // whom the pull waited for.
     const auto wait = milliseconds(std::max<int64_t>(

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "ductile/limits.h"
 #include "glog/logging.h"
 
 namespace ductile {
@@ -34,7 +35,7 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
   // client's, so that the product cannot overflow.
   constexpr int64_t kMaxTimeoutMs = int64_t{30} * 24 * 3600 * 1000;
   const int64_t timeout_ns =
-      std::min(timeout_ms > 0 ? timeout_ms : 60000, kMaxTimeoutMs) * 1000000;
+      std::min(timeout_ms > 0 ? timeout_ms : kDefaultTimeoutMs, kMaxTimeoutMs) * 1000000;
   if (ref.sent_ns() > now_ns) {
     return InvalidArgumentError(
         "a request naming shared memory says it was sent in the future");

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "ductile/limits.h"
 #include "ductile/security.h"
 #include "ductile/status.h"
 #include "ductile/table.h"
@@ -66,11 +67,11 @@ struct ClientOptions {
   std::string coordinator_address = "tcp://127.0.0.1:7000";
   // How long Connect() waits for the coordinator and a complete routing
   // table (all servers registered). 1 ms to 30 days.
-  int64_t connect_timeout_ms = 60000;
+  int64_t connect_timeout_ms = kDefaultTimeoutMs;
   // How long one call waits for all of its replies before it fails with
   // kDeadlineExceeded naming the servers that did not answer. 1 ms to 30
   // days.
-  int64_t request_timeout_ms = 60000;
+  int64_t request_timeout_ms = kDefaultTimeoutMs;
   // Talk to servers on the same host over ipc:// (faster than tcp loopback).
   bool prefer_ipc = true;
   // Threads that move its bytes to and from the servers (ZeroMQ's I/O

@@ -10,6 +10,7 @@
 #include "ductile/admin.h"
 #include "ductile/client.h"
 #include "ductile/coordinator.h"
+#include "ductile/limits.h"
 #include "ductile/policy.h"
 #include "ductile/security.h"
 #include "ductile/server.h"

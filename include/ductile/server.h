@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "ductile/limits.h"
 #include "ductile/security.h"
 #include "ductile/status.h"
 #include "ductile/table.h"
@@ -115,7 +116,7 @@ struct ServerOptions {
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
   int64_t heartbeat_interval_ms = 500;
   // How long Start() waits for the coordinator to answer.
-  int64_t connect_timeout_ms = 60000;
+  int64_t connect_timeout_ms = kDefaultTimeoutMs;
   // A slot move from this server fails when its target acknowledges no
   // chunk for this long; the coordinator then aborts it and this server
   // serves the slots again (docs/elasticity.md). 100 ms - 1 day.

@@ -132,6 +132,17 @@ DEFINE_string(keys, "",
 DEFINE_bool(insecure, false,
             "plain mode beyond loopback: anyone who reaches it can act as "
             "any member (local: no keys, on loopback)");
+DEFINE_int64(handshake_timeout_ms, 10000,
+             "close a connection whose handshake (and, with --keys, its "
+             "key's proof) is not done within this many ms "
+             "[100, 600000]");
+DEFINE_int64(reserved_descriptors, 128,
+             "file descriptors kept for this process's own files and "
+             "sockets: a tcp:// connection that would leave fewer free is "
+             "closed at once [16, 65536]");
+DEFINE_int64(max_connections_per_source, 256,
+             "the most tcp:// connections a port keeps from one address; "
+             "more are closed at once; 0: no cap [0, 1048576]");
 DEFINE_string(member_key, "",
               "server, worker: a key pair of its own (`ductile keygen "
               "--member=NAME`); its member id is bound to it");

@@ -78,7 +78,10 @@ std::vector<std::string> LaunchedCoordinatorFlags() {
           Forward("checkpoint_interval_s"),
           Forward("checkpoint_timeout_ms"),
           Forward("policy"),
-          Forward("policy_interval_ms")};
+          Forward("policy_interval_ms"),
+          Forward("handshake_timeout_ms"),
+          Forward("reserved_descriptors"),
+          Forward("max_connections_per_source")};
 }
 
 std::vector<std::string> LaunchedServerFlags() {
@@ -96,7 +99,10 @@ std::vector<std::string> LaunchedServerFlags() {
           Forward("shm_values"),
           Forward("keep_freed_memory"),
           Forward("coordinator_timeout_ms"),
-          Forward("move_timeout_ms")};
+          Forward("move_timeout_ms"),
+          Forward("handshake_timeout_ms"),
+          Forward("reserved_descriptors"),
+          Forward("max_connections_per_source")};
 }
 
 std::vector<std::string> LaunchedWorkerFlags() {
@@ -106,6 +112,7 @@ std::vector<std::string> LaunchedWorkerFlags() {
   flags.push_back(Forward("io_threads"));
   flags.push_back(Forward("shm_values"));
   flags.push_back(Forward("keep_freed_memory"));
+  flags.push_back(Forward("handshake_timeout_ms"));
   return flags;
 }
 

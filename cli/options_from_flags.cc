@@ -63,6 +63,17 @@ int Fail(const Status& status) {
   return 1;
 }
 
+namespace {
+
+// The connection limits of every role, keys or not.
+void SetConnectionLimits(Security* security) {
+  security->handshake_timeout_ms = FLAGS_handshake_timeout_ms;
+  security->reserved_descriptors = FLAGS_reserved_descriptors;
+  security->max_connections_per_source = FLAGS_max_connections_per_source;
+}
+
+}  // namespace
+
 Result<Security> SecurityFromFlags(bool as_admin, const std::string& member) {
   const bool require_set = !FlagIsDefault("require_member_keys");
   if (FLAGS_keys.empty()) {
@@ -75,6 +86,7 @@ Result<Security> SecurityFromFlags(bool as_admin, const std::string& member) {
     }
     Security plain;
     plain.allow_plain_network = FLAGS_insecure;
+    SetConnectionLimits(&plain);
     return plain;
   }
   if (FLAGS_insecure) {
@@ -84,6 +96,7 @@ Result<Security> SecurityFromFlags(bool as_admin, const std::string& member) {
   Result<Security> security = LoadClusterKeys(FLAGS_keys, as_admin);
   if (!security.ok()) return security;
   security->require_member_keys = FLAGS_require_member_keys;
+  SetConnectionLimits(&*security);
   std::string key_file = FLAGS_member_key;
   if (key_file.empty() && !member.empty() && !security->admin()) {
     const std::string own = FLAGS_keys + "/members/" + member + ".key";

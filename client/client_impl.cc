@@ -20,6 +20,7 @@ int64_t NewClientId(Env* env) {
 }  // namespace
 
 Status Validate(const ClientOptions& options) {
+  DUCTILE_RETURN_IF_ERROR(ValidateConnectionLimits(options.security));
   if (options.connect_timeout_ms < 1 || options.request_timeout_ms < 1 ||
       options.connect_timeout_ms > kMaxTimeoutMs ||
       options.request_timeout_ms > kMaxTimeoutMs) {

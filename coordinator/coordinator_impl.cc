@@ -15,6 +15,7 @@ namespace ductile {
 using std::chrono::milliseconds;
 
 Status Validate(const CoordinatorOptions& options) {
+  DUCTILE_RETURN_IF_ERROR(ValidateConnectionLimits(options.security));
   if (options.num_servers < 1) {
     return InvalidArgumentError("num_servers must be >= 1");
   }

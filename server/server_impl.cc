@@ -10,6 +10,7 @@
 namespace ductile {
 
 Status Validate(const ServerOptions& options) {
+  DUCTILE_RETURN_IF_ERROR(ValidateConnectionLimits(options.security));
   if (options.heartbeat_interval_ms < 10 ||
       options.heartbeat_interval_ms > 60000) {
     return InvalidArgumentError("heartbeat_interval_ms must be in [10, 60000]");

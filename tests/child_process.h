@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,10 @@ namespace ductile::testing {
 // Killed (and reaped) by the destructor if it has not exited.
 class ChildProcess {
  public:
-  explicit ChildProcess(const std::vector<std::string>& args) {
+  // `open_files`: if not 0, the child's soft and hard limits of open files
+  // (set before it starts its program).
+  explicit ChildProcess(const std::vector<std::string>& args,
+                        rlim_t open_files = 0) {
     // Everything the child needs is built before fork(): between fork and
     // exec it only calls async-signal-safe functions.
     std::vector<char*> argv;
@@ -39,6 +43,10 @@ class ChildProcess {
     if (pid_ == 0) {
       dup2(fds[1], 1);
       dup2(fds[1], 2);
+      if (open_files != 0) {
+        const rlimit limit{open_files, open_files};
+        if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
+      }
       execv(argv[0], argv.data());
       _exit(127);
     }

@@ -69,7 +69,9 @@ class IdleConnections {
 // it cannot accept anyone (libzmq can even abort the process when that
 // happens on its ipc:// socket), and same-host workers waited until libzmq
 // dropped the idle connections. The server raises its soft limit to the
-// hard one at start: it holds all 400, and the workers train to the end.
+// hard one at start, keeps the first 256 from that one address
+// (--max_connections_per_source) and refuses the rest, and the workers
+// train to the end.
 TEST(Limits, IdleConnectionsUpToTheSoftFileLimitDoNotKillAServer) {
   rlimit original{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
@@ -92,17 +94,21 @@ TEST(Limits, IdleConnectionsUpToTheSoftFileLimitDoNotKillAServer) {
   ASSERT_GT(port, 0) << cluster.server(0).output();
   IdleConnections idle(port, 400);
   ASSERT_EQ(idle.size(), 400u);
-  // The server accepts every one (it holds a descriptor for each): with
-  // its soft limit left at 256 it could not.
+  // The server holds 256 of them (a descriptor each, more than its soft
+  // limit left at 256 would allow) and refuses the others.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(20);
   size_t open = 0;
-  while ((open = OpenFiles(cluster.server(0).pid())) < 400 &&
+  while ((open = OpenFiles(cluster.server(0).pid())) < 256 &&
          std::chrono::steady_clock::now() < deadline) {
     cluster.PumpAll();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_GE(open, 400u) << cluster.server(0).output();
+  EXPECT_GE(open, 256u) << cluster.server(0).output();
+  EXPECT_TRUE(cluster.WaitForOutput(cluster.server(0),
+                                    "connections from that address already",
+                                    20000))
+      << cluster.server(0).output();
   cluster.StartWorkers(/*clocks=*/30, "bsp");
   cluster.ExpectWorkersExact(30, /*rolled_back=*/false);
   EXPECT_NE(cluster.server(0).output().find("raised the open-file limit"),

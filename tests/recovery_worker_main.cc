@@ -107,6 +107,7 @@ struct Args {
   std::string cluster_keys;    // directory of the cluster's keys ("" plain)
   std::string member_key;      // this worker's own key pair ("" none)
   int worker_id = -1;          // the id to ask for (-1: any)
+  bool prefer_ipc = true;      // to servers on this host over ipc://
   ductile::Security security;  // loaded from cluster_keys
 };
 
@@ -135,6 +136,8 @@ bool Parse(int argc, char** argv, Args* a) {
       a->member_key = v;
     } else if (const char* v = value("worker_id")) {
       a->worker_id = std::stoi(v);
+    } else if (const char* v = value("prefer_ipc")) {
+      a->prefer_ipc = std::string(v) != "0" && std::string(v) != "false";
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return false;
@@ -158,6 +161,8 @@ class Worker {
       if (!id.ok()) return id.status();
       tables_[t] = *id;
     }
+    std::printf("tables created\n");
+    std::fflush(stdout);
     return client_.Barrier();
   }
 
@@ -349,7 +354,7 @@ int main(int argc, char** argv) {
                  "usage: recovery_worker --coordinator=ADDR [--clocks=N] "
                  "[--keys=K] [--sleep_ms=M] [--mode=bsp|ssp|async] "
                  "[--staleness=S] [--cluster_keys=DIR [--member_key=FILE]] "
-                 "[--worker_id=N]\n");
+                 "[--worker_id=N] [--prefer_ipc=0|1]\n");
     return 2;
   }
   if (args.mode == "bsp") {
@@ -388,6 +393,7 @@ int main(int argc, char** argv) {
   }
   o.security = args.security;
   o.requested_worker_id = args.worker_id;
+  o.prefer_ipc = args.prefer_ipc;
   auto client = Client::Connect(o);
   if (!client.ok()) {
     std::printf("connect: %s\n", client.status().ToString().c_str());

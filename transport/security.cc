@@ -353,4 +353,26 @@ bool MemberKeyRole(const std::string& name, bool* server, int32_t* id) {
   return true;
 }
 
+Status ValidateConnectionLimits(const Security& security) {
+  if (security.handshake_timeout_ms < 100 ||
+      security.handshake_timeout_ms > 600000) {
+    return InvalidArgumentError(
+        "handshake_timeout_ms must be in [100, 600000], not " +
+        std::to_string(security.handshake_timeout_ms));
+  }
+  if (security.reserved_descriptors < 16 ||
+      security.reserved_descriptors > 65536) {
+    return InvalidArgumentError(
+        "reserved_descriptors must be in [16, 65536], not " +
+        std::to_string(security.reserved_descriptors));
+  }
+  if (security.max_connections_per_source < 0 ||
+      security.max_connections_per_source > (1 << 20)) {
+    return InvalidArgumentError(
+        "max_connections_per_source must be in [0, 1048576], not " +
+        std::to_string(security.max_connections_per_source));
+  }
+  return Status::Ok();
+}
+
 }  // namespace ductile

@@ -19,6 +19,7 @@
 
 #include "ductile/security.h"
 #include "glog/logging.h"
+#include "transport/connection_guard.h"
 #include "transport/endpoint.h"
 
 namespace ductile {
@@ -92,9 +93,14 @@ void NotePlainMode(const std::string& address) {
 
 class ZmqSocket final : public Socket {
  public:
-  // `security` outlives the socket (the transport's).
-  ZmqSocket(zmq::socket_t socket, const Security& security, bool router)
-      : socket_(std::move(socket)), security_(security), router_(router) {}
+  // `security` outlives the socket (the transport's). A router's `guard`
+  // watches its connections (null for a dealer).
+  ZmqSocket(zmq::socket_t socket, const Security& security, bool router,
+            std::unique_ptr<ConnectionGuard> guard = nullptr)
+      : socket_(std::move(socket)),
+        security_(security),
+        router_(router),
+        guard_(std::move(guard)) {}
 
   Result<std::string> Bind(const std::string& address) override {
     DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
@@ -215,6 +221,8 @@ class ZmqSocket final : public Socket {
   zmq::socket_t socket_;
   const Security& security_;
   const bool router_;
+  // Stopped (destroyed) before socket_ closes.
+  std::unique_ptr<ConnectionGuard> guard_;
 };
 
 // The public keys of members with keys of their own, from the directory
@@ -435,8 +443,14 @@ class ZmqTransport final : public Transport {
       // Generous, so requests just over the limit still get a clear error
       // reply from the server's own check.
       SetHardLimit(socket, max_message_bytes, /*dealer=*/false);
-      return std::unique_ptr<Socket>(
-          new ZmqSocket(std::move(socket), security_, /*router=*/true));
+      socket.set(zmq::sockopt::handshake_ivl,
+                 static_cast<int>(security_.handshake_timeout_ms));
+      // Before any bind, so that no accepted connection goes unseen.
+      Result<std::unique_ptr<ConnectionGuard>> guard =
+          ConnectionGuard::Start(context_, socket.handle(), security_);
+      if (!guard.ok()) return guard.status();
+      return std::unique_ptr<Socket>(new ZmqSocket(
+          std::move(socket), security_, /*router=*/true, std::move(*guard)));
     } catch (const zmq::error_t& e) {
       return ZmqError("router socket", e);
     }
@@ -478,6 +492,8 @@ class ZmqTransport final : public Transport {
       socket.set(zmq::sockopt::sndhwm, 0);
       socket.set(zmq::sockopt::rcvhwm, 0);
       SetHardLimit(socket, max_message_bytes, /*dealer=*/true);
+      socket.set(zmq::sockopt::handshake_ivl,
+                 static_cast<int>(security_.handshake_timeout_ms));
       if (!identity.empty()) socket.set(zmq::sockopt::routing_id, identity);
       return std::unique_ptr<Socket>(
           new ZmqSocket(std::move(socket), security_, /*router=*/false));
@@ -553,9 +569,9 @@ std::unique_ptr<Transport> NewZmqTransport(const Security& security,
   io_threads = ZmqIoThreads(io_threads, security.curve(),
                             std::thread::hardware_concurrency());
   // Once per process: libzmq aborts when accepting on an ipc:// socket
-  // finds no file descriptor left (tcp:// only refuses), so idle
-  // connections up to the soft limit would let the next one kill the
-  // process.
+  // finds no file descriptor left (tcp:// only refuses). The routers'
+  // connection guards keep a reserve below the limit; a higher limit
+  // leaves more for connections.
   static std::once_flag raised;
   std::call_once(raised, RaiseOpenFileLimit);
   // Debian's libzmq starts libpgm with each context (pgm_init) and stops it

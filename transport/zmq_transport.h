@@ -28,7 +28,10 @@ namespace ductile {
 // cores to spare; ZeroMQ's guide suggests one per GB/s. The first call
 // in a process raises its soft limit of open files to the hard limit:
 // libzmq aborts the process when accepting a connection on an ipc://
-// socket finds no file descriptor left.
+// socket finds no file descriptor left. Every router keeps the
+// connections it accepts within `security`'s connection limits
+// (transport/connection_guard.h), and every socket closes connections
+// whose handshake takes longer than `security.handshake_timeout_ms`.
 std::unique_ptr<Transport> NewZmqTransport(const Security& security,
                                            int io_threads = 1);
 

@@ -72,6 +72,27 @@ struct Security {
   // ipc:// (anyone who reaches them can act as any member).
   bool allow_plain_network = false;
 
+  // Limits on the connections a process accepts, in every mode (keys or
+  // not): each takes a file descriptor from the moment it is accepted,
+  // before any handshake, so anyone who can reach a port could otherwise
+  // take them all (docs/security.md, "Connections").
+  //
+  // A connection that has not completed its handshake (ZeroMQ's greeting
+  // and, with keys, CURVE's) within this time is closed, on every socket,
+  // in ms: [100, 600000].
+  int64_t handshake_timeout_ms = 10000;
+  // File descriptors kept for the process's own files and sockets: a
+  // tcp:// connection accepted when fewer than this many are left under
+  // the soft limit of open files is closed at once (refused), an ipc://
+  // one when fewer than half are. So the tcp:// connections of a process
+  // stay below its limit minus this. [16, 65536].
+  int64_t reserved_descriptors = 128;
+  // The most tcp:// connections one router keeps from one source address;
+  // more from it are closed as they come (refused). 0: no cap. Members on
+  // one host behind one address each take one connection per server.
+  // [0, 1048576].
+  int64_t max_connections_per_source = 256;
+
   bool curve() const { return !cluster_public.empty(); }
   bool admin() const { return !admin_secret.empty(); }
   bool own_key() const { return !member_secret.empty(); }
@@ -121,6 +142,11 @@ Result<std::vector<MemberPublicKey>> ReadMemberPublicKeys(
 // register only as that server or worker; any other name binds to
 // whatever id the key first registers. Returns false for other names.
 bool MemberKeyRole(const std::string& name, bool* server, int32_t* id);
+
+// kInvalidArgument naming the first of `security`'s connection limits
+// outside its range (handshake_timeout_ms, reserved_descriptors,
+// max_connections_per_source).
+Status ValidateConnectionLimits(const Security& security);
 
 }  // namespace ductile
 

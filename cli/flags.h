@@ -45,6 +45,8 @@ DECLARE_string(keys);
 DECLARE_bool(insecure);
 DECLARE_string(member_key);
 DECLARE_int32(watch);
+DECLARE_int32(pid);
+DECLARE_uint64(incarnation);
 DECLARE_int32(metrics_port);
 DECLARE_string(metrics_host);
 DECLARE_string(policy);

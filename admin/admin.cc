@@ -1,5 +1,6 @@
-// QueryClusterStatus, RequestShutdown, RequestCheckpoint: one request/reply
-// with the coordinator over a private socket, no registration.
+// QueryClusterStatus, RequestShutdown, RequestCheckpoint, ReportMemberExit
+// and the others: one request/reply with the coordinator over a private
+// socket, no registration.
 #include "ductile/admin.h"
 
 #include <algorithm>
@@ -112,6 +113,8 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
     s.last_heartbeat_ms_ago = m.last_heartbeat_ms_ago();
     s.alive = m.alive();
     s.finished = m.finished();
+    s.pid = m.pid();
+    s.incarnation = m.incarnation();
     s.state = m.state();
     s.slots = m.slots();
     s.counters = CountersFromWire(m.counters());
@@ -250,6 +253,30 @@ Status RequestResize(const std::string& address, int32_t workers,
   request.set_seq(1);
   request.set_num_workers(workers);
   request.set_target_servers(servers);
+  return AskCoordinator(address, security, request, timeout_ms).status();
+}
+
+Status ReportMemberExit(const std::string& address,
+                        const MemberProcess& process, int64_t timeout_ms,
+                        const Security& security) {
+  if (process.role != "server" && process.role != "worker") {
+    return InvalidArgumentError(
+        "a member's exit names its role, server or worker, not '" +
+        process.role + "'");
+  }
+  if (process.id < 0 || (process.pid <= 0 && process.incarnation == 0)) {
+    return InvalidArgumentError(
+        "a member's exit names its id and its process: a pid or an "
+        "incarnation (ductile status)");
+  }
+  wire::Header request;
+  request.set_type(wire::MEMBER_EXIT);
+  request.set_seq(1);
+  request.set_role(process.role == "server" ? wire::ROLE_SERVER
+                                            : wire::ROLE_WORKER);
+  request.set_member_id(process.id);
+  request.set_pid(process.pid);
+  request.set_incarnation(process.incarnation);
   return AskCoordinator(address, security, request, timeout_ms).status();
 }
 

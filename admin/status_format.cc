@@ -122,17 +122,17 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
   std::snprintf(
       line, sizeof(line),
       "%-4s %-7s %-8s %9s %6s %10s %10s %10s %6s %6s %6s %6s %8s %7s %6s %6s "
-      "%6s  %s\n",
+      "%6s %7s %4s  %s\n",
       "id", "role", "state", "hb_ago", "slots", "requests", "pushes", "pulls",
       "dups", "errors", "limit", "denied", "keys", "clock", "parked", "run",
-      "queue", "address");
+      "queue", "pid", "inc", "address");
   os << line;
   for (const auto& m : status.members) {
     if (m.role != "server") continue;
     std::snprintf(
         line, sizeof(line),
         "%-4d %-7s %-8s %7lldms %6d %10llu %10llu %10llu %6llu %6llu %6llu "
-        "%6llu %8llu %7lld %6llu %6llu %6llu  %s\n",
+        "%6llu %8llu %7lld %6llu %6llu %6llu %7d %4llu  %s\n",
         m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago), m.slots,
         static_cast<unsigned long long>(m.counters.requests),
@@ -146,16 +146,16 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<long long>(m.counters.min_clock),
         static_cast<unsigned long long>(m.counters.parked_pulls),
         static_cast<unsigned long long>(m.counters.busy_run_peak),
-        static_cast<unsigned long long>(m.in_flight_requests),
-        m.address.c_str());
+        static_cast<unsigned long long>(m.in_flight_requests), m.pid,
+        static_cast<unsigned long long>(m.incarnation), m.address.c_str());
     os << line;
   }
   std::snprintf(line, sizeof(line),
                 "%-4s %-7s %-8s %9s %7s %10s %11s %9s %9s %9s %8s %8s %6s %6s "
-                "%9s\n",
+                "%9s %7s %4s\n",
                 "id", "role", "state", "hb_ago", "clock", "pulls", "blocked_ms",
                 "max_stale", "mean_stale", "cache_hit", "step_ms", "compute",
-                "push", "pull", "samples/s");
+                "push", "pull", "samples/s", "pid", "inc");
   os << line;
   for (const auto& m : status.members) {
     if (m.role == "server") continue;
@@ -175,7 +175,7 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
     std::snprintf(
         line, sizeof(line),
         "%-4d %-7s %-8s %7lldms %7lld %10llu %11llu %9lld %9.2f %9s %8.2f %8s "
-        "%6s %6s %9.0f\n",
+        "%6s %6s %9.0f %7d %4llu\n",
         m.id, m.role.c_str(), m.state.c_str(),
         static_cast<long long>(m.last_heartbeat_ms_ago),
         static_cast<long long>(m.clock),
@@ -183,7 +183,8 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<unsigned long long>(m.blocked_ms),
         static_cast<long long>(m.max_staleness), m.mean_staleness, hit.c_str(),
         m.recent_step_ms, compute.c_str(), share(m.recent_push_wait_ms).c_str(),
-        share(m.recent_pull_wait_ms).c_str(), m.samples_per_s);
+        share(m.recent_pull_wait_ms).c_str(), m.samples_per_s, m.pid,
+        static_cast<unsigned long long>(m.incarnation));
     os << line;
   }
   return os.str();

@@ -1,5 +1,5 @@
-// `ductile status`, `shutdown`, `checkpoint`, `drain`, `resize` and
-// `keygen`: requests to a running cluster's coordinator, and its keys.
+// `ductile status`, `shutdown`, `checkpoint`, `drain`, `resize`, `exited`
+// and `keygen`: requests to a running cluster's coordinator, and its keys.
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,19 +75,29 @@ int RunShutdown(const std::string&) {
   return s.ok() ? 0 : Fail(s);
 }
 
-int RunDrain(const std::string& operand) {
-  // worker:N or server:N
+namespace {
+
+// A member named as worker:N or server:N: its id (-1: not of that form),
+// and its role in `role`.
+int32_t ParseMember(const std::string& operand, std::string* role) {
   int32_t id = -1;
-  std::string role;
   for (const char* prefix : {"worker:", "server:"}) {
     if (operand.rfind(prefix, 0) != 0) continue;
     const std::string digits = operand.substr(std::strlen(prefix));
     if (!digits.empty() && digits.size() <= 7 &&
         digits.find_first_not_of("0123456789") == std::string::npos) {
       id = std::stoi(digits);
-      role = std::string(prefix, std::strlen(prefix) - 1);
+      *role = std::string(prefix, std::strlen(prefix) - 1);
     }
   }
+  return id;
+}
+
+}  // namespace
+
+int RunDrain(const std::string& operand) {
+  std::string role;
+  const int32_t id = ParseMember(operand, &role);
   if (id < 0) {
     return Fail(InvalidArgumentError(
         "drain takes the member to drain as worker:N or server:N (e.g. "
@@ -112,6 +122,27 @@ int RunDrain(const std::string& operand) {
                                                   FLAGS_timeout_ms, *security);
   if (!s.ok()) return Fail(s);
   std::printf("worker %d asked to leave; it leaves at its next step\n", id);
+  return 0;
+}
+
+int RunExited(const std::string& operand) {
+  MemberProcess process;
+  process.id = ParseMember(operand, &process.role);
+  if (process.id < 0) {
+    return Fail(InvalidArgumentError(
+        "exited takes the member as worker:N or server:N (e.g. `ductile "
+        "exited --coordinator=ADDR --pid=4321 worker:3`), not '" +
+        operand + "'"));
+  }
+  process.pid = FLAGS_pid;
+  process.incarnation = FLAGS_incarnation;
+  auto security = SecurityFromFlags(true);
+  if (!security.ok()) return Fail(security.status());
+  Status s =
+      ReportMemberExit(FLAGS_coordinator, process,
+                       std::min<int64_t>(FLAGS_timeout_ms, 5000), *security);
+  if (!s.ok()) return Fail(s);
+  std::printf("%s %d is dead to the job\n", process.role.c_str(), process.id);
   return 0;
 }
 

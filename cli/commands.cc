@@ -140,6 +140,18 @@ const std::vector<Command>& Commands() {
        {},
        false,
        RunResize},
+      {"exited",
+       "tell the coordinator a member's process exited",
+       "For launchers: the member is declared dead at once instead of at "
+       "its heartbeat timeout (a worker leaves the clock vectors, a "
+       "server's death rolls the job back). Name the process by --pid "
+       "and/or --incarnation, as `ductile status` shows them: a report "
+       "about a process a restarted member replaced changes nothing.",
+       {"coordinator", "pid", "incarnation", "keys", "timeout_ms"},
+       {},
+       false,
+       RunExited,
+       "worker:N|server:N"},
       {"keygen",
        "make a cluster's keys (docs/security.md)",
        "Writes cluster.key for the coordinator and servers, admin.key for "

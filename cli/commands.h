@@ -62,6 +62,7 @@ int RunShutdown(const std::string& operand);
 int RunCheckpoint(const std::string& operand);
 int RunDrain(const std::string& operand);
 int RunResize(const std::string& operand);
+int RunExited(const std::string& operand);
 int RunKeygen(const std::string& operand);
 
 }  // namespace ductile::cli

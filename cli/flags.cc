@@ -150,6 +150,12 @@ DEFINE_int32(watch, 0,
              "status: show the status again every this many seconds, as a "
              "live table (1 to 3600; 0: once); stops after 5 failed reads "
              "in a row");
+DEFINE_int32(pid, 0,
+             "exited: the process that exited, by the pid it registered "
+             "with (`ductile status`; 0: named by --incarnation only)");
+DEFINE_uint64(incarnation, 0,
+              "exited: the process that exited, by its registration's "
+              "number (`ductile status`; 0: named by --pid only)");
 DEFINE_int32(metrics_port, -1,
              "coordinator, local: serve the cluster's status in Prometheus' "
              "text format on http://HOST:PORT/metrics (0: a free port; -1: "

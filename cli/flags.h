@@ -48,6 +48,8 @@ DECLARE_int64(reserved_descriptors);
 DECLARE_int64(max_connections_per_source);
 DECLARE_string(member_key);
 DECLARE_int32(watch);
+DECLARE_int32(pid);
+DECLARE_uint64(incarnation);
 DECLARE_int32(metrics_port);
 DECLARE_string(metrics_host);
 DECLARE_string(policy);

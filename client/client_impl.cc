@@ -140,6 +140,7 @@ std::shared_ptr<ControlOperation> ClientImpl::StartRegister() {
   reg.set_type(wire::REGISTER);
   reg.set_role(options_.register_as_worker ? wire::ROLE_WORKER
                                            : wire::ROLE_OBSERVER);
+  reg.set_pid(env_->ProcessId());
   if (options_.register_as_worker && options_.requested_worker_id >= 0) {
     reg.set_worker_id(options_.requested_worker_id);
   }

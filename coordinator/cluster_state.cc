@@ -33,6 +33,7 @@ Status ClusterState::Open() {
   for (const auto& t : state.tables()) tables[t.name()] = t;
   next_table_id = std::max<uint32_t>(state.next_table_id(), 1);
   next_worker_id = state.next_worker_id();
+  next_incarnation = std::max<uint64_t>(state.next_incarnation(), 1);
   barrier_round = state.barrier_round();
   target_workers = state.target_workers();
   target_servers = state.target_servers();
@@ -54,6 +55,8 @@ Status ClusterState::Open() {
     m.keep_checkpoints = pm.keep_checkpoints();
     m.key = pm.key();
     m.registered_from = pm.registered_from();
+    m.pid = pm.pid();
+    m.incarnation = pm.incarnation();
     // Not declared dead: alive until the heartbeat timeout says otherwise,
     // counting the silence it had under the previous coordinator (not the
     // time this one was down). Each member's first message after the
@@ -88,6 +91,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
   for (const auto& [name, t] : tables) *state.add_tables() = t;
   state.set_next_table_id(next_table_id);
   state.set_next_worker_id(next_worker_id);
+  state.set_next_incarnation(next_incarnation);
   for (const auto* group : {&servers, &workers}) {
     for (const auto& [id, m] : *group) {
       auto* pm = state.add_members();
@@ -104,6 +108,8 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_keep_checkpoints(m.keep_checkpoints);
       pm->set_key(m.key);
       pm->set_registered_from(m.registered_from);
+      pm->set_pid(m.pid);
+      pm->set_incarnation(m.incarnation);
       if (!m.dead && !m.left && !m.finished && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a
         // member that speaks regularly changes nothing, and a silent one

@@ -60,7 +60,15 @@ struct Member {
   // `identity`, not forgotten by a restart): a REGISTER from it again is
   // the same process asking again, not a restarted member.
   std::string registered_from;
+  // The process that registered (its id on its host, 0: not given) and
+  // the registration's number (ClusterState::next_incarnation): a report
+  // of its exit must name this process (MembershipManager::ReportExit).
+  int32_t pid = 0;
+  uint64_t incarnation = 0;
   // In memory only.
+  // Declared dead on a report that its process exited (not by silence):
+  // it cannot come back, so the job does not wait to see whether it does.
+  bool exited = false;
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};
   // Servers: writing or restoring a checkpoint (announced by a heartbeat),
@@ -120,6 +128,9 @@ class ClusterState {
   std::map<std::string, wire::TableConfig> tables;  // by name
   uint32_t next_table_id = 1;
   int32_t next_worker_id = 0;
+  // The number of the next registration of a server or worker process
+  // (Member::incarnation): never given twice in the cluster's life.
+  uint64_t next_incarnation = 1;
   std::map<int32_t, Member> servers;
   std::map<int32_t, Member> workers;
   std::vector<CatalogEntry> catalog;  // complete checkpoints, oldest first

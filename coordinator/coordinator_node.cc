@@ -188,6 +188,7 @@ bool NeedsAdmin(wire::MessageType type) {
     case wire::RESIZE:
     case wire::DRAIN:
     case wire::SET_CONSISTENCY:
+    case wire::MEMBER_EXIT:
       return true;
     default:
       return false;
@@ -308,6 +309,11 @@ void CoordinatorNode::Handle(InMessage& message) {
                               "of " +
                               owner->name() + " but not its member key"));
   }
+  if (const Member* gone = touched.from_exited) {
+    VLOG(1) << "coordinator: ignored " << wire::MessageType_Name(h.type())
+            << " from " << gone->name() << ", whose process exited";
+    return;
+  }
   if (Status sender = CheckSender(touched.member, h, key); !sender.ok()) {
     LOG(WARNING) << "coordinator: refused: " << sender.message();
     return out_.Reply(identity, h.seq(), sender);
@@ -407,6 +413,8 @@ void CoordinatorNode::Handle(InMessage& message) {
     }
     case wire::RESIZE:
       return HandleResize(identity, h);
+    case wire::MEMBER_EXIT:
+      return HandleMemberExit(identity, h);
     case wire::SHUTDOWN:
       out_.Reply(identity, h.seq(), Status::Ok());
       LOG(INFO) << "coordinator: shutdown requested";
@@ -517,6 +525,25 @@ void CoordinatorNode::HandleLeave(const std::string& identity,
   if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
     BeginShutdown();
   }
+}
+
+void CoordinatorNode::HandleMemberExit(const std::string& identity,
+                                       const wire::Header& h) {
+  const MembershipManager::Exited exited = membership_.ReportExit(identity, h);
+  if (exited.worker) OnWorkersChanged();
+  if (exited.server >= 0) OnServersDead({exited.server}, "exited");
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+}
+
+void CoordinatorNode::OnServersDead(const std::vector<int32_t>& dead,
+                                    const std::string& how) {
+  if (dead.empty()) return;
+  membership_.ReleaseAdmissions();  // no longer waiting for them
+  std::string why = "server";
+  for (int32_t id : dead) why += " " + std::to_string(id);
+  StartRecovery(why + " " + how);
 }
 
 void CoordinatorNode::OnWorkersChanged() {
@@ -674,13 +701,7 @@ void CoordinatorNode::CheckTimeouts() {
   CheckWorkersGone();
   // A server silent past the timeout is dead: the job rolls back to the
   // latest checkpoint with its slots on the survivors.
-  const std::vector<int32_t> dead = membership_.DetectDeadServers();
-  if (!dead.empty()) {
-    membership_.ReleaseAdmissions();  // no longer waiting for them
-    std::string why = "server";
-    for (int32_t id : dead) why += " " + std::to_string(id);
-    StartRecovery(why + " died");
-  }
+  OnServersDead(membership_.DetectDeadServers(), "died");
   recovery_.RetryFailed();
   if (recovery_.Expired()) {
     StartRecovery("servers did not finish restoring in time");

@@ -127,6 +127,13 @@ class CoordinatorNode {
   void HandleDataClaim(const std::string& identity, const wire::Header& h);
   // `ductile resize`: records the target size launchers act on.
   void HandleResize(const std::string& identity, const wire::Header& h);
+  // MEMBER_EXIT (an administrator's): a member's process exited; it is
+  // dead at once, as at the end of its heartbeat timeout.
+  void HandleMemberExit(const std::string& identity, const wire::Header& h);
+  // Servers just declared dead (`how`: "died" of silence, "exited" as
+  // reported): the job rolls back to the latest checkpoint with their
+  // slots on the survivors.
+  void OnServersDead(const std::vector<int32_t>& dead, const std::string& how);
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
   void CheckTimeouts();

@@ -65,6 +65,13 @@ MembershipManager::Touched MembershipManager::Touch(const wire::Header& h,
   t.member = FindMember(h, identity, key, &t);
   if (t.member == nullptr) return t;
   Member& m = *t.member;
+  if (m.exited) {
+    // Its process is gone (a report said so): what still comes under its
+    // identity was sent before it died, and does not bring it back.
+    t.member = nullptr;
+    t.from_exited = &m;
+    return t;
+  }
   m.last_seen = ctx_.Now();
   if (m.dead) {
     m.dead = false;
@@ -218,6 +225,7 @@ MembershipManager::Registered MembershipManager::Register(
   member.identity = identity;
   member.registered_from = identity;
   member.key = key;
+  member.pid = h.pid();
   member.last_seen = ctx_.Now();
   wire::Header reply;
   reply.set_seq(h.seq());
@@ -257,6 +265,7 @@ MembershipManager::Registered MembershipManager::Register(
         member.state_dir = h.state_dir() + "/server-" + std::to_string(id);
       }
       member.keep_checkpoints = h.keep_checkpoints();
+      member.incarnation = state.next_incarnation++;
       state.servers[id] = member;
       LOG(INFO) << "coordinator: server " << id
                 << (result.restarted ? " registered again (restarted)"
@@ -320,6 +329,7 @@ MembershipManager::Registered MembershipManager::Register(
           return result;
         }
         member.id = id;
+        member.incarnation = state.next_incarnation++;
         state.next_worker_id = std::max(state.next_worker_id, id + 1);
         state.workers[member.id] = member;
         LOG(INFO) << "coordinator: worker " << member.id << " registered";
@@ -329,6 +339,7 @@ MembershipManager::Registered MembershipManager::Register(
           ++state.next_worker_id;
         }
         member.id = state.next_worker_id++;
+        member.incarnation = state.next_incarnation++;
         state.workers[member.id] = member;
         LOG(INFO) << "coordinator: worker " << member.id << " registered";
         PublishWorkers();
@@ -635,6 +646,72 @@ std::vector<int32_t> MembershipManager::DetectDeadServers() {
   return dead;
 }
 
+MembershipManager::Exited MembershipManager::ReportExit(
+    const std::string& identity, const wire::Header& h) {
+  Exited exited;
+  if (h.role() != wire::ROLE_SERVER && h.role() != wire::ROLE_WORKER) {
+    ctx_.out.Reply(identity, h.seq(),
+                   InvalidArgumentError("a member's exit names its role: "
+                                        "server or worker"));
+    return exited;
+  }
+  const bool server = h.role() == wire::ROLE_SERVER;
+  const std::string who =
+      (server ? "server " : "worker ") + std::to_string(h.member_id());
+  if (h.pid() <= 0 && h.incarnation() == 0) {
+    ctx_.out.Reply(identity, h.seq(),
+                   InvalidArgumentError(
+                       "the exit of " + who +
+                       " names no process: give its pid or its incarnation "
+                       "(ductile status)"));
+    return exited;
+  }
+  auto& group = server ? ctx_.state.servers : ctx_.state.workers;
+  auto it = group.find(h.member_id());
+  if (it == group.end()) {
+    ctx_.out.Reply(identity, h.seq(),
+                   NotFoundError("no " + who + " in the job"));
+    return exited;
+  }
+  Member& m = it->second;
+  const bool same_process =
+      (h.pid() <= 0 || h.pid() == m.pid) &&
+      (h.incarnation() == 0 || h.incarnation() == m.incarnation);
+  if (!same_process) {
+    // Another process registered as it since: the one reported is not in
+    // the job any more, and the new one is not to be declared dead.
+    LOG(INFO) << "coordinator: ignored a report that " << who << " (pid "
+              << h.pid() << ", incarnation " << h.incarnation()
+              << ") exited: it is now pid " << m.pid << ", incarnation "
+              << m.incarnation;
+    ctx_.out.Reply(
+        identity, h.seq(),
+        FailedPreconditionError("stale report: " + who + " is now pid " +
+                                std::to_string(m.pid) + ", incarnation " +
+                                std::to_string(m.incarnation) +
+                                ", not the process reported"));
+    return exited;
+  }
+  const bool gone = server ? (m.dead || m.left) : !m.live_worker();
+  if (!gone) {
+    // As at the end of its heartbeat timeout (DetectDeadWorkers,
+    // DetectDeadServers), without waiting for it.
+    m.dead = true;
+    LOG(WARNING) << "coordinator: " << who << " (pid " << m.pid
+                 << ") exited, as its launcher reports; declared dead";
+    if (!server) {
+      exited.worker = true;
+    } else if (!m.rejoining) {
+      // A rejoining server holds nothing: no rollback for it.
+      exited.server = m.id;
+    }
+  }
+  // Dead of silence before, or now: it cannot come back.
+  if (m.dead) m.exited = true;
+  ctx_.out.Reply(identity, h.seq(), Status::Ok());
+  return exited;
+}
+
 void MembershipManager::PublishWorkers() {
   wire::Header update;
   update.set_type(wire::WORKERS_UPDATE);
@@ -658,7 +735,7 @@ bool MembershipManager::JobOver() const {
   for (const auto& [id, m] : state.workers) {
     if (m.finished) {
       ++finished;
-    } else if (m.left ||
+    } else if (m.left || (m.dead && m.exited) ||
                (m.dead && ctx_.MsSince(m.last_seen) >
                               3 * ctx_.options.heartbeat_timeout_ms)) {
       ++gone;
@@ -707,6 +784,8 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       info->set_last_heartbeat_ms_ago(ago);
       info->set_alive(!m.dead && ago <= ctx_.options.heartbeat_timeout_ms);
       info->set_finished(m.finished);
+      info->set_pid(m.pid);
+      info->set_incarnation(m.incarnation);
       const int32_t member = id;
       const bool worker = m.role == wire::ROLE_WORKER;
       const bool joining = std::any_of(

@@ -6,7 +6,9 @@
 // which member it is. A member silent past the heartbeat timeout is
 // declared dead: a worker leaves every clock vector and barrier (and comes
 // back when heard from again); a server's death rolls the job back (the
-// caller's business: DetectDeadServers only reports it).
+// caller's business: DetectDeadServers only reports it). A launcher that
+// saw a member's process exit may say so (ReportExit): the member is then
+// declared dead at once, the same way, and never heard from again.
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_COORDINATOR_MEMBERSHIP_MANAGER_H_
@@ -35,6 +37,9 @@ class MembershipManager {
     // A connection with this keyed member's routing identity but without
     // its key (null: none): nothing it sends counts.
     const Member* impostor_of = nullptr;
+    // A member whose process exited (ReportExit) (null: none): what comes
+    // from its connection was sent before it died, and counts for nothing.
+    const Member* from_exited = nullptr;
   };
   // Finds the sender of `h` (by identity, or by the id in a heartbeat after
   // a coordinator restart) and records that it is alive. A member bound to
@@ -83,6 +88,32 @@ class MembershipManager {
   // busy); returns those whose death calls for a rollback (not the
   // rejoining ones, which hold nothing).
   std::vector<int32_t> DetectDeadServers();
+
+  // What a report of a member's exit changed.
+  struct Exited {
+    bool worker = false;  // a live worker is dead: the live set changed
+    int32_t server = -1;  // a server is dead whose death calls for a rollback
+  };
+  // MEMBER_EXIT from an administrator (a launcher that saw the process
+  // end): the member is declared dead at once, exactly as at the end of
+  // its heartbeat timeout (DetectDeadWorkers, DetectDeadServers; a server
+  // announced busy included: its process is gone), and the sender is
+  // answered.
+  //
+  // The report names the process, by the pid it registered with and/or
+  // the number of its registration (Member::pid, incarnation): it applies
+  // only if the member's current registration is that process. A member
+  // registers again under its id when its process is restarted (servers
+  // are, with the same id): a report about the process it replaced is
+  // stale and changes nothing (kFailedPrecondition), so a late or
+  // repeated report never takes down the new process. kInvalidArgument
+  // for no role or no process named; kNotFound for an id never
+  // registered; OK for a member dead, left or finished already (one dead
+  // of silence is then known not to come back: the end of the job does
+  // not wait for it). A member reported exited is not heard from again:
+  // messages under its connection's identity are ignored (they were sent
+  // before it died); a new process registers anew.
+  Exited ReportExit(const std::string& identity, const wire::Header& h);
 
   // Tells every server and live worker who the live workers are.
   void PublishWorkers();

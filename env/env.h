@@ -40,6 +40,11 @@ class Env {
   // A random number for ids that must differ between processes (client
   // ids): truly random here, seeded in a simulation.
   virtual uint64_t RandomU64() = 0;
+  // The process's id on its host (getpid()): a member registers with it,
+  // so that whoever started the process can name it in a report of its
+  // exit (ReportMemberExit). A simulation gives each node a number of its
+  // own, a new one for a node started again.
+  virtual int32_t ProcessId() = 0;
 
   // A transport of the node's own: its sockets belong to it. `node` names
   // the node (the simulation uses it to tell nodes apart); `security` says

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <chrono>
 #include <random>
 
@@ -21,6 +23,8 @@ class RealEnv final : public Env {
     std::random_device rd;
     return (uint64_t{rd()} << 32) | rd();
   }
+
+  int32_t ProcessId() override { return static_cast<int32_t>(getpid()); }
 
   std::unique_ptr<Transport> NewTransport(const std::string&,
                                           const Security& security,

@@ -99,6 +99,7 @@ Status ServerNode::Start() {
   reg.set_type(wire::REGISTER);
   reg.set_role(wire::ROLE_SERVER);
   reg.set_member_id(options_.requested_id);
+  reg.set_pid(env_->ProcessId());
   reg.mutable_endpoint()->set_tcp_address(tcp_address_);
   reg.mutable_endpoint()->set_ipc_address(ipc_address_);
   reg.mutable_endpoint()->set_host_id(HostId());

@@ -10,6 +10,7 @@
 
 #include "client/client_impl.h"
 #include "coordinator/coordinator_node.h"
+#include "proto/codec.h"
 #include "proto/ductile.pb.h"
 #include "server/server_node.h"
 #include "sim/mem_stores.h"
@@ -33,7 +34,18 @@ class Worker {
  public:
   Worker(Cluster* cluster, int index);
   void Advance();
-  bool done() const { return phase_ == Phase::kDone; }
+  // Done, or killed: it takes no further part.
+  bool done() const { return phase_ == Phase::kDone || killed_; }
+  // Reached the clock it is killed at (SimOptions::worker_kills) and
+  // sends nothing more; killed once its process is gone.
+  bool stopped() const { return stop_at_ >= 0 && clock_ >= stop_at_; }
+  bool killed() const { return killed_; }
+  void Kill() {
+    killed_ = true;
+    client_.reset();
+  }
+  int32_t pid() const { return pid_; }
+  int index() const { return index_; }
   // A joiner not admitted yet (it has no clock in the job).
   bool registering() const { return joiner_ && phase_ == Phase::kRegister; }
   bool idle() const { return phase_ == Phase::kIdle; }
@@ -76,6 +88,9 @@ class Worker {
   uint64_t generation_ = 0;  // the job's, as this worker resumed in it
   const bool joiner_;        // joins the running job
   int64_t end_;              // the clock it stops at (leaves, or the end)
+  int64_t stop_at_ = -1;     // the clock it is killed at (-1: none)
+  bool killed_ = false;
+  int32_t pid_ = 0;
   bool leaves_ = false;
   std::vector<Key> own_key_, all_keys_;
   std::vector<float> one_{1.0f};
@@ -159,6 +174,9 @@ class Cluster {
   // Updates the longest stall of any worker (SimResult::longest_stall_ms).
   void NoteProgress();
   void HandleJoins();
+  // Kills the workers of SimOptions::worker_kills once stopped, and
+  // reports them as their launcher would; collects the answers.
+  void HandleWorkerKills();
   // Starts the idle run once every worker is idle, and ends it, taking
   // the servers' exactly-once window counters, when its time has passed.
   void HandleIdle();
@@ -203,6 +221,13 @@ class Cluster {
   std::vector<std::optional<TimePoint>> coordinator_down_at_,
       coordinator_up_at_;
   std::vector<bool> coordinator_crash_done_;
+  // Worker kills: when each worker's process ends (once it has stopped),
+  // and whether it has.
+  std::vector<std::optional<TimePoint>> kill_at_;
+  std::vector<bool> kill_done_;
+  // The launcher's connection, for reports of a member's exit.
+  std::unique_ptr<Transport> launcher_transport_;
+  std::unique_ptr<Socket> launcher_;
   SimResult result_;
 };
 
@@ -214,6 +239,10 @@ Worker::Worker(Cluster* cluster, int index)
   const SimOptions& o = cluster_.options();
   env_ = std::make_unique<SimEnv>(&cluster_.net(), &cluster_.disk(),
                                   "worker-" + std::to_string(index));
+  pid_ = env_->ProcessId();
+  for (const SimOptions::WorkerKill& k : o.worker_kills) {
+    if (k.worker == index) stop_at_ = k.at_clock;
+  }
   ClientOptions c;
   c.coordinator_address = kCoordinatorAddress;
   c.prefer_ipc = false;
@@ -229,7 +258,7 @@ Worker::Worker(Cluster* cluster, int index)
   all_keys_.resize(cluster_.total_workers());
   std::iota(all_keys_.begin(), all_keys_.end(), Key{0});
   out_.assign(all_keys_.size(), -1.0f);
-  leaves_ = end_ < o.clocks;
+  leaves_ = end_ < o.clocks && stop_at_ < 0;
 }
 
 std::string Worker::Where() const {
@@ -372,6 +401,7 @@ void Worker::Advance() {
         phase_ = Phase::kStep;
         break;
       case Phase::kStep: {
+        if (stopped()) return;  // until it is killed
         if (clock_ >= end_) {
           phase_ = leaves_ ? Phase::kLeave : Phase::kBarrier;
           break;
@@ -702,6 +732,55 @@ void Cluster::HandleIdle() {
   idle_over_ = true;
 }
 
+void Cluster::HandleWorkerKills() {
+  if (launcher_) {
+    while (true) {
+      InMessage message;
+      bool got = false;
+      if (!launcher_->Receive(&message, &got).ok() || !got) break;
+      wire::Header reply;
+      if (ParseHeader(message.frame(0), &reply).ok() &&
+          reply.type() == wire::CONTROL_REPLY) {
+        result_.exit_reports.push_back(reply.status_code());
+      }
+    }
+  }
+  for (size_t k = 0; k < options_.worker_kills.size(); ++k) {
+    const SimOptions::WorkerKill& kill = options_.worker_kills[k];
+    if (kill_done_[k] || kill.worker < 0 ||
+        kill.worker >= static_cast<int>(workers_.size())) {
+      continue;
+    }
+    Worker& w = *workers_[kill.worker];
+    if (!w.stopped()) continue;
+    if (!kill_at_[k]) kill_at_[k] = net_.now() + milliseconds(kill.after_ms);
+    if (net_.now() < *kill_at_[k]) continue;
+    kill_done_[k] = true;
+    net_.Crash("worker-" + std::to_string(w.index()));
+    w.Kill();
+    ++result_.killed;
+    if (!kill.reported || !coordinator_) continue;
+    if (!launcher_) {
+      launcher_transport_ = net_.NewTransport("launcher");
+      launcher_ = *launcher_transport_->NewDealer("", kControlMessageBytes);
+      if (!launcher_->Connect(kCoordinatorAddress).ok()) {
+        return Fail("the launcher cannot connect to the coordinator");
+      }
+    }
+    wire::Header exit;
+    exit.set_type(wire::MEMBER_EXIT);
+    exit.set_seq(k + 1);
+    exit.set_role(wire::ROLE_WORKER);
+    exit.set_member_id(w.index());
+    exit.set_pid(w.pid());
+    OutMessage out;
+    out.AddString(exit.SerializeAsString());
+    if (!launcher_->Send(std::move(out)).ok()) {
+      return Fail("the launcher cannot send its report");
+    }
+  }
+}
+
 void Cluster::HandleJoins() {
   const size_t joined = workers_.size() - options_.workers;
   if (joined >= options_.joins.size()) return;
@@ -729,8 +808,12 @@ TimePoint Cluster::NextEvent() {
       next = std::min(next, servers_[i]->NextWakeup());
     }
   }
-  for (const auto& w : workers_)
-    next = std::min(next, w->client().NextWakeup());
+  for (const auto& w : workers_) {
+    if (!w->killed()) next = std::min(next, w->client().NextWakeup());
+  }
+  for (size_t k = 0; k < kill_at_.size(); ++k) {
+    if (kill_at_[k] && !kill_done_[k]) next = std::min(next, *kill_at_[k]);
+  }
   for (const auto& r : restart_at_) {
     if (r) next = std::min(next, *r);
   }
@@ -802,6 +885,17 @@ SimResult Cluster::Run() {
       end_[l.worker] = std::min<int64_t>(end_[l.worker], l.at_clock);
     }
   }
+  if (!options_.worker_kills.empty() && !options_.crashes.empty()) {
+    // The oracle's rollback assumes every worker took part to the end.
+    Fail("worker kills together with server crashes are not simulated");
+  }
+  for (const SimOptions::WorkerKill& k : options_.worker_kills) {
+    if (k.worker >= 0 && k.worker < total_workers()) {
+      end_[k.worker] = std::min<int64_t>(end_[k.worker], k.at_clock);
+    }
+  }
+  kill_at_.assign(options_.worker_kills.size(), std::nullopt);
+  kill_done_.assign(options_.worker_kills.size(), false);
   sent(0);
   for (int i = 0; i < options_.workers; ++i) {
     workers_.push_back(std::make_unique<Worker>(this, i));
@@ -829,6 +923,7 @@ SimResult Cluster::Run() {
         if (servers_[n - 1] && !paused_[n - 1]) servers_[n - 1]->Step();
       } else {
         Worker& w = *workers_[n - 1 - servers_.size()];
+        if (w.killed()) continue;
         w.client().Step();
         w.Advance();
         w.client().Step();
@@ -858,6 +953,7 @@ SimResult Cluster::Run() {
     HandleCoordinatorCrashes();
     if (options_.crashes.empty()) CheckServerClocks();
     HandleJoins();
+    HandleWorkerKills();
     HandleServerChanges();
     // Done when every worker is, and every drain has ended.
     bool all_done = workers_.size() == static_cast<size_t>(total_workers()) &&
@@ -894,6 +990,8 @@ SimResult Cluster::Run() {
     }
   }
   // Nodes go before the network they use.
+  launcher_.reset();
+  launcher_transport_.reset();
   workers_.clear();
   servers_.clear();
   coordinator_.reset();
@@ -943,6 +1041,10 @@ std::string Describe(const SimOptions& o) {
   }
   for (const auto& l : o.leaves) {
     out << " leave=worker:" << l.worker << "@clock=" << l.at_clock;
+  }
+  for (const auto& k : o.worker_kills) {
+    out << " kill=worker:" << k.worker << "@clock=" << k.at_clock << "+"
+        << k.after_ms << "ms" << (k.reported ? "+reported" : "");
   }
   return out.str();
 }

@@ -109,6 +109,20 @@ struct SimOptions {
   // stops (CoordinatorOptions::drain_linger_ms); 0: requests on their way
   // to it are lost, and their clients re-route them.
   int64_t drain_linger_ms = 2000;
+  // Workers killed (as by SIGKILL): worker `worker` (an index) sends
+  // nothing more once it reaches `at_clock` (its pushes of the clocks
+  // before are in) and its process ends `after_ms` later, with whatever it
+  // had on its way. With `reported`, its launcher then tells the
+  // coordinator at once (MEMBER_EXIT naming the process's pid); without,
+  // the coordinator learns of it by its silence. (Not with server
+  // crashes.)
+  struct WorkerKill {
+    int worker = 0;
+    int64_t at_clock = 0;
+    int64_t after_ms = 50;
+    bool reported = true;
+  };
+  std::vector<WorkerKill> worker_kills;
   // Give up (and fail) after this much simulated time.
   int64_t time_limit_ms = 600000;
   // Once the workload is done, the cluster runs on idle (workers still
@@ -133,6 +147,10 @@ struct SimResult {
   // The clock each of those resumed at (0: the start, nothing kept).
   std::vector<int64_t> resume_clocks;
   int joined = 0, left = 0;  // workers that joined and left mid-job
+  int killed = 0;            // workers killed (SimOptions::worker_kills)
+  // The status codes of the coordinator's answers to the reports of
+  // killed workers, in the order answered.
+  std::vector<int> exit_reports;
   int servers_joined = 0, servers_drained = 0;
   // The slots each server owns at the end (the coordinator's routing).
   std::vector<int> slots_at_end;

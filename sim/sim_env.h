@@ -18,7 +18,10 @@ namespace ductile::sim {
 class SimEnv final : public Env {
  public:
   SimEnv(SimNetwork* network, MemDisk* disk, std::string node)
-      : network_(network), disk_(disk), node_(std::move(node)) {}
+      : network_(network),
+        disk_(disk),
+        node_(std::move(node)),
+        pid_(network->NewProcessId()) {}
 
   TimePoint Now() override { return network_->now(); }
   int64_t UnixMs() override {
@@ -27,6 +30,7 @@ class SimEnv final : public Env {
         .count();
   }
   uint64_t RandomU64() override { return network_->rng()(); }
+  int32_t ProcessId() override { return pid_; }
   std::unique_ptr<Transport> NewTransport(const std::string&, const Security&,
                                           int) override {
     return network_->NewTransport(node_);
@@ -48,6 +52,7 @@ class SimEnv final : public Env {
   SimNetwork* const network_;
   MemDisk* const disk_;
   const std::string node_;
+  const int32_t pid_;
 };
 
 }  // namespace ductile::sim

@@ -56,6 +56,9 @@ class SimNetwork {
   TimePoint now() const { return now_; }
   void AdvanceTo(TimePoint t);
   std::mt19937_64& rng() { return rng_; }
+  // A process id for a node started now (SimEnv::ProcessId): never given
+  // twice in a run.
+  int32_t NewProcessId() { return next_pid_++; }
   const NetworkFaults& faults() const { return faults_; }
   // Which messages a drop may take (all by default): `frames` as the
   // receiver will see them (a router's with the sender's identity first).
@@ -109,6 +112,7 @@ class SimNetwork {
   Droppable droppable_;
   TimePoint now_;
   int64_t next_socket_ = 1;
+  int32_t next_pid_ = 100;
   uint64_t next_order_ = 0;
   uint64_t next_identity_ = 1;
   std::map<int64_t, std::unique_ptr<SocketState>> sockets_;

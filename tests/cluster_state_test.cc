@@ -50,6 +50,7 @@ class StoreOnlyEnv final : public Env {
   TimePoint Now() override { return std::chrono::steady_clock::now(); }
   int64_t UnixMs() override { return 0; }
   uint64_t RandomU64() override { return 4; }
+  int32_t ProcessId() override { return 1; }
   std::unique_ptr<Transport> NewTransport(const std::string&, const Security&,
                                           int) override {
     return nullptr;

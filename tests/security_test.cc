@@ -481,7 +481,9 @@ TEST(SecureCluster, MembersTrainOnlyTheAdminMayStopItAndStrangersGetNothing) {
         RequestCheckpoint(cluster.address(), 10000, member).status(),
         RequestResize(cluster.address(), 2, 0, 10000, member),
         RequestDrainWorker(cluster.address(), 0, 10000, member),
-        RequestDrainServer(cluster.address(), 0, 10000, member)}) {
+        RequestDrainServer(cluster.address(), 0, 10000, member),
+        ReportMemberExit(cluster.address(), {"worker", 0, 0, 1}, 10000,
+                         member)}) {
     EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
   }
   Consistency bsp;

@@ -539,6 +539,38 @@ TEST(Simulation, MembershipChangesStallNobodyForAHeartbeatInterval) {
             << left << " leaves and drains\n";
 }
 
+// A worker killed under BSP: the others wait for it only until its
+// launcher's report (MEMBER_EXIT) reaches the coordinator, not for its
+// heartbeat timeout (5 s in the simulation); unreported, they wait for
+// the timeout, as before (less the time between its last heartbeat, once a
+// second, and their wait's start).
+TEST(Simulation, AWorkerKilledUnderBspHoldsTheOthersUpOnlyUntilItIsReported) {
+  constexpr int64_t kHeartbeatTimeoutMs = 5000;
+  constexpr int64_t kWorkerHeartbeatMs = 1000;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    SimOptions o;
+    o.seed = seed;
+    o.servers = 1 + static_cast<int>(seed % 2);
+    o.workers = 3;
+    o.clocks = 8;
+    o.consistency.mode = ConsistencyMode::kBsp;
+    o.worker_kills = {{static_cast<int>(seed % 3),
+                       static_cast<int64_t>(2 + seed % 4), 50, true}};
+    SimResult r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    EXPECT_EQ(r.killed, 1) << Describe(o);
+    EXPECT_EQ(r.exit_reports, std::vector<int>({0})) << Describe(o);
+    EXPECT_LT(r.longest_stall_ms, kHeartbeatTimeoutMs / 5) << Describe(o);
+
+    o.worker_kills[0].reported = false;
+    r = RunSimulation(o);
+    ASSERT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
+    EXPECT_TRUE(r.exit_reports.empty()) << Describe(o);
+    EXPECT_GT(r.longest_stall_ms, kHeartbeatTimeoutMs - kWorkerHeartbeatMs)
+        << Describe(o);
+  }
+}
+
 // Runs `count` seeds from `first` on and reports the first failures.
 int FailedSeeds(uint64_t first, int count) {
   int failures = 0;

@@ -20,6 +20,12 @@ struct MemberStatus {
   int64_t last_heartbeat_ms_ago = 0;
   bool alive = false;
   bool finished = false;  // workers: called Finish()
+  // The process that registered as this member now: its id on its host
+  // (0: it gave none), and the coordinator's number for its registration,
+  // never given twice in a cluster's life (a restarted member gets a new
+  // one). A launcher names the process with them in ReportMemberExit.
+  int32_t pid = 0;
+  uint64_t incarnation = 0;
   // Workers: joining (admission under way), active, draining (asked to
   // leave), left, finished or dead; servers: active, draining, drained,
   // rejoining (declared dead while alive, back at the job's generation
@@ -128,8 +134,9 @@ struct ClusterStatus {
 };
 
 // Each call takes the cluster's keys (LoadClusterKeys; empty in plain
-// mode). Shutdown, checkpoint, drain and resize need the admin key on a
-// cluster with keys: without it they fail with kPermissionDenied.
+// mode). Shutdown, checkpoint, drain, resize and reports of a member's exit
+// need the admin key on a cluster with keys: without it they fail with
+// kPermissionDenied.
 
 // Asks the coordinator at `address` for the cluster's state.
 Result<ClusterStatus> QueryClusterStatus(const std::string& address,
@@ -161,6 +168,44 @@ Status RequestDrainServer(const std::string& address, int32_t server_id,
 Status RequestResize(const std::string& address, int32_t workers,
                      int32_t servers, int64_t timeout_ms,
                      const Security& security = {});
+// One process of a member, as a report of its exit names it: the member's
+// role and id, and the process by its pid (as it registered:
+// MemberStatus::pid; the launcher's child's pid when the launcher execs
+// the member directly), its incarnation (MemberStatus::incarnation), or
+// both (both must then fit).
+struct MemberProcess {
+  std::string role;  // "server" or "worker"
+  int32_t id = -1;
+  int32_t pid = 0;           // 0: not named
+  uint64_t incarnation = 0;  // 0: not named
+};
+// Tells the coordinator that `process` has exited (`ductile exited`): a
+// launcher that sees its child end (`ductile local`: killed by a signal;
+// Slurm: its step ended; Kubernetes: its pod failed) reports it, and the
+// member is declared dead at once, exactly as when its heartbeat times
+// out: a worker leaves the clock vectors and barriers, so BSP and SSP go
+// on without it; a server's death rolls the job back as usual. Without a
+// report, silence past the heartbeat timeout stays the rule.
+//
+// The rule against stale reports: a report applies only while the
+// member's current registration is the process named. A restarted member
+// (a server restarted with its id, a worker taking a dead one's id)
+// registers as a new process, with a new incarnation and its own pid; a
+// report about the process it replaced (late, or sent again) is refused
+// with kFailedPrecondition and changes nothing. Name the process by its
+// pid where the launcher started it itself (a pid is not given to another
+// process on the host before its parent has reaped it, and the launcher
+// reports before it starts a replacement); where pids repeat (containers,
+// whose first process is often pid 1, several hosts), by the incarnation
+// the status showed while it ran.
+//
+// Needs the admin key on a cluster with keys (kPermissionDenied without
+// it). kNotFound: no such member ever registered; kInvalidArgument: no
+// role, or no process named. OK, changing nothing, for a member already
+// dead, left or finished.
+Status ReportMemberExit(const std::string& address,
+                        const MemberProcess& process, int64_t timeout_ms,
+                        const Security& security = {});
 // A human-readable table of `status`.
 std::string FormatClusterStatus(const ClusterStatus& status);
 // `status` in Prometheus' text exposition format (version 0.0.4), as the

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,9 @@ constexpr auto kTargetPollInterval = std::chrono::milliseconds(500);
 constexpr int64_t kClockQueryTimeoutMs = 500;
 // How long a server's drain (its slots moving away) may take.
 constexpr int64_t kServerDrainTimeoutMs = 120000;
+// How long a report of a member's exit may take (it runs beside the
+// supervision).
+constexpr int64_t kExitReportTimeoutMs = 2000;
 // How long `srun --version` may take.
 constexpr int kToolTimeoutMs = 10000;
 
@@ -262,6 +266,27 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     DUCTILE_RETURN_IF_ERROR(start_worker(i));
   }
 
+  // A server or worker that dies of a signal is reported to the
+  // coordinator at once (ReportMemberExit), so that the others go on
+  // without waiting for its heartbeat to time out: by its pid where it is
+  // the launcher's own child, by its registration's incarnation (from the
+  // last status) where it ran through srun.
+  ExitReporter exits(address, security, kExitReportTimeoutMs);
+  std::map<std::pair<Role, int>, uint64_t> incarnations;
+  supervisor.OnCrash([&](Role role, int id, pid_t pid, bool via_srun) {
+    MemberProcess process;
+    process.role = role == Role::kServer ? "server" : "worker";
+    process.id = id;
+    if (via_srun) {
+      const auto it = incarnations.find({role, id});
+      if (it == incarnations.end()) return;  // never seen: silence
+      process.incarnation = it->second;
+    } else {
+      process.pid = pid;
+    }
+    exits.Report(process);
+  });
+
   // Resizes, `ductile resize`'s targets and replacements: the reconcile
   // loop decides, the supervisor's children carry it out. Drains run on
   // threads of their own, so that supervision goes on meanwhile.
@@ -309,6 +334,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       supervisor.KillAll(3000);
       return s;
     }
+    exits.Collect();
     if (SteadyClock::now() < next_poll) continue;
     next_poll = SteadyClock::now() +
                 (kill_pending ? kClockPollInterval : kTargetPollInterval);
@@ -317,6 +343,13 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     Result<ClusterStatus> status =
         QueryClusterStatus(address, kClockQueryTimeoutMs, security);
     if (!status.ok()) continue;
+    for (const MemberStatus& m : status->members) {
+      if (m.incarnation == 0 || (m.role != "server" && m.role != "worker")) {
+        continue;
+      }
+      incarnations[{m.role == "server" ? Role::kServer : Role::kWorker,
+                    m.id}] = m.incarnation;
+    }
     const int64_t clock = JobClock(*status);
     // One kill per poll: a target killed but not yet restarted is not
     // killed again before it is back.

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <utility>
 
+#include "glog/logging.h"
+
 namespace ductile::launch {
 
 const char* RoleName(MemberRole role) {
@@ -50,6 +52,46 @@ std::vector<Drainer::Outcome> CoordinatorDrainer::Answered() {
     it = running_.erase(it);
   }
   return answered;
+}
+
+ExitReporter::ExitReporter(std::string address, Security security,
+                           int64_t timeout_ms)
+    : address_(std::move(address)),
+      security_(std::move(security)),
+      timeout_ms_(timeout_ms) {}
+
+ExitReporter::~ExitReporter() {
+  for (auto& [process, answer] : running_) answer.wait();
+}
+
+void ExitReporter::Report(const MemberProcess& process) {
+  const std::string address = address_;
+  const Security security = security_;
+  const int64_t timeout_ms = timeout_ms_;
+  running_.emplace_back(
+      process, std::async(std::launch::async,
+                          [address, security, process, timeout_ms] {
+                            return ReportMemberExit(address, process,
+                                                    timeout_ms, security);
+                          }));
+}
+
+void ExitReporter::Collect() {
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (it->second.wait_for(std::chrono::seconds(0)) !=
+        std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    const Status s = it->second.get();
+    if (!s.ok() && s.code() != StatusCode::kFailedPrecondition) {
+      LOG(WARNING) << "the coordinator was not told that " << it->first.role
+                   << " " << it->first.id
+                   << " exited (it learns it from the heartbeat timeout): "
+                   << s;
+    }
+    it = running_.erase(it);
+  }
 }
 
 }  // namespace ductile::launch

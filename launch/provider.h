@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <future>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ductile/admin.h"
@@ -104,6 +105,27 @@ class CoordinatorDrainer final : public Drainer {
   const int64_t worker_timeout_ms_;
   const int64_t server_timeout_ms_;
   std::vector<Running> running_;
+};
+
+// Tells the coordinator at `address`, as the admin, that a member's
+// process has exited (ReportMemberExit), each report on a thread of its
+// own, so that the job goes on at once instead of after the heartbeat
+// timeout. A report the coordinator takes as stale (the member was
+// restarted first) is no error; others are logged.
+class ExitReporter {
+ public:
+  ExitReporter(std::string address, Security security, int64_t timeout_ms);
+  ~ExitReporter();  // waits for the reports under way
+
+  void Report(const MemberProcess& process);
+  // Collects the reports answered; logs the failed ones.
+  void Collect();
+
+ private:
+  const std::string address_;
+  const Security security_;
+  const int64_t timeout_ms_;
+  std::vector<std::pair<MemberProcess, std::future<Status>>> running_;
 };
 
 }  // namespace ductile::launch

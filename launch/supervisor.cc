@@ -163,6 +163,9 @@ Status Supervisor::Reap() {
       return AbortedError(what + " failed with " +
                           Describe(status, via_srun));
     }
+    if (on_crash_ && c.role != Role::kCoordinator) {
+      on_crash_(c.role, c.id, pid, via_srun);
+    }
     if (c.role == Role::kWorker) {
       c.dropped = true;
       if (!scheduled) {

@@ -15,8 +15,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ductile/status.h"
@@ -83,6 +85,13 @@ class Supervisor {
   int WorkersDropped() const;
   bool AllDone() const { return by_pid_.empty(); }
 
+  // Called (from Reap) for each server or worker that died of a signal,
+  // before a server is restarted: its role, id, the pid that died and
+  // whether that was srun's (the member ran as a Slurm job).
+  using CrashHook = std::function<void(KillEvent::Role role, int id,
+                                       pid_t pid, bool via_srun)>;
+  void OnCrash(CrashHook hook) { on_crash_ = std::move(hook); }
+
   // From now on a child's death is only recorded: nothing is restarted and
   // nothing fails the launch (the job is over, or being stopped).
   void StopRestarting() { stopping_ = true; }
@@ -108,6 +117,7 @@ class Supervisor {
   std::map<pid_t, size_t> by_pid_;  // running processes -> children_ index
   int restarts_[3] = {0, 0, 0};     // per KillEvent::Role
   bool stopping_ = false;
+  CrashHook on_crash_;
 };
 
 // Prints a line of the kill schedule's log on stdout, where tests and

@@ -81,9 +81,12 @@ DEFINE_int64(coordinator_timeout_ms, 600000,
              "the coordinator for this long; k8s-controller: it ends so "
              "(0: never)");
 DEFINE_int64(disk_reserve_mb, 64,
-             "server, local: space each server's checkpoint store leaves "
-             "free on its disk; a checkpoint that would leave less fails "
-             "with a clear error (0: no check)");
+             "server, coordinator, local: space each server's checkpoint "
+             "store, and the coordinator's state store, leave free on "
+             "their disk, in MB (0 to 1048576); a checkpoint that would "
+             "leave less fails with a clear error, and a coordinator that "
+             "cannot save its state does not start, or admits no worker "
+             "until it can (0: no check)");
 DEFINE_uint64(max_key_floats, 1 << 24,
               "server, local: widest value one key of a variable-width "
               "table may have, in floats "

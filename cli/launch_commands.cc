@@ -77,6 +77,7 @@ std::vector<std::string> LaunchedCoordinatorFlags() {
               : Forward("checkpoint_every"),
           Forward("checkpoint_interval_s"),
           Forward("checkpoint_timeout_ms"),
+          Forward("disk_reserve_mb"),
           Forward("policy"),
           Forward("policy_interval_ms"),
           Forward("handshake_timeout_ms"),

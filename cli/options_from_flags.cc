@@ -137,6 +137,7 @@ Result<CoordinatorOptions> CoordinatorOptionsFromFlags(bool launched) {
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.no_worker_timeout_ms = FLAGS_no_worker_timeout_ms;
   o.state_dir = FLAGS_state_dir;
+  o.disk_reserve_mb = FLAGS_disk_reserve_mb;
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
   o.checkpoint_interval_s = FLAGS_checkpoint_interval_s;
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_ms;

@@ -9,8 +9,10 @@ namespace ductile {
 
 Status ClusterState::Open() {
   if (options_.state_dir.empty()) return Status::Ok();
-  DUCTILE_ASSIGN_OR_RETURN(store_,
-                           env_->OpenCoordinatorStore(options_.state_dir));
+  CoordinatorStoreOptions store;
+  store.dir = options_.state_dir;
+  store.min_free_bytes = static_cast<uint64_t>(options_.disk_reserve_mb) << 20;
+  DUCTILE_ASSIGN_OR_RETURN(store_, env_->OpenCoordinatorStore(store));
   Result<std::optional<wire::CoordinatorState>> loaded = store_->Load();
   DUCTILE_RETURN_IF_ERROR(loaded.status());
   if (!loaded->has_value()) return Status::Ok();

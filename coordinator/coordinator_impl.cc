@@ -57,6 +57,9 @@ Status Validate(const CoordinatorOptions& options) {
         "checkpoint_interval_s must be a number of seconds >= 0 (0: not by "
         "time)");
   }
+  if (options.disk_reserve_mb < 0 || options.disk_reserve_mb > (1 << 20)) {
+    return InvalidArgumentError("disk_reserve_mb must be in [0, 1048576]");
+  }
   if (options.checkpoint_timeout_ms < 1000) {
     return InvalidArgumentError("checkpoint_timeout_ms must be >= 1000");
   }

@@ -67,6 +67,15 @@ Status CoordinatorNode::Start() {
   // A drain or rebalance under way when the coordinator stopped is
   // abandoned (its servers are told when they reconnect).
   for (auto& [id, m] : state_.servers) m.draining = false;
+  // A store that cannot take the state now would hold every message to
+  // the members from the first: nobody could ever join. Refused here, with
+  // the store's reason, rather than held.
+  if (Status saved = state_.PersistIfChanged(); !saved.ok()) {
+    return Status(saved.code(),
+                  "the coordinator cannot save its state, so it does not "
+                  "start: " +
+                      saved.message());
+  }
   checkpoints_.RestartInterval();
   LOG(INFO) << "coordinator listening on " << address_ << ", waiting for "
             << options_.num_servers << " server(s)";
@@ -474,6 +483,22 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
                                      const std::string& key,
                                      const std::string& key_name,
                                      const wire::Header& h) {
+  if (!save_error_.ok() &&
+      (h.role() == wire::ROLE_WORKER || h.role() == wire::ROLE_OBSERVER)) {
+    // Its answer would be held until the state is saved, and the client's
+    // wait would run out with no reason given: it gets the coordinator's
+    // reason now (one whose own registration failed the save asks again
+    // 2 s later). A server, which waits without a deadline, is held.
+    wire::Header reply;
+    reply.set_type(wire::CONTROL_REPLY);
+    reply.set_seq(h.seq());
+    StatusToWire(Status(save_error_.code(),
+                        "the coordinator cannot save its state, so it admits "
+                        "no one until it can: " +
+                            save_error_.message()),
+                 &reply);
+    return out_.SendStateless(identity, reply);
+  }
   const MembershipManager::Registered r =
       membership_.Register(identity, key, key_name, h);
   if (r.server == nullptr) return;

@@ -61,7 +61,7 @@ class Env {
   virtual Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
                                                       int64_t clock) = 0;
   virtual Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
-      const std::string& dir) = 0;
+      const CoordinatorStoreOptions& options) = 0;
 };
 
 // The process's real environment; never destroyed.

@@ -43,8 +43,8 @@ class RealEnv final : public Env {
   }
 
   Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
-      const std::string& dir) override {
-    return CoordinatorStore::Open(dir);
+      const CoordinatorStoreOptions& options) override {
+    return CoordinatorStore::Open(options);
   }
 };
 

@@ -44,8 +44,8 @@ class SimEnv final : public Env {
     return disk_->LoadCheckpointFrom(dir, clock);
   }
   Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
-      const std::string& dir) override {
-    return disk_->OpenCoordinatorStore(dir);
+      const CoordinatorStoreOptions& options) override {
+    return disk_->OpenCoordinatorStore(options.dir);
   }
 
  private:

@@ -103,16 +103,23 @@ Status FromErrorCode(const std::error_code& ec, const std::string& what,
 }
 
 namespace {
+// In MiB, or in KiB below 1 MiB (a record of a few hundred bytes is not
+// "0.0 MiB").
 std::string Megabytes(uint64_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof(text), "%.1f MiB",
-                static_cast<double>(bytes) / (1 << 20));
+  if (bytes < (1 << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f KiB",
+                  static_cast<double>(bytes) / (1 << 10));
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f MiB",
+                  static_cast<double>(bytes) / (1 << 20));
+  }
   return text;
 }
 }  // namespace
 
 Status CheckFreeSpace(const fs::path& dir, uint64_t bytes, uint64_t reserve,
-                      const std::string& what) {
+                      const std::string& what, const std::string& remedy) {
   if (reserve == 0) return Status::Ok();
   struct statvfs st;
   if (::statvfs(dir.c_str(), &st) != 0) {
@@ -125,8 +132,7 @@ Status CheckFreeSpace(const fs::path& dir, uint64_t bytes, uint64_t reserve,
   return ResourceExhaustedError(
       what + " needs about " + Megabytes(bytes) + " in '" + dir.string() +
       "', which has " + Megabytes(free_bytes) + " free; " + Megabytes(reserve) +
-      " are kept free so that the disk never fills under the store: free "
-      "some space (or keep fewer checkpoints)");
+      " are kept free so that the disk never fills under the store: " + remedy);
 }
 
 uint64_t BytesUnder(const fs::path& dir) {

@@ -45,12 +45,14 @@ Status FromErrorCode(const std::error_code& ec, const std::string& what,
 
 // OK if writing about `bytes` into `dir` leaves at least `reserve` bytes
 // free on its file system (for an unprivileged writer); else
-// ResourceExhausted: "<what> needs about X MB in '<dir>', which has Y MB
-// free; Z MB are kept free ...". RocksDB aborts the process on some writes
-// that fail on a full disk, so a store refuses before it gets there.
-// `reserve` 0: no check.
-Status CheckFreeSpace(const std::filesystem::path& dir, uint64_t bytes,
-                      uint64_t reserve, const std::string& what);
+// ResourceExhausted: "<what> needs about X MiB in '<dir>', which has Y MiB
+// free; Z MiB are kept free ...: <remedy>". RocksDB aborts the process on
+// some writes that fail on a full disk, so a store refuses before it gets
+// there. `reserve` 0: no check.
+Status CheckFreeSpace(
+    const std::filesystem::path& dir, uint64_t bytes, uint64_t reserve,
+    const std::string& what,
+    const std::string& remedy = "free some space (or keep fewer checkpoints)");
 // Bytes of the regular files under `dir` (0 if it cannot be listed).
 uint64_t BytesUnder(const std::filesystem::path& dir);
 

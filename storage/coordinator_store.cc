@@ -14,8 +14,10 @@ namespace fs = std::filesystem;
 
 constexpr char kStateKey[] = "coordinator-state/v1";
 constexpr char kDataPlanKey[] = "data-plan/v1";
-// Space left free on the state's file system (see CheckFreeSpace).
-constexpr uint64_t kMinFreeBytes = uint64_t{64} << 20;
+// What a refusal for want of space tells the operator to do.
+constexpr char kMoreSpace[] =
+    "free some space, give the coordinator's state a larger volume, or "
+    "lower the space kept free (--disk_reserve_mb)";
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -29,8 +31,11 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
 
 class RocksCoordinatorStore final : public CoordinatorStore {
  public:
-  RocksCoordinatorStore(std::unique_ptr<rocksdb::DB> db, std::string dir)
-      : db_(std::move(db)), dir_(std::move(dir)) {}
+  RocksCoordinatorStore(std::unique_ptr<rocksdb::DB> db, std::string dir,
+                        uint64_t min_free_bytes)
+      : db_(std::move(db)),
+        dir_(std::move(dir)),
+        min_free_bytes_(min_free_bytes) {}
 
   Result<std::optional<wire::CoordinatorState>> Load() const override {
     std::string bytes;
@@ -80,8 +85,9 @@ class RocksCoordinatorStore final : public CoordinatorStore {
     // The record goes to the log and, flushed, to a table file; RocksDB
     // aborts on some writes that fail on a full disk, so refuse first.
     DUCTILE_RETURN_IF_ERROR(checkpoint_reader::CheckFreeSpace(
-        dir_, 2 * bytes.size(), kMinFreeBytes,
-        "saving " + what + " (" + std::to_string(bytes.size()) + " bytes)"));
+        dir_, 2 * bytes.size(), min_free_bytes_,
+        "saving " + what + " (" + std::to_string(bytes.size()) + " bytes)",
+        kMoreSpace));
     if (needs_resume_) {
       // A failed write stopped the database; go on once space is back.
       DUCTILE_RETURN_IF_ERROR(
@@ -98,12 +104,14 @@ class RocksCoordinatorStore final : public CoordinatorStore {
   bool needs_resume_ = false;
   std::unique_ptr<rocksdb::DB> db_;
   const std::string dir_;
+  const uint64_t min_free_bytes_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
-    const std::string& dir) {
+    const CoordinatorStoreOptions& store) {
+  const std::string& dir = store.dir;
   if (dir.empty()) return InvalidArgumentError("no coordinator state dir");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -113,17 +121,29 @@ Result<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
         "directory " +
         dir + ": " + ec.message());
   }
+  // Opening writes a new log, manifest and options file even to a store
+  // that exists; on a disk too small RocksDB may abort instead of failing.
+  DUCTILE_RETURN_IF_ERROR(checkpoint_reader::CheckFreeSpace(
+      dir, kOpenBytes, store.min_free_bytes,
+      "opening the coordinator's state store", kMoreSpace));
   rocksdb::Options options;
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.max_open_files = 64;
+  // The store holds two records, of a few kilobytes in most jobs. RocksDB
+  // preallocates each write-ahead log at 1.1 times the write buffer (64 MiB
+  // by default: 70 MiB for a log of a few kilobytes) and each manifest at
+  // 4 MiB: a store sized so takes about 1.2 MiB when new.
+  options.write_buffer_size = 1 << 20;
+  options.manifest_preallocation_size = 64 << 10;
+  options.max_log_file_size = 256 << 10;
   options.keep_log_file_num = 2;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   DUCTILE_RETURN_IF_ERROR(
       FromRocks(s, "cannot open the coordinator state in " + dir));
-  return std::unique_ptr<CoordinatorStore>(
-      new RocksCoordinatorStore(std::unique_ptr<rocksdb::DB>(raw), dir));
+  return std::unique_ptr<CoordinatorStore>(new RocksCoordinatorStore(
+      std::unique_ptr<rocksdb::DB>(raw), dir, store.min_free_bytes));
 }
 
 }  // namespace ductile

@@ -64,7 +64,7 @@ class StoreOnlyEnv final : public Env {
     return FailedPreconditionError("not here");
   }
   Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
-      const std::string&) override {
+      const CoordinatorStoreOptions&) override {
     return std::unique_ptr<CoordinatorStore>(
         new CountingStore(&saved, &saves, &plan, &plan_saves));
   }

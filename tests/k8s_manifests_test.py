@@ -109,7 +109,8 @@ def main():
         if role == "coordinator":
             for flag in ["--listen=tcp://0.0.0.0:7000", "--servers=2",
                          "--workers=3", "--max_workers=5", "--state_dir=/state",
-                         "--policy=autoscale:max=5", "--checkpoint_every=100"]:
+                         "--policy=autoscale:max=5", "--checkpoint_every=100",
+                         "--disk_reserve_mb=64"]:
                 check(flag in args, "coordinator lacks " + flag)
         elif role == "server":
             for flag in [coordinator, "--host=$(POD_IP)", "--port=7100",

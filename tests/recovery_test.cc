@@ -168,7 +168,7 @@ TEST(TableCheckpoint, AnEntryRestoredFromAnotherStoreCountsAsChanged) {
 TEST(CoordinatorStoreTest, ANewStoreIsEmptyAndASavedStateComesBack) {
   TempDir dir;
   {
-    auto store = CoordinatorStore::Open(dir.path() + "/c");
+    auto store = CoordinatorStore::Open({.dir = dir.path() + "/c"});
     ASSERT_TRUE(store.ok()) << store.status();
     auto loaded = (*store)->Load();
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -183,7 +183,7 @@ TEST(CoordinatorStoreTest, ANewStoreIsEmptyAndASavedStateComesBack) {
     w->set_resume_state("epoch=2 position=64");
     ASSERT_TRUE((*store)->Save(state).ok());
   }
-  auto store = CoordinatorStore::Open(dir.path() + "/c");
+  auto store = CoordinatorStore::Open({.dir = dir.path() + "/c"});
   ASSERT_TRUE(store.ok()) << store.status();
   auto loaded = (*store)->Load();
   ASSERT_TRUE(loaded.ok() && loaded->has_value());
@@ -196,7 +196,7 @@ TEST(CoordinatorStoreTest, ANewStoreIsEmptyAndASavedStateComesBack) {
 }
 
 TEST(CoordinatorStoreTest, AnUnusableDirectoryIsAClearError) {
-  auto store = CoordinatorStore::Open("/proc/ductile-no/coordinator");
+  auto store = CoordinatorStore::Open({.dir = "/proc/ductile-no/coordinator"});
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(store.status().message().find("/proc/ductile-no/coordinator"),
@@ -206,9 +206,9 @@ TEST(CoordinatorStoreTest, AnUnusableDirectoryIsAClearError) {
 
 TEST(CoordinatorStoreTest, TwoCoordinatorsCannotShareADirectory) {
   TempDir dir;
-  auto first = CoordinatorStore::Open(dir.path());
+  auto first = CoordinatorStore::Open({.dir = dir.path()});
   ASSERT_TRUE(first.ok());
-  auto second = CoordinatorStore::Open(dir.path());
+  auto second = CoordinatorStore::Open({.dir = dir.path()});
   EXPECT_FALSE(second.ok());
 }
 

@@ -62,7 +62,17 @@ struct CoordinatorOptions {
   // the checkpoint catalog). A coordinator started on a directory that
   // holds a cluster's state resumes that cluster: its servers and workers
   // reconnect and continue. "" = nothing is kept (and no checkpoints).
+  // The store takes a few MiB. Start fails, naming the directory and the
+  // space needed and free, if the directory has less than 4 MiB free above
+  // disk_reserve_mb, or if the cluster's state cannot be saved there.
   std::string state_dir;
+  // Space the store leaves free on state_dir's disk: a save of the state
+  // that would leave less fails with ResourceExhausted and writes nothing
+  // (RocksDB can abort the process on a write that fails on a full disk).
+  // While the state cannot be saved, every message to the members is held
+  // and registering workers and observers are refused with that error.
+  // 0 - 1048576 (0: no check).
+  int64_t disk_reserve_mb = 64;
   // Take a checkpoint each time the server clock has advanced this many
   // clocks past the previous one. 0 = not by clock.
   int64_t checkpoint_every_clocks = 0;

@@ -4,7 +4,8 @@
 // changes, checkpoint rounds, rollbacks and routing changes are each built
 // on it.
 //
-// Invariant: awaiting() only shrinks (Ack, Forget); complete() is
+// Invariant: awaiting() shrinks by Ack and Forget, and grows only by Await
+// (a member whose new process must answer again); complete() is
 // awaiting().empty().
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_COORDINATOR_ACK_ROUND_H_
@@ -36,6 +37,9 @@ class AckRound {
   bool Ack(int32_t member) { return awaiting_.erase(member) > 0; }
   // Stops waiting for a member that is gone.
   void Forget(int32_t member) { awaiting_.erase(member); }
+  // Waits for `member` (again): a restarted process has nothing of what
+  // the one before it acknowledged.
+  void Await(int32_t member) { awaiting_.insert(member); }
   bool complete() const { return awaiting_.empty(); }
   bool expired(TimePoint now) const { return now >= deadline_; }
   TimePoint deadline() const { return deadline_; }

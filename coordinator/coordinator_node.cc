@@ -329,6 +329,9 @@ void CoordinatorNode::Handle(InMessage& message) {
   }
   if (touched.back_from_dead && touched.member->role == wire::ROLE_WORKER) {
     OnWorkersChanged();
+  } else if (touched.back_from_dead) {
+    // Its REJOIN names only the tables that exist.
+    tables_.OnServerUp(*touched.member);
   }
   if (touched.reconnected && ctx_.shutting_down) {
     // The job ended while it was away: it learns so now.
@@ -515,6 +518,10 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
     r.server->awaiting_slots = true;
     migrations_.Rebalance();
   }
+  // A table being created exists only once this process has it too: the
+  // registration's answer and a rollback's RECOVER name only the tables
+  // that exist.
+  tables_.OnServerUp(*r.server);
   membership_.PublishWorkers();
 }
 

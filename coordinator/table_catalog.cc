@@ -1,6 +1,7 @@
 #include "coordinator/table_catalog.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "glog/logging.h"
 #include "proto/codec.h"
@@ -85,7 +86,11 @@ void TableCatalog::HandleCreateAck(const wire::Header& h) {
     return;
   }
   p.round.Ack(h.member_id());
-  if (!p.round.complete()) return;
+  if (p.round.complete()) Created(it);
+}
+
+void TableCatalog::Created(std::map<uint64_t, PendingTable>::iterator it) {
+  PendingTable& p = it->second;
   ctx_.state.tables[p.config.name()] = p.config;
   LOG(INFO) << "coordinator: table '" << p.config.name() << "' created, id "
             << p.config.id();
@@ -97,6 +102,41 @@ void TableCatalog::HandleCreateAck(const wire::Header& h) {
     ctx_.out.Send(w.identity, reply);
   }
   pending_tables_.erase(it);
+}
+
+void TableCatalog::OnServerUp(const Member& server) {
+  for (auto& [round, p] : pending_tables_) SendCreation(p, server);
+}
+
+void TableCatalog::SendCreation(PendingTable& p, const Member& server) {
+  if (server.identity.empty()) return;  // not connected: it registers first
+  LOG(INFO) << "coordinator: table '" << p.config.name()
+            << "' is being created: sent to server " << server.id
+            << ", which is awaited too";
+  p.round.Await(server.id);
+  // It gets as long to answer as the others had.
+  p.round.set_deadline(std::max(p.round.deadline(), ctx_.Now() + kAckTimeout));
+  ctx_.out.Send(server.identity, p.round.message());
+}
+
+void TableCatalog::ForgetGoneServers() {
+  for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
+    auto next = std::next(it);
+    AckRound& round = it->second.round;
+    const std::set<int32_t> awaited = round.awaiting();
+    for (int32_t id : awaited) {
+      auto m = ctx_.state.servers.find(id);
+      if (m != ctx_.state.servers.end() && !m->second.dead && !m->second.left) {
+        continue;
+      }
+      LOG(INFO) << "coordinator: table '" << it->second.config.name()
+                << "' no longer waits for server " << id
+                << ", which is gone; it gets the table if it registers again";
+      round.Forget(id);
+    }
+    if (round.complete()) Created(it);
+    it = next;
+  }
 }
 
 void TableCatalog::HandleGet(const std::string& identity,
@@ -241,6 +281,7 @@ void TableCatalog::CheckDeadlines() {
                                              "consistency change in time"));
     it = changes_.erase(it);
   }
+  ForgetGoneServers();
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
     if (!it->second.round.expired(now)) {
       ++it;

@@ -3,6 +3,13 @@
 //
 // A table exists once every server has acknowledged it; until then more
 // creations of the same name and options wait for the same answer. A
+// server that registers (restarted under its id, or joining) or is heard
+// from again after it was declared dead while a table is being created is
+// sent the creation and awaited too, whether or not the process before it
+// had acknowledged: a table never exists without it on a live server. A
+// server declared dead is no longer awaited (it gets the table when it
+// registers again), so a crash at the job's start costs a rollback and a
+// restart, not the creation. A
 // consistency change is agreed in two phases: every server (and every live
 // worker's cache) holds the table's requests beyond the largest clock it
 // has seen and reports that clock; the commit then sets the new model from
@@ -29,6 +36,10 @@ class TableCatalog {
   void HandleCreate(const std::string& identity, const wire::Header& h);
   // TABLE_CREATE_ACK, matched to its creation by sequence number.
   void HandleCreateAck(const wire::Header& h);
+  // `server` registered (a new process under its id, or a server joining)
+  // or was heard from again after it was declared dead: every creation
+  // under way is sent to it and awaits its acknowledgement.
+  void OnServerUp(const Member& server);
   void HandleGet(const std::string& identity, const wire::Header& h);
   void HandleSetConsistency(const std::string& identity, const wire::Header& h);
   // The same change asked for from inside the coordinator (a policy): OK
@@ -38,7 +49,9 @@ class TableCatalog {
   Status ChangeConsistency(const std::string& table,
                            const wire::ConsistencyConfig& consistency);
   void HandleConsistencyAck(const wire::Header& h);
-  // Ends the creations and changes past their deadline.
+  // Stops waiting for servers declared dead or gone (a creation that
+  // waited only for them completes), then ends the creations and changes
+  // past their deadline.
   void CheckDeadlines();
 
  private:
@@ -55,6 +68,14 @@ class TableCatalog {
     int64_t max_clock = 0;
     Waiter waiter;  // no identity: asked for by a policy, answered nobody
   };
+
+  // Sends the creation of `p` to `server` and awaits its answer.
+  void SendCreation(PendingTable& p, const Member& server);
+  // The round of `it` is complete: the table exists, and its waiters are
+  // told so.
+  void Created(std::map<uint64_t, PendingTable>::iterator it);
+  // No creation waits for a server declared dead or gone.
+  void ForgetGoneServers();
 
   Status StartChange(const wire::TableConfig& table,
                      const wire::ConsistencyConfig& consistency,

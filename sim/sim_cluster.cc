@@ -5,6 +5,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -78,6 +79,9 @@ class Worker {
   std::unique_ptr<ClientImpl> client_;
   Phase phase_ = Phase::kRegister;
   bool issued_ = false;
+  // Past the start (its table created and, unless it joined, the start
+  // barrier passed): a rollback before takes it back to the start.
+  bool started_ = false;
   // SimOptions::pause_ms: when this worker's pause ends, once begun.
   std::optional<std::chrono::steady_clock::time_point> pause_until_;
   bool paused_ = false;  // the pause is over
@@ -168,6 +172,16 @@ class Cluster {
  private:
   void StartServer(int i);
   void HandleCrashes();
+  // Crash k happens now: the server is killed (or paused) until its
+  // restart.
+  void Crash(size_t k);
+  // The crashes set off by a message of the table's creation
+  // (SimOptions::Crash::trigger), once the messages due are delivered and
+  // before any node reads them.
+  void HandleTriggeredCrashes();
+  // Notes the messages of a table's creation as they arrive.
+  void Observe(const std::string& node, const std::vector<std::string>& frames,
+               bool router);
   void HandleDiskFaults();
   void StartCoordinator();
   void HandleCoordinatorCrashes();
@@ -209,6 +223,9 @@ class Cluster {
   std::vector<bool> crashed_;
   std::vector<std::optional<TimePoint>> restart_at_;
   std::vector<bool> paused_;  // by server
+  // Servers that a TABLE_CREATE has reached, and whose TABLE_CREATE_ACK
+  // has reached the coordinator.
+  std::set<int> table_create_arrived_, table_ack_arrived_;
   // When the idle run after the workload ends (SimOptions::idle_after_ms),
   // and whether it has.
   std::optional<TimePoint> idle_until_;
@@ -379,12 +396,15 @@ void Worker::Advance() {
           issued_ = true;
         }
         if (!control_->done()) return;
+        issued_ = false;
+        // A rollback meanwhile (a server died while the workers started):
+        // the start begins again once it is taken.
         if (Status s = control_->Wait(); !s.ok()) {
-          return cluster_.Fail(Where() + ": create table: " + s.ToString());
+          return Failed(s, "create table");
         }
         table_ = control_->reply.table().id();
-        issued_ = false;
         // A joiner comes after the start barrier.
+        started_ = joiner_;
         phase_ = joiner_ ? Phase::kStep : Phase::kStartBarrier;
         break;
       case Phase::kStartBarrier:
@@ -396,8 +416,9 @@ void Worker::Advance() {
         if (!control_->done()) return;
         issued_ = false;
         if (Status s = control_->Wait(); !s.ok()) {
-          return cluster_.Fail(Where() + ": start barrier: " + s.ToString());
+          return Failed(s, "start barrier");
         }
+        started_ = true;
         phase_ = Phase::kStep;
         break;
       case Phase::kStep: {
@@ -485,7 +506,10 @@ void Worker::Advance() {
         now = start < 0 ? r->clock : std::min(start, r->clock);
         // The checkpoint holds exactly the pushes of the clocks before it.
         cluster_.sent(generation_, r->clock);
-        phase_ = Phase::kStep;
+        // As StartUp in train/trainer.cc: a worker not past its start
+        // starts again (its table, then the start barrier).
+        phase_ = started_ ? Phase::kStep : Phase::kCreateTable;
+        break;
         break;
       }
       case Phase::kLeave:
@@ -550,19 +574,50 @@ void Cluster::HandleCrashes() {
       }
       continue;
     }
+    if (crash.trigger != SimOptions::Trigger::kAtClock) continue;
     bool passed = true;
     for (const auto& w : workers_) {
       passed = passed && (w->registering() || w->clock() > crash.at_clock);
     }
-    if (!passed) continue;
-    crashed_[k] = true;
-    if (crash.pause) {
-      paused_[crash.server] = true;
-    } else {
-      net_.Crash("server-" + std::to_string(crash.server));
-      servers_[crash.server].reset();
-    }
-    restart_at_[k] = net_.now() + milliseconds(crash.down_ms);
+    if (passed) Crash(k);
+  }
+}
+
+void Cluster::Crash(size_t k) {
+  const SimOptions::Crash& crash = options_.crashes[k];
+  crashed_[k] = true;
+  if (crash.pause) {
+    paused_[crash.server] = true;
+  } else {
+    net_.Crash("server-" + std::to_string(crash.server));
+    servers_[crash.server].reset();
+  }
+  restart_at_[k] = net_.now() + milliseconds(crash.down_ms);
+}
+
+void Cluster::HandleTriggeredCrashes() {
+  for (size_t k = 0; k < options_.crashes.size(); ++k) {
+    const SimOptions::Crash& crash = options_.crashes[k];
+    if (crashed_[k]) continue;
+    const bool due =
+        (crash.trigger == SimOptions::Trigger::kTableCreateArrives &&
+         table_create_arrived_.count(crash.server) > 0) ||
+        (crash.trigger == SimOptions::Trigger::kTableAckArrives &&
+         table_ack_arrived_.count(crash.server) > 0);
+    if (due) Crash(k);
+  }
+}
+
+void Cluster::Observe(const std::string& node,
+                      const std::vector<std::string>& frames, bool router) {
+  const size_t header = router ? 1 : 0;
+  if (frames.size() <= header) return;
+  wire::Header h;
+  if (!h.ParseFromString(frames[header])) return;
+  if (h.type() == wire::TABLE_CREATE && node.starts_with("server-")) {
+    table_create_arrived_.insert(std::stoi(node.substr(7)));
+  } else if (h.type() == wire::TABLE_CREATE_ACK && node == "coordinator") {
+    table_ack_arrived_.insert(h.member_id());
   }
 }
 
@@ -856,6 +911,9 @@ bool Droppable(const std::vector<std::string>& frames, bool to_router) {
 
 SimResult Cluster::Run() {
   net_.set_droppable(&Droppable);
+  net_.set_observer([this](const std::string& node,
+                           const std::vector<std::string>& frames,
+                           bool router) { Observe(node, frames, router); });
   const TimePoint start = net_.now();
   const TimePoint limit = start + milliseconds(options_.time_limit_ms) +
                           milliseconds(options_.idle_after_ms);
@@ -914,6 +972,7 @@ SimResult Cluster::Run() {
     order.resize(1 + servers_.size() + workers_.size());
     std::iota(order.begin(), order.end(), 0);
     net_.DeliverDue();
+    HandleTriggeredCrashes();
     // Nodes take turns in an order drawn from the seed.
     std::shuffle(order.begin(), order.end(), net_.rng());
     for (int n : order) {
@@ -1016,8 +1075,19 @@ std::string Describe(const SimOptions& o) {
       << " duplicate=" << o.faults.duplicate << " drop=" << o.faults.drop
       << " checkpoint_every=" << o.checkpoint_every;
   for (const auto& c : o.crashes) {
-    out << (c.pause ? " pause" : " crash") << "=server:" << c.server
-        << "@clock=" << c.at_clock << "+" << c.down_ms << "ms";
+    out << (c.pause ? " pause" : " crash") << "=server:" << c.server;
+    switch (c.trigger) {
+      case SimOptions::Trigger::kAtClock:
+        out << "@clock=" << c.at_clock;
+        break;
+      case SimOptions::Trigger::kTableCreateArrives:
+        out << "@table_create";
+        break;
+      case SimOptions::Trigger::kTableAckArrives:
+        out << "@table_ack";
+        break;
+    }
+    out << "+" << c.down_ms << "ms";
   }
   for (const auto& f : o.disk_faults) {
     out << " disk_" << (f.full ? "full" : "read_only") << "="

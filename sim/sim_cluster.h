@@ -53,11 +53,20 @@ struct SimOptions {
   // `at_clock`, and restarted on its state `down_ms` later. With `pause`,
   // it is not killed but stops running for `down_ms` (as on SIGSTOP):
   // what is sent to it waits, and it goes on with all it had.
+  //
+  // With another `trigger`, the crash (or pause) comes during the workers'
+  // start, while their table is being created, and `at_clock` is not
+  // used: kTableCreateArrives, when the coordinator's TABLE_CREATE reaches
+  // the server, before the server has read it (so before it acknowledges);
+  // kTableAckArrives, when the server's TABLE_CREATE_ACK reaches the
+  // coordinator (after it acknowledged). The first such message only.
+  enum class Trigger { kAtClock, kTableCreateArrives, kTableAckArrives };
   struct Crash {
     int server = 0;
     int64_t at_clock = 0;
     int64_t down_ms = 100;
     bool pause = false;
+    Trigger trigger = Trigger::kAtClock;
   };
   std::vector<Crash> crashes;
   // Disk faults: once every worker has passed `at_clock`, writes to server

@@ -256,6 +256,7 @@ int SimNetwork::DeliverDue() {
       for (unsigned char c : f) Mix(c);
       Mix(0x100);
     }
+    if (observer_) observer_(it->second->node, m.frames, it->second->router);
     it->second->inbox.push_back(std::move(m.frames));
     ++moved;
   }

@@ -66,6 +66,13 @@ class SimNetwork {
       std::function<bool(const std::vector<std::string>& frames, bool router)>;
   void set_droppable(Droppable droppable) { droppable_ = std::move(droppable); }
   void set_faults(const NetworkFaults& faults) { faults_ = faults; }
+  // Told of every message as it reaches its socket's inbox (before the
+  // node reads it): the node, the frames as it will see them, and whether
+  // the socket is a router. It must not change the network.
+  using Observer =
+      std::function<void(const std::string& node,
+                         const std::vector<std::string>& frames, bool router)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
 
   // A transport for `node`; its sockets are the node's.
   std::unique_ptr<Transport> NewTransport(const std::string& node);
@@ -110,6 +117,7 @@ class SimNetwork {
   std::mt19937_64 rng_;
   NetworkFaults faults_;
   Droppable droppable_;
+  Observer observer_;
   TimePoint now_;
   int64_t next_socket_ = 1;
   int32_t next_pid_ = 100;

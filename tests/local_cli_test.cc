@@ -1197,7 +1197,8 @@ TEST(Help, ListsEveryCommandOnOneScreenAndNoLibraryFlags) {
     EXPECT_EQ(out.find("flagfile"), std::string::npos) << out;
     for (const char* command :
          {"local", "coordinator", "server", "worker", "status", "shutdown",
-          "checkpoint", "drain", "resize", "keygen", "k8s", "k8s-controller"}) {
+          "checkpoint", "drain", "resize", "exited", "keygen", "k8s",
+          "k8s-controller"}) {
       EXPECT_NE(out.find(std::string("\n  ") + command + " "),
                 std::string::npos)
           << command << "\n"
@@ -1283,7 +1284,8 @@ TEST(Help, ListsEveryFlagTheProgramDefines) {
   std::string help;
   for (const char* command :
        {"local", "coordinator", "server", "worker", "status", "shutdown",
-        "checkpoint", "drain", "resize", "keygen", "k8s", "k8s-controller"}) {
+        "checkpoint", "drain", "resize", "exited", "keygen", "k8s",
+          "k8s-controller"}) {
     std::string out;
     ASSERT_EQ(RunToEnd({"help", command, "--all"}, &out), 0) << out;
     help += out;

@@ -148,11 +148,12 @@ TEST(Prometheus, AnEmptyStatusIsStillValidText) {
 
 TEST(Prometheus, TheStatusTableShowsEachServersQueue) {
   const std::string table = FormatClusterStatus(AStatus());
-  // parked, run, queue
-  EXPECT_TRUE(
-      std::regex_search(table, std::regex(" parked +run +queue +address\n")))
+  // parked, run, queue (then the process's pid and incarnation)
+  EXPECT_TRUE(std::regex_search(
+      table, std::regex(" parked +run +queue +pid +inc +address\n")))
       << table;
-  EXPECT_TRUE(std::regex_search(table, std::regex(" 4 +3 +5  \n"))) << table;
+  EXPECT_TRUE(std::regex_search(table, std::regex(" 4 +3 +5 +0 +0  \n")))
+      << table;
 }
 
 TEST(Prometheus, StatusShowsTheJobsStalenessHistogram) {

@@ -7,8 +7,11 @@
 # row at every clock (--log_every=1 --csv_log). Once worker 0 is past clock
 # KILL_AT (50), the script kills worker 1 with SIGKILL (its pid from
 # `ductile status`), and then, by MODE:
-#   silence   nothing: the coordinator learns of the death when the
-#             worker's heartbeat times out (--heartbeat_timeout_ms, 5 s);
+#   silence   nothing from the script: the coordinator learns of the
+#             death when the worker's heartbeat times out
+#             (--heartbeat_timeout_ms, 5 s) where nothing reports it; a
+#             `ductile local` that reports its children's deaths itself
+#             makes this the same as `launcher`;
 #   report    it tells the coordinator at once, as a launcher that saw its
 #             child die does (`ductile exited worker:1 --pid=PID`);
 #   launcher  nothing, leaving the report to `ductile local` itself.

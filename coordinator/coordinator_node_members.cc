@@ -1,0 +1,149 @@
+// What a CoordinatorNode does as members come and go: registrations,
+// drains, a worker's finish or leave, a launcher's report of an exit, a
+// server heard from again after it was declared dead, and the deaths of
+// servers and workers (the rest of the node is in coordinator_node.cc).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/coordinator_node.h"
+#include "glog/logging.h"
+#include "proto/codec.h"
+
+namespace ductile {
+
+void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
+  if (ctx_.shutting_down) return;
+  if (recovery_.waiting_for_a_server()) {
+    // Every server was declared dead (all paused together): the rollback
+    // waits for one. This one takes part: its store still holds every
+    // version the catalog names (a REJOIN keeps them).
+    server.rejoining = false;
+    return StartRecovery("server " + std::to_string(server.id) +
+                         " is heard from again");
+  }
+  // After the rollback under way, which goes on without it.
+  if (state_.recovering || recovery_.in_progress()) return;
+  if (its_generation < state_.generation) {
+    // Until its heartbeat shows it was heard (it ignores a repeat).
+    return membership_.AskToRejoin(server);
+  }
+  server.rejoining = false;
+  LOG(INFO) << "coordinator: server " << server.id << " rejoined at generation "
+            << its_generation;
+  if (!state_.routing.OwnsAny(server.id)) {
+    server.awaiting_slots = true;
+    migrations_.Rebalance();
+  }
+}
+
+void CoordinatorNode::HandleRegister(const std::string& identity,
+                                     const std::string& key,
+                                     const std::string& key_name,
+                                     const wire::Header& h) {
+  if (!save_error_.ok() &&
+      (h.role() == wire::ROLE_WORKER || h.role() == wire::ROLE_OBSERVER)) {
+    // Its answer would be held until the state is saved, and the client's
+    // wait would run out with no reason given: it gets the coordinator's
+    // reason now (one whose own registration failed the save asks again
+    // 2 s later). A server, which waits without a deadline, is held.
+    wire::Header reply;
+    reply.set_type(wire::CONTROL_REPLY);
+    reply.set_seq(h.seq());
+    StatusToWire(Status(save_error_.code(),
+                        "the coordinator cannot save its state, so it admits "
+                        "no one until it can: " +
+                            save_error_.message()),
+                 &reply);
+    return out_.SendStateless(identity, reply);
+  }
+  const MembershipManager::Registered r =
+      membership_.Register(identity, key, key_name, h);
+  if (r.server == nullptr) return;
+  const int32_t id = r.server->id;
+  if (r.restarted && !state_.routing.empty() && state_.routing.OwnsAny(id)) {
+    StartRecovery("server " + std::to_string(id) + " restarted");
+  } else if (recovery_.waiting_for_a_server()) {
+    StartRecovery("a server joined while no server was left");
+  } else if (routing_.MaybeAssign()) {
+    membership_.AnswerWaiting();
+  } else if (!r.restarted && !state_.routing.OwnsAny(id)) {
+    // A server joining a running job: it takes its share of the slots
+    // (planned again if this rebalance is abandoned).
+    r.server->awaiting_slots = true;
+    migrations_.Rebalance();
+  }
+  // A table being created exists only once this process has it too: the
+  // registration's answer and a rollback's RECOVER name only the tables
+  // that exist.
+  tables_.OnServerUp(*r.server);
+  membership_.PublishWorkers();
+}
+
+void CoordinatorNode::HandleDrainServer(const std::string& identity,
+                                        const wire::Header& h) {
+  const uint64_t seq = h.seq();
+  // Answered when the server is out (from a later message's handling,
+  // which persists and sends).
+  migrations_.Drain(h.member_id(), [this, identity, seq](const Status& s) {
+    out_.Reply(identity, seq, s);
+  });
+}
+
+void CoordinatorNode::HandleFinish(const std::string& identity,
+                                   const wire::Header& h) {
+  const bool was_live = state_.LiveWorkers().count(h.member_id()) > 0;
+  membership_.Finish(identity, h);
+  if (was_live && state_.LiveWorkers().count(h.member_id()) == 0) {
+    OnWorkersChanged();
+  }
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+}
+
+void CoordinatorNode::HandleLeave(const std::string& identity,
+                                  const wire::Header& h) {
+  if (membership_.Leave(identity, h)) {
+    barriers_.MaybeRelease();
+    checkpoints_.ForgetGoneWorkers();
+    ReleaseGoneWorkersData();
+  }
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+}
+
+void CoordinatorNode::HandleMemberExit(const std::string& identity,
+                                       const wire::Header& h) {
+  const MembershipManager::Exited exited = membership_.ReportExit(identity, h);
+  if (exited.worker) OnWorkersChanged();
+  if (exited.server >= 0) OnServersDead({exited.server}, "exited");
+  if (!ctx_.shutting_down && !state_.recovering && membership_.JobOver()) {
+    BeginShutdown();
+  }
+}
+
+void CoordinatorNode::OnServersDead(const std::vector<int32_t>& dead,
+                                    const std::string& how) {
+  if (dead.empty()) return;
+  membership_.ReleaseAdmissions();  // no longer waiting for them
+  std::string why = "server";
+  for (int32_t id : dead) why += " " + std::to_string(id);
+  StartRecovery(why + " " + how);
+}
+
+void CoordinatorNode::OnWorkersChanged() {
+  membership_.PublishWorkers();
+  barriers_.MaybeRelease();
+  checkpoints_.ForgetGoneWorkers();
+  ReleaseGoneWorkersData();
+}
+
+void CoordinatorNode::ReleaseGoneWorkersData() {
+  for (const auto& [id, m] : state_.workers) {
+    if (!m.live_worker()) state_.data_plan.Release(id);
+  }
+}
+
+}  // namespace ductile

@@ -1,5 +1,9 @@
 #include "cli/commands.h"
 
+#include <algorithm>
+#include <cstring>
+#include <initializer_list>
+
 namespace ductile::cli {
 namespace {
 
@@ -15,49 +19,96 @@ constexpr const char* kTrainingFlags[] = {
     "mf_cols", "mf_rank", "mf_observed", "mf_noise", "lr_scaling",
     "lr_scaling_ramp", "worker_policy"};
 
+// The server flags a launcher forwards to each server it starts
+// (LaunchedServerFlags), which `server` reads too: one list, so that a new
+// server flag is both documented under every command that takes it and
+// forwarded.
+constexpr const char* kServerTuningFlags[] = {
+    "keep_checkpoints",       "disk_reserve_mb",
+    "max_key_floats",         "max_stored_mb",
+    "max_queued_replies",     "max_window_per_client",
+    "client_idle_expiry_s",   "noise_scale_sample",
+    "apply_threads",          "io_threads",
+    "shm_values",             "keep_freed_memory",
+    "coordinator_timeout_ms", "move_timeout_ms",
+    "handshake_timeout_ms",   "reserved_descriptors",
+    "max_connections_per_source"};
+
+// The same for the coordinator's flags (LaunchedCoordinatorFlags, which
+// also sets --slots and --checkpoint_every).
+constexpr const char* kCoordinatorTuningFlags[] = {
+    "slots",
+    "heartbeat_timeout_ms",
+    "no_worker_timeout_ms",
+    "checkpoint_every",
+    "checkpoint_interval_s",
+    "checkpoint_timeout_ms",
+    "disk_reserve_mb",
+    "policy",
+    "policy_interval_ms",
+    "handshake_timeout_ms",
+    "reserved_descriptors",
+    "max_connections_per_source"};
+
+// `lists` in order, each flag once, leaving out those in `common`.
+std::vector<const char*> Advanced(
+    const std::vector<const char*>& common,
+    std::initializer_list<std::span<const char* const>> lists) {
+  std::vector<const char*> out;
+  const auto listed = [](const std::vector<const char*>& in, const char* f) {
+    return std::any_of(in.begin(), in.end(),
+                       [f](const char* g) { return std::strcmp(f, g) == 0; });
+  };
+  for (std::span<const char* const> list : lists) {
+    for (const char* flag : list) {
+      if (!listed(common, flag) && !listed(out, flag)) out.push_back(flag);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::span<const char* const> TrainingFlags() { return kTrainingFlags; }
+std::span<const char* const> ServerTuningFlags() { return kServerTuningFlags; }
+std::span<const char* const> CoordinatorTuningFlags() {
+  return kCoordinatorTuningFlags;
+}
 
 const std::vector<Command>& Commands() {
+  // Each command's common flags, and the advanced ones of its own; the
+  // server's and coordinator's tuning flags join the advanced ones of every
+  // command that takes them.
+  static const std::vector<const char*> kLocal = {
+      "servers", "workers", "state_dir", "checkpoint_every", "policy",
+      "resize_schedule", "metrics_port", "keys", "verbose"};
+  static constexpr const char* kLocalAdvanced[] = {
+      "kill_schedule", "timeout_ms", "provider", "srun_flags",
+      "slurm_bin_dir", "metrics_host", "insecure"};
+  static const std::vector<const char*> kCoordinator = {
+      "listen", "servers", "workers", "state_dir", "checkpoint_every",
+      "keys", "metrics_port", "policy"};
+  static constexpr const char* kCoordinatorAdvanced[] = {
+      "address_file", "max_workers", "require_member_keys", "insecure",
+      "metrics_host"};
+  static const std::vector<const char*> kServer = {
+      "coordinator", "host", "port", "server_id", "state_dir",
+      "keep_checkpoints", "keys", "member_key", "timeout_ms"};
+  static constexpr const char* kServerAdvanced[] = {
+      "ipc_dir", "require_member_keys", "insecure"};
+  static const std::vector<const char*> kK8s = {
+      "image", "job_name", "servers", "workers", "controller", "keys_secret",
+      "state_claim", "policy"};
+  static constexpr const char* kK8sAdvanced[] = {
+      "max_workers", "max_servers", "insecure", "timeout_ms"};
   static const auto* const kCommands = new std::vector<Command>{
       {"local",
        "train an app on a whole cluster on this machine",
-       "Starts a coordinator, --servers servers and --workers workers "
-       "(processes, or Slurm steps with --provider=slurm), trains --app, and "
-       "stops them when it is done; a crashed server is restarted.",
-       {"servers", "workers", "state_dir", "checkpoint_every", "policy",
-        "resize_schedule", "metrics_port", "keys", "verbose"},
-       {"kill_schedule",
-        "slots",
-        "heartbeat_timeout_ms",
-        "timeout_ms",
-        "checkpoint_interval_s",
-        "checkpoint_timeout_ms",
-        "keep_checkpoints",
-        "disk_reserve_mb",
-        "max_key_floats",
-        "max_stored_mb",
-        "max_queued_replies",
-        "max_window_per_client",
-        "client_idle_expiry_s",
-        "noise_scale_sample",
-        "apply_threads",
-        "io_threads",
-        "shm_values",
-        "keep_freed_memory",
-        "coordinator_timeout_ms",
-        "no_worker_timeout_ms",
-        "move_timeout_ms",
-        "provider",
-        "srun_flags",
-        "slurm_bin_dir",
-        "metrics_host",
-        "policy_interval_ms",
-        "insecure",
-        "handshake_timeout_ms",
-        "reserved_descriptors",
-        "max_connections_per_source"},
+       "Starts a coordinator, servers and workers, trains --app, and "
+       "stops them all when it is done.",
+       kLocal,
+       Advanced(kLocal, {kLocalAdvanced, kServerTuningFlags,
+                         kCoordinatorTuningFlags}),
        true,
        RunLocal},
       {"coordinator",
@@ -65,14 +116,9 @@ const std::vector<Command>& Commands() {
        "Registers --servers servers and --workers workers, assigns key slots "
        "to servers, publishes the routing table, and takes checkpoints. It "
        "runs until the job ends or `ductile shutdown`.",
-       {"listen", "servers", "workers", "state_dir", "checkpoint_every",
-        "keys", "metrics_port", "policy"},
-       {"address_file", "max_workers", "slots", "heartbeat_timeout_ms",
-        "no_worker_timeout_ms", "checkpoint_interval_s",
-        "checkpoint_timeout_ms", "disk_reserve_mb", "require_member_keys",
-        "insecure", "metrics_host", "policy_interval_ms",
-        "handshake_timeout_ms", "reserved_descriptors",
-        "max_connections_per_source"},
+       kCoordinator,
+       Advanced(kCoordinator,
+                {kCoordinatorAdvanced, kCoordinatorTuningFlags}),
        false,
        RunCoordinator},
       {"server",
@@ -80,15 +126,8 @@ const std::vector<Command>& Commands() {
        "Registers with the coordinator at --coordinator, holds the keys of "
        "the slots it is given, applies pushes with each table's update rule, "
        "and writes its checkpoints under --state_dir.",
-       {"coordinator", "host", "port", "server_id", "state_dir",
-        "keep_checkpoints", "keys", "member_key", "timeout_ms"},
-       {"disk_reserve_mb", "max_key_floats", "max_stored_mb",
-        "max_queued_replies", "max_window_per_client", "client_idle_expiry_s",
-        "noise_scale_sample", "apply_threads", "io_threads", "shm_values",
-        "keep_freed_memory", "coordinator_timeout_ms", "ipc_dir",
-        "move_timeout_ms", "require_member_keys", "insecure",
-        "handshake_timeout_ms", "reserved_descriptors",
-        "max_connections_per_source"},
+       kServer,
+       Advanced(kServer, {kServerAdvanced, kServerTuningFlags}),
        false,
        RunServer},
       {"worker",
@@ -168,32 +207,9 @@ const std::vector<Command>& Commands() {
        "Prints a headless Service and Indexed Jobs for the coordinator, "
        "--servers servers and --workers workers running --app "
        "(docs/adaptation.md).",
-       {"image", "job_name", "servers", "workers", "controller", "keys_secret",
-        "state_claim", "policy"},
-       {"max_workers",
-        "max_servers",
-        "insecure",
-        "slots",
-        "heartbeat_timeout_ms",
-        "no_worker_timeout_ms",
-        "checkpoint_every",
-        "checkpoint_interval_s",
-        "checkpoint_timeout_ms",
-        "keep_checkpoints",
-        "disk_reserve_mb",
-        "max_key_floats",
-        "max_stored_mb",
-        "max_queued_replies",
-        "max_window_per_client",
-        "client_idle_expiry_s",
-        "noise_scale_sample",
-        "apply_threads",
-        "io_threads",
-        "keep_freed_memory",
-        "coordinator_timeout_ms",
-        "move_timeout_ms",
-        "policy_interval_ms",
-        "timeout_ms"},
+       kK8s,
+       Advanced(kK8s, {kK8sAdvanced, kCoordinatorTuningFlags,
+                       kServerTuningFlags}),
        true,
        RunK8s},
       {"k8s-controller",

@@ -49,6 +49,10 @@ const Command* FindCommand(const std::string& name);
 // their workers. One list, so that a new training flag is both documented
 // and forwarded. The first kCommonTrainingFlags are the ones most runs set.
 std::span<const char* const> TrainingFlags();
+// The server's and the coordinator's flags a launcher forwards to the
+// members it starts (`local`, `k8s`), and documents under its own flags.
+std::span<const char* const> ServerTuningFlags();
+std::span<const char* const> CoordinatorTuningFlags();
 inline constexpr size_t kCommonTrainingFlags = 8;
 
 int RunLocal(const std::string& operand);

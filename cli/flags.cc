@@ -231,10 +231,9 @@ DEFINE_string(slurm_bin_dir, "",
               "local --provider=slurm: the directory of srun, squeue and "
               "scancel (empty: found on PATH)");
 DEFINE_string(resize_schedule, "",
-              "local: resize the job as it runs. Comma-separated items "
-              "workers=N@clock=C and servers=M@clock=C: new workers and "
-              "servers join the running job (slots move to new servers with "
-              "their keys); the newest are drained when there are too many");
+              "local: resize the job as it runs, e.g. "
+              "workers=4@clock=300,servers=3@clock=600: new members join "
+              "the running job, the newest leave first (docs/elasticity.md)");
 
 // App.
 DEFINE_string(app, "fmnist-logreg",

@@ -98,7 +98,7 @@ void AppendFlagNames(std::span<const char* const> flags, std::string* out) {
     names += names.empty() ? "" : " ";
     names += std::string("--") + name;
   }
-  AppendWrapped("", 2, names, out);
+  AppendWrapped("", 4, names, out);
 }
 
 // Command summaries start past the longest command name.

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -69,41 +70,20 @@ std::vector<std::string> LaunchedCoordinatorFlags() {
   const bool by_default =
       gflags::GetCommandLineFlagInfoOrDie("checkpoint_every").is_default &&
       gflags::GetCommandLineFlagInfoOrDie("checkpoint_interval_s").is_default;
-  return {"--slots=" + std::to_string(FLAGS_slots),
-          Forward("heartbeat_timeout_ms"),
-          Forward("no_worker_timeout_ms"),
-          by_default
-              ? "--checkpoint_every=" + std::to_string(kLaunchedCheckpointEvery)
-              : Forward("checkpoint_every"),
-          Forward("checkpoint_interval_s"),
-          Forward("checkpoint_timeout_ms"),
-          Forward("disk_reserve_mb"),
-          Forward("policy"),
-          Forward("policy_interval_ms"),
-          Forward("handshake_timeout_ms"),
-          Forward("reserved_descriptors"),
-          Forward("max_connections_per_source")};
+  std::vector<std::string> flags;
+  for (const char* name : CoordinatorTuningFlags()) {
+    flags.push_back(std::strcmp(name, "checkpoint_every") == 0 && by_default
+                        ? "--checkpoint_every=" +
+                              std::to_string(kLaunchedCheckpointEvery)
+                        : Forward(name));
+  }
+  return flags;
 }
 
 std::vector<std::string> LaunchedServerFlags() {
-  return {"--timeout_ms=" + std::to_string(FLAGS_timeout_ms),
-          Forward("keep_checkpoints"),
-          Forward("disk_reserve_mb"),
-          Forward("max_key_floats"),
-          Forward("max_stored_mb"),
-          Forward("max_queued_replies"),
-          Forward("max_window_per_client"),
-          Forward("client_idle_expiry_s"),
-          Forward("noise_scale_sample"),
-          Forward("apply_threads"),
-          Forward("io_threads"),
-          Forward("shm_values"),
-          Forward("keep_freed_memory"),
-          Forward("coordinator_timeout_ms"),
-          Forward("move_timeout_ms"),
-          Forward("handshake_timeout_ms"),
-          Forward("reserved_descriptors"),
-          Forward("max_connections_per_source")};
+  std::vector<std::string> flags = {Forward("timeout_ms")};
+  for (const char* name : ServerTuningFlags()) flags.push_back(Forward(name));
+  return flags;
 }
 
 std::vector<std::string> LaunchedWorkerFlags() {

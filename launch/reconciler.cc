@@ -226,10 +226,11 @@ Status Reconciler::Replace(const ClusterStatus& status) {
   // with fewer workers.
   for (auto& [old_id, r] : replacing_) {
     if (r.draining) continue;
+    const int32_t new_id = r.new_id;
     const bool active = std::any_of(
         status.members.begin(), status.members.end(),
-        [&](const MemberStatus& m) {
-          return m.role == "worker" && m.id == r.new_id && m.alive &&
+        [new_id](const MemberStatus& m) {
+          return m.role == "worker" && m.id == new_id && m.alive &&
                  m.state == "active";
         });
     if (!active) continue;

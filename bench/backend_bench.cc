@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
+#include "gflags/gflags.h"
 #include "models/compute_backend.h"
 #include "models/fmnist_data.h"
 #include "models/mlp_model.h"
-#include "gflags/gflags.h"
 
 DEFINE_string(devices, "cpu,cuda",
               "Backends to measure, comma-separated (cpu, cuda); one that "
@@ -151,7 +151,8 @@ Status MeasureDevice(const std::string& device,
 
   models::MlpOptions mlp_options;
   mlp_options.layer_sizes = layers;
-  Result<models::MlpModel> model = models::MlpModel::Create(&backend, mlp_options);
+  Result<models::MlpModel> model =
+      models::MlpModel::Create(&backend, mlp_options);
   if (!model.ok()) return model.status();
   const std::vector<float> params = model->InitParams(1);
   std::vector<float> grad(model->num_params());

@@ -83,9 +83,6 @@
 #include <utility>
 #include <vector>
 
-#include "models/fmnist_data.h"
-#include "models/logreg_model.h"
-#include "models/mf_model.h"
 #include "bench/in_process_cluster.h"
 #include "ductile/client.h"
 #include "ductile/coordinator.h"
@@ -93,6 +90,9 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "gflags/gflags.h"
+#include "models/fmnist_data.h"
+#include "models/logreg_model.h"
+#include "models/mf_model.h"
 
 DEFINE_string(workload, "mf,logreg", "Workloads to run: mf, logreg.");
 DEFINE_string(modes, "bsp,ssp1,ssp2,ssp3,ssp5,ssp10,async",
@@ -463,8 +463,8 @@ class MfWorkload : public Workload {
       : config_(config),
         model_(config.rank, config.l2),
         data_(models::MakeLowRankData(config.rows, config.cols, config.rank,
-                                    config.density, config.noise, seed,
-                                    /*test_fraction=*/0.0)) {
+                                      config.density, config.noise, seed,
+                                      /*test_fraction=*/0.0)) {
     std::mt19937_64 rng(seed + 5);
     for (int n = 0; n < config.eval_samples && !data_.train.empty(); ++n) {
       eval_.push_back(data_.train[rng() % data_.train.size()]);
@@ -562,8 +562,8 @@ class LogRegTask : public WorkerTask {
               double* compute_s) override {
     if (next_ + config_.batch > indices_.size()) {
       // A new epoch of this worker's shard.
-      indices_ = models::PartitionIndices(data_.num_samples, rank_, world_, seed_,
-                                        epoch_++);
+      indices_ = models::PartitionIndices(data_.num_samples, rank_, world_,
+                                          seed_, epoch_++);
       next_ = 0;
     }
     const size_t size = std::min<size_t>(config_.batch, indices_.size());
@@ -640,7 +640,8 @@ class LogRegWorkload : public Workload {
   }
 
  private:
-  LogRegWorkload(const LogRegConfig& config, models::Dataset data, uint64_t seed)
+  LogRegWorkload(const LogRegConfig& config, models::Dataset data,
+                 uint64_t seed)
       : config_(config),
         data_(std::move(data)),
         model_(data_.num_features, data_.num_classes) {

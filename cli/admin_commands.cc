@@ -29,8 +29,7 @@ int RunStatus(const std::string&) {
   if (!security.ok()) return Fail(security.status());
   const int64_t timeout_ms = std::min<int64_t>(FLAGS_timeout_ms, 5000);
   if (FLAGS_watch == 0) {
-    auto status =
-        QueryClusterStatus(FLAGS_coordinator, timeout_ms, *security);
+    auto status = QueryClusterStatus(FLAGS_coordinator, timeout_ms, *security);
     if (!status.ok()) return Fail(status.status());
     std::printf("%s", FormatClusterStatus(*status).c_str());
     return 0;
@@ -41,8 +40,7 @@ int RunStatus(const std::string&) {
   int failed_in_a_row = 0;
   Status last_error;
   while (failed_in_a_row < 5) {
-    auto status =
-        QueryClusterStatus(FLAGS_coordinator, timeout_ms, *security);
+    auto status = QueryClusterStatus(FLAGS_coordinator, timeout_ms, *security);
     const std::time_t now = std::time(nullptr);
     char when[32];
     std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S",
@@ -109,8 +107,8 @@ int RunDrain(const std::string& operand) {
   if (role == "server") {
     std::printf("server %d: moving its slots to the other servers...\n", id);
     std::fflush(stdout);
-    Status s = RequestDrainServer(
-        FLAGS_coordinator, id, FLAGS_timeout_ms, *security);
+    Status s =
+        RequestDrainServer(FLAGS_coordinator, id, FLAGS_timeout_ms, *security);
     if (!s.ok()) return Fail(s);
     std::printf(
         "server %d drained: its slots are on the other servers and "
@@ -118,8 +116,8 @@ int RunDrain(const std::string& operand) {
         id);
     return 0;
   }
-  Status s = RequestDrainWorker(FLAGS_coordinator, id,
-                                                  FLAGS_timeout_ms, *security);
+  Status s =
+      RequestDrainWorker(FLAGS_coordinator, id, FLAGS_timeout_ms, *security);
   if (!s.ok()) return Fail(s);
   std::printf("worker %d asked to leave; it leaves at its next step\n", id);
   return 0;
@@ -162,9 +160,9 @@ int RunResize(const std::string&) {
   }
   auto security = SecurityFromFlags(true);
   if (!security.ok()) return Fail(security.status());
-  Status s = RequestResize(
-      FLAGS_coordinator, workers ? FLAGS_workers : 0,
-      servers ? FLAGS_servers : 0, FLAGS_timeout_ms, *security);
+  Status s =
+      RequestResize(FLAGS_coordinator, workers ? FLAGS_workers : 0,
+                    servers ? FLAGS_servers : 0, FLAGS_timeout_ms, *security);
   if (!s.ok()) return Fail(s);
   std::printf(
       "target size set:%s%s; `ductile local` (or the job's launcher) "
@@ -179,8 +177,8 @@ int RunResize(const std::string&) {
 int RunCheckpoint(const std::string&) {
   auto security = SecurityFromFlags(true);
   if (!security.ok()) return Fail(security.status());
-  Result<int64_t> clock = RequestCheckpoint(
-      FLAGS_coordinator, FLAGS_timeout_ms, *security);
+  Result<int64_t> clock =
+      RequestCheckpoint(FLAGS_coordinator, FLAGS_timeout_ms, *security);
   if (!clock.ok()) return Fail(clock.status());
   std::printf("checkpoint at clock %lld\n", static_cast<long long>(*clock));
   return 0;

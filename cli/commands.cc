@@ -13,8 +13,8 @@ constexpr const char* kTrainingFlags[] = {
     "staleness", "device",
     // Advanced.
     "data_dir", "lr_for_batch", "lr_warmup_epochs", "lr_decay",
-    "lr_step_epochs", "lr_gamma", "lr_min_factor", "l2", "bsp_combine",
-    "cache", "prefetch", "overlap_push", "layered_pulls", "seed", "log_every",
+    "lr_step_epochs", "lr_gamma", "lr_min_factor", "l2", "bsp_combine", "cache",
+    "prefetch", "overlap_push", "layered_pulls", "seed", "log_every",
     "max_samples", "min_accuracy", "max_rmse", "csv_log", "layers", "mf_rows",
     "mf_cols", "mf_rank", "mf_observed", "mf_noise", "lr_scaling",
     "lr_scaling_ramp", "worker_policy"};
@@ -23,16 +23,23 @@ constexpr const char* kTrainingFlags[] = {
 // (LaunchedServerFlags), which `server` reads too: one list, so that a new
 // server flag is both documented under every command that takes it and
 // forwarded.
-constexpr const char* kServerTuningFlags[] = {
-    "keep_checkpoints",       "disk_reserve_mb",
-    "max_key_floats",         "max_stored_mb",
-    "max_queued_replies",     "max_window_per_client",
-    "client_idle_expiry_s",   "noise_scale_sample",
-    "apply_threads",          "io_threads",
-    "shm_values",             "keep_freed_memory",
-    "coordinator_timeout_ms", "move_timeout_ms",
-    "handshake_timeout_ms",   "reserved_descriptors",
-    "max_connections_per_source"};
+constexpr const char* kServerTuningFlags[] = {"keep_checkpoints",
+                                              "disk_reserve_mb",
+                                              "max_key_floats",
+                                              "max_stored_mb",
+                                              "max_queued_replies",
+                                              "max_window_per_client",
+                                              "client_idle_expiry_s",
+                                              "noise_scale_sample",
+                                              "apply_threads",
+                                              "io_threads",
+                                              "shm_values",
+                                              "keep_freed_memory",
+                                              "coordinator_timeout_ms",
+                                              "move_timeout_ms",
+                                              "handshake_timeout_ms",
+                                              "reserved_descriptors",
+                                              "max_connections_per_source"};
 
 // The same for the coordinator's flags (LaunchedCoordinatorFlags, which
 // also sets --slots and --checkpoint_every).
@@ -80,55 +87,48 @@ const std::vector<Command>& Commands() {
   // server's and coordinator's tuning flags join the advanced ones of every
   // command that takes them.
   static const std::vector<const char*> kLocal = {
-      "servers", "workers", "state_dir", "checkpoint_every", "policy",
-      "resize_schedule", "metrics_port", "keys", "verbose"};
+      "servers",          "workers", "state_dir",
+      "checkpoint_every", "policy",  "resize_schedule",
+      "metrics_port",     "keys",    "verbose"};
   static constexpr const char* kLocalAdvanced[] = {
-      "kill_schedule", "timeout_ms", "provider", "srun_flags",
+      "kill_schedule", "timeout_ms",   "provider", "srun_flags",
       "slurm_bin_dir", "metrics_host", "insecure"};
   static const std::vector<const char*> kCoordinator = {
-      "listen", "servers", "workers", "state_dir", "checkpoint_every",
-      "keys", "metrics_port", "policy"};
+      "listen",           "servers", "workers",      "state_dir",
+      "checkpoint_every", "keys",    "metrics_port", "policy"};
   static constexpr const char* kCoordinatorAdvanced[] = {
       "address_file", "max_workers", "require_member_keys", "insecure",
       "metrics_host"};
   static const std::vector<const char*> kServer = {
-      "coordinator", "host", "port", "server_id", "state_dir",
+      "coordinator",      "host", "port",       "server_id", "state_dir",
       "keep_checkpoints", "keys", "member_key", "timeout_ms"};
   static constexpr const char* kServerAdvanced[] = {
       "ipc_dir", "require_member_keys", "insecure"};
   static const std::vector<const char*> kK8s = {
-      "image", "job_name", "servers", "workers", "controller", "keys_secret",
-      "state_claim", "policy"};
-  static constexpr const char* kK8sAdvanced[] = {
-      "max_workers", "max_servers", "insecure", "timeout_ms"};
+      "image",      "job_name",    "servers",     "workers",
+      "controller", "keys_secret", "state_claim", "policy"};
+  static constexpr const char* kK8sAdvanced[] = {"max_workers", "max_servers",
+                                                 "insecure", "timeout_ms"};
   static const auto* const kCommands = new std::vector<Command>{
-      {"local",
-       "train an app on a whole cluster on this machine",
+      {"local", "train an app on a whole cluster on this machine",
        "Starts a coordinator, servers and workers, trains --app, and "
        "stops them all when it is done.",
        kLocal,
-       Advanced(kLocal, {kLocalAdvanced, kServerTuningFlags,
-                         kCoordinatorTuningFlags}),
-       true,
-       RunLocal},
-      {"coordinator",
-       "run the coordinator of a cluster",
+       Advanced(kLocal,
+                {kLocalAdvanced, kServerTuningFlags, kCoordinatorTuningFlags}),
+       true, RunLocal},
+      {"coordinator", "run the coordinator of a cluster",
        "Registers --servers servers and --workers workers, assigns key slots "
        "to servers, publishes the routing table, and takes checkpoints. It "
        "runs until the job ends or `ductile shutdown`.",
        kCoordinator,
-       Advanced(kCoordinator,
-                {kCoordinatorAdvanced, kCoordinatorTuningFlags}),
-       false,
-       RunCoordinator},
-      {"server",
-       "run a parameter server",
+       Advanced(kCoordinator, {kCoordinatorAdvanced, kCoordinatorTuningFlags}),
+       false, RunCoordinator},
+      {"server", "run a parameter server",
        "Registers with the coordinator at --coordinator, holds the keys of "
        "the slots it is given, applies pushes with each table's update rule, "
        "and writes its checkpoints under --state_dir.",
-       kServer,
-       Advanced(kServer, {kServerAdvanced, kServerTuningFlags}),
-       false,
+       kServer, Advanced(kServer, {kServerAdvanced, kServerTuningFlags}), false,
        RunServer},
       {"worker",
        "run a worker of a built-in app",
@@ -202,16 +202,14 @@ const std::vector<Command>& Commands() {
        {},
        false,
        RunKeygen},
-      {"k8s",
-       "print Kubernetes manifests for a job",
+      {"k8s", "print Kubernetes manifests for a job",
        "Prints a headless Service and Indexed Jobs for the coordinator, "
        "--servers servers and --workers workers running --app "
        "(docs/adaptation.md).",
        kK8s,
-       Advanced(kK8s, {kK8sAdvanced, kCoordinatorTuningFlags,
-                       kServerTuningFlags}),
-       true,
-       RunK8s},
+       Advanced(kK8s,
+                {kK8sAdvanced, kCoordinatorTuningFlags, kServerTuningFlags}),
+       true, RunK8s},
       {"k8s-controller",
        "resize a Kubernetes job's Jobs to its target size",
        "Carries a Kubernetes job's target size (`ductile resize`, the "

@@ -3,12 +3,12 @@
 // from gflags, which would list every flag linked into the binary (glog's,
 // RocksDB's tools').
 //
-//   ductile local        a whole cluster on this machine (cli/launch_commands.cc)
-//   ductile coordinator  the membership manager         (cli/role_commands.cc)
-//   ductile server       a parameter server
-//   ductile worker       a worker running a built-in app
-//   ductile status ...   requests to a running cluster   (cli/admin_commands.cc)
-//   ductile k8s ...      Kubernetes manifests and controller
+//   ductile local        a whole cluster on this machine
+//   (cli/launch_commands.cc) ductile coordinator  the membership manager
+//   (cli/role_commands.cc) ductile server       a parameter server ductile
+//   worker       a worker running a built-in app ductile status ...   requests
+//   to a running cluster   (cli/admin_commands.cc) ductile k8s ... Kubernetes
+//   manifests and controller
 //
 // Each Run* function reads the flags (cli/flags.h), builds the Options of
 // what it starts (cli/options_from_flags.h) and returns the process's exit

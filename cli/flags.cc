@@ -17,10 +17,8 @@ DEFINE_string(listen, "tcp://127.0.0.1:7000",
               "coordinator: address to listen on (port 0 picks one)");
 DEFINE_string(address_file, "",
               "coordinator: write the address it listens on to this file");
-DEFINE_int32(servers, 2,
-             "number of servers (resize: the new target)");
-DEFINE_int32(workers, 2,
-             "number of workers (resize: the new target)");
+DEFINE_int32(servers, 2, "number of servers (resize: the new target)");
+DEFINE_int32(workers, 2, "number of workers (resize: the new target)");
 DEFINE_int32(max_workers, 0,
              "coordinator: most workers at once; more are refused "
              "(0: no bound). k8s: member keys are made for this many "

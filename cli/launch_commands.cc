@@ -102,7 +102,8 @@ std::vector<std::string> LaunchedWorkerFlags() {
 // starts. `data_here`: the workers read their data on this machine, so
 // a missing data file is reported too.
 Status CheckLaunchedJob(bool data_here) {
-  DUCTILE_RETURN_IF_ERROR(CoordinatorOptionsFromFlags(/*launched=*/true).status());
+  DUCTILE_RETURN_IF_ERROR(
+      CoordinatorOptionsFromFlags(/*launched=*/true).status());
   DUCTILE_RETURN_IF_ERROR(ServerOptionsFromFlags(-1).status());
   DUCTILE_RETURN_IF_ERROR(WorkerClientOptionsFromFlags().status());
   Result<train::TrainerOptions> t = TrainerOptionsFromFlags();
@@ -154,8 +155,7 @@ int RunLocal(const std::string&) {
     context.num_workers = FLAGS_workers;
     context.seed = FLAGS_seed;
     context.estimated_clocks = EstimateJobClocks();
-    auto schedule =
-        launch::ParseKillSchedule(FLAGS_kill_schedule, context);
+    auto schedule = launch::ParseKillSchedule(FLAGS_kill_schedule, context);
     if (!schedule.ok()) return Fail(schedule.status());
     o.kill_schedule = std::move(*schedule);
   }
@@ -207,8 +207,7 @@ int RunK8s(const std::string&) {
 
 int RunK8sController(const std::string&) {
   // The name `ductile k8s` was given, and so by the same rule.
-  if (Status s = launch::CheckJobName(FLAGS_job_name);
-      !s.ok()) {
+  if (Status s = launch::CheckJobName(FLAGS_job_name); !s.ok()) {
     return Fail(s);
   }
   if (FLAGS_kubectl.empty()) {

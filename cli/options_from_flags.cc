@@ -79,10 +79,10 @@ Result<Security> SecurityFromFlags(bool as_admin, const std::string& member) {
   if (FLAGS_keys.empty()) {
     if (!FLAGS_member_key.empty() ||
         (require_set && FLAGS_require_member_keys)) {
-      return InvalidArgumentError(
-          std::string(FLAGS_member_key.empty() ? "--require_member_keys"
-                                               : "--member_key") +
-          " goes with the cluster's keys (--keys=DIR)");
+      return InvalidArgumentError(std::string(FLAGS_member_key.empty()
+                                                  ? "--require_member_keys"
+                                                  : "--member_key") +
+                                  " goes with the cluster's keys (--keys=DIR)");
     }
     Security plain;
     plain.allow_plain_network = FLAGS_insecure;
@@ -153,12 +153,12 @@ Result<CoordinatorOptions> CoordinatorOptionsFromFlags(bool launched) {
       o.checkpoint_every_clocks = kLaunchedCheckpointEvery;
     }
   }
-  DUCTILE_RETURN_IF_ERROR(AsFlagError(
-      Validate(o), {{"num_servers", "servers"},
-                    {"num_workers", "workers"},
-                    {"num_slots", "slots"},
-                    {"checkpoint_every_clocks", "checkpoint_every"},
-                    {"bind_address", "listen"}}));
+  DUCTILE_RETURN_IF_ERROR(
+      AsFlagError(Validate(o), {{"num_servers", "servers"},
+                                {"num_workers", "workers"},
+                                {"num_slots", "slots"},
+                                {"checkpoint_every_clocks", "checkpoint_every"},
+                                {"bind_address", "listen"}}));
   return o;
 }
 
@@ -188,8 +188,8 @@ Result<ServerOptions> ServerOptionsFromFlags(int32_t requested_id) {
   o.coordinator_timeout_ms = FLAGS_coordinator_timeout_ms;
   o.move_timeout_ms = FLAGS_move_timeout_ms;
   DUCTILE_RETURN_IF_ERROR(AsFlagError(
-      Validate(o), {{"connect_timeout_ms", "timeout_ms"},
-                    {"requested_id", "server_id"}}));
+      Validate(o),
+      {{"connect_timeout_ms", "timeout_ms"}, {"requested_id", "server_id"}}));
   return o;
 }
 
@@ -201,7 +201,8 @@ Result<ClientOptions> WorkerClientOptionsFromFlags() {
   o.enable_cache = FLAGS_cache;
   o.io_threads = FLAGS_io_threads;
   if (!FLAGS_shm_values) o.shm_reply_bytes = 0;
-  DUCTILE_RETURN_IF_ERROR(AsFlagError(Validate(o), {{"timeouts", "timeout_ms"}}));
+  DUCTILE_RETURN_IF_ERROR(
+      AsFlagError(Validate(o), {{"timeouts", "timeout_ms"}}));
   return o;
 }
 

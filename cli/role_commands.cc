@@ -38,8 +38,7 @@ int RunCoordinator(const std::string&) {
   if (FLAGS_metrics_port >= 0) {
     Coordinator* c = coordinator->get();
     auto started = MetricsHttpServer::Start(
-        FLAGS_metrics_host, FLAGS_metrics_port,
-        [c]() -> Result<std::string> {
+        FLAGS_metrics_host, FLAGS_metrics_port, [c]() -> Result<std::string> {
           auto status = c->QueryStatus(5000);
           if (!status.ok()) return status.status();
           return FormatPrometheus(*status);

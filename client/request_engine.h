@@ -118,7 +118,7 @@ class RequestEngine {
     // seqs (Step's timers).
     enum class State { kAwaitingAnswer, kAwaitingReroute };
     State state = State::kAwaitingAnswer;
-    TimePoint retry_at{};   // kAwaitingReroute: when it is re-routed
+    TimePoint retry_at{};  // kAwaitingReroute: when it is re-routed
     bool awaiting_reroute() const { return state == State::kAwaitingReroute; }
     TimePoint resend_at{};  // resend the same seq if silent until then
     size_t size() const {

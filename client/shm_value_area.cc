@@ -44,8 +44,8 @@ bool ShmValueArea::Lend(uint64_t ticket, int32_t server, uint64_t bytes,
   if (left > 0) free_.emplace(offset + rounded, left);
 
   const Clock::time_point now = Clock::now();
-  const auto timeout =
-      std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : kDefaultTimeoutMs);
+  const auto timeout = std::chrono::milliseconds(
+      timeout_ms > 0 ? timeout_ms : kDefaultTimeoutMs);
   lent_.emplace(ticket, Region{offset, rounded, bytes, server,
                                now + 2 * timeout + kSlack});
   ref->set_pid(segment_->pid());

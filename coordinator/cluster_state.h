@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/data_plan.h"
 #include "ductile/coordinator.h"
 #include "ductile/status.h"
-#include "coordinator/data_plan.h"
 #include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"

@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/cluster_state.h"
 #include "ductile/coordinator.h"
 #include "ductile/status.h"
-#include "coordinator/cluster_state.h"
 #include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "transport/socket.h"

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "ductile/coordinator.h"
 #include "coordinator/coordinator_node.h"
+#include "ductile/coordinator.h"
 #include "env/env.h"
 #include "transport/wakeup.h"
 #include "util/mutex.h"

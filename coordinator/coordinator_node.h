@@ -28,8 +28,6 @@
 #include <string>
 #include <vector>
 
-#include "ductile/coordinator.h"
-#include "ductile/table.h"
 #include "coordinator/barrier_manager.h"
 #include "coordinator/checkpoint_manager.h"
 #include "coordinator/cluster_state.h"
@@ -39,6 +37,8 @@
 #include "coordinator/recovery_manager.h"
 #include "coordinator/routing_manager.h"
 #include "coordinator/table_catalog.h"
+#include "ductile/coordinator.h"
+#include "ductile/table.h"
 #include "env/env.h"
 #include "transport/message.h"
 #include "transport/socket.h"

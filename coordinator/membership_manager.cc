@@ -11,7 +11,6 @@ namespace ductile {
 
 using std::chrono::milliseconds;
 
-
 Member* MembershipManager::FindMember(const wire::Header& h,
                                       const std::string& identity,
                                       const std::string& key,

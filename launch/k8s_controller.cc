@@ -8,8 +8,8 @@
 #include <thread>
 #include <utility>
 
-#include "launch/child_process.h"
 #include "glog/logging.h"
+#include "launch/child_process.h"
 
 namespace ductile::launch {
 namespace {
@@ -50,11 +50,11 @@ class K8sController::JobProvider final : public Provider {
     int32_t grown = size + count;
     const int32_t max = MaxSize(role);
     if (max > 0 && grown > max) {
-      LOG(WARNING) << "k8s-controller: " << RoleName(role) << "s: "
-                   << count << " more need " << grown << " indexes in "
-                   << JobName(role) << ", and only " << max
-                   << " have member keys (ductile k8s --max_"
-                   << RoleName(role) << "s): growing to " << max;
+      LOG(WARNING) << "k8s-controller: " << RoleName(role) << "s: " << count
+                   << " more need " << grown << " indexes in " << JobName(role)
+                   << ", and only " << max
+                   << " have member keys (ductile k8s --max_" << RoleName(role)
+                   << "s): growing to " << max;
       grown = max;
     }
     std::vector<int32_t> ids;
@@ -225,7 +225,8 @@ K8sController::K8sController(K8sControllerOptions options, Tool tool,
         options_.drain_timeout_ms);
   }
   provider_ = std::make_unique<JobProvider>(
-      options_, std::move(tool), [this](const std::string& line) { Act(line); });
+      options_, std::move(tool),
+      [this](const std::string& line) { Act(line); });
   reconciler_ = std::make_unique<Reconciler>(
       provider_.get(), drainer_.get(),
       [this](const std::string&, const std::string& line) { Act(line); });

@@ -295,12 +295,11 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   });
   CoordinatorDrainer drainer(address, security, kClockQueryTimeoutMs,
                              kServerDrainTimeoutMs);
-  Reconciler reconciler(
-      &provider, &drainer,
-      [](const std::string& source, const std::string& line) {
-        std::printf("%s: %s\n", source.c_str(), line.c_str());
-        std::fflush(stdout);
-      });
+  Reconciler reconciler(&provider, &drainer,
+                        [](const std::string& source, const std::string& line) {
+                          std::printf("%s: %s\n", source.c_str(), line.c_str());
+                          std::fflush(stdout);
+                        });
 
   // Supervise: a failed child or a signal stops everything; crashes are
   // recovered from (Supervisor::Reap); kills and resizes are delivered on
@@ -313,8 +312,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   auto next_poll = SteadyClock::now();
   while (!supervisor.WorkersDone()) {
     const bool kill_pending = next_kill < schedule.size() ||
-                              next_resize < resizes.size() ||
-                              reconciler.Busy();
+                              next_resize < resizes.size() || reconciler.Busy();
     const int wait_ms = static_cast<int>(std::clamp<int64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(
             next_poll - SteadyClock::now())
@@ -347,8 +345,8 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       if (m.incarnation == 0 || (m.role != "server" && m.role != "worker")) {
         continue;
       }
-      incarnations[{m.role == "server" ? Role::kServer : Role::kWorker,
-                    m.id}] = m.incarnation;
+      incarnations[{m.role == "server" ? Role::kServer : Role::kWorker, m.id}] =
+          m.incarnation;
     }
     const int64_t clock = JobClock(*status);
     // One kill per poll: a target killed but not yet restarted is not
@@ -359,9 +357,9 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     }
     if (next_resize < resizes.size() && resizes[next_resize].clock <= clock) {
       const ResizeEvent& e = resizes[next_resize++];
-      s = reconciler.Resize(e.servers ? MemberRole::kServer
-                                      : MemberRole::kWorker,
-                            e.count, "resize-schedule", *status);
+      s = reconciler.Resize(
+          e.servers ? MemberRole::kServer : MemberRole::kWorker, e.count,
+          "resize-schedule", *status);
     }
     if (s.ok()) s = reconciler.Step(*status);
     if (!s.ok()) {

@@ -30,14 +30,11 @@ void CoordinatorDrainer::Drain(MemberRole role, int32_t id) {
       role == MemberRole::kWorker ? worker_timeout_ms_ : server_timeout_ms_;
   running_.push_back(Running{
       role, id,
-      std::async(std::launch::async,
-                 [address, security, role, id, timeout_ms] {
-                   return role == MemberRole::kServer
-                              ? RequestDrainServer(address, id, timeout_ms,
-                                                   security)
-                              : RequestDrainWorker(address, id, timeout_ms,
-                                                   security);
-                 })});
+      std::async(std::launch::async, [address, security, role, id, timeout_ms] {
+        return role == MemberRole::kServer
+                   ? RequestDrainServer(address, id, timeout_ms, security)
+                   : RequestDrainWorker(address, id, timeout_ms, security);
+      })});
 }
 
 std::vector<Drainer::Outcome> CoordinatorDrainer::Answered() {
@@ -69,11 +66,10 @@ void ExitReporter::Report(const MemberProcess& process) {
   const Security security = security_;
   const int64_t timeout_ms = timeout_ms_;
   running_.emplace_back(
-      process, std::async(std::launch::async,
-                          [address, security, process, timeout_ms] {
-                            return ReportMemberExit(address, process,
-                                                    timeout_ms, security);
-                          }));
+      process,
+      std::async(std::launch::async, [address, security, process, timeout_ms] {
+        return ReportMemberExit(address, process, timeout_ms, security);
+      }));
 }
 
 void ExitReporter::Collect() {

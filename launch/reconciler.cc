@@ -17,7 +17,8 @@ int Index(MemberRole role) { return static_cast<int>(role); }
 int64_t JobClock(const ClusterStatus& status) {
   int64_t clock = 0;
   for (const MemberStatus& m : status.members) {
-    clock = std::max(clock, m.role == "server" ? m.counters.min_clock : m.clock);
+    clock =
+        std::max(clock, m.role == "server" ? m.counters.min_clock : m.clock);
   }
   return clock;
 }
@@ -52,11 +53,10 @@ void Reconciler::AskDrain(MemberRole role, int32_t id,
 
 void Reconciler::TakeDrainOutcomes() {
   for (Drainer::Outcome& outcome : drainer_->Answered()) {
-    auto it = std::find_if(drains_.begin(), drains_.end(),
-                           [&](const PendingDrain& d) {
-                             return d.role == outcome.role &&
-                                    d.id == outcome.id;
-                           });
+    auto it = std::find_if(
+        drains_.begin(), drains_.end(), [&](const PendingDrain& d) {
+          return d.role == outcome.role && d.id == outcome.id;
+        });
     if (it == drains_.end()) continue;
     const std::string name = Name(it->role, it->id);
     const Status& s = outcome.status;
@@ -104,9 +104,9 @@ Status Reconciler::Resize(MemberRole role, int32_t count,
     if (!paired) unpaired.push_back(id);
   }
   const int32_t now = static_cast<int32_t>(unpaired.size() + pairs.size());
-  std::string line = std::string(RoleName(role)) + "s " +
-                     std::to_string(now) + " -> " + std::to_string(count) +
-                     " at clock " + std::to_string(clock) + ":";
+  std::string line = std::string(RoleName(role)) + "s " + std::to_string(now) +
+                     " -> " + std::to_string(count) + " at clock " +
+                     std::to_string(clock) + ":";
   if (count > now) {
     DUCTILE_ASSIGN_OR_RETURN(std::vector<int32_t> started,
                              provider_->Grow(role, count - now));
@@ -141,11 +141,9 @@ Status Reconciler::Step(const ClusterStatus& status) {
   bool settling[2] = {false, false};
   for (const MemberRole role : {MemberRole::kWorker, MemberRole::kServer}) {
     std::vector<int32_t> drain;
-    settling[Index(role)] =
-        provider_->Settle(role, status,
-                          role == MemberRole::kWorker ? fresh
-                                                      : std::vector<int32_t>(),
-                          &drain);
+    settling[Index(role)] = provider_->Settle(
+        role, status,
+        role == MemberRole::kWorker ? fresh : std::vector<int32_t>(), &drain);
     for (const int32_t id : drain) {
       AskDrain(role, id, "resize");
       log_("resize", "draining " + Name(role, id) + ", past the new size");
@@ -227,12 +225,12 @@ Status Reconciler::Replace(const ClusterStatus& status) {
   for (auto& [old_id, r] : replacing_) {
     if (r.draining) continue;
     const int32_t new_id = r.new_id;
-    const bool active = std::any_of(
-        status.members.begin(), status.members.end(),
-        [new_id](const MemberStatus& m) {
-          return m.role == "worker" && m.id == new_id && m.alive &&
-                 m.state == "active";
-        });
+    const bool active =
+        std::any_of(status.members.begin(), status.members.end(),
+                    [new_id](const MemberStatus& m) {
+                      return m.role == "worker" && m.id == new_id && m.alive &&
+                             m.state == "active";
+                    });
     if (!active) continue;
     r.draining = true;
     provider_->Retire(kWorker, old_id);
@@ -243,8 +241,8 @@ Status Reconciler::Replace(const ClusterStatus& status) {
   }
   // Pairs whose drain is answered are done.
   for (auto it = replacing_.begin(); it != replacing_.end();) {
-    const bool asked = std::any_of(
-        drains_.begin(), drains_.end(), [&](const PendingDrain& d) {
+    const bool asked =
+        std::any_of(drains_.begin(), drains_.end(), [&](const PendingDrain& d) {
           return d.role == kWorker && d.id == it->first;
         });
     it = it->second.draining && !asked ? replacing_.erase(it) : std::next(it);

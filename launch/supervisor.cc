@@ -109,8 +109,8 @@ Status Supervisor::Start(Role role, int id, std::vector<std::string> args) {
   c.id = id;
   c.name = KillTargetName({role, id, 0});
   if (slurm_ && role != Role::kCoordinator) {
-    c.slurm_job = "ductile-" + std::to_string(getpid()) + "-" +
-                  RoleName(role) + "-" + std::to_string(id);
+    c.slurm_job = "ductile-" + std::to_string(getpid()) + "-" + RoleName(role) +
+                  "-" + std::to_string(id);
     std::vector<std::string> srun = {
         SlurmTool("srun"), "--ntasks=1", "--nodes=1",
         "--input=none",    "--quiet",    "--job-name=" + c.slurm_job};
@@ -160,8 +160,7 @@ Status Supervisor::Reap() {
         std::to_string(pid) + ")";
     const int signal = DeathSignal(status, via_srun);
     if (signal == 0 || (IsStopRequest(signal) && !scheduled)) {
-      return AbortedError(what + " failed with " +
-                          Describe(status, via_srun));
+      return AbortedError(what + " failed with " + Describe(status, via_srun));
     }
     if (on_crash_ && c.role != Role::kCoordinator) {
       on_crash_(c.role, c.id, pid, via_srun);
@@ -304,8 +303,8 @@ bool Supervisor::KillSlurmTask(const std::string& job) {
   const std::string id(Trim(ids.substr(0, ids.find('\n'))));
   if (id.empty()) return false;
   std::string ignored;
-  return RunToEnd({SlurmTool("scancel"), "--signal=KILL", id + ".0"},
-                  blocked_, &ignored, kToolTimeoutMs) == 0;
+  return RunToEnd({SlurmTool("scancel"), "--signal=KILL", id + ".0"}, blocked_,
+                  &ignored, kToolTimeoutMs) == 0;
 }
 
 void Supervisor::CancelSlurmJob(const std::string& job) {

@@ -88,8 +88,8 @@ class Supervisor {
   // Called (from Reap) for each server or worker that died of a signal,
   // before a server is restarted: its role, id, the pid that died and
   // whether that was srun's (the member ran as a Slurm job).
-  using CrashHook = std::function<void(KillEvent::Role role, int id,
-                                       pid_t pid, bool via_srun)>;
+  using CrashHook = std::function<void(KillEvent::Role role, int id, pid_t pid,
+                                       bool via_srun)>;
   void OnCrash(CrashHook hook) { on_crash_ = std::move(hook); }
 
   // From now on a child's death is only recorded: nothing is restarted and

@@ -8,8 +8,8 @@
 
 #include <memory>
 
-#include "models/compute_backend.h"
 #include "ductile/status.h"
+#include "models/compute_backend.h"
 
 namespace ductile::models {
 

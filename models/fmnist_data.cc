@@ -239,8 +239,8 @@ Status CheckFashionMnistFiles(const std::string& dir) {
         "t10k-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz"}) {
     const std::string path = (std::filesystem::path(dir) / name).string();
     if (!std::filesystem::exists(path, ec)) {
-      return NotFoundError("Fashion-MNIST file " + path +
-                           " does not exist; " + std::string(kInstallHint));
+      return NotFoundError("Fashion-MNIST file " + path + " does not exist; " +
+                           std::string(kInstallHint));
     }
   }
   return Status::Ok();

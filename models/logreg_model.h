@@ -26,8 +26,8 @@
 #include <cstddef>
 #include <span>
 
-#include "models/fmnist_data.h"
 #include "ductile/status.h"
+#include "models/fmnist_data.h"
 
 namespace ductile::models {
 

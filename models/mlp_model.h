@@ -40,9 +40,9 @@
 #include <span>
 #include <vector>
 
+#include "ductile/status.h"
 #include "models/compute_backend.h"
 #include "models/fmnist_data.h"
-#include "ductile/status.h"
 
 namespace ductile::models {
 

@@ -148,9 +148,9 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
                                : ConsistencySchedule::kNoWait;
   if (required > consistency_.server_clock()) {
     const TimePoint now = env_->Now();
-    const int64_t timeout_ms =
-        request.header.timeout_ms() > 0 ? request.header.timeout_ms()
-                                        : kDefaultTimeoutMs;
+    const int64_t timeout_ms = request.header.timeout_ms() > 0
+                                   ? request.header.timeout_ms()
+                                   : kDefaultTimeoutMs;
     // Answer a little before the client gives up, so the answer can say
     // whom the pull waited for.
     const auto wait = milliseconds(std::max<int64_t>(

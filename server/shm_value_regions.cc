@@ -35,7 +35,8 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
   // client's, so that the product cannot overflow.
   constexpr int64_t kMaxTimeoutMs = int64_t{30} * 24 * 3600 * 1000;
   const int64_t timeout_ns =
-      std::min(timeout_ms > 0 ? timeout_ms : kDefaultTimeoutMs, kMaxTimeoutMs) * 1000000;
+      std::min(timeout_ms > 0 ? timeout_ms : kDefaultTimeoutMs, kMaxTimeoutMs) *
+      1000000;
   if (ref.sent_ns() > now_ns) {
     return InvalidArgumentError(
         "a request naming shared memory says it was sent in the future");

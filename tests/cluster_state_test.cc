@@ -7,8 +7,8 @@
 #include <cmath>
 #include <set>
 
-#include "ductile/table.h"
 #include "coordinator/ack_round.h"
+#include "ductile/table.h"
 #include "gtest/gtest.h"
 
 namespace ductile {

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "models/fmnist_data.h"
 #include "gtest/gtest.h"
+#include "models/fmnist_data.h"
 
 namespace ductile::train {
 namespace {
@@ -185,9 +185,8 @@ class PlanClient final : public Client {
 // `batch_size` of the epoch's shuffle (the last one may be short).
 std::vector<size_t> SliceOf(uint64_t num_samples, uint64_t seed, int batch_size,
                             int64_t epoch, int64_t index) {
-  const std::vector<size_t> shuffle =
-      models::PartitionIndices(num_samples, 0, 1, seed,
-                               static_cast<uint64_t>(epoch));
+  const std::vector<size_t> shuffle = models::PartitionIndices(
+      num_samples, 0, 1, seed, static_cast<uint64_t>(epoch));
   const size_t size = static_cast<size_t>(batch_size);
   const size_t begin =
       std::min(shuffle.size(), static_cast<size_t>(index) * size);

@@ -177,9 +177,9 @@ TEST(K8sController, TargetsAndReplacementsBecomeJobPatchesAndDrains) {
   controller.Step(StatusOf(cluster));
   EXPECT_EQ(kubectl.sizes["job1-worker"], 3);
   ASSERT_FALSE(controller.actions().empty());
-  EXPECT_NE(controller.actions().back().find(
-                "draining worker 2; draining worker 1;"),
-            std::string::npos)
+  EXPECT_NE(
+      controller.actions().back().find("draining worker 2; draining worker 1;"),
+      std::string::npos)
       << controller.actions().back();
   StepUntil(controller, cluster, workers, [&](const ClusterStatus&) {
     return kubectl.sizes["job1-worker"] == 1;

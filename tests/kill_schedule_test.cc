@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "launch/local_launcher.h"
 #include "gtest/gtest.h"
+#include "launch/local_launcher.h"
 
 namespace ductile::launch {
 namespace {

@@ -105,9 +105,8 @@ TEST(Limits, IdleConnectionsUpToTheSoftFileLimitDoNotKillAServer) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_GE(open, 256u) << cluster.server(0).output();
-  EXPECT_TRUE(cluster.WaitForOutput(cluster.server(0),
-                                    "connections from that address already",
-                                    20000))
+  EXPECT_TRUE(cluster.WaitForOutput(
+      cluster.server(0), "connections from that address already", 20000))
       << cluster.server(0).output();
   cluster.StartWorkers(/*clocks=*/30, "bsp");
   cluster.ExpectWorkersExact(30, /*rolled_back=*/false);

@@ -1285,7 +1285,7 @@ TEST(Help, ListsEveryFlagTheProgramDefines) {
   for (const char* command :
        {"local", "coordinator", "server", "worker", "status", "shutdown",
         "checkpoint", "drain", "resize", "exited", "keygen", "k8s",
-          "k8s-controller"}) {
+        "k8s-controller"}) {
     std::string out;
     ASSERT_EQ(RunToEnd({"help", command, "--all"}, &out), 0) << out;
     help += out;

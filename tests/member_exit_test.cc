@@ -198,8 +198,7 @@ TEST(MemberExit, AReportedWorkerLeavesTheLiveSetLongBeforeItsHeartbeatTimeout) {
   // The server is told at once that only worker 0 is live: a BSP or SSP
   // clock no longer waits for worker 1.
   bool told = false;
-  EXPECT_EQ(LastLiveWorkers(server->Take(), &told),
-            std::vector<int32_t>({0}));
+  EXPECT_EQ(LastLiveWorkers(server->Take(), &told), std::vector<int32_t>({0}));
   EXPECT_TRUE(told);
   EXPECT_LT(cluster.ElapsedMs(), kHeartbeatTimeoutMs / 10);
 }
@@ -273,7 +272,8 @@ TEST(MemberExit, AReportNamesAKnownMemberAndItsProcess) {
   EXPECT_FALSE(cluster.worker(0).dead);
 }
 
-TEST(MemberExit, AMemberReportedTwiceIsDeadOnceAndNotBroughtBackByItsLastWords) {
+TEST(MemberExit,
+     AMemberReportedTwiceIsDeadOnceAndNotBroughtBackByItsLastWords) {
   ScriptedCluster cluster;
   auto worker = cluster.NewPeer("worker-0");
   auto launcher = cluster.NewPeer("launcher");

@@ -28,11 +28,11 @@ class ScriptedProvider final : public Provider {
     }
     return ids;
   }
-  std::vector<int32_t> Members(MemberRole role,
-                               const ClusterStatus&) override {
+  std::vector<int32_t> Members(MemberRole role, const ClusterStatus&) override {
     std::vector<int32_t> ids;
     for (const int32_t id : started[Index(role)]) {
-      if (!drained[Index(role)].contains(id) && !gone[Index(role)].contains(id)) {
+      if (!drained[Index(role)].contains(id) &&
+          !gone[Index(role)].contains(id)) {
         ids.push_back(id);
       }
     }
@@ -85,7 +85,9 @@ class ScriptedDrainer final : public Drainer {
   void Drain(MemberRole role, int32_t id) override {
     asked.push_back({role, id});
   }
-  std::vector<Outcome> Answered() override { return std::exchange(answers, {}); }
+  std::vector<Outcome> Answered() override {
+    return std::exchange(answers, {});
+  }
   void Answer(MemberRole role, int32_t id, Status status) {
     answers.push_back(Outcome{role, id, std::move(status)});
   }
@@ -104,11 +106,11 @@ struct Fixture {
   ScriptedProvider provider;
   ScriptedDrainer drainer;
   std::vector<std::string> lines;
-  Reconciler reconciler{&provider, &drainer,
-                        [this](const std::string& source,
-                               const std::string& line) {
-                          lines.push_back(source + ": " + line);
-                        }};
+  Reconciler reconciler{
+      &provider, &drainer,
+      [this](const std::string& source, const std::string& line) {
+        lines.push_back(source + ": " + line);
+      }};
 };
 
 MemberStatus Worker(int32_t id, const std::string& state) {
@@ -309,8 +311,7 @@ TEST(Reconciler, TheLaunchersScheduleResizesAsATargetDoes) {
   Fixture f;
   ClusterStatus status;
   status.members = {Worker(0, "active")};
-  ASSERT_TRUE(
-      f.reconciler.Resize(kServer, 3, "resize-schedule", status).ok());
+  ASSERT_TRUE(f.reconciler.Resize(kServer, 3, "resize-schedule", status).ok());
   EXPECT_EQ(f.provider.Started(kServer), 3);
   EXPECT_EQ(f.lines.back(),
             "resize-schedule: servers 2 -> 3 at clock 7: started server 2;");

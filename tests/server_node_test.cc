@@ -112,8 +112,8 @@ class ScriptedCluster {
     routing->set_epoch(1);
     routing->set_num_slots(kSlots);
     for (int32_t slot = 0; slot < kSlots; ++slot) {
-      const bool other = std::find(elsewhere.begin(), elsewhere.end(),
-                                   slot) != elsewhere.end();
+      const bool other = std::find(elsewhere.begin(), elsewhere.end(), slot) !=
+                         elsewhere.end();
       routing->add_slot_owner(other ? 1 : 0);
     }
     for (int32_t id : {0, 1}) {
@@ -160,8 +160,7 @@ class ScriptedCluster {
   // The first message of `type` the coordinator got, taken (older ones of
   // other types are dropped).
   std::optional<Got> TakeAtCoordinator(wire::MessageType type) {
-    for (auto it = at_coordinator_.begin(); it != at_coordinator_.end();
-         ++it) {
+    for (auto it = at_coordinator_.begin(); it != at_coordinator_.end(); ++it) {
       if (it->header.type() != type) continue;
       Got got = std::move(*it);
       at_coordinator_.erase(at_coordinator_.begin(), it + 1);
@@ -181,7 +180,8 @@ class ScriptedCluster {
     h.set_client_id(kClientId);
     h.set_table_id(kTable);
     h.set_epoch(epoch);
-    h.set_num_keys(num_keys > 0 ? num_keys : static_cast<uint32_t>(keys.size()));
+    h.set_num_keys(num_keys > 0 ? num_keys
+                                : static_cast<uint32_t>(keys.size()));
     h.set_timeout_ms(10000);
     if (type != wire::PULL) h.set_values_frames(1);
     OutMessage out;
@@ -299,8 +299,8 @@ TEST(ServerNode, ARequestWithBadSizesGetsAnErrorAndAppliesNothing) {
   EXPECT_EQ(StatusFromWire(short_keys.header).code(),
             StatusCode::kInvalidArgument)
       << StatusFromWire(short_keys.header);
-  Got short_values = cluster.Request(
-      wire::PUSH, 2, {5}, std::vector<float>(kWidth - 1, 1.0f));
+  Got short_values =
+      cluster.Request(wire::PUSH, 2, {5}, std::vector<float>(kWidth - 1, 1.0f));
   EXPECT_EQ(StatusFromWire(short_values.header).code(),
             StatusCode::kInvalidArgument)
       << StatusFromWire(short_values.header);

@@ -155,4 +155,3 @@ uint32_t TensorChunkFloats(uint64_t num_floats) {
 }
 
 }  // namespace ductile::train
-

@@ -19,7 +19,7 @@ void WorkerPolicyRunner::BeforeStep(int64_t epoch) {
 }
 
 void WorkerPolicyRunner::AfterStep(int64_t epoch, int32_t batches, double loss,
-                               int64_t epochs_done) {
+                                   int64_t epochs_done) {
   if (policies_.empty()) return;
   WorkerPolicyEvent e = Event(epoch);
   e.batches_per_step = batches;
@@ -53,7 +53,7 @@ Status WorkerPolicyRunner::SetBatchesPerStep(int32_t batches) {
 }
 
 Status WorkerPolicyRunner::SetConsistency(const std::string& table,
-                                      const Consistency& consistency) {
+                                          const Consistency& consistency) {
   DUCTILE_ASSIGN_OR_RETURN(TableInfo info, client_.GetTable(table));
   return client_.SetConsistency(info.id, consistency).status();
 }

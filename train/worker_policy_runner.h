@@ -23,10 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "train/data_position.h"
 #include "ductile/client.h"
 #include "ductile/policy.h"
 #include "ductile/status.h"
+#include "train/data_position.h"
 
 namespace ductile::train {
 
@@ -34,7 +34,7 @@ class WorkerPolicyRunner final : public WorkerPolicyActions {
  public:
   // `client` and `data` must outlive this.
   WorkerPolicyRunner(Client& client, DataPosition& data,
-                 std::vector<std::shared_ptr<WorkerPolicy>> policies)
+                     std::vector<std::shared_ptr<WorkerPolicy>> policies)
       : client_(client), data_(data), policies_(std::move(policies)) {}
 
   bool empty() const { return policies_.empty(); }

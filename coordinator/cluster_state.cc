@@ -6,6 +6,27 @@
 #include "glog/logging.h"
 
 namespace ductile {
+namespace {
+
+using PersistedMember = wire::CoordinatorState::PersistedMember;
+
+// A member's stage in its persisted form: one of three flags, or none for
+// an active member. (A worker drained, then finished, was stored with both
+// draining and finished before the stage existed: it is finished.)
+Member::Stage StageFromWire(const PersistedMember& pm) {
+  if (pm.finished()) return Member::Stage::kFinished;
+  if (pm.left()) return Member::Stage::kLeft;
+  if (pm.draining()) return Member::Stage::kDraining;
+  return Member::Stage::kActive;
+}
+
+void StageToWire(Member::Stage stage, PersistedMember* pm) {
+  pm->set_finished(stage == Member::Stage::kFinished);
+  pm->set_left(stage == Member::Stage::kLeft);
+  pm->set_draining(stage == Member::Stage::kDraining);
+}
+
+}  // namespace
 
 Status ClusterState::Open() {
   if (options_.state_dir.empty()) return Status::Ok();
@@ -48,10 +69,8 @@ Status ClusterState::Open() {
     m.role = pm.role();
     m.endpoint = pm.endpoint();
     m.state_dir = pm.state_dir();
-    m.finished = pm.finished();
+    m.stage = StageFromWire(pm);
     m.dead = pm.dead();
-    m.left = pm.left();
-    m.draining = pm.draining();
     m.awaiting_slots = pm.awaiting_slots();
     m.rejoining = pm.rejoining();
     m.keep_checkpoints = pm.keep_checkpoints();
@@ -101,10 +120,8 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_role(m.role);
       *pm->mutable_endpoint() = m.endpoint;
       pm->set_state_dir(m.state_dir);
-      pm->set_finished(m.finished);
+      StageToWire(m.stage, pm);
       pm->set_dead(m.dead);
-      pm->set_left(m.left);
-      pm->set_draining(m.draining);
       pm->set_awaiting_slots(m.awaiting_slots);
       pm->set_rejoining(m.rejoining);
       pm->set_keep_checkpoints(m.keep_checkpoints);
@@ -112,7 +129,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_registered_from(m.registered_from);
       pm->set_pid(m.pid);
       pm->set_incarnation(m.incarnation);
-      if (!m.dead && !m.left && !m.finished && m.busy_until <= now) {
+      if (!m.dead && m.in_job() && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a
         // member that speaks regularly changes nothing, and a silent one
         // causes a write once per quantum. (A server busy writing or
@@ -198,7 +215,7 @@ void ClusterState::AddLiveWorkers(wire::Header* to_servers) const {
 std::set<int32_t> ClusterState::LiveServers() const {
   std::set<int32_t> live;
   for (const auto& [id, m] : servers) {
-    if (!m.dead && !m.left && !m.rejoining) live.insert(id);
+    if (!m.dead && !m.left() && !m.rejoining) live.insert(id);
   }
   return live;
 }
@@ -220,7 +237,7 @@ int32_t ClusterState::WorkersNotYetRegistered() const {
 std::vector<wire::ServerEndpoint> ClusterState::LiveEndpoints() const {
   std::vector<wire::ServerEndpoint> out;
   for (const auto& [id, m] : servers) {
-    if (!m.dead && !m.left && !m.rejoining) out.push_back(m.endpoint);
+    if (!m.dead && !m.left() && !m.rejoining) out.push_back(m.endpoint);
   }
   return out;
 }
@@ -229,7 +246,7 @@ double ClusterState::JobNoiseScale() const {
   double gradient_sq = 0;
   double noise_trace = 0;
   for (const auto& [id, server] : servers) {
-    if (server.dead || server.left) continue;
+    if (server.dead || server.left()) continue;
     const wire::Counters& c = server.counters;
     if (c.gns_batch_clocks() < kAdaScaleMinClocks ||
         !std::isfinite(c.gns_batch_gradient_sq()) ||

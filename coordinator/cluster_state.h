@@ -35,22 +35,39 @@ namespace ductile {
 struct Member {
   using TimePoint = std::chrono::steady_clock::time_point;
 
+  // A member's part in the job. It moves forward only: active -> draining
+  // -> left, or -> finished (workers); a server whose drain fails or is
+  // abandoned goes back from draining to active. Whether the coordinator
+  // believes it alive is another matter (`dead`), not a stage: a worker
+  // declared dead may come back, and stays draining meanwhile; a server
+  // that dies while its drain lingers is left and dead at once (heard from
+  // again, it is told to rejoin). Part of the persistent format through
+  // the PersistedMember fields finished, left and draining (at most one of
+  // them is set).
+  enum class Stage : uint8_t {
+    kActive,
+    kDraining,  // asked to leave, not gone yet (a drain)
+    kFinished,  // workers: called Finish()
+    kLeft,      // workers: left the job (Leave, a drain); servers: drained
+  };
+
   int32_t id = -1;
   wire::Role role = wire::ROLE_UNKNOWN;
   // Durable.
   wire::ServerEndpoint endpoint;
   std::string state_dir;         // servers: their checkpoint store
   int32_t keep_checkpoints = 0;  // servers: versions their store keeps
-  bool finished = false;         // workers: called Finish()
-  bool dead = false;             // silent past the heartbeat timeout
-  bool left = false;             // left the job (Leave, a drain)
-  bool draining = false;         // asked to leave, not gone yet
+  Stage stage = Stage::kActive;
+  // Declared dead (silent past the heartbeat timeout, or its exit
+  // reported), whatever its stage; cleared when it is heard from again
+  // (unless `exited`).
+  bool dead = false;
   // Servers: joined a running job and owns no slot yet (its rebalance may
   // have been abandoned: MigrationManager plans it again).
   bool awaiting_slots = false;
   // Servers: declared dead, then heard from again (it was paused): it is
   // told to rejoin with no keys (REJOIN), and takes no slot until its
-  // heartbeat shows the job's generation.
+  // heartbeat shows the job's generation. Kept over a death and a return.
   bool rejoining = false;
   // The member key (Z85) it registered with, "" for the cluster's shared
   // key: only a connection proving it may register under its id again or
@@ -77,7 +94,18 @@ struct Member {
   wire::Counters counters;
   wire::WorkerMetrics metrics;
 
-  bool live_worker() const { return !finished && !dead && !left; }
+  bool finished() const { return stage == Stage::kFinished; }
+  bool left() const { return stage == Stage::kLeft; }
+  bool draining() const { return stage == Stage::kDraining; }
+  // Neither finished nor left (whether alive or not).
+  bool in_job() const {
+    return stage == Stage::kActive || stage == Stage::kDraining;
+  }
+  bool live_worker() const { return in_job() && !dead; }
+  // A drain that will not happen (failed, abandoned): active again.
+  void AbandonDrain() {
+    if (stage == Stage::kDraining) stage = Stage::kActive;
+  }
   // Whether a connection that proved member key `k` ("" for the cluster's
   // shared key) may speak for this member.
   bool KeyFits(const std::string& k) const { return key.empty() || key == k; }

@@ -63,7 +63,7 @@ Status CoordinatorNode::Start() {
   }
   // A drain or rebalance under way when the coordinator stopped is
   // abandoned (its servers are told when they reconnect).
-  for (auto& [id, m] : state_.servers) m.draining = false;
+  for (auto& [id, m] : state_.servers) m.AbandonDrain();
   // A store that cannot take the state now would hold every message to
   // the members from the first: nobody could ever join. Refused here, with
   // the store's reason, rather than held.
@@ -155,7 +155,7 @@ bool CoordinatorNode::finished() const {
   }
   if (env_->Now() >= shutdown_deadline_) return true;
   for (const auto& [id, m] : ctx_.state.servers) {
-    if (!m.dead && !m.left && m.identity.empty()) return false;
+    if (!m.dead && !m.left() && m.identity.empty()) return false;
   }
   return true;
 }
@@ -497,7 +497,7 @@ void CoordinatorNode::CheckWorkersGone() {
   }
   if (now - *no_worker_since_ < milliseconds(timeout)) return;
   int finished = 0;
-  for (const auto& [id, m] : state_.workers) finished += m.finished;
+  for (const auto& [id, m] : state_.workers) finished += m.finished();
   failure_ = AbortedError(
       "the job failed: no worker was live for " + std::to_string(timeout) +
       " ms and the job is not done (" + std::to_string(finished) + " of " +
@@ -530,7 +530,7 @@ void CoordinatorNode::BeginShutdown() {
   shutdown_deadline_ =
       env_->Now() + milliseconds(ctx_.options.heartbeat_timeout_ms);
   for (const auto& [id, m] : ctx_.state.servers) {
-    if (!m.dead && !m.left && m.identity.empty()) {
+    if (!m.dead && !m.left() && m.identity.empty()) {
       LOG(INFO) << "coordinator: server " << id
                 << " not heard from since this coordinator started; it is "
                    "told of the shutdown when it reconnects";

@@ -78,7 +78,7 @@ Status CoordinatorNode::RequestReplacement(int32_t id) {
   }
   auto it = state_.workers.find(id);
   if (it == state_.workers.end() || !it->second.live_worker() ||
-      it->second.draining) {
+      it->second.draining()) {
     return NotFoundError("worker " + std::to_string(id) +
                          " is not an active worker");
   }

@@ -20,15 +20,15 @@ namespace {
 std::string MemberState(const Member& m, const wire::MemberInfo& info,
                         bool joining) {
   if (m.role == wire::ROLE_SERVER) {
-    if (m.left) return "drained";
+    if (m.left()) return "drained";
     if (!info.alive()) return "dead";
     if (m.rejoining) return "rejoining";
-    return m.draining ? "draining" : "active";
+    return m.draining() ? "draining" : "active";
   }
-  if (m.finished) return "finished";
-  if (m.left) return "left";
+  if (m.finished()) return "finished";
+  if (m.left()) return "left";
   if (!info.alive()) return "dead";
-  if (m.draining) return "draining";
+  if (m.draining()) return "draining";
   return joining ? "joining" : "active";
 }
 
@@ -64,7 +64,7 @@ std::vector<int32_t> MembershipManager::DetectDeadServers() {
   if (ctx_.shutting_down) return dead;
   const Member::TimePoint now = ctx_.Now();
   for (auto& [id, m] : ctx_.state.servers) {
-    if (m.dead || m.left || now < m.busy_until) continue;
+    if (m.dead || m.left() || now < m.busy_until) continue;
     const int64_t silent = ctx_.MsSince(m.last_seen);
     if (silent > ctx_.options.heartbeat_timeout_ms) {
       m.dead = true;
@@ -124,7 +124,7 @@ MembershipManager::Exited MembershipManager::ReportExit(
                                 ", not the process reported"));
     return exited;
   }
-  const bool gone = server ? (m.dead || m.left) : !m.live_worker();
+  const bool gone = server ? (m.dead || m.left()) : !m.live_worker();
   if (!gone) {
     // As at the end of its heartbeat timeout (DetectDeadWorkers,
     // DetectDeadServers), without waiting for it.
@@ -165,9 +165,9 @@ bool MembershipManager::JobOver() const {
   if (state.workers.empty()) return false;
   int32_t finished = 0, gone = 0;
   for (const auto& [id, m] : state.workers) {
-    if (m.finished) {
+    if (m.finished()) {
       ++finished;
-    } else if (m.left || (m.dead && m.exited) ||
+    } else if (m.left() || (m.dead && m.exited) ||
                (m.dead && ctx_.MsSince(m.last_seen) >
                               3 * ctx_.options.heartbeat_timeout_ms)) {
       ++gone;
@@ -215,7 +215,7 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       const int64_t ago = ctx_.MsSince(m.last_seen);
       info->set_last_heartbeat_ms_ago(ago);
       info->set_alive(!m.dead && ago <= ctx_.options.heartbeat_timeout_ms);
-      info->set_finished(m.finished);
+      info->set_finished(m.finished());
       info->set_pid(m.pid);
       info->set_incarnation(m.incarnation);
       const int32_t member = id;

@@ -302,7 +302,7 @@ MembershipManager::Registered MembershipManager::Register(
           return result;
         }
         if (taken != state.workers.end() && !taken->second.dead &&
-            !taken->second.left) {
+            !taken->second.left()) {
           ctx_.out.Reply(identity, h.seq(),
                          AlreadyExistsError("worker id " + std::to_string(id) +
                                             " is taken"));
@@ -506,11 +506,11 @@ void MembershipManager::Finish(const std::string& identity,
         identity, h.seq(),
         AbortedError("the job is rolling back to a checkpoint"));
   }
-  if (it->second.left) {
+  if (it->second.left()) {
     // It left the job before: nothing more to count.
     return ctx_.out.Reply(identity, h.seq(), Status::Ok());
   }
-  it->second.finished = true;
+  it->second.stage = Member::Stage::kFinished;
   LOG(INFO) << "coordinator: worker " << h.member_id() << " finished";
   ctx_.out.Reply(identity, h.seq(), Status::Ok());
 }
@@ -531,19 +531,18 @@ bool MembershipManager::Leave(const std::string& identity,
                    AbortedError("the job is rolling back to a checkpoint"));
     return false;
   }
-  if (m.finished) {
+  if (m.finished()) {
     ctx_.out.Reply(identity, h.seq(),
                    FailedPreconditionError("worker " + std::to_string(m.id) +
                                            " has finished; it cannot leave"));
     return false;
   }
   const bool was_live = m.live_worker();
-  if (!m.left) {
+  if (!m.left()) {
     LOG(INFO) << "coordinator: worker " << m.id << " left at clock "
-              << h.clock() << (m.draining ? " (drained)" : "");
+              << h.clock() << (m.draining() ? " (drained)" : "");
   }
-  m.left = true;
-  m.draining = false;
+  m.stage = Member::Stage::kLeft;
   m.dead = false;
   if (was_live) PublishWorkers();
   admissions_.push_back({{identity, h.seq()}, m.id, workers_round_, true});
@@ -566,15 +565,15 @@ void MembershipManager::Drain(const std::string& identity,
         identity, h.seq(),
         FailedPreconditionError("worker " + std::to_string(m.id) +
                                 " is not active (" +
-                                (m.finished ? "finished"
-                                 : m.left   ? "left"
-                                            : "dead") +
+                                (m.finished() ? "finished"
+                                 : m.left()   ? "left"
+                                              : "dead") +
                                 ")"));
   }
-  if (!m.draining) {
+  if (!m.draining()) {
     LOG(INFO) << "coordinator: worker " << m.id << " asked to leave (drain)";
   }
-  m.draining = true;
+  m.stage = Member::Stage::kDraining;
   wire::Header notice;
   notice.set_type(wire::DRAIN);
   notice.set_worker_id(m.id);

@@ -12,7 +12,7 @@ std::map<int32_t, int32_t> MigrationManager::Load() const {
   const ClusterState& state = ctx_.state;
   std::map<int32_t, int32_t> load;
   for (int32_t id : state.LiveServers()) {
-    if (!state.servers.at(id).draining) load[id] = 0;
+    if (!state.servers.at(id).draining()) load[id] = 0;
   }
   for (int32_t s = 0; s < state.routing.num_slots(); ++s) {
     auto it = load.find(state.routing.owner(s));
@@ -68,12 +68,12 @@ void MigrationManager::Drain(int32_t server, Done done) {
         NotFoundError("no server " + std::to_string(server) + " in the job"));
   }
   Member& m = it->second;
-  if (m.dead || m.left || m.rejoining) {
+  if (m.dead || m.left() || m.rejoining) {
     return done(FailedPreconditionError("server " + std::to_string(server) +
                                         " is not active (" +
-                                        (m.dead   ? "dead"
-                                         : m.left ? "drained"
-                                                  : "rejoining the job") +
+                                        (m.dead     ? "dead"
+                                         : m.left() ? "drained"
+                                                    : "rejoining the job") +
                                         ")"));
   }
   if (state.routing.empty() || state.recovering) {
@@ -85,10 +85,10 @@ void MigrationManager::Drain(int32_t server, Done done) {
         "slots are moving between servers already; retry once they are in "
         "place"));
   }
-  m.draining = true;
+  m.stage = Member::Stage::kDraining;
   std::map<int32_t, int32_t> load = Load();  // without the drained one
   if (load.empty()) {
-    m.draining = false;
+    m.stage = Member::Stage::kActive;
     return done(FailedPreconditionError(
         "server " + std::to_string(server) +
         " is the only server: its slots have nowhere to go"));
@@ -224,8 +224,7 @@ void MigrationManager::CheckTimers(bool stop_all) {
     auto m = ctx_.state.servers.find(it->server);
     if (m != ctx_.state.servers.end()) {
       // Out of the job: nobody expects it any more.
-      m->second.draining = false;
-      m->second.left = true;
+      m->second.stage = Member::Stage::kLeft;
       routing_.Publish();
       wire::Header stop;
       stop.set_type(wire::SHUTDOWN_NOTICE);
@@ -287,7 +286,7 @@ void MigrationManager::MaybeFinish() {
   if (plan.drained) {
     Member& m = state.servers.at(*plan.drained);
     if (!plan.failure.ok() || state.routing.OwnsAny(*plan.drained)) {
-      m.draining = false;
+      m.AbandonDrain();
     } else {
       // It owns nothing now. It stops after a linger, answering requests
       // sent under older routing tables ("moved", or "duplicate" for a
@@ -326,7 +325,7 @@ void MigrationManager::AbortAll(const Status& status) {
   rebalance_pending_ = false;
   // Drained servers waiting out their linger stop now: they own nothing.
   CheckTimers(/*stop_all=*/true);
-  for (auto& [id, m] : ctx_.state.servers) m.draining = false;
+  for (auto& [id, m] : ctx_.state.servers) m.AbandonDrain();
   wire::Header abort;
   abort.set_type(wire::MIGRATE_ABORT);
   abort.set_change_id(0);

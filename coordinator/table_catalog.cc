@@ -61,7 +61,7 @@ void TableCatalog::HandleCreate(const std::string& identity,
   // when it registers again (a rejoining one takes part).
   std::set<int32_t> servers;
   for (const auto& [id, m] : ctx_.state.servers) {
-    if (!m.dead && !m.left) servers.insert(id);
+    if (!m.dead && !m.left()) servers.insert(id);
   }
   p.round = AckRound(create, servers, ctx_.Now() + kAckTimeout);
   ctx_.SendTo(ctx_.state.servers, servers, create);
@@ -126,7 +126,8 @@ void TableCatalog::ForgetGoneServers() {
     const std::set<int32_t> awaited = round.awaiting();
     for (int32_t id : awaited) {
       auto m = ctx_.state.servers.find(id);
-      if (m != ctx_.state.servers.end() && !m->second.dead && !m->second.left) {
+      if (m != ctx_.state.servers.end() && !m->second.dead &&
+          !m->second.left()) {
         continue;
       }
       LOG(INFO) << "coordinator: table '" << it->second.config.name()
@@ -194,7 +195,7 @@ Status TableCatalog::StartChange(const wire::TableConfig& table,
   // when it registers again (a rejoining one takes part).
   std::set<int32_t> servers;
   for (const auto& [id, m] : ctx_.state.servers) {
-    if (!m.dead && !m.left) servers.insert(id);
+    if (!m.dead && !m.left()) servers.insert(id);
   }
   // Workers too: a worker's cache must not answer from the old model past
   // the boundary, so it stops reading cached copies until the commit.

@@ -174,6 +174,114 @@ TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
   EXPECT_EQ(again.replace_workers, (std::set<int32_t>{2, 5}));
 }
 
+// A member's stage and the marks beside it (dead, rejoining, awaiting
+// slots) come back as they were, in every combination the coordinator
+// makes: a worker declared dead while draining, a server dead after its
+// drain ended (left), a server rejoining and dead again.
+TEST(ClusterState, EveryStageAndMarkIsReadBackAfterARestart) {
+  StoreOnlyEnv env;
+  const CoordinatorOptions options = Durable();
+  using Stage = Member::Stage;
+  struct Case {
+    wire::Role role;
+    Stage stage;
+    bool dead, rejoining, awaiting_slots;
+  };
+  const Case cases[] = {
+      {wire::ROLE_WORKER, Stage::kActive, false, false, false},
+      {wire::ROLE_WORKER, Stage::kDraining, true, false, false},
+      {wire::ROLE_WORKER, Stage::kFinished, true, false, false},
+      {wire::ROLE_WORKER, Stage::kLeft, false, false, false},
+      {wire::ROLE_SERVER, Stage::kActive, false, false, true},
+      {wire::ROLE_SERVER, Stage::kDraining, false, false, false},
+      {wire::ROLE_SERVER, Stage::kLeft, true, false, false},
+      {wire::ROLE_SERVER, Stage::kActive, true, true, false},
+  };
+  {
+    ClusterState state(&env, options);
+    ASSERT_TRUE(state.Open().ok());
+    for (int32_t id = 0; id < 8; ++id) {
+      const Case& c = cases[id];
+      Member& m =
+          (c.role == wire::ROLE_SERVER ? state.servers : state.workers)[id];
+      m.id = id;
+      m.role = c.role;
+      m.stage = c.stage;
+      m.dead = c.dead;
+      m.rejoining = c.rejoining;
+      m.awaiting_slots = c.awaiting_slots;
+    }
+    ASSERT_TRUE(state.PersistIfChanged().ok());
+  }
+  // One flag per stage in the persisted form, none for an active member.
+  ASSERT_TRUE(env.saved.has_value());
+  for (const auto& pm : env.saved->members()) {
+    EXPECT_LE(pm.finished() + pm.left() + pm.draining(), 1) << pm.id();
+  }
+  ClusterState again(&env, options);
+  ASSERT_TRUE(again.Open().ok());
+  for (int32_t id = 0; id < 8; ++id) {
+    const Case& c = cases[id];
+    const auto& group =
+        c.role == wire::ROLE_SERVER ? again.servers : again.workers;
+    ASSERT_EQ(group.count(id), 1u) << id;
+    const Member& m = group.at(id);
+    EXPECT_EQ(m.stage, c.stage) << id;
+    EXPECT_EQ(m.dead, c.dead) << id;
+    EXPECT_EQ(m.rejoining, c.rejoining) << id;
+    EXPECT_EQ(m.awaiting_slots, c.awaiting_slots) << id;
+  }
+  EXPECT_EQ(again.LiveWorkers(), (std::set<int32_t>{0}));
+  EXPECT_EQ(again.LiveServers(), (std::set<int32_t>{4, 5}));
+}
+
+// A state written before members had a stage (one flag each for finished,
+// left and draining) reads as the stage those flags describe; a worker
+// that was drained and then finished had both flags, and is finished.
+TEST(ClusterState, AStateWrittenAsFlagsReadsAsStages) {
+  StoreOnlyEnv env;
+  const CoordinatorOptions options = Durable();
+  wire::CoordinatorState old;
+  auto add = [&](int32_t id, wire::Role role) {
+    auto* pm = old.add_members();
+    pm->set_id(id);
+    pm->set_role(role);
+    return pm;
+  };
+  add(0, wire::ROLE_WORKER);
+  add(1, wire::ROLE_WORKER)->set_finished(true);
+  add(2, wire::ROLE_WORKER)->set_left(true);
+  auto* draining_dead = add(3, wire::ROLE_WORKER);
+  draining_dead->set_draining(true);
+  draining_dead->set_dead(true);
+  auto* drained_finished = add(4, wire::ROLE_WORKER);
+  drained_finished->set_draining(true);
+  drained_finished->set_finished(true);
+  auto* left_dead = add(5, wire::ROLE_SERVER);
+  left_dead->set_left(true);
+  left_dead->set_dead(true);
+  auto* rejoining = add(6, wire::ROLE_SERVER);
+  rejoining->set_rejoining(true);
+  rejoining->set_awaiting_slots(true);
+  env.saved = old;
+  ClusterState state(&env, options);
+  ASSERT_TRUE(state.Open().ok());
+  using Stage = Member::Stage;
+  EXPECT_EQ(state.workers.at(0).stage, Stage::kActive);
+  EXPECT_EQ(state.workers.at(1).stage, Stage::kFinished);
+  EXPECT_EQ(state.workers.at(2).stage, Stage::kLeft);
+  EXPECT_EQ(state.workers.at(3).stage, Stage::kDraining);
+  EXPECT_TRUE(state.workers.at(3).dead);
+  EXPECT_EQ(state.workers.at(4).stage, Stage::kFinished);
+  EXPECT_EQ(state.servers.at(5).stage, Stage::kLeft);
+  EXPECT_TRUE(state.servers.at(5).dead);
+  EXPECT_EQ(state.servers.at(6).stage, Stage::kActive);
+  EXPECT_TRUE(state.servers.at(6).rejoining);
+  EXPECT_TRUE(state.servers.at(6).awaiting_slots);
+  EXPECT_EQ(state.LiveWorkers(), (std::set<int32_t>{0}));
+  EXPECT_TRUE(state.LiveServers().empty());
+}
+
 // The job's noise scale adds up the shares of the servers alive with enough
 // clocks; a share that is not a finite, non-negative number is left out.
 TEST(ClusterState, TheJobsNoiseScaleSumsTheUsableShares) {

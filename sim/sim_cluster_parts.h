@@ -19,6 +19,7 @@
 #include "proto/codec.h"
 #include "proto/ductile.pb.h"
 #include "server/server_node.h"
+#include "sim/counter_oracle.h"
 #include "sim/mem_stores.h"
 #include "sim/sim_cluster.h"
 #include "sim/sim_env.h"
@@ -168,10 +169,12 @@ class Cluster {
   // The pushes worker w's counter holds once the clocks before `clock`
   // are all applied, in the timeline of `generation`.
   int64_t CountBefore(int w, int64_t clock, uint64_t generation) const {
+    return counter_oracle::CountBefore(Span(w, generation), clock);
+  }
+  // The clocks worker w pushed at in the timeline of `generation`.
+  counter_oracle::PushSpan Span(int w, uint64_t generation) const {
     auto it = starts_.find(generation);
-    const int64_t start = it == starts_.end() ? -1 : it->second[w];
-    if (start < 0) return 0;
-    return std::max<int64_t>(0, std::min(clock, end_[w]) - start);
+    return {it == starts_.end() ? -1 : it->second[w], end_[w]};
   }
 
  private:

@@ -54,7 +54,6 @@ void Worker::Failed(const Status& s, const char* what) {
 void Worker::CheckRead() {
   const SimOptions& o = cluster_.options();
   const Consistency& c = o.consistency;
-  const int64_t bsp = c.mode == ConsistencyMode::kBsp;
   ++cluster_.result().reads_checked;
   for (int w = 0; w < cluster_.total_workers(); ++w) {
     const int64_t value = static_cast<int64_t>(out_[w]);
@@ -71,22 +70,22 @@ void Worker::CheckRead() {
                            " pushes worker " + std::to_string(w) +
                            " sent: a push applied twice");
     }
-    const int64_t own = cluster_.CountBefore(w, clock_ + 1 - bsp, generation_);
-    if (w == index_ && value != own) {
-      return cluster_.Fail(what.str() + ": its own counter must be exactly " +
-                           std::to_string(own));
+    // Its own push of this clock is made before the read.
+    const counter_oracle::Range range =
+        counter_oracle::ReadRange(c, cluster_.Span(w, generation_), clock_,
+                                  /*own=*/w == index_,
+                                  /*pushed_at_clock=*/true);
+    if (range.exact() && value != range.least) {
+      return cluster_.Fail(what.str() +
+                           (w == index_ ? ": its own counter must be exactly "
+                                        : ": BSP reads at clock " +
+                                              std::to_string(clock_) +
+                                              " see exactly ") +
+                           std::to_string(range.least));
     }
-    const int64_t all = cluster_.CountBefore(w, clock_, generation_);
-    if (c.mode == ConsistencyMode::kBsp && value != all) {
-      return cluster_.Fail(what.str() + ": BSP reads at clock " +
-                           std::to_string(clock_) + " see exactly " +
-                           std::to_string(all));
-    }
-    const int64_t least =
-        cluster_.CountBefore(w, clock_ - c.staleness, generation_);
-    if (c.mode == ConsistencyMode::kSsp && value < least) {
+    if (!range.exact() && value < range.least) {
       return cluster_.Fail(what.str() + ": SSP(" + std::to_string(c.staleness) +
-                           ") needs at least " + std::to_string(least));
+                           ") needs at least " + std::to_string(range.least));
     }
   }
 }

@@ -27,7 +27,6 @@
 // pull that must block is observed not to finish (a liveness observation).
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -41,6 +40,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "sim/counter_oracle.h"
 #include "tests/test_cluster.h"
 
 namespace ductile {
@@ -130,15 +130,6 @@ std::string ToString(const Snapshot& s) {
   for (float v : s.last) out << " " << v;
   out << " ]";
   return out.str();
-}
-
-// The number of clocks whose bits-push a value shows, or -1 if the value is
-// not 2^m - 1 (a push lost, doubled, or applied out of prefix order).
-int64_t PrefixLength(float value) {
-  if (value < 0 || value >= 16777216.0f) return -1;
-  const auto x = static_cast<uint64_t>(value);
-  if (static_cast<float>(x) != value || (x & (x + 1)) != 0) return -1;
-  return std::popcount(x);
 }
 
 struct TableIds {
@@ -390,49 +381,19 @@ class Worker {
 };
 
 // Checks one read made by worker `self` against `consistency` (properties
-// 1, 2 and 8; for BSP also the exact snapshot). Returns the violations.
+// 1, 2 and 8; for BSP also the exact snapshot; sim/counter_oracle.h).
+// Returns the violations.
 std::vector<std::string> CheckRead(const Snapshot& s, int self, int num_workers,
                                    const Consistency& consistency) {
-  std::vector<std::string> bad;
-  auto fail = [&](const std::string& what) {
-    bad.push_back("worker " + std::to_string(self) + ": " + what + " in " +
-                  ToString(s));
-  };
-  const int64_t c = s.clock;
-  const int64_t bound = Bound(consistency);
-  const bool bsp = consistency.mode == ConsistencyMode::kBsp;
-  for (int w = 0; w < num_workers; ++w) {
-    const int64_t counter = static_cast<int64_t>(s.counter[w]);
-    const int64_t prefix = PrefixLength(s.bits[w]);
-    const int64_t last = static_cast<int64_t>(s.last[w]);
-    if (prefix < 0) {
-      fail("(8) bits[" + std::to_string(w) + "] is not 2^m - 1");
-    }
-    if (bsp || w == self) {
-      // (2) own updates exactly; BSP: everyone's updates of clocks < c.
-      if (counter != c) fail("(2) counter[" + std::to_string(w) + "] != c");
-      if (prefix != c) fail("(8) bits[" + std::to_string(w) + "] != 2^c - 1");
-      if (last != c) fail("(8) last[" + std::to_string(w) + "] != c");
-    } else if (bound >= 0) {
-      // (1) every update with timestamp <= c - s - 1.
-      if (counter < c - bound) {
-        fail("(1) counter[" + std::to_string(w) + "] < c - s");
-      }
-      if (prefix >= 0 && prefix < c - bound) {
-        fail("(1) bits[" + std::to_string(w) + "] misses a clock <= c - s - 1");
-      }
-      if (last < c - bound) fail("(1) last[" + std::to_string(w) + "] < c - s");
-    }
-  }
-  const float shared = s.counter[num_workers];
-  if (bsp) {
-    const float want = consistency.combine == BspCombine::kSum
-                           ? static_cast<float>(num_workers * c)
-                           : static_cast<float>(c);
-    if (shared != want) fail("(6) shared counter is not this clock's state");
-  } else if (bound >= 0 &&
-             shared < static_cast<float>(num_workers * (c - bound))) {
-    fail("(1) shared counter misses updates older than c - s");
+  const counter_oracle::Read read{s.clock, s.counter, s.bits, s.last};
+  std::vector<std::string> bad =
+      counter_oracle::CheckRead(read, self, num_workers, consistency);
+  std::string shared =
+      counter_oracle::CheckSharedCounter(read, num_workers, consistency);
+  if (!shared.empty()) bad.push_back(std::move(shared));
+  for (std::string& what : bad) {
+    what =
+        "worker " + std::to_string(self) + ": " + what + " in " + ToString(s);
   }
   return bad;
 }
@@ -443,16 +404,15 @@ std::vector<std::string> CheckRead(const Snapshot& s, int self, int num_workers,
 bool IsFinalState(const Snapshot& s, int num_workers, int64_t clocks,
                   const Consistency& consistency) {
   if (s.counter.size() != static_cast<size_t>(num_workers + 1)) return false;
+  const counter_oracle::FinalState want =
+      counter_oracle::Final(num_workers, clocks, consistency);
   for (int w = 0; w < num_workers; ++w) {
-    if (s.counter[w] != clocks ||
-        s.bits[w] != static_cast<float>((uint64_t{1} << clocks) - 1) ||
-        s.last[w] != clocks) {
+    if (s.counter[w] != want.counter || s.bits[w] != want.bits ||
+        s.last[w] != want.last) {
       return false;
     }
   }
-  const bool mean = consistency.mode == ConsistencyMode::kBsp &&
-                    consistency.combine == BspCombine::kMean;
-  return s.counter[num_workers] == (mean ? clocks : num_workers * clocks);
+  return s.counter[num_workers] == want.shared;
 }
 
 // ------------------------------------------------------------------

@@ -27,7 +27,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +39,7 @@
 
 #include "ductile/client.h"
 #include "ductile/table.h"
+#include "sim/counter_oracle.h"
 
 namespace {
 
@@ -62,14 +62,6 @@ void Say(const std::string& line) {
 int Fail(const std::string& what, const Status& s) {
   Say("ERROR " + what + ": " + s.ToString());
   return 2;
-}
-
-// The number of clocks whose bits-push a value shows (2^m - 1), or -1.
-int64_t PrefixLength(float value) {
-  if (value < 0 || value >= 16777216.0f) return -1;
-  const auto x = static_cast<uint64_t>(value);
-  if (static_cast<float>(x) != value || (x & (x + 1)) != 0) return -1;
-  return std::popcount(x);
 }
 
 std::string Join(const std::vector<float>& v) {
@@ -124,10 +116,6 @@ int main(int argc, char** argv) {
     Say("ERROR need --coordinator, --workers >= 1, 1 <= --clocks <= 23");
     return 3;
   }
-  const bool bsp = consistency.mode == ConsistencyMode::kBsp;
-  const int64_t bound =
-      consistency.mode == ConsistencyMode::kAsync ? -1 : consistency.staleness;
-
   ClientOptions options;
   options.coordinator_address = flag("coordinator", "");
   options.connect_timeout_ms = 30000;
@@ -207,23 +195,10 @@ int main(int argc, char** argv) {
     s = read_all();
     if (!s.ok()) return Fail("read at clock " + std::to_string(c), s);
     // Properties 1, 2 and 8 (and BSP's exact snapshot).
-    for (int w = 0; w < workers; ++w) {
-      const auto n = static_cast<int64_t>(counter[w]);
-      const int64_t prefix = PrefixLength(bits[w]);
-      const auto l = static_cast<int64_t>(last[w]);
-      const std::string of = "[" + std::to_string(w) + "] ";
-      if (prefix < 0) violation(c, "(8) bits" + of + "not 2^m - 1");
-      if (bsp || w == self) {
-        if (n != c) violation(c, "(2) counter" + of + std::to_string(n));
-        if (prefix != c) violation(c, "(8) bits" + of + "misses or repeats");
-        if (l != c) violation(c, "(8) last" + of + std::to_string(l));
-      } else if (bound >= 0) {
-        if (n < c - bound) violation(c, "(1) counter" + of + std::to_string(n));
-        if (prefix >= 0 && prefix < c - bound) {
-          violation(c, "(1) bits" + of + "misses an old clock");
-        }
-        if (l < c - bound) violation(c, "(1) last" + of + std::to_string(l));
-      }
+    const ductile::counter_oracle::Read read{c, counter, bits, last};
+    for (const std::string& what :
+         ductile::counter_oracle::CheckRead(read, self, workers, consistency)) {
+      violation(c, what);
     }
     Say("pulled " + std::to_string(c));
     if (c == stop_at) {

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "ductile/ductile.h"
+#include "sim/counter_oracle.h"
 #include "util/update_rule.h"
 
 namespace {
@@ -89,7 +90,10 @@ void Expected(int64_t clock, const int64_t (&pushed_until)[kWorkers],
       for (uint32_t j = 0; j < kWidth; ++j) {
         g[j] = 0.0f;
         for (int worker = 0; worker < kWorkers; ++worker) {
-          if (c < pushed_until[worker]) g[j] += Gradient(worker, c, k, j);
+          if (ductile::counter_oracle::Holds({0, pushed_until[worker]}, c,
+                                             clock)) {
+            g[j] += Gradient(worker, c, k, j);
+          }
         }
       }
       kernel.Apply(w, g, state, &steps);

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "admin/cluster_status_wire.h"
+#include "coordinator/policy_loop.h"
 #include "glog/logging.h"
-#include "policy/policy_runner.h"
 
 namespace ductile {
 
@@ -220,33 +220,21 @@ class LoggedActions final : public PolicyActions {
 };
 
 void CoordinatorImpl::RunPolicies() {
-  LoopActions loop(this);
-  LoggedActions logged(&loop);
-  PolicyRunner runner(options_.policies);
-  const auto interval = milliseconds(options_.policy_interval_ms);
-  auto next = std::chrono::steady_clock::now() + interval;
+  LoopActions actions(this);
+  LoggedActions logged(&actions);
+  PolicyLoop loop(env_, options_.policies,
+                  milliseconds(options_.policy_interval_ms), &logged,
+                  [&logged](const Policy& p) { logged.set_policy(p.name()); });
   while (true) {
     {
       MutexLock lock(&policy_mu_);
-      while (!policy_stop_ && std::chrono::steady_clock::now() < next) {
-        policy_cv_.WaitUntil(&policy_mu_, next);
+      // Until the Env's clock says the reading is due, or a stop.
+      while (!policy_stop_ && !loop.Due()) {
+        policy_cv_.WaitFor(&policy_mu_, loop.TimeToNextTick());
       }
       if (policy_stop_) return;
     }
-    next += interval;
-    Result<ClusterStatus> status = QueryStatus(10000);
-    if (!status.ok()) {
-      if (status.status().code() == StatusCode::kCancelled) return;
-      continue;  // the loop is busy: the next interval reads again
-    }
-    const int64_t now_ms =
-        std::chrono::duration_cast<milliseconds>(
-            std::chrono::steady_clock::now().time_since_epoch())
-            .count();
-    runner.Run(*status, now_ms, logged,
-               [&logged](const Policy& p) { logged.set_policy(p.name()); });
-    // A reading that took longer than the interval: no burst to catch up.
-    next = std::max(next, std::chrono::steady_clock::now());
+    if (!loop.Tick([this] { return QueryStatus(10000); })) return;
   }
 }
 

@@ -5,7 +5,8 @@
 // it alone touches the node. Other threads reach the node only through
 // RunOnLoop(), which queues a task for the loop and waits for its result.
 // With policies, a policy thread (RunPolicies) reads the status and runs
-// their hooks every policy interval; their actions go through RunOnLoop.
+// their hooks every policy interval (PolicyLoop, on the Env's clock); their
+// actions go through RunOnLoop.
 #ifndef DUCTILE_COORDINATOR_COORDINATOR_IMPL_H_
 #define DUCTILE_COORDINATOR_COORDINATOR_IMPL_H_
 

@@ -62,6 +62,15 @@ class CondVar {
     lock.release();
     return woke;
   }
+  // False once `timeout` has passed.
+  template <typename Rep, typename Period>
+  bool WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout)
+      REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    const bool woke = cv_.wait_for(lock, timeout) == std::cv_status::no_timeout;
+    lock.release();
+    return woke;
+  }
   void Signal() { cv_.notify_one(); }
   void SignalAll() { cv_.notify_all(); }
 

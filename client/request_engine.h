@@ -13,6 +13,11 @@
 //
 // Thread-safe: Submit() from any thread; everything else on the thread
 // that steps the engine (the client's I/O thread, or the simulation's).
+//
+// Its files: request_engine.cc (the step, splitting and sending data
+// requests), request_engine_replies.cc (their replies),
+// request_engine_timers.cc (deadlines, resends, re-routing),
+// request_engine_control.cc (the coordinator's side).
 #ifndef DUCTILE_CLIENT_REQUEST_ENGINE_H_
 #define DUCTILE_CLIENT_REQUEST_ENGINE_H_
 

@@ -1,0 +1,144 @@
+// ClientImpl's data path: a push or pull checked (its table, shape, size
+// and values), served from the cache when it can be, or handed to the
+// RequestEngine. The rest of the client (registration, tables, clocks,
+// barriers, the data plan, rollbacks) is in client_impl.cc.
+#include <chrono>
+#include <string>
+
+#include "client/client_impl.h"
+#include "proto/codec.h"
+
+namespace ductile {
+
+using std::chrono::milliseconds;
+
+Handle ClientImpl::PushAsync(TableId table, std::span<const Key> keys,
+                             std::span<const float> values,
+                             std::span<const uint32_t> lengths) {
+  return SubmitData(wire::PUSH, table, keys, values, {}, lengths);
+}
+
+Handle ClientImpl::PullAsync(TableId table, std::span<const Key> keys,
+                             std::span<float> out,
+                             std::span<const uint32_t> lengths) {
+  return SubmitData(wire::PULL, table, keys, {}, out, lengths);
+}
+
+Handle ClientImpl::PushPullAsync(TableId table, std::span<const Key> keys,
+                                 std::span<const float> values,
+                                 std::span<float> out,
+                                 std::span<const uint32_t> lengths) {
+  return SubmitData(wire::PUSH_PULL, table, keys, values, out, lengths);
+}
+
+Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
+                              std::span<const Key> keys,
+                              std::span<const float> values,
+                              std::span<float> out,
+                              std::span<const uint32_t> lengths) {
+  auto op = std::make_shared<DataOperation>();
+  op->type = type;
+  op->table = table;
+  op->keys = keys;
+  op->values = values;
+  op->out = out;
+  op->lengths = lengths;
+  op->SetWaitStats(&stats_, type != wire::PUSH);
+  op->Hold();  // the dispatcher's hold, dropped once every part is out
+  if (worker_id_.load() >= 0) {
+    if (Status s = recovery_.RefuseIfPending(); !s.ok()) {
+      op->Release(s);
+      return Handle(op);
+    }
+  }
+  op->clock = clock_.load();
+  op->generation = recovery_.generation();
+  op->batch_weight = push_weight_.load();
+  Result<TableRegistry::View> view = tables_.Lookup(op->table, op->clock);
+  if (!view.ok()) {
+    op->Release(view.status());
+    return Handle(op);
+  }
+  op->width = view->width;
+  const bool push = type != wire::PULL;
+  const bool pull = type != wire::PUSH;
+  Result<uint64_t> total = CheckRequestShape(
+      op->keys, op->lengths, op->width,
+      push ? op->values.size() : op->out.size(), push ? "values" : "out");
+  if (total.ok() && push && pull && op->out.size() != op->values.size()) {
+    total = InvalidArgumentError("out has " + std::to_string(op->out.size()) +
+                                 " floats, values has " +
+                                 std::to_string(op->values.size()));
+  }
+  if (total.ok() && *total * sizeof(float) > options_.max_message_bytes) {
+    total = InvalidArgumentError(
+        "request of " + std::to_string(*total * sizeof(float)) +
+        " bytes of values is over max_message_bytes (" +
+        std::to_string(options_.max_message_bytes) + ")");
+  }
+  if (!total.ok()) {
+    op->Release(total.status());
+    return Handle(op);
+  }
+  if (op->width == 0) {
+    op->offsets.resize(op->keys.size());
+    uint64_t offset = 0;
+    for (size_t i = 0; i < op->keys.size(); ++i) {
+      op->offsets[i] = offset;
+      offset += op->lengths[i];
+    }
+  } else if (!op->lengths.empty()) {
+    op->lengths = {};  // equal to the width: no need to send them
+  }
+  const bool cached = options_.enable_cache && worker_id_.load() >= 0 &&
+                      view->mode == ConsistencyMode::kSsp;
+  if (push) {
+    if (Status s = CheckPushValues(*op, *view, cached); !s.ok()) {
+      op->Release(s);
+      return Handle(op);
+    }
+  }
+  op->deadline = env_->Now() + milliseconds(options_.request_timeout_ms);
+  if (cached && UseCache(*op, *view)) return Handle(op);  // a cache hit
+  engine_.Submit(op);
+  return Handle(op);
+}
+
+Status ClientImpl::CheckPushValues(DataOperation& op,
+                                   const TableRegistry::View& table,
+                                   bool cached) const {
+  if (op.width == 0) {
+    DUCTILE_RETURN_IF_ERROR(tables_.CheckWidths(op.table, op.keys, op.lengths));
+  }
+  op.reject_non_finite = table.reject_non_finite;
+  // Finiteness is checked here only for a push the cache mirrors (it must
+  // not take refused values); otherwise where the push is split, and only
+  // when it goes to several servers (RequestEngine): a push to one server
+  // is refused whole by that server, which checks it anyway.
+  if (!cached || !table.reject_non_finite) return Status::Ok();
+  return CheckFiniteValues(op, tables_.Name(op.table));
+}
+
+bool ClientImpl::UseCache(DataOperation& op, const TableRegistry::View& table) {
+  const DataOperation* o = &op;
+  auto offset = [o](size_t i) { return o->offset(i); };
+  auto length = [o](size_t i) { return o->length(i); };
+  if (op.type != wire::PULL) {
+    cache_.Write(op.table, op.keys, offset, length, op.values, *table.kernel,
+                 table.kernel->Factor(op.clock));
+  }
+  if (op.type == wire::PUSH || !table.cache_readable) return false;
+  if (op.type == wire::PULL &&
+      cache_.TryRead(op.table, op.keys, offset, length,
+                     op.clock - table.staleness, op.out)) {
+    stats_.RecordCacheHit();
+    op.Release();  // the dispatcher's hold: done
+    return true;
+  }
+  stats_.RecordCacheMiss();
+  op.cache_install = true;
+  op.cache_mark = cache_.Mark();
+  return false;
+}
+
+}  // namespace ductile

@@ -1,5 +1,6 @@
 // The methods of ductile.Client and ductile.Handle.
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -106,6 +107,10 @@ fail with ductile.Cancelled. A closed client raises FailedPrecondition.)doc")
       .def("__exit__",
            [](PyClient& c, py::handle, py::handle, py::handle) { c.Close(); })
       .def("__repr__", [](const PyClient& c) {
+        if (c.pid() != getpid()) {
+          return "<ductile.Client " + c.address() + " of process " +
+                 std::to_string(c.pid()) + ">";
+        }
         if (c.closed()) return "<ductile.Client " + c.address() + " closed>";
         return "<ductile.Client " + c.address() + " worker " +
                std::to_string(c.Get()->worker_id()) + ">";

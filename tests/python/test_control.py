@@ -1,6 +1,8 @@
 """Clocks, barriers, membership, the data plan, recovery, statistics and
 connecting from the launcher's environment."""
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -149,3 +151,11 @@ def test_connect_from_env_connects_as_the_launchers_rank(cluster):
         ductile.connect_from_env(dict(env, DUCTILE_TIMEOUT_MS="soon"))
     with pytest.raises(ductile.InvalidArgument, match="DUCTILE_CACHE"):
         ductile.connect_from_env(dict(env, DUCTILE_CACHE="maybe"))
+
+
+def test_the_package_loads_neither_torch_nor_libtorch():
+    code = ("import sys, ductile\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "assert 'libductile' in maps and 'libtorch' not in maps\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -22,6 +22,9 @@ packages=(
   clang                                # the -Wthread-safety build (CI)
   gnuplot-nox                          # plots of benchmark results
   slurm-wlm munge                      # a real single-node Slurm (tests/slurm_test.sh)
+  python3-dev pybind11-dev python3-pybind11  # the Python package (python/)
+  python3-numpy python3-pytest         # its tests (tests/python/)
+  python3-torch                        # CPU tensors in its tests (about 220 packages)
 )
 
 missing=()

@@ -3,17 +3,22 @@
 # headers include none of ductile's private dependencies, then configures,
 # builds and runs the outside project in tests/install/ against it.
 #
-#   run_install_test.sh <source-dir> <build-dir>
+#   run_install_test.sh <source-dir> <build-dir> [python]
+#
+# With a python interpreter, the installed Python package must import with
+# it, from the prefix, and load the prefix's libductile (by its rpath: no
+# LD_LIBRARY_PATH).
 #
 # Exits non-zero on any failure; the temporary prefix is always removed.
 set -euo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 <source-dir> <build-dir>" >&2
+if [[ $# -lt 2 || $# -gt 3 ]]; then
+  echo "usage: $0 <source-dir> <build-dir> [python]" >&2
   exit 2
 fi
 source_dir=$1
 build_dir=$2
+python=${3:-}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ductile-install-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -54,4 +59,23 @@ if [[ -z "$lib" ]]; then
 fi
 LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   "$tmp/build/embed"
+
+if [[ -n "$python" ]]; then
+  package=$(find "$prefix" -path '*-packages/ductile/__init__.py' -print -quit)
+  if [[ -z "$package" ]]; then
+    echo "FAIL: the Python package was not installed under $prefix" >&2
+    exit 1
+  fi
+  env -u LD_LIBRARY_PATH PYTHONPATH="$(dirname "$(dirname "$package")")" \
+    "$python" - "$prefix" <<'EOF'
+import sys
+import ductile
+prefix = sys.argv[1]
+assert ductile.__file__.startswith(prefix), ductile.__file__
+libs = [line.split()[-1] for line in open("/proc/self/maps") if "libductile.so" in line]
+assert libs and all(lib.startswith(prefix) for lib in libs), libs
+assert issubclass(ductile.Unavailable, ductile.DuctileError)
+print("installed package", ductile.__file__, "loads", libs[0])
+EOF
+fi
 echo "install test passed"

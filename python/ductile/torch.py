@@ -1,0 +1,310 @@
+"""ductile.torch: train a PyTorch model on a ductile cluster.
+
+    import ductile.torch as dt
+
+    dt.init()                                   # from the launcher's environment
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    optimizer = dt.DistributedOptimizer(optimizer,
+                                        named_parameters=model.named_parameters())
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()         # gradients pushed as they come
+        optimizer.step()                        # clock, then fresh parameters
+
+Every parameter is a dense tensor on the servers, and the servers run the
+optimizer: the torch optimizer's kind and hyper-parameters become the
+tensor's update rule (SUPPORTED lists them). For any other optimizer,
+average_gradients=True makes the servers average each clock's gradients
+(BSP) and every worker runs its own torch optimizer on the average.
+
+torch is imported when this module is, never by `import ductile`.
+"""
+
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+
+import ductile
+from ductile._env import connect_from_env
+
+SUPPORTED = (
+    "SGD (momentum, weight_decay; no dampening, no nesterov), "
+    "Adagrad (weight_decay; no lr_decay, initial_accumulator_value 0), "
+    "Adam (weight_decay; no amsgrad), AdamW with weight_decay=0"
+)
+# How long a worker waits for the first worker's initial parameters.
+INIT_TIMEOUT_S = 60.0
+
+_client: Optional[ductile.Client] = None
+
+
+def init(**overrides: Any) -> ductile.Client:
+    """Connects this process as a worker from the environment the launcher
+    sets (ductile.connect_from_env; keywords override it, e.g.
+    address="tcp://127.0.0.1:7000") and returns the client, which
+    DistributedOptimizer then uses. rank() and size() tell this worker's id
+    and the job's worker count."""
+    global _client
+    if _client is not None and not _client.closed:
+        raise ductile.FailedPrecondition("ductile.torch.init() was called already")
+    _client = connect_from_env(**overrides)
+    return _client
+
+
+def client() -> ductile.Client:
+    """The client init() connected."""
+    return _current()
+
+
+def _current() -> ductile.Client:
+    if _client is None or _client.closed:
+        raise ductile.FailedPrecondition("call ductile.torch.init() first")
+    return _client
+
+
+def rank() -> int:
+    """This worker's id in the job."""
+    return _current().worker_id
+
+
+def size() -> int:
+    """The number of workers in the job."""
+    return _current().num_workers
+
+
+def _unsupported(optimizer: torch.optim.Optimizer, why: str) -> ductile.InvalidArgument:
+    return ductile.InvalidArgument(
+        f"{type(optimizer).__name__}{why} has no update rule on the servers; "
+        f"they run {SUPPORTED}. Pass average_gradients=True to have the servers "
+        "average each clock's gradients and run the optimizer on each worker (BSP)"
+    )
+
+
+def _server_rule(optimizer: torch.optim.Optimizer, group: Dict[str, Any]) -> Dict[str, Any]:
+    """The table options of one param group's update rule."""
+    kind = type(optimizer)
+    lr = float(group["lr"])
+    if lr <= 0:
+        raise ductile.InvalidArgument(f"the learning rate must be positive, not {lr}")
+    if group.get("maximize", False):
+        raise _unsupported(optimizer, " with maximize=True")
+    if kind is torch.optim.SGD:
+        if group["dampening"] != 0 or group["nesterov"]:
+            raise _unsupported(optimizer, " with dampening or nesterov")
+        if group["momentum"] == 0:
+            return {"rule": "sgd", "learning_rate": lr}
+        return {"rule": "momentum", "learning_rate": lr, "momentum": float(group["momentum"])}
+    if kind is torch.optim.Adagrad:
+        if group["lr_decay"] != 0 or group["initial_accumulator_value"] != 0:
+            raise _unsupported(optimizer, " with lr_decay or initial_accumulator_value")
+        return {"rule": "adagrad", "learning_rate": lr, "epsilon": float(group["eps"])}
+    if kind is torch.optim.Adam or (kind is torch.optim.AdamW and group["weight_decay"] == 0):
+        if group["amsgrad"]:
+            raise _unsupported(optimizer, " with amsgrad")
+        beta1, beta2 = group["betas"]
+        return {
+            "rule": "adam",
+            "learning_rate": lr,
+            "beta1": float(beta1),
+            "beta2": float(beta2),
+            "epsilon": float(group["eps"]),
+        }
+    if kind is torch.optim.AdamW:
+        raise _unsupported(optimizer, " with weight_decay (decoupled)")
+    raise _unsupported(optimizer, "")
+
+
+def _accumulate_grad_hook(p: torch.Tensor, hook) -> Any:
+    """Calls hook() once autograd has accumulated p's gradient: torch 2.1+'s
+    post-accumulate hook, else a hook on p's AccumulateGrad node (torch
+    1.13), which must be kept alive: it is returned."""
+    if hasattr(p, "register_post_accumulate_grad_hook"):
+        return p.register_post_accumulate_grad_hook(lambda _: hook())
+    node = p.expand_as(p).grad_fn.next_functions[0][0]
+    node.register_hook(lambda *_: hook())
+    return node
+
+
+class _Param:
+    """One parameter and its tensors on the servers."""
+
+    def __init__(self, name: str, p: torch.Tensor, group: Dict[str, Any]):
+        self.name = name
+        self.p = p
+        self.group = group
+        self.numel = p.numel()
+        self.tensor: Any = None  # the update table (server mode) or the mean gradient
+        self.init: Any = None  # the first worker's initial values
+        self.lr0 = float(group["lr"])
+        self.scales_lr = False  # SGD: the lr's changes scale the gradient
+        self.grad = torch.zeros(self.numel, dtype=torch.float32)  # what is pushed
+        self.pulled = torch.zeros(self.numel, dtype=torch.float32)
+        self.start = torch.zeros(self.numel, dtype=torch.float32)  # initial values
+        self.handle: Any = None
+
+
+class DistributedOptimizer:
+    """Wraps a torch optimizer so that its parameters live on the servers.
+
+    optimizer: a torch.optim optimizer over the parameters of
+    named_parameters (model.named_parameters()). consistency: "bsp",
+    "ssp:K" or "async", of every parameter's tensor. name: a prefix of the
+    tensors' names, unique per model in the job. average_gradients: the
+    servers average each clock's gradients (BSP only) and each worker runs
+    `optimizer` on the average (any optimizer). client: the client to use
+    (default: the one init() connected).
+
+    All workers start from the same parameters: the first worker to get
+    here stores its own, the others (and later joiners) pull them. The
+    servers hold each parameter's change since then.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        named_parameters: Iterable[Tuple[str, torch.nn.Parameter]],
+        consistency: str = "bsp",
+        *,
+        name: str = "model",
+        average_gradients: bool = False,
+        client: Optional[ductile.Client] = None,
+    ):
+        self.optimizer = optimizer
+        self.client = client if client is not None else _current()
+        self.average_gradients = average_gradients
+        if average_gradients and consistency not in ("bsp", "bsp(mean)"):
+            raise ductile.InvalidArgument(
+                f"average_gradients=True needs consistency 'bsp', not '{consistency}'"
+            )
+        groups = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                groups[id(p)] = group
+        self._params: List[_Param] = []
+        for pname, p in named_parameters:
+            if id(p) not in groups:
+                raise ductile.InvalidArgument(f"parameter '{pname}' is not the optimizer's")
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise TypeError(f"parameter '{pname}' must be a float32 CPU tensor")
+            self._params.append(_Param(pname, p, groups.pop(id(p))))
+        if groups:
+            raise ductile.InvalidArgument(
+                f"{len(groups)} of the optimizer's parameters are not in named_parameters"
+            )
+        for param in self._params:
+            full = f"{name}.{param.name}"
+            if average_gradients:
+                options = {"rule": "assign"}
+            else:
+                options = _server_rule(optimizer, param.group)
+                param.scales_lr = options["rule"] in ("sgd", "momentum")
+            param.tensor = self.client.register_tensor(
+                full, param.numel, consistency=consistency, **options
+            )
+            param.init = self.client.register_tensor(
+                full + ".init", param.numel, rule="assign", consistency="async"
+            )
+        self._ready = self.client.register_tensor(
+            f"{name}.ready", 1, rule="assign", consistency="async"
+        )
+        self._share_initial_values()
+        self._hooks = [
+            _accumulate_grad_hook(param.p, lambda param=param: self._push(param))
+            for param in self._params
+            if param.p.requires_grad
+        ]
+
+    @property
+    def param_groups(self) -> List[Dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    def _share_initial_values(self) -> None:
+        flag = self.client.pull_tensor(self._ready)
+        live = self.client.live_workers
+        if flag[0] == 0 and (not live or self.client.worker_id <= min(live)):
+            for param in self._params:
+                param.start.copy_(param.p.data.reshape(-1))
+                self.client.push_tensor(param.init, param.start)
+            self.client.push_tensor(self._ready, torch.ones(1))
+        else:
+            deadline = time.monotonic() + INIT_TIMEOUT_S
+            while self.client.pull_tensor(self._ready, out=flag)[0] == 0:
+                if time.monotonic() > deadline:
+                    raise ductile.DeadlineExceeded(
+                        "the first worker did not store the initial parameters "
+                        f"within {INIT_TIMEOUT_S} s"
+                    )
+                time.sleep(0.01)
+            for param in self._params:
+                self.client.pull_tensor(param.init, out=param.start)
+                param.p.data.copy_(param.start.view_as(param.p))
+        if not self.average_gradients:
+            self._pull()
+
+    def _push(self, param: _Param) -> None:
+        if param.handle is not None:
+            param.handle.wait()  # a second backward before step(): both count
+        param.grad.copy_(param.p.grad.reshape(-1))
+        if not self.average_gradients:
+            decay = param.group.get("weight_decay", 0)
+            if decay:
+                param.grad.add_(param.p.data.reshape(-1), alpha=decay)
+            lr = float(param.group["lr"])
+            if lr != param.lr0:
+                if not param.scales_lr:
+                    raise ductile.InvalidArgument(
+                        f"the learning rate of '{param.name}' changed from {param.lr0} "
+                        f"to {lr}: the servers' {type(self.optimizer).__name__} keeps "
+                        "the rate it was created with (SGD follows it); use "
+                        "average_gradients=True for a schedule"
+                    )
+                param.grad.mul_(lr / param.lr0)
+        param.handle = self.client.push_tensor_async(param.tensor, param.grad)
+
+    def _pull(self) -> None:
+        handles = [self.client.pull_tensor_async(q.tensor, out=q.pulled) for q in self._params]
+        for param, handle in zip(self._params, handles):
+            handle.wait()
+            if self.average_gradients:
+                if param.p.grad is None:
+                    param.p.grad = torch.zeros_like(param.p)
+                param.p.grad.copy_(param.pulled.view_as(param.p))
+            else:
+                torch.add(param.start, param.pulled, out=param.p.data.view(-1))
+
+    def synchronize(self) -> None:
+        """Waits until every gradient pushed since the last step has been sent."""
+        for param in self._params:
+            if param.handle is not None:
+                param.handle.wait()
+                param.handle = None
+
+    def step(self, closure=None):
+        """Ends this worker's step: waits for its pushes, advances its clock
+        and pulls the parameters (under BSP, with every worker's gradients
+        of the step applied). With average_gradients, the average gradient
+        replaces p.grad and the wrapped optimizer steps."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.synchronize()
+        self.client.clock()
+        self._pull()
+        if self.average_gradients:
+            self.optimizer.step()
+        else:
+            # What torch's LR schedulers check to see that the optimizer stepped.
+            self.optimizer._step_count = getattr(self.optimizer, "_step_count", 0) + 1
+        return loss
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def __repr__(self) -> str:
+        mode = "gradient averaging" if self.average_gradients else "server optimizer"
+        return f"DistributedOptimizer({type(self.optimizer).__name__}, {mode}, {len(self._params)} parameters)"

@@ -1,7 +1,7 @@
 """ductile.torch: a torch model trained with its optimizer on the servers,
 against the same model trained by torch.optim in this process (the oracle),
 by one worker and by two workers (threads, each its own client) of the
-session's cluster."""
+tests' cluster."""
 
 import copy
 import subprocess

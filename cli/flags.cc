@@ -100,6 +100,14 @@ DEFINE_uint64(max_window_per_client, uint64_t{1} << 22,
               "server, local: sequence numbers a server's exactly-once "
               "window keeps per client above its done-below mark (1 to "
               "2^30); a client's push beyond is refused");
+DEFINE_uint64(max_parked_pulls_per_worker, 1024,
+              "server, local: pulls of one worker that wait at a server "
+              "for the staleness bound at once (1 to 1048576); more are "
+              "refused");
+DEFINE_uint64(max_parked_pulls, 65536,
+              "server, local: pulls that wait at a server for the "
+              "staleness bound at once, all workers' (1 to 16777216); more "
+              "are refused");
 DEFINE_int64(client_idle_expiry_s, 600,
              "server, local: a client not heard from for 1-2 times this "
              "long is forgotten by the exactly-once window (60 to 2592000)");

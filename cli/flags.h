@@ -36,6 +36,8 @@ DECLARE_uint64(max_stored_mb);
 DECLARE_int64(max_queued_replies);
 DECLARE_uint64(max_window_per_client);
 DECLARE_int64(client_idle_expiry_s);
+DECLARE_uint64(max_parked_pulls_per_worker);
+DECLARE_uint64(max_parked_pulls);
 DECLARE_int32(noise_scale_sample);
 DECLARE_int32(apply_threads);
 DECLARE_int32(io_threads);

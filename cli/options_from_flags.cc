@@ -181,6 +181,8 @@ Result<ServerOptions> ServerOptionsFromFlags(int32_t requested_id) {
   o.max_queued_replies = FLAGS_max_queued_replies;
   o.max_window_per_client = FLAGS_max_window_per_client;
   o.client_idle_expiry_s = FLAGS_client_idle_expiry_s;
+  o.max_parked_pulls_per_worker = FLAGS_max_parked_pulls_per_worker;
+  o.max_parked_pulls = FLAGS_max_parked_pulls;
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.apply_threads = FLAGS_apply_threads;
   o.io_threads = FLAGS_io_threads;

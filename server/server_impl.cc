@@ -46,6 +46,18 @@ Status Validate(const ServerOptions& options) {
         "max_window_per_client must be in [1, 1073741824], not " +
         std::to_string(options.max_window_per_client));
   }
+  if (options.max_parked_pulls_per_worker < 1 ||
+      options.max_parked_pulls_per_worker > (uint64_t{1} << 20)) {
+    return InvalidArgumentError(
+        "max_parked_pulls_per_worker must be in [1, 1048576], not " +
+        std::to_string(options.max_parked_pulls_per_worker));
+  }
+  if (options.max_parked_pulls < 1 ||
+      options.max_parked_pulls > (uint64_t{1} << 24)) {
+    return InvalidArgumentError(
+        "max_parked_pulls must be in [1, 16777216], not " +
+        std::to_string(options.max_parked_pulls));
+  }
   if (options.apply_threads < 0 || options.apply_threads > 256) {
     return InvalidArgumentError("apply_threads must be in [0, 256], not " +
                                 std::to_string(options.apply_threads));

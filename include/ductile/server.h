@@ -84,6 +84,16 @@ struct ServerOptions {
   // with moved slots, of clients not heard from since, are kept 30 days.)
   uint64_t max_window_per_client = uint64_t{1} << 22;
   int64_t client_idle_expiry_s = 600;
+  // Pulls waiting on a staleness bound (SSP, BSP) for the slowest worker:
+  // at most `max_parked_pulls_per_worker` of one worker (1 - 2^20; an
+  // honest one has one per table it pulls at once) and `max_parked_pulls`
+  // in all (1 - 2^24) wait at once; a pull beyond either is refused with
+  // kResourceExhausted, naming the limit. Only a live worker's pull waits
+  // (one naming another worker id is answered kUnavailable), and a
+  // worker's waiting pulls are answered kUnavailable as soon as it leaves
+  // or is declared dead. Each holds its request (keys) until answered.
+  uint64_t max_parked_pulls_per_worker = 1024;
+  uint64_t max_parked_pulls = 65536;
   // One key in this many feeds the gradient noise scale this server
   // estimates from the pushes it receives (ServerCounters::gns_*): 1 takes
   // every key, 0 turns it off, at most 2^20. It keeps the sampled keys'

@@ -94,8 +94,13 @@ DEFINE_uint64(max_stored_mb, 0,
               "a push of new keys beyond it is refused (0: three quarters "
               "of physical memory)");
 DEFINE_int64(max_queued_replies, 10000,
-             "server, local: replies a server queues for one client that "
-             "does not read them (1 to 10000000); more are dropped");
+             "server, coordinator, local: replies a process queues for one "
+             "peer that does not read them (1 to 10000000); more are "
+             "dropped");
+DEFINE_int64(max_queued_reply_mb, 256,
+             "server, coordinator, local: MiB of replies a process queues "
+             "for one peer that does not read them (1 to 1048576); a larger "
+             "reply beyond is refused with ResourceExhausted");
 DEFINE_uint64(max_window_per_client, uint64_t{1} << 22,
               "server, local: sequence numbers a server's exactly-once "
               "window keeps per client above its done-below mark (1 to "

@@ -136,6 +136,8 @@ Result<CoordinatorOptions> CoordinatorOptionsFromFlags(bool launched) {
   o.num_slots = FLAGS_slots;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.no_worker_timeout_ms = FLAGS_no_worker_timeout_ms;
+  o.max_queued_replies = FLAGS_max_queued_replies;
+  o.max_queued_reply_mb = FLAGS_max_queued_reply_mb;
   o.state_dir = FLAGS_state_dir;
   o.disk_reserve_mb = FLAGS_disk_reserve_mb;
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
@@ -179,6 +181,7 @@ Result<ServerOptions> ServerOptionsFromFlags(int32_t requested_id) {
   o.max_key_floats = FLAGS_max_key_floats;
   o.max_stored_mb = FLAGS_max_stored_mb;
   o.max_queued_replies = FLAGS_max_queued_replies;
+  o.max_queued_reply_mb = FLAGS_max_queued_reply_mb;
   o.max_window_per_client = FLAGS_max_window_per_client;
   o.client_idle_expiry_s = FLAGS_client_idle_expiry_s;
   o.max_parked_pulls_per_worker = FLAGS_max_parked_pulls_per_worker;

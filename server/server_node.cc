@@ -75,7 +75,8 @@ Status ServerNode::Start() {
   DUCTILE_ASSIGN_OR_RETURN(
       router_,
       transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes),
-                            options_.max_queued_replies));
+                            options_.max_queued_replies,
+                            options_.max_queued_reply_mb << 20));
   replies_.set_router(router_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);

@@ -21,6 +21,8 @@
 #include "glog/logging.h"
 #include "transport/connection_guard.h"
 #include "transport/endpoint.h"
+#include "transport/queued_bytes.h"
+#include "util/malloc_policy.h"
 
 namespace ductile {
 namespace {
@@ -55,22 +57,43 @@ struct InlineString final : OutMessage::Holder {
   std::string bytes;
 };
 
-zmq::message_t ToZmq(OutMessage::Frame& f) {
+// A frame's holder with its share of the bytes charged to its peer
+// (QueuedBytesPerPeer), given back with it.
+struct MeteredHolder final : OutMessage::Holder {
+  std::unique_ptr<OutMessage::Holder> inner;
+  std::shared_ptr<QueuedBytesPerPeer::Ticket> ticket;
+};
+
+OutMessage::Holder* WithTicket(
+    std::unique_ptr<OutMessage::Holder> holder,
+    const std::shared_ptr<QueuedBytesPerPeer::Ticket>& ticket) {
+  if (!ticket) return holder.release();
+  auto* metered = new MeteredHolder;
+  metered->inner = std::move(holder);
+  metered->ticket = ticket;
+  return metered;
+}
+
+// `ticket` (may be null): what the message's bytes were charged, held
+// until ZeroMQ releases the frame.
+zmq::message_t ToZmq(
+    OutMessage::Frame& f,
+    const std::shared_ptr<QueuedBytesPerPeer::Ticket>& ticket) {
   if (!f.holder) {
     if (f.inline_bytes.size() <= kInlineFrameBytes) {
       return zmq::message_t(f.inline_bytes.data(), f.inline_bytes.size());
     }
-    auto* holder = new InlineString(std::move(f.inline_bytes));
-    return zmq::message_t(holder->bytes.data(), holder->bytes.size(),
-                          &ReleaseHolder, holder);
+    auto owned = std::make_unique<InlineString>(std::move(f.inline_bytes));
+    const std::string& bytes = owned->bytes;
+    return zmq::message_t(const_cast<char*>(bytes.data()), bytes.size(),
+                          &ReleaseHolder, WithTicket(std::move(owned), ticket));
   }
   if (f.size == 0) {
     f.holder.reset();  // nothing to read: release at once
     return zmq::message_t();
   }
-  OutMessage::Holder* holder = f.holder.release();
   return zmq::message_t(const_cast<void*>(f.data), f.size, &ReleaseHolder,
-                        holder);
+                        WithTicket(std::move(f.holder), ticket));
 }
 
 // ZAP user ids: what a router's peer proved it holds. A member with a key
@@ -94,13 +117,20 @@ void NotePlainMode(const std::string& address) {
 class ZmqSocket final : public Socket {
  public:
   // `security` outlives the socket (the transport's). A router's `guard`
-  // watches its connections (null for a dealer).
+  // watches its connections (null for a dealer), and `queued` counts the
+  // bytes it queues for each peer (null: not counted, a dealer's).
   ZmqSocket(zmq::socket_t socket, const Security& security, bool router,
-            std::unique_ptr<ConnectionGuard> guard = nullptr)
+            std::unique_ptr<ConnectionGuard> guard = nullptr,
+            std::unique_ptr<QueuedBytesPerPeer> queued = nullptr)
       : socket_(std::move(socket)),
         security_(security),
         router_(router),
-        guard_(std::move(guard)) {}
+        guard_(std::move(guard)),
+        queued_(std::move(queued)) {}
+
+  uint64_t queued_bytes() const override {
+    return queued_ ? queued_->total() : 0;
+  }
 
   Result<std::string> Bind(const std::string& address) override {
     DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
@@ -135,12 +165,30 @@ class ZmqSocket final : public Socket {
   Status Send(OutMessage&& message) override {
     auto& frames = message.mutable_frames();
     const size_t n = frames.size();
+    // A router's message starts with its peer's identity.
+    std::shared_ptr<QueuedBytesPerPeer::Ticket> ticket;
+    if (queued_ && n > 0) {
+      const ByteSpan peer = frames[0].bytes();
+      Result<QueuedBytesPerPeer::Ticket> charged = queued_->Charge(
+          {reinterpret_cast<const char*>(peer.data()), peer.size()},
+          message.bytes());
+      if (!charged.ok()) {
+        if (queued_->refused() <= 10 || queued_->refused() % 1000 == 0) {
+          LOG(WARNING) << "refused a message to a peer that does not read ("
+                       << queued_->refused()
+                       << " so far): " << charged.status().message();
+        }
+        return charged.status();
+      }
+      ticket =
+          std::make_shared<QueuedBytesPerPeer::Ticket>(std::move(*charged));
+    }
     try {
       for (size_t i = 0; i < n; ++i) {
         auto flags =
             i + 1 < n ? zmq::send_flags::sndmore : zmq::send_flags::none;
-        auto sent =
-            socket_.send(ToZmq(frames[i]), flags | zmq::send_flags::dontwait);
+        auto sent = socket_.send(ToZmq(frames[i], ticket),
+                                 flags | zmq::send_flags::dontwait);
         if (!sent) {
           return UnavailableError("send would block (peer not connected?)");
         }
@@ -153,6 +201,10 @@ class ZmqSocket final : public Socket {
 
   Status Receive(InMessage* message, bool* got) override {
     *got = false;
+    // A peer that did not read made this process hold its messages; now
+    // that they are gone, so is the memory (not kept for reuse as
+    // KeepFreedMemory() keeps freed values).
+    if (queued_ && queued_->TakeTrimDue()) ReleaseFreedMemory();
     std::vector<ByteSpan> views = std::move(message->mutable_frames());
     views.clear();
     auto storage = std::make_unique<ZmqFrames>();
@@ -223,6 +275,9 @@ class ZmqSocket final : public Socket {
   const bool router_;
   // Stopped (destroyed) before socket_ closes.
   std::unique_ptr<ConnectionGuard> guard_;
+  // Frames ZeroMQ still holds share the counts they give back to, so
+  // either may go first.
+  std::unique_ptr<QueuedBytesPerPeer> queued_;
 };
 
 // The public keys of members with keys of their own, from the directory
@@ -417,7 +472,8 @@ class ZmqTransport final : public Transport {
   }
 
   Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
-                                            int64_t max_queued) override {
+                                            int64_t max_queued,
+                                            int64_t max_queued_bytes) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::router);
       if (security_.curve()) {
@@ -450,7 +506,9 @@ class ZmqTransport final : public Transport {
           ConnectionGuard::Start(context_, socket.handle(), security_);
       if (!guard.ok()) return guard.status();
       return std::unique_ptr<Socket>(new ZmqSocket(
-          std::move(socket), security_, /*router=*/true, std::move(*guard)));
+          std::move(socket), security_, /*router=*/true, std::move(*guard),
+          std::make_unique<QueuedBytesPerPeer>(
+              static_cast<uint64_t>(std::max<int64_t>(0, max_queued_bytes)))));
     } catch (const zmq::error_t& e) {
       return ZmqError("router socket", e);
     }

@@ -72,6 +72,14 @@ struct ServerOptions {
   // while the server's memory stays bounded by about this many replies
   // per connection (each at most max_message_bytes).
   int64_t max_queued_replies = 10000;
+  // The bytes of replies queued for one connection that does not read
+  // them, in MiB (1 - 2^20): a reply of more than 4 KiB that would pass it
+  // is not queued, and its request is answered kResourceExhausted instead
+  // (naming --max_queued_reply_mb). A connection then holds at most this
+  // plus one reply (a reply larger than the limit goes to a connection
+  // with nothing queued) plus small ones. When such a peer goes, its
+  // replies are dropped and their memory goes back to the system.
+  int64_t max_queued_reply_mb = 256;
   // The exactly-once window (server/request_dedup.h) keeps, per client,
   // the sequence numbers it applied above the client's done-below mark. A
   // client that holds this many there (1 - 2^30; an honest one holds about

@@ -101,6 +101,10 @@ DEFINE_int64(max_queued_reply_mb, 256,
              "server, coordinator, local: MiB of replies a process queues "
              "for one peer that does not read them (1 to 1048576); a larger "
              "reply beyond is refused with ResourceExhausted");
+DEFINE_int64(max_queued_requests, 1000,
+             "server, coordinator, local: requests of one peer that wait to "
+             "be read (1 to 10000000); past it the process reads no more "
+             "from that peer until it has taken some");
 DEFINE_uint64(max_window_per_client, uint64_t{1} << 22,
               "server, local: sequence numbers a server's exactly-once "
               "window keeps per client above its done-below mark (1 to "

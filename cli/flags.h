@@ -35,6 +35,7 @@ DECLARE_uint64(max_key_floats);
 DECLARE_uint64(max_stored_mb);
 DECLARE_int64(max_queued_replies);
 DECLARE_int64(max_queued_reply_mb);
+DECLARE_int64(max_queued_requests);
 DECLARE_uint64(max_window_per_client);
 DECLARE_int64(client_idle_expiry_s);
 DECLARE_uint64(max_parked_pulls_per_worker);

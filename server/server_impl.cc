@@ -46,6 +46,12 @@ Status Validate(const ServerOptions& options) {
         "max_queued_reply_mb must be in [1, 1048576], not " +
         std::to_string(options.max_queued_reply_mb));
   }
+  if (options.max_queued_requests < 1 ||
+      options.max_queued_requests > 10'000'000) {
+    return InvalidArgumentError(
+        "max_queued_requests must be in [1, 10000000], not " +
+        std::to_string(options.max_queued_requests));
+  }
   if (options.max_window_per_client < 1 ||
       options.max_window_per_client > (uint64_t{1} << 30)) {
     return InvalidArgumentError(

@@ -76,7 +76,8 @@ Status ServerNode::Start() {
       router_,
       transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes),
                             options_.max_queued_replies,
-                            options_.max_queued_reply_mb << 20));
+                            options_.max_queued_reply_mb << 20,
+                            options_.max_queued_requests));
   replies_.set_router(router_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);

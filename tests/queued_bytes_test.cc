@@ -1,7 +1,9 @@
 // The bytes a router queues for each peer: the count on its own (no
 // socket), then a ZeroMQ router and a dealer that never reads: messages
 // past the limit are refused, and their bytes are given back once the
-// dealer goes.
+// dealer goes. And the other way: a router that does not read holds at
+// most its limit of a peer's messages; the rest wait at the peer, and
+// none is lost.
 #include "transport/queued_bytes.h"
 
 #include <gtest/gtest.h>
@@ -9,12 +11,14 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "ductile/security.h"
 #include "transport/zmq_transport.h"
+#include "zmq.hpp"
 
 namespace ductile {
 namespace {
@@ -134,6 +138,66 @@ TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
     ASSERT_TRUE((*router)->Receive(&m, &got).ok());
   }
   EXPECT_EQ((*router)->queued_bytes(), 0u);
+}
+
+// A dealer that sends faster than its router reads is held back: its own
+// queue fills (a send that would block), while the router holds at most
+// `max_unread` of its messages; read at last, every one arrives, in order.
+TEST(RouterUnread,
+     APeerSendingFasterThanTheRouterReadsIsHeldBackLosingNothing) {
+  std::unique_ptr<Transport> router_side = NewZmqTransport(Security());
+  auto router = router_side->NewRouter(0, 0, 0, /*max_unread=*/10);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto bound = (*router)->Bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::sndhwm, 100);
+  dealer.connect(*bound);
+  // 1 KiB messages, up to 256 MiB of them; with no bound the router would
+  // take them all.
+  constexpr int kMost = 256 * 1024;
+  const std::string payload(1024, 'x');
+  int sent = 0;
+  bool held_back = false;
+  const auto deadline = steady_clock::now() + std::chrono::seconds(30);
+  while (sent < kMost && steady_clock::now() < deadline) {
+    std::string m = std::to_string(sent) + ":" + payload;
+    if (dealer.send(zmq::buffer(m), zmq::send_flags::dontwait)) {
+      ++sent;
+      continue;
+    }
+    // Would block: give the I/O threads a moment, then try once more.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (!dealer.send(zmq::buffer(m), zmq::send_flags::dontwait)) {
+      held_back = true;
+      break;
+    }
+    ++sent;
+  }
+  EXPECT_TRUE(held_back) << "the router took all " << sent << " messages";
+  EXPECT_LT(sent, kMost);
+  // Read at last: every message, in order.
+  int received = 0;
+  InMessage m;
+  Socket* const at_router[] = {router->get()};
+  const auto read_deadline = steady_clock::now() + std::chrono::seconds(60);
+  while (received < sent && steady_clock::now() < read_deadline) {
+    bool got = false;
+    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
+    if (!got) {
+      ASSERT_TRUE(router_side
+                      ->Wait(at_router, -1,
+                             steady_clock::now() + std::chrono::seconds(1))
+                      .ok());
+      continue;
+    }
+    const std::string_view body = m.frame_view(1);
+    ASSERT_EQ(body.substr(0, body.find(':')), std::to_string(received));
+    ++received;
+  }
+  EXPECT_EQ(received, sent);
 }
 
 }  // namespace

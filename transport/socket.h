@@ -58,10 +58,14 @@ class Transport {
   // `max_queued_bytes` of them (0: any size; transport/queued_bytes.h):
   // Send() refuses a message of more than 4 KiB that would queue more for
   // its peer with kResourceExhausted. Once such a peer has gone, the
-  // memory its messages took goes back to the system.
+  // memory its messages took goes back to the system. At most
+  // `max_unread` messages from one peer (0: any number) wait to be read;
+  // while they do, the transport reads no more from that peer's
+  // connection, so that a peer sending faster than this process reads
+  // holds the rest itself.
   virtual Result<std::unique_ptr<Socket>> NewRouter(
       int64_t max_message_bytes, int64_t max_queued = 0,
-      int64_t max_queued_bytes = 0) = 0;
+      int64_t max_queued_bytes = 0, int64_t max_unread = 0) = 0;
   // A dealer; `identity` names it to routers ("" = chosen by the
   // transport). A message from a router of far more than
   // `max_message_bytes` (over 2x, and over 2x kControlMessageBytes; 0: any

@@ -473,7 +473,8 @@ class ZmqTransport final : public Transport {
 
   Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
                                             int64_t max_queued,
-                                            int64_t max_queued_bytes) override {
+                                            int64_t max_queued_bytes,
+                                            int64_t max_unread) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::router);
       if (security_.curve()) {
@@ -490,7 +491,9 @@ class ZmqTransport final : public Transport {
       // libzmq counts whole messages; with ZMQ_ROUTER_MANDATORY off, those
       // to a peer whose queue is full are dropped.
       socket.set(zmq::sockopt::sndhwm, static_cast<int>(max_queued));
-      socket.set(zmq::sockopt::rcvhwm, 0);
+      // Per peer too (each has its pipe): a full one stops libzmq reading
+      // that connection until the socket's reader takes some.
+      socket.set(zmq::sockopt::rcvhwm, static_cast<int>(max_unread));
       // Replies to a peer that has gone are dropped, not an error.
       socket.set(zmq::sockopt::router_mandatory, 0);
       // A member reconnecting under its fixed identity takes its place at

@@ -66,6 +66,12 @@ struct CoordinatorOptions {
   // was queued for it is dropped and its memory goes back to the system.
   int64_t max_queued_replies = 10000;
   int64_t max_queued_reply_mb = 256;
+  // Requests of one peer that wait to be read, 1 - 10^7: past it the
+  // coordinator reads nothing more from that peer until it has taken
+  // some, so a peer sending faster than the coordinator answers (STATUS
+  // requests, say) keeps its backlog at home. Each at most about 2x
+  // kControlMessageBytes (64 MiB).
+  int64_t max_queued_requests = 1000;
 
   // Fault tolerance (docs/fault_tolerance.md).
   // Directory of the coordinator's own RocksDB (members, routing, tables,

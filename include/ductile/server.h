@@ -80,6 +80,13 @@ struct ServerOptions {
   // with nothing queued) plus small ones. When such a peer goes, its
   // replies are dropped and their memory goes back to the system.
   int64_t max_queued_reply_mb = 256;
+  // Requests of one connection that wait to be read, 1 - 10^7: past it the
+  // server reads nothing more from that connection until it has taken some
+  // (TCP's flow control then holds the peer's further requests at the
+  // peer). No request is lost; a peer sending faster than the server
+  // works keeps its backlog in its own memory rather than the server's.
+  // Each waiting request is at most about 2x max_message_bytes.
+  int64_t max_queued_requests = 1000;
   // The exactly-once window (server/request_dedup.h) keeps, per client,
   // the sequence numbers it applied above the client's done-below mark. A
   // client that holds this many there (1 - 2^30; an honest one holds about

@@ -94,12 +94,29 @@ DEFINE_uint64(max_stored_mb, 0,
               "a push of new keys beyond it is refused (0: three quarters "
               "of physical memory)");
 DEFINE_int64(max_queued_replies, 10000,
-             "server, local: replies a server queues for one client that "
-             "does not read them (1 to 10000000); more are dropped");
+             "server, coordinator, local: replies a process queues for one "
+             "peer that does not read them (1 to 10000000); more are "
+             "dropped");
+DEFINE_int64(max_queued_reply_mb, 256,
+             "server, coordinator, local: MiB of replies a process queues "
+             "for one peer that does not read them (1 to 1048576); a larger "
+             "reply beyond is refused with ResourceExhausted");
+DEFINE_int64(max_queued_requests, 1000,
+             "server, coordinator, local: requests of one peer that wait to "
+             "be read (1 to 10000000); past it the process reads no more "
+             "from that peer until it has taken some");
 DEFINE_uint64(max_window_per_client, uint64_t{1} << 22,
               "server, local: sequence numbers a server's exactly-once "
               "window keeps per client above its done-below mark (1 to "
               "2^30); a client's push beyond is refused");
+DEFINE_uint64(max_parked_pulls_per_worker, 1024,
+              "server, local: pulls of one worker that wait at a server "
+              "for the staleness bound at once (1 to 1048576); more are "
+              "refused");
+DEFINE_uint64(max_parked_pulls, 65536,
+              "server, local: pulls that wait at a server for the "
+              "staleness bound at once, all workers' (1 to 16777216); more "
+              "are refused");
 DEFINE_int64(client_idle_expiry_s, 600,
              "server, local: a client not heard from for 1-2 times this "
              "long is forgotten by the exactly-once window (60 to 2592000)");

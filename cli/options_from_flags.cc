@@ -136,6 +136,9 @@ Result<CoordinatorOptions> CoordinatorOptionsFromFlags(bool launched) {
   o.num_slots = FLAGS_slots;
   o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.no_worker_timeout_ms = FLAGS_no_worker_timeout_ms;
+  o.max_queued_replies = FLAGS_max_queued_replies;
+  o.max_queued_reply_mb = FLAGS_max_queued_reply_mb;
+  o.max_queued_requests = FLAGS_max_queued_requests;
   o.state_dir = FLAGS_state_dir;
   o.disk_reserve_mb = FLAGS_disk_reserve_mb;
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
@@ -179,8 +182,12 @@ Result<ServerOptions> ServerOptionsFromFlags(int32_t requested_id) {
   o.max_key_floats = FLAGS_max_key_floats;
   o.max_stored_mb = FLAGS_max_stored_mb;
   o.max_queued_replies = FLAGS_max_queued_replies;
+  o.max_queued_reply_mb = FLAGS_max_queued_reply_mb;
+  o.max_queued_requests = FLAGS_max_queued_requests;
   o.max_window_per_client = FLAGS_max_window_per_client;
   o.client_idle_expiry_s = FLAGS_client_idle_expiry_s;
+  o.max_parked_pulls_per_worker = FLAGS_max_parked_pulls_per_worker;
+  o.max_parked_pulls = FLAGS_max_parked_pulls;
   o.noise_scale_sample = static_cast<uint32_t>(FLAGS_noise_scale_sample);
   o.apply_threads = FLAGS_apply_threads;
   o.io_threads = FLAGS_io_threads;

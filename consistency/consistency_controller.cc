@@ -1,6 +1,7 @@
 #include "consistency/consistency_controller.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace ductile {
@@ -89,6 +90,7 @@ void ConsistencyController::Reset(const std::set<int32_t>& live,
     state.held.clear();
   }
   parked_.clear();
+  parked_per_worker_.clear();
 }
 
 bool ConsistencyController::Buffers(TableId table, int64_t clock) const {
@@ -140,28 +142,65 @@ int64_t ConsistencyController::RequiredServerClock(TableId table,
                              : it->second.schedule.RequiredServerClock(clock);
 }
 
-void ConsistencyController::Park(ParkedPull pull) {
+Status ConsistencyController::Park(ParkedPull&& pull) {
+  if (!live_.empty() && live_.count(pull.worker_id) == 0) {
+    return UnavailableError("worker " + std::to_string(pull.worker_id) +
+                            " is not a live worker of the job here: its "
+                            "pull cannot wait on the staleness bound");
+  }
+  if (parked_.size() >= max_parked_) {
+    return ResourceExhaustedError(
+        "this server has " + std::to_string(parked_.size()) +
+        " pulls waiting on a staleness bound, its limit "
+        "(--max_parked_pulls): pull refused");
+  }
+  auto [mine, added] = parked_per_worker_.try_emplace(pull.worker_id, 0);
+  if (mine->second >= max_parked_per_worker_) {
+    return ResourceExhaustedError(
+        "worker " + std::to_string(pull.worker_id) + " has " +
+        std::to_string(mine->second) +
+        " pulls waiting on a staleness bound at this server, its limit "
+        "(--max_parked_pulls_per_worker): pull refused");
+  }
+  ++mine->second;
   parked_.push_back(std::move(pull));
+  return Status::Ok();
+}
+
+template <typename Pred>
+std::vector<ConsistencyController::ParkedPull>
+ConsistencyController::TakeParkedIf(Pred&& take) {
+  std::vector<ParkedPull> taken, still;
+  for (ParkedPull& p : parked_) {
+    if (!take(p)) {
+      still.push_back(std::move(p));
+      continue;
+    }
+    auto it = parked_per_worker_.find(p.worker_id);
+    if (it != parked_per_worker_.end() && --it->second == 0) {
+      parked_per_worker_.erase(it);
+    }
+    taken.push_back(std::move(p));
+  }
+  parked_ = std::move(still);
+  return taken;
 }
 
 std::vector<ConsistencyController::ParkedPull>
 ConsistencyController::TakeReleasable() {
-  std::vector<ParkedPull> ready, still;
-  for (ParkedPull& p : parked_) {
-    (p.required <= server_clock() ? ready : still).push_back(std::move(p));
-  }
-  parked_ = std::move(still);
-  return ready;
+  const int64_t now = server_clock();
+  return TakeParkedIf([&](const ParkedPull& p) { return p.required <= now; });
 }
 
 std::vector<ConsistencyController::ParkedPull>
 ConsistencyController::TakeExpired(TimePoint now) {
-  std::vector<ParkedPull> expired, still;
-  for (ParkedPull& p : parked_) {
-    (now >= p.deadline ? expired : still).push_back(std::move(p));
-  }
-  parked_ = std::move(still);
-  return expired;
+  return TakeParkedIf([&](const ParkedPull& p) { return now >= p.deadline; });
+}
+
+std::vector<ConsistencyController::ParkedPull>
+ConsistencyController::TakeOfGoneWorkers() {
+  return TakeParkedIf(
+      [&](const ParkedPull& p) { return live_.count(p.worker_id) == 0; });
 }
 
 std::optional<ConsistencyController::TimePoint>
@@ -215,6 +254,7 @@ std::vector<InMessage> ConsistencyController::TakeAllWaiting() {
   std::vector<InMessage> out;
   for (ParkedPull& p : parked_) out.push_back(std::move(p.message));
   parked_.clear();
+  parked_per_worker_.clear();
   for (auto& [id, state] : tables_) {
     for (InMessage& m : state.held) out.push_back(std::move(m));
     state.held.clear();

@@ -21,13 +21,17 @@
 //   - a parked pull's `required` is its table's RequiredServerClock at its
 //     clock under the model in force, and it is parked only while required
 //     > server_clock();
-//   - BSP pushes of clock t stay buffered until server_clock() > t.
+//   - BSP pushes of clock t stay buffered until server_clock() > t;
+//   - parked_per_worker_[w] is the number of parked pulls of worker w
+//     (no entry for 0), and parked() never exceeds max_parked_, nor any
+//     worker's count max_parked_per_worker_.
 //
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_CONSISTENCY_CONSISTENCY_CONTROLLER_H_
 #define DUCTILE_CONSISTENCY_CONSISTENCY_CONTROLLER_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -53,6 +57,8 @@ class ConsistencyController {
   // request is kept and read again when it is released.
   struct ParkedPull {
     InMessage message;
+    // The worker it is from (the client that parks it).
+    int32_t worker_id = -1;
     TableId table = 0;
     int64_t required = 0;
     int64_t clock = 0;
@@ -63,6 +69,14 @@ class ConsistencyController {
     TimePoint parked_at;
     TimePoint deadline;
   };
+  // At most `max_parked_per_worker` pulls of one worker, and
+  // `max_parked` in all, wait on a staleness bound at once (both >= 1;
+  // ServerOptions::max_parked_pulls_per_worker, max_parked_pulls).
+  explicit ConsistencyController(size_t max_parked_per_worker = SIZE_MAX,
+                                 size_t max_parked = SIZE_MAX)
+      : max_parked_per_worker_(max_parked_per_worker),
+        max_parked_(max_parked) {}
+
   // One BSP clock's pushes to one table, combined per key.
   struct CombinedClock {
     TableId table = 0;
@@ -141,12 +155,26 @@ class ConsistencyController {
   // The server clock a worker's pull at `clock` needs
   // (ConsistencySchedule::kNoWait: none).
   int64_t RequiredServerClock(TableId table, int64_t clock) const;
-  void Park(ParkedPull pull);
+  // Parks `pull`. Refused, and not moved from (the caller answers it):
+  // with kUnavailable when it names a worker that is not live while some
+  // are (a worker about to join retries; a made-up one parks nothing);
+  // with kResourceExhausted, naming the limit, when its worker has
+  // `max_parked_per_worker` pulls parked already, or the server
+  // `max_parked` in all (the constructor's).
+  Status Park(ParkedPull&& pull);
   size_t parked() const { return parked_.size(); }
+  size_t parked_of(int32_t worker_id) const {
+    auto it = parked_per_worker_.find(worker_id);
+    return it == parked_per_worker_.end() ? 0 : it->second;
+  }
   // Pulls the server clock now allows, in arrival order, taken out.
   std::vector<ParkedPull> TakeReleasable();
   // Pulls past their deadline at `now`, taken out.
   std::vector<ParkedPull> TakeExpired(TimePoint now);
+  // Pulls naming a worker that is not live (it left, was declared dead, or
+  // never joined), taken out: nothing would ever answer them but their
+  // deadline.
+  std::vector<ParkedPull> TakeOfGoneWorkers();
   std::optional<TimePoint> NextDeadline() const;
 
   // ---- Runtime changes of a table's model.
@@ -180,8 +208,15 @@ class ConsistencyController {
   std::set<int32_t> live_;
   int64_t floor_ = 0;  // the highest server clock so far
   int64_t max_clock_seen_ = 0;
+  // The parked pulls for which `take` holds, taken out in arrival order.
+  template <typename Pred>
+  std::vector<ParkedPull> TakeParkedIf(Pred&& take);
+
   std::map<TableId, TableState> tables_;
   std::vector<ParkedPull> parked_;  // arrival order
+  std::map<int32_t, size_t> parked_per_worker_;
+  size_t max_parked_per_worker_;
+  size_t max_parked_;
 };
 
 }  // namespace ductile

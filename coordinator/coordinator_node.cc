@@ -41,8 +41,11 @@ CoordinatorNode::CoordinatorNode(const CoordinatorOptions& options, Env* env)
 Status CoordinatorNode::Start() {
   transport_ = env_->NewTransport("coordinator", options_.security,
                                   /*io_threads=*/1);  // control messages
-  DUCTILE_ASSIGN_OR_RETURN(socket_,
-                           transport_->NewRouter(kControlMessageBytes));
+  DUCTILE_ASSIGN_OR_RETURN(
+      socket_,
+      transport_->NewRouter(kControlMessageBytes, options_.max_queued_replies,
+                            options_.max_queued_reply_mb << 20,
+                            options_.max_queued_requests));
   std::string bind = options_.bind_address;
   if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) {
     bind = bind.substr(0, bind.size() - 1) + "*";

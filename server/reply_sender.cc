@@ -15,9 +15,21 @@ void ReplySender::Reply(ByteSpan identity, wire::Header& header,
   header.set_epoch(routing_->epoch());
   out.AddString(header.SerializeAsString());
   if (values != nullptr) out.AddOwned(std::move(*values));
-  counters_->Add(&ServerCounters::bytes_out, out.bytes());
+  const uint64_t bytes = out.bytes();
   Status s = router_->Send(std::move(out));
-  if (!s.ok()) VLOG(1) << "reply dropped: " << s;
+  if (s.ok()) {
+    counters_->Add(&ServerCounters::bytes_out, bytes);
+    return;
+  }
+  VLOG(1) << "reply dropped: " << s;
+  if (s.code() == StatusCode::kResourceExhausted && header.status_code() == 0) {
+    // Too much queued for a peer that does not read: its request is
+    // answered with the refusal instead (a small reply, always queued).
+    counters_->Add(&ServerCounters::refused_limits);
+    Error(identity, header.seq(),
+          ResourceExhaustedError("server " + std::to_string(server_id_) +
+                                 " did not queue the reply: " + s.message()));
+  }
 }
 
 void ReplySender::Error(ByteSpan identity, uint64_t seq, const Status& s) {

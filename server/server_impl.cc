@@ -40,11 +40,35 @@ Status Validate(const ServerOptions& options) {
         "max_queued_replies must be in [1, 10000000], not " +
         std::to_string(options.max_queued_replies));
   }
+  if (options.max_queued_reply_mb < 1 ||
+      options.max_queued_reply_mb > (int64_t{1} << 20)) {
+    return InvalidArgumentError(
+        "max_queued_reply_mb must be in [1, 1048576], not " +
+        std::to_string(options.max_queued_reply_mb));
+  }
+  if (options.max_queued_requests < 1 ||
+      options.max_queued_requests > 10'000'000) {
+    return InvalidArgumentError(
+        "max_queued_requests must be in [1, 10000000], not " +
+        std::to_string(options.max_queued_requests));
+  }
   if (options.max_window_per_client < 1 ||
       options.max_window_per_client > (uint64_t{1} << 30)) {
     return InvalidArgumentError(
         "max_window_per_client must be in [1, 1073741824], not " +
         std::to_string(options.max_window_per_client));
+  }
+  if (options.max_parked_pulls_per_worker < 1 ||
+      options.max_parked_pulls_per_worker > (uint64_t{1} << 20)) {
+    return InvalidArgumentError(
+        "max_parked_pulls_per_worker must be in [1, 1048576], not " +
+        std::to_string(options.max_parked_pulls_per_worker));
+  }
+  if (options.max_parked_pulls < 1 ||
+      options.max_parked_pulls > (uint64_t{1} << 24)) {
+    return InvalidArgumentError(
+        "max_parked_pulls must be in [1, 16777216], not " +
+        std::to_string(options.max_parked_pulls));
   }
   if (options.apply_threads < 0 || options.apply_threads > 256) {
     return InvalidArgumentError("apply_threads must be in [0, 256], not " +

@@ -19,9 +19,6 @@ using std::chrono::milliseconds;
 // Requests handled per Step() before the coordinator's messages and the
 // timers get their turn.
 constexpr int kRequestsPerStep = 256;
-// A gap between two runs of the timers this much longer than the heartbeat
-// interval is a pause of this server's own.
-constexpr std::chrono::milliseconds kPauseForgiven{1000};
 
 // The threads that apply large pushes (ServerOptions::apply_threads); null
 // when that is one.
@@ -50,6 +47,8 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
                  options.max_window_per_client, &counters_),
       runner_(MakeRunner(options.apply_threads)),
       tables_(&options_.custom_rules, -1, runner_.get()),
+      consistency_(options.max_parked_pulls_per_worker,
+                   options.max_parked_pulls),
       noise_(options.noise_scale_sample,
              GradientNoiseMonitor::kDefaultSmoothing),
       checkpointer_(env, this, &counters_),
@@ -76,7 +75,9 @@ Status ServerNode::Start() {
   DUCTILE_ASSIGN_OR_RETURN(
       router_,
       transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes),
-                            options_.max_queued_replies));
+                            options_.max_queued_replies,
+                            options_.max_queued_reply_mb << 20,
+                            options_.max_queued_requests));
   replies_.set_router(router_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);
@@ -463,6 +464,11 @@ void ServerNode::SetWorkers(const wire::Header& header) {
   const std::set<int32_t> live(header.worker_ids().begin(),
                                header.worker_ids().end());
   const bool moved = consistency_.SetWorkers(live);
+  FailParked(consistency_.TakeOfGoneWorkers(), [](const auto& p) {
+    return UnavailableError("worker " + std::to_string(p.worker_id) +
+                            " left the job (or was declared dead) while its "
+                            "pull waited on the staleness bound");
+  });
   VLOG(1) << "server " << id_ << ": " << live.size()
           << " live workers, server clock " << consistency_.server_clock();
   wire::Header ack;
@@ -525,83 +531,6 @@ void ServerNode::ReplayCheckpointHeld() {
   // In arrival order; those still beyond a cut are held again, in order.
   for (InMessage& m : checkpointer_.TakeHeld()) {
     HandleRequest(m, /*replay=*/true);
-  }
-}
-
-RequestDedup::TimePoint ServerNode::DedupNow() const {
-  return env_->Now() - paused_;
-}
-
-void ServerNode::SweepIdleClients() {
-  RequestDedup& dedup = admission_.dedup();
-  const TimePoint now = DedupNow();
-  dedup.SetNow(now);
-  if (now >= next_window_sweep_) {
-    // Often enough that a client is forgotten soon after it may be.
-    next_window_sweep_ = now + std::chrono::seconds(std::max<int64_t>(
-                                   15, options_.client_idle_expiry_s / 4));
-    const size_t dropped =
-        dedup.Sweep(now, std::chrono::seconds(options_.client_idle_expiry_s));
-    if (dropped > 0) {
-      counters_.Add(&ServerCounters::window_expired, dropped);
-      VLOG(1) << "server " << id_ << ": forgot the exactly-once windows of "
-              << dropped << " idle client(s)";
-    }
-  }
-  counters_.Set(&ServerCounters::window_clients, dedup.clients());
-}
-
-void ServerNode::HandleTimers() {
-  const TimePoint now = env_->Now();
-  // The timers run at least once per heartbeat interval; a longer gap is
-  // time this server did not run (stopped, starved, or busy writing), and
-  // the coordinator's answer to the heartbeat it just sent is on its way.
-  const auto expected = milliseconds(heartbeat_interval_ms_) + kPauseForgiven;
-  if (last_timers_ != TimePoint{} && now - last_timers_ > expected) {
-    last_heard_ += now - last_timers_ - milliseconds(heartbeat_interval_ms_);
-    // Nor did clients' requests reach it meanwhile: their windows' idle
-    // time does not count this.
-    paused_ += now - last_timers_ - milliseconds(heartbeat_interval_ms_);
-  }
-  last_timers_ = now;
-  if (options_.coordinator_timeout_ms > 0 &&
-      now - last_heard_ >= milliseconds(options_.coordinator_timeout_ms)) {
-    // Gone for good, or the job ended while this server was cut off.
-    failure_ = UnavailableError(
-        "server " + std::to_string(id_) + " heard nothing from the " +
-        "coordinator at " + options_.coordinator_address + " for " +
-        std::to_string(options_.coordinator_timeout_ms) +
-        " ms (coordinator_timeout_ms): stopping");
-    LOG(ERROR) << failure_.message();
-    shut_down_ = true;
-    return;
-  }
-  SweepIdleClients();
-  std::vector<ConsistencyController::ParkedPull> expired =
-      consistency_.TakeExpired(env_->Now());
-  if (!expired.empty()) {
-    for (ConsistencyController::ParkedPull& p : expired) {
-      std::vector<InMessage> one;
-      one.push_back(std::move(p.message));
-      replies_.FailAll(
-          std::move(one),
-          DeadlineExceededError(
-              "pull at clock " + std::to_string(p.clock) +
-              " needs server clock " + std::to_string(p.required) +
-              ", which is " + std::to_string(consistency_.server_clock()) +
-              "; waiting for workers " + consistency_.Laggards(p.required)));
-    }
-    counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
-  }
-  const auto laggards = [this](int64_t clock) {
-    return consistency_.Laggards(clock);
-  };
-  if (checkpointer_.Expire(laggards, generation_)) ReplayCheckpointHeld();
-  if (!behind_.empty() && env_->Now() - behind_since_ >= kBehindWait) {
-    // The newer routing did not come: they are answered (and sent again).
-    refuse_behind_ = true;
-    ReplayBehind();
-    refuse_behind_ = false;
   }
 }
 

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -144,7 +145,12 @@ class ServerNode final : private CoordinatorLink {
   void SetAdaScaleNoise();
   void WriteDueCheckpoints();
   void ReplayCheckpointHeld();
-  void HandleTimers();
+  void HandleTimers();  // server_node_timers.cc, as are the next three
+  // Answers each of `pulls` with the error `why` gives for it.
+  void FailParked(
+      std::vector<ConsistencyController::ParkedPull> pulls,
+      const std::function<Status(const ConsistencyController::ParkedPull&)>&
+          why);
   // Forgets the exactly-once windows of clients idle past their requests'
   // timeout and ServerOptions::client_idle_expiry_s (RequestDedup::Sweep).
   void SweepIdleClients();

@@ -158,8 +158,22 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     // A parked push-pull has applied its push already: released, it is
     // only served (ServePull reads keys and lengths, never values), or
     // answered "moved" as a duplicate (its values went with the slot).
-    consistency_.Park({std::move(message), table, required, clock,
-                       duplicate || request.has_values(), now, now + wait});
+    ConsistencyController::ParkedPull pull{std::move(message),
+                                           request.header.worker_id(),
+                                           table,
+                                           required,
+                                           clock,
+                                           duplicate || request.has_values(),
+                                           now,
+                                           now + wait};
+    if (Status parked = consistency_.Park(std::move(pull)); !parked.ok()) {
+      if (parked.code() == StatusCode::kResourceExhausted) {
+        counters_.Add(&ServerCounters::refused_limits);
+      }
+      // A push-pull's values stay applied: its client resends it (a
+      // duplicate then, only pulled) or reports the refusal.
+      return replies_.Error(pull.message.frame(0), seq, parked);
+    }
     counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
     return;
   }

@@ -111,7 +111,8 @@ void ServerNode::Rejoin(const wire::Header& header) {
   // As a server joining the job: the tables' models as the coordinator has
   // them now (changes were made without this server), every live worker
   // at the start until its clock arrives with the slots' routing.
-  consistency_ = ConsistencyController();
+  consistency_ = ConsistencyController(options_.max_parked_pulls_per_worker,
+                                       options_.max_parked_pulls);
   for (const auto& config : header.tables()) {
     if (!tables_.Has(config.id())) {
       if (Status s = tables_.Create(config); !s.ok()) {

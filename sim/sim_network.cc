@@ -50,7 +50,8 @@ class SimTransport final : public Transport {
   SimTransport(SimNetwork* net, std::string node)
       : net_(net), node_(std::move(node)) {}
 
-  Result<std::unique_ptr<Socket>> NewRouter(int64_t, int64_t) override {
+  Result<std::unique_ptr<Socket>> NewRouter(int64_t, int64_t, int64_t,
+                                            int64_t) override {
     return std::unique_ptr<Socket>(
         new SimSocket(net_, net_->NewSocket(node_, /*router=*/true, "")));
   }

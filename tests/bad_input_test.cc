@@ -1034,6 +1034,55 @@ TEST(ServerLimits, RepliesForAPeerThatDoesNotReadAreBounded) {
   EXPECT_LT(received, kPulls / 4);
 }
 
+// Counted in bytes too: a peer that does not read gets at most about
+// max_queued_reply_mb of replies queued; its later pulls are answered
+// with a small kResourceExhausted reply that names the limit instead.
+TEST(ServerLimits, ReplyBytesForAPeerThatDoesNotReadAreBounded) {
+  TestClusterOptions options;
+  options.num_servers = 1;
+  options.server.max_queued_reply_mb = 1;
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  TableOptions t;
+  t.name = "wide";
+  t.value_width = 16384;  // 64 KiB replies
+  Result<TableId> table = client->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> key = {1};
+  ASSERT_TRUE(client->Push(*table, key, std::vector<float>(16384, 1.0f)).ok());
+
+  const uint64_t limits_before = cluster.server(0).counters().refused_limits;
+  RawPeer peer(cluster.server(0).address(), /*receive_queue=*/1);
+  constexpr int kPulls = 2000;  // 128 MiB of replies
+  for (int i = 0; i < kPulls; ++i) {
+    peer.Send(
+        {Serialize(Request(wire::PULL, *table, 1000 + i, 1)), Bytes(key)});
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kReplyTimeout;
+  while (cluster.server(0).counters().refused_limits == limits_before &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(cluster.server(0).counters().refused_limits, limits_before);
+  // Others are served meanwhile.
+  std::vector<float> out(16384);
+  ASSERT_TRUE(client->Pull(*table, key, out).ok());
+  EXPECT_EQ(out[0], 1.0f);
+  // The peer, reading at last, finds the refusals among its replies.
+  int refused = 0;
+  for (int i = 0; i < kPulls && refused == 0; ++i) {
+    std::optional<wire::Header> reply = peer.ReceiveHeader();
+    if (!reply.has_value()) break;
+    if (reply->status_code() ==
+        static_cast<int>(StatusCode::kResourceExhausted)) {
+      ++refused;
+      EXPECT_THAT(reply->status_message(), HasSubstr("--max_queued_reply_mb"));
+    }
+  }
+  EXPECT_EQ(refused, 1);
+}
+
 // A client that never lets its done-below mark move (a lying one) holds
 // at most max_window_per_client applied sequence numbers in a server's
 // exactly-once window: its next push is refused, and taken again once its

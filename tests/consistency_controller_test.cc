@@ -14,8 +14,10 @@ using Clock = std::chrono::steady_clock;
 constexpr TableId kTable = 1;
 
 ConsistencyController::ParkedPull Pull(int64_t clock, int64_t required,
-                                       Clock::time_point deadline) {
+                                       Clock::time_point deadline,
+                                       int32_t worker_id = 0) {
   ConsistencyController::ParkedPull p;
+  p.worker_id = worker_id;
   p.message = InMessage::Copy({"peer", "pull at " + std::to_string(clock)});
   p.table = kTable;
   p.clock = clock;
@@ -81,7 +83,7 @@ TEST(ConsistencyController, APullIsReleasedExactlyWhenTheBoundAllows) {
   // SSP(2): a pull at clock 5 needs server clock 3.
   EXPECT_EQ(c.RequiredServerClock(kTable, 5), 3);
   const auto never = Clock::now() + std::chrono::hours(1);
-  c.Park(Pull(5, 3, never));
+  ASSERT_TRUE(c.Park(Pull(5, 3, never)).ok());
   c.Advance(0, 9);
   c.Advance(1, 2);
   EXPECT_TRUE(c.TakeReleasable().empty());
@@ -95,8 +97,8 @@ TEST(ConsistencyController, APullPastItsDeadlineExpires) {
   ConsistencyController c;
   c.AddTable(kTable, {ConsistencyMode::kBsp, 0});
   const auto now = Clock::now();
-  c.Park(Pull(4, 4, now + std::chrono::seconds(1)));
-  c.Park(Pull(5, 5, now + std::chrono::seconds(5)));
+  ASSERT_TRUE(c.Park(Pull(4, 4, now + std::chrono::seconds(1))).ok());
+  ASSERT_TRUE(c.Park(Pull(5, 5, now + std::chrono::seconds(5))).ok());
   EXPECT_EQ(c.NextDeadline(), now + std::chrono::seconds(1));
   EXPECT_EQ(c.TakeExpired(now + std::chrono::seconds(2)).size(), 1u);
   EXPECT_EQ(c.parked(), 1u);
@@ -142,7 +144,7 @@ TEST(ConsistencyController, ARollbackDropsEverythingWaiting) {
   ConsistencyController c;
   c.AddTable(kTable, {ConsistencyMode::kSsp, 0});
   c.SetWorkers({0});
-  c.Park(Pull(3, 3, Clock::now() + std::chrono::hours(1)));
+  ASSERT_TRUE(c.Park(Pull(3, 3, Clock::now() + std::chrono::hours(1))).ok());
   ASSERT_TRUE(c.Prepare(kTable).ok());
   c.HoldForChange(kTable, InMessage::Copy({"a", "held"}));
   EXPECT_EQ(c.TakeAllWaiting().size(), 2u);
@@ -151,6 +153,67 @@ TEST(ConsistencyController, ARollbackDropsEverythingWaiting) {
   EXPECT_EQ(c.max_clock_seen(), 7);
   EXPECT_EQ(c.parked(), 0u);
   EXPECT_FALSE(c.HoldsForChange(kTable, 100));
+}
+
+TEST(ConsistencyController, ParkedPullsAreCappedPerWorkerAndInAll) {
+  ConsistencyController c(/*max_parked_per_worker=*/2, /*max_parked=*/3);
+  c.AddTable(kTable, {ConsistencyMode::kBsp, 0});
+  c.SetWorkers({0, 1, 2});
+  const auto never = Clock::now() + std::chrono::hours(1);
+  ASSERT_TRUE(c.Park(Pull(1, 1, never, /*worker_id=*/0)).ok());
+  ASSERT_TRUE(c.Park(Pull(1, 1, never, 0)).ok());
+  // A third of worker 0's is refused, and left to the caller to answer.
+  ConsistencyController::ParkedPull third = Pull(1, 1, never, 0);
+  const Status refused = c.Park(std::move(third));
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("--max_parked_pulls_per_worker"),
+            std::string::npos);
+  EXPECT_EQ(third.message.frame_view(1), "pull at 1");
+  EXPECT_EQ(c.parked_of(0), 2u);
+  // Another worker fills the server's limit; a third worker is refused.
+  ASSERT_TRUE(c.Park(Pull(1, 1, never, 1)).ok());
+  const Status full = c.Park(Pull(1, 1, never, 2));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("--max_parked_pulls)"), std::string::npos);
+  EXPECT_EQ(c.parked(), 3u);
+  // Released pulls free their worker's share and the server's.
+  c.Advance(0, 1);
+  c.Advance(1, 1);
+  c.Advance(2, 1);
+  EXPECT_EQ(c.TakeReleasable().size(), 3u);
+  EXPECT_EQ(c.parked_of(0), 0u);
+  ASSERT_TRUE(c.Park(Pull(2, 2, never, 2)).ok());
+  ASSERT_TRUE(c.Park(Pull(2, 2, never, 2)).ok());
+}
+
+TEST(ConsistencyController, APullOfAWorkerThatIsNotLiveIsNotParked) {
+  ConsistencyController c;
+  c.AddTable(kTable, {ConsistencyMode::kBsp, 0});
+  c.SetWorkers({0, 1});
+  const auto never = Clock::now() + std::chrono::hours(1);
+  const Status s = c.Park(Pull(1, 1, never, /*worker_id=*/99));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c.parked(), 0u);
+}
+
+TEST(ConsistencyController, PullsOfAWorkerThatLeftAreTakenOut) {
+  ConsistencyController c(/*max_parked_per_worker=*/1, /*max_parked=*/10);
+  c.AddTable(kTable, {ConsistencyMode::kBsp, 0});
+  c.SetWorkers({0, 1});
+  const auto never = Clock::now() + std::chrono::hours(1);
+  ASSERT_TRUE(c.Park(Pull(1, 1, never, /*worker_id=*/0)).ok());
+  ASSERT_TRUE(c.Park(Pull(1, 1, never, 1)).ok());
+  EXPECT_TRUE(c.TakeOfGoneWorkers().empty());
+  // Worker 1 leaves (or is declared dead): its pull goes, and its share
+  // is free again once it comes back.
+  c.SetWorkers({0});
+  std::vector<ConsistencyController::ParkedPull> gone = c.TakeOfGoneWorkers();
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].worker_id, 1);
+  EXPECT_EQ(c.parked(), 1u);
+  EXPECT_EQ(c.parked_of(1), 0u);
+  c.SetWorkers({0, 1});
+  EXPECT_TRUE(c.Park(Pull(1, 1, never, 1)).ok());
 }
 
 }  // namespace

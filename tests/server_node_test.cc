@@ -1,8 +1,9 @@
 // A ServerNode against a scripted coordinator and a scripted client on the
 // simulated network (fake clock, no real socket): registration, tables
 // created by the coordinator, pushes applied exactly once, bad requests
-// answered with an error and nothing applied, and keys of another
-// server's slots sent back "moved".
+// answered with an error and nothing applied, keys of another
+// server's slots sent back "moved", and pulls waiting on a staleness bound
+// capped per worker and in all, and answered when their worker leaves.
 #include "server/server_node.h"
 
 #include <gtest/gtest.h>
@@ -67,7 +68,9 @@ std::string Bytes(const std::vector<T>& v) {
 // the test answers for, the client a dealer connected to the server.
 class ScriptedCluster {
  public:
-  ScriptedCluster() {
+  // `limits`: the server's options but for where it is (its address,
+  // coordinator, id, heartbeat).
+  explicit ScriptedCluster(const ServerOptions& limits = ServerOptions()) {
     sim::NetworkFaults faults;
     faults.min_latency_us = faults.max_latency_us = 100;
     net_ = std::make_unique<sim::SimNetwork>(/*seed=*/1, faults);
@@ -75,7 +78,7 @@ class ScriptedCluster {
     coordinator_ = *coordinator_transport_->NewRouter(kMaxBytes);
     EXPECT_TRUE(coordinator_->Bind(kCoordinatorAddress).ok());
 
-    ServerOptions o;
+    ServerOptions o = limits;
     o.coordinator_address = kCoordinatorAddress;
     o.host = "server-0";
     o.enable_ipc = false;
@@ -197,6 +200,66 @@ class ScriptedCluster {
     EXPECT_EQ(reply.header.type(), wire::DATA_REPLY);
     EXPECT_EQ(reply.header.seq(), seq);
     return reply;
+  }
+
+  // Sends a worker's pull of `keys` at `clock` to `table` (or a CLOCK,
+  // with no keys) and returns the replies that came within 5 ms (none
+  // for a pull parked on the staleness bound).
+  std::vector<Got> WorkerRequest(wire::MessageType type, TableId table,
+                                 int32_t worker, int64_t clock, uint64_t seq,
+                                 const std::vector<Key>& keys = {}) {
+    wire::Header h;
+    h.set_type(type);
+    h.set_seq(seq);
+    h.set_client_id(kClientId + worker);
+    h.set_worker_id(worker);
+    h.set_clock(clock);
+    h.set_table_id(table);
+    h.set_epoch(1);
+    h.set_num_keys(static_cast<uint32_t>(keys.size()));
+    h.set_timeout_ms(10000);
+    OutMessage out;
+    out.AddString(h.SerializeAsString());
+    if (type != wire::CLOCK) out.AddString(Bytes(keys));
+    EXPECT_TRUE(client_->Send(std::move(out)).ok());
+    Run(milliseconds(5));
+    return TakeAtClient();
+  }
+
+  std::vector<Got> TakeAtClient() {
+    std::vector<Got> got = std::move(at_client_);
+    at_client_.clear();
+    return got;
+  }
+
+  // The coordinator's list of live workers, sent and acknowledged.
+  void SetWorkers(const std::vector<int32_t>& live, uint64_t change_id) {
+    wire::Header update;
+    update.set_type(wire::WORKERS_UPDATE);
+    update.set_change_id(change_id);
+    for (int32_t w : live) update.add_worker_ids(w);
+    SendToServer(update);
+    Run(milliseconds(5));
+    ASSERT_TRUE(TakeAtCoordinator(wire::WORKERS_ACK).has_value());
+  }
+
+  // A BSP table `id` of kWidth floats, created by the coordinator.
+  void CreateBspTable(TableId id) {
+    wire::Header create;
+    create.set_type(wire::TABLE_CREATE);
+    create.set_seq(100 + id);
+    TableOptions table;
+    table.name = "bsp-" + std::to_string(id);
+    table.value_width = kWidth;
+    table.rule = UpdateRule::kAdd;
+    table.consistency = {ConsistencyMode::kBsp, 0};
+    *create.mutable_table() = ToWire(table, id);
+    SendToServer(create);
+    Run(milliseconds(5));
+    std::optional<Got> ack = TakeAtCoordinator(wire::TABLE_CREATE_ACK);
+    ASSERT_TRUE(ack.has_value());
+    ASSERT_EQ(StatusFromWire(ack->header).code(), StatusCode::kOk)
+        << StatusFromWire(ack->header);
   }
 
   // The values a pull of `keys` returns.
@@ -322,6 +385,88 @@ TEST(ServerNode, KeysOfAnotherServersSlotAreSentBackMovedWithTheRouting) {
   // Not applied here: server 0 does not hold the key.
   std::vector<float> stored;
   EXPECT_FALSE(cluster.server().GetForTesting(kTable, elsewhere, &stored));
+}
+
+StatusCode CodeOf(const Got& reply) {
+  return StatusFromWire(reply.header).code();
+}
+
+TEST(ServerNode, PullsWaitingOnTheStalenessBoundAreCappedPerWorkerAndInAll) {
+  ServerOptions limits;
+  limits.max_parked_pulls_per_worker = 2;
+  limits.max_parked_pulls = 3;
+  ScriptedCluster cluster(limits);
+  cluster.Register();
+  constexpr TableId kBsp = 1;
+  cluster.CreateBspTable(kBsp);
+  cluster.SetWorkers({0, 1, 2}, /*change_id=*/1);
+  // Under BSP a pull at clock 1 waits for every worker to reach clock 1.
+  EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 1, {3}).empty());
+  EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 2, {3}).empty());
+  EXPECT_EQ(cluster.server().counters().parked_pulls, 2u);
+  const uint64_t limits_before = cluster.server().counters().refused_limits;
+  // Worker 0's third is refused at once, naming the limit.
+  std::vector<Got> third =
+      cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 3, {3});
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].header.seq(), 3u);
+  EXPECT_EQ(CodeOf(third[0]), StatusCode::kResourceExhausted);
+  EXPECT_NE(
+      third[0].header.status_message().find("--max_parked_pulls_per_worker"),
+      std::string::npos)
+      << third[0].header.status_message();
+  // Worker 1 fills the server's limit; worker 2 is refused by it.
+  EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 1, 1, 4, {3}).empty());
+  std::vector<Got> full = cluster.WorkerRequest(wire::PULL, kBsp, 2, 1, 5, {3});
+  ASSERT_EQ(full.size(), 1u);
+  EXPECT_EQ(CodeOf(full[0]), StatusCode::kResourceExhausted);
+  EXPECT_NE(full[0].header.status_message().find("--max_parked_pulls)"),
+            std::string::npos)
+      << full[0].header.status_message();
+  // A worker id that is not the job's parks nothing (kUnavailable).
+  std::vector<Got> made_up =
+      cluster.WorkerRequest(wire::PULL, kBsp, 99, 1, 6, {3});
+  ASSERT_EQ(made_up.size(), 1u);
+  EXPECT_EQ(CodeOf(made_up[0]), StatusCode::kUnavailable);
+  EXPECT_EQ(cluster.server().counters().parked_pulls, 3u);
+  EXPECT_EQ(cluster.server().counters().refused_limits, limits_before + 2);
+  // Every worker reaches clock 1: the three waiting pulls are served.
+  for (int32_t w : {0, 1}) {
+    EXPECT_TRUE(cluster.WorkerRequest(wire::CLOCK, kBsp, w, 1, 10 + w).empty());
+  }
+  std::vector<Got> served = cluster.WorkerRequest(wire::CLOCK, kBsp, 2, 1, 12);
+  ASSERT_EQ(served.size(), 3u);
+  for (const Got& reply : served) {
+    EXPECT_EQ(CodeOf(reply), StatusCode::kOk) << StatusFromWire(reply.header);
+  }
+  EXPECT_EQ(cluster.server().counters().parked_pulls, 0u);
+}
+
+TEST(ServerNode, PullsOfAWorkerThatLeavesAreAnsweredAndItsShareFreed) {
+  ServerOptions limits;
+  limits.max_parked_pulls_per_worker = 1;
+  ScriptedCluster cluster(limits);
+  cluster.Register();
+  constexpr TableId kBsp = 1;
+  cluster.CreateBspTable(kBsp);
+  cluster.SetWorkers({0, 1}, /*change_id=*/1);
+  EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 1, {3}).empty());
+  EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 1, 1, 2, {3}).empty());
+  EXPECT_EQ(cluster.server().counters().parked_pulls, 2u);
+  // Worker 0 leaves (or is declared dead): its pull is answered, not kept
+  // to its deadline.
+  cluster.SetWorkers({1}, /*change_id=*/2);
+  std::vector<Got> answered = cluster.TakeAtClient();
+  ASSERT_EQ(answered.size(), 1u);
+  EXPECT_EQ(answered[0].header.seq(), 1u);
+  EXPECT_EQ(CodeOf(answered[0]), StatusCode::kUnavailable);
+  EXPECT_NE(answered[0].header.status_message().find("left the job"),
+            std::string::npos);
+  EXPECT_EQ(cluster.server().counters().parked_pulls, 1u);
+  // It joins again: its share is free.
+  cluster.SetWorkers({0, 1}, /*change_id=*/3);
+  EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 3, {3}).empty());
+  EXPECT_EQ(cluster.server().counters().parked_pulls, 2u);
 }
 
 }  // namespace

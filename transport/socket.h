@@ -36,6 +36,9 @@ class Socket {
   // Receives one whole message without blocking; *got = false when none is
   // waiting.
   virtual Status Receive(InMessage* message, bool* got) = 0;
+  // A router's bytes of messages queued for its peers and not yet handed
+  // to the connections (0 where the transport does not count them).
+  virtual uint64_t queued_bytes() const { return 0; }
 };
 
 // The largest message to or from the coordinator (registrations,
@@ -51,9 +54,18 @@ class Transport {
   // A router taking requests of up to about `max_message_bytes` (0: any
   // size); far larger ones may be dropped and their connection reset. At
   // most `max_queued` messages (0: any number) wait to go out to one peer
-  // that does not read them; more are dropped.
-  virtual Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
-                                                    int64_t max_queued = 0) = 0;
+  // that does not read them; more are dropped. At most about
+  // `max_queued_bytes` of them (0: any size; transport/queued_bytes.h):
+  // Send() refuses a message of more than 4 KiB that would queue more for
+  // its peer with kResourceExhausted. Once such a peer has gone, the
+  // memory its messages took goes back to the system. At most
+  // `max_unread` messages from one peer (0: any number) wait to be read;
+  // while they do, the transport reads no more from that peer's
+  // connection, so that a peer sending faster than this process reads
+  // holds the rest itself.
+  virtual Result<std::unique_ptr<Socket>> NewRouter(
+      int64_t max_message_bytes, int64_t max_queued = 0,
+      int64_t max_queued_bytes = 0, int64_t max_unread = 0) = 0;
   // A dealer; `identity` names it to routers ("" = chosen by the
   // transport). A message from a router of far more than
   // `max_message_bytes` (over 2x, and over 2x kControlMessageBytes; 0: any

@@ -21,6 +21,9 @@
 #include "glog/logging.h"
 #include "transport/connection_guard.h"
 #include "transport/endpoint.h"
+#include "transport/queued_bytes.h"
+#include "transport/zap_handler.h"
+#include "util/malloc_policy.h"
 
 namespace ductile {
 namespace {
@@ -55,30 +58,44 @@ struct InlineString final : OutMessage::Holder {
   std::string bytes;
 };
 
-zmq::message_t ToZmq(OutMessage::Frame& f) {
+// A frame's holder with its share of the bytes charged to its peer
+// (QueuedBytesPerPeer), given back with it.
+struct MeteredHolder final : OutMessage::Holder {
+  std::unique_ptr<OutMessage::Holder> inner;
+  std::shared_ptr<QueuedBytesPerPeer::Ticket> ticket;
+};
+
+OutMessage::Holder* WithTicket(
+    std::unique_ptr<OutMessage::Holder> holder,
+    const std::shared_ptr<QueuedBytesPerPeer::Ticket>& ticket) {
+  if (!ticket) return holder.release();
+  auto* metered = new MeteredHolder;
+  metered->inner = std::move(holder);
+  metered->ticket = ticket;
+  return metered;
+}
+
+// `ticket` (may be null): what the message's bytes were charged, held
+// until ZeroMQ releases the frame.
+zmq::message_t ToZmq(
+    OutMessage::Frame& f,
+    const std::shared_ptr<QueuedBytesPerPeer::Ticket>& ticket) {
   if (!f.holder) {
     if (f.inline_bytes.size() <= kInlineFrameBytes) {
       return zmq::message_t(f.inline_bytes.data(), f.inline_bytes.size());
     }
-    auto* holder = new InlineString(std::move(f.inline_bytes));
-    return zmq::message_t(holder->bytes.data(), holder->bytes.size(),
-                          &ReleaseHolder, holder);
+    auto owned = std::make_unique<InlineString>(std::move(f.inline_bytes));
+    const std::string& bytes = owned->bytes;
+    return zmq::message_t(const_cast<char*>(bytes.data()), bytes.size(),
+                          &ReleaseHolder, WithTicket(std::move(owned), ticket));
   }
   if (f.size == 0) {
     f.holder.reset();  // nothing to read: release at once
     return zmq::message_t();
   }
-  OutMessage::Holder* holder = f.holder.release();
   return zmq::message_t(const_cast<void*>(f.data), f.size, &ReleaseHolder,
-                        holder);
+                        WithTicket(std::move(f.holder), ticket));
 }
-
-// ZAP user ids: what a router's peer proved it holds. A member with a key
-// of its own is named by the prefix and its key.
-constexpr char kMemberUser[] = "member";
-constexpr char kAdminUser[] = "admin";
-constexpr std::string_view kOwnKeyUser = "key:";
-constexpr size_t kZ85KeyChars = 40;
 
 // Logs once per process that a plain socket is bound.
 void NotePlainMode(const std::string& address) {
@@ -94,13 +111,20 @@ void NotePlainMode(const std::string& address) {
 class ZmqSocket final : public Socket {
  public:
   // `security` outlives the socket (the transport's). A router's `guard`
-  // watches its connections (null for a dealer).
+  // watches its connections (null for a dealer), and `queued` counts the
+  // bytes it queues for each peer (null: not counted, a dealer's).
   ZmqSocket(zmq::socket_t socket, const Security& security, bool router,
-            std::unique_ptr<ConnectionGuard> guard = nullptr)
+            std::unique_ptr<ConnectionGuard> guard = nullptr,
+            std::unique_ptr<QueuedBytesPerPeer> queued = nullptr)
       : socket_(std::move(socket)),
         security_(security),
         router_(router),
-        guard_(std::move(guard)) {}
+        guard_(std::move(guard)),
+        queued_(std::move(queued)) {}
+
+  uint64_t queued_bytes() const override {
+    return queued_ ? queued_->total() : 0;
+  }
 
   Result<std::string> Bind(const std::string& address) override {
     DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
@@ -135,12 +159,30 @@ class ZmqSocket final : public Socket {
   Status Send(OutMessage&& message) override {
     auto& frames = message.mutable_frames();
     const size_t n = frames.size();
+    // A router's message starts with its peer's identity.
+    std::shared_ptr<QueuedBytesPerPeer::Ticket> ticket;
+    if (queued_ && n > 0) {
+      const ByteSpan peer = frames[0].bytes();
+      Result<QueuedBytesPerPeer::Ticket> charged = queued_->Charge(
+          {reinterpret_cast<const char*>(peer.data()), peer.size()},
+          message.bytes());
+      if (!charged.ok()) {
+        if (queued_->refused() <= 10 || queued_->refused() % 1000 == 0) {
+          LOG(WARNING) << "refused a message to a peer that does not read ("
+                       << queued_->refused()
+                       << " so far): " << charged.status().message();
+        }
+        return charged.status();
+      }
+      ticket =
+          std::make_shared<QueuedBytesPerPeer::Ticket>(std::move(*charged));
+    }
     try {
       for (size_t i = 0; i < n; ++i) {
         auto flags =
             i + 1 < n ? zmq::send_flags::sndmore : zmq::send_flags::none;
-        auto sent =
-            socket_.send(ToZmq(frames[i]), flags | zmq::send_flags::dontwait);
+        auto sent = socket_.send(ToZmq(frames[i], ticket),
+                                 flags | zmq::send_flags::dontwait);
         if (!sent) {
           return UnavailableError("send would block (peer not connected?)");
         }
@@ -153,6 +195,10 @@ class ZmqSocket final : public Socket {
 
   Status Receive(InMessage* message, bool* got) override {
     *got = false;
+    // A peer that did not read made this process hold its messages; now
+    // that they are gone, so is the memory (not kept for reuse as
+    // KeepFreedMemory() keeps freed values).
+    if (queued_ && queued_->TakeTrimDue()) ReleaseFreedMemory();
     std::vector<ByteSpan> views = std::move(message->mutable_frames());
     views.clear();
     auto storage = std::make_unique<ZmqFrames>();
@@ -223,165 +269,10 @@ class ZmqSocket final : public Socket {
   const bool router_;
   // Stopped (destroyed) before socket_ closes.
   std::unique_ptr<ConnectionGuard> guard_;
+  // Frames ZeroMQ still holds share the counts they give back to, so
+  // either may go first.
+  std::unique_ptr<QueuedBytesPerPeer> queued_;
 };
-
-// The public keys of members with keys of their own, from the directory
-// Security::members_dir names. Read again at a handshake when the
-// directory has changed or a second has passed since it was last read (so
-// a key added or removed counts within a second, and a flood of
-// handshakes reads it at most once a second).
-class MemberKeyDirectory {
- public:
-  explicit MemberKeyDirectory(std::string dir) : dir_(std::move(dir)) {}
-
-  // Whether `key` (32 bytes) is a member's; if so, its Z85 text and the
-  // name of its file.
-  bool Find(const uint8_t* key, std::string* z85, std::string* name) {
-    char text[41];
-    if (dir_.empty() || zmq_z85_encode(text, key, 32) == nullptr) return false;
-    Reload();
-    auto found = keys_.find(text);
-    if (found == keys_.end()) return false;
-    *z85 = text;
-    *name = found->second;
-    return true;
-  }
-
- private:
-  void Reload() {
-    const auto now = std::chrono::steady_clock::now();
-    struct stat st {};
-    const bool exists = stat(dir_.c_str(), &st) == 0;
-    const bool changed = exists != existed_ ||
-                         st.st_mtim.tv_sec != mtime_.tv_sec ||
-                         st.st_mtim.tv_nsec != mtime_.tv_nsec;
-    if (read_ && !changed && now - read_at_ < std::chrono::seconds(1)) {
-      return;
-    }
-    std::vector<Status> skipped;
-    Result<std::vector<MemberPublicKey>> keys =
-        ReadMemberPublicKeys(dir_, &skipped);
-    read_ = true;
-    read_at_ = now;
-    existed_ = exists;
-    mtime_ = st.st_mtim;
-    if (!keys.ok()) skipped.push_back(keys.status());
-    for (const Status& s : skipped) {
-      // A key file being written, or a bad one: left out for now.
-      if (++problems_ <= 10 || problems_ % 1000 == 0) {
-        LOG(WARNING) << "member keys: " << s;
-      }
-    }
-    if (keys.ok()) {
-      keys_.clear();
-      // One key under two names would be two members, or a role-bound
-      // key unbound by a copy under another name: it admits no one.
-      std::set<std::string> twice;
-      for (const MemberPublicKey& k : *keys) {
-        if (!keys_.emplace(k.key, k.name).second) twice.insert(k.key);
-      }
-      for (const std::string& key : twice) {
-        if (++problems_ <= 10 || problems_ % 1000 == 0) {
-          LOG(WARNING) << "member keys: the key of " << keys_[key]
-                       << ".pub is also under another name in " << dir_
-                       << "; it is refused until one is removed";
-        }
-        keys_.erase(key);
-      }
-    }
-  }
-
-  const std::string dir_;
-  std::map<std::string, std::string> keys_;  // Z85 key -> its file's name
-  bool read_ = false;
-  std::chrono::steady_clock::time_point read_at_{};
-  bool existed_ = false;
-  timespec mtime_{};
-  uint64_t problems_ = 0;
-};
-
-// Answers the ZAP requests of a context's CURVE routers (RFC 27): admits
-// the cluster's key as a member, the admin's key as the admin, and the
-// keys of members with keys of their own under their names; nobody else.
-// Runs until the context is shut down.
-void ServeZap(const Security& security, zmq::socket_t& socket) {
-  MemberKeyDirectory member_keys(security.members_dir);
-  uint8_t cluster[32];
-  uint8_t admin[32];
-  const bool keys_ok =
-      zmq_z85_decode(cluster, security.cluster_public.c_str()) != nullptr &&
-      zmq_z85_decode(admin, security.admin_public.c_str()) != nullptr;
-  uint64_t refused = 0;
-  while (true) {
-    std::vector<zmq::message_t> request;
-    bool more = true;
-    while (more) {
-      zmq::message_t frame;
-      try {
-        if (!socket.recv(frame)) continue;
-      } catch (const zmq::error_t& e) {
-        // A process stopped and resumed (SIGSTOP, SIGCONT) sees EINTR
-        // here: the handler must go on, or no handshake would complete.
-        if (e.num() == EINTR) continue;
-        if (e.num() == ETERM) return;
-        LOG(ERROR) << "ZAP handler: " << e.what();
-        return;
-      }
-      more = frame.more();
-      request.push_back(std::move(frame));
-    }
-    // version, request id, domain, address, identity, mechanism, key
-    std::string status = "400";
-    std::string user;
-    if (request.size() == 7 && request[5].to_string_view() == "CURVE" &&
-        request[6].size() == 32 && keys_ok) {
-      if (std::memcmp(request[6].data(), cluster, 32) == 0) {
-        if (!security.require_member_keys) {
-          status = "200";
-          user = kMemberUser;
-        }
-      } else if (std::memcmp(request[6].data(), admin, 32) == 0) {
-        status = "200";
-        user = kAdminUser;
-      } else if (std::string key, name; member_keys.Find(
-                     static_cast<const uint8_t*>(request[6].data()), &key,
-                     &name)) {
-        status = "200";
-        // The key (40 characters), then the name it was found under.
-        user = std::string(kOwnKeyUser) + key + name;
-      }
-    }
-    if (status != "200") {
-      ++refused;
-      // The first refusals, then every 1000th: a scan cannot flood the log.
-      if (refused <= 10 || refused % 1000 == 0) {
-        LOG(WARNING) << "refused a connection from "
-                     << (request.size() > 3 ? request[3].to_string() : "?")
-                     << (security.require_member_keys
-                             ? ": it proves neither a member key of its own "
-                               "nor the admin's (--require_member_keys) ("
-                             : ": it holds none of the cluster's keys (")
-                     << refused << " refused so far)";
-      }
-    }
-    const std::string request_id =
-        request.size() > 1 ? request[1].to_string() : "";
-    const std::string reply[] = {"1.0", request_id, status, "", user, ""};
-    for (size_t i = 0; i < std::size(reply);) {
-      try {
-        socket.send(zmq::buffer(reply[i]), i + 1 < std::size(reply)
-                                               ? zmq::send_flags::sndmore
-                                               : zmq::send_flags::none);
-        ++i;
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) continue;  // as above: send it again
-        if (e.num() == ETERM) return;
-        LOG(ERROR) << "ZAP handler: " << e.what();
-        return;
-      }
-    }
-  }
-}
 
 class ZmqTransport final : public Transport {
  public:
@@ -417,7 +308,9 @@ class ZmqTransport final : public Transport {
   }
 
   Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
-                                            int64_t max_queued) override {
+                                            int64_t max_queued,
+                                            int64_t max_queued_bytes,
+                                            int64_t max_unread) override {
     try {
       zmq::socket_t socket(context_, zmq::socket_type::router);
       if (security_.curve()) {
@@ -434,7 +327,9 @@ class ZmqTransport final : public Transport {
       // libzmq counts whole messages; with ZMQ_ROUTER_MANDATORY off, those
       // to a peer whose queue is full are dropped.
       socket.set(zmq::sockopt::sndhwm, static_cast<int>(max_queued));
-      socket.set(zmq::sockopt::rcvhwm, 0);
+      // Per peer too (each has its pipe): a full one stops libzmq reading
+      // that connection until the socket's reader takes some.
+      socket.set(zmq::sockopt::rcvhwm, static_cast<int>(max_unread));
       // Replies to a peer that has gone are dropped, not an error.
       socket.set(zmq::sockopt::router_mandatory, 0);
       // A member reconnecting under its fixed identity takes its place at
@@ -450,7 +345,9 @@ class ZmqTransport final : public Transport {
           ConnectionGuard::Start(context_, socket.handle(), security_);
       if (!guard.ok()) return guard.status();
       return std::unique_ptr<Socket>(new ZmqSocket(
-          std::move(socket), security_, /*router=*/true, std::move(*guard)));
+          std::move(socket), security_, /*router=*/true, std::move(*guard),
+          std::make_unique<QueuedBytesPerPeer>(
+              static_cast<uint64_t>(std::max<int64_t>(0, max_queued_bytes)))));
     } catch (const zmq::error_t& e) {
       return ZmqError("router socket", e);
     }

@@ -56,6 +56,22 @@ struct CoordinatorOptions {
   // so its servers stop too, and Wait() returns kAborted. 0: wait for new
   // workers forever. 0 or 1 s - 7 days.
   int64_t no_worker_timeout_ms = 600000;
+  // Messages queued for one peer that does not read them (a member, or
+  // anyone asking for the status, say, without reading the answers): at
+  // most `max_queued_replies` of them (1 - 10^7; more are dropped, as
+  // ZeroMQ's send high-water mark does), and of more than 4 KiB each, at
+  // most `max_queued_reply_mb` MiB (1 - 2^20; one more is dropped too).
+  // The members' own messages are acknowledged and sent again, so a
+  // member that catches up loses nothing. When such a peer goes, what
+  // was queued for it is dropped and its memory goes back to the system.
+  int64_t max_queued_replies = 10000;
+  int64_t max_queued_reply_mb = 256;
+  // Requests of one peer that wait to be read, 1 - 10^7: past it the
+  // coordinator reads nothing more from that peer until it has taken
+  // some, so a peer sending faster than the coordinator answers (STATUS
+  // requests, say) keeps its backlog at home. Each at most about 2x
+  // kControlMessageBytes (64 MiB).
+  int64_t max_queued_requests = 1000;
 
   // Fault tolerance (docs/fault_tolerance.md).
   // Directory of the coordinator's own RocksDB (members, routing, tables,

@@ -72,6 +72,21 @@ struct ServerOptions {
   // while the server's memory stays bounded by about this many replies
   // per connection (each at most max_message_bytes).
   int64_t max_queued_replies = 10000;
+  // The bytes of replies queued for one connection that does not read
+  // them, in MiB (1 - 2^20): a reply of more than 4 KiB that would pass it
+  // is not queued, and its request is answered kResourceExhausted instead
+  // (naming --max_queued_reply_mb). A connection then holds at most this
+  // plus one reply (a reply larger than the limit goes to a connection
+  // with nothing queued) plus small ones. When such a peer goes, its
+  // replies are dropped and their memory goes back to the system.
+  int64_t max_queued_reply_mb = 256;
+  // Requests of one connection that wait to be read, 1 - 10^7: past it the
+  // server reads nothing more from that connection until it has taken some
+  // (TCP's flow control then holds the peer's further requests at the
+  // peer). No request is lost; a peer sending faster than the server
+  // works keeps its backlog in its own memory rather than the server's.
+  // Each waiting request is at most about 2x max_message_bytes.
+  int64_t max_queued_requests = 1000;
   // The exactly-once window (server/request_dedup.h) keeps, per client,
   // the sequence numbers it applied above the client's done-below mark. A
   // client that holds this many there (1 - 2^30; an honest one holds about
@@ -84,6 +99,16 @@ struct ServerOptions {
   // with moved slots, of clients not heard from since, are kept 30 days.)
   uint64_t max_window_per_client = uint64_t{1} << 22;
   int64_t client_idle_expiry_s = 600;
+  // Pulls waiting on a staleness bound (SSP, BSP) for the slowest worker:
+  // at most `max_parked_pulls_per_worker` of one worker (1 - 2^20; an
+  // honest one has one per table it pulls at once) and `max_parked_pulls`
+  // in all (1 - 2^24) wait at once; a pull beyond either is refused with
+  // kResourceExhausted, naming the limit. Only a live worker's pull waits
+  // (one naming another worker id is answered kUnavailable), and a
+  // worker's waiting pulls are answered kUnavailable as soon as it leaves
+  // or is declared dead. Each holds its request (keys) until answered.
+  uint64_t max_parked_pulls_per_worker = 1024;
+  uint64_t max_parked_pulls = 65536;
   // One key in this many feeds the gradient noise scale this server
   // estimates from the pushes it receives (ServerCounters::gns_*): 1 takes
   // every key, 0 turns it off, at most 2^20. It keeps the sampled keys'

@@ -1,0 +1,204 @@
+// The bytes a router queues for each peer: the count on its own (no
+// socket), then a ZeroMQ router and a dealer that never reads: messages
+// past the limit are refused, and their bytes are given back once the
+// dealer goes. And the other way: a router that does not read holds at
+// most its limit of a peer's messages; the rest wait at the peer, and
+// none is lost.
+#include "transport/queued_bytes.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ductile/security.h"
+#include "transport/zmq_transport.h"
+#include "zmq.hpp"
+
+namespace ductile {
+namespace {
+
+using std::chrono::steady_clock;
+
+constexpr uint64_t kLimit = 1 << 20;
+constexpr uint64_t kLarge = 300 << 10;  // over kSmallBytes
+
+TEST(QueuedBytesPerPeer, APeersQueueIsRefusedPastItsLimitAndFreedAsSent) {
+  QueuedBytesPerPeer queued(kLimit);
+  std::vector<QueuedBytesPerPeer::Ticket> held;
+  for (int i = 0; i < 3; ++i) {
+    Result<QueuedBytesPerPeer::Ticket> t = queued.Charge("slow", kLarge);
+    ASSERT_TRUE(t.ok()) << t.status();
+    held.push_back(std::move(*t));
+  }
+  EXPECT_EQ(queued.of("slow"), 3 * kLarge);
+  // A fourth would pass 1 MiB: refused, naming the flag, nothing charged.
+  Result<QueuedBytesPerPeer::Ticket> refused = queued.Charge("slow", kLarge);
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("--max_queued_reply_mb"),
+            std::string::npos);
+  EXPECT_EQ(queued.of("slow"), 3 * kLarge);
+  EXPECT_EQ(queued.refused(), 1u);
+  // Other peers are not held up by it.
+  Result<QueuedBytesPerPeer::Ticket> other = queued.Charge("other", kLarge);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(queued.total(), 4 * kLarge);
+  // Small messages (error replies) always go.
+  Result<QueuedBytesPerPeer::Ticket> small = queued.Charge("slow", 100);
+  EXPECT_TRUE(small.ok());
+  // Sent (the transport destroys the frames): the bytes come back.
+  held.clear();
+  *small = QueuedBytesPerPeer::Ticket();
+  EXPECT_EQ(queued.of("slow"), 0u);
+  EXPECT_EQ(queued.total(), kLarge);
+  EXPECT_TRUE(queued.Charge("slow", kLarge).ok());
+}
+
+TEST(QueuedBytesPerPeer, OneMessageLargerThanTheLimitGoesToAnIdlePeer) {
+  QueuedBytesPerPeer queued(kLimit);
+  Result<QueuedBytesPerPeer::Ticket> big = queued.Charge("peer", 4 * kLimit);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(queued.Charge("peer", kLarge).status().code(),
+            StatusCode::kResourceExhausted);
+}
+
+TEST(QueuedBytesPerPeer, MemoryIsToBeTrimmedOnceARefusedPeersBytesAreGone) {
+  QueuedBytesPerPeer queued(kLimit);
+  Result<QueuedBytesPerPeer::Ticket> a = queued.Charge("slow", kLimit);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(queued.TakeTrimDue());  // nothing refused
+  ASSERT_FALSE(queued.Charge("slow", kLarge).ok());
+  EXPECT_FALSE(queued.TakeTrimDue());  // still held
+  *a = QueuedBytesPerPeer::Ticket();
+  EXPECT_TRUE(queued.TakeTrimDue());
+  EXPECT_FALSE(queued.TakeTrimDue());  // once
+}
+
+TEST(QueuedBytesPerPeer, PeersWithNothingQueuedAreForgotten) {
+  QueuedBytesPerPeer queued(kLimit);
+  for (int i = 0; i < 10000; ++i) {
+    ASSERT_TRUE(queued.Charge("peer-" + std::to_string(i), kLarge).ok());
+  }
+  EXPECT_EQ(queued.total(), 0u);
+  EXPECT_LE(queued.peers(), 128u);
+}
+
+// A real router and a dealer that connects, says hello and never reads.
+TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
+  std::unique_ptr<Transport> router_side = NewZmqTransport(Security());
+  std::unique_ptr<Transport> dealer_side = NewZmqTransport(Security());
+  constexpr int64_t kRouterLimit = int64_t{8} << 20;
+  auto router = router_side->NewRouter(0, /*max_queued=*/100000, kRouterLimit);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto bound = (*router)->Bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  auto dealer = dealer_side->NewDealer("slow", 0);
+  ASSERT_TRUE(dealer.ok()) << dealer.status();
+  ASSERT_TRUE((*dealer)->Connect(*bound).ok());
+  OutMessage hello;
+  hello.AddString("hello");
+  ASSERT_TRUE((*dealer)->Send(std::move(hello)).ok());
+  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+  InMessage m;
+  bool got = false;
+  Socket* const at_router[] = {router->get()};
+  while (!got && steady_clock::now() < deadline) {
+    ASSERT_TRUE(router_side->Wait(at_router, -1, deadline).ok());
+    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
+  }
+  ASSERT_TRUE(got) << "the router heard nothing";
+  const std::string identity(m.frame_view(0));
+  // 1 GiB offered in 1 MiB messages: far more than the kernel's buffers
+  // take, so most would wait in the router.
+  int sent = 0;
+  Status refused;
+  for (int i = 0; i < 1024 && refused.ok(); ++i) {
+    OutMessage out;
+    out.AddString(identity);
+    out.AddOwned(std::vector<char>(size_t{1} << 20, 'x'));
+    refused = (*router)->Send(std::move(out));
+    if (refused.ok()) ++sent;
+  }
+  ASSERT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("--max_queued_reply_mb"), std::string::npos);
+  EXPECT_LE((*router)->queued_bytes(), uint64_t{kRouterLimit});
+  EXPECT_LT(sent, 1024);
+  // The peer goes: ZeroMQ drops what it held for it, and the count
+  // comes back to nothing.
+  dealer->reset();
+  const auto gone = steady_clock::now() + std::chrono::seconds(20);
+  while ((*router)->queued_bytes() > 0 && steady_clock::now() < gone) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    got = false;
+    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
+  }
+  EXPECT_EQ((*router)->queued_bytes(), 0u);
+}
+
+// A dealer that sends faster than its router reads is held back: its own
+// queue fills (a send that would block), while the router holds at most
+// `max_unread` of its messages; read at last, every one arrives, in order.
+TEST(RouterUnread,
+     APeerSendingFasterThanTheRouterReadsIsHeldBackLosingNothing) {
+  std::unique_ptr<Transport> router_side = NewZmqTransport(Security());
+  auto router = router_side->NewRouter(0, 0, 0, /*max_unread=*/10);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto bound = (*router)->Bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::sndhwm, 100);
+  dealer.connect(*bound);
+  // 1 KiB messages, up to 256 MiB of them; with no bound the router would
+  // take them all.
+  constexpr int kMost = 256 * 1024;
+  const std::string payload(1024, 'x');
+  int sent = 0;
+  bool held_back = false;
+  const auto deadline = steady_clock::now() + std::chrono::seconds(30);
+  while (sent < kMost && steady_clock::now() < deadline) {
+    std::string m = std::to_string(sent) + ":" + payload;
+    if (dealer.send(zmq::buffer(m), zmq::send_flags::dontwait)) {
+      ++sent;
+      continue;
+    }
+    // Would block: give the I/O threads a moment, then try once more.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (!dealer.send(zmq::buffer(m), zmq::send_flags::dontwait)) {
+      held_back = true;
+      break;
+    }
+    ++sent;
+  }
+  EXPECT_TRUE(held_back) << "the router took all " << sent << " messages";
+  EXPECT_LT(sent, kMost);
+  // Read at last: every message, in order.
+  int received = 0;
+  InMessage m;
+  Socket* const at_router[] = {router->get()};
+  const auto read_deadline = steady_clock::now() + std::chrono::seconds(60);
+  while (received < sent && steady_clock::now() < read_deadline) {
+    bool got = false;
+    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
+    if (!got) {
+      ASSERT_TRUE(router_side
+                      ->Wait(at_router, -1,
+                             steady_clock::now() + std::chrono::seconds(1))
+                      .ok());
+      continue;
+    }
+    const std::string_view body = m.frame_view(1);
+    ASSERT_EQ(body.substr(0, body.find(':')), std::to_string(received));
+    ++received;
+  }
+  EXPECT_EQ(received, sent);
+}
+
+}  // namespace
+}  // namespace ductile

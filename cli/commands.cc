@@ -119,11 +119,12 @@ const std::vector<Command>& Commands() {
   static const auto* const kCommands = new std::vector<Command>{
       {"local", "train an app on a whole cluster on this machine",
        "Starts a coordinator, servers and workers, trains --app, and "
-       "stops them all when it is done.",
+       "stops them all when it is done; -- COMMAND runs COMMAND as each "
+       "worker instead (docs/python.md).",
        kLocal,
        Advanced(kLocal,
                 {kLocalAdvanced, kServerTuningFlags, kCoordinatorTuningFlags}),
-       true, RunLocal},
+       true, RunLocal, nullptr, "COMMAND [ARGS...]"},
       {"coordinator", "run the coordinator of a cluster",
        "Registers --servers servers and --workers workers, assigns key slots "
        "to servers, publishes the routing table, and takes checkpoints. It "
@@ -229,6 +230,11 @@ const std::vector<Command>& Commands() {
        RunK8sController},
   };
   return *kCommands;
+}
+
+std::vector<std::string>& CommandAfterDashes() {
+  static std::vector<std::string>* const kWords = new std::vector<std::string>;
+  return *kWords;
 }
 
 const Command* FindCommand(const std::string& name) {

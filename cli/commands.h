@@ -38,7 +38,15 @@ struct Command {
   int (*run)(const std::string& operand);
   // The name of the one operand the command takes (nullptr: none).
   const char* operand = nullptr;
+  // What the command takes after `--` (nullptr: nothing), as
+  // CommandAfterDashes() then holds it.
+  const char* after_dashes = nullptr;
 };
+
+// The words after the first `--` of the command line (`ductile local --
+// /usr/bin/python3 train.py`); empty when there is none. Set by main()
+// before the command runs.
+std::vector<std::string>& CommandAfterDashes();
 
 // Every command, in the order `ductile help` lists them.
 const std::vector<Command>& Commands();

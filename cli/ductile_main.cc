@@ -57,9 +57,19 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; ++i) argv[i] = argv[i + 1];
     --argc;
   }
+  // What follows the first `--` is a command for the workers (`ductile
+  // local -- python3 train.py`), never flags: gflags sees what precedes it.
+  bool dashes = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") != 0) continue;
+    dashes = true;
+    ductile::cli::CommandAfterDashes().assign(argv + i + 1, argv + argc);
+    argc = i;
+    break;
+  }
   // gflags knows no -h.
   static char help_flag[] = "--help";
-  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "-h") == 0) argv[i] = help_flag;
   }
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
@@ -78,6 +88,18 @@ int main(int argc, char** argv) {
   if (c == nullptr) {
     std::fprintf(stderr, "ductile: unknown command '%s'\n%s", command.c_str(),
                  usage.c_str());
+    return 2;
+  }
+  if (dashes && c->after_dashes == nullptr) {
+    std::fprintf(stderr,
+                 "ductile %s: takes nothing after --; -- COMMAND is supported "
+                 "by the local provider only (ductile local)\n",
+                 c->name);
+    return 2;
+  }
+  if (dashes && ductile::cli::CommandAfterDashes().empty()) {
+    std::fprintf(stderr, "usage: ductile %s [flags] -- %s\n", c->name,
+                 c->after_dashes);
     return 2;
   }
   std::string operand;

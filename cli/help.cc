@@ -116,6 +116,9 @@ std::string CommandNames() {
 std::string CommandHelp(const Command& c, bool all) {
   std::string out = std::string("usage: ductile ") + c.name + " [--flags]";
   if (c.operand != nullptr) out += std::string(" ") + c.operand;
+  if (c.after_dashes != nullptr) {
+    out += std::string(" [-- ") + c.after_dashes + "]";
+  }
   out += "\n";
   AppendWrapped("", 0, std::string(c.summary) + ". " + c.details, &out);
   out += "\nflags:\n";

@@ -123,13 +123,38 @@ Status CheckLaunchedJob(bool data_here) {
   return Status::Ok();
 }
 
+// A worker command trains nothing of ductile's: a training flag set with
+// one would be silently ignored, so it is refused. --cache is the one that
+// reaches the command (DUCTILE_CACHE).
+Status CheckNoTrainingFlags() {
+  for (const char* name : TrainingFlags()) {
+    if (std::strcmp(name, "cache") == 0) continue;
+    if (!gflags::GetCommandLineFlagInfoOrDie(name).is_default) {
+      return InvalidArgumentError(
+          std::string("--") + name +
+          " is a training flag of the built-in worker: it cannot go with "
+          "-- COMMAND, which runs in the worker's place");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunLocal(const std::string&) {
+  const std::vector<std::string>& command = CommandAfterDashes();
   // Every flag checked here, before any process starts.
-  Status valid = CheckLaunchedJob(/*data_here=*/true);
+  if (!command.empty()) {
+    if (Status s = CheckNoTrainingFlags(); !s.ok()) return Fail(s);
+  }
+  Status valid = CheckLaunchedJob(/*data_here=*/command.empty());
   if (!valid.ok()) return Fail(valid);
   launch::LocalClusterOptions o;
+  o.worker_command = command;
+  o.worker_connection.timeout_ms = FLAGS_timeout_ms;
+  o.worker_connection.io_threads = FLAGS_io_threads;
+  o.worker_connection.shm_values = FLAGS_shm_values;
+  o.worker_connection.cache = FLAGS_cache;
   auto provider = launch::ParseProvider(FLAGS_provider);
   if (!provider.ok()) return Fail(provider.status());
   o.provider = *provider;
@@ -154,7 +179,8 @@ int RunLocal(const std::string&) {
     context.num_servers = FLAGS_servers;
     context.num_workers = FLAGS_workers;
     context.seed = FLAGS_seed;
-    context.estimated_clocks = EstimateJobClocks();
+    // A worker command's length is its own.
+    context.estimated_clocks = command.empty() ? EstimateJobClocks() : 0;
     auto schedule = launch::ParseKillSchedule(FLAGS_kill_schedule, context);
     if (!schedule.ok()) return Fail(schedule.status());
     o.kill_schedule = std::move(*schedule);

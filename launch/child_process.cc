@@ -19,8 +19,17 @@ namespace ductile::launch {
 using SteadyClock = std::chrono::steady_clock;
 
 ExecImage MakeExecImage(const std::vector<std::string>& args,
-                        bool own_slurm_job) {
+                        bool own_slurm_job,
+                        const std::vector<std::string>& extra_env) {
   ExecImage image;
+  // Whether `var` ("NAME=VALUE") is given a new value by `extra_env`.
+  const auto replaced = [&extra_env](std::string_view var) {
+    const std::string_view name = var.substr(0, var.find('=') + 1);
+    for (const std::string& e : extra_env) {
+      if (std::string_view(e).substr(0, e.find('=') + 1) == name) return true;
+    }
+    return false;
+  };
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view var(*e);
@@ -28,8 +37,10 @@ ExecImage MakeExecImage(const std::vector<std::string>& args,
         var.substr(0, 11) != "SLURM_CONF=") {
       continue;
     }
+    if (replaced(var)) continue;
     env.emplace_back(var);
   }
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
   image.strings = args;
   image.strings.insert(image.strings.end(), env.begin(), env.end());
   for (size_t i = 0; i < image.strings.size(); ++i) {

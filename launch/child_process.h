@@ -23,9 +23,11 @@ struct ExecImage {
 // `own_slurm_job`: the child runs srun, which must queue a job of its own
 // rather than a step of an allocation the launcher may run in, with none
 // of the allocation's settings: every SLURM_* variable but SLURM_CONF is
-// left out.
+// left out. `env` ("NAME=VALUE") is added to the environment, each entry
+// in place of the variable of the same name.
 ExecImage MakeExecImage(const std::vector<std::string>& args,
-                        bool own_slurm_job);
+                        bool own_slurm_job,
+                        const std::vector<std::string>& env = {});
 
 // In a child after fork(): exec `image` (argv[0] found on PATH when it has
 // no '/'), or say so and exit 127. Async-signal-safe calls only.

@@ -29,4 +29,23 @@ Result<int32_t> RankFromEnvironment(
   return -1;
 }
 
+std::vector<std::string> WorkerEnvironment(const WorkerConnection& c) {
+  const auto entry = [](const char* name, const std::string& value) {
+    return std::string(name) + "=" + value;
+  };
+  const auto flag = [](bool value) { return std::string(value ? "1" : "0"); };
+  std::vector<std::string> env = {
+      entry(kCoordinatorVariable, c.coordinator),
+      entry(kKeysVariable, c.keys_dir),
+      entry(kMemberKeyVariable, c.member_key),
+      entry(kRequireMemberKeysVariable, flag(c.require_member_keys)),
+      entry(kTimeoutVariable, std::to_string(c.timeout_ms)),
+      entry(kIoThreadsVariable, std::to_string(c.io_threads)),
+      entry(kShmValuesVariable, flag(c.shm_values)),
+      entry(kCacheVariable, flag(c.cache)),
+      entry(kWorkersVariable, std::to_string(c.workers))};
+  if (c.rank >= 0) env.push_back(entry(kRankVariable, std::to_string(c.rank)));
+  return env;
+}
+
 }  // namespace ductile::launch

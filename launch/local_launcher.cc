@@ -252,6 +252,19 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   const auto start_worker = [&](int id) -> Status {
     DUCTILE_ASSIGN_OR_RETURN(std::vector<std::string> member_key,
                              member_key_flag("worker-" + std::to_string(id)));
+    if (!options.worker_command.empty()) {
+      WorkerConnection c = options.worker_connection;
+      c.coordinator = address;
+      c.rank = id;
+      c.keys_dir = keys_dir;
+      c.member_key =
+          own_keys ? keys_dir + "/members/worker-" + std::to_string(id) + ".key"
+                   : "";
+      c.require_member_keys = own_keys;
+      c.workers = options.num_workers;
+      return supervisor.Start(Role::kWorker, id, options.worker_command,
+                              WorkerEnvironment(c));
+    }
     std::vector<std::string> a = {
         options.program, "worker", "--coordinator=" + address,
         "--worker_id=" + std::to_string(id), keys_flag};

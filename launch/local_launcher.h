@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "ductile/status.h"
+#include "launch/launch_env.h"
 #include "launch/schedules.h"
 
 namespace ductile::launch {
@@ -61,6 +62,14 @@ struct LocalClusterOptions {
   std::vector<std::string> coordinator_flags;
   std::vector<std::string> server_flags;
   std::vector<std::string> worker_flags;
+  // The command each worker runs instead of `program worker` with
+  // worker_flags ({} = that built-in worker), joiners and replacements
+  // alike. It learns how to connect from its environment (WorkerEnvironment
+  // in launch/launch_env.h): the launcher fills in the coordinator, keys,
+  // member key, rank and worker count of `worker_connection`; its other
+  // fields (timeout, I/O threads, ...) are taken as they are.
+  std::vector<std::string> worker_command;
+  WorkerConnection worker_connection;
   // Base directory of the cluster's durable state (see the top of this
   // file). "" = a directory inside the launcher's temporary run directory,
   // removed when the launch ends. A directory given here is kept, and a

@@ -28,9 +28,10 @@ std::string_view Trim(std::string_view s) {
 
 // fork + exec of `args` with the given signals unblocked. The child dies
 // with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
-pid_t Spawn(const std::vector<std::string>& args, const sigset_t& blocked,
+pid_t Spawn(const std::vector<std::string>& args,
+            const std::vector<std::string>& env, const sigset_t& blocked,
             bool own_slurm_job = false) {
-  const ExecImage image = MakeExecImage(args, own_slurm_job);
+  const ExecImage image = MakeExecImage(args, own_slurm_job, env);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;  // parent, or -1
@@ -103,7 +104,8 @@ int WaitSignal(const sigset_t& set, int ms) {
   return sig > 0 ? sig : 0;
 }
 
-Status Supervisor::Start(Role role, int id, std::vector<std::string> args) {
+Status Supervisor::Start(Role role, int id, std::vector<std::string> args,
+                         std::vector<std::string> env) {
   Child c;
   c.role = role;
   c.id = id;
@@ -119,7 +121,8 @@ Status Supervisor::Start(Role role, int id, std::vector<std::string> args) {
     args.insert(args.begin(), srun.begin(), srun.end());
   }
   c.args = std::move(args);
-  c.pid = Spawn(c.args, blocked_, !c.slurm_job.empty());
+  c.env = std::move(env);
+  c.pid = Spawn(c.args, c.env, blocked_, !c.slurm_job.empty());
   if (c.pid < 0)
     return UnavailableError("cannot start " + c.name + ": fork failed");
   by_pid_[c.pid] = children_.size();
@@ -322,7 +325,7 @@ Status Supervisor::Restart(size_t index, bool scheduled) {
                         " times already; giving up");
   }
   ++restarts;
-  c.pid = Spawn(c.args, blocked_, !c.slurm_job.empty());
+  c.pid = Spawn(c.args, c.env, blocked_, !c.slurm_job.empty());
   if (c.pid < 0) {
     return UnavailableError("cannot restart " + c.name + ": fork failed");
   }

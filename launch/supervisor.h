@@ -33,6 +33,7 @@ struct Child {
   int id = 0;
   std::string name;               // "coordinator", "server 0", "worker 1"
   std::vector<std::string> args;  // the command line, reused on restart
+  std::vector<std::string> env;   // added to its environment ("NAME=VALUE")
   // The Slurm job's name when it runs through srun (Provider::kSlurm), "".
   std::string slurm_job;
   // A scheduled kill of a Slurm task not running yet is tried again then.
@@ -54,7 +55,9 @@ class Supervisor {
         srun_flags_(options.srun_flags) {}
   ~Supervisor() { KillAll(0); }
 
-  Status Start(KillEvent::Role role, int id, std::vector<std::string> args);
+  // Starts `args` with `env` ("NAME=VALUE") added to the environment.
+  Status Start(KillEvent::Role role, int id, std::vector<std::string> args,
+               std::vector<std::string> env = {});
 
   // The coordinator's restarts must listen where the first one does.
   void SetCoordinatorAddress(const std::string& address);

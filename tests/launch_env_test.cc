@@ -1,8 +1,11 @@
 // A server's or worker's id from its launcher's rank (launch/launch_env.h).
 #include "launch/launch_env.h"
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -55,6 +58,72 @@ TEST(LaunchEnv, AValueThatIsNoRankIsAnErrorNamingTheVariable) {
         rank.status().message().find("SLURM_PROCID='" + std::string(bad) + "'"),
         std::string::npos)
         << rank.status();
+  }
+}
+
+// The value of `name` among `env`'s "NAME=VALUE" entries; "<unset>" if
+// none, "<twice>" if more than one.
+std::string ValueOf(const std::vector<std::string>& env,
+                    const std::string& name) {
+  std::string value = "<unset>";
+  int found = 0;
+  for (const std::string& e : env) {
+    if (e.rfind(name + "=", 0) != 0) continue;
+    value = e.substr(name.size() + 1);
+    ++found;
+  }
+  return found > 1 ? "<twice>" : value;
+}
+
+TEST(LaunchEnv, AWorkerCommandGetsEveryConnectionSettingOnce) {
+  WorkerConnection c;
+  c.coordinator = "tcp://127.0.0.1:4000";
+  c.rank = 3;
+  c.keys_dir = "/k";
+  c.member_key = "/k/members/worker-3.key";
+  c.require_member_keys = true;
+  c.timeout_ms = 40000;
+  c.io_threads = 2;
+  c.shm_values = false;
+  c.cache = true;
+  c.workers = 4;
+  const std::vector<std::string> env = WorkerEnvironment(c);
+  EXPECT_EQ(env.size(), 10u);
+  EXPECT_EQ(ValueOf(env, "DUCTILE_COORDINATOR"), "tcp://127.0.0.1:4000");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_RANK"), "3");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_KEYS"), "/k");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_MEMBER_KEY"), "/k/members/worker-3.key");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_REQUIRE_MEMBER_KEYS"), "1");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_TIMEOUT_MS"), "40000");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_IO_THREADS"), "2");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_SHM_VALUES"), "0");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_CACHE"), "1");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_WORKERS"), "4");
+}
+
+TEST(LaunchEnv, PlainModeLeavesTheKeysEmptyAndNoRankLetsTheCoordinatorChoose) {
+  WorkerConnection c;
+  c.coordinator = "tcp://127.0.0.1:4000";
+  const std::vector<std::string> env = WorkerEnvironment(c);
+  EXPECT_EQ(ValueOf(env, "DUCTILE_KEYS"), "");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_MEMBER_KEY"), "");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_REQUIRE_MEMBER_KEYS"), "0");
+  EXPECT_EQ(ValueOf(env, "DUCTILE_RANK"), "<unset>");
+}
+
+// python/ductile/_env.py documents every variable the launcher sets.
+TEST(LaunchEnv, ThePythonPackageDocumentsEveryVariableALauncherSets) {
+  std::ifstream in(DUCTILE_ENV_PY);
+  ASSERT_TRUE(in) << DUCTILE_ENV_PY;
+  std::stringstream source;
+  source << in.rdbuf();
+  WorkerConnection c;
+  c.rank = 0;
+  for (const std::string& e : WorkerEnvironment(c)) {
+    const std::string name = e.substr(0, e.find('='));
+    // A line of the module's table of variables.
+    EXPECT_NE(source.str().find("\n  " + name + " "), std::string::npos)
+        << name;
   }
 }
 

@@ -1173,6 +1173,88 @@ TEST(Cli, BadProvidersAreRefusedBeforeAnythingStarts) {
   EXPECT_EQ(out.find("coordinator at"), std::string::npos) << out;
 }
 
+// A command after `--` goes with `local` only, and without the flags of
+// the built-in training app, which it would silently ignore.
+TEST(Cli, AWorkerCommandWithTrainingFlagsOrOutsideLocalIsRefused) {
+  std::string out;
+  EXPECT_NE(RunToEnd({"local", "--epochs=2", "--", "/bin/true"}, &out), 0);
+  EXPECT_NE(out.find("--epochs is a training flag of the built-in worker: it "
+                     "cannot go with -- COMMAND"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator at"), std::string::npos) << out;
+  EXPECT_NE(RunToEnd({"local", "--app=mf", "--", "/bin/true"}, &out), 0);
+  EXPECT_NE(out.find("--app is a training flag"), std::string::npos) << out;
+  EXPECT_EQ(out.find("coordinator at"), std::string::npos) << out;
+  // The other flags are checked as without a command.
+  EXPECT_NE(RunToEnd({"local", "--max_key_floats=0", "--", "/bin/true"}, &out),
+            0);
+  EXPECT_NE(out.find("--max_key_floats must be in"), std::string::npos) << out;
+  EXPECT_EQ(out.find("coordinator at"), std::string::npos) << out;
+  EXPECT_EQ(RunToEnd({"local", "--"}, &out), 2);
+  EXPECT_NE(out.find("usage: ductile local [flags] -- COMMAND"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(RunToEnd({"k8s", "--image=i", "--", "/bin/true"}, &out), 2);
+  EXPECT_NE(out.find("-- COMMAND is supported by the local provider only"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("kind:"), std::string::npos) << out;
+  EXPECT_EQ(RunToEnd({"status", "--", "x"}, &out), 2);
+  EXPECT_NE(out.find("ductile status: takes nothing after --"),
+            std::string::npos)
+      << out;
+}
+
+#ifdef DUCTILE_PYTHON_PATH
+// `ductile local -- python3 worker_command.py`, through env(1) to find the
+// build tree's package; `marker` also marks the workers' command lines.
+std::vector<std::string> PythonWorkerJob(const std::string& marker,
+                                         const std::string& argument) {
+  return {kBinary,        "local",
+          "--servers=1",  "--workers=2",
+          marker,         "--",
+          "/usr/bin/env", std::string("PYTHONPATH=") + DUCTILE_PYTHON_PATH,
+          DUCTILE_PYTHON, DUCTILE_WORKER_COMMAND,
+          argument,       marker};
+}
+
+TEST(WorkerCommand, EachWorkerRunsTheCommandAndConnectsFromItsEnvironment) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p(PythonWorkerJob(marker, "ok"));
+  const int status = p.Wait(std::chrono::seconds(120));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  // Each rank pushed its row and read both, over the member keys the
+  // launcher made.
+  for (const char* line :
+       {"worker 0 of 2 read [1.0, 2.0]", "worker 1 of 2 read [1.0, 2.0]"}) {
+    EXPECT_NE(p.output().find(line), std::string::npos) << line << "\n"
+                                                        << p.output();
+  }
+  EXPECT_NE(p.output().find("ductile local: done"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+TEST(WorkerCommand, AFailingCommandStopsTheClusterWithItsError) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p(PythonWorkerJob(marker, "fail"));
+  const int status = p.Wait(std::chrono::seconds(120));
+  EXPECT_EQ(ExitCode(status), 1) << p.output();
+  const std::string& out = p.output();
+  // Its own stderr, then the launcher's verdict naming it.
+  const size_t error = out.find("worker_command.py: worker 1 fails on purpose");
+  ASSERT_NE(error, std::string::npos) << out;
+  const size_t verdict = out.find("worker 1 (pid ");
+  ASSERT_NE(verdict, std::string::npos) << out;
+  EXPECT_LT(error, verdict) << out;
+  EXPECT_NE(out.find("failed with exit status 3", verdict), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("stopping the cluster"), std::string::npos) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+#endif  // DUCTILE_PYTHON_PATH
+
 // Whether `help` lists --`flag` as an entry, not just mentions it in
 // another flag's description: entries start a line, indented by two.
 bool ListsFlag(const std::string& help, const std::string& flag) {
@@ -1245,6 +1327,9 @@ TEST(Help, ForLocalFitsSixtyLinesAndAllDescribesTheRest) {
   EXPECT_FALSE(ListsFlag(out, "max_key_floats")) << out;
   EXPECT_NE(out.find("--max_key_floats"), std::string::npos) << out;
   EXPECT_NE(out.find("ductile help local --all"), std::string::npos) << out;
+  EXPECT_NE(out.find("usage: ductile local [--flags] [-- COMMAND [ARGS...]]"),
+            std::string::npos)
+      << out;
 
   std::string all;
   ASSERT_EQ(RunToEnd({"help", "local", "--all"}, &all), 0) << all;

@@ -1,6 +1,8 @@
 """connect_from_env(): a Client from the environment a launcher sets.
 
-The variables name the `ductile worker` flags they stand for:
+`ductile local -- COMMAND` sets them for each worker it runs as COMMAND
+(their names are launch/launch_env.h's), from the flags it would give its
+built-in workers. They name the `ductile worker` flags they stand for:
 
   DUCTILE_COORDINATOR          --coordinator: the coordinator's address
   DUCTILE_KEYS                 --keys: directory of the cluster's keys
@@ -11,6 +13,9 @@ The variables name the `ductile worker` flags they stand for:
   DUCTILE_IO_THREADS           --io_threads
   DUCTILE_SHM_VALUES           --shm_values (1 unless 0 or false)
   DUCTILE_CACHE                --cache (0 unless 1 or true)
+  DUCTILE_RANK                 --worker_id (see below)
+  DUCTILE_WORKERS              the job's initial number of workers (not read
+                               here: client.num_workers is the live count)
 
 and the worker id is the launcher's rank, as for `ductile worker`: the first
 set of DUCTILE_RANK, SLURM_PROCID (srun) and JOB_COMPLETION_INDEX (a

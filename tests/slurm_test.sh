@@ -15,19 +15,29 @@
 #     as running Slurm jobs (ductile-PID-server-0, -worker-0, -worker-1);
 #   - no ductile job is left in the queue afterwards.
 #
-# Usage: slurm_test.sh DUCTILE_CLI
+# With a worker command (PYTHON PYTHONPATH SCRIPT: tests/python/
+# worker_command.py), the job instead runs `ductile local --provider=slurm
+# --servers=1 --workers=2 -- /usr/bin/env PYTHONPATH=... PYTHON SCRIPT`, and
+# the test passes when it ends with status 0 and both workers, Slurm jobs,
+# connected from their environment and read both rows.
+#
+# Usage: slurm_test.sh DUCTILE_CLI [PYTHON PYTHONPATH SCRIPT]
 # Needs root and Debian's slurm-wlm and munge; exits 77 (skipped) without
 # them, unless DUCTILE_REQUIRE_SLURM=1 (CI), where that is a failure. Every
 # wait is bounded; on any exit the daemons and the job are stopped and the
 # temporary directory is removed.
 set -euo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 DUCTILE_CLI" >&2
+if [[ $# -ne 1 && $# -ne 4 ]]; then
+  echo "usage: $0 DUCTILE_CLI [PYTHON PYTHONPATH SCRIPT]" >&2
   exit 2
 fi
 DUCTILE=$(realpath "$1")
 readonly DUCTILE
+WORKER_COMMAND=()
+if [[ $# -eq 4 ]]; then
+  WORKER_COMMAND=(/usr/bin/env "PYTHONPATH=$3" "$2" "$4")
+fi
 readonly DATA=/usr/share/datasets/fashion-mnist
 
 skip() {
@@ -158,6 +168,22 @@ for _ in $(seq 150); do
 done
 [[ $up -eq 1 ]] || fail "Slurm's node did not become idle within 30 s"
 echo "slurm up on ports $CTLD_PORT/$SLURMD_PORT"
+
+if [[ ${#WORKER_COMMAND[@]} -gt 0 ]]; then
+  rc=0
+  timeout 120 "$DUCTILE" local --provider=slurm --servers=1 --workers=2 \
+    -- "${WORKER_COMMAND[@]}" >"$TMP/job.out" 2>"$TMP/job.err" || rc=$?
+  cat "$TMP/job.out"
+  [[ $rc -eq 0 ]] || fail "ductile local exited with $rc"
+  for w in 0 1; do
+    grep -qF "worker $w of 2 read [1.0, 2.0]" "$TMP/job.out" ||
+      fail "worker $w did not connect and read both rows"
+  done
+  left=$(squeue --noheader --format=%j | grep -c '^ductile-' || true)
+  [[ "$left" -eq 0 ]] || fail "$left ductile job(s) left in the queue"
+  echo "PASS"
+  exit 0
+fi
 
 # The job. Kill the server's task at clock 30; autoscale grows the job from
 # 1 worker after 2 s of measurement.

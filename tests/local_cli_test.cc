@@ -1253,6 +1253,22 @@ TEST(WorkerCommand, AFailingCommandStopsTheClusterWithItsError) {
   EXPECT_NE(out.find("stopping the cluster"), std::string::npos) << out;
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
+// A worker the resize schedule adds runs the same command, as the next
+// rank.
+TEST(WorkerCommand, AJoinerRunsTheSameCommand) {
+  const std::string marker = UniqueTimeoutFlag();
+  std::vector<std::string> job = PythonWorkerJob(marker, "join");
+  job[3] = "--workers=1";
+  job.insert(job.begin() + 5, "--resize_schedule=workers=2@clock=3");
+  Process p(job);
+  const int status = p.Wait(std::chrono::seconds(120));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  EXPECT_NE(p.output().find("worker 0 saw worker 1 join"), std::string::npos)
+      << p.output();
+  EXPECT_NE(p.output().find("worker 1 saw worker 1 join"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
 #endif  // DUCTILE_PYTHON_PATH
 
 // Whether `help` lists --`flag` as an entry, not just mentions it in

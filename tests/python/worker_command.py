@@ -2,10 +2,13 @@
 (tests/local_cli_test.cc): connects from the environment the launcher sets,
 adds its rank + 1 to its own row, waits for every worker at a barrier, pulls
 every row and prints what it read. With the argument `fail`, worker 1 writes
-an error to stderr and exits with status 3 once connected."""
+an error to stderr and exits with status 3 once connected. With `join`,
+worker 0 ticks the job's clock until worker 1 (a joiner the launcher
+started) has written its row, and each then says so and finishes."""
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -22,6 +25,21 @@ def main() -> int:
     if "fail" in sys.argv[1:] and rank == 1:
         print("worker_command.py: worker 1 fails on purpose", file=sys.stderr)
         return 3
+    if "join" in sys.argv[1:]:
+        joined = client.create_table("joined", width=1, rule="add")
+        if rank > 0:
+            client.push(joined, [rank], np.ones(1, np.float32))
+        deadline = time.monotonic() + 60
+        while rank == 0 and client.pull(joined, [1])[0] == 0:
+            if time.monotonic() > deadline:
+                print("worker_command.py: no worker 1 joined", file=sys.stderr)
+                return 1
+            client.clock()
+            time.sleep(0.02)
+        print(f"worker_command.py: worker {rank} saw worker 1 join", flush=True)
+        client.finish()
+        client.close()
+        return 0
     table = client.create_table("worker_command", width=1, rule="add")
     client.push(table, [rank], np.full(1, rank + 1, np.float32))
     client.barrier()

@@ -1219,21 +1219,29 @@ std::vector<std::string> PythonWorkerJob(const std::string& marker,
           argument,       marker};
 }
 
+// With the member keys the launcher makes, and in plain mode.
 TEST(WorkerCommand, EachWorkerRunsTheCommandAndConnectsFromItsEnvironment) {
-  const std::string marker = UniqueTimeoutFlag();
-  Process p(PythonWorkerJob(marker, "ok"));
-  const int status = p.Wait(std::chrono::seconds(120));
-  ASSERT_EQ(ExitCode(status), 0) << p.output();
-  // Each rank pushed its row and read both, over the member keys the
-  // launcher made.
-  for (const char* line :
-       {"worker 0 of 2 read [1.0, 2.0]", "worker 1 of 2 read [1.0, 2.0]"}) {
-    EXPECT_NE(p.output().find(line), std::string::npos) << line << "\n"
-                                                        << p.output();
+  for (const bool plain : {false, true}) {
+    SCOPED_TRACE(plain ? "plain mode" : "keys");
+    const std::string marker = UniqueTimeoutFlag();
+    std::vector<std::string> job = PythonWorkerJob(marker, "ok");
+    if (plain) job.insert(job.begin() + 2, "--insecure");
+    Process p(job);
+    const int status = p.Wait(std::chrono::seconds(120));
+    ASSERT_EQ(ExitCode(status), 0) << p.output();
+    // Each rank pushed its row and read both.
+    for (const char* line :
+         {"worker 0 of 2 read [1.0, 2.0]", "worker 1 of 2 read [1.0, 2.0]"}) {
+      EXPECT_NE(p.output().find(line), std::string::npos) << line << "\n"
+                                                          << p.output();
+    }
+    EXPECT_NE(p.output().find(plain ? "plain mode (no keys)" : "keys in "),
+              std::string::npos)
+        << p.output();
+    EXPECT_NE(p.output().find("ductile local: done"), std::string::npos)
+        << p.output();
+    EXPECT_TRUE(NoProcessesLeft(marker));
   }
-  EXPECT_NE(p.output().find("ductile local: done"), std::string::npos)
-      << p.output();
-  EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
 TEST(WorkerCommand, AFailingCommandStopsTheClusterWithItsError) {

@@ -92,8 +92,9 @@ int main(int argc, char** argv) {
   }
   if (dashes && c->after_dashes == nullptr) {
     std::fprintf(stderr,
-                 "ductile %s: takes nothing after --; -- COMMAND is supported "
-                 "by the local provider only (ductile local)\n",
+                 "ductile %s: takes nothing after --; a worker command (-- "
+                 "COMMAND) is supported by `ductile local` only, with "
+                 "--provider=local or slurm\n",
                  c->name);
     return 2;
   }

@@ -1196,7 +1196,8 @@ TEST(Cli, AWorkerCommandWithTrainingFlagsOrOutsideLocalIsRefused) {
             std::string::npos)
       << out;
   EXPECT_EQ(RunToEnd({"k8s", "--image=i", "--", "/bin/true"}, &out), 2);
-  EXPECT_NE(out.find("-- COMMAND is supported by the local provider only"),
+  EXPECT_NE(out.find("a worker command (-- COMMAND) is supported by `ductile "
+                     "local` only"),
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("kind:"), std::string::npos) << out;

@@ -263,7 +263,7 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
       c.require_member_keys = own_keys;
       c.workers = options.num_workers;
       return supervisor.Start(Role::kWorker, id, options.worker_command,
-                              WorkerEnvironment(c));
+                              WorkerEnvironment(c), /*keep_stderr_tail=*/true);
     }
     std::vector<std::string> a = {
         options.program, "worker", "--coordinator=" + address,
@@ -340,8 +340,10 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     }
     Status s = supervisor.Reap();
     if (!s.ok()) {
+      // Its first line (a worker command's stderr follows in the error).
+      const std::string& m = s.message();
       std::fprintf(stderr, "ductile local: %s; stopping the cluster\n",
-                   s.message().c_str());
+                   m.substr(0, m.find('\n')).c_str());
       supervisor.KillAll(3000);
       return s;
     }

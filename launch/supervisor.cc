@@ -28,17 +28,36 @@ std::string_view Trim(std::string_view s) {
 
 // fork + exec of `args` with the given signals unblocked. The child dies
 // with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
+// `stderr_fd` (>= 0) becomes the child's stderr.
 pid_t Spawn(const std::vector<std::string>& args,
             const std::vector<std::string>& env, const sigset_t& blocked,
-            bool own_slurm_job = false) {
+            bool own_slurm_job, int stderr_fd) {
   const ExecImage image = MakeExecImage(args, own_slurm_job, env);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;  // parent, or -1
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died already
+  if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
   sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
   ExecOrDie(image);
+}
+
+// How long a failed child's stderr may take to end (its last words
+// still in the pipe) before its tail is reported as it is.
+constexpr int kStderrTailWaitMs = 1000;
+
+// `text`'s lines, each indented under the line that introduces them.
+std::string Indented(const std::string& text) {
+  std::string out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    out += "\n  | " + text.substr(begin, end - begin);
+    begin = end + 1;
+  }
+  return out;
 }
 
 // How long a Slurm command (squeue, scancel) may take before it is killed:
@@ -105,7 +124,7 @@ int WaitSignal(const sigset_t& set, int ms) {
 }
 
 Status Supervisor::Start(Role role, int id, std::vector<std::string> args,
-                         std::vector<std::string> env) {
+                         std::vector<std::string> env, bool keep_stderr_tail) {
   Child c;
   c.role = role;
   c.id = id;
@@ -122,7 +141,8 @@ Status Supervisor::Start(Role role, int id, std::vector<std::string> args,
   }
   c.args = std::move(args);
   c.env = std::move(env);
-  c.pid = Spawn(c.args, c.env, blocked_, !c.slurm_job.empty());
+  c.keeps_stderr_tail = keep_stderr_tail;
+  c.pid = SpawnChild(c);
   if (c.pid < 0)
     return UnavailableError("cannot start " + c.name + ": fork failed");
   by_pid_[c.pid] = children_.size();
@@ -163,7 +183,13 @@ Status Supervisor::Reap() {
         std::to_string(pid) + ")";
     const int signal = DeathSignal(status, via_srun);
     if (signal == 0 || (IsStopRequest(signal) && !scheduled)) {
-      return AbortedError(what + " failed with " + Describe(status, via_srun));
+      std::string message = what + " failed with " + Describe(status, via_srun);
+      if (c.stderr_tail) {
+        const std::string tail = c.stderr_tail->Tail(kStderrTailWaitMs);
+        if (!tail.empty())
+          message += "\n  its stderr ended with:" + Indented(tail);
+      }
+      return AbortedError(message);
     }
     if (on_crash_ && c.role != Role::kCoordinator) {
       on_crash_(c.role, c.id, pid, via_srun);
@@ -316,6 +342,20 @@ void Supervisor::CancelSlurmJob(const std::string& job) {
            kToolTimeoutMs);
 }
 
+pid_t Supervisor::SpawnChild(Child& c) {
+  int stderr_fd = -1;
+  if (c.keeps_stderr_tail) {
+    Result<std::unique_ptr<StderrTail>> tail = StderrTail::Open();
+    if (!tail.ok()) return -1;
+    c.stderr_tail = std::move(*tail);
+    stderr_fd = c.stderr_tail->write_fd();
+  }
+  const pid_t pid =
+      Spawn(c.args, c.env, blocked_, !c.slurm_job.empty(), stderr_fd);
+  if (c.stderr_tail) c.stderr_tail->CloseWriteEnd();
+  return pid;
+}
+
 Status Supervisor::Restart(size_t index, bool scheduled) {
   Child& c = children_[index];
   int& restarts = restarts_[static_cast<int>(c.role)];
@@ -325,7 +365,7 @@ Status Supervisor::Restart(size_t index, bool scheduled) {
                         " times already; giving up");
   }
   ++restarts;
-  c.pid = Spawn(c.args, c.env, blocked_, !c.slurm_job.empty());
+  c.pid = SpawnChild(c);
   if (c.pid < 0) {
     return UnavailableError("cannot restart " + c.name + ": fork failed");
   }

@@ -17,12 +17,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ductile/status.h"
 #include "launch/local_launcher.h"
+#include "launch/stderr_tail.h"
 
 namespace ductile::launch {
 
@@ -34,6 +36,10 @@ struct Child {
   std::string name;               // "coordinator", "server 0", "worker 1"
   std::vector<std::string> args;  // the command line, reused on restart
   std::vector<std::string> env;   // added to its environment ("NAME=VALUE")
+  // Its stderr passes through a StderrTail (one per process started), so
+  // that its failure is reported with what it wrote last.
+  bool keeps_stderr_tail = false;
+  std::shared_ptr<StderrTail> stderr_tail;
   // The Slurm job's name when it runs through srun (Provider::kSlurm), "".
   std::string slurm_job;
   // A scheduled kill of a Slurm task not running yet is tried again then.
@@ -55,9 +61,12 @@ class Supervisor {
         srun_flags_(options.srun_flags) {}
   ~Supervisor() { KillAll(0); }
 
-  // Starts `args` with `env` ("NAME=VALUE") added to the environment.
+  // Starts `args` with `env` ("NAME=VALUE") added to the environment;
+  // with `keep_stderr_tail`, its failure is reported with the end of its
+  // stderr (which reaches the launcher's as ever).
   Status Start(KillEvent::Role role, int id, std::vector<std::string> args,
-               std::vector<std::string> env = {});
+               std::vector<std::string> env = {},
+               bool keep_stderr_tail = false);
 
   // The coordinator's restarts must listen where the first one does.
   void SetCoordinatorAddress(const std::string& address);
@@ -111,6 +120,8 @@ class Supervisor {
   void CancelSlurmJob(const std::string& job);
 
   Status Restart(size_t index, bool scheduled);
+  // Starts `c`'s process (and its StderrTail); -1 when that fails.
+  pid_t SpawnChild(Child& c);
 
   sigset_t blocked_;
   const bool slurm_;

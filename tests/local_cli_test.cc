@@ -1259,6 +1259,11 @@ TEST(WorkerCommand, AFailingCommandStopsTheClusterWithItsError) {
   EXPECT_LT(error, verdict) << out;
   EXPECT_NE(out.find("failed with exit status 3", verdict), std::string::npos)
       << out;
+  // And the error repeats the end of its stderr.
+  EXPECT_NE(out.find("failed with exit status 3\n  its stderr ended with:\n"
+                     "  | worker_command.py: worker 1 fails on purpose"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("stopping the cluster"), std::string::npos) << out;
   EXPECT_TRUE(NoProcessesLeft(marker));
 }

@@ -16,7 +16,8 @@
 //    asked to stop, which is not a crash: see below.)
 //  - Exited with a non-zero status, or ended by SIGINT/SIGTERM/SIGHUP
 //    while the job runs: a real error. The other children are stopped and
-//    the launch fails naming it.
+//    the launch fails naming it (a worker command with the end of its
+//    stderr).
 // The launch succeeds when every worker that was not killed exited with
 // status 0, and at least one did.
 //

@@ -118,9 +118,8 @@ const std::vector<Command>& Commands() {
                                                  "insecure", "timeout_ms"};
   static const auto* const kCommands = new std::vector<Command>{
       {"local", "train an app on a whole cluster on this machine",
-       "Starts a coordinator, servers and workers, trains --app, and "
-       "stops them all when it is done; -- COMMAND runs COMMAND as each "
-       "worker instead (docs/python.md).",
+       "Starts a coordinator, servers and workers that train --app or run "
+       "-- COMMAND, and stops them all at the end.",
        kLocal,
        Advanced(kLocal,
                 {kLocalAdvanced, kServerTuningFlags, kCoordinatorTuningFlags}),

@@ -156,7 +156,11 @@ class ClientImpl final : public Client {
   TableRegistry tables_;
   ParamCache cache_;
   RecoveryState recovery_;
-  StatsRecorder stats_;
+  // Shared with the data operations: a thread still waiting on one when
+  // the client is destroyed records its wait there.
+  const std::shared_ptr<StatsRecorder> stats_owner_ =
+      std::make_shared<StatsRecorder>();
+  StatsRecorder& stats_ = *stats_owner_;
   RequestEngine engine_;
   std::thread thread_;
 

@@ -43,7 +43,7 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
   op->values = values;
   op->out = out;
   op->lengths = lengths;
-  op->SetWaitStats(&stats_, type != wire::PUSH);
+  op->SetWaitStats(stats_owner_, type != wire::PUSH);
   op->Hold();  // the dispatcher's hold, dropped once every part is out
   if (worker_id_.load() >= 0) {
     if (Status s = recovery_.RefuseIfPending(); !s.ok()) {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -46,12 +47,13 @@ class Operation {
   void Fail(const Status& status) EXCLUDES(mu_);
 
   // Blocks until done; time spent blocked goes to `stats` if set
-  // (SetWaitStats).
+  // (SetWaitStats), which the operation keeps alive: a waiter may outlive
+  // the client.
   Status Wait() EXCLUDES(mu_);
   // Callers' waits on this operation count as waits on pulls (`pull`) or
   // pushes, in `stats` (ClientStats::push_wait_us, pull_wait_us).
-  void SetWaitStats(StatsRecorder* stats, bool pull) {
-    wait_stats_ = stats;
+  void SetWaitStats(std::shared_ptr<StatsRecorder> stats, bool pull) {
+    wait_stats_ = std::move(stats);
     wait_is_pull_ = pull;
   }
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -61,7 +63,7 @@ class Operation {
  private:
   Status WaitDone() EXCLUDES(mu_);
 
-  StatsRecorder* wait_stats_ = nullptr;
+  std::shared_ptr<StatsRecorder> wait_stats_;
   bool wait_is_pull_ = false;
   std::atomic<int> outstanding_{0};
   std::atomic<bool> done_{false};

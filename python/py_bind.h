@@ -18,11 +18,18 @@ void BindClient(pybind11::module_& m);
 void BindClientControl(pybind11::class_<PyClient>& c);
 
 // Runs `f(client)` without the GIL and returns what it returns; the
-// client stays alive meanwhile whatever other threads do.
+// client stays alive meanwhile whatever other threads do. The reference is
+// let go before the GIL is taken back: when it is the last one (close()
+// was called meanwhile), destroying the client joins its I/O thread, which
+// must not happen with the GIL held.
 template <typename F>
 auto Unlocked(const PyClient& c, F f) {
   std::shared_ptr<Client> client = c.Get();
   pybind11::gil_scoped_release release;
+  struct Drop {
+    std::shared_ptr<Client>& client;
+    ~Drop() { client.reset(); }
+  } drop{client};
   return f(*client);
 }
 

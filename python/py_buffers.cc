@@ -15,6 +15,24 @@ constexpr int kAligned = py::detail::npy_api::NPY_ARRAY_ALIGNED_;
 constexpr int kWriteable = py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
 constexpr int kOwnData = py::detail::npy_api::NPY_ARRAY_OWNDATA_;
 
+// Whether `array` holds `T`s in native byte order, whatever dtype object
+// says so (one from a pickle is equal to numpy's own, not the same object).
+template <typename T>
+bool HoldsNative(const py::array& array) {
+  return py::detail::npy_api::get().PyArray_EquivTypes_(
+      array.dtype().ptr(), py::dtype::of<T>().ptr());
+}
+
+// `array` as a C-contiguous array of T (itself if it is one, else a copy
+// in its own element order).
+template <typename T>
+py::array CContiguous(const py::array& array) {
+  auto copy =
+      py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(array);
+  if (!copy) throw py::error_already_set();
+  return copy;
+}
+
 std::string TypeName(py::handle obj) {
   return py::str(py::type::handle_of(obj).attr("__name__"));
 }
@@ -34,7 +52,7 @@ py::array AsArray(py::handle obj, const char* what) {
 
 FloatView Floats(py::handle obj, const char* what, bool output) {
   py::array array = AsArray(obj, what);
-  if (!array.dtype().is(py::dtype::of<float>())) {
+  if (!HoldsNative<float>(array)) {
     ThrowTypeError(std::string(what) + " must be float32 (numpy.float32, " +
                    "torch.float32) in native byte order, not " +
                    std::string(py::str(array.dtype())) + " (" + TypeName(obj) +
@@ -81,14 +99,15 @@ py::array_t<T> Integers(py::handle obj, const char* what) {
     ThrowTypeError(std::string(what) + " must be integers, not " +
                    std::string(py::str(array.dtype())));
   }
-  if (array.dtype().is(py::dtype::of<T>()) && (array.flags() & kCContiguous) &&
+  if (HoldsNative<T>(array) && (array.flags() & kCContiguous) &&
       (array.flags() & kAligned)) {
     return py::reinterpret_borrow<py::array_t<T>>(array);
   }
-  // Range checks on a wide copy, then the narrow one.
+  // Range checks on a wide C-contiguous copy (a strided or reversed view is
+  // read in its own order), then the narrow one.
   const bool is_signed = kind == 'i';
-  py::array wide = is_signed ? py::array(py::array_t<int64_t>::ensure(array))
-                             : py::array(py::array_t<uint64_t>::ensure(array));
+  py::array wide =
+      is_signed ? CContiguous<int64_t>(array) : CContiguous<uint64_t>(array);
   py::array_t<T> result(array.size());
   T* out = result.mutable_data();
   for (py::ssize_t i = 0; i < array.size(); ++i) {

@@ -14,9 +14,11 @@
 // torn down there (no ZeroMQ call runs in the child).
 //
 // Threads. All members are read and written with the GIL held. Blocking
-// calls release it while they wait; close() from another thread lets
-// such a call finish first (the client is destroyed by whichever of them
-// lets it go last).
+// calls release it while they wait; close() from another thread lets a
+// control call (a barrier, say) finish first (the client is destroyed by
+// whichever of them lets it go last), while a push or pull waiting then
+// fails with Cancelled (its wait touches only its operation and the
+// statistics that operation keeps alive).
 #ifndef DUCTILE_PYTHON_PY_CLIENT_H_
 #define DUCTILE_PYTHON_PY_CLIENT_H_
 

@@ -419,6 +419,41 @@ TEST(Cluster, AWorkerThatFallsSilentIsNoLongerWaitedFor) {
   EXPECT_EQ(cluster.server(0).counters().min_clock, 1);
 }
 
+// A thread blocked in Wait() when the client is destroyed gets Cancelled
+// and records its wait in statistics the operation keeps alive, not in the
+// destroyed client (a use after free that the sanitizer builds catch).
+TEST(Cluster, AThreadWaitingWhenItsClientIsDestroyedGetsCancelled) {
+  TestClusterOptions options;
+  options.num_workers = 2;
+  TestCluster cluster(options);
+  auto a = cluster.Connect();
+  auto b = cluster.Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  TableOptions t = AddTable("ssp0_destroyed", 1);
+  t.consistency = {ConsistencyMode::kSsp, 0};
+  auto table = a->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  a->Clock();
+  // Under SSP(0) the pull needs B at clock 1: it waits until cancelled.
+  std::vector<Key> keys = {1};
+  std::vector<float> out(1);
+  Handle pull = a->PullAsync(*table, keys, out);
+  std::atomic<bool> waiting{false};
+  Status status;
+  std::thread waiter([&] {
+    waiting.store(true);
+    status = pull.Wait();
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  // Gives the waiter time to block (the test passes either way; the
+  // sanitizers see the bug only if it did).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  a.reset();
+  waiter.join();
+  EXPECT_EQ(status.code(), StatusCode::kCancelled) << status;
+}
+
 TEST(Cluster, AWorkerDeclaredDeadButAliveIsStillServedAfterTheOthersFinish) {
   TestClusterOptions options;
   options.num_servers = 1;

@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <thread>
 
+#include "client/operation.h"
 #include "gtest/gtest.h"
 
 namespace ductile {
@@ -12,6 +15,22 @@ namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+
+// An operation keeps the statistics its waits go to alive: a thread still
+// waiting on it when its client (their owner) is destroyed records there.
+TEST(StatsRecorder, AnOperationKeepsItsWaitStatisticsAlive) {
+  auto stats = std::make_shared<StatsRecorder>();
+  const std::weak_ptr<StatsRecorder> alive = stats;
+  internal::Operation op;
+  op.Hold();
+  op.SetWaitStats(stats, /*pull=*/true);
+  stats.reset();  // the client let them go
+  EXPECT_FALSE(alive.expired());
+  std::thread waiter([&] { EXPECT_TRUE(op.Wait().ok()); });
+  op.Release();
+  waiter.join();
+  EXPECT_FALSE(alive.expired());
+}
 
 TEST(StatsRecorder, AStepIsSplitIntoWaitsForPushesAndPullsAndTheRest) {
   StatsRecorder r;

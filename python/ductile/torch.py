@@ -141,7 +141,23 @@ class _Param:
         self.grad = torch.zeros(self.numel, dtype=torch.float32)  # what is pushed
         self.pulled = torch.zeros(self.numel, dtype=torch.float32)
         self.start = torch.zeros(self.numel, dtype=torch.float32)  # initial values
-        self.handle: Any = None
+        self.handle: Any = None  # the push of this step, once sent
+        self.passes = 0  # backward passes accumulated since the last step()
+
+
+def _wait_all(handles: Iterable[Any]) -> None:
+    """Waits for every handle (None: none), then raises the first error."""
+    first: Optional[BaseException] = None
+    for handle in handles:
+        if handle is None:
+            continue
+        try:
+            handle.wait()
+        except Exception as error:  # raised once all are done
+            if first is None:
+                first = error
+    if first is not None:
+        raise first
 
 
 class DistributedOptimizer:
@@ -152,12 +168,17 @@ class DistributedOptimizer:
     "ssp:K" or "async", of every parameter's tensor. name: a prefix of the
     tensors' names, unique per model in the job. average_gradients: the
     servers average each clock's gradients (BSP only) and each worker runs
-    `optimizer` on the average (any optimizer). client: the client to use
-    (default: the one init() connected).
+    `optimizer` on the average (any optimizer). backward_passes_per_step:
+    the backward() calls whose gradients accumulate (in p.grad) into one
+    step; the sum is pushed after the last of them, and one more before
+    step() raises FailedPrecondition. client: the client to use (default:
+    the one init() connected).
 
-    All workers start from the same parameters: the first worker to get
-    here stores its own, the others (and later joiners) pull them. The
-    servers hold each parameter's change since then.
+    Parameters with requires_grad=False are left out: neither stored on the
+    servers nor pulled. All workers start from the same parameters: the
+    first worker to claim the model (an atomic count on the servers) stores
+    its own, the others (and later joiners) pull them. The servers hold each
+    parameter's change since then.
     """
 
     def __init__(
@@ -168,11 +189,17 @@ class DistributedOptimizer:
         *,
         name: str = "model",
         average_gradients: bool = False,
+        backward_passes_per_step: int = 1,
         client: Optional[ductile.Client] = None,
     ):
         self.optimizer = optimizer
         self.client = client if client is not None else _current()
         self.average_gradients = average_gradients
+        if int(backward_passes_per_step) != backward_passes_per_step or backward_passes_per_step < 1:
+            raise ductile.InvalidArgument(
+                f"backward_passes_per_step must be a positive integer, not {backward_passes_per_step}"
+            )
+        self.backward_passes_per_step = int(backward_passes_per_step)
         if average_gradients and consistency not in ("bsp", "bsp(mean)"):
             raise ductile.InvalidArgument(
                 f"average_gradients=True needs consistency 'bsp', not '{consistency}'"
@@ -180,9 +207,12 @@ class DistributedOptimizer:
         groups = {}
         for group in optimizer.param_groups:
             for p in group["params"]:
-                groups[id(p)] = group
+                if p.requires_grad:
+                    groups[id(p)] = group
         self._params: List[_Param] = []
         for pname, p in named_parameters:
+            if not p.requires_grad:
+                continue  # frozen: not the servers' to hold
             if id(p) not in groups:
                 raise ductile.InvalidArgument(f"parameter '{pname}' is not the optimizer's")
             if p.dtype != torch.float32 or p.device.type != "cpu":
@@ -195,7 +225,9 @@ class DistributedOptimizer:
         for param in self._params:
             full = f"{name}.{param.name}"
             if average_gradients:
-                options = {"rule": "assign"}
+                # Each worker pushes its gradient minus the tensor's value
+                # (the last mean): BSP's mean of those, added, is the mean.
+                options = {"rule": "add"}
             else:
                 options = _server_rule(optimizer, param.group)
                 param.scales_lr = options["rule"] in ("sgd", "momentum")
@@ -208,11 +240,14 @@ class DistributedOptimizer:
         self._ready = self.client.register_tensor(
             f"{name}.ready", 1, rule="assign", consistency="async"
         )
+        # Each worker adds 1: the one that reads back 1 was first.
+        self._claims = self.client.register_tensor(
+            f"{name}.claims", 1, rule="add", consistency="async"
+        )
         self._share_initial_values()
         self._hooks = [
-            _accumulate_grad_hook(param.p, lambda param=param: self._push(param))
+            _accumulate_grad_hook(param.p, lambda param=param: self._accumulated(param))
             for param in self._params
-            if param.p.requires_grad
         ]
 
     @property
@@ -220,14 +255,14 @@ class DistributedOptimizer:
         return self.optimizer.param_groups
 
     def _share_initial_values(self) -> None:
-        flag = self.client.pull_tensor(self._ready)
-        live = self.client.live_workers
-        if flag[0] == 0 and (not live or self.client.worker_id <= min(live)):
+        claims = self.client.push_pull_tensor(self._claims, torch.ones(1))
+        if claims[0] == 1:
             for param in self._params:
                 param.start.copy_(param.p.data.reshape(-1))
                 self.client.push_tensor(param.init, param.start)
             self.client.push_tensor(self._ready, torch.ones(1))
         else:
+            flag = torch.zeros(1)
             deadline = time.monotonic() + INIT_TIMEOUT_S
             while self.client.pull_tensor(self._ready, out=flag)[0] == 0:
                 if time.monotonic() > deadline:
@@ -239,14 +274,34 @@ class DistributedOptimizer:
             for param in self._params:
                 self.client.pull_tensor(param.init, out=param.start)
                 param.p.data.copy_(param.start.view_as(param.p))
-        if not self.average_gradients:
+        if self.average_gradients:
+            _wait_all([self.client.pull_tensor_async(q.tensor, out=q.pulled) for q in self._params])
+        else:
             self._pull()
 
+    def _accumulated(self, param: _Param) -> None:
+        """A backward pass has added to p.grad: the last one of the step
+        pushes the sum."""
+        param.passes += 1
+        if param.passes > self.backward_passes_per_step:
+            raise ductile.FailedPrecondition(
+                f"backward() ran {param.passes} times on '{param.name}' since the last "
+                f"step(), with backward_passes_per_step={self.backward_passes_per_step}: "
+                "call step() first, or raise backward_passes_per_step"
+            )
+        if param.passes == self.backward_passes_per_step:
+            self._push(param)
+
     def _push(self, param: _Param) -> None:
-        if param.handle is not None:
-            param.handle.wait()  # a second backward before step(): both count
+        # A push still pending here (only after a failed step) borrows
+        # param.grad: it must be done before the buffer is written.
+        handle, param.handle = param.handle, None
+        if handle is not None:
+            handle.wait()
         param.grad.copy_(param.p.grad.reshape(-1))
-        if not self.average_gradients:
+        if self.average_gradients:
+            param.grad.sub_(param.pulled)  # the tensor holds the last mean
+        else:
             decay = param.group.get("weight_decay", 0)
             if decay:
                 param.grad.add_(param.p.data.reshape(-1), alpha=decay)
@@ -264,21 +319,26 @@ class DistributedOptimizer:
 
     def _pull(self) -> None:
         handles = [self.client.pull_tensor_async(q.tensor, out=q.pulled) for q in self._params]
-        for param, handle in zip(self._params, handles):
-            handle.wait()
+        _wait_all(handles)  # every pull done before any error is raised
+        for param in self._params:
             if self.average_gradients:
                 if param.p.grad is None:
                     param.p.grad = torch.zeros_like(param.p)
                 param.p.grad.copy_(param.pulled.view_as(param.p))
             else:
-                torch.add(param.start, param.pulled, out=param.p.data.view(-1))
+                # view_as, copy_: p may be non-contiguous (channels_last).
+                param.p.data.copy_((param.start + param.pulled).view_as(param.p))
 
     def synchronize(self) -> None:
-        """Waits until every gradient pushed since the last step has been sent."""
+        """Waits until every gradient pushed since the last step has been
+        sent; raises the first error after waiting for all of them. Either
+        way no push is left pending, so a later step starts afresh (after
+        Client.await_recovery(), say)."""
+        handles = []
         for param in self._params:
-            if param.handle is not None:
-                param.handle.wait()
-                param.handle = None
+            handle, param.handle = param.handle, None
+            handles.append(handle)
+        _wait_all(handles)
 
     def step(self, closure=None):
         """Ends this worker's step: waits for its pushes, advances its clock
@@ -289,6 +349,19 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        try:
+            for param in self._params:
+                if param.handle is None:
+                    if param.passes > 0:
+                        self._push(param)  # fewer passes than backward_passes_per_step
+                    elif self.average_gradients:
+                        # No gradient this step: a zero counts in the mean,
+                        # else the servers would keep the last clock's.
+                        torch.neg(param.pulled, out=param.grad)
+                        param.handle = self.client.push_tensor_async(param.tensor, param.grad)
+        finally:
+            for param in self._params:
+                param.passes = 0
         self.synchronize()
         self.client.clock()
         self._pull()

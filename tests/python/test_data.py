@@ -46,6 +46,41 @@ def test_keys_of_any_integer_type_address_the_same_rows(client, table_name):
         np.testing.assert_array_equal(client.pull(table, keys), [1, 2])
 
 
+def test_strided_and_reversed_keys_address_the_rows_they_show(client, table_name):
+    table = client.create_table(table_name, width=1, rule="assign")
+    every_other = np.arange(20, dtype=np.int64)[::2]  # 0, 2, ..., 18: a strided view
+    client.push(table, every_other, np.arange(10, dtype=np.float32) + 1)
+    everything = client.pull(table, np.arange(20, dtype=np.uint64))
+    expected = np.zeros(20, np.float32)
+    expected[::2] = np.arange(10) + 1
+    np.testing.assert_array_equal(everything, expected)
+    # A reversed view and a strided view of uint32 (converted, not borrowed).
+    reversed_keys = np.array([6, 4, 0], np.int64)[::-1]  # 0, 4, 6: negative strides
+    np.testing.assert_array_equal(client.pull(table, reversed_keys), [1, 3, 4])
+    strided_u32 = np.arange(20, dtype=np.uint32)[2:8:2]  # 2, 4, 6
+    np.testing.assert_array_equal(client.pull(table, strided_u32), [2, 3, 4])
+
+
+def test_variable_width_lengths_may_be_a_strided_view(client, table_name):
+    table = client.create_table(table_name, width=0, rule="assign")
+    lengths = np.array([2, 99, 3, 99], np.int64)[::2]  # 2, 3
+    values = np.arange(5, dtype=np.float32)
+    client.push(table, [1, 4], values, lengths=lengths)
+    np.testing.assert_array_equal(client.pull(table, [1, 4], lengths=[2, 3]), values)
+
+
+def test_a_float32_array_that_went_through_pickle_is_accepted(client, table_name):
+    import pickle
+
+    table = client.create_table(table_name, width=2, rule="assign")
+    values = pickle.loads(pickle.dumps(np.array([1, 2, 3, 4], np.float32)))
+    out = pickle.loads(pickle.dumps(np.zeros(4, np.float32)))
+    keys = pickle.loads(pickle.dumps(np.array([5, 6], np.uint64)))
+    client.push(table, keys, values)
+    assert client.pull(table, keys, out=out) is out
+    np.testing.assert_array_equal(out, [1, 2, 3, 4])
+
+
 def test_variable_width_table_takes_lengths(client, table_name):
     table = client.create_table(table_name, width=0, rule="assign")
     keys, lengths = [1, 4], [2, 3]

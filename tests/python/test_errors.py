@@ -58,6 +58,15 @@ def test_values_of_another_dtype_are_a_type_error(client, table, dtype):
     assert_unchanged(client, table)
 
 
+def test_big_endian_float32_is_refused_as_values_and_as_out(client, table):
+    big = np.ones(4, np.float32).astype(">f4")
+    with pytest.raises(TypeError, match="native byte order"):
+        client.push(table, [1, 2], big)
+    with pytest.raises(TypeError, match="native byte order"):
+        client.pull(table, [1, 2], out=big)
+    assert_unchanged(client, table)
+
+
 def test_a_list_of_floats_is_a_type_error(client, table):
     with pytest.raises(TypeError, match="float32"):
         client.push(table, [1, 2], [1.0, 1.0, 1.0, 1.0])

@@ -122,12 +122,17 @@ def test_async_push_values_may_be_dropped_before_wait(client, table_name):
     tensor = client.register_tensor(table_name, 1 << 20, rule="assign")
     values = np.arange(1 << 20, dtype=np.float32)
     expected = values.copy()
+    values_alive = weakref.ref(values)
     handle = client.push_tensor_async(tensor, values)
     del values
     gc.collect()
+    assert values_alive() is not None  # the handle holds it
     np.zeros(1 << 20, np.float32)  # reuses freed memory, if any was freed
     handle.wait()
     np.testing.assert_array_equal(client.pull_tensor(tensor), expected)
+    del handle
+    gc.collect()
+    assert values_alive() is None  # let go once the call is done
 
 
 def test_closing_the_client_cancels_a_blocked_async_pull(two_workers):
@@ -136,6 +141,37 @@ def test_closing_the_client_cancels_a_blocked_async_pull(two_workers):
     a.close()
     with pytest.raises(ductile.DuctileError):
         handle.wait()
+
+
+def test_closing_the_client_cancels_a_blocking_pull_on_another_thread(connect, table_name):
+    # The pull's thread waits without the GIL while close() destroys the
+    # client; it must get an error, and nothing may touch the destroyed
+    # client (a use after free the sanitizer builds would report).
+    for round_ in range(5):
+        a, b = connect(), connect()
+        table = a.create_table(f"{table_name}_{round_}", width=1, consistency="ssp:0")
+        a.clock()  # A's pull at clock 1 waits for B, who never clocks
+        result = {}
+        started = threading.Event()
+
+        def pull():
+            started.set()
+            try:
+                a.pull(table, [1])
+                result["error"] = None
+            except ductile.DuctileError as error:
+                result["error"] = error
+
+        thread = threading.Thread(target=pull)
+        thread.start()
+        started.wait(WAIT_S)
+        time.sleep(0.05)  # lets the pull block: the test holds either way
+        a.close()
+        thread.join(WAIT_S)
+        assert not thread.is_alive()
+        assert isinstance(result["error"], ductile.Cancelled), result
+        b.leave()
+        b.close()
 
 
 def run_in_child(body):

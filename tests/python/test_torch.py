@@ -99,6 +99,35 @@ def test_adam_refuses_a_changed_learning_rate(client, table_name):
         train(net, optimizer, x, y, steps=1)
 
 
+def mean_gradient_oracle(initial, data, make_optimizer, steps=STEPS):
+    """What BSP should give: one model from `initial` stepping torch's
+    optimizer on the mean of the two workers' gradients of each step's
+    batches; its parameters after each step."""
+    net = model(20)
+    for p, q in zip(net.parameters(), initial):
+        p.data.copy_(q)
+    optimizer = make_optimizer(net.parameters())
+    history = []
+    for i in range(steps):
+        grads = []
+        for x, y in data:
+            batch = slice((8 * i) % len(x), (8 * i) % len(x) + 8)
+            net.zero_grad()
+            torch.nn.functional.mse_loss(net(x[batch]), y[batch]).backward()
+            grads.append([p.grad.clone() for p in net.parameters()])
+        for p, g0, g1 in zip(net.parameters(), *grads):
+            p.grad = (g0 + g1) / 2
+        optimizer.step()
+        history.append([p.detach().clone() for p in net.parameters()])
+    return history
+
+
+def assert_follows(history, oracle):
+    for step, (ours, theirs) in enumerate(zip(history, oracle)):
+        for p, q in zip(ours, theirs):
+            torch.testing.assert_close(p, q, **TOLERANCE, msg=f"step {step}")
+
+
 def two_workers(connect, table_name, make_optimizer, **options):
     """Two workers (a thread each) train copies of a model initialised
     differently on different data under BSP; returns their parameters after
@@ -143,6 +172,7 @@ def test_two_workers_hold_the_same_parameters_after_every_step(connect, table_na
     for step, (a, b) in enumerate(zip(*history)):
         for p, q in zip(a, b):
             torch.testing.assert_close(p, q, rtol=0, atol=0, msg=f"step {step}")
+    assert_follows(history[0], mean_gradient_oracle(initial, data, OPTIMIZERS[kind]))
     x = torch.cat([data[0][0], data[1][0]])
     y = torch.cat([data[0][1], data[1][1]])
     start = model(20)
@@ -152,14 +182,165 @@ def test_two_workers_hold_the_same_parameters_after_every_step(connect, table_na
 
 
 def test_two_workers_average_gradients_for_any_optimizer(connect, table_name):
-    history, nets, data, _ = two_workers(
-        connect, table_name, lambda p: torch.optim.RMSprop(p, lr=0.01), average_gradients=True
-    )
+    make = lambda p: torch.optim.RMSprop(p, lr=0.01)  # noqa: E731
+    history, nets, data, initial = two_workers(connect, table_name, make, average_gradients=True)
     for a, b in zip(*history):
         for p, q in zip(a, b):
             torch.testing.assert_close(p, q, rtol=0, atol=0)
+    assert_follows(history[0], mean_gradient_oracle(initial, data, make))
     x, y = data[0]
     assert full_loss(nets[0], x, y) < full_loss(model(20), x, y)
+
+
+def batch_loss(net, x, y, i):
+    batch = slice((8 * i) % len(x), (8 * i) % len(x) + 8)
+    return torch.nn.functional.mse_loss(net(x[batch]), y[batch])
+
+
+def test_a_failed_push_leaves_nothing_to_fail_the_next_steps(client, table_name):
+    x, y = regression_data(8)
+    net = model(9)
+    oracle = copy.deepcopy(net)
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05),
+                                        net.named_parameters(), client=client, name=table_name)
+    real = optimizer.client
+
+    class Lost:  # a push whose server was lost: nothing applied
+        def wait(self):
+            raise ductile.Aborted("the server was lost")
+
+    class LosingPushes:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def push_tensor_async(self, tensor, values):
+            return Lost()
+
+    optimizer.client = LosingPushes()
+    optimizer.zero_grad()
+    batch_loss(net, x, y, 0).backward()
+    with pytest.raises(ductile.Aborted):
+        optimizer.step()
+    optimizer.client = real  # recovered
+    train(net, optimizer, x, y, steps=3)
+    train(oracle, torch.optim.SGD(oracle.parameters(), lr=0.05), x, y, steps=3)
+    for p, q in zip(net.parameters(), oracle.parameters()):
+        torch.testing.assert_close(p.data, q.data, **TOLERANCE)
+
+
+def test_backward_passes_per_step_sums_the_passes_into_one_push(client, table_name):
+    x, y = regression_data(12)
+    net = model(13)
+    oracle = copy.deepcopy(net)
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+                                        net.named_parameters(), client=client, name=table_name,
+                                        backward_passes_per_step=2)
+    plain = torch.optim.SGD(oracle.parameters(), lr=0.05, momentum=0.9)
+    for i in range(0, 10, 2):
+        optimizer.zero_grad()
+        batch_loss(net, x, y, i).backward()
+        batch_loss(net, x, y, i + 1).backward()
+        optimizer.step()
+        plain.zero_grad()
+        (batch_loss(oracle, x, y, i) + batch_loss(oracle, x, y, i + 1)).backward()
+        plain.step()
+    for p, q in zip(net.parameters(), oracle.parameters()):
+        torch.testing.assert_close(p.data, q.data, **TOLERANCE)
+    before = [p.detach().clone() for p in net.parameters()]
+    optimizer.zero_grad()
+    batch_loss(net, x, y, 0).backward()
+    batch_loss(net, x, y, 1).backward()
+    with pytest.raises(Exception, match="backward_passes_per_step=2") as error:
+        batch_loss(net, x, y, 2).backward()
+    assert isinstance(error.value, (ductile.FailedPrecondition, RuntimeError))
+    for p, q in zip(net.parameters(), before):
+        torch.testing.assert_close(p.data, q, rtol=0, atol=0)
+
+
+def test_workers_constructing_at_once_start_from_the_same_parameters(connect, table_name):
+    for round_ in range(3):
+        nets = [model(30), model(31)]
+        clients = [connect(), connect()]
+        barrier = threading.Barrier(2)
+        errors = []
+
+        def construct(w):
+            try:
+                barrier.wait(timeout=60)
+                dt.DistributedOptimizer(torch.optim.SGD(nets[w].parameters(), lr=0.1),
+                                        nets[w].named_parameters(), client=clients[w],
+                                        name=f"{table_name}_{round_}")
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=construct, args=(w,)) for w in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
+        for p, q in zip(nets[0].parameters(), nets[1].parameters()):
+            torch.testing.assert_close(p.data, q.data, rtol=0, atol=0)
+        for c in clients:
+            c.leave()
+            c.close()
+
+
+def test_frozen_parameters_are_left_alone(client, table_name):
+    x, y = regression_data(14)
+    net = model(15)
+    frozen = net[0].bias
+    frozen.requires_grad_(False)
+    oracle = copy.deepcopy(net)
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(trainable, lr=0.05),
+                                        net.named_parameters(), client=client, name=table_name)
+    with pytest.raises(ductile.NotFound):
+        client.get_table(f"{table_name}.0.bias")
+    frozen.data.fill_(0.25)  # the worker's own: never overwritten by a pull
+    oracle[0].bias.data.fill_(0.25)
+    train(net, optimizer, x, y, steps=5)
+    train(oracle, torch.optim.SGD([p for p in oracle.parameters() if p.requires_grad], lr=0.05),
+          x, y, steps=5)
+    for p, q in zip(net.parameters(), oracle.parameters()):
+        torch.testing.assert_close(p.data, q.data, **TOLERANCE)
+
+
+def test_averaging_counts_a_parameter_without_gradient_as_zero(client, table_name):
+    x, y = regression_data(16)
+    net = model(17)
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
+                                        net.named_parameters(), client=client, name=table_name,
+                                        average_gradients=True)
+    optimizer.zero_grad()
+    batch_loss(net, x, y, 0).backward()
+    optimizer.step()
+    bias = net[2].bias.detach().clone()
+    # A step whose loss does not reach the last bias: no gradient for it.
+    optimizer.zero_grad()
+    net[2].weight.sum().backward()
+    optimizer.step()
+    torch.testing.assert_close(net[2].bias.data, bias, rtol=0, atol=0)
+
+
+def test_channels_last_parameters_are_updated_in_place(client, table_name):
+    torch.manual_seed(18)
+    net = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+    oracle = copy.deepcopy(net)
+    assert not net.weight.is_contiguous()
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05),
+                                        net.named_parameters(), client=client, name=table_name)
+    plain = torch.optim.SGD(oracle.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(19)
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 6, generator=g).to(memory_format=torch.channels_last)
+        for m, o in ((net, optimizer), (oracle, plain)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    assert not net.weight.is_contiguous()
+    for p, q in zip(net.parameters(), oracle.parameters()):
+        torch.testing.assert_close(p.data, q.data, **TOLERANCE)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@
 #include "admin/cluster_status_wire.h"
 #include "coordinator/policy_loop.h"
 #include "glog/logging.h"
+#include "transport/queued_bytes.h"
 
 namespace ductile {
 
@@ -16,24 +17,9 @@ using std::chrono::milliseconds;
 
 Status Validate(const CoordinatorOptions& options) {
   DUCTILE_RETURN_IF_ERROR(ValidateConnectionLimits(options.security));
-  if (options.max_queued_replies < 1 ||
-      options.max_queued_replies > 10'000'000) {
-    return InvalidArgumentError(
-        "max_queued_replies must be in [1, 10000000], not " +
-        std::to_string(options.max_queued_replies));
-  }
-  if (options.max_queued_reply_mb < 1 ||
-      options.max_queued_reply_mb > (int64_t{1} << 20)) {
-    return InvalidArgumentError(
-        "max_queued_reply_mb must be in [1, 1048576], not " +
-        std::to_string(options.max_queued_reply_mb));
-  }
-  if (options.max_queued_requests < 1 ||
-      options.max_queued_requests > 10'000'000) {
-    return InvalidArgumentError(
-        "max_queued_requests must be in [1, 10000000], not " +
-        std::to_string(options.max_queued_requests));
-  }
+  DUCTILE_RETURN_IF_ERROR(ValidatePeerQueueLimits(options.max_queued_replies,
+                                                  options.max_queued_reply_mb,
+                                                  options.max_queued_requests));
   if (options.num_servers < 1) {
     return InvalidArgumentError("num_servers must be >= 1");
   }

@@ -6,6 +6,7 @@
 
 #include "glog/logging.h"
 #include "proto/codec.h"
+#include "transport/queued_bytes.h"
 
 namespace ductile {
 
@@ -34,24 +35,9 @@ Status Validate(const ServerOptions& options) {
     return InvalidArgumentError("max_key_floats must be in [1, " +
                                 std::to_string(kMaxValueFloats) + "]");
   }
-  if (options.max_queued_replies < 1 ||
-      options.max_queued_replies > 10'000'000) {
-    return InvalidArgumentError(
-        "max_queued_replies must be in [1, 10000000], not " +
-        std::to_string(options.max_queued_replies));
-  }
-  if (options.max_queued_reply_mb < 1 ||
-      options.max_queued_reply_mb > (int64_t{1} << 20)) {
-    return InvalidArgumentError(
-        "max_queued_reply_mb must be in [1, 1048576], not " +
-        std::to_string(options.max_queued_reply_mb));
-  }
-  if (options.max_queued_requests < 1 ||
-      options.max_queued_requests > 10'000'000) {
-    return InvalidArgumentError(
-        "max_queued_requests must be in [1, 10000000], not " +
-        std::to_string(options.max_queued_requests));
-  }
+  DUCTILE_RETURN_IF_ERROR(ValidatePeerQueueLimits(options.max_queued_replies,
+                                                  options.max_queued_reply_mb,
+                                                  options.max_queued_requests));
   if (options.max_window_per_client < 1 ||
       options.max_window_per_client > (uint64_t{1} << 30)) {
     return InvalidArgumentError(

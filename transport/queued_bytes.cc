@@ -6,6 +6,27 @@
 
 namespace ductile {
 
+Status ValidatePeerQueueLimits(int64_t max_queued_replies,
+                               int64_t max_queued_reply_mb,
+                               int64_t max_queued_requests) {
+  if (max_queued_replies < 1 || max_queued_replies > 10'000'000) {
+    return InvalidArgumentError(
+        "max_queued_replies must be in [1, 10000000], not " +
+        std::to_string(max_queued_replies));
+  }
+  if (max_queued_reply_mb < 1 || max_queued_reply_mb > (int64_t{1} << 20)) {
+    return InvalidArgumentError(
+        "max_queued_reply_mb must be in [1, 1048576], not " +
+        std::to_string(max_queued_reply_mb));
+  }
+  if (max_queued_requests < 1 || max_queued_requests > 10'000'000) {
+    return InvalidArgumentError(
+        "max_queued_requests must be in [1, 10000000], not " +
+        std::to_string(max_queued_requests));
+  }
+  return Status::Ok();
+}
+
 void QueuedBytesPerPeer::Ticket::Release() {
   if (bytes_ == 0) return;
   peer_->bytes.fetch_sub(bytes_, std::memory_order_relaxed);

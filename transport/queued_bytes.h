@@ -109,6 +109,13 @@ class QueuedBytesPerPeer {
   bool trim_pending_ = false;
 };
 
+// The range checks of a process's per-peer queue limits (the options
+// max_queued_replies, max_queued_reply_mb and max_queued_requests of
+// servers and the coordinator): each in [1, 10^7], the MiB in [1, 2^20].
+Status ValidatePeerQueueLimits(int64_t max_queued_replies,
+                               int64_t max_queued_reply_mb,
+                               int64_t max_queued_requests);
+
 struct QueuedBytesPerPeer::Ticket::Counts {
   std::atomic<uint64_t> bytes{0};
 };

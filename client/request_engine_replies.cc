@@ -79,8 +79,11 @@ void RequestEngine::ReadDataReply(InMessage& message,
   if (!status.ok()) {
     return FinishPart(
         header.seq(),
-        Status(status.code(), "server " + std::to_string(part.server) + ": " +
-                                  status.message()));
+        Status(status.code(),
+               "server " + std::to_string(part.server) + ": " +
+                   status.message() +
+                   (header.duplicate() ? " (the pushed values were applied)"
+                                       : "")));
   }
   DataOperation& op = *part.op;
   if (op.type != wire::PUSH) {

@@ -28,16 +28,19 @@ void ReplySender::Reply(ByteSpan identity, wire::Header& header,
     counters_->Add(&ServerCounters::refused_limits);
     Error(identity, header.seq(),
           ResourceExhaustedError("server " + std::to_string(server_id_) +
-                                 " did not queue the reply: " + s.message()));
+                                 " did not queue the reply: " + s.message()),
+          header.duplicate());
   }
 }
 
-void ReplySender::Error(ByteSpan identity, uint64_t seq, const Status& s) {
+void ReplySender::Error(ByteSpan identity, uint64_t seq, const Status& s,
+                        bool applied) {
   counters_->Add(&ServerCounters::errors);
   VLOG(1) << "server " << server_id_ << " refused request " << seq << ": " << s;
   wire::Header h;
   h.set_type(wire::DATA_REPLY);
   h.set_seq(seq);
+  h.set_duplicate(applied);
   StatusToWire(s, &h);
   Reply(identity, h, nullptr);
 }
@@ -57,14 +60,15 @@ void ReplySender::Moved(ByteSpan identity, uint64_t seq, bool duplicate) {
   Reply(identity, h, nullptr);
 }
 
-void ReplySender::FailAll(std::vector<InMessage> requests, const Status& s) {
+void ReplySender::FailAll(std::vector<InMessage> requests, const Status& s,
+                          bool applied) {
   for (InMessage& m : requests) {
     if (m.empty()) continue;
     wire::Header header;
     const uint64_t seq = m.size() >= 2 && ParseHeader(m.frame(1), &header).ok()
                              ? header.seq()
                              : 0;
-    Error(m.frame(0), seq, s);
+    Error(m.frame(0), seq, s, applied);
   }
 }
 

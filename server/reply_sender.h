@@ -32,12 +32,17 @@ class ReplySender {
   // header's epoch; `values` (a pull's) is taken.
   void Reply(ByteSpan identity, wire::Header& header,
              std::vector<float>* values);
-  void Error(ByteSpan identity, uint64_t seq, const Status& s);
+  // `applied`: the request's pushed values were applied before the
+  // refusal (a push-pull refused at its pull): the reply says so
+  // (`duplicate`), so that the client never pushes them again.
+  void Error(ByteSpan identity, uint64_t seq, const Status& s,
+             bool applied = false);
   // "Routing changed": nothing was applied; the reply carries the table.
   void Moved(ByteSpan identity, uint64_t seq, bool duplicate);
   // Answers every request in `requests` (whole messages, as received)
   // with `s`.
-  void FailAll(std::vector<InMessage> requests, const Status& s);
+  void FailAll(std::vector<InMessage> requests, const Status& s,
+               bool applied = false);
 
  private:
   const RoutingTable* const routing_;

@@ -170,9 +170,9 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
       if (parked.code() == StatusCode::kResourceExhausted) {
         counters_.Add(&ServerCounters::refused_limits);
       }
-      // A push-pull's values stay applied: its client resends it (a
-      // duplicate then, only pulled) or reports the refusal.
-      return replies_.Error(pull.message.frame(0), seq, parked);
+      // A push-pull's values stay applied, and the answer says so: its
+      // client then only pulls if it asks again.
+      return replies_.Error(pull.message.frame(0), seq, parked, pull.duplicate);
     }
     counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
     return;

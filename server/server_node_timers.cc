@@ -31,7 +31,7 @@ void ServerNode::FailParked(
     const Status s = why(p);
     std::vector<InMessage> one;
     one.push_back(std::move(p.message));
-    replies_.FailAll(std::move(one), s);
+    replies_.FailAll(std::move(one), s, /*applied=*/p.duplicate);
   }
   counters_.Set(&ServerCounters::parked_pulls, consistency_.parked());
 }

@@ -207,7 +207,8 @@ class ScriptedCluster {
   // for a pull parked on the staleness bound).
   std::vector<Got> WorkerRequest(wire::MessageType type, TableId table,
                                  int32_t worker, int64_t clock, uint64_t seq,
-                                 const std::vector<Key>& keys = {}) {
+                                 const std::vector<Key>& keys = {},
+                                 const std::vector<float>& values = {}) {
     wire::Header h;
     h.set_type(type);
     h.set_seq(seq);
@@ -218,9 +219,11 @@ class ScriptedCluster {
     h.set_epoch(1);
     h.set_num_keys(static_cast<uint32_t>(keys.size()));
     h.set_timeout_ms(10000);
+    if (!values.empty()) h.set_values_frames(1);
     OutMessage out;
     out.AddString(h.SerializeAsString());
     if (type != wire::CLOCK) out.AddString(Bytes(keys));
+    if (!values.empty()) out.AddString(Bytes(values));
     EXPECT_TRUE(client_->Send(std::move(out)).ok());
     Run(milliseconds(5));
     return TakeAtClient();
@@ -467,6 +470,37 @@ TEST(ServerNode, PullsOfAWorkerThatLeavesAreAnsweredAndItsShareFreed) {
   cluster.SetWorkers({0, 1}, /*change_id=*/3);
   EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 3, {3}).empty());
   EXPECT_EQ(cluster.server().counters().parked_pulls, 2u);
+}
+
+// A push-pull applies its push before its pull waits: refused at the pull
+// (its worker gone, or never live), the answer says the values were
+// applied, so that the client does not push them again (the client reads
+// `duplicate` on an Unavailable answer as "pull only").
+TEST(ServerNode, APushPullRefusedAtItsPullSaysItsPushWasApplied) {
+  ScriptedCluster cluster;
+  cluster.Register();
+  constexpr TableId kBsp = 1;
+  cluster.CreateBspTable(kBsp);
+  cluster.SetWorkers({0, 1}, /*change_id=*/1);
+  const std::vector<float> ones(kWidth, 1.0f);
+  EXPECT_TRUE(
+      cluster.WorkerRequest(wire::PUSH_PULL, kBsp, 0, 1, 1, {3}, ones).empty());
+  cluster.SetWorkers({1}, /*change_id=*/2);
+  std::vector<Got> answered = cluster.TakeAtClient();
+  ASSERT_EQ(answered.size(), 1u);
+  EXPECT_EQ(CodeOf(answered[0]), StatusCode::kUnavailable);
+  EXPECT_TRUE(answered[0].header.duplicate());
+  // Worker 0 is not live now: a push-pull of its is applied, then refused
+  // at its pull, and says so too.
+  answered = cluster.WorkerRequest(wire::PUSH_PULL, kBsp, 0, 1, 2, {3}, ones);
+  ASSERT_EQ(answered.size(), 1u);
+  EXPECT_EQ(CodeOf(answered[0]), StatusCode::kUnavailable);
+  EXPECT_TRUE(answered[0].header.duplicate());
+  // A plain pull refused the same way applied nothing.
+  answered = cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 3, {3});
+  ASSERT_EQ(answered.size(), 1u);
+  EXPECT_EQ(CodeOf(answered[0]), StatusCode::kUnavailable);
+  EXPECT_FALSE(answered[0].header.duplicate());
 }
 
 }  // namespace

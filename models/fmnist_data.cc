@@ -14,6 +14,8 @@
 #include <system_error>
 #include <utility>
 
+#include "models/uniform.h"
+
 namespace ductile::models {
 namespace {
 
@@ -208,11 +210,6 @@ Result<std::vector<uint8_t>> ReadImages(const std::string& path) {
                                    size_t{count} * kFashionMnistFeatures,
                                    "pixels", &pixels));
   return pixels;
-}
-
-// A uniform double in [0, 1) from the top 53 bits of one draw.
-double Uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
 // A uniform integer in [0, bound), bound >= 1, without modulo bias: draws

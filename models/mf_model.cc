@@ -6,14 +6,10 @@
 #include <random>
 #include <string>
 
+#include "models/uniform.h"
+
 namespace ductile::models {
 namespace {
-
-// A uniform double in [0, 1) from the top 53 bits of one draw: the same on
-// every platform, unlike std::uniform_real_distribution.
-double Uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
 
 // A standard normal draw (Box-Muller), platform-independent unlike
 // std::normal_distribution.

@@ -7,17 +7,13 @@
 #include <string>
 #include <utility>
 
+#include "models/uniform.h"
+
 namespace ductile::models {
 namespace {
 
 // Accuracy runs the data through the model this many samples at a time.
 constexpr size_t kEvalRows = 1024;
-
-// A uniform double in [0, 1) from the top 53 bits of one draw: the same on
-// every platform, unlike std::uniform_real_distribution.
-double Uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
 
 }  // namespace
 

@@ -11,6 +11,7 @@ namespace ductile {
 namespace {
 
 namespace fs = std::filesystem;
+using checkpoint_reader::FromRocks;
 
 constexpr char kStateKey[] = "coordinator-state/v1";
 constexpr char kDataPlanKey[] = "data-plan/v1";
@@ -18,16 +19,6 @@ constexpr char kDataPlanKey[] = "data-plan/v1";
 constexpr char kMoreSpace[] =
     "free some space, give the coordinator's state a larger volume, or "
     "lower the space kept free (--disk_reserve_mb)";
-
-Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return Status::Ok();
-  const std::string text = what + ": " + s.ToString();
-  if (s.IsNoSpace() || text.find("No space left") != std::string::npos) {
-    return ResourceExhaustedError(text + " (the disk is full)");
-  }
-  if (s.IsCorruption()) return FailedPreconditionError(text + " (corrupt)");
-  return FailedPreconditionError(text);
-}
 
 class RocksCoordinatorStore final : public CoordinatorStore {
  public:

@@ -38,6 +38,10 @@ ExecImage MakeExecImage(const std::vector<std::string>& args,
 // run, was killed, or took longer than `timeout_ms` (it is then killed).
 int RunToEnd(const std::vector<std::string>& args, const sigset_t& blocked,
              std::string* output, int64_t timeout_ms);
+// How long a Slurm tool's command (srun --version, squeue, scancel) may
+// take before it is killed: a slurmctld that does not answer must not stop
+// the launcher or its supervision.
+constexpr int64_t kToolTimeoutMs = 10000;
 
 }  // namespace ductile::launch
 

@@ -91,7 +91,7 @@ void WriteLabels(const std::string& job, const std::string& component,
   }
 }
 
-struct Role {
+struct RoleSpec {
   std::string component;  // coordinator, server, worker, controller
   int count = 1;
   std::vector<std::string> args;
@@ -102,7 +102,7 @@ struct Role {
   bool controller = false;
 };
 
-void WriteJob(const KubernetesJob& job, const Role& role,
+void WriteJob(const KubernetesJob& job, const RoleSpec& role,
               const std::vector<std::pair<std::string, std::string>>& keys,
               const std::string& secret, Writer& w) {
   w.Line(0, "---");
@@ -213,7 +213,7 @@ void WriteController(const KubernetesJob& job, const std::string& coordinator,
   w.Line(2, "apiGroup: rbac.authorization.k8s.io");
   w.Line(2, "kind: Role");
   w.Line(2, "name: " + Quote(name));
-  Role r{"controller", 1, {"k8s-controller"}, false, 0, true};
+  RoleSpec r{"controller", 1, {"k8s-controller"}, false, 0, true};
   r.args.insert(r.args.end(),
                 {"--coordinator=" + coordinator, "--job_name=" + job.name,
                  "--namespace=$(POD_NAMESPACE)",
@@ -269,7 +269,7 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
                                   std::to_string(job.coordinator_port);
   const std::string keys_flag = job.plain ? "--insecure" : "--keys=/keys";
 
-  Role c{"coordinator", 1, {"coordinator"}, false, job.coordinator_port};
+  RoleSpec c{"coordinator", 1, {"coordinator"}, false, job.coordinator_port};
   c.args.insert(c.args.end(), {"--listen=tcp://0.0.0.0:" +
                                    std::to_string(job.coordinator_port),
                                "--servers=" + std::to_string(job.servers),
@@ -278,13 +278,13 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
                                "--state_dir=/state", keys_flag});
   c.args.insert(c.args.end(), job.coordinator_flags.begin(),
                 job.coordinator_flags.end());
-  Role s{"server", job.servers, {"server"}, true, job.server_port};
+  RoleSpec s{"server", job.servers, {"server"}, true, job.server_port};
   s.args.insert(s.args.end(),
                 {"--coordinator=" + coordinator, "--host=$(POD_IP)",
                  "--port=" + std::to_string(job.server_port),
                  "--state_dir=/state", keys_flag});
   s.args.insert(s.args.end(), job.server_flags.begin(), job.server_flags.end());
-  Role wk{"worker", job.workers, {"worker"}, false, 0};
+  RoleSpec wk{"worker", job.workers, {"worker"}, false, 0};
   wk.args.insert(wk.args.end(), {"--coordinator=" + coordinator, keys_flag});
   wk.args.insert(wk.args.end(), job.worker_flags.begin(),
                  job.worker_flags.end());
@@ -347,7 +347,8 @@ Result<std::string> KubernetesManifests(const KubernetesJob& job) {
   w.Line(4, "- name: server");
   w.Line(6, "port: " + std::to_string(job.server_port));
   const auto keys = KeyItems(max_servers, max_workers);
-  for (const Role* role : {&c, &s, &wk}) WriteJob(job, *role, keys, secret, w);
+  for (const RoleSpec* role : {&c, &s, &wk})
+    WriteJob(job, *role, keys, secret, w);
   if (job.controller) {
     WriteController(job, coordinator, secret, max_servers, max_workers, w);
   }

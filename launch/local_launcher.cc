@@ -39,8 +39,6 @@ constexpr int64_t kServerDrainTimeoutMs = 120000;
 // How long a report of a member's exit may take (it runs beside the
 // supervision).
 constexpr int64_t kExitReportTimeoutMs = 2000;
-// How long `srun --version` may take.
-constexpr int kToolTimeoutMs = 10000;
 
 // The supervisor's children as the reconcile loop's provider: a new
 // member is a new child with the next id; members are the children still

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "launch/trim.h"
+
 namespace ductile::launch {
 namespace {
 
@@ -16,13 +18,6 @@ using Role = KillEvent::Role;
 // Random kills without an explicit range start here: the cluster is
 // registered and training by then.
 constexpr int64_t kFirstRandomClock = 10;
-
-std::string_view Trim(std::string_view s) {
-  const size_t begin = s.find_first_not_of(" \t");
-  if (begin == std::string_view::npos) return {};
-  const size_t end = s.find_last_not_of(" \t");
-  return s.substr(begin, end - begin + 1);
-}
 
 // A decimal number made of digits only (no sign, no spaces).
 bool ParseCount(std::string_view text, int64_t* out) {

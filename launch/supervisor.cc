@@ -12,19 +12,13 @@
 #include <utility>
 
 #include "launch/child_process.h"
+#include "launch/trim.h"
 
 namespace ductile::launch {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 using Role = KillEvent::Role;
-
-std::string_view Trim(std::string_view s) {
-  const size_t begin = s.find_first_not_of(" \t");
-  if (begin == std::string_view::npos) return {};
-  const size_t end = s.find_last_not_of(" \t");
-  return s.substr(begin, end - begin + 1);
-}
 
 // fork + exec of `args` with the given signals unblocked. The child dies
 // with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
@@ -59,10 +53,6 @@ std::string Indented(const std::string& text) {
   }
   return out;
 }
-
-// How long a Slurm command (squeue, scancel) may take before it is killed:
-// a slurmctld that does not answer must not stop the supervision.
-constexpr int kToolTimeoutMs = 10000;
 
 // The signal a child died of, 0 if it exited. srun reports a task killed
 // by signal N as exit status 128 + N.

@@ -33,10 +33,6 @@ py::array CContiguous(const py::array& array) {
   return copy;
 }
 
-std::string TypeName(py::handle obj) {
-  return py::str(py::type::handle_of(obj).attr("__name__"));
-}
-
 // numpy's view of `obj`: itself if it is an array, else numpy.asarray(obj)
 // (which shares the memory of a buffer or of a CPU tensor). A TypeError
 // when numpy cannot make an array of it.
@@ -128,6 +124,10 @@ py::array_t<T> Integers(py::handle obj, const char* what) {
 }
 
 }  // namespace
+
+std::string TypeName(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__name__"));
+}
 
 FloatView InputFloats(py::handle obj, const char* what) {
   return Floats(obj, what, /*output=*/false);

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "ductile/table.h"
 
@@ -50,6 +51,9 @@ struct LengthView {
 };
 // None gives no lengths.
 LengthView Lengths(pybind11::handle obj);
+
+// The name of `obj`'s type, for error messages ("got a list").
+std::string TypeName(pybind11::handle obj);
 
 // A new float32 array of `n` floats (a pull's result when no `out` is
 // given).

@@ -22,10 +22,6 @@ namespace {
       "the child"));
 }
 
-std::string TypeName(py::handle obj) {
-  return py::str(py::type::handle_of(obj).attr("__name__"));
-}
-
 }  // namespace
 
 PyClient::PyClient(std::unique_ptr<Client> client, std::string address)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -74,6 +75,25 @@ TEST(RowBatch, KeysAreTheSortedDistinctIdsAndEachIdMapsToItsKey) {
   ASSERT_EQ(batch.num_ids(), kBatch.size());
   for (size_t i = 0; i < kBatch.size(); ++i) {
     EXPECT_EQ(batch.keys()[batch.row(i)], kBatch[i]) << "id " << i;
+  }
+}
+
+// Large batches take the radix sort: hashed ids (every byte differs) and
+// small ones (the high bytes shared), against a comparison sort.
+TEST(RowBatch, LargeBatchesOfHashedOrSmallIdsMapEachIdToItsKey) {
+  std::mt19937_64 rng(7);
+  for (const Key range : {Key{0}, Key{5000}, Key{40}}) {
+    std::vector<Key> ids(3000);
+    for (Key& id : ids) {
+      id = range == 0 ? rng() : rng() % range;
+      if (range == 0 && rng() % 2 == 0) id = ids[rng() % 8];  // repeats
+    }
+    RowBatch batch(ids);
+    const std::vector<Key> keys(batch.keys().begin(), batch.keys().end());
+    ASSERT_EQ(keys, SortedUnique(ids)) << "range " << range;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_EQ(batch.keys()[batch.row(i)], ids[i]) << "range " << range;
+    }
   }
 }
 

@@ -22,7 +22,8 @@
 //   DUCTILE_RETURN_IF_ERROR((*client)->Pull(*id, keys, weights));
 //   (*client)->Clock();
 //
-// Keys in one call must be strictly increasing. Values are laid out key after
+// Keys in one call must be strictly increasing (PullRows and PushRows take a
+// batch's ids in any order, with repeats). Values are laid out key after
 // key: key i's vector starts at the sum of the widths of keys 0..i-1.
 // Asynchronous calls borrow the caller's spans: they must stay valid, and
 // `out` untouched, until the Handle is done.

@@ -58,6 +58,10 @@ class ClientImpl final : public Client {
   Handle PushPullAsync(TableId table, std::span<const Key> keys,
                        std::span<const float> values, std::span<float> out,
                        std::span<const uint32_t> lengths) override;
+  Handle PullRowsAsync(TableId table, std::span<const Key> ids,
+                       std::span<float> out) override;
+  Handle PushRowsAsync(TableId table, std::span<const Key> ids,
+                       std::span<const float> grads) override;
   Result<Tensor> RegisterTensor(const TableOptions& options,
                                 uint64_t num_floats,
                                 uint32_t chunk_floats) override;
@@ -103,9 +107,13 @@ class ClientImpl final : public Client {
   const std::vector<Socket*>& sockets() const { return engine_.sockets(); }
 
  private:
-  Handle SubmitData(wire::MessageType type, TableId table,
-                    std::span<const Key> keys, std::span<const float> values,
-                    std::span<float> out, std::span<const uint32_t> lengths);
+  // Checks and sends `op`, its type, table, keys, values, out and lengths
+  // set.
+  Handle SubmitData(std::shared_ptr<DataOperation> op);
+  // PullRowsAsync (`grads` empty) and PushRowsAsync (`out` empty).
+  Handle SubmitRows(wire::MessageType type, TableId table,
+                    std::span<const Key> ids, std::span<const float> grads,
+                    std::span<float> out);
   // What can be refused before any part is sent (widths that differ from
   // the servers'; values NaN or infinite), so a request split over several
   // servers is never half applied, nor a refused one mirrored in the

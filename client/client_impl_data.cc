@@ -3,39 +3,26 @@
 // RequestEngine. The rest of the client (registration, tables, clocks,
 // barriers, the data plan, rollbacks) is in client_impl.cc.
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "client/client_impl.h"
+#include "client/row_batch.h"
 #include "proto/codec.h"
 
 namespace ductile {
 
 using std::chrono::milliseconds;
 
-Handle ClientImpl::PushAsync(TableId table, std::span<const Key> keys,
-                             std::span<const float> values,
-                             std::span<const uint32_t> lengths) {
-  return SubmitData(wire::PUSH, table, keys, values, {}, lengths);
-}
+namespace {
 
-Handle ClientImpl::PullAsync(TableId table, std::span<const Key> keys,
-                             std::span<float> out,
-                             std::span<const uint32_t> lengths) {
-  return SubmitData(wire::PULL, table, keys, {}, out, lengths);
-}
-
-Handle ClientImpl::PushPullAsync(TableId table, std::span<const Key> keys,
-                                 std::span<const float> values,
-                                 std::span<float> out,
-                                 std::span<const uint32_t> lengths) {
-  return SubmitData(wire::PUSH_PULL, table, keys, values, out, lengths);
-}
-
-Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
-                              std::span<const Key> keys,
-                              std::span<const float> values,
-                              std::span<float> out,
-                              std::span<const uint32_t> lengths) {
+std::shared_ptr<DataOperation> NewData(wire::MessageType type, TableId table,
+                                       std::span<const Key> keys,
+                                       std::span<const float> values,
+                                       std::span<float> out,
+                                       std::span<const uint32_t> lengths) {
   auto op = std::make_shared<DataOperation>();
   op->type = type;
   op->table = table;
@@ -43,6 +30,97 @@ Handle ClientImpl::SubmitData(wire::MessageType type, TableId table,
   op->values = values;
   op->out = out;
   op->lengths = lengths;
+  return op;
+}
+
+// A call refused before anything was sent.
+Handle Refused(const Status& status) {
+  auto op = std::make_shared<DataOperation>();
+  op->Hold();
+  op->Release(status);
+  return Handle(op);
+}
+
+}  // namespace
+
+Handle ClientImpl::PushAsync(TableId table, std::span<const Key> keys,
+                             std::span<const float> values,
+                             std::span<const uint32_t> lengths) {
+  return SubmitData(NewData(wire::PUSH, table, keys, values, {}, lengths));
+}
+
+Handle ClientImpl::PullAsync(TableId table, std::span<const Key> keys,
+                             std::span<float> out,
+                             std::span<const uint32_t> lengths) {
+  return SubmitData(NewData(wire::PULL, table, keys, {}, out, lengths));
+}
+
+Handle ClientImpl::PushPullAsync(TableId table, std::span<const Key> keys,
+                                 std::span<const float> values,
+                                 std::span<float> out,
+                                 std::span<const uint32_t> lengths) {
+  return SubmitData(
+      NewData(wire::PUSH_PULL, table, keys, values, out, lengths));
+}
+
+Handle ClientImpl::PullRowsAsync(TableId table, std::span<const Key> ids,
+                                 std::span<float> out) {
+  return SubmitRows(wire::PULL, table, ids, {}, out);
+}
+
+Handle ClientImpl::PushRowsAsync(TableId table, std::span<const Key> ids,
+                                 std::span<const float> grads) {
+  return SubmitRows(wire::PUSH, table, ids, grads, {});
+}
+
+Handle ClientImpl::SubmitRows(wire::MessageType type, TableId table,
+                              std::span<const Key> ids,
+                              std::span<const float> grads,
+                              std::span<float> out) {
+  const bool push = type == wire::PUSH;
+  Result<TableRegistry::View> view = tables_.Lookup(table, clock_.load());
+  if (!view.ok()) return Refused(view.status());
+  const uint32_t width = view->width;
+  if (width == 0) {
+    return Refused(InvalidArgumentError(
+        tables_.Name(table) +
+        " has variable-width values; rows by id need a fixed-width table"));
+  }
+  const uint64_t floats = push ? grads.size() : out.size();
+  if (floats != ids.size() * uint64_t{width}) {
+    return Refused(InvalidArgumentError(
+        std::string(push ? "grads" : "out") + " has " + std::to_string(floats) +
+        " floats for " + std::to_string(ids.size()) + " ids of width " +
+        std::to_string(width) + " (needs " +
+        std::to_string(ids.size() * uint64_t{width}) + ") in " +
+        tables_.Name(table) + "; nothing was sent"));
+  }
+  if (ids.size() > UINT32_MAX) {
+    return Refused(InvalidArgumentError(std::to_string(ids.size()) +
+                                        " ids in one call (at most " +
+                                        std::to_string(UINT32_MAX) + ")"));
+  }
+  if (RowBatch::IsStrictlyIncreasing(ids)) {
+    return SubmitData(NewData(type, table, ids, grads, out, {}));
+  }
+  auto op = std::make_shared<RowsOperation>();
+  op->type = type;
+  op->table = table;
+  op->batch = RowBatch(ids);
+  op->keys = op->batch.keys();
+  op->rows.resize(op->keys.size() * width);
+  if (push) {
+    op->batch.Sum(grads, width, op->rows);
+    op->values = op->rows;
+  } else {
+    op->out = op->rows;
+    op->expand_into = out;
+  }
+  return SubmitData(std::move(op));
+}
+
+Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
+  const wire::MessageType type = op->type;
   op->SetWaitStats(stats_owner_, type != wire::PUSH);
   op->Hold();  // the dispatcher's hold, dropped once every part is out
   if (worker_id_.load() >= 0) {

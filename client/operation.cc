@@ -19,6 +19,7 @@ void Operation::Fail(const Status& status) {
 void Operation::Release(const Status& status) {
   Fail(status);
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  OnDone(!failed());
   {
     MutexLock lock(&mu_);
     done_.store(true, std::memory_order_release);

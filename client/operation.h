@@ -6,7 +6,8 @@
 // reads in place from the caller's memory, plus one held by the dispatcher
 // while it is still adding parts. The operation is done exactly when it
 // drops to 0; only then may the caller reuse its buffers. The first error
-// reported wins.
+// reported wins. OnDone() runs exactly once, on the thread that drops the
+// count to 0, before any waiter is woken.
 //
 // Thread-safe: parts complete on the client's I/O thread, frames are
 // released on the transport's threads, and Wait() runs on the caller's.
@@ -59,6 +60,12 @@ class Operation {
   bool done() const { return done_.load(std::memory_order_acquire); }
   // True once an error has been recorded (the op will fail).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+ protected:
+  // Called once as the operation becomes done, before done() is true or
+  // Wait() returns; `ok`: no error was recorded. What it writes is seen by
+  // every waiter. It must not block, nor touch this operation's count.
+  virtual void OnDone(bool ok) { static_cast<void>(ok); }
 
  private:
   Status WaitDone() EXCLUDES(mu_);

@@ -64,6 +64,51 @@ const char* kPushPullTensorDoc = R"doc(
 Pushes `values` to the tensor, then reads it back, in one round trip per
 server; returns it (in `out` if given).)doc";
 
+// A call on rows by id, blocking or not.
+py::object RunRows(py::object self, bool async, DataCall call, py::handle table,
+                   py::handle ids, py::handle grads, py::handle out) {
+  PyClient& client = self.cast<PyClient&>();
+  Submitted submitted = client.SubmitRows(call, table, ids, grads, out);
+  if (async) {
+    RaiseIfFailedAtOnce(submitted.handle);
+    return py::cast(std::make_unique<PyHandle>(std::move(submitted),
+                                               std::move(self), call));
+  }
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = submitted.handle.Wait();
+  }
+  ThrowIfError(status);
+  return submitted.result;
+}
+
+const char* kPullRowsDoc = R"doc(
+Reads the rows of `ids` of a fixed-width table, an embedding lookup: ids is an
+integer array of any shape (numpy int64 or uint64 or a CPU torch int64 tensor,
+used in place; other integer arrays are converted), in any order and with
+repeats; returns an array of shape ids.shape + (table.width,), float32, row
+after row as the ids are. The client sends each distinct id once, one request
+per server, and copies its row to every place the id holds. With `out`
+(float32, C-contiguous, writeable, ids.size * width floats) the rows go there
+and it is returned.
+
+    ids = numpy.array([[42, 7], [7, 9]])          # a batch of 2 bags of 2
+    rows = client.pull_rows(table, ids)          # shape (2, 2, table.width)
+
+Raises TypeError for ids that are not integers or grads / out that are not
+float32, ValueError for a negative id, and InvalidArgument (a ValueError) for
+a size that is not ids.size * width or a variable-width table; nothing is sent
+then.)doc";
+const char* kPushRowsDoc = R"doc(
+Applies `grads` to the rows of `ids` with the table's update rule and waits:
+grads is float32, C-contiguous, ids.size * width floats (shape ids.shape +
+(width,)), row i for ids' i-th id (flat order). The gradients of an id that
+repeats are summed and applied once, in one request per server.
+
+    client.push_rows(table, ids, grads)          # grads.shape == rows.shape
+)doc";
+
 }  // namespace
 
 void BindClient(py::module_& m) {
@@ -198,6 +243,20 @@ name share it. Table options as for create_table() (width is ignored).)doc");
         },
         arg("table"), arg("keys"), arg("values"), arg("out") = none,
         arg("lengths") = none, doc(kPushPullDoc));
+    c.def(
+        async ? "pull_rows_async" : "pull_rows",
+        [async](py::object self, py::handle t, py::handle ids, py::handle o) {
+          return RunRows(std::move(self), async, DataCall::kPull, t, ids,
+                         py::none(), o);
+        },
+        arg("table"), arg("ids"), arg("out") = none, doc(kPullRowsDoc));
+    c.def(
+        async ? "push_rows_async" : "push_rows",
+        [async](py::object self, py::handle t, py::handle ids, py::handle g) {
+          return RunRows(std::move(self), async, DataCall::kPush, t, ids, g,
+                         py::none());
+        },
+        arg("table"), arg("ids"), arg("grads"), doc(kPushRowsDoc));
     c.def(
         async ? "push_tensor_async" : "push_tensor",
         [async](py::object self, py::handle t, py::handle v) {

@@ -142,6 +142,30 @@ KeyView Keys(py::handle obj) {
   return KeyView{keys, {keys.data(), static_cast<size_t>(keys.size())}};
 }
 
+KeyView Ids(py::handle obj, std::vector<py::ssize_t>* shape) {
+  py::array array = AsArray(obj, "ids");
+  shape->assign(array.shape(), array.shape() + array.ndim());
+  const int flags = array.flags();
+  if (array.dtype().kind() == 'i' && HoldsNative<int64_t>(array) &&
+      (flags & kCContiguous) && (flags & kAligned)) {
+    // torch's and numpy's default: the same bits as uint64 when none is
+    // negative.
+    const auto* ids = static_cast<const int64_t*>(array.data());
+    const size_t n = static_cast<size_t>(array.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (ids[i] < 0) {
+        ThrowValueError("ids has a negative id (" + std::to_string(ids[i]) +
+                        " at flat index " + std::to_string(i) +
+                        "); ids are 0 to 2**64 - 1");
+      }
+    }
+    return KeyView{array, {reinterpret_cast<const Key*>(ids), n}};
+  }
+  py::array flat = array.attr("reshape")(-1);
+  py::array_t<Key> keys = Integers<Key>(flat, "ids");
+  return KeyView{keys, {keys.data(), static_cast<size_t>(keys.size())}};
+}
+
 LengthView Lengths(py::handle obj) {
   if (obj.is_none()) return LengthView{py::none(), {}};
   py::array_t<uint32_t> lengths = Integers<uint32_t>(obj, "lengths");
@@ -151,6 +175,10 @@ LengthView Lengths(py::handle obj) {
 
 py::array_t<float> NewFloats(uint64_t n) {
   return py::array_t<float>(static_cast<py::ssize_t>(n));
+}
+
+py::array_t<float> NewFloats(const std::vector<py::ssize_t>& shape) {
+  return py::array_t<float>(shape);
 }
 
 }  // namespace ductile::python

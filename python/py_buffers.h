@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ductile/table.h"
 
@@ -45,6 +46,11 @@ struct KeyView {
 };
 KeyView Keys(pybind11::handle obj);
 
+// Row ids (Client.pull_rows): an integer array of any shape, read in place
+// when it is a C-contiguous int64 (none negative) or uint64 array, else
+// converted; `shape` gets its shape.
+KeyView Ids(pybind11::handle obj, std::vector<pybind11::ssize_t>* shape);
+
 struct LengthView {
   pybind11::object owner;  // None when no lengths were given
   std::span<const uint32_t> lengths;
@@ -58,6 +64,8 @@ std::string TypeName(pybind11::handle obj);
 // A new float32 array of `n` floats (a pull's result when no `out` is
 // given).
 pybind11::array_t<float> NewFloats(uint64_t n);
+// A new float32 array of this shape.
+pybind11::array_t<float> NewFloats(const std::vector<pybind11::ssize_t>& shape);
 
 }  // namespace ductile::python
 

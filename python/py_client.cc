@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <utility>
+#include <vector>
 
 #include "python/py_buffers.h"
 #include "python/py_status.h"
@@ -149,6 +150,49 @@ Submitted PyClient::Submit(DataCall call, py::handle target,
     case DataCall::kPushPull:
       handle = client->PushPullAsync(table, keys, values, out, lengths);
       break;
+  }
+  return Submitted{std::move(handle), py::tuple(keep), std::move(result)};
+}
+
+Submitted PyClient::SubmitRows(DataCall call, py::handle target,
+                               py::handle ids_obj, py::handle grads_obj,
+                               py::handle out_obj) {
+  std::shared_ptr<Client> client = Get();
+  Sweep();
+  if (!py::isinstance<TableInfo>(target)) {
+    ThrowTypeError(
+        "table must be a ductile.Table (Client.create_table, "
+        "Client.get_table), not " +
+        TypeName(target));
+  }
+  const TableInfo& info = target.cast<const TableInfo&>();
+  std::vector<py::ssize_t> shape;
+  KeyView ids = Ids(ids_obj, &shape);
+  py::list keep;
+  keep.append(target);
+  keep.append(ids.owner);
+  Handle handle;
+  py::object result = py::none();
+  if (call == DataCall::kPush) {
+    FloatView grads = InputFloats(grads_obj, "grads");
+    keep.append(grads.owner);
+    handle = client->PushRowsAsync(info.id, ids.keys, grads.floats);
+  } else {
+    FloatView o;
+    if (out_obj.is_none()) {
+      // A variable-width table gets an empty result, which the client
+      // refuses naming the table's kind.
+      shape.push_back(info.options.value_width);
+      py::array_t<float> fresh = NewFloats(shape);
+      o = FloatView{fresh,
+                    {fresh.mutable_data(), static_cast<size_t>(fresh.size())}};
+      result = fresh;
+    } else {
+      o = OutputFloats(out_obj, "out");
+      result = py::reinterpret_borrow<py::object>(out_obj);
+    }
+    keep.append(o.owner);
+    handle = client->PullRowsAsync(info.id, ids.keys, o.floats);
   }
   return Submitted{std::move(handle), py::tuple(keep), std::move(result)};
 }

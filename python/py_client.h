@@ -69,6 +69,12 @@ class PyClient {
                    pybind11::handle keys, pybind11::handle values,
                    pybind11::handle out, pybind11::handle lengths);
 
+  // A call on rows by id (kPull or kPush) of `table` (a ductile.Table):
+  // `ids` of any shape; a pull's result has shape ids.shape + (width,).
+  Submitted SubmitRows(DataCall call, pybind11::handle table,
+                       pybind11::handle ids, pybind11::handle grads,
+                       pybind11::handle out);
+
   // A handle dropped before its call was done leaves its references here.
   void Adopt(Handle handle, pybind11::object keepalive);
 

@@ -112,6 +112,16 @@ class PlanClient final : public Client {
     Unused("PushPullAsync").IgnoreError();
     return Handle();
   }
+  Handle PullRowsAsync(TableId, std::span<const Key>,
+                       std::span<float>) override {
+    Unused("PullRowsAsync").IgnoreError();
+    return Handle();
+  }
+  Handle PushRowsAsync(TableId, std::span<const Key>,
+                       std::span<const float>) override {
+    Unused("PushRowsAsync").IgnoreError();
+    return Handle();
+  }
   Result<Tensor> RegisterTensor(const TableOptions&, uint64_t,
                                 uint32_t) override {
     return Unused("RegisterTensor");

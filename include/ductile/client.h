@@ -22,7 +22,8 @@
 //   DUCTILE_RETURN_IF_ERROR((*client)->Pull(*id, keys, weights));
 //   (*client)->Clock();
 //
-// Keys in one call must be strictly increasing. Values are laid out key after
+// Keys in one call must be strictly increasing (PullRows and PushRows take a
+// batch's ids in any order, with repeats). Values are laid out key after
 // key: key i's vector starts at the sum of the widths of keys 0..i-1.
 // Asynchronous calls borrow the caller's spans: they must stay valid, and
 // `out` untouched, until the Handle is done.
@@ -230,6 +231,39 @@ class Client {
                   std::span<const float> values, std::span<float> out,
                   std::span<const uint32_t> lengths = {}) {
     return PushPullAsync(table, keys, values, out, lengths).Wait();
+  }
+
+  // ---- Rows by id (embedding tables): a batch's raw ids, in any order and
+  // with repeats, on a fixed-width table; row i of `out` / `grads` is the
+  // table's width floats of ids[i].
+  //
+  //   std::vector<ductile::Key> ids = {42, 7, 42, 9};  // as the batch has them
+  //   std::vector<float> rows(ids.size() * width);
+  //   DUCTILE_RETURN_IF_ERROR(client->PullRows(table, ids, rows));
+  //   ...                                       // d(loss)/d(rows) into grads
+  //   DUCTILE_RETURN_IF_ERROR(client->PushRows(table, ids, grads));
+  //
+  // The client sorts the ids and drops repeats, sends one request per
+  // server with the unique ids, and copies each pulled row to every place
+  // its id holds in `out` before the call is done; a push sends, per unique
+  // id, the sum of its rows of `grads` (a repeated id is updated once, by
+  // the sum). Ids already strictly increasing go out as they are (no copy,
+  // exactly Pull / Push). Refused with kInvalidArgument before anything is
+  // sent: a variable-width table, or `out` / `grads` not ids.size() times
+  // the width; an unknown table is kNotFound, as for Pull. Apart from
+  // these, each call behaves as Pull / Push on the unique ids (consistency,
+  // cache, errors).
+  virtual Handle PullRowsAsync(TableId table, std::span<const Key> ids,
+                               std::span<float> out) = 0;
+  virtual Handle PushRowsAsync(TableId table, std::span<const Key> ids,
+                               std::span<const float> grads) = 0;
+  Status PullRows(TableId table, std::span<const Key> ids,
+                  std::span<float> out) {
+    return PullRowsAsync(table, ids, out).Wait();
+  }
+  Status PushRows(TableId table, std::span<const Key> ids,
+                  std::span<const float> grads) {
+    return PushRowsAsync(table, ids, grads).Wait();
   }
 
   // Dense tensors: a variable-width table named `options.name` holding

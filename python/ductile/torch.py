@@ -381,3 +381,6 @@ class DistributedOptimizer:
     def __repr__(self) -> str:
         mode = "gradient averaging" if self.average_gradients else "server optimizer"
         return f"DistributedOptimizer({type(self.optimizer).__name__}, {mode}, {len(self._params)} parameters)"
+
+
+from ductile._embedding import Embedding, EmbeddingBag  # noqa: E402,F401

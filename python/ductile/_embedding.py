@@ -1,0 +1,178 @@
+"""ductile.torch.Embedding and EmbeddingBag: embedding tables whose rows live
+on the servers, looked up by id.
+
+    table = client.create_table("user_emb", width=16, rule="adagrad",
+                                learning_rate=0.05,
+                                init={"kind": "normal", "stddev": 0.01})
+    users = dt.Embedding(None, 16, table=table)
+    items = dt.EmbeddingBag(None, 16, table="item_emb", mode="mean",
+                            rule="sgd", learning_rate=0.1)
+    loss = model(users(user_ids), items(item_ids)).sum()
+    loss.backward()                  # pushes the rows' gradients
+
+The forward pass pulls the rows of the batch's ids (each distinct id once,
+Client.pull_rows); the backward pass pushes their gradients
+(Client.push_rows, a repeated id's gradients summed), and the servers apply
+the table's update rule: there is no torch parameter and the module is not
+given to a torch optimizer. Next to DistributedOptimizer for the dense part
+of the model, the pushes of a step carry the same clock, and
+DistributedOptimizer.step() (or Client.clock()) ends the step for both,
+under the table's consistency model.
+"""
+
+from typing import Any, Optional, Union
+
+import torch
+
+import ductile
+
+_MODES = ("sum", "mean")
+
+
+def _default_client() -> ductile.Client:
+    from ductile import torch as dt  # ductile.torch imports this module
+
+    return dt.client()
+
+
+def _check_ids(ids: torch.Tensor, what: str) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor):
+        ids = torch.as_tensor(ids)
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"{what} must be an integer tensor (torch.int64), not {ids.dtype}")
+    if ids.device.type != "cpu":
+        raise ValueError(f"{what} must be on the CPU, not {ids.device}")
+    return ids.to(torch.int64).contiguous()
+
+
+class _RowLookup(torch.autograd.Function):
+    """rows = the table's rows of `ids` (shape ids.shape + (width,)); the
+    backward pass pushes d(loss)/d(rows) and gives no gradient to torch."""
+
+    @staticmethod
+    def forward(ctx, anchor: torch.Tensor, client: ductile.Client, table: Any,
+                ids: torch.Tensor) -> torch.Tensor:
+        ctx.client, ctx.table = client, table
+        ctx.save_for_backward(ids)
+        rows = torch.empty(tuple(ids.shape) + (table.width,), dtype=torch.float32)
+        client.pull_rows(table, ids.numpy(), out=rows.numpy())
+        return rows
+
+    @staticmethod
+    def backward(ctx, grad_rows: torch.Tensor):
+        (ids,) = ctx.saved_tensors
+        grads = grad_rows.detach().to(torch.float32).contiguous()
+        ctx.client.push_rows(ctx.table, ids.numpy(), grads.numpy())
+        return None, None, None, None
+
+
+class Embedding(torch.nn.Module):
+    """A lookup table of `embedding_dim`-float rows by 64-bit id, held on the
+    servers (torch.nn.Embedding's forward: ids of any shape in, rows of shape
+    ids.shape + (embedding_dim,) out).
+
+    num_embeddings: the vocabulary size, or None: any non-negative id (a
+    hashed feature, say) is a row. When given, ids outside [0,
+    num_embeddings) raise IndexError, as torch's do.
+    table: a ductile.Table of width embedding_dim (Client.create_table), or
+    the name of one to create (or get, if it exists with equal options)
+    with **table_options (rule, learning_rate, init, consistency, ...; see
+    Client.create_table; default rule "sgd").
+    client: the client (default: the one ductile.torch.init() connected).
+
+    The servers update the rows with the table's rule from each backward
+    pass's gradients; a repeated id's gradients are summed and applied once.
+    """
+
+    def __init__(self, num_embeddings: Optional[int], embedding_dim: int, *,
+                 table: Union[str, Any], client: Optional[ductile.Client] = None,
+                 **table_options: Any):
+        super().__init__()
+        if num_embeddings is not None and num_embeddings <= 0:
+            raise ValueError(f"num_embeddings must be positive or None, not {num_embeddings}")
+        if embedding_dim <= 0:
+            raise ValueError(f"embedding_dim must be positive, not {embedding_dim}")
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.client = client if client is not None else _default_client()
+        if isinstance(table, str):
+            table_options.setdefault("rule", "sgd")
+            table = self.client.create_table(table, width=embedding_dim, **table_options)
+        elif table_options:
+            raise TypeError("table options are for a table given by name, not "
+                            f"{sorted(table_options)} with a ductile.Table")
+        if table.width != embedding_dim:
+            raise ValueError(f"table {table.name} has rows of {table.width} floats, "
+                             f"not embedding_dim={embedding_dim}")
+        self.table = table
+        # Gives the lookup an input that requires grad, so that autograd
+        # calls its backward (which pushes); it never gets a gradient.
+        self._anchor = torch.empty(0, requires_grad=True)
+
+    def _rows(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.num_embeddings is not None and ids.numel() > 0:
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.num_embeddings:
+                raise IndexError(f"id {low if low < 0 else high} is out of range "
+                                 f"[0, {self.num_embeddings}) of table {self.table.name}")
+        if not torch.is_grad_enabled():
+            rows = torch.empty(tuple(ids.shape) + (self.embedding_dim,))
+            self.client.pull_rows(self.table, ids.numpy(), out=rows.numpy())
+            return rows
+        return _RowLookup.apply(self._anchor, self.client, self.table, ids)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._rows(_check_ids(ids, "ids"))
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, table={self.table.name!r}, "
+                f"rule={self.table.options.get('rule')!r}")
+
+
+class EmbeddingBag(Embedding):
+    """Sums or averages (mode="sum" | "mean") the rows of each bag of ids, as
+    torch.nn.EmbeddingBag does, with its rows on the servers (see Embedding
+    for num_embeddings, table and client).
+
+    forward(ids, offsets=None): ids of shape (B, N) are B bags of N ids;
+    1-D ids with `offsets` (B starts into ids, ascending, the first 0) are B
+    bags of any sizes, an empty bag giving zeros. Returns (B, embedding_dim).
+    """
+
+    def __init__(self, num_embeddings: Optional[int], embedding_dim: int, *,
+                 table: Union[str, Any], mode: str = "mean",
+                 client: Optional[ductile.Client] = None, **table_options: Any):
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
+        super().__init__(num_embeddings, embedding_dim, table=table, client=client,
+                         **table_options)
+        self.mode = mode
+
+    def forward(self, ids: torch.Tensor, offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        ids = _check_ids(ids, "ids")
+        if offsets is None:
+            if ids.dim() != 2:
+                raise ValueError(f"ids must be 2-D (bags, ids per bag) without offsets, "
+                                 f"not of shape {tuple(ids.shape)}")
+            rows = self._rows(ids)
+            return rows.sum(dim=1) if self.mode == "sum" else rows.mean(dim=1)
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be 1-D with offsets, not of shape {tuple(ids.shape)}")
+        offsets = _check_ids(offsets, "offsets")
+        if offsets.dim() != 1:
+            raise ValueError(f"offsets must be 1-D, not of shape {tuple(offsets.shape)}")
+        bags = len(offsets)
+        bounds = torch.cat([offsets, torch.tensor([len(ids)])])
+        sizes = bounds[1:] - bounds[:-1]
+        if bags > 0 and (int(offsets[0]) != 0 or bool((sizes < 0).any()) or
+                         int(offsets[-1]) > len(ids)):
+            raise ValueError("offsets must ascend from 0 and stay within ids")
+        rows = self._rows(ids)
+        bag_of = torch.repeat_interleave(torch.arange(bags), sizes)
+        out = torch.zeros(bags, self.embedding_dim).index_add(0, bag_of, rows)
+        if self.mode == "mean":
+            out = out / sizes.clamp(min=1).unsqueeze(1).to(out.dtype)
+        return out
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", mode={self.mode!r}"

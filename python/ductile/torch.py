@@ -17,6 +17,10 @@ tensor's update rule (SUPPORTED lists them). For any other optimizer,
 average_gradients=True makes the servers average each clock's gradients
 (BSP) and every worker runs its own torch optimizer on the average.
 
+Elastic: a worker that joins starts from the job's current parameters; when
+the job rolls back (a server lost), step() pulls the checkpoint's parameters
+and the loop goes on.
+
 torch is imported when this module is, never by `import ductile`.
 """
 
@@ -26,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 import ductile
+from ductile import _elastic
 from ductile._env import connect_from_env
 
 SUPPORTED = (
@@ -142,6 +147,7 @@ class _Param:
         self.pulled = torch.zeros(self.numel, dtype=torch.float32)
         self.start = torch.zeros(self.numel, dtype=torch.float32)  # initial values
         self.handle: Any = None  # the push of this step, once sent
+        self.error: Optional[BaseException] = None  # its push's, raised by step()
         self.passes = 0  # backward passes accumulated since the last step()
 
 
@@ -249,6 +255,7 @@ class DistributedOptimizer:
             _accumulate_grad_hook(param.p, lambda param=param: self._accumulated(param))
             for param in self._params
         ]
+        _elastic.register_optimizer(self)
 
     @property
     def param_groups(self) -> List[Dict[str, Any]]:
@@ -290,7 +297,10 @@ class DistributedOptimizer:
                 "call step() first, or raise backward_passes_per_step"
             )
         if param.passes == self.backward_passes_per_step:
-            self._push(param)
+            try:
+                self._push(param)
+            except _elastic.RECOVERABLE as error:  # a rollback: step() takes it
+                param.error = error
 
     def _push(self, param: _Param) -> None:
         # A push still pending here (only after a failed step) borrows
@@ -335,20 +345,40 @@ class DistributedOptimizer:
         way no push is left pending, so a later step starts afresh (after
         Client.await_recovery(), say)."""
         handles = []
+        errors = []
         for param in self._params:
             handle, param.handle = param.handle, None
             handles.append(handle)
+            if param.error is not None:
+                errors.append(param.error)
+                param.error = None
         _wait_all(handles)
+        if errors:
+            raise errors[0]
 
     def step(self, closure=None):
         """Ends this worker's step: waits for its pushes, advances its clock
         and pulls the parameters (under BSP, with every worker's gradients
         of the step applied). With average_gradients, the average gradient
-        replaces p.grad and the wrapped optimizer steps."""
+        replaces p.grad and the wrapped optimizer steps.
+
+        When the job rolls back (a server lost), the step's calls fail with
+        ductile.Aborted: step() takes the rollback, pulls the checkpoint's
+        parameters and returns; the step's gradients are not applied.
+        The loop's data does not go back with it."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        try:
+            self._step()
+        except _elastic.RECOVERABLE as error:
+            # A rollback: the parameters are pulled at the checkpoint's
+            # clock. Raises `error` when no rollback explains it.
+            _elastic.recover(self.client, error)
+        return loss
+
+    def _step(self) -> None:
         try:
             for param in self._params:
                 if param.handle is None:
@@ -370,7 +400,22 @@ class DistributedOptimizer:
         else:
             # What torch's LR schedulers check to see that the optimizer stepped.
             self.optimizer._step_count = getattr(self.optimizer, "_step_count", 0) + 1
-        return loss
+
+    def _rolled_back(self, recovery: "ductile.Recovery") -> None:
+        """The job rolled back to the checkpoint at recovery.clock: drops what
+        the step left in flight and pulls the checkpoint's parameters. (With
+        average_gradients the parameters are each worker's own: they are not
+        rolled back.)"""
+        for param in self._params:
+            handle, param.handle = param.handle, None
+            param.error = None
+            param.passes = 0
+            if handle is not None:
+                try:
+                    handle.wait()  # failed already, or fails soon: Aborted
+                except ductile.DuctileError:
+                    pass
+        self._pull()
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)

@@ -19,7 +19,9 @@ average_gradients=True makes the servers average each clock's gradients
 
 Elastic: a worker that joins starts from the job's current parameters; when
 the job rolls back (a server lost), step() pulls the checkpoint's parameters
-and the loop goes on.
+and the loop goes on; ElasticSampler hands out the job's data plan, so that
+every batch of an epoch is trained once across joins, drains, kills and
+rollbacks, and ends the loop of a worker asked to leave.
 
 torch is imported when this module is, never by `import ductile`.
 """
@@ -31,6 +33,7 @@ import torch
 
 import ductile
 from ductile import _elastic
+from ductile._elastic import ElasticSampler
 from ductile._env import connect_from_env
 
 SUPPORTED = (
@@ -360,12 +363,14 @@ class DistributedOptimizer:
         """Ends this worker's step: waits for its pushes, advances its clock
         and pulls the parameters (under BSP, with every worker's gradients
         of the step applied). With average_gradients, the average gradient
-        replaces p.grad and the wrapped optimizer steps.
+        replaces p.grad and the wrapped optimizer steps. An ElasticSampler's
+        batch is reported trained before the clock moves.
 
         When the job rolls back (a server lost), the step's calls fail with
         ductile.Aborted: step() takes the rollback, pulls the checkpoint's
         parameters and returns; the step's gradients are not applied.
-        The loop's data does not go back with it."""
+        Without an ElasticSampler the loop's data does not go back with
+        it."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -374,7 +379,8 @@ class DistributedOptimizer:
             self._step()
         except _elastic.RECOVERABLE as error:
             # A rollback: the parameters are pulled at the checkpoint's
-            # clock. Raises `error` when no rollback explains it.
+            # clock (and an ElasticSampler's plan rolls back). Raises
+            # `error` when no rollback explains it.
             _elastic.recover(self.client, error)
         return loss
 
@@ -393,6 +399,8 @@ class DistributedOptimizer:
             for param in self._params:
                 param.passes = 0
         self.synchronize()
+        for sampler in _elastic.samplers(self.client):
+            sampler._before_clock()  # the batch trained, reported before the clock
         self.client.clock()
         self._pull()
         if self.average_gradients:

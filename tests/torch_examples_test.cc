@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
@@ -26,6 +27,8 @@ constexpr int64_t kRunLimitMs = 240000;
 // chance (0.1), below what the scripts reach undisturbed in these few
 // hundred steps (0.82 and more).
 constexpr double kMinAccuracy = 0.75;
+// One epoch of Fashion-MNIST's 60,000 training samples in batches of 64.
+constexpr int kBatchesPerEpoch = 60000 / 64;
 
 // Processes (other than this one) whose command line contains `marker`,
 // zombies left out.
@@ -105,6 +108,18 @@ void ExpectAccuracyOf(const std::string& output, size_t workers) {
   for (double a : accuracies) EXPECT_GE(a, kMinAccuracy) << output;
 }
 
+// The batches the workers trained that the job kept, as they printed them
+// ("worker R trained N batches"), summed.
+int BatchesTrained(const std::string& output) {
+  int sum = 0;
+  const std::regex line("worker [0-9]+ trained ([0-9]+) batches");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    sum += std::stoi((*it)[1].str());
+  }
+  return sum;
+}
+
 TEST(TorchExamples, TwoWorkersUnderBspTrainTheMlpPastTheBar) {
   const std::string marker = UniqueTimeoutFlag();
   ChildProcess p(TorchJob(marker, {}, "mlp.py", {"--epochs=1"}));
@@ -112,6 +127,7 @@ TEST(TorchExamples, TwoWorkersUnderBspTrainTheMlpPastTheBar) {
   EXPECT_NE(p.output().find("ductile local: done"), std::string::npos)
       << p.output();
   ExpectAccuracyOf(p.output(), 2);
+  EXPECT_EQ(BatchesTrained(p.output()), kBatchesPerEpoch) << p.output();
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
@@ -161,6 +177,35 @@ TEST(TorchExamples, AServerKilledMidwayRollsTheJobBackAndItFinishes) {
         << out;
   }
   ExpectAccuracyOf(out, 2);
+  // The batches the rollback undid were trained again, once.
+  EXPECT_EQ(BatchesTrained(out), kBatchesPerEpoch) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+// Workers 2 -> 3 -> 1: the joiner runs the same script and takes its share
+// of the epoch, the two drained workers leave at their next batch and exit
+// 0, the last one trains the rest: every batch once.
+TEST(TorchExamples, TheMlpTrainsEveryBatchOnceThroughAResize2To3To1) {
+  const std::string marker = UniqueTimeoutFlag();
+  ChildProcess p(TorchJob(
+      marker, {"--resize_schedule=workers=3@clock=100,workers=1@clock=250"},
+      "mlp.py", {"--epochs=1"}));
+  ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
+  const std::string& out = p.output();
+  for (const char* line : {"workers 2 -> 3 at clock", "started worker 2;",
+                           "workers 3 -> 1 at clock", "ductile local: done"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  const std::regex left("worker [0-9]+ left the job at clock [0-9]+");
+  EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), left),
+                          std::sregex_iterator()),
+            2)
+      << out;
+  EXPECT_EQ(BatchesTrained(out), kBatchesPerEpoch) << out;
+  // The last worker's accuracy, after the whole epoch, passes the bar.
+  const std::vector<double> accuracies = Accuracies(out);
+  ASSERT_EQ(accuracies.size(), 3u) << out;
+  EXPECT_GE(accuracies.back(), kMinAccuracy) << out;
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 

@@ -26,6 +26,8 @@ rollbacks, and ends the loop of a worker asked to leave.
 torch is imported when this module is, never by `import ductile`.
 """
 
+import atexit
+import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -51,13 +53,35 @@ def init(**overrides: Any) -> ductile.Client:
     """Connects this process as a worker from the environment the launcher
     sets (ductile.connect_from_env; keywords override it, e.g.
     address="tcp://127.0.0.1:7000") and returns the client, which
-    DistributedOptimizer then uses. rank() and size() tell this worker's id
-    and the job's worker count."""
+    DistributedOptimizer and ElasticSampler then use. rank() and size()
+    tell this worker's id and the job's worker count. When the script ends
+    (not by an uncaught exception), the client's finish() is called for it."""
     global _client
     if _client is not None and not _client.closed:
         raise ductile.FailedPrecondition("ductile.torch.init() was called already")
     _client = connect_from_env(**overrides)
+    _finish_at_exit(_client)
     return _client
+
+
+def _finish_at_exit(connected: ductile.Client) -> None:
+    """When the script ends without an uncaught exception, tells the
+    coordinator this worker is finished (client.finish(), unless the
+    client was closed): a script needs no call of its own. One that raises
+    exits non-zero unfinished, and the launcher reports it."""
+    state = {"raised": False}
+    previous_hook = sys.excepthook
+
+    def hook(*exc_info: Any) -> None:
+        state["raised"] = True
+        previous_hook(*exc_info)
+
+    def finish() -> None:
+        if not state["raised"] and not connected.closed:
+            connected.finish()
+
+    sys.excepthook = hook
+    atexit.register(finish)
 
 
 def client() -> ductile.Client:

@@ -131,6 +131,21 @@ TEST(TorchExamples, TwoWorkersUnderBspTrainTheMlpPastTheBar) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// The CNN (two convolutions, two dense layers), one epoch shared by two
+// workers under BSP: both print the same accuracy, past the bar.
+TEST(TorchExamples, TwoWorkersUnderBspTrainTheCnnPastTheBar) {
+  const std::string marker = UniqueTimeoutFlag();
+  ChildProcess p(TorchJob(marker, {}, "cnn.py", {"--epochs=1"}));
+  ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
+  EXPECT_NE(p.output().find("ductile local: done"), std::string::npos)
+      << p.output();
+  ExpectAccuracyOf(p.output(), 2);
+  const std::vector<double> accuracies = Accuracies(p.output());
+  ASSERT_EQ(accuracies.size(), 2u);
+  EXPECT_EQ(accuracies[0], accuracies[1]) << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 // A script that raises (here: no data where it looks) stops the cluster;
 // the launcher fails naming the worker, with the traceback's end.
 TEST(TorchExamples, AScriptThatRaisesStopsTheClusterWithItsTraceback) {

@@ -49,6 +49,20 @@ INIT_TIMEOUT_S = 60.0
 _client: Optional[ductile.Client] = None
 
 
+class LeftJob(SystemExit):
+    """Raised by DistributedOptimizer.step() once this worker has left the
+    job because it was asked to (`ductile drain`, a resize, a policy) and
+    no ElasticSampler ends its loop instead. A SystemExit with status 0:
+    uncaught, the script ends cleanly; catch it to go on after the loop."""
+
+    def __init__(self, message: str):
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def init(**overrides: Any) -> ductile.Client:
     """Connects this process as a worker from the environment the launcher
     sets (ductile.connect_from_env; keywords override it, e.g.
@@ -390,6 +404,10 @@ class DistributedOptimizer:
         replaces p.grad and the wrapped optimizer steps. An ElasticSampler's
         batch is reported trained before the clock moves.
 
+        When this worker is asked to leave (`ductile drain`, a resize) and
+        no ElasticSampler ends its loop, step() leaves the job and raises
+        LeftJob, a SystemExit with status 0.
+
         When the job rolls back (a server lost), the step's calls fail with
         ductile.Aborted: step() takes the rollback, pulls the checkpoint's
         parameters and returns; the step's gradients are not applied.
@@ -406,7 +424,25 @@ class DistributedOptimizer:
             # clock (and an ElasticSampler's plan rolls back). Raises
             # `error` when no rollback explains it.
             _elastic.recover(self.client, error)
+        if self.client.leave_requested and not _elastic.samplers(self.client):
+            self._leave()
         return loss
+
+    def _leave(self) -> None:
+        """Asked to leave, with no ElasticSampler to end the loop: leaves
+        the job at this clock and raises LeftJob."""
+        while True:
+            try:
+                self.client.leave()
+                break
+            except _elastic.RECOVERABLE as error:
+                _elastic.recover(self.client, error)
+        message = (
+            f"worker {self.client.worker_id} left the job at clock "
+            f"{self.client.current_clock} (asked to)"
+        )
+        print(message, flush=True)
+        raise LeftJob(message)
 
     def _step(self) -> None:
         try:

@@ -46,14 +46,15 @@ class Worker:
     """A worker of the job: a client, a model, its DistributedOptimizer and
     an ElasticSampler; train() runs the epochs' loop of a script."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, sampler=True):
         self.client = connect(cluster)
         self.net = model()
         self.optimizer = dt.DistributedOptimizer(
             torch.optim.SGD(self.net.parameters(), lr=0.05), self.net.named_parameters(),
             client=self.client)
-        self.sampler = dt.ElasticSampler(SAMPLES, BATCH, EPOCHS, client=self.client)
-        self.loader = torch.utils.data.DataLoader(data(), batch_sampler=self.sampler)
+        if sampler:
+            self.sampler = dt.ElasticSampler(SAMPLES, BATCH, EPOCHS, client=self.client)
+            self.loader = torch.utils.data.DataLoader(data(), batch_sampler=self.sampler)
         self.iterations = []  # the (samples, ...) of each iteration's batches
         self.steps = 0
 
@@ -196,3 +197,51 @@ def test_a_rollback_hands_out_again_the_batches_it_undid(durable_cluster):
         assert worker.steps == len(EVERY_BATCH) + 3
     finally:
         worker.close()
+
+
+def test_without_a_sampler_a_worker_asked_to_leave_leaves_at_its_step_with_left_job(
+        durable_cluster):
+    workers = [Worker(durable_cluster, sampler=False), Worker(durable_cluster, sampler=False)]
+    leaver = workers[1]
+    x, y = data().tensors
+    outcome = {}
+
+    def loop(worker, steps, drain_at=None):
+        try:
+            for step in range(steps):
+                worker.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(worker.net(x[:BATCH]), y[:BATCH]).backward()
+                worker.optimizer.step()
+                if step + 1 == drain_at:
+                    subprocess.run(
+                        [_binary(), "drain", f"--coordinator={durable_cluster.address}",
+                         f"worker:{worker.client.worker_id}"],
+                        check=True, capture_output=True, timeout=WAIT_S)
+                    for _ in range(WAIT_S * 50):
+                        if worker.client.leave_requested:
+                            break
+                        threading.Event().wait(0.02)
+            outcome[worker] = "finished"
+        except dt.LeftJob as left:
+            outcome[worker] = (left.code, str(left), step)
+        except BaseException as error:  # noqa: B902, reported below
+            outcome[worker] = error
+
+    try:
+        # The other worker goes on under BSP after the leaver is gone: had
+        # it stayed in the job, the other's steps would wait for it.
+        threads = [threading.Thread(target=loop, args=(workers[0], 20)),
+                   threading.Thread(target=loop, args=(leaver, 20, 3))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S * 2)
+        assert not any(t.is_alive() for t in threads), "a worker did not finish"
+        assert outcome[workers[0]] == "finished"
+        code, message, step = outcome[leaver]
+        assert code == 0 and step == 3  # the step after the drain
+        assert message.startswith(f"worker {leaver.client.worker_id} left the job at clock")
+        assert leaver.client.worker_id not in workers[0].client.live_workers
+    finally:
+        for w in workers:
+            w.close()

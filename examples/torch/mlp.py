@@ -59,7 +59,7 @@ def main() -> None:
     optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters())  # ductile
 
     sampler = dt.ElasticSampler(len(x), args.batch_size, args.epochs)  # ductile
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_sampler=sampler)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_sampler=sampler)  # ductile
     for epoch in range(args.epochs):
         for step, (batch_x, batch_y) in enumerate(loader):
             optimizer.zero_grad()

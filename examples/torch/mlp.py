@@ -6,8 +6,9 @@
     # or against a coordinator started by hand:
     /usr/bin/python3 examples/torch/mlp.py --coordinator=tcp://127.0.0.1:7000
 
-Each worker trains on its own shard of the training set (rank of size) and
-prints the test accuracy at the end.
+The workers share each epoch through the job's data plan (ElasticSampler:
+every batch trained once, across joins, drains and rollbacks); each prints
+how many batches it trained and the test accuracy at the end.
 """
 
 import argparse
@@ -46,7 +47,6 @@ def main() -> None:
     connect = {"address": args.coordinator} if args.coordinator else {}  # ductile
     dt.init(**connect)  # ductile
     x, y = load(args.data_dir, "train")
-    x, y = x[dt.rank() % dt.size():: dt.size()], y[dt.rank() % dt.size():: dt.size()]
     test_x, test_y = load(args.data_dir, "t10k")
 
     torch.manual_seed(0)
@@ -58,9 +58,8 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters())  # ductile
 
-    loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(x, y), batch_size=args.batch_size, shuffle=True, drop_last=True
-    )
+    sampler = dt.ElasticSampler(len(x), args.batch_size, args.epochs)  # ductile
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_sampler=sampler)  # ductile
     for epoch in range(args.epochs):
         for step, (batch_x, batch_y) in enumerate(loader):
             optimizer.zero_grad()
@@ -71,8 +70,8 @@ def main() -> None:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
     with torch.no_grad():
         accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
+    print(f"worker {dt.rank()} trained {len(sampler.trained)} batches", flush=True)  # ductile
     print(f"test accuracy {accuracy:.4f}", flush=True)
-    dt.client().finish()  # ductile
 
 
 if __name__ == "__main__":

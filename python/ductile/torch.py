@@ -17,15 +17,25 @@ tensor's update rule (SUPPORTED lists them). For any other optimizer,
 average_gradients=True makes the servers average each clock's gradients
 (BSP) and every worker runs its own torch optimizer on the average.
 
+Elastic: a worker that joins starts from the job's current parameters; when
+the job rolls back (a server lost), step() pulls the checkpoint's parameters
+and the loop goes on; ElasticSampler hands out the job's data plan, so that
+every batch of an epoch is trained once across joins, drains, kills and
+rollbacks, and ends the loop of a worker asked to leave.
+
 torch is imported when this module is, never by `import ductile`.
 """
 
+import atexit
+import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 import ductile
+from ductile import _elastic
+from ductile._elastic import ElasticSampler
 from ductile._env import connect_from_env
 
 SUPPORTED = (
@@ -39,17 +49,53 @@ INIT_TIMEOUT_S = 60.0
 _client: Optional[ductile.Client] = None
 
 
+class LeftJob(SystemExit):
+    """Raised by DistributedOptimizer.step() once this worker has left the
+    job because it was asked to (`ductile drain`, a resize, a policy) and
+    no ElasticSampler ends its loop instead. A SystemExit with status 0:
+    uncaught, the script ends cleanly; catch it to go on after the loop."""
+
+    def __init__(self, message: str):
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def init(**overrides: Any) -> ductile.Client:
     """Connects this process as a worker from the environment the launcher
     sets (ductile.connect_from_env; keywords override it, e.g.
     address="tcp://127.0.0.1:7000") and returns the client, which
-    DistributedOptimizer then uses. rank() and size() tell this worker's id
-    and the job's worker count."""
+    DistributedOptimizer and ElasticSampler then use. rank() and size()
+    tell this worker's id and the job's worker count. When the script ends
+    (not by an uncaught exception), the client's finish() is called for it."""
     global _client
     if _client is not None and not _client.closed:
         raise ductile.FailedPrecondition("ductile.torch.init() was called already")
     _client = connect_from_env(**overrides)
+    _finish_at_exit(_client)
     return _client
+
+
+def _finish_at_exit(connected: ductile.Client) -> None:
+    """When the script ends without an uncaught exception, tells the
+    coordinator this worker is finished (client.finish(), unless the
+    client was closed): a script needs no call of its own. One that raises
+    exits non-zero unfinished, and the launcher reports it."""
+    state = {"raised": False}
+    previous_hook = sys.excepthook
+
+    def hook(*exc_info: Any) -> None:
+        state["raised"] = True
+        previous_hook(*exc_info)
+
+    def finish() -> None:
+        if not state["raised"] and not connected.closed:
+            connected.finish()
+
+    sys.excepthook = hook
+    atexit.register(finish)
 
 
 def client() -> ductile.Client:
@@ -142,6 +188,7 @@ class _Param:
         self.pulled = torch.zeros(self.numel, dtype=torch.float32)
         self.start = torch.zeros(self.numel, dtype=torch.float32)  # initial values
         self.handle: Any = None  # the push of this step, once sent
+        self.error: Optional[BaseException] = None  # its push's, raised by step()
         self.passes = 0  # backward passes accumulated since the last step()
 
 
@@ -249,6 +296,7 @@ class DistributedOptimizer:
             _accumulate_grad_hook(param.p, lambda param=param: self._accumulated(param))
             for param in self._params
         ]
+        _elastic.register_optimizer(self)
 
     @property
     def param_groups(self) -> List[Dict[str, Any]]:
@@ -290,7 +338,10 @@ class DistributedOptimizer:
                 "call step() first, or raise backward_passes_per_step"
             )
         if param.passes == self.backward_passes_per_step:
-            self._push(param)
+            try:
+                self._push(param)
+            except _elastic.RECOVERABLE as error:  # a rollback: step() takes it
+                param.error = error
 
     def _push(self, param: _Param) -> None:
         # A push still pending here (only after a failed step) borrows
@@ -335,20 +386,65 @@ class DistributedOptimizer:
         way no push is left pending, so a later step starts afresh (after
         Client.await_recovery(), say)."""
         handles = []
+        errors = []
         for param in self._params:
             handle, param.handle = param.handle, None
             handles.append(handle)
+            if param.error is not None:
+                errors.append(param.error)
+                param.error = None
         _wait_all(handles)
+        if errors:
+            raise errors[0]
 
     def step(self, closure=None):
         """Ends this worker's step: waits for its pushes, advances its clock
         and pulls the parameters (under BSP, with every worker's gradients
         of the step applied). With average_gradients, the average gradient
-        replaces p.grad and the wrapped optimizer steps."""
+        replaces p.grad and the wrapped optimizer steps. An ElasticSampler's
+        batch is reported trained before the clock moves.
+
+        When this worker is asked to leave (`ductile drain`, a resize) and
+        no ElasticSampler ends its loop, step() leaves the job and raises
+        LeftJob, a SystemExit with status 0.
+
+        When the job rolls back (a server lost), the step's calls fail with
+        ductile.Aborted: step() takes the rollback, pulls the checkpoint's
+        parameters and returns; the step's gradients are not applied.
+        Without an ElasticSampler the loop's data does not go back with
+        it."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        try:
+            self._step()
+        except _elastic.RECOVERABLE as error:
+            # A rollback: the parameters are pulled at the checkpoint's
+            # clock (and an ElasticSampler's plan rolls back). Raises
+            # `error` when no rollback explains it.
+            _elastic.recover(self.client, error)
+        if self.client.leave_requested and not _elastic.samplers(self.client):
+            self._leave()
+        return loss
+
+    def _leave(self) -> None:
+        """Asked to leave, with no ElasticSampler to end the loop: leaves
+        the job at this clock and raises LeftJob."""
+        while True:
+            try:
+                self.client.leave()
+                break
+            except _elastic.RECOVERABLE as error:
+                _elastic.recover(self.client, error)
+        message = (
+            f"worker {self.client.worker_id} left the job at clock "
+            f"{self.client.current_clock} (asked to)"
+        )
+        print(message, flush=True)
+        raise LeftJob(message)
+
+    def _step(self) -> None:
         try:
             for param in self._params:
                 if param.handle is None:
@@ -363,6 +459,8 @@ class DistributedOptimizer:
             for param in self._params:
                 param.passes = 0
         self.synchronize()
+        for sampler in _elastic.samplers(self.client):
+            sampler._before_clock()  # the batch trained, reported before the clock
         self.client.clock()
         self._pull()
         if self.average_gradients:
@@ -370,7 +468,22 @@ class DistributedOptimizer:
         else:
             # What torch's LR schedulers check to see that the optimizer stepped.
             self.optimizer._step_count = getattr(self.optimizer, "_step_count", 0) + 1
-        return loss
+
+    def _rolled_back(self, recovery: "ductile.Recovery") -> None:
+        """The job rolled back to the checkpoint at recovery.clock: drops what
+        the step left in flight and pulls the checkpoint's parameters. (With
+        average_gradients the parameters are each worker's own: they are not
+        rolled back.)"""
+        for param in self._params:
+            handle, param.handle = param.handle, None
+            param.error = None
+            param.passes = 0
+            if handle is not None:
+                try:
+                    handle.wait()  # failed already, or fails soon: Aborted
+                except ductile.DuctileError:
+                    pass
+        self._pull()
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)

@@ -7,7 +7,8 @@
 #
 # With a python interpreter, the installed Python package must import with
 # it, from the prefix, and load the prefix's libductile (by its rpath: no
-# LD_LIBRARY_PATH).
+# LD_LIBRARY_PATH); where torch is installed, ductile.torch imports from
+# there too.
 #
 # Exits non-zero on any failure; the temporary prefix is always removed.
 set -euo pipefail
@@ -75,6 +76,14 @@ assert ductile.__file__.startswith(prefix), ductile.__file__
 libs = [line.split()[-1] for line in open("/proc/self/maps") if "libductile.so" in line]
 assert libs and all(lib.startswith(prefix) for lib in libs), libs
 assert issubclass(ductile.Unavailable, ductile.DuctileError)
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass  # ductile.torch needs it
+else:
+    import ductile.torch as dt
+    assert dt.__file__.startswith(prefix), dt.__file__
+    assert dt.ElasticSampler.__module__ == "ductile._elastic"
 print("installed package", ductile.__file__, "loads", libs[0])
 EOF
 fi

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 import ductile  # noqa: E402
 import ductile.torch as dt  # noqa: E402
+from ductile import _elastic  # noqa: E402
 
 STEPS = 30
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
@@ -197,7 +198,9 @@ def batch_loss(net, x, y, i):
     return torch.nn.functional.mse_loss(net(x[batch]), y[batch])
 
 
-def test_a_failed_push_leaves_nothing_to_fail_the_next_steps(client, table_name):
+def test_a_failed_push_leaves_nothing_to_fail_the_next_steps(client, table_name, monkeypatch):
+    # step() waits for a rollback to explain the failure; none comes here.
+    monkeypatch.setattr(_elastic, "ROLLBACK_WAIT_MS", 200)
     x, y = regression_data(8)
     net = model(9)
     oracle = copy.deepcopy(net)

@@ -1,0 +1,247 @@
+"""ductile.torch.ElasticSampler on the job's data plan: every batch of every
+epoch trained exactly once by one worker, by two sharing each epoch, when
+one of them is asked to leave, and across a rollback that undoes batches
+(which the plan hands out again, and whose step() puts the checkpoint's
+parameters back).
+
+Each test has a cluster of its own (the data plan is the job's): the
+durable one of test_recovery.py, a coordinator and a server with a state
+directory, every wait bounded and every process stopped at the end."""
+
+import subprocess
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ductile  # noqa: E402
+import ductile.torch as dt  # noqa: E402
+from conftest import _binary  # noqa: E402
+from test_recovery import WAIT_S, durable_cluster  # noqa: E402,F401
+
+SAMPLES = 40
+BATCH = 8  # 5 batches an epoch
+EPOCHS = 2
+EVERY_BATCH = sorted((e, i) for e in range(EPOCHS) for i in range(SAMPLES // BATCH))
+
+
+def data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(SAMPLES, 4, generator=g)
+    return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(1)
+    return torch.nn.Linear(4, 1)
+
+
+def connect(cluster) -> ductile.Client:
+    return ductile.connect(cluster.address, connect_timeout_ms=WAIT_S * 1000,
+                           request_timeout_ms=WAIT_S * 1000)
+
+
+class Worker:
+    """A worker of the job: a client, a model, its DistributedOptimizer and
+    an ElasticSampler; train() runs the epochs' loop of a script."""
+
+    def __init__(self, cluster, sampler=True):
+        self.client = connect(cluster)
+        self.net = model()
+        self.optimizer = dt.DistributedOptimizer(
+            torch.optim.SGD(self.net.parameters(), lr=0.05), self.net.named_parameters(),
+            client=self.client)
+        if sampler:
+            self.sampler = dt.ElasticSampler(SAMPLES, BATCH, EPOCHS, client=self.client)
+            self.loader = torch.utils.data.DataLoader(data(), batch_sampler=self.sampler)
+        self.iterations = []  # the (samples, ...) of each iteration's batches
+        self.steps = 0
+
+    def train(self, after_step=None) -> None:
+        for _ in range(EPOCHS + 1):  # one more: empty, the plan has ended
+            seen = []
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.net(x), y).backward()
+                self.optimizer.step()
+                self.steps += 1
+                seen.append(len(x))
+                if after_step is not None:
+                    after_step(self)
+            self.iterations.append(seen)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def test_one_worker_trains_each_epoch_in_one_iteration(durable_cluster):
+    worker = Worker(durable_cluster)
+    try:
+        batches = []
+        for epoch in range(EPOCHS):
+            epoch_samples = []
+            for x, y in worker.loader:
+                batches.append(len(x))
+                epoch_samples += [tuple(row.tolist()) for row in x]
+                worker.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(worker.net(x), y).backward()
+                worker.optimizer.step()
+            # An epoch is every sample once, in batches of BATCH.
+            assert sorted(epoch_samples) == sorted(tuple(r.tolist()) for r, _ in data())
+        assert batches == [BATCH] * (SAMPLES // BATCH) * EPOCHS
+        assert list(worker.loader) == []  # the plan has ended
+        assert sorted(worker.sampler.trained) == EVERY_BATCH
+        assert worker.client.current_clock >= len(batches)
+    finally:
+        worker.close()
+
+
+def test_two_workers_share_the_epochs_and_train_every_batch_once(durable_cluster):
+    workers = [Worker(durable_cluster), Worker(durable_cluster)]
+    try:
+        errors = []
+
+        def run(worker):
+            try:
+                worker.train()
+            except BaseException as error:  # noqa: B902, reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        assert not any(t.is_alive() for t in threads), "a worker did not finish"
+        assert errors == []
+        trained = workers[0].sampler.trained + workers[1].sampler.trained
+        assert sorted(trained) == EVERY_BATCH
+        # Under BSP both end with the same parameters.
+        for p, q in zip(workers[0].net.parameters(), workers[1].net.parameters()):
+            torch.testing.assert_close(p.data, q.data)
+    finally:
+        for w in workers:
+            w.close()
+
+
+def test_a_worker_asked_to_leave_ends_its_loop_and_the_other_trains_the_rest(
+        durable_cluster):
+    workers = [Worker(durable_cluster), Worker(durable_cluster)]
+    leaver = workers[1]
+    try:
+        def drain_after_two_steps(worker):
+            if worker.steps != 2:
+                return
+            subprocess.run([_binary(), "drain", f"--coordinator={durable_cluster.address}",
+                            f"worker:{worker.client.worker_id}"],
+                           check=True, capture_output=True, timeout=WAIT_S)
+            # Its next batch is where it leaves: once it knows.
+            deadline = threading.Event()
+            for _ in range(WAIT_S * 50):
+                if worker.client.leave_requested:
+                    return
+                deadline.wait(0.02)
+            raise AssertionError("the drain did not reach the worker")
+
+        errors = []
+
+        def run(worker, after_step):
+            try:
+                worker.train(after_step)
+            except BaseException as error:  # noqa: B902, reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=run, args=(workers[0], None)),
+                   threading.Thread(target=run, args=(leaver, drain_after_two_steps))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        assert not any(t.is_alive() for t in threads), "a worker did not finish"
+        assert errors == []
+        assert leaver.sampler.left and leaver.steps == 2
+        assert sum(map(len, leaver.iterations)) == 2
+        trained = workers[0].sampler.trained + leaver.sampler.trained
+        assert sorted(trained) == EVERY_BATCH
+    finally:
+        for w in workers:
+            w.close()
+
+
+def test_a_rollback_hands_out_again_the_batches_it_undid(durable_cluster):
+    worker = Worker(durable_cluster)
+    try:
+        state = {}
+
+        def kill_after_five_steps(w):
+            if w.steps == 3:
+                state["checkpoint"] = durable_cluster.checkpoint()
+                state["parameters"] = [p.detach().clone() for p in w.net.parameters()]
+            elif w.steps == 5:
+                durable_cluster.restart_server()
+            elif w.steps == 6:  # the step that took the rollback
+                state["clock"] = w.client.current_clock
+                state["after"] = [p.detach().clone() for p in w.net.parameters()]
+
+        worker.train(kill_after_five_steps)
+        assert state["checkpoint"] == 3
+        # The sixth step's calls failed: step() took the rollback and pulled
+        # the checkpoint's parameters.
+        assert state["clock"] == 3
+        for p, q in zip(state["after"], state["parameters"]):
+            torch.testing.assert_close(p, q)
+        # The two batches trained after the checkpoint (and the sixth's,
+        # lost) were handed out again: every batch once in the end.
+        assert sorted(worker.sampler.trained) == EVERY_BATCH
+        assert worker.steps == len(EVERY_BATCH) + 3
+    finally:
+        worker.close()
+
+
+def test_without_a_sampler_a_worker_asked_to_leave_leaves_at_its_step_with_left_job(
+        durable_cluster):
+    workers = [Worker(durable_cluster, sampler=False), Worker(durable_cluster, sampler=False)]
+    leaver = workers[1]
+    x, y = data().tensors
+    outcome = {}
+
+    def loop(worker, steps, drain_at=None):
+        try:
+            for step in range(steps):
+                worker.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(worker.net(x[:BATCH]), y[:BATCH]).backward()
+                worker.optimizer.step()
+                if step + 1 == drain_at:
+                    subprocess.run(
+                        [_binary(), "drain", f"--coordinator={durable_cluster.address}",
+                         f"worker:{worker.client.worker_id}"],
+                        check=True, capture_output=True, timeout=WAIT_S)
+                    for _ in range(WAIT_S * 50):
+                        if worker.client.leave_requested:
+                            break
+                        threading.Event().wait(0.02)
+            outcome[worker] = "finished"
+        except dt.LeftJob as left:
+            outcome[worker] = (left.code, str(left), step)
+        except BaseException as error:  # noqa: B902, reported below
+            outcome[worker] = error
+
+    try:
+        # The other worker goes on under BSP after the leaver is gone: had
+        # it stayed in the job, the other's steps would wait for it.
+        threads = [threading.Thread(target=loop, args=(workers[0], 20)),
+                   threading.Thread(target=loop, args=(leaver, 20, 3))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S * 2)
+        assert not any(t.is_alive() for t in threads), "a worker did not finish"
+        assert outcome[workers[0]] == "finished"
+        code, message, step = outcome[leaver]
+        assert code == 0 and step == 3  # the step after the drain
+        assert message.startswith(f"worker {leaver.client.worker_id} left the job at clock")
+        assert leaver.client.worker_id not in workers[0].client.live_workers
+    finally:
+        for w in workers:
+            w.close()

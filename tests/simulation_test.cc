@@ -92,6 +92,17 @@ std::string FailureOf(const SimOptions& o) {
   return Describe(o) + ": " + r.failure;
 }
 
+// The seeds 1..`n` of one of the slowest tests, or the first n / D of them
+// (at least 1) with DUCTILE_SIM_SEED_DIVISOR=D: the sanitizer runs of CI
+// take a third, since their slowdown makes these tests minutes long, and
+// the uninstrumented run takes every seed.
+uint64_t SlowTestSeeds(uint64_t n) {
+  const char* v = std::getenv("DUCTILE_SIM_SEED_DIVISOR");
+  const uint64_t divisor =
+      v != nullptr ? std::max<uint64_t>(1, std::strtoull(v, nullptr, 10)) : 1;
+  return std::max<uint64_t>(1, n / divisor);
+}
+
 int SeedsFromEnvironment(int fallback) {
   const char* v = std::getenv("DUCTILE_SIM_SEEDS");
   return v != nullptr ? std::max(1, std::atoi(v)) : fallback;
@@ -366,7 +377,7 @@ TEST(Simulation, ACoordinatorThatCannotSaveItsStateTellsNobodyOfTheChange) {
 // store is exact: another server's crash later rolls every server back to
 // a checkpoint written after the rejoin, and the counts stay exact.
 TEST(Simulation, AServerDeclaredDeadWhileAliveRejoinsTheJob) {
-  for (uint64_t seed = 1; seed <= 12; ++seed) {
+  for (uint64_t seed = 1; seed <= SlowTestSeeds(12); ++seed) {
     SimOptions o = DiskFaultCase(seed, /*servers=*/3, /*clocks=*/kRejoinClocks);
     o.crashes.push_back(
         {.server = 0, .at_clock = 4, .down_ms = 6000, .pause = true});
@@ -458,16 +469,16 @@ TEST(Simulation, WorkersJoiningAndLeavingKeepEveryInvariant) {
   }
 }
 
-// Runs seeds 1..`seeds` under BSP, SSP(1) and async: 2 servers, 2
-// workers, checkpoints every 2 clocks, one worker joining and `faults`
-// (given the seed and the clock a server crashes at) setting the crash
-// and the join. Each run keeps every invariant and the joiner is in;
-// returns the rollbacks the workers resumed from.
+// Runs seeds 1..`seeds` (SlowTestSeeds) under BSP, SSP(1) and async: 2 servers,
+// 2 workers, checkpoints every 2 clocks, one worker joining and `faults` (given
+// the seed and the clock a server crashes at) setting the crash and the join.
+// Each run keeps every invariant and the joiner is in; returns the rollbacks
+// the workers resumed from.
 int RunJoinsAroundACrash(uint64_t seeds,
                          const std::function<void(uint64_t seed, int64_t at,
                                                   SimOptions& o)>& faults) {
   int rollbacks = 0;
-  for (uint64_t seed = 1; seed <= seeds; ++seed) {
+  for (uint64_t seed = 1; seed <= SlowTestSeeds(seeds); ++seed) {
     for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {
       SimOptions o;
       o.seed = seed;

@@ -51,11 +51,14 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--train_samples", type=int, default=None, help="train on the first N samples only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     dt.init()  # ductile
     train, test = load(args.data_dir, "train"), load(args.data_dir, "t10k")
+    if args.train_samples is not None:
+        train = torch.utils.data.TensorDataset(*(t[: args.train_samples] for t in train.tensors))
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),

@@ -161,6 +161,11 @@ class ServerNode final : private CoordinatorLink {
   uint64_t MicrosSince(TimePoint start);
   void SetKeysStored() {
     counters_.Set(&ServerCounters::keys_stored, tables_.keys());
+    const ParameterTable::RowCounts rows = tables_.row_counts();
+    counters_.Set(&ServerCounters::rows_admitted, rows.admitted);
+    counters_.Set(&ServerCounters::row_pushes_dropped, rows.dropped_pushes);
+    counters_.Set(&ServerCounters::rows_evicted_idle, rows.evicted_idle);
+    counters_.Set(&ServerCounters::rows_evicted_budget, rows.evicted_budget);
   }
 
   // Constant after construction.

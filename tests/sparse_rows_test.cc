@@ -19,6 +19,7 @@
 #include "server/initializer.h"
 #include "server/parameter_table.h"
 #include "server/table_set.h"
+#include "tests/test_cluster.h"
 
 namespace ductile {
 namespace {
@@ -506,6 +507,61 @@ TEST(RowSlotMove, TheMovedRowsAreExactlyTheLiveOnesAndTakePartInTheBudget) {
   EXPECT_EQ(target.size(), 0u);
   source.SetClock(30);
   EXPECT_EQ(source.size(), 0u);
+}
+
+// A whole server: admission and eviction through a worker's pushes and
+// clocks, and the server's counters.
+TEST(RowServer, AWorkersPushesAndClocksAdmitAndEvictRows) {
+  testing::TestClusterOptions options;
+  options.num_servers = 1;
+  options.num_workers = 1;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  RowPolicy rows;
+  rows.admit_after_pushes = 2;
+  rows.evict_idle_clocks = 2;
+  rows.max_rows = 2;
+  Result<TableId> table = worker->CreateTable(RowTable(rows));
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<float> g(kWidth, 1.0f);
+  auto push = [&](Key key) {
+    const std::vector<Key> keys = {key};
+    ASSERT_TRUE(worker->Push(*table, keys, g).ok());
+  };
+  auto pull = [&](Key key) {
+    const std::vector<Key> keys = {key};
+    std::vector<float> out(kWidth);
+    EXPECT_TRUE(worker->Pull(*table, keys, out).ok());
+    return out;
+  };
+  push(1);
+  ServerCounters c = cluster.server(0).counters();
+  EXPECT_EQ(c.keys_stored, 0u);
+  EXPECT_EQ(c.row_pushes_dropped, 1u);
+  std::vector<float> init(kWidth);
+  InitializeValue(RowTable(rows).init, *table, 1, init);
+  EXPECT_EQ(pull(1), init);
+  push(1);  // admitted
+  EXPECT_EQ(pull(1), Plus(init, 1.0f));
+  for (Key key : {2, 3}) {
+    push(key);
+    push(key);
+  }
+  c = cluster.server(0).counters();
+  EXPECT_EQ(c.keys_stored, 2u);  // 1 went: the budget
+  EXPECT_EQ(c.rows_admitted, 3u);
+  EXPECT_EQ(c.rows_evicted_budget, 1u);
+  // 1 was evicted: its id reads the initializer's value again.
+  EXPECT_EQ(pull(1), init);
+  worker->Clock();
+  worker->Clock();
+  pull(1);  // after the clocks on the same connection
+  c = cluster.server(0).counters();
+  EXPECT_EQ(c.min_clock, 2);
+  EXPECT_EQ(c.keys_stored, 0u);
+  EXPECT_EQ(c.rows_evicted_idle, 2u);
+  EXPECT_TRUE(worker->Finish().ok());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "consistency/bsp_buffer.h"
+#include "ductile/admin.h"
 #include "gtest/gtest.h"
 #include "proto/table_config.h"
 #include "server/admission_filter.h"
@@ -562,6 +563,101 @@ TEST(RowServer, AWorkersPushesAndClocksAdmitAndEvictRows) {
   EXPECT_EQ(c.keys_stored, 0u);
   EXPECT_EQ(c.rows_evicted_idle, 2u);
   EXPECT_TRUE(worker->Finish().ok());
+}
+
+// A job rolled back: the checkpoint held exactly the live rows (rows
+// evicted before it are not in it, nor restored), and the restored rows'
+// idle clocks start at the checkpoint's clock.
+TEST(RowServer, ARollbackRestoresExactlyTheLiveRowsOfTheCheckpoint) {
+  char pattern[] = "/tmp/ductile-sparse-rows-job-XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.num_workers = 1;
+  options.coordinator_state_dir = dir + "/coordinator";
+  options.server.state_dir = dir + "/servers";
+  {
+    testing::TestCluster cluster(options);
+    ClientOptions o;
+    o.coordinator_address = cluster.address();
+    o.heartbeat_interval_ms = 50;
+    Result<std::unique_ptr<Client>> connected = Client::Connect(o);
+    ASSERT_TRUE(connected.ok()) << connected.status();
+    Client& worker = **connected;
+    TableOptions t;
+    t.name = "rows";
+    t.rule = UpdateRule::kAdd;
+    t.consistency.mode = ConsistencyMode::kSsp;
+    t.consistency.staleness = 1;
+    t.rows.evict_idle_clocks = 2;
+    Result<TableId> table = worker.CreateTable(t);
+    ASSERT_TRUE(table.ok()) << table.status();
+    std::vector<Key> cold, hot;
+    for (Key k = 0; k < 20; ++k) {
+      cold.push_back(k);
+      hot.push_back(1000 + k);
+    }
+    auto push = [&](const std::vector<Key>& keys) {
+      ASSERT_TRUE(
+          worker.Push(*table, keys, std::vector<float>(keys.size(), 1.0f))
+              .ok());
+    };
+    push(cold);
+    for (int c = 0; c < 3; ++c) {
+      push(hot);
+      worker.Clock();  // at server clock 2 the cold rows go
+    }
+    Result<int64_t> clock = RequestCheckpoint(cluster.address(), 20000);
+    ASSERT_TRUE(clock.ok()) << clock.status();
+    ASSERT_EQ(*clock, 3);
+    size_t entries = 0;
+    for (int s = 0; s < 2; ++s) {
+      Result<LoadedCheckpoint> loaded =
+          LoadCheckpointFrom(options.server.state_dir + "/server-" +
+                                 std::to_string(cluster.server(s).id()),
+                             3);
+      ASSERT_TRUE(loaded.ok()) << loaded.status();
+      for (const EntryRecord& e : loaded->entries) {
+        EXPECT_GE(e.key, 1000u);
+        EXPECT_EQ(e.value, std::vector<float>{3.0f});
+      }
+      entries += loaded->entries.size();
+    }
+    EXPECT_EQ(entries, hot.size());
+    push(cold);  // stored again, after the cut
+    worker.Clock();
+    ServerOptions again = options.server;
+    again.coordinator_address = cluster.address();
+    again.requested_id = cluster.server(1).id();
+    cluster.DestroyServer(1);
+    Result<std::unique_ptr<Server>> restarted = Server::Start(again);
+    ASSERT_TRUE(restarted.ok()) << restarted.status();
+    Result<Client::Recovery> r = worker.AwaitRecovery(30000);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->clock, 3);
+    std::vector<float> out(hot.size());
+    ASSERT_TRUE(worker.Pull(*table, hot, out).ok());
+    EXPECT_EQ(out, std::vector<float>(hot.size(), 3.0f));
+    ASSERT_TRUE(worker.Pull(*table, cold, out).ok());
+    EXPECT_EQ(out, std::vector<float>(cold.size(), 0.0f));
+    EXPECT_EQ(cluster.server(0).counters().keys_stored +
+                  (*restarted)->counters().keys_stored,
+              hot.size());
+    // Idle since clock 3: gone when the server clock reaches 5.
+    worker.Clock();
+    ASSERT_TRUE(worker.Pull(*table, hot, out).ok());
+    EXPECT_EQ(cluster.server(0).counters().keys_stored +
+                  (*restarted)->counters().keys_stored,
+              hot.size());
+    worker.Clock();
+    ASSERT_TRUE(worker.Pull(*table, hot, out).ok());
+    EXPECT_EQ(cluster.server(0).counters().keys_stored +
+                  (*restarted)->counters().keys_stored,
+              0u);
+    EXPECT_TRUE(worker.Finish().ok());
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -658,6 +660,67 @@ TEST(RowServer, ARollbackRestoresExactlyTheLiveRowsOfTheCheckpoint) {
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+// A server joining a running job: the rows moved to it count as updated
+// at the server clock they arrive at, which it has from the workers'
+// clocks when it joins, and the rows of both servers are the live ones.
+TEST(RowServer, RowsMovedToAJoiningServerAreIdleFromTheClockTheyArriveAt) {
+  testing::TestCluster cluster({.num_servers = 1, .num_workers = 1});
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  TableOptions t;
+  t.name = "rows";
+  t.rule = UpdateRule::kAdd;
+  t.rows.evict_idle_clocks = 3;
+  Result<TableId> table = worker->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> keys;
+  for (Key k = 0; k < 64; ++k) keys.push_back(k * 0x9e3779b97f4a7c15ULL);
+  std::sort(keys.begin(), keys.end());
+  const std::vector<float> ones(keys.size(), 1.0f);
+  for (int c = 0; c < 10; ++c) {
+    ASSERT_TRUE(worker->Push(*table, keys, ones).ok());
+    worker->Clock();
+  }
+  // Updated at server clock 9, the rows move at clock 10.
+  const int joined = cluster.AddServer();
+  bool moved = false;
+  for (int i = 0; i < 3000 && !moved; ++i) {
+    Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+    if (status.ok() && status->slots_moving == 0) {
+      for (const MemberStatus& m : status->members) {
+        moved = moved || (m.id == cluster.server(joined).id() && m.slots > 0);
+      }
+    }
+    if (!moved) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(moved);
+  // The rows each server holds once it has the worker's clocks so far (a
+  // pull after them on the same connections).
+  auto stored = [&](int server) {
+    std::vector<float> out(keys.size());
+    EXPECT_TRUE(worker->Pull(*table, keys, out).ok());
+    return cluster.server(server).counters().keys_stored;
+  };
+  std::vector<float> values(keys.size());
+  ASSERT_TRUE(worker->Pull(*table, keys, values).ok());
+  EXPECT_EQ(values, std::vector<float>(keys.size(), 10.0f));
+  const uint64_t moved_rows = stored(joined);
+  EXPECT_GT(moved_rows, 0u);
+  EXPECT_LT(moved_rows, keys.size());
+  EXPECT_EQ(stored(0) + moved_rows, keys.size());
+  worker->Clock();  // 11
+  EXPECT_EQ(stored(0) + stored(joined), keys.size());
+  worker->Clock();  // 12: three clocks since 9 on the first server
+  EXPECT_EQ(stored(0), 0u);
+  EXPECT_EQ(stored(joined), moved_rows);
+  worker->Clock();  // 13: three clocks since 10 on the joined one
+  EXPECT_EQ(stored(joined), 0u);
+  EXPECT_EQ(cluster.server(0).counters().rows_evicted_idle +
+                cluster.server(joined).counters().rows_evicted_idle,
+            keys.size());
+  EXPECT_TRUE(worker->Finish().ok());
 }
 
 }  // namespace

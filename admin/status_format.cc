@@ -150,6 +150,23 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<unsigned long long>(m.incarnation), m.address.c_str());
     os << line;
   }
+  // Admission and eviction (TableOptions::rows), for servers that had any.
+  for (const auto& m : status.members) {
+    const ServerCounters& c = m.counters;
+    const uint64_t activity = c.rows_admitted + c.row_pushes_dropped +
+                              c.rows_evicted_idle + c.rows_evicted_budget;
+    if (m.role != "server" || activity == 0) continue;
+    std::snprintf(line, sizeof(line),
+                  "rows of server %d: %llu stored, %llu admitted, %llu "
+                  "pushes not admitted, %llu evicted idle, %llu beyond the "
+                  "budget\n",
+                  m.id, static_cast<unsigned long long>(c.keys_stored),
+                  static_cast<unsigned long long>(c.rows_admitted),
+                  static_cast<unsigned long long>(c.row_pushes_dropped),
+                  static_cast<unsigned long long>(c.rows_evicted_idle),
+                  static_cast<unsigned long long>(c.rows_evicted_budget));
+    os << line;
+  }
   std::snprintf(line, sizeof(line),
                 "%-4s %-7s %-8s %9s %7s %10s %11s %9s %9s %9s %8s %8s %6s %6s "
                 "%9s %7s %4s\n",
@@ -234,6 +251,10 @@ bool Monotonic(std::string_view counter) {
         "refused_limits", "refused_permission", "bytes_in", "bytes_out",
         "checkpoints_written", "window_expired", "busy_us", "apply_us",
         "gns_us", "queued_requests", "shm_replies", "shm_pushes"}) {
+    if (counter == name) return true;
+  }
+  for (const char* name : {"rows_admitted", "row_pushes_dropped",
+                           "rows_evicted_idle", "rows_evicted_budget"}) {
     if (counter == name) return true;
   }
   return false;

@@ -51,6 +51,10 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("adascale_noise_scale", c.adascale_noise_scale...);
   f("shm_replies", c.shm_replies...);
   f("shm_pushes", c.shm_pushes...);
+  f("rows_admitted", c.rows_admitted...);
+  f("row_pushes_dropped", c.row_pushes_dropped...);
+  f("rows_evicted_idle", c.rows_evicted_idle...);
+  f("rows_evicted_budget", c.rows_evicted_budget...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

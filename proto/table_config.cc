@@ -32,6 +32,17 @@ wire::TableConfig ToWire(const TableOptions& o, TableId id) {
   scaling->set_rule(static_cast<int>(o.batch_scaling.rule));
   scaling->set_base_pushes(o.batch_scaling.base_pushes);
   scaling->set_ramp_clocks(o.batch_scaling.ramp_clocks);
+  const RowPolicy& rows = o.rows;
+  // Written only when set: a table without a policy keeps the config it
+  // had before the field existed.
+  if (rows.admit_after_pushes != 0 || rows.admission_counters != 0 ||
+      rows.evict_idle_clocks != 0 || rows.max_rows != 0) {
+    auto* r = c.mutable_rows();
+    r->set_admit_after_pushes(rows.admit_after_pushes);
+    r->set_admission_counters(rows.admission_counters);
+    r->set_evict_idle_clocks(rows.evict_idle_clocks);
+    r->set_max_rows(rows.max_rows);
+  }
   auto* init = c.mutable_init();
   init->set_kind(static_cast<int>(o.init.kind));
   init->set_value(o.init.value);
@@ -69,6 +80,10 @@ TableOptions FromWire(const wire::TableConfig& c) {
   o.batch_scaling.base_pushes =
       c.has_batch_scaling() ? scaling.base_pushes() : 1;
   o.batch_scaling.ramp_clocks = scaling.ramp_clocks();
+  o.rows.admit_after_pushes = c.rows().admit_after_pushes();
+  o.rows.admission_counters = c.rows().admission_counters();
+  o.rows.evict_idle_clocks = c.rows().evict_idle_clocks();
+  o.rows.max_rows = c.rows().max_rows();
   o.init.kind = static_cast<InitKind>(c.init().kind());
   o.init.value = c.init().value();
   o.init.low = c.init().low();
@@ -187,6 +202,34 @@ Status ValidateBatchScaling(const BatchScaling& b) {
   return Status::Ok();
 }
 
+Status ValidateRowPolicy(const RowPolicy& r) {
+  constexpr int64_t kMax = int64_t{1} << 40;
+  if (r.admit_after_pushes > 65535) {
+    return InvalidArgumentError(
+        "rows.admit_after_pushes must be in [0, 65535], not " +
+        std::to_string(r.admit_after_pushes));
+  }
+  if (r.admission_counters != 0 &&
+      (r.admission_counters < 1024 ||
+       r.admission_counters > (uint64_t{1} << 28))) {
+    return InvalidArgumentError(
+        "rows.admission_counters must be 0 (the default, 2^20) or in "
+        "[1024, 2^28], not " +
+        std::to_string(r.admission_counters));
+  }
+  if (r.evict_idle_clocks < 0 || r.evict_idle_clocks > kMax) {
+    return InvalidArgumentError(
+        "rows.evict_idle_clocks must be in [0, 2^40] (0: never), not " +
+        std::to_string(r.evict_idle_clocks));
+  }
+  if (r.max_rows > static_cast<uint64_t>(kMax)) {
+    return InvalidArgumentError(
+        "rows.max_rows must be in [0, 2^40] (0: unbounded), not " +
+        std::to_string(r.max_rows));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateTableOptions(const TableOptions& o) {
@@ -230,6 +273,7 @@ Status ValidateTableOptions(const TableOptions& o) {
   DUCTILE_RETURN_IF_ERROR(ValidateConsistency(o.consistency));
   DUCTILE_RETURN_IF_ERROR(ValidateSchedule(o.lr_schedule));
   DUCTILE_RETURN_IF_ERROR(ValidateBatchScaling(o.batch_scaling));
+  DUCTILE_RETURN_IF_ERROR(ValidateRowPolicy(o.rows));
   const int init = static_cast<int>(o.init.kind);
   if (init < 0 || init > static_cast<int>(InitKind::kNormal)) {
     return InvalidArgumentError("unknown initializer " + std::to_string(init));

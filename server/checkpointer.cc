@@ -201,10 +201,23 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
   link_->Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000));
   std::vector<TableRecord> records;
   std::vector<EntryRecord> changed;
+  std::vector<std::pair<TableId, Key>> evicted;
   tables.ForEach([&](TableId id, ParameterTable& t) {
     records.push_back({id, ToWire(t.options(), id).SerializeAsString()});
     t.TakeChanges(&changed);
+    t.TakeEvicted(&evicted);
   });
+  // Rows evicted since the last checkpoint are deleted from the store
+  // (each key once, and none that this checkpoint writes).
+  std::vector<std::pair<TableId, Key>> deleted = pending_deletes_;
+  deleted.insert(deleted.end(), evicted.begin(), evicted.end());
+  if (!evicted.empty()) {
+    std::sort(deleted.begin(), deleted.end());
+    deleted.erase(std::unique(deleted.begin(), deleted.end()), deleted.end());
+    std::set<std::pair<TableId, Key>> written;
+    for (const EntryRecord& e : changed) written.emplace(e.table, e.key);
+    std::erase_if(deleted, [&](const auto& k) { return written.count(k) > 0; });
+  }
   // Versions of rounds that failed will never be restored: drop them, or
   // they would push complete ones out of the newest keep_last.
   Result<std::vector<int64_t>> versions = store_->ListCheckpoints();
@@ -219,7 +232,7 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
     }
   }
   Status s =
-      store_->WriteCheckpoint(clock, epoch, records, changed, pending_deletes_,
+      store_->WriteCheckpoint(clock, epoch, records, changed, deleted,
                               "generation=" + std::to_string(generation));
   if (s.ok()) {
     pending_deletes_.clear();
@@ -230,6 +243,9 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
     // Not written: the changes belong to the next attempt.
     for (const EntryRecord& e : changed) {
       if (ParameterTable* t = tables.Find(e.table)) t->MarkChanged(e.key);
+    }
+    for (const auto& [table, key] : evicted) {
+      if (ParameterTable* t = tables.Find(table)) t->MarkEvicted(key);
     }
   }
   link_->Heartbeat(0);  // done: silence means death again

@@ -19,6 +19,10 @@ ParameterTable::ParameterTable(TableId id, const TableOptions& options,
     : id_(id),
       options_(options),
       kernel_(options, custom),
+      filter_(options.rows.admit_after_pushes,
+              options.rows.admission_counters != 0
+                  ? options.rows.admission_counters
+                  : uint64_t{1} << 20),
       batch_ramp_(options.batch_scaling.ramp_clocks) {}
 
 float ParameterTable::BatchFactor(int64_t clock, int32_t batches,
@@ -105,21 +109,109 @@ Status ParameterTable::CheckPull(const DataFrames& request) const {
   return CheckWidths(request);
 }
 
-ParameterTable::Entry& ParameterTable::FindOrCreate(Key key, uint32_t width) {
-  auto [it, inserted] = entries_.try_emplace(key);
-  if (inserted) {
-    it->second.value.resize(width);
-    InitializeValue(options_.init, id_, key, it->second.value);
-    it->second.state.assign(kernel_.state_floats(width), 0.0f);
-    stored_floats_ += it->second.value.size() + it->second.state.size();
+ParameterTable::Entry* ParameterTable::Admit(Key key, uint32_t width,
+                                             uint32_t pushes) {
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return &it->second;
+  if (!filter_.Add(key, pushes)) {
+    row_counts_.dropped_pushes += pushes;
+    return nullptr;
   }
-  return it->second;
+  Entry& e = entries_[key];
+  e.key = key;
+  e.value.resize(width);
+  InitializeValue(options_.init, id_, key, e.value);
+  e.state.assign(kernel_.state_floats(width), 0.0f);
+  stored_floats_ += e.value.size() + e.state.size();
+  ++row_counts_.admitted;
+  if (keeps_evicted_) evicted_.erase(key);
+  return &e;
+}
+
+void ParameterTable::Touch(Entry& e) {
+  if (!tracks_use()) return;
+  e.used_clock = clock_;
+  if (newest_ == &e) return;
+  Unlink(e);
+  e.older = newest_;
+  if (newest_ != nullptr) newest_->newer = &e;
+  newest_ = &e;
+  if (oldest_ == nullptr) oldest_ = &e;
+}
+
+void ParameterTable::Unlink(Entry& e) {
+  if (e.older != nullptr) e.older->newer = e.newer;
+  if (e.newer != nullptr) e.newer->older = e.older;
+  if (oldest_ == &e) oldest_ = e.newer;
+  if (newest_ == &e) newest_ = e.older;
+  e.older = e.newer = nullptr;
+}
+
+void ParameterTable::Evict(Key key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  Unlink(e);
+  stored_floats_ -= e.value.size() + e.state.size();
+  if (e.changed) ++changed_stale_;  // still listed in changed_
+  entries_.erase(it);
+  if (keeps_evicted_) evicted_.insert(key);
+  // Listed keys no longer stored are dropped once they are half the list,
+  // so that the list stays within twice the changed rows.
+  if (changed_stale_ > 64 && 2 * changed_stale_ > changed_.size()) {
+    std::erase_if(changed_, [&](Key k) {
+      auto found = entries_.find(k);
+      return found == entries_.end() || !found->second.changed;
+    });
+    // A key evicted and stored again may be listed twice: once is enough.
+    for (Key k : changed_) entries_.at(k).changed = false;
+    std::erase_if(changed_, [&](Key k) {
+      Entry& x = entries_.at(k);
+      if (x.changed) return true;
+      x.changed = true;
+      return false;
+    });
+    changed_stale_ = 0;
+  }
+}
+
+void ParameterTable::EnforceBudget() {
+  const uint64_t budget = options_.rows.max_rows;
+  if (budget == 0 || evictions_held_) return;
+  while (entries_.size() > budget && oldest_ != nullptr) {
+    Evict(oldest_->key);
+    ++row_counts_.evicted_budget;
+  }
+}
+
+void ParameterTable::SetClock(int64_t clock) {
+  clock_ = clock;
+  const int64_t idle = options_.rows.evict_idle_clocks;
+  if (idle > 0 && !evictions_held_) {
+    while (oldest_ != nullptr && clock - oldest_->used_clock >= idle) {
+      Evict(oldest_->key);
+      ++row_counts_.evicted_idle;
+    }
+  }
+  EnforceBudget();  // held back while evictions were
+}
+
+void ParameterTable::RestartClock(int64_t clock) {
+  clock_ = clock;
+  for (Entry* e = oldest_; e != nullptr; e = e->newer) e->used_clock = clock;
+}
+
+void ParameterTable::TakeEvicted(std::vector<std::pair<TableId, Key>>* out) {
+  for (Key key : evicted_) out->emplace_back(id_, key);
+  evicted_.clear();
 }
 
 uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
   uint64_t floats = 0;
   const auto keys = request.keys();
   for (size_t i = 0; i < keys.size(); ++i) {
+    // Counted whether the push admits the key or not: under BSP the
+    // pushes of a clock are combined, and may admit it, after this check.
     if (entries_.count(keys[i]) == 0) {
       floats += request.length(i) + kernel_.state_floats(request.length(i));
     }
@@ -135,19 +227,25 @@ void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock) {
     std::vector<Work> work;
     work.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-      Entry& e = FindOrCreate(keys[i], request.length(i));
-      ++e.steps;
-      MarkChanged(keys[i], e);
-      work.push_back(Work{&e, nullptr, request.value(i).data(), 1.0f});
+      Entry* e = Admit(keys[i], request.length(i), 1);
+      if (e == nullptr) continue;  // not admitted: dropped
+      ++e->steps;
+      MarkChanged(keys[i], *e);
+      Touch(*e);
+      work.push_back(Work{e, nullptr, request.value(i).data(), 1.0f});
     }
     RunWork(work, factor);
+    EnforceBudget();
     return;
   }
   for (size_t i = 0; i < keys.size(); ++i) {
-    Entry& e = FindOrCreate(keys[i], request.length(i));
-    kernel_.Apply(e.value, request.value(i), e.state, &e.steps, factor);
-    MarkChanged(keys[i], e);
+    Entry* e = Admit(keys[i], request.length(i), 1);
+    if (e == nullptr) continue;  // not admitted: dropped
+    kernel_.Apply(e->value, request.value(i), e->state, &e->steps, factor);
+    MarkChanged(keys[i], *e);
+    Touch(*e);
   }
+  EnforceBudget();
 }
 
 void ParameterTable::RunWork(const std::vector<Work>& work, float factor) {
@@ -191,8 +289,19 @@ void ParameterTable::InPieces(
 }
 
 Status ParameterTable::ApplyOne(Key key, std::span<const float> update,
-                                int64_t clock, float batch_factor) {
-  Entry& e = FindOrCreate(key, static_cast<uint32_t>(update.size()));
+                                int64_t clock, float batch_factor,
+                                uint32_t pushes) {
+  Status s = ApplyEntry(key, update, clock, batch_factor, pushes);
+  EnforceBudget();
+  return s;
+}
+
+Status ParameterTable::ApplyEntry(Key key, std::span<const float> update,
+                                  int64_t clock, float batch_factor,
+                                  uint32_t pushes) {
+  Entry* found = Admit(key, static_cast<uint32_t>(update.size()), pushes);
+  if (found == nullptr) return Status::Ok();  // not admitted: dropped
+  Entry& e = *found;
   if (e.value.size() != update.size()) {
     return InvalidArgumentError(
         "key " + std::to_string(key) + " of table '" + options_.name +
@@ -202,14 +311,17 @@ Status ParameterTable::ApplyOne(Key key, std::span<const float> update,
   kernel_.Apply(e.value, update, e.state, &e.steps,
                 kernel_.Factor(clock) * batch_factor);
   MarkChanged(key, e);
+  Touch(e);
   return Status::Ok();
 }
 
 uint64_t ParameterTable::changed_bytes() const {
   uint64_t bytes = 0;
   for (Key key : changed_) {
-    const Entry& e = entries_.at(key);
-    bytes += (e.value.size() + e.state.size()) * sizeof(float);
+    auto it = entries_.find(key);  // absent: evicted since
+    if (it == entries_.end()) continue;
+    bytes +=
+        (it->second.value.size() + it->second.state.size()) * sizeof(float);
   }
   return bytes;
 }
@@ -217,15 +329,22 @@ uint64_t ParameterTable::changed_bytes() const {
 void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {
   out->reserve(out->size() + changed_.size());
   for (Key key : changed_) {
-    Entry& e = entries_.at(key);
-    e.changed = false;
-    out->push_back(ToRecord(key, e));
+    // Skipped: evicted since it was listed, or listed again after it was
+    // evicted and stored again (taken once already).
+    auto it = entries_.find(key);
+    if (it == entries_.end() || !it->second.changed) continue;
+    it->second.changed = false;
+    out->push_back(ToRecord(key, it->second));
   }
   changed_.clear();
+  changed_stale_ = 0;
 }
 
 void ParameterTable::Restore(EntryRecord&& record, bool changed) {
   Entry& e = entries_[record.key];
+  e.key = record.key;
+  Touch(e);
+  if (keeps_evicted_) evicted_.erase(record.key);
   stored_floats_ -= e.value.size() + e.state.size();
   e.value = std::move(record.value);
   e.state = kernel_.ImportState(std::move(record.state), e.value.size());
@@ -238,6 +357,12 @@ void ParameterTable::Clear() {
   entries_.clear();
   stored_floats_ = 0;
   changed_.clear();
+  changed_stale_ = 0;
+  oldest_ = newest_ = nullptr;
+  // The store goes back to the checkpoint too, and the counts of ids not
+  // admitted are not in it: they start again.
+  evicted_.clear();
+  filter_.Clear();
   // The clocks start again from the checkpoint's: no ramp carries over.
   batch_ramp_ = BatchScaleRamp(options_.batch_scaling.ramp_clocks);
   batch_target_ = 1.0f;

@@ -2,7 +2,26 @@
 //
 // Push is all-or-nothing: CheckPush validates every key of a request before
 // ApplyPush changes anything, so a refused request leaves the table as it
-// was. Not thread-safe: owned by a server's request thread, which may hand
+// was.
+//
+// Rows (TableOptions::rows, RowPolicy): a key is stored at the push that
+// admits it (its first, or its admit_after_pushes-th: the filter_ counts
+// the pushes before, which are dropped) and removed when idle for
+// evict_idle_clocks server clocks (SetClock) or when it is the least
+// recently updated beyond max_rows (after each push). Invariants, when
+// the policy evicts (tracks_use()):
+//   - the use list, oldest_ -> ... -> newest_ through Entry::newer, holds
+//     every entry once, in the order of their last update (or restore);
+//   - Entry::used_clock never decreases along it (each is clock_ when the
+//     entry was put at the newest end, and clock_ only grows between
+//     RestartClock calls, which stamp every entry alike), so idle entries
+//     are found from the oldest end, without scanning the table;
+//   - evicted_ holds the keys evicted since the last TakeEvicted that are
+//     not stored again (keeps_evicted_): the checkpoint deletes them;
+//   - changed_ lists every entry with Entry::changed at least once; keys
+//     evicted since, or listed twice after an eviction, are skipped by
+//     TakeChanges and dropped when they are half the list (Evict).
+// Not thread-safe: owned by a server's request thread, which may hand
 // the pieces of a large push to a ParallelRunner's threads and waits for
 // them (set_runner).
 #ifndef DUCTILE_SERVER_PARAMETER_TABLE_H_
@@ -12,11 +31,14 @@
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/codec.h"
+#include "server/admission_filter.h"
 #include "storage/checkpoint_store.h"
 #include "util/parallel_runner.h"
 #include "util/update_rule.h"
@@ -55,19 +77,22 @@ class ParameterTable {
   // push from a peer that is no worker may have created it, with its own
   // width, after the pushes were checked and buffered.
   // `batch_factor` multiplies the learning rate as well (BatchFactor).
+  // `pushes`: the pushes `update` stands for (admission counts them).
   Status ApplyOne(Key key, std::span<const float> update, int64_t clock,
-                  float batch_factor = 1.0f);
+                  float batch_factor = 1.0f, uint32_t pushes = 1);
   // Applies one BSP clock's pushes to `key`, summed in `sum` (weighted by
   // their batches for a mean, BspBuffer::Add), standing for `batches`
   // worker batches: their mean over the batches under BspCombine::kMean
   // (not for assign tables), else the sum. `sum` is scaled in place.
+  // `pushes`: the pushes summed (admission counts them).
   Status ApplyCombined(Key key, std::span<float> sum, int32_t batches,
-                       BspCombine combine, int64_t clock) {
+                       BspCombine combine, int64_t clock, uint32_t pushes) {
     const float scale = CombinedScale(batches, combine);
     if (scale != 1.0f) {
       for (float& x : sum) x *= scale;
     }
-    return ApplyOne(key, sum, clock, BatchFactor(clock, batches, combine));
+    return ApplyOne(key, sum, clock, BatchFactor(clock, batches, combine),
+                    pushes);
   }
   // The learning-rate factor TableOptions::batch_scaling gives BSP clock
   // `clock`, whose keys' pushes stood for at most `batches` worker batches
@@ -98,6 +123,45 @@ class ParameterTable {
   void ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
                         BspCombine combine, int64_t clock,
                         std::vector<Status>* errors);
+  // ---- Rows (RowPolicy).
+  // The server clock is now `clock`: rows idle for evict_idle_clocks are
+  // removed (unless evictions are held). Updates are stamped with it.
+  void SetClock(int64_t clock);
+  // The server clock is `clock` after a rollback or a rejoin: every row
+  // counts as updated at it (the checkpoint does not keep update clocks).
+  void RestartClock(int64_t clock);
+  // While held (a slot move out is under way: its rows were copied out and
+  // must stay as sent), no row is evicted; released, the budget and the
+  // idle clocks apply again at the next push or clock.
+  void HoldEvictions(bool held) { evictions_held_ = held; }
+  // Whether evicted keys are listed for the next checkpoint to delete (a
+  // server with a checkpoint store); off, none are kept.
+  void set_keeps_evicted(bool keeps) {
+    keeps_evicted_ = keeps;
+    if (!keeps) evicted_.clear();
+  }
+  bool tracks_use() const {
+    return options_.rows.evict_idle_clocks > 0 || options_.rows.max_rows > 0;
+  }
+  struct RowCounts {
+    uint64_t admitted = 0;        // rows created (by a push)
+    uint64_t dropped_pushes = 0;  // pushes of an id not admitted, per id
+    uint64_t evicted_idle = 0;    // rows removed by evict_idle_clocks
+    uint64_t evicted_budget = 0;  // rows removed by max_rows
+  };
+  // Since the table was made (rollbacks do not take them back).
+  const RowCounts& row_counts() const { return row_counts_; }
+  // The pushes the admission filter holds for `key` (tests).
+  uint32_t AdmissionCount(Key key) const { return filter_.Count(key); }
+  // Appends the keys evicted since the last call (that are not stored
+  // again) to `out`, for a checkpoint to delete.
+  void TakeEvicted(std::vector<std::pair<TableId, Key>>* out);
+  // Lists `key` as evicted again (its checkpoint delete failed), unless it
+  // is stored again.
+  void MarkEvicted(Key key) {
+    if (keeps_evicted_ && entries_.count(key) == 0) evicted_.insert(key);
+  }
+
   // Checks a pull's widths against stored keys (variable-width tables).
   Status CheckPull(const DataFrames& request) const;
   // Appends the requested keys' values to `out`; an absent key reads as its
@@ -142,11 +206,15 @@ class ParameterTable {
   template <typename Pred>
   size_t EraseIf(Pred&& pred) {
     const size_t before = entries_.size();
-    std::erase_if(entries_, [&](const auto& kv) {
-      if (!pred(kv.first)) return false;
-      stored_floats_ -= kv.second.value.size() + kv.second.state.size();
-      return true;
-    });
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (!pred(it->first)) {
+        ++it;
+        continue;
+      }
+      stored_floats_ -= it->second.value.size() + it->second.state.size();
+      Unlink(it->second);
+      it = entries_.erase(it);
+    }
     if (entries_.size() != before) {
       std::erase_if(changed_, [&](Key k) { return entries_.count(k) == 0; });
     }
@@ -169,14 +237,32 @@ class ParameterTable {
     std::vector<float> state;
     int64_t steps = 0;
     bool changed = false;  // listed in changed_
+    // The use list (tracks_use()): its key, the server clock of its last
+    // update, its neighbours (null at the ends).
+    Key key = 0;
+    int64_t used_clock = 0;
+    Entry* older = nullptr;
+    Entry* newer = nullptr;
   };
+  // The entry of `key` for a push standing for `pushes` pushes, created
+  // if the push admits it; null if it does not (the push is dropped).
+  Entry* Admit(Key key, uint32_t width, uint32_t pushes);
+  // Puts `e` at the newest end of the use list, stamped clock_.
+  void Touch(Entry& e);
+  void Unlink(Entry& e);
+  // Removes `key`'s entry (an eviction).
+  void Evict(Key key);
+  // ApplyOne without the budget (the caller enforces it).
+  Status ApplyEntry(Key key, std::span<const float> update, int64_t clock,
+                    float batch_factor, uint32_t pushes);
+  // Evicts the least recently updated rows beyond max_rows.
+  void EnforceBudget();
   void MarkChanged(Key key, Entry& e) {
     if (!e.changed) {
       e.changed = true;
       changed_.push_back(key);
     }
   }
-  Entry& FindOrCreate(Key key, uint32_t width);
   // One key's share of a parallel apply: `g` (scaled in place by `scale`
   // first, when not 1) applied to `entry`, whose steps count it already.
   struct Work {
@@ -213,7 +299,18 @@ class ParameterTable {
   const UpdateRuleKernel kernel_;
   std::unordered_map<Key, Entry> entries_;
   uint64_t stored_floats_ = 0;
-  std::vector<Key> changed_;  // keys with Entry::changed set
+  // Keys with Entry::changed set, and keys evicted since they were listed
+  // (changed_stale_ of them; compacted when they are half).
+  std::vector<Key> changed_;
+  size_t changed_stale_ = 0;
+  AdmissionFilter filter_;
+  Entry* oldest_ = nullptr;  // the use list's ends (tracks_use())
+  Entry* newest_ = nullptr;
+  int64_t clock_ = 0;  // the server clock (SetClock)
+  bool evictions_held_ = false;
+  bool keeps_evicted_ = false;
+  std::unordered_set<Key> evicted_;
+  RowCounts row_counts_;
   BatchScaleRamp batch_ramp_;
   float batch_target_ = 1.0f;  // the factor last logged
   double noise_scale_ = 0;     // SetNoiseScale
@@ -239,26 +336,32 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
       if (scale != 1.0f) {
         for (float& x : c.values) x *= scale;
       }
-      Status s = ApplyOne(key, c.values, clock, batch);
+      Status s = ApplyEntry(key, c.values, clock, batch,
+                            static_cast<uint32_t>(std::max(c.pushes, 1)));
       if (!s.ok()) errors->push_back(std::move(s));
     }
+    EnforceBudget();
     return;
   }
   // Keys of a map are distinct: no entry is taken twice.
   std::vector<Work> work;
   work.reserve(keys.size());
   for (auto& [key, c] : keys) {
-    Entry& e = FindOrCreate(key, static_cast<uint32_t>(c.values.size()));
-    if (e.value.size() != c.values.size()) {
-      errors->push_back(ApplyOne(key, c.values, clock, batch));  // refuses
+    Entry* e = Admit(key, static_cast<uint32_t>(c.values.size()),
+                     static_cast<uint32_t>(std::max(c.pushes, 1)));
+    if (e == nullptr) continue;  // not admitted: dropped
+    if (e->value.size() != c.values.size()) {
+      errors->push_back(ApplyEntry(key, c.values, clock, batch, 1));  // refuses
       continue;
     }
-    ++e.steps;
-    MarkChanged(key, e);
-    work.push_back(Work{&e, c.values.data(), c.values.data(),
+    ++e->steps;
+    MarkChanged(key, *e);
+    Touch(*e);
+    work.push_back(Work{e, c.values.data(), c.values.data(),
                         CombinedScale(BatchesOf(c), combine)});
   }
   RunWork(work, kernel_.Factor(clock) * batch);
+  EnforceBudget();
 }
 
 }  // namespace ductile

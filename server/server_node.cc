@@ -113,6 +113,7 @@ Status ServerNode::Start() {
     DUCTILE_RETURN_IF_ERROR(checkpointer_.Open(options_.state_dir, id_,
                                                options_.keep_checkpoints,
                                                options_.disk_reserve_mb));
+    tables_.set_keeps_evicted(checkpointer_.enabled());
   }
   reg.set_keep_checkpoints(options_.keep_checkpoints);
   registration_ = reg.SerializeAsString();
@@ -160,6 +161,7 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
       failure_ = s;
       return;
     }
+    tables_.set_keeps_evicted(checkpointer_.enabled());
   }
   for (const auto& config : reply.tables()) {
     Status s = tables_.Create(config);
@@ -211,6 +213,8 @@ bool ServerNode::ServesAll(const RequestAdmission::Request& request) const {
 void ServerNode::SetMoveCounters() {
   counters_.Set(&ServerCounters::slots_moving, mover_->slots_moving());
   counters_.Set(&ServerCounters::move_bytes_left, mover_->bytes_left());
+  // Rows copied out for a move stay as sent until it ends.
+  tables_.HoldEvictions(mover_->slots_moving() > 0);
 }
 
 void ServerNode::StepMoves() {

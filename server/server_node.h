@@ -161,6 +161,11 @@ class ServerNode final : private CoordinatorLink {
   uint64_t MicrosSince(TimePoint start);
   void SetKeysStored() {
     counters_.Set(&ServerCounters::keys_stored, tables_.keys());
+    const ParameterTable::RowCounts rows = tables_.row_counts();
+    counters_.Set(&ServerCounters::rows_admitted, rows.admitted);
+    counters_.Set(&ServerCounters::row_pushes_dropped, rows.dropped_pushes);
+    counters_.Set(&ServerCounters::rows_evicted_idle, rows.evicted_idle);
+    counters_.Set(&ServerCounters::rows_evicted_budget, rows.evicted_budget);
   }
 
   // Constant after construction.
@@ -194,6 +199,13 @@ class ServerNode final : private CoordinatorLink {
   // A rollback's generation once restored: a RECOVER sent again for it is
   // only acknowledged.
   std::optional<uint64_t> restored_generation_;
+  // Whether the server clock has been the job's since this server started
+  // or rejoined: a server joining a running job starts at 0 and learns the
+  // workers' clocks after its first rows may have moved in, and its first
+  // move past clock 1 restarts the rows' idle clocks there
+  // (TableSet::RestartClock) rather than counting the jump as clocks they
+  // were idle. A rollback sets it.
+  bool clock_learned_ = false;
   InMessage message_;  // reused by Step()
   // Requests read back to back so far (0: the socket was found empty
   // last), and the longest such run less its first in this heartbeat

@@ -384,6 +384,15 @@ void ServerNode::SetAdaScaleNoise() {
 void ServerNode::OnServerClock() {
   const int64_t server_clock = consistency_.server_clock();
   counters_.Set(&ServerCounters::min_clock, server_clock);
+  // Rows idle too long go first; the BSP clocks applied below count as
+  // updates at this clock. A first move past 1 is this server learning
+  // the job's clock (clock_learned_), not clocks its rows were idle.
+  if (!clock_learned_ && server_clock > 0) {
+    if (server_clock > 1) tables_.RestartClock(server_clock);
+    clock_learned_ = true;
+  }
+  tables_.SetClock(server_clock);
+  SetKeysStored();
   const TimePoint noise_start = env_->Now();
   const bool noise_moved = noise_.OnServerClock(server_clock);
   counters_.Add(&ServerCounters::gns_us, MicrosSince(noise_start));

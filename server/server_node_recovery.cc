@@ -67,6 +67,8 @@ void ServerNode::Recover(const wire::Header& header) {
                                          header.worker_ids().end()),
                        clock);
     counters_.Set(&ServerCounters::min_clock, consistency_.server_clock());
+    tables_.RestartClock(consistency_.server_clock());
+    clock_learned_ = true;  // every live worker is at the checkpoint's
     restored_generation_ = header.generation();
   }
   SetKeysStored();
@@ -133,6 +135,8 @@ void ServerNode::Rejoin(const wire::Header& header) {
   consistency_.SetWorkers(std::set<int32_t>(header.worker_ids().begin(),
                                             header.worker_ids().end()));
   counters_.Set(&ServerCounters::min_clock, consistency_.server_clock());
+  tables_.RestartClock(consistency_.server_clock());
+  clock_learned_ = false;  // the workers' clocks come with their CLOCKs
   Status s =
       checkpointer_.StartOver(std::vector<int64_t>(header.keep_clocks().begin(),
                                                    header.keep_clocks().end()),

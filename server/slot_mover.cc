@@ -224,9 +224,10 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
     const BspCombine combine = consistency.At(b.first, e.clock).combine;
     if (consistency.PutBuffered(b.first, e)) continue;
     // Its clock is over here: every push of it is in the entry.
-    Status s = table->ApplyCombined(e.key, e.combined.values,
-                                    ParameterTable::BatchesOf(e.combined),
-                                    combine, e.clock);
+    Status s = table->ApplyCombined(
+        e.key, e.combined.values, ParameterTable::BatchesOf(e.combined),
+        combine, e.clock,
+        static_cast<uint32_t>(std::max(e.combined.pushes, 1)));
     if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();
   }
 }

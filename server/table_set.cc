@@ -38,6 +38,9 @@ Status TableSet::Create(const wire::TableConfig& config) {
   }
   auto table = std::make_unique<ParameterTable>(config.id(), options, custom);
   table->set_runner(runner_);
+  table->RestartClock(clock_);
+  table->HoldEvictions(evictions_held_);
+  table->set_keeps_evicted(keeps_evicted_);
   tables_[config.id()] = std::move(table);
   return Status::Ok();
 }
@@ -57,6 +60,38 @@ uint64_t TableSet::stored_floats() const {
   uint64_t n = 0;
   for (const auto& [id, table] : tables_) n += table->stored_floats();
   return n;
+}
+
+void TableSet::SetClock(int64_t clock) {
+  clock_ = clock;
+  for (auto& [id, table] : tables_) table->SetClock(clock);
+}
+
+void TableSet::RestartClock(int64_t clock) {
+  clock_ = clock;
+  for (auto& [id, table] : tables_) table->RestartClock(clock);
+}
+
+void TableSet::HoldEvictions(bool held) {
+  evictions_held_ = held;
+  for (auto& [id, table] : tables_) table->HoldEvictions(held);
+}
+
+void TableSet::set_keeps_evicted(bool keeps) {
+  keeps_evicted_ = keeps;
+  for (auto& [id, table] : tables_) table->set_keeps_evicted(keeps);
+}
+
+ParameterTable::RowCounts TableSet::row_counts() const {
+  ParameterTable::RowCounts sum;
+  for (const auto& [id, table] : tables_) {
+    const ParameterTable::RowCounts& c = table->row_counts();
+    sum.admitted += c.admitted;
+    sum.dropped_pushes += c.dropped_pushes;
+    sum.evicted_idle += c.evicted_idle;
+    sum.evicted_budget += c.evicted_budget;
+  }
+  return sum;
 }
 
 void TableSet::ClearKeys() {

@@ -49,6 +49,19 @@ class TableSet {
   // Removes every key of every table (the tables stay).
   void ClearKeys();
 
+  // ---- Rows (RowPolicy), for every table and those created later.
+  // The server clock is `clock` (ParameterTable::SetClock).
+  void SetClock(int64_t clock);
+  // The server clock is `clock` after a rollback or a rejoin
+  // (ParameterTable::RestartClock).
+  void RestartClock(int64_t clock);
+  // ParameterTable::HoldEvictions.
+  void HoldEvictions(bool held);
+  // ParameterTable::set_keeps_evicted: true with a checkpoint store.
+  void set_keeps_evicted(bool keeps);
+  // Rows admitted and evicted, over every table.
+  ParameterTable::RowCounts row_counts() const;
+
   // Calls f(id, table) for every table, ascending by id.
   template <typename F>
   void ForEach(F&& f) {
@@ -60,6 +73,9 @@ class TableSet {
   int32_t server_id_;
   ParallelRunner* const runner_;
   uint64_t max_key_floats_ = uint64_t{1} << 28;
+  int64_t clock_ = 0;
+  bool evictions_held_ = false;
+  bool keeps_evicted_ = false;
   std::map<TableId, std::unique_ptr<ParameterTable>> tables_;
 };
 

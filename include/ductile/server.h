@@ -246,6 +246,14 @@ struct ServerCounters {
   // Push and push-pull requests whose values came in the worker's shared
   // memory rather than a frame (copied out on arrival).
   uint64_t shm_pushes = 0;
+  // Rows (TableOptions::rows), over every table: rows created by a push
+  // that admitted them, pushes of ids not admitted yet (dropped, counted
+  // per id), and rows removed for being idle (evict_idle_clocks) or beyond
+  // the row budget (max_rows). Rows stored now: keys_stored.
+  uint64_t rows_admitted = 0;
+  uint64_t row_pushes_dropped = 0;
+  uint64_t rows_evicted_idle = 0;
+  uint64_t rows_evicted_budget = 0;
 };
 
 // Checks every field of `options` against the range its comment gives;

@@ -175,6 +175,42 @@ float BatchScalingFactor(const BatchScaling& scaling, int32_t pushes,
 // Clocks a server's noise estimate must have folded before kAdaScale uses it.
 inline constexpr uint64_t kAdaScaleMinClocks = 50;
 
+// Which rows a table stores, for tables of rows by id (embedding tables
+// indexed by hashed feature ids): any 64-bit key is a row id, and a row is
+// created at its first push from the table's initializer; a pull of an id
+// not stored reads the initializer's value and stores nothing. The
+// defaults (all 0) store every pushed row for ever. Part of the table's
+// options and of the wire format.
+struct RowPolicy {
+  // Admission: a row is stored only at the admit_after_pushes-th push of
+  // its id (0 and 1: at the first). The pushes before are dropped (their
+  // gradients are lost, counted in RowCounts::dropped_pushes) and pulls of
+  // the id read the initializer's value. A push is one request of a worker
+  // (under BSP each push combined into a clock counts). Range 0 - 65535.
+  uint32_t admit_after_pushes = 0;
+  // The counters of the admission filter, a count-min sketch of 4 rows
+  // holding the push counts of ids not stored yet in 2 bytes each: its
+  // memory is fixed, whatever the number of ids. An id whose counters all
+  // collide with those of others may be admitted before its
+  // admit_after_pushes-th push (false admission; never after it); more
+  // counters make that rarer. Per table per server, allocated at the first
+  // push of an unadmitted id; not carried by checkpoints or slot moves (a
+  // rollback starts the counts again). 0: 2^20 (2 MiB); else 1024 - 2^28.
+  uint64_t admission_counters = 0;
+  // Eviction by age: a row last updated at server clock L (the minimum
+  // clock over live workers when the update was applied) is removed, its
+  // optimizer state too, when the server clock reaches L + this; its id is
+  // then new again. Checked when the server clock moves. After a rollback
+  // or a slot move, L is the clock the row arrived at. 0: never; else
+  // 1 - 2^40.
+  int64_t evict_idle_clocks = 0;
+  // Eviction by budget: after each push, the least recently updated rows
+  // beyond this many (per table per server) are removed. Pulls do not
+  // count as use. Evicted rows are deleted from the next checkpoint.
+  // 0: unbounded; else 1 - 2^40.
+  uint64_t max_rows = 0;
+};
+
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].
   std::string name;
@@ -205,6 +241,8 @@ struct TableOptions {
   // The consistency model of this table (and so of the job that uses it).
   // Client::SetConsistency changes it while the job runs.
   Consistency consistency;
+  // Admission and eviction of rows (tables of rows by id).
+  RowPolicy rows;
 };
 
 // A user update rule. Called on the server's request thread with the

@@ -1,0 +1,65 @@
+// The push counts of ids not yet stored in a table, for admission
+// (RowPolicy::admit_after_pushes): a count-min sketch whose memory is fixed
+// by RowPolicy::admission_counters, whatever the number of ids.
+//
+// Invariants:
+//   - Count(key) >= min(pushes of key recorded since the last Clear,
+//     threshold): the sketch never under-counts. It may over-count when
+//     other ids share all of key's counters, so an id may be admitted
+//     before its threshold-th push ("false admission"), never after it.
+//   - Counters saturate at the threshold: counting further adds nothing.
+//   - Deterministic: the counters hit by a key depend on the key only, so
+//     the same pushes in the same order give the same admissions.
+//
+// Conservative update (Estan & Varghese, 2002): an Add raises only the
+// counters below the new estimate, which keeps over-counting lower than
+// raising all of them.
+//
+// Not thread-safe: owned by a table, on the server's request thread. The
+// counters are allocated at the first Add, so a table that never sees an
+// unadmitted id pays nothing.
+#ifndef DUCTILE_SERVER_ADMISSION_FILTER_H_
+#define DUCTILE_SERVER_ADMISSION_FILTER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "ductile/table.h"
+
+namespace ductile {
+
+class AdmissionFilter {
+ public:
+  // Rows of the sketch: a key hits one counter in each.
+  static constexpr uint32_t kDepth = 4;
+
+  // `threshold`: pushes that admit an id (<= 1: every push admits, and the
+  // filter holds nothing). `counters`: counters in all (rounded down to a
+  // multiple of kDepth, at least kDepth), 2 bytes each.
+  AdmissionFilter(uint32_t threshold, uint64_t counters);
+
+  // True when no id needs counting (threshold <= 1).
+  bool admits_all() const { return threshold_ <= 1; }
+  uint32_t threshold() const { return threshold_; }
+  // The pushes recorded for `key` (an upper bound, saturated at the
+  // threshold).
+  uint32_t Count(Key key) const;
+  // Records `pushes` pushes of `key`; true if it is admitted now (its count
+  // reached the threshold).
+  bool Add(Key key, uint32_t pushes);
+  // Forgets every count (a rollback); frees the counters.
+  void Clear() { counts_ = std::vector<uint16_t>(); }
+  // Bytes of counters held now.
+  uint64_t bytes() const { return counts_.size() * sizeof(uint16_t); }
+
+ private:
+  size_t Index(Key key, uint32_t row) const;
+
+  const uint32_t threshold_;
+  const uint64_t width_;          // counters per row
+  std::vector<uint16_t> counts_;  // kDepth rows of width_, or empty
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_ADMISSION_FILTER_H_

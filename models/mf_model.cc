@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/uniform.h"
+#include "util/split_mix.h"
 
 namespace ductile::models {
 namespace {
@@ -17,14 +18,6 @@ double StandardNormal(std::mt19937_64& rng) {
   const double u1 = 1.0 - Uniform01(rng);  // in (0, 1]: log is finite
   const double u2 = Uniform01(rng);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-// SplitMix64's finalizer: a well-mixed 64-bit hash of x.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 // Position of `id` in the sorted `ids`, or ids.size() if absent.
@@ -102,10 +95,10 @@ SparseFactors MfModel::InitFactors(std::span<const uint64_t> ids,
   factors.ids.assign(ids.begin(), ids.end());
   factors.values.resize(ids.size() * rank_);
   for (size_t i = 0; i < ids.size(); ++i) {
-    const uint64_t key_seed = Mix(seed ^ Mix(ids[i]));
+    const uint64_t key_seed = SplitMix64(seed ^ SplitMix64(ids[i]));
     for (size_t k = 0; k < rank_; ++k) {
       const double u01 =
-          static_cast<double>(Mix(key_seed + k) >> 11) * 0x1.0p-53;
+          static_cast<double>(SplitMix64(key_seed + k) >> 11) * 0x1.0p-53;
       factors.values[i * rank_ + k] =
           static_cast<float>(init_scale_ * (2.0 * u01 - 1.0));
     }

@@ -2,19 +2,9 @@
 
 #include <algorithm>
 
+#include "util/split_mix.h"
+
 namespace ductile {
-namespace {
-
-// splitmix64's finalizer: every bit of the key moves every bit of the hash.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 AdmissionFilter::AdmissionFilter(uint32_t threshold, uint64_t counters)
     : threshold_(std::min<uint32_t>(threshold, UINT16_MAX)),
       width_(std::max<uint64_t>(1, counters / kDepth)) {}
@@ -22,7 +12,7 @@ AdmissionFilter::AdmissionFilter(uint32_t threshold, uint64_t counters)
 size_t AdmissionFilter::Index(Key key, uint32_t row) const {
   // One independent-looking hash per row: the key mixed with the row's
   // own odd constant.
-  const uint64_t h = Mix(key ^ (0xd6e8feb86659fd93ULL * (row + 1)));
+  const uint64_t h = SplitMix64(key ^ (0xd6e8feb86659fd93ULL * (row + 1)));
   return static_cast<size_t>(row * width_ + h % width_);
 }
 

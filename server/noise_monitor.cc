@@ -2,27 +2,17 @@
 
 #include <algorithm>
 
+#include "util/split_mix.h"
+
 namespace ductile {
-namespace {
-
-// splitmix64's finalizer: spreads keys that differ in a few bits.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 size_t GradientNoiseMonitor::TableKeyHash::operator()(const TableKey& k) const {
-  return static_cast<size_t>(Mix(k.key ^ (uint64_t{k.table} << 48)));
+  return static_cast<size_t>(SplitMix64(k.key ^ (uint64_t{k.table} << 48)));
 }
 
 bool GradientNoiseMonitor::Sampled(TableId table, Key key) const {
   if (sample_one_in_ <= 1) return sample_one_in_ == 1;
-  return Mix(key * 0x9e3779b97f4a7c15ULL + table) % sample_one_in_ == 0;
+  return SplitMix64(key * 0x9e3779b97f4a7c15ULL + table) % sample_one_in_ == 0;
 }
 
 void GradientNoiseMonitor::OnPush(

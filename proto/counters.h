@@ -51,6 +51,12 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("adascale_noise_scale", c.adascale_noise_scale...);
   f("shm_replies", c.shm_replies...);
   f("shm_pushes", c.shm_pushes...);
+  f("refused_connections", c.refused_connections...);
+  f("failed_accepts", c.failed_accepts...);
+  f("failed_handshakes", c.failed_handshakes...);
+  f("refused_replies", c.refused_replies...);
+  f("dropped_replies", c.dropped_replies...);
+  f("refused_parked_pulls", c.refused_parked_pulls...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

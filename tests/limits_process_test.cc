@@ -178,7 +178,8 @@ class StatusFlood {
 // ahead of answering them (RouterUnread tests that bound on the router
 // itself) and keeps at most --max_queued_replies answers for it; it reads
 // the servers' and workers' messages all along, so the job trains to the
-// end, exact, and every process ends cleanly.
+// end, exact, and every process ends cleanly. The answers it dropped are
+// counted in the coordinator's status.
 TEST(Limits, AFloodOfUnreadRequestsLeavesTheCoordinatorServingTheJob) {
   RecoveryCluster cluster;
   cluster.set_coordinator_flags(
@@ -191,6 +192,14 @@ TEST(Limits, AFloodOfUnreadRequestsLeavesTheCoordinatorServingTheJob) {
   flood.Start();
   cluster.StartServer(0);
   cluster.StartServer(1);
+  // The answers it did not read past its queue were dropped, and counted
+  // (`ductile status`, /metrics).
+  uint64_t dropped = 0;
+  EXPECT_TRUE(cluster.WaitForStatus([&](const ClusterStatus& s) {
+    dropped = s.coordinator_refusals.dropped_replies;
+    return dropped > 0;
+  })) << "sent "
+      << flood.sent() << ", none dropped";
   cluster.StartWorkers(/*clocks=*/30, "bsp");
   cluster.ExpectWorkersExact(30, /*rolled_back=*/false);
   flood.Stop();

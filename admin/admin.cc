@@ -97,6 +97,12 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   status.data_epoch = c.data_epoch();
   status.data_batches_done = c.data_batches_done();
   status.data_batches_per_step = std::max(1, c.data_batches_per_step());
+  const wire::Refusals& r = c.coordinator_refusals();
+  status.coordinator_refusals.refused_connections = r.refused_connections();
+  status.coordinator_refusals.failed_accepts = r.failed_accepts();
+  status.coordinator_refusals.failed_handshakes = r.failed_handshakes();
+  status.coordinator_refusals.refused_replies = r.refused_replies();
+  status.coordinator_refusals.dropped_replies = r.dropped_replies();
   for (const auto& t : c.tables()) status.tables.push_back(t);
   for (const auto& t : c.table_consistency()) {
     status.table_consistency.push_back(FromWire(t));

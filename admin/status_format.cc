@@ -5,12 +5,36 @@
 #include <cstdio>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "ductile/admin.h"
 #include "proto/counters.h"
 
 namespace ductile {
+namespace {
+
+// "1100 connections refused, 12 replies dropped": the counts that are not
+// 0, or "" when none is.
+std::string Refusals(uint64_t connections, uint64_t accepts,
+                     uint64_t handshakes, uint64_t replies_refused,
+                     uint64_t replies_dropped, uint64_t parked_pulls) {
+  std::string out;
+  const auto add = [&](uint64_t n, const char* what) {
+    if (n == 0) return;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(n) + " " + what;
+  };
+  add(connections, "connections refused");
+  add(accepts, "accepts failed");
+  add(handshakes, "handshakes failed");
+  add(replies_refused, "replies refused");
+  add(replies_dropped, "replies dropped");
+  add(parked_pulls, "parked pulls refused");
+  return out;
+}
+
+}  // namespace
 
 std::string FormatClusterStatus(const ClusterStatus& status) {
   std::ostringstream os;
@@ -204,6 +228,29 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
         static_cast<unsigned long long>(m.incarnation));
     os << line;
   }
+  // What peers were refused, by process (docs/security.md).
+  std::string refused;
+  const CoordinatorRefusals& c = status.coordinator_refusals;
+  if (std::string r =
+          Refusals(c.refused_connections, c.failed_accepts, c.failed_handshakes,
+                   c.refused_replies, c.dropped_replies, 0);
+      !r.empty()) {
+    refused += "  coordinator: " + r + "\n";
+  }
+  for (const auto& m : status.members) {
+    if (m.role != "server") continue;
+    const ServerCounters& s = m.counters;
+    if (std::string r = Refusals(s.refused_connections, s.failed_accepts,
+                                 s.failed_handshakes, s.refused_replies,
+                                 s.dropped_replies, s.refused_parked_pulls);
+        !r.empty()) {
+      refused += "  server " + std::to_string(m.id) + ": " + r + "\n";
+    }
+  }
+  if (!refused.empty()) {
+    os << "refused to bound what peers cost (since each process started):\n"
+       << refused;
+  }
   return os.str();
 }
 
@@ -246,11 +293,30 @@ class Family {
 
 // Server counters that only grow (the rest are gauges).
 bool Monotonic(std::string_view counter) {
-  for (const char* name :
-       {"requests", "pushes", "pulls", "duplicates", "redirects", "errors",
-        "refused_limits", "refused_permission", "bytes_in", "bytes_out",
-        "checkpoints_written", "window_expired", "busy_us", "apply_us",
-        "gns_us", "queued_requests", "shm_replies", "shm_pushes"}) {
+  for (const char* name : {"requests",
+                           "pushes",
+                           "pulls",
+                           "duplicates",
+                           "redirects",
+                           "errors",
+                           "refused_limits",
+                           "refused_permission",
+                           "bytes_in",
+                           "bytes_out",
+                           "checkpoints_written",
+                           "window_expired",
+                           "busy_us",
+                           "apply_us",
+                           "gns_us",
+                           "queued_requests",
+                           "shm_replies",
+                           "shm_pushes",
+                           "refused_connections",
+                           "failed_accepts",
+                           "failed_handshakes",
+                           "refused_replies",
+                           "dropped_replies",
+                           "refused_parked_pulls"}) {
     if (counter == name) return true;
   }
   for (const char* name : {"rows_admitted", "row_pushes_dropped",
@@ -318,6 +384,28 @@ std::string FormatPrometheus(const ClusterStatus& status) {
   Family(&os, "ductile_samples_per_second", "gauge",
          "The active workers' recent throughput, summed.")
       .Sample("", status.samples_per_s);
+  {
+    const CoordinatorRefusals& c = status.coordinator_refusals;
+    for (const auto& [name, value, help] :
+         {std::tuple<const char*, uint64_t, const char*>{
+              "refused_connections", c.refused_connections,
+              "Connections the coordinator closed as soon as accepted."},
+          {"failed_accepts", c.failed_accepts,
+           "Accepts of the coordinator that found no descriptor."},
+          {"failed_handshakes", c.failed_handshakes,
+           "Connections to the coordinator closed before their handshake "
+           "was done."},
+          {"refused_replies", c.refused_replies,
+           "Answers refused past --max_queued_reply_mb for peers that do "
+           "not read."},
+          {"dropped_replies", c.dropped_replies,
+           "Answers dropped past --max_queued_replies for peers that do "
+           "not read."}}) {
+      Family(&os, std::string("ductile_coordinator_") + name + "_total",
+             "counter", help)
+          .Sample("", value);
+    }
+  }
   Family(&os, "ductile_training_loss", "gauge",
          "The active workers' smoothed training loss, averaged over those "
          "that report one (0: none does).")

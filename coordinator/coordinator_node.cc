@@ -277,6 +277,13 @@ wire::ClusterState CoordinatorNode::ClusterStateNow() const {
                           "can"
                 : recovery_.in_progress() ? recovery_.problem()
                                           : checkpoints_.problem());
+  const RouterRefusals refused = socket_->refusals();
+  wire::Refusals* r = c.mutable_coordinator_refusals();
+  r->set_refused_connections(refused.connections);
+  r->set_failed_accepts(refused.failed_accepts);
+  r->set_failed_handshakes(refused.failed_handshakes);
+  r->set_refused_replies(refused.refused_replies);
+  r->set_dropped_replies(refused.dropped_replies);
   c.set_target_workers(state_.target_workers);
   c.set_target_servers(state_.target_servers);
   const DataPlan& plan = state_.data_plan;

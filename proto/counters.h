@@ -55,6 +55,12 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("row_pushes_dropped", c.row_pushes_dropped...);
   f("rows_evicted_idle", c.rows_evicted_idle...);
   f("rows_evicted_budget", c.rows_evicted_budget...);
+  f("refused_connections", c.refused_connections...);
+  f("failed_accepts", c.failed_accepts...);
+  f("failed_handshakes", c.failed_handshakes...);
+  f("refused_replies", c.refused_replies...);
+  f("dropped_replies", c.dropped_replies...);
+  f("refused_parked_pulls", c.refused_parked_pulls...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -328,6 +328,12 @@ void ServerNode::Heartbeat(int64_t busy_ms) {
     hb.set_busy(true);
     hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
   }
+  const RouterRefusals refused = router_->refusals();
+  counters_.Set(&ServerCounters::refused_connections, refused.connections);
+  counters_.Set(&ServerCounters::failed_accepts, refused.failed_accepts);
+  counters_.Set(&ServerCounters::failed_handshakes, refused.failed_handshakes);
+  counters_.Set(&ServerCounters::refused_replies, refused.refused_replies);
+  counters_.Set(&ServerCounters::dropped_replies, refused.dropped_replies);
   CountersToWire(counters_.Snapshot(), hb.mutable_counters());
   // A new interval's peak starts from the run under way (heartbeats sent
   // within an interval, for a long request or a checkpoint, start none).

@@ -169,6 +169,7 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     if (Status parked = consistency_.Park(std::move(pull)); !parked.ok()) {
       if (parked.code() == StatusCode::kResourceExhausted) {
         counters_.Add(&ServerCounters::refused_limits);
+        counters_.Add(&ServerCounters::refused_parked_pulls);
       }
       // A push-pull's values stay applied, and the answer says so: its
       // client then only pulls if it asks again.

@@ -14,6 +14,8 @@
 #include <system_error>
 #include <vector>
 
+#include "ductile/admin.h"
+#include "ductile/security.h"
 #include "gtest/gtest.h"
 #include "tests/recovery_cluster.h"
 
@@ -163,6 +165,24 @@ TEST_F(ConnectionFlood,
         << workers[0]->output() << "\nserver:\n"
         << server.output();
     ASSERT_TRUE(server.Running()) << server.output();
+    // The server's refusals reach the status with its next heartbeat.
+    Result<Security> admin = LoadClusterKeys(keys, /*as_admin=*/true);
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    uint64_t refused = 0;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+    while (refused == 0 && std::chrono::steady_clock::now() < deadline) {
+      server.Pump(0);
+      coordinator.Pump(0);
+      workers[0]->Pump(20);
+      Result<ClusterStatus> status =
+          QueryClusterStatus(coordinator_address, 2000, *admin);
+      if (!status.ok()) continue;
+      for (const MemberStatus& m : status->members) {
+        if (m.role == "server") refused = m.counters.refused_connections;
+      }
+    }
+    EXPECT_GT(refused, 0u) << "no refusal counted in the status";
   }
   workers.push_back(worker(1, /*ipc=*/false));
   for (size_t i = 0; i < workers.size(); ++i) {

@@ -7,14 +7,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
+#include <zmq.hpp>
 
 #include "gtest/gtest.h"
+#include "proto/ductile.pb.h"
 #include "tests/recovery_cluster.h"
 
 namespace ductile {
@@ -115,6 +119,97 @@ TEST(Limits, IdleConnectionsUpToTheSoftFileLimitDoNotKillAServer) {
       << cluster.server(0).output();
   EXPECT_EQ(cluster.server(0).WaitExit(kWaitMs), 0)
       << cluster.server(0).output();
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+}
+
+// A peer that sends the coordinator STATUS requests and never reads an
+// answer; it keeps its connection (and what it queued) until it goes.
+class StatusFlood {
+ public:
+  explicit StatusFlood(const std::string& address)
+      : socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::sndhwm, 1000);
+    socket_.set(zmq::sockopt::rcvhwm, 1);  // reads nothing, holds little
+    socket_.connect(address);
+  }
+  ~StatusFlood() { Stop(); }
+
+  // Sends as fast as the connection takes them, on a thread of its own,
+  // until Stop(); the connection stays after.
+  void Start() {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        if (!SendOne())
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t sent() const { return sent_; }
+
+ private:
+  bool SendOne() {
+    wire::Header h;
+    h.set_type(wire::STATUS);
+    h.set_seq(sent_ + 1);
+    const std::string bytes = h.SerializeAsString();
+    if (!socket_.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
+      return false;
+    }
+    ++sent_;
+    return true;
+  }
+
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> sent_{0};
+  std::thread thread_;
+};
+
+// A peer floods the coordinator with STATUS requests and reads none of the
+// answers, from before a job starts until it has trained to the end. The
+// coordinator reads at most --max_queued_requests of the peer's requests
+// ahead of answering them (RouterUnread tests that bound on the router
+// itself) and keeps at most --max_queued_replies answers for it; it reads
+// the servers' and workers' messages all along, so the job trains to the
+// end, exact, and every process ends cleanly. The answers it dropped are
+// counted in the coordinator's status.
+TEST(Limits, AFloodOfUnreadRequestsLeavesTheCoordinatorServingTheJob) {
+  RecoveryCluster cluster;
+  cluster.set_coordinator_flags(
+      {"--max_queued_requests=16", "--max_queued_replies=64"});
+  cluster.StartCoordinator();
+  ASSERT_TRUE(cluster.WaitForOutput(cluster.coordinator(),
+                                    "coordinator listening on", 20000))
+      << cluster.coordinator().output();
+  StatusFlood flood(cluster.address());
+  flood.Start();
+  cluster.StartServer(0);
+  cluster.StartServer(1);
+  // The answers it did not read past its queue were dropped, and counted
+  // (`ductile status`, /metrics).
+  uint64_t dropped = 0;
+  EXPECT_TRUE(cluster.WaitForStatus([&](const ClusterStatus& s) {
+    dropped = s.coordinator_refusals.dropped_replies;
+    return dropped > 0;
+  })) << "sent "
+      << flood.sent() << ", none dropped";
+  cluster.StartWorkers(/*clocks=*/30, "bsp");
+  cluster.ExpectWorkersExact(30, /*rolled_back=*/false);
+  flood.Stop();
+  EXPECT_GT(flood.sent(), 0u);
+  ASSERT_TRUE(cluster.coordinator().Running())
+      << cluster.coordinator().output();
+  EXPECT_EQ(cluster.server(0).WaitExit(kWaitMs), 0)
+      << cluster.server(0).output();
+  EXPECT_EQ(cluster.server(1).WaitExit(kWaitMs), 0)
+      << cluster.server(1).output();
   EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
       << cluster.coordinator().output();
 }

@@ -156,6 +156,36 @@ TEST(Prometheus, TheStatusTableShowsEachServersQueue) {
       << table;
 }
 
+TEST(Prometheus, RefusalsShowInTheStatusAndInTheMetrics) {
+  ClusterStatus s = AStatus();
+  // None yet: no line about them.
+  EXPECT_EQ(FormatClusterStatus(s).find("refused to bound"), std::string::npos)
+      << FormatClusterStatus(s);
+  s.coordinator_refusals.refused_connections = 1100;
+  s.coordinator_refusals.dropped_replies = 12;
+  s.members[0].counters.failed_handshakes = 7;
+  s.members[0].counters.refused_parked_pulls = 3;
+  const std::string table = FormatClusterStatus(s);
+  EXPECT_NE(table.find("refused to bound what peers cost"), std::string::npos)
+      << table;
+  EXPECT_NE(
+      table.find(
+          "  coordinator: 1100 connections refused, 12 replies dropped\n"),
+      std::string::npos)
+      << table;
+  EXPECT_NE(
+      table.find("  server 0: 7 handshakes failed, 3 parked pulls refused\n"),
+      std::string::npos)
+      << table;
+  const std::map<std::string, std::string> m = Samples(FormatPrometheus(s));
+  EXPECT_EQ(m.at("ductile_coordinator_refused_connections_total"), "1100");
+  EXPECT_EQ(m.at("ductile_coordinator_dropped_replies_total"), "12");
+  EXPECT_EQ(m.at("ductile_coordinator_refused_replies_total"), "0");
+  EXPECT_EQ(m.at("ductile_server_failed_handshakes_total{server=\"0\"}"), "7");
+  EXPECT_EQ(m.at("ductile_server_refused_parked_pulls_total{server=\"0\"}"),
+            "3");
+}
+
 TEST(Prometheus, StatusShowsTheJobsStalenessHistogram) {
   const std::string table = FormatClusterStatus(AStatus());
   EXPECT_NE(table.find("staleness of reads: 0: 50.0% 1: 30.0% 3: 20.0% "

@@ -126,6 +126,8 @@ TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
   }
   ASSERT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused;
   EXPECT_NE(refused.message().find("--max_queued_reply_mb"), std::string::npos);
+  EXPECT_EQ((*router)->refusals().refused_replies, 1u);
+  EXPECT_EQ((*router)->refusals().dropped_replies, 0u);
   EXPECT_LE((*router)->queued_bytes(), uint64_t{kRouterLimit});
   EXPECT_LT(sent, 1024);
   // The peer goes: ZeroMQ drops what it held for it, and the count
@@ -138,6 +140,53 @@ TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
     ASSERT_TRUE((*router)->Receive(&m, &got).ok());
   }
   EXPECT_EQ((*router)->queued_bytes(), 0u);
+}
+
+// A peer that says hello and reads nothing: past `max_queued` messages
+// queued for it (and what the kernel's buffers hold) the router drops its
+// messages, counting each; Send() still succeeds, as it does for a peer
+// that is not there at all (not counted: nothing was queued for anyone).
+TEST(RouterQueuedMessages, MessagesPastAPeersQueueAreDroppedAndCounted) {
+  std::unique_ptr<Transport> router_side = NewZmqTransport(Security());
+  auto router = router_side->NewRouter(0, /*max_queued=*/10, 0);
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto bound = (*router)->Bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvhwm, 1);
+  dealer.set(zmq::sockopt::routing_id, "slow");
+  dealer.connect(*bound);
+  ASSERT_TRUE(dealer.send(zmq::str_buffer("hello"), zmq::send_flags::none));
+  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+  InMessage m;
+  bool got = false;
+  Socket* const at_router[] = {router->get()};
+  while (!got && steady_clock::now() < deadline) {
+    ASSERT_TRUE(router_side->Wait(at_router, -1, deadline).ok());
+    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
+  }
+  ASSERT_TRUE(got) << "the router heard nothing";
+  const std::string identity(m.frame_view(0));
+  EXPECT_EQ((*router)->refusals().dropped_replies, 0u);
+  // 256 MiB in 1 KiB messages (each under the byte limit's 4 KiB): far
+  // more than the kernel's buffers take.
+  constexpr int kMessages = 256 * 1024;
+  for (int i = 0; i < kMessages; ++i) {
+    OutMessage out;
+    out.AddString(identity);
+    out.AddString(std::string(1024, 'x'));
+    ASSERT_TRUE((*router)->Send(std::move(out)).ok());
+  }
+  const uint64_t dropped = (*router)->refusals().dropped_replies;
+  EXPECT_GT(dropped, 0u);
+  EXPECT_LT(dropped, uint64_t{kMessages});
+  OutMessage nobody;
+  nobody.AddString("nobody");
+  nobody.AddString("x");
+  EXPECT_TRUE((*router)->Send(std::move(nobody)).ok());
+  EXPECT_EQ((*router)->refusals().dropped_replies, dropped);
 }
 
 // A dealer that sends faster than its router reads is held back: its own

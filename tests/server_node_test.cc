@@ -408,6 +408,7 @@ TEST(ServerNode, PullsWaitingOnTheStalenessBoundAreCappedPerWorkerAndInAll) {
   EXPECT_TRUE(cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 2, {3}).empty());
   EXPECT_EQ(cluster.server().counters().parked_pulls, 2u);
   const uint64_t limits_before = cluster.server().counters().refused_limits;
+  EXPECT_EQ(cluster.server().counters().refused_parked_pulls, 0u);
   // Worker 0's third is refused at once, naming the limit.
   std::vector<Got> third =
       cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 3, {3});
@@ -433,6 +434,8 @@ TEST(ServerNode, PullsWaitingOnTheStalenessBoundAreCappedPerWorkerAndInAll) {
   EXPECT_EQ(CodeOf(made_up[0]), StatusCode::kUnavailable);
   EXPECT_EQ(cluster.server().counters().parked_pulls, 3u);
   EXPECT_EQ(cluster.server().counters().refused_limits, limits_before + 2);
+  // Both refusals are counted as such (not the made-up worker's pull).
+  EXPECT_EQ(cluster.server().counters().refused_parked_pulls, 2u);
   // Every worker reaches clock 1: the three waiting pulls are served.
   for (int32_t w : {0, 1}) {
     EXPECT_TRUE(cluster.WorkerRequest(wire::CLOCK, kBsp, w, 1, 10 + w).empty());

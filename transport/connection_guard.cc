@@ -21,6 +21,7 @@ namespace {
 std::atomic<uint64_t> refused_descriptors{0};
 std::atomic<uint64_t> refused_per_source{0};
 std::atomic<uint64_t> accept_failures{0};
+std::atomic<uint64_t> handshakes_failed{0};
 std::atomic<uint64_t> monitors_made{0};
 
 // The first ten, then every thousandth: a flood cannot flood the log.
@@ -68,8 +69,12 @@ bool IsLocalSocket(int fd) {
          self.ss_family == AF_UNIX;
 }
 
+constexpr int kHandshakeFailed = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 constexpr int kEvents = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                        ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_MONITOR_STOPPED;
+                        ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_MONITOR_STOPPED |
+                        kHandshakeFailed;
 
 }  // namespace
 
@@ -78,6 +83,16 @@ ConnectionRefusals ConnectionRefusalCounts() {
   r.descriptors = refused_descriptors.load();
   r.per_source = refused_per_source.load();
   r.accept_failed = accept_failures.load();
+  r.handshakes_failed = handshakes_failed.load();
+  return r;
+}
+
+ConnectionRefusals ConnectionGuard::counts() const {
+  ConnectionRefusals r;
+  r.descriptors = refused_descriptors_.load(std::memory_order_relaxed);
+  r.per_source = refused_per_source_.load(std::memory_order_relaxed);
+  r.accept_failed = accept_failures_.load(std::memory_order_relaxed);
+  r.handshakes_failed = handshakes_failed_.load(std::memory_order_relaxed);
   return r;
 }
 
@@ -140,6 +155,11 @@ void ConnectionGuard::Run() {
                 sizeof(value));
     const int fd = static_cast<int>(value);
     if (event == ZMQ_EVENT_MONITOR_STOPPED) break;
+    if ((event & kHandshakeFailed) != 0) {  // `value` is no descriptor
+      ++handshakes_failed;
+      handshakes_failed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     if (event == ZMQ_EVENT_DISCONNECTED) {
       ledger.Closed(fd);
       continue;
@@ -149,6 +169,7 @@ void ConnectionGuard::Run() {
       // tcp:// only refuses; ipc:// would not have come back to tell.
       if (value == EMFILE || value == ENFILE) {
         const uint64_t nth = ++accept_failures;
+        accept_failures_.fetch_add(1, std::memory_order_relaxed);
         if (Worth(nth)) {
           LOG(WARNING) << "no file descriptor left to accept a connection on "
                        << where << " (" << nth << " so far)";
@@ -174,6 +195,7 @@ void ConnectionGuard::Run() {
     const std::string who = tcp ? " from " + source : "";
     if (verdict == ConnectionLedger::Verdict::kRefuseDescriptors) {
       const uint64_t nth = ++refused_descriptors;
+      refused_descriptors_.fetch_add(1, std::memory_order_relaxed);
       if (Worth(nth)) {
         LOG(WARNING) << "refused a connection on " << where << who
                      << ": descriptor " << fd << " of a limit of " << limit
@@ -186,6 +208,7 @@ void ConnectionGuard::Run() {
       }
     } else {
       const uint64_t nth = ++refused_per_source;
+      refused_per_source_.fetch_add(1, std::memory_order_relaxed);
       if (Worth(nth)) {
         LOG(WARNING) << "refused a connection on " << where << who << ": "
                      << ledger.open_from(source)

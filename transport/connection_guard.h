@@ -34,6 +34,9 @@ struct ConnectionRefusals {
   uint64_t descriptors = 0;    // too few descriptors left (ledger rules 1, 2)
   uint64_t per_source = 0;     // one source address over its cap (rule 3)
   uint64_t accept_failed = 0;  // libzmq found no descriptor to accept with
+  // Connections closed before their handshake was done (timed out, key
+  // not admitted, peer gone); not refusals of the guard's own.
+  uint64_t handshakes_failed = 0;
 };
 ConnectionRefusals ConnectionRefusalCounts();
 
@@ -51,6 +54,9 @@ class ConnectionGuard {
   ConnectionGuard(const ConnectionGuard&) = delete;
   ConnectionGuard& operator=(const ConnectionGuard&) = delete;
 
+  // This router's refusals so far (any thread).
+  ConnectionRefusals counts() const;
+
  private:
   ConnectionGuard(void* router, zmq::socket_t events, const Security& security);
   void Run();
@@ -60,6 +66,11 @@ class ConnectionGuard {
   const int64_t reserved_descriptors_;
   const int64_t max_per_source_;
   std::atomic<bool> stop_{false};
+  // This router's share of the process's counts (ConnectionRefusals).
+  std::atomic<uint64_t> refused_descriptors_{0};
+  std::atomic<uint64_t> refused_per_source_{0};
+  std::atomic<uint64_t> accept_failures_{0};
+  std::atomic<uint64_t> handshakes_failed_{0};
   std::thread thread_;
 };
 

@@ -24,6 +24,24 @@
 
 namespace ductile {
 
+// What a router refused or dropped, since it was made, to bound what its
+// peers cost (0 where the transport does not count them).
+struct RouterRefusals {
+  // Connections closed as soon as accepted: too few descriptors left, or
+  // too many from one address (transport/connection_ledger.h).
+  uint64_t connections = 0;
+  // Accepts that found no descriptor to take the connection with.
+  uint64_t failed_accepts = 0;
+  // Connections closed before their handshake was done: it timed out, the
+  // peer's key was not admitted, or the peer went.
+  uint64_t failed_handshakes = 0;
+  // Messages refused with kResourceExhausted: their peer's queue held too
+  // many bytes (`max_queued_bytes`).
+  uint64_t refused_replies = 0;
+  // Messages dropped: their peer's queue held `max_queued` messages.
+  uint64_t dropped_replies = 0;
+};
+
 class Socket {
  public:
   virtual ~Socket() = default;
@@ -39,6 +57,8 @@ class Socket {
   // A router's bytes of messages queued for its peers and not yet handed
   // to the connections (0 where the transport does not count them).
   virtual uint64_t queued_bytes() const { return 0; }
+  // A router's refusals so far (a dealer's are all 0).
+  virtual RouterRefusals refusals() const { return {}; }
 };
 
 // The largest message to or from the coordinator (registrations,

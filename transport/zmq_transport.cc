@@ -126,6 +126,19 @@ class ZmqSocket final : public Socket {
     return queued_ ? queued_->total() : 0;
   }
 
+  RouterRefusals refusals() const override {
+    RouterRefusals r;
+    if (guard_) {
+      const ConnectionRefusals c = guard_->counts();
+      r.connections = c.descriptors + c.per_source;
+      r.failed_accepts = c.accept_failed;
+      r.failed_handshakes = c.handshakes_failed;
+    }
+    if (queued_) r.refused_replies = queued_->refused();
+    r.dropped_replies = dropped_;
+    return r;
+  }
+
   Result<std::string> Bind(const std::string& address) override {
     DUCTILE_RETURN_IF_ERROR(CheckTcpPort(address));
     if (!security_.curve()) {
@@ -183,11 +196,19 @@ class ZmqSocket final : public Socket {
             i + 1 < n ? zmq::send_flags::sndmore : zmq::send_flags::none;
         auto sent = socket_.send(ToZmq(frames[i], ticket),
                                  flags | zmq::send_flags::dontwait);
+        if (!sent && router_) {
+          // The peer's queue holds max_queued messages: dropped, as
+          // ZeroMQ drops them without ZMQ_ROUTER_MANDATORY, but counted.
+          ++dropped_;
+          return Status::Ok();
+        }
         if (!sent) {
           return UnavailableError("send would block (peer not connected?)");
         }
       }
     } catch (const zmq::error_t& e) {
+      // A router's peer that has gone (or never was): dropped silently.
+      if (router_ && e.num() == EHOSTUNREACH) return Status::Ok();
       return ZmqError("send", e);
     }
     return Status::Ok();
@@ -272,6 +293,7 @@ class ZmqSocket final : public Socket {
   // Frames ZeroMQ still holds share the counts they give back to, so
   // either may go first.
   std::unique_ptr<QueuedBytesPerPeer> queued_;
+  uint64_t dropped_ = 0;  // messages dropped for a full peer queue
 };
 
 class ZmqTransport final : public Transport {
@@ -324,14 +346,16 @@ class ZmqTransport final : public Transport {
         socket.set(zmq::sockopt::zap_domain, "ductile");
       }
       socket.set(zmq::sockopt::linger, 0);
-      // libzmq counts whole messages; with ZMQ_ROUTER_MANDATORY off, those
-      // to a peer whose queue is full are dropped.
+      // libzmq counts whole messages; those to a peer whose queue is full
+      // are dropped (Send counts them).
       socket.set(zmq::sockopt::sndhwm, static_cast<int>(max_queued));
       // Per peer too (each has its pipe): a full one stops libzmq reading
       // that connection until the socket's reader takes some.
       socket.set(zmq::sockopt::rcvhwm, static_cast<int>(max_unread));
-      // Replies to a peer that has gone are dropped, not an error.
-      socket.set(zmq::sockopt::router_mandatory, 0);
+      // Mandatory, so that a send to a full queue says so (EAGAIN) and to
+      // a peer that has gone too (EHOSTUNREACH); Send drops both, as
+      // ZeroMQ would silently without it, and counts the first.
+      socket.set(zmq::sockopt::router_mandatory, 1);
       // A member reconnecting under its fixed identity takes its place at
       // once, even before the router has seen its old connection close.
       socket.set(zmq::sockopt::router_handover, 1);

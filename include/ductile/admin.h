@@ -72,6 +72,17 @@ struct MemberStatus {
   uint64_t losses = 0;
 };
 
+// What the coordinator refused or dropped, since it started, to bound what
+// a peer costs it: as ServerCounters' fields of the same names count them
+// for a server (docs/security.md, "Counts of refusals").
+struct CoordinatorRefusals {
+  uint64_t refused_connections = 0;
+  uint64_t failed_accepts = 0;
+  uint64_t failed_handshakes = 0;
+  uint64_t refused_replies = 0;
+  uint64_t dropped_replies = 0;
+};
+
 struct ClusterStatus {
   uint64_t epoch = 0;
   int32_t num_slots = 0;
@@ -131,6 +142,7 @@ struct ClusterStatus {
   // The job's recent training loss: the mean of the active workers'
   // recent_loss (those that reported one); 0 when none did.
   double loss = 0;
+  CoordinatorRefusals coordinator_refusals;
 };
 
 // Each call takes the cluster's keys (LoadClusterKeys; empty in plain

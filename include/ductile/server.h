@@ -254,6 +254,24 @@ struct ServerCounters {
   uint64_t row_pushes_dropped = 0;
   uint64_t rows_evicted_idle = 0;
   uint64_t rows_evicted_budget = 0;
+  // What the server refused or dropped, since it started, to bound what a
+  // peer costs it (docs/security.md, "Counts of refusals"); all but
+  // refused_parked_pulls as of its last heartbeat. Connections
+  // closed as soon as accepted (--reserved_descriptors,
+  // --max_connections_per_source), accepts that found no descriptor, and
+  // connections closed before their handshake was done (timed out,
+  // --handshake_timeout_ms; a key not admitted; the peer gone):
+  uint64_t refused_connections = 0;
+  uint64_t failed_accepts = 0;
+  uint64_t failed_handshakes = 0;
+  // Replies for peers that do not read them: refused past
+  // --max_queued_reply_mb (the request answered ResourceExhausted
+  // instead), and dropped past --max_queued_replies.
+  uint64_t refused_replies = 0;
+  uint64_t dropped_replies = 0;
+  // Pulls refused past --max_parked_pulls_per_worker or --max_parked_pulls
+  // (also in refused_limits).
+  uint64_t refused_parked_pulls = 0;
 };
 
 // Checks every field of `options` against the range its comment gives;

@@ -79,6 +79,28 @@ TEST(QueuedBytesPerPeer, MemoryIsToBeTrimmedOnceARefusedPeersBytesAreGone) {
   EXPECT_FALSE(queued.TakeTrimDue());  // once
 }
 
+// Replies dropped past the count limit (under the byte limit): once what
+// the peer held is gone, the memory is due back, and not before.
+TEST(QueuedBytesPerPeer, MemoryIsToBeTrimmedOnceADroppedPeersBytesAreGone) {
+  QueuedBytesPerPeer queued(kLimit);
+  std::vector<QueuedBytesPerPeer::Ticket> held;
+  for (int i = 0; i < 3; ++i) {
+    Result<QueuedBytesPerPeer::Ticket> t = queued.Charge("slow", kLarge);
+    ASSERT_TRUE(t.ok());
+    held.push_back(std::move(*t));
+  }
+  EXPECT_FALSE(queued.TakeTrimDue());  // nothing dropped
+  queued.NoteDropped();
+  EXPECT_FALSE(queued.TakeTrimDue());  // still held
+  held.pop_back();
+  EXPECT_FALSE(queued.TakeTrimDue());  // two thirds still held
+  held.pop_back();
+  EXPECT_TRUE(queued.TakeTrimDue());   // more than half gone
+  EXPECT_FALSE(queued.TakeTrimDue());  // once
+  held.clear();
+  EXPECT_FALSE(queued.TakeTrimDue());  // nothing dropped since
+}
+
 TEST(QueuedBytesPerPeer, PeersWithNothingQueuedAreForgotten) {
   QueuedBytesPerPeer queued(kLimit);
   for (int i = 0; i < 10000; ++i) {

@@ -50,7 +50,7 @@ Result<QueuedBytesPerPeer::Ticket> QueuedBytesPerPeer::Charge(
   if (max_bytes_per_peer_ > 0 && bytes > kSmallBytes && queued > 0 &&
       queued + bytes > max_bytes_per_peer_) {
     ++refused_;
-    trim_pending_ = true;
+    ArmTrim(max_bytes_per_peer_ / 2);
     return ResourceExhaustedError(
         "the peer has " + std::to_string(queued) +
         " bytes of replies queued that it has not read; one of " +
@@ -72,8 +72,15 @@ uint64_t QueuedBytesPerPeer::total() const {
   return all_->bytes.load(std::memory_order_acquire);
 }
 
+void QueuedBytesPerPeer::NoteDropped() { ArmTrim(total() / 2); }
+
+void QueuedBytesPerPeer::ArmTrim(uint64_t below) {
+  trim_below_ = trim_pending_ ? std::max(trim_below_, below) : below;
+  trim_pending_ = true;
+}
+
 bool QueuedBytesPerPeer::TakeTrimDue() {
-  if (!trim_pending_ || total() > max_bytes_per_peer_ / 2) return false;
+  if (!trim_pending_ || total() > trim_below_) return false;
   trim_pending_ = false;
   return true;
 }

@@ -91,15 +91,26 @@ class QueuedBytesPerPeer {
   // Messages refused so far.
   uint64_t refused() const { return refused_; }
 
+  // A message to a peer was dropped, its queue full in messages (the
+  // router's count limit, which this does not see): what it queued is to
+  // go back to the system once gone (TakeTrimDue).
+  void NoteDropped();
+
   // True once after a refusal when the bytes queued for all peers have
-  // come down to half the per-peer limit or less: the memory a peer that
-  // did not read made this process take is free again, and should go
-  // back to the system (malloc_trim) rather than stay for reuse.
+  // come down to half the per-peer limit or less, or after a drop when
+  // they have come down to half what they were then: the memory a peer
+  // that did not read made this process take is free again, and should
+  // go back to the system (malloc_trim) rather than stay for reuse. While
+  // that peer keeps its queue full nothing is due, so a flood costs no
+  // trim per message.
   bool TakeTrimDue();
 
  private:
   // Forgets peers with nothing queued, when there are many.
   void Sweep();
+  // A trim is due once total() is at or below `below` (or the largest
+  // such mark since the last trim).
+  void ArmTrim(uint64_t below);
 
   const uint64_t max_bytes_per_peer_;
   std::shared_ptr<Ticket::Counts> all_;
@@ -107,6 +118,7 @@ class QueuedBytesPerPeer {
   size_t sweep_at_ = 64;
   uint64_t refused_ = 0;
   bool trim_pending_ = false;
+  uint64_t trim_below_ = 0;
 };
 
 // The range checks of a process's per-peer queue limits (the options

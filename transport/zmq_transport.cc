@@ -200,6 +200,7 @@ class ZmqSocket final : public Socket {
           // The peer's queue holds max_queued messages: dropped, as
           // ZeroMQ drops them without ZMQ_ROUTER_MANDATORY, but counted.
           ++dropped_;
+          if (queued_) queued_->NoteDropped();
           return Status::Ok();
         }
         if (!sent) {

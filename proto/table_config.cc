@@ -211,10 +211,10 @@ Status ValidateRowPolicy(const RowPolicy& r) {
   }
   if (r.admission_counters != 0 &&
       (r.admission_counters < 1024 ||
-       r.admission_counters > (uint64_t{1} << 28))) {
+       r.admission_counters > (uint64_t{1} << 24))) {
     return InvalidArgumentError(
         "rows.admission_counters must be 0 (the default, 2^20) or in "
-        "[1024, 2^28], not " +
+        "[1024, 2^24], not " +
         std::to_string(r.admission_counters));
   }
   if (r.evict_idle_clocks < 0 || r.evict_idle_clocks > kMax) {

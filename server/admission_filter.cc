@@ -5,6 +5,7 @@
 #include "util/split_mix.h"
 
 namespace ductile {
+
 AdmissionFilter::AdmissionFilter(uint32_t threshold, uint64_t counters)
     : threshold_(std::min<uint32_t>(threshold, UINT16_MAX)),
       width_(std::max<uint64_t>(1, counters / kDepth)) {}
@@ -28,6 +29,10 @@ uint32_t AdmissionFilter::Count(Key key) const {
 bool AdmissionFilter::Add(Key key, uint32_t pushes) {
   if (admits_all()) return true;
   if (counts_.empty()) counts_.assign(kDepth * width_, 0);
+  if (++adds_ > counts_.size()) {
+    for (uint16_t& c : counts_) c >>= 1;
+    adds_ = 1;
+  }
   const uint32_t now = static_cast<uint32_t>(
       std::min<uint64_t>(uint64_t{Count(key)} + pushes, threshold_));
   for (uint32_t row = 0; row < kDepth; ++row) {

@@ -3,11 +3,16 @@
 // by RowPolicy::admission_counters, whatever the number of ids.
 //
 // Invariants:
-//   - Count(key) >= min(pushes of key recorded since the last Clear,
-//     threshold): the sketch never under-counts. It may over-count when
-//     other ids share all of key's counters, so an id may be admitted
-//     before its threshold-th push ("false admission"), never after it.
+//   - Count(key) >= min(pushes of key recorded since the last Clear or
+//     aging, threshold): the sketch never under-counts within a window. It
+//     may over-count when other ids share all of key's counters, so an id
+//     may be admitted before its threshold-th push ("false admission").
 //   - Counters saturate at the threshold: counting further adds nothing.
+//   - Aging (TinyLFU's reset, Einziger et al. 2017): after as many Adds as
+//     there are counters, every counter is halved. Counts of ids pushed
+//     long ago, and those left by ids admitted since, fade, so the sketch
+//     never fills up and admits everything; an id pushed threshold times
+//     across an aging may need a few pushes more.
 //   - Deterministic: the counters hit by a key depend on the key only, so
 //     the same pushes in the same order give the same admissions.
 //
@@ -48,9 +53,15 @@ class AdmissionFilter {
   // reached the threshold).
   bool Add(Key key, uint32_t pushes);
   // Forgets every count (a rollback); frees the counters.
-  void Clear() { counts_ = std::vector<uint16_t>(); }
-  // Bytes of counters held now.
+  void Clear() {
+    counts_ = std::vector<uint16_t>();
+    adds_ = 0;
+  }
+  // Bytes of counters held now, and once allocated.
   uint64_t bytes() const { return counts_.size() * sizeof(uint16_t); }
+  uint64_t full_bytes() const {
+    return admits_all() ? 0 : kDepth * width_ * sizeof(uint16_t);
+  }
 
  private:
   size_t Index(Key key, uint32_t row) const;
@@ -58,6 +69,7 @@ class AdmissionFilter {
   const uint32_t threshold_;
   const uint64_t width_;          // counters per row
   std::vector<uint16_t> counts_;  // kDepth rows of width_, or empty
+  uint64_t adds_ = 0;             // Adds since the last aging
 };
 
 }  // namespace ductile

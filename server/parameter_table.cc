@@ -124,7 +124,8 @@ ParameterTable::Entry* ParameterTable::Admit(Key key, uint32_t width,
   e.state.assign(kernel_.state_floats(width), 0.0f);
   stored_floats_ += e.value.size() + e.state.size();
   ++row_counts_.admitted;
-  if (keeps_evicted_) evicted_.erase(key);
+  // Evicted before and not deleted yet: the store still holds it.
+  e.in_store = keeps_evicted_ && evicted_.erase(key) > 0;
   return &e;
 }
 
@@ -154,8 +155,9 @@ void ParameterTable::Evict(Key key) {
   Unlink(e);
   stored_floats_ -= e.value.size() + e.state.size();
   if (e.changed) ++changed_stale_;  // still listed in changed_
+  const bool in_store = e.in_store;
   entries_.erase(it);
-  if (keeps_evicted_) evicted_.insert(key);
+  if (keeps_evicted_ && in_store) evicted_.insert(key);
   // Listed keys no longer stored are dropped once they are half the list,
   // so that the list stays within twice the changed rows.
   if (changed_stale_ > 64 && 2 * changed_stale_ > changed_.size()) {
@@ -215,6 +217,10 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
     if (entries_.count(keys[i]) == 0) {
       floats += request.length(i) + kernel_.state_floats(request.length(i));
     }
+  }
+  // A new key's first push may allocate the admission filter.
+  if (floats > 0 && !filter_.admits_all() && filter_.bytes() == 0) {
+    floats += filter_.full_bytes() / sizeof(float);
   }
   return floats;
 }
@@ -334,6 +340,7 @@ void ParameterTable::TakeChanges(std::vector<EntryRecord>* out) {
     auto it = entries_.find(key);
     if (it == entries_.end() || !it->second.changed) continue;
     it->second.changed = false;
+    it->second.in_store = true;
     out->push_back(ToRecord(key, it->second));
   }
   changed_.clear();
@@ -344,7 +351,8 @@ void ParameterTable::Restore(EntryRecord&& record, bool changed) {
   Entry& e = entries_[record.key];
   e.key = record.key;
   Touch(e);
-  if (keeps_evicted_) evicted_.erase(record.key);
+  if (keeps_evicted_ && evicted_.erase(record.key) > 0) e.in_store = true;
+  if (!changed) e.in_store = true;  // read from the store
   stored_floats_ -= e.value.size() + e.state.size();
   e.value = std::move(record.value);
   e.state = kernel_.ImportState(std::move(record.state), e.value.size());

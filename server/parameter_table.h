@@ -17,7 +17,10 @@
 //     RestartClock calls, which stamp every entry alike), so idle entries
 //     are found from the oldest end, without scanning the table;
 //   - evicted_ holds the keys evicted since the last TakeEvicted that are
-//     not stored again (keeps_evicted_): the checkpoint deletes them;
+//     not stored again and that the store may hold (Entry::in_store;
+//     keeps_evicted_): the checkpoint deletes them. Keys admitted and
+//     evicted between two checkpoints are not listed, so it stays within
+//     the rows the store holds;
 //   - changed_ lists every entry with Entry::changed at least once; keys
 //     evicted since, or listed twice after an eviction, are skipped by
 //     TakeChanges and dropped when they are half the list (Evict).
@@ -221,8 +224,11 @@ class ParameterTable {
     return before - entries_.size();
   }
 
-  // Floats held (values and optimizer state), over every key.
-  uint64_t stored_floats() const { return stored_floats_; }
+  // Floats held (values and optimizer state, over every key, and the
+  // admission filter's counters as floats of the same bytes).
+  uint64_t stored_floats() const {
+    return stored_floats_ + filter_.bytes() / sizeof(float);
+  }
   // Floats a push of `request` would add: its keys not held yet, with
   // their optimizer state.
   uint64_t NewFloats(const DataFrames& request) const;
@@ -237,6 +243,9 @@ class ParameterTable {
     std::vector<float> state;
     int64_t steps = 0;
     bool changed = false;  // listed in changed_
+    // The checkpoint store may hold a version of it (it was restored from
+    // it, or taken for a checkpoint): its eviction is to be deleted there.
+    bool in_store = false;
     // The use list (tracks_use()): its key, the server clock of its last
     // update, its neighbours (null at the ends).
     Key key = 0;

@@ -193,16 +193,20 @@ struct RowPolicy {
   // memory is fixed, whatever the number of ids. An id whose counters all
   // collide with those of others may be admitted before its
   // admit_after_pushes-th push (false admission; never after it); more
-  // counters make that rarer. Per table per server, allocated at the first
-  // push of an unadmitted id; not carried by checkpoints or slot moves (a
-  // rollback starts the counts again). 0: 2^20 (2 MiB); else 1024 - 2^28.
+  // counters make that rarer. Every counter is halved after as many pushes
+  // of unadmitted ids as there are counters (aging), so that old counts
+  // fade. Per table per server, allocated at the first push of an
+  // unadmitted id and counted in the server's stored memory
+  // (--max_stored_mb); not carried by checkpoints or slot moves (a
+  // rollback starts the counts again). 0: 2^20 (2 MiB); else 1024 - 2^24.
   uint64_t admission_counters = 0;
   // Eviction by age: a row last updated at server clock L (the minimum
   // clock over live workers when the update was applied) is removed, its
   // optimizer state too, when the server clock reaches L + this; its id is
   // then new again. Checked when the server clock moves. After a rollback
   // or a slot move, L is the clock the row arrived at. 0: never; else
-  // 1 - 2^40.
+  // 1 - 2^40 (with 1, under BSP a row pushed at every clock is removed
+  // as its clock's update is about to land: use 2 or more).
   int64_t evict_idle_clocks = 0;
   // Eviction by budget: after each push, the least recently updated rows
   // beyond this many (per table per server) are removed. Pulls do not

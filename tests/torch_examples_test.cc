@@ -132,11 +132,12 @@ TEST(TorchExamples, TwoWorkersUnderBspTrainTheMlpPastTheBar) {
 }
 
 // The CNN (two convolutions, two dense layers), a third of an epoch (20000
-// workers under BSP: both print the same accuracy, past the bar.
+// samples) shared by two workers under BSP: both print the same accuracy,
+// past the bar.
 TEST(TorchExamples, TwoWorkersUnderBspTrainTheCnnPastTheBar) {
   const std::string marker = UniqueTimeoutFlag();
-  ChildProcess p(TorchJob(marker, {}, "cnn.py",
-                          {"--epochs=1", "--train_samples=20000"}));
+  ChildProcess p(
+      TorchJob(marker, {}, "cnn.py", {"--epochs=1", "--train_samples=20000"}));
   ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
   EXPECT_NE(p.output().find("ductile local: done"), std::string::npos)
       << p.output();

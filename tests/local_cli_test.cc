@@ -22,10 +22,13 @@
 
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "tests/marked_processes.h"
 
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+using ductile::testing::NoProcessesLeft;
+using ductile::testing::ProcessesWith;
 
 // A child process with its stdout and stderr merged into one pipe.
 class Process {
@@ -112,50 +115,11 @@ int ExitCode(int status) {
   return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Processes (other than this one) whose command line contains `marker`.
-std::vector<pid_t> ProcessesWith(const std::string& marker) {
-  std::vector<pid_t> found;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return found;
-  while (dirent* e = readdir(proc)) {
-    const pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string cmd = ss.str();
-    for (char& c : cmd) c = c == '\0' ? ' ' : c;
-    if (cmd.find(marker) != std::string::npos) {
-      // Zombies still being reaped by their parent are not orphans.
-      std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-      std::string s;
-      std::getline(stat, s);
-      const auto close_paren = s.rfind(')');
-      if (close_paren != std::string::npos && close_paren + 2 < s.size() &&
-          s[close_paren + 2] == 'Z') {
-        continue;
-      }
-      found.push_back(pid);
-    }
-  }
-  closedir(proc);
-  return found;
-}
-
 // Every cluster process of a test carries this in its command line (the
 // launcher forwards --timeout_ms to servers and workers).
 std::string UniqueTimeoutFlag() {
   static int n = 0;
   return "--timeout_ms=" + std::to_string(40000 + (getpid() % 1000) * 10 + n++);
-}
-
-// Waits (bounded) until no process carries `marker`.
-bool NoProcessesLeft(const std::string& marker) {
-  for (int i = 0; i < 100; ++i) {
-    if (ProcessesWith(marker).empty()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
 }
 
 // The port of the coordinator's /metrics that `ductile local` printed in

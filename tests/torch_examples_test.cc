@@ -16,10 +16,13 @@
 
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
+#include "tests/marked_processes.h"
 
 namespace {
 
 using ductile::testing::ChildProcess;
+using ductile::testing::NoProcessesLeft;
+using ductile::testing::ProcessesWith;
 
 const std::string kBinary = DUCTILE_BINARY;
 constexpr int64_t kRunLimitMs = 240000;
@@ -29,42 +32,6 @@ constexpr int64_t kRunLimitMs = 240000;
 constexpr double kMinAccuracy = 0.75;
 // One epoch of Fashion-MNIST's 60,000 training samples in batches of 64.
 constexpr int kBatchesPerEpoch = 60000 / 64;
-
-// Processes (other than this one) whose command line contains `marker`,
-// zombies left out.
-std::vector<pid_t> ProcessesWith(const std::string& marker) {
-  std::vector<pid_t> found;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return found;
-  while (dirent* e = readdir(proc)) {
-    const pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    for (char& c : cmd) c = c == '\0' ? ' ' : c;
-    if (cmd.find(marker) == std::string::npos) continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string s;
-    std::getline(stat, s);
-    const auto close_paren = s.rfind(')');
-    if (close_paren != std::string::npos && close_paren + 2 < s.size() &&
-        s[close_paren + 2] == 'Z') {
-      continue;
-    }
-    found.push_back(pid);
-  }
-  closedir(proc);
-  return found;
-}
-
-// Waits (bounded) until no process carries `marker`.
-bool NoProcessesLeft(const std::string& marker) {
-  for (int i = 0; i < 100; ++i) {
-    if (ProcessesWith(marker).empty()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
 
 // A flag unique to this test that every process of its cluster carries
 // (the launcher passes --timeout_ms on to servers and workers).

@@ -16,12 +16,10 @@ namespace py = pybind11;
 namespace ductile::python {
 namespace {
 
-// A data call, blocking (its result) or not (a Handle).
-py::object Run(py::object self, bool async, DataCall call, py::handle table,
-               py::handle keys, py::handle values, py::handle out,
-               py::handle lengths) {
-  PyClient& client = self.cast<PyClient&>();
-  Submitted submitted = client.Submit(call, table, keys, values, out, lengths);
+// A submitted call as Python sees it: a Handle (async), or its result
+// once done (blocking; the GIL released while it waits).
+py::object Finish(py::object self, bool async, DataCall call,
+                  Submitted submitted) {
   if (async) {
     RaiseIfFailedAtOnce(submitted.handle);
     return py::cast(std::make_unique<PyHandle>(std::move(submitted),
@@ -34,6 +32,15 @@ py::object Run(py::object self, bool async, DataCall call, py::handle table,
   }
   ThrowIfError(status);
   return submitted.result;
+}
+
+// A data call, blocking (its result) or not (a Handle).
+py::object Run(py::object self, bool async, DataCall call, py::handle table,
+               py::handle keys, py::handle values, py::handle out,
+               py::handle lengths) {
+  PyClient& client = self.cast<PyClient&>();
+  Submitted submitted = client.Submit(call, table, keys, values, out, lengths);
+  return Finish(std::move(self), async, call, std::move(submitted));
 }
 
 const char* kPushDoc = R"doc(
@@ -69,18 +76,7 @@ py::object RunRows(py::object self, bool async, DataCall call, py::handle table,
                    py::handle ids, py::handle grads, py::handle out) {
   PyClient& client = self.cast<PyClient&>();
   Submitted submitted = client.SubmitRows(call, table, ids, grads, out);
-  if (async) {
-    RaiseIfFailedAtOnce(submitted.handle);
-    return py::cast(std::make_unique<PyHandle>(std::move(submitted),
-                                               std::move(self), call));
-  }
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = submitted.handle.Wait();
-  }
-  ThrowIfError(status);
-  return submitted.result;
+  return Finish(std::move(self), async, call, std::move(submitted));
 }
 
 const char* kPullRowsDoc = R"doc(

@@ -4,11 +4,12 @@
 #include <cstring>
 
 #include "routing/slot_map.h"
+#include "util/split_mix.h"
 
 namespace ductile {
 
 size_t ParamCache::Hash::operator()(const std::pair<TableId, Key>& k) const {
-  return Mix64(k.second ^ (uint64_t{k.first} << 48));
+  return SplitMix64(k.second ^ (uint64_t{k.first} << 48));
 }
 
 bool ParamCache::TryRead(TableId table, std::span<const Key> keys,

@@ -11,19 +11,12 @@
 #include <vector>
 
 #include "ductile/table.h"
+#include "util/split_mix.h"
 
 namespace ductile {
 
-// splitmix64 finaliser: a fast, well-mixed 64-bit hash.
-inline uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 inline int32_t SlotOf(TableId table, Key key, int32_t num_slots) {
-  const uint64_t h = Mix64(key ^ Mix64(uint64_t{table} + 0x5107));
+  const uint64_t h = SplitMix64(key ^ SplitMix64(uint64_t{table} + 0x5107));
   return static_cast<int32_t>(h % static_cast<uint64_t>(num_slots));
 }
 

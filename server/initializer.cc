@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "routing/slot_map.h"
+#include "util/split_mix.h"
 
 namespace ductile {
 namespace {
@@ -28,18 +29,18 @@ void InitializeValue(const Initializer& init, TableId table, Key key,
     default:
       break;
   }
-  const uint64_t base =
-      Mix64(Mix64(init.seed) ^ Mix64(uint64_t{table} + 0x7ab1e5ull) ^
-            Mix64(key ^ 0x6b6579ull));
+  const uint64_t base = SplitMix64(SplitMix64(init.seed) ^
+                                   SplitMix64(uint64_t{table} + 0x7ab1e5ull) ^
+                                   SplitMix64(key ^ 0x6b6579ull));
   for (size_t i = 0; i < value.size(); ++i) {
-    const uint64_t r1 = Mix64(base + 2 * i);
+    const uint64_t r1 = SplitMix64(base + 2 * i);
     if (init.kind == InitKind::kUniform) {
       const float x =
           init.low + static_cast<float>(Unit(r1)) * (init.high - init.low);
       // Float rounding can land on `high`; the range is [low, high).
       value[i] = x < init.high ? x : std::nextafter(init.high, init.low);
     } else {  // kNormal, Box-Muller
-      const double u1 = Unit(r1), u2 = Unit(Mix64(base + 2 * i + 1));
+      const double u1 = Unit(r1), u2 = Unit(SplitMix64(base + 2 * i + 1));
       const double z = std::sqrt(-2.0 * std::log(u1)) *
                        std::cos(2.0 * std::numbers::pi * u2);
       value[i] = init.mean + init.stddev * static_cast<float>(z);

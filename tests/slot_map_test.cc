@@ -10,11 +10,11 @@
 namespace ductile {
 namespace {
 
-TEST(Mix64, IsTheSplitMix64Finaliser) {
+TEST(SplitMix64, IsTheSplitMix64Finaliser) {
   // Reference outputs of splitmix64 (x + golden gamma, then the finaliser),
   // computed independently of this code.
-  EXPECT_EQ(Mix64(0), 0xe220a8397b1dcdafull);
-  EXPECT_EQ(Mix64(1), 0x910a2dec89025cc1ull);
+  EXPECT_EQ(SplitMix64(0), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(SplitMix64(1), 0x910a2dec89025cc1ull);
 }
 
 TEST(SlotOf, NeverChangesForAGivenTableAndKey) {

@@ -110,6 +110,21 @@ TEST(QueuedBytesPerPeer, PeersWithNothingQueuedAreForgotten) {
   EXPECT_LE(queued.peers(), 128u);
 }
 
+// Waits (up to 10 s) for `router`'s first message and gives its sender's
+// routing id.
+void FirstPeerOf(Transport& side, Socket* router, std::string* identity) {
+  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+  InMessage m;
+  bool got = false;
+  Socket* const at_router[] = {router};
+  while (!got && steady_clock::now() < deadline) {
+    ASSERT_TRUE(side.Wait(at_router, -1, deadline).ok());
+    ASSERT_TRUE(router->Receive(&m, &got).ok());
+  }
+  ASSERT_TRUE(got) << "the router heard nothing";
+  *identity = std::string(m.frame_view(0));
+}
+
 // A real router and a dealer that connects, says hello and never reads.
 TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
   std::unique_ptr<Transport> router_side = NewZmqTransport(Security());
@@ -125,16 +140,8 @@ TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
   OutMessage hello;
   hello.AddString("hello");
   ASSERT_TRUE((*dealer)->Send(std::move(hello)).ok());
-  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
-  InMessage m;
-  bool got = false;
-  Socket* const at_router[] = {router->get()};
-  while (!got && steady_clock::now() < deadline) {
-    ASSERT_TRUE(router_side->Wait(at_router, -1, deadline).ok());
-    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
-  }
-  ASSERT_TRUE(got) << "the router heard nothing";
-  const std::string identity(m.frame_view(0));
+  std::string identity;
+  ASSERT_NO_FATAL_FAILURE(FirstPeerOf(*router_side, router->get(), &identity));
   // 1 GiB offered in 1 MiB messages: far more than the kernel's buffers
   // take, so most would wait in the router.
   int sent = 0;
@@ -156,6 +163,8 @@ TEST(RouterQueuedBytes, ARouterRefusesPastTheLimitAndFreesWhenThePeerGoes) {
   // comes back to nothing.
   dealer->reset();
   const auto gone = steady_clock::now() + std::chrono::seconds(20);
+  InMessage m;
+  bool got = false;
   while ((*router)->queued_bytes() > 0 && steady_clock::now() < gone) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     got = false;
@@ -181,16 +190,8 @@ TEST(RouterQueuedMessages, MessagesPastAPeersQueueAreDroppedAndCounted) {
   dealer.set(zmq::sockopt::routing_id, "slow");
   dealer.connect(*bound);
   ASSERT_TRUE(dealer.send(zmq::str_buffer("hello"), zmq::send_flags::none));
-  const auto deadline = steady_clock::now() + std::chrono::seconds(10);
-  InMessage m;
-  bool got = false;
-  Socket* const at_router[] = {router->get()};
-  while (!got && steady_clock::now() < deadline) {
-    ASSERT_TRUE(router_side->Wait(at_router, -1, deadline).ok());
-    ASSERT_TRUE((*router)->Receive(&m, &got).ok());
-  }
-  ASSERT_TRUE(got) << "the router heard nothing";
-  const std::string identity(m.frame_view(0));
+  std::string identity;
+  ASSERT_NO_FATAL_FAILURE(FirstPeerOf(*router_side, router->get(), &identity));
   EXPECT_EQ((*router)->refusals().dropped_replies, 0u);
   // 256 MiB in 1 KiB messages (each under the byte limit's 4 KiB): far
   // more than the kernel's buffers take.

@@ -10,6 +10,7 @@
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()         # gradients pushed as they come
         optimizer.step()                        # clock, then fresh parameters
+        dt.report(loss=loss, samples=len(x))    # for status, metrics, policies
 
 Every parameter is a dense tensor on the servers, and the servers run the
 optimizer: the torch optimizer's kind and hyper-parameters become the
@@ -27,6 +28,7 @@ torch is imported when this module is, never by `import ductile`.
 """
 
 import atexit
+import numbers
 import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -117,6 +119,47 @@ def rank() -> int:
 def size() -> int:
     """The number of workers in the job."""
     return _current().num_workers
+
+
+def report(
+    loss: Any = None, samples: Optional[int] = None, *, client: Optional[ductile.Client] = None
+) -> None:
+    """Reports this step's training loss and how many samples it trained,
+    for `ductile status`, /metrics and the policies (the smoothed loss; the
+    samples per second the `stragglers` and `autoscale` policies compare).
+    Call it once a step, before or after step(); either may be left out.
+
+    loss: a number or a one-element tensor (detached; a CUDA tensor is
+    copied to the host); a loss that is not finite is not counted.
+    samples: a count >= 0. An ElasticSampler reports its batches' samples
+    itself: passing samples too counts them twice.
+    client: the client to report through (default: init()'s).
+
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        dt.report(loss=loss, samples=len(x))
+    """
+    connected = client if client is not None else _current()
+    if loss is not None:
+        if isinstance(loss, torch.Tensor):
+            if loss.numel() != 1:
+                raise ValueError(
+                    f"loss must be a number or a one-element tensor, not a tensor of shape "
+                    f"{tuple(loss.shape)}"
+                )
+            loss = loss.detach().item()
+        elif isinstance(loss, bool) or not isinstance(loss, numbers.Real):
+            raise TypeError(f"loss must be a number or a tensor, not {type(loss).__name__}")
+    if samples is not None:
+        if isinstance(samples, bool) or not isinstance(samples, numbers.Integral):
+            raise TypeError(f"samples must be an int, not {type(samples).__name__}")
+        if samples < 0:
+            raise ValueError(f"samples must be >= 0, not {samples}")
+    if loss is not None:
+        connected.record_loss(float(loss))
+    if samples is not None:
+        connected.record_samples(int(samples))
 
 
 def _unsupported(optimizer: torch.optim.Optimizer, why: str) -> ductile.InvalidArgument:
@@ -408,6 +451,8 @@ class DistributedOptimizer:
         no ElasticSampler ends its loop, step() leaves the job and raises
         LeftJob, a SystemExit with status 0.
 
+        A closure's loss is reported as report(loss=...) would.
+
         When the job rolls back (a server lost), the step's calls fail with
         ductile.Aborted: step() takes the rollback, pulls the checkpoint's
         parameters and returns; the step's gradients are not applied.
@@ -417,6 +462,8 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+            if isinstance(loss, (torch.Tensor, numbers.Real)):
+                report(loss=loss, client=self.client)
         try:
             self._step()
         except _elastic.RECOVERABLE as error:

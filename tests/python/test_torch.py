@@ -384,3 +384,45 @@ def test_init_connects_from_the_environment(cluster, monkeypatch):
 def test_importing_ductile_does_not_import_ductile_torch():
     code = "import sys, ductile\nassert 'torch' not in sys.modules\nassert 'ductile.torch' not in sys.modules\n"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_report_counts_the_loss_and_samples_for_the_status(client, table_name):
+    client.clock()  # steps count from the first clock on
+    before = client.stats()
+    dt.report(loss=torch.tensor(0.75), samples=32, client=client)
+    dt.report(loss=0.25, client=client)
+    dt.report(loss=float("nan"), samples=0, client=client)  # a loss not finite: not counted
+    client.clock()  # samples count toward the step the clock ends
+    after = client.stats()
+    assert after.losses - before.losses == 2
+    assert after.samples - before.samples == 32
+    assert 0.25 <= after.recent_loss <= 0.75
+
+
+def test_report_refuses_what_is_not_a_loss_or_a_count(client):
+    with pytest.raises(ValueError, match="one-element"):
+        dt.report(loss=torch.ones(3), client=client)
+    with pytest.raises(TypeError, match="loss must be"):
+        dt.report(loss="0.5", client=client)
+    with pytest.raises(TypeError, match="samples must be an int"):
+        dt.report(samples=2.5, client=client)
+    with pytest.raises(ValueError, match=">= 0"):
+        dt.report(samples=-1, client=client)
+    assert client.stats().losses == 0
+
+
+def test_a_closures_loss_is_reported_by_step(client, table_name):
+    net = model(3)
+    x, y = regression_data(3)
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05),
+                                        net.named_parameters(), client=client, name=table_name)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x[:8]), y[:8])
+        loss.backward()
+        return loss
+
+    loss = optimizer.step(closure)
+    assert client.stats().losses == 1
+    assert client.stats().recent_loss == pytest.approx(loss.item())

@@ -22,19 +22,35 @@ using Role = KillEvent::Role;
 
 // fork + exec of `args` with the given signals unblocked. The child dies
 // with the supervisor (PDEATHSIG), even if the supervisor is killed -9.
-// `stderr_fd` (>= 0) becomes the child's stderr.
+// It leads a process group of its own, so that what it starts (a worker
+// command's DataLoader workers, a shell's pipeline) is stopped with it
+// (KillGroup). `stderr_fd` (>= 0) becomes the child's stderr.
 pid_t Spawn(const std::vector<std::string>& args,
             const std::vector<std::string>& env, const sigset_t& blocked,
             bool own_slurm_job, int stderr_fd) {
   const ExecImage image = MakeExecImage(args, own_slurm_job, env);
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid != 0) return pid;  // parent, or -1
+  if (pid != 0) {
+    // Also here, so that the group exists before the parent signals it
+    // (whichever of the two runs first; the second may fail harmlessly).
+    if (pid > 0) setpgid(pid, pid);
+    return pid;  // parent, or -1
+  }
+  setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died already
   if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
   sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
   ExecOrDie(image);
+}
+
+// Sends `signal` to child `pid`'s process group: the child and whatever
+// it started that is still in its group; to the child alone if it has no
+// group (yet).
+int KillGroup(pid_t pid, int signal) {
+  if (kill(-pid, signal) == 0) return 0;
+  return kill(pid, signal);
 }
 
 // How long a failed child's stderr may take to end (its last words
@@ -160,6 +176,9 @@ Status Supervisor::Reap() {
     Child& c = children_[index];
     by_pid_.erase(it);
     c.pid = -1;
+    // What it started and left behind goes with it (its group outlives
+    // it while any member lives).
+    kill(-pid, SIGKILL);
     const bool scheduled = std::exchange(c.scheduled_kill, false);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       if (c.role == Role::kWorker) c.finished = true;
@@ -223,7 +242,7 @@ bool Supervisor::Kill(const KillEvent& event, int64_t clock) {
               ") at clock " + std::to_string(clock));
       return true;
     }
-    if (c.pid > 0 && kill(c.pid, SIGKILL) == 0) {
+    if (c.pid > 0 && KillGroup(c.pid, SIGKILL) == 0) {
       c.scheduled_kill = true;
       KillLog("killed " + target + " (pid " + std::to_string(c.pid) +
               ") at clock " + std::to_string(clock));
@@ -287,7 +306,7 @@ int Supervisor::WorkersDropped() const {
 void Supervisor::KillAll(int grace_ms) {
   stopping_ = true;
   for (const auto& [pid, index] : by_pid_) {
-    kill(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
+    KillGroup(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
   }
   const auto deadline =
       SteadyClock::now() + std::chrono::milliseconds(grace_ms);
@@ -296,7 +315,7 @@ void Supervisor::KillAll(int grace_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (const auto& [pid, index] : by_pid_) {
-    kill(pid, SIGKILL);
+    KillGroup(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     children_[index].pid = -1;
     // Slurm ended the job of a killed srun within seconds where this

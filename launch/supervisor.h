@@ -2,7 +2,10 @@
 // (the coordinator, servers and workers, as processes or through srun as
 // Slurm jobs), starts them, reaps them, restarts the crashed servers and
 // coordinator, and delivers scheduled kills (launch/local_launcher.h says
-// how failures are told apart).
+// how failures are told apart). Each child leads a process group of its
+// own, and its signals go to the group: a worker command's own children
+// (DataLoader workers, a shell's pipeline) are killed with it, and what a
+// child leaves running when it exits is killed as it is reaped.
 //
 // Thread safety: not thread-safe; used from the launching thread only,
 // which blocks SIGCHLD and takes it synchronously (WaitSignal).
@@ -108,8 +111,8 @@ class Supervisor {
   // nothing fails the launch (the job is over, or being stopped).
   void StopRestarting() { stopping_ = true; }
 
-  // SIGTERM to every live child, then SIGKILL to what is left after
-  // `grace_ms`; reaps them all.
+  // SIGTERM to every live child's process group, then SIGKILL to what is
+  // left after `grace_ms`; reaps them all.
   void KillAll(int grace_ms);
 
  private:

@@ -1209,6 +1209,9 @@ TEST(WorkerCommand, EachWorkerRunsTheCommandAndConnectsFromItsEnvironment) {
   }
 }
 
+// Each worker also starts a child of its own with the marker: the
+// launcher stops those too, the failed worker's as it is reaped and the
+// other's with its worker.
 TEST(WorkerCommand, AFailingCommandStopsTheClusterWithItsError) {
   const std::string marker = UniqueTimeoutFlag();
   Process p(PythonWorkerJob(marker, "fail"));

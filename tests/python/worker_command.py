@@ -1,12 +1,14 @@
 """A worker command for `ductile local -- /usr/bin/python3 worker_command.py`
 (tests/local_cli_test.cc): connects from the environment the launcher sets,
 adds its rank + 1 to its own row, waits for every worker at a barrier, pulls
-every row and prints what it read. With the argument `fail`, worker 1 writes
-an error to stderr and exits with status 3 once connected. With `join`,
+every row and prints what it read. With the argument `fail`, each worker
+starts a child that sleeps (its command line ends with the test's marker),
+and worker 1 writes an error to stderr and exits with status 3. With `join`,
 worker 0 ticks the job's clock until worker 1 (a joiner the launcher
 started) has written its row, and each then says so and finishes."""
 
 import os
+import subprocess
 import sys
 import time
 
@@ -22,6 +24,10 @@ def main() -> int:
     if rank != int(os.environ["DUCTILE_RANK"]):
         print(f"worker_command.py: worker id {rank} is not DUCTILE_RANK", file=sys.stderr)
         return 1
+    if "fail" in sys.argv[1:]:
+        # A child of its own, carrying the test's marker (the last
+        # argument), that the launcher must stop with the worker.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[-1]])
     if "fail" in sys.argv[1:] and rank == 1:
         print("worker_command.py: worker 1 fails on purpose", file=sys.stderr)
         return 3

@@ -333,7 +333,9 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       std::fprintf(stderr, "ductile local: %s, stopping the cluster\n",
                    strsignal(sig));
-      supervisor.KillAll(3000);
+      // Passed on as it came: a worker command sees its Ctrl-C (Python's
+      // KeyboardInterrupt) as it would run alone.
+      supervisor.KillAll(3000, sig);
       return CancelledError(std::string("interrupted by ") + strsignal(sig));
     }
     Status s = supervisor.Reap();

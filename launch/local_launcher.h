@@ -2,8 +2,10 @@
 // supervisor: a coordinator, servers and workers.
 //
 // The supervisor never leaves orphans: children die with it (PDEATHSIG),
-// and Ctrl-C or SIGTERM stops them all (SIGTERM, then SIGKILL after a
-// grace period).
+// and Ctrl-C, SIGTERM or SIGHUP stops them all (the signal passed on to
+// each child's process group, then SIGKILL after a grace period). Each
+// child leads a process group of its own, with stdin from /dev/null: what
+// a worker command starts is stopped with it.
 //
 // Failures are told apart by how a child ends:
 //  - Killed by a signal (SIGKILL, SIGSEGV, SIGABRT, ...): a crash, which

@@ -1,5 +1,6 @@
 #include "launch/supervisor.h"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,17 +40,22 @@ pid_t Spawn(const std::vector<std::string>& args,
   }
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Outside the terminal's foreground group, reading it would stop the
+  // child (SIGTTIN) and hang the job: no child reads the terminal.
+  if (const int null = open("/dev/null", O_RDONLY); null >= 0) {
+    dup2(null, STDIN_FILENO);
+  }
   if (getppid() != parent) _exit(127);  // the parent died already
   if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
   sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
   ExecOrDie(image);
 }
 
-// Sends `signal` to child `pid`'s process group: the child and whatever
-// it started that is still in its group; to the child alone if it has no
-// group (yet).
+// Sends `signal` to child `pid` and to its process group: whatever it
+// started that is still in the group (the child itself too, unless it
+// moved to another group).
 int KillGroup(pid_t pid, int signal) {
-  if (kill(-pid, signal) == 0) return 0;
+  kill(-pid, signal);
   return kill(pid, signal);
 }
 
@@ -95,8 +101,8 @@ std::string Describe(int status, bool via_srun = false) {
 }
 
 // Signals that ask a process to stop, as opposed to crashing it: a child
-// ended by one was stopped on purpose (often a Ctrl-C reaching the whole
-// process group), so restarting it would fight whoever sent it.
+// ended by one was stopped on purpose (a Ctrl-C the launcher passed on, or
+// someone signalling it), so restarting it would fight whoever sent it.
 bool IsStopRequest(int signal) {
   return signal == SIGINT || signal == SIGTERM || signal == SIGHUP;
 }
@@ -303,10 +309,10 @@ int Supervisor::WorkersDropped() const {
   return n;
 }
 
-void Supervisor::KillAll(int grace_ms) {
+void Supervisor::KillAll(int grace_ms, int signal) {
   stopping_ = true;
   for (const auto& [pid, index] : by_pid_) {
-    KillGroup(pid, grace_ms > 0 ? SIGTERM : SIGKILL);
+    KillGroup(pid, grace_ms > 0 ? signal : SIGKILL);
   }
   const auto deadline =
       SteadyClock::now() + std::chrono::milliseconds(grace_ms);

@@ -111,9 +111,11 @@ class Supervisor {
   // nothing fails the launch (the job is over, or being stopped).
   void StopRestarting() { stopping_ = true; }
 
-  // SIGTERM to every live child's process group, then SIGKILL to what is
-  // left after `grace_ms`; reaps them all.
-  void KillAll(int grace_ms);
+  // `signal` (SIGTERM, or the SIGINT or SIGHUP the launcher got) to every
+  // live child's process group, then SIGKILL to what is left after
+  // `grace_ms`; reaps them all. A group whose child exits within the
+  // grace is killed then.
+  void KillAll(int grace_ms, int signal = SIGTERM);
 
  private:
   std::string SlurmTool(const char* name) const;

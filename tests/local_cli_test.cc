@@ -1234,6 +1234,28 @@ TEST(WorkerCommand, AFailingCommandStopsTheClusterWithItsError) {
   EXPECT_NE(out.find("stopping the cluster"), std::string::npos) << out;
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
+// A Ctrl-C reaches the launcher alone (each child leads a process group
+// of its own): it passes the SIGINT on, and a Python command gets its
+// KeyboardInterrupt.
+TEST(WorkerCommand, ACtrlCReachesTheCommandAsAKeyboardInterrupt) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p(PythonWorkerJob(marker, "interrupt"));
+  ASSERT_TRUE(p.WaitFor("worker 0 waits", std::chrono::seconds(120)))
+      << p.output();
+  ASSERT_TRUE(p.WaitFor("worker 1 waits", std::chrono::seconds(60)))
+      << p.output();
+  kill(p.pid(), SIGINT);
+  const int status = p.Wait(std::chrono::seconds(60));
+  ASSERT_NE(status, -1) << "did not stop on SIGINT: " << p.output();
+  EXPECT_NE(ExitCode(status), 0);
+  for (const char* line :
+       {"worker 0 got KeyboardInterrupt", "worker 1 got KeyboardInterrupt"}) {
+    EXPECT_NE(p.output().find(line), std::string::npos) << line << "\n"
+                                                        << p.output();
+  }
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 // A worker the resize schedule adds runs the same command, as the next
 // rank.
 TEST(WorkerCommand, AJoinerRunsTheSameCommand) {

@@ -8,7 +8,8 @@
                                         named_parameters=model.named_parameters())
     for x, y in loader:
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()         # gradients pushed as they come
+        loss = loss_fn(model(x), y)
+        loss.backward()                         # gradients pushed as they come
         optimizer.step()                        # clock, then fresh parameters
         dt.report(loss=loss, samples=len(x))    # for status, metrics, policies
 
@@ -451,7 +452,8 @@ class DistributedOptimizer:
         no ElasticSampler ends its loop, step() leaves the job and raises
         LeftJob, a SystemExit with status 0.
 
-        A closure's loss is reported as report(loss=...) would.
+        A closure's loss (a number or a one-element tensor) is reported as
+        report(loss=...) would.
 
         When the job rolls back (a server lost), the step's calls fail with
         ductile.Aborted: step() takes the rollback, pulls the checkpoint's
@@ -462,7 +464,10 @@ class DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-            if isinstance(loss, (torch.Tensor, numbers.Real)):
+            one = loss.numel() == 1 if isinstance(loss, torch.Tensor) else (
+                isinstance(loss, numbers.Real) and not isinstance(loss, bool)
+            )
+            if one:
                 report(loss=loss, client=self.client)
         try:
             self._step()

@@ -3,7 +3,9 @@
 adds its rank + 1 to its own row, waits for every worker at a barrier, pulls
 every row and prints what it read. With the argument `fail`, each worker
 starts a child that sleeps (its command line ends with the test's marker),
-and worker 1 writes an error to stderr and exits with status 3. With `join`,
+and worker 1 writes an error to stderr and exits with status 3. With
+`interrupt`, each waits for a Ctrl-C and says it got KeyboardInterrupt. With
+`join`,
 worker 0 ticks the job's clock until worker 1 (a joiner the launcher
 started) has written its row, and each then says so and finishes."""
 
@@ -27,10 +29,23 @@ def main() -> int:
     if "fail" in sys.argv[1:]:
         # A child of its own, carrying the test's marker (the last
         # argument), that the launcher must stop with the worker.
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[-1]])
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)", sys.argv[-1]],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client.barrier()  # both started theirs before worker 1 fails
     if "fail" in sys.argv[1:] and rank == 1:
         print("worker_command.py: worker 1 fails on purpose", file=sys.stderr)
         return 3
+    if "interrupt" in sys.argv[1:]:
+        try:
+            print(f"worker_command.py: worker {rank} waits", flush=True)
+            while True:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            print(f"worker_command.py: worker {rank} got KeyboardInterrupt", flush=True)
+            return 0
     if "join" in sys.argv[1:]:
         joined = client.create_table("joined", width=1, rule="add")
         if rank > 0:

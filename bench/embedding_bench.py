@@ -70,7 +70,7 @@ def run_worker(args: argparse.Namespace) -> None:
         import ductile.torch as dt
 
         client = dt.init()
-        rank, workers = dt.rank(), dt.size()
+        rank, workers = dt.rank(), dlrm.start_together(client)
         embedding = dt.Embedding(None, args.dim, table="bench.embeddings", rule="adagrad",
                                  learning_rate=args.emb_lr,
                                  init={"kind": "normal", "stddev": 0.01, "seed": args.seed},

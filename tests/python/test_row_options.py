@@ -1,7 +1,7 @@
 """The row policy of tables of rows by id from Python (create_table's `rows`,
 the row keywords of ductile.torch.Embedding and EmbeddingBag): given back
 by Table.options, bad values refused before any table is made, and
-admission and eviction taking effect on the servers (the session's cluster
+admission and eviction taking effect on the servers (the tests' cluster
 has one server, so a budget per server is the table's)."""
 
 import re

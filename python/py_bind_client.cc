@@ -182,7 +182,15 @@ keyword (ductile::TableOptions):
   lr_schedule         dict: warmup_clocks, decay ("none", "step", "cosine"),
                       step_clocks, gamma, total_clocks, min_factor
   batch_scaling       dict: rule ("none", "linear", "sqrt", "adascale"),
-                      base_pushes, ramp_clocks)doc")
+                      base_pushes, ramp_clocks
+  rows                dict, for tables of rows by id (ductile::RowPolicy):
+                      admit_after_pushes (store a row at its N-th push;
+                      0-65535, 0: at once), admission_counters (the
+                      filter's counters: 0 for 2^20, or 1024 - 2^24),
+                      evict_idle_clocks (remove rows not updated for this
+                      many clocks; 0: never), max_rows (per server, the
+                      least recently updated beyond it removed; 0: no
+                      limit). Each a non-negative integer.)doc")
       .def(
           "get_table",
           [](const PyClient& c, const std::string& name) {

@@ -179,6 +179,40 @@ BatchScaling ScalingFrom(py::handle spec) {
   return s;
 }
 
+// The row policy (TableOptions::rows) from a dict of its fields; each a
+// non-negative integer (the ranges are checked with the other options).
+RowPolicy RowPolicyFrom(py::handle spec) {
+  RowPolicy r;
+  if (spec.is_none()) return r;
+  auto count = [](py::handle v, const std::string& k) {
+    const auto n = Number<int64_t>(v, "rows " + k);
+    if (n < 0) {
+      ThrowValueError("rows " + k + " must be >= 0, not " + std::to_string(n));
+    }
+    return n;
+  };
+  ForEachField(spec, "rows", [&](const std::string& k, py::handle v) {
+    if (k == "admit_after_pushes") {
+      const int64_t n = count(v, k);
+      if (n > 65535) {
+        ThrowValueError("rows admit_after_pushes must be in [0, 65535], not " +
+                        std::to_string(n));
+      }
+      r.admit_after_pushes = static_cast<uint32_t>(n);
+    } else if (k == "admission_counters") {
+      r.admission_counters = static_cast<uint64_t>(count(v, k));
+    } else if (k == "evict_idle_clocks") {
+      r.evict_idle_clocks = count(v, k);
+    } else if (k == "max_rows") {
+      r.max_rows = static_cast<uint64_t>(count(v, k));
+    } else {
+      return false;
+    }
+    return true;
+  });
+  return r;
+}
+
 // A float option as the double that prints as it does ("0.1", not
 // "0.10000000149011612").
 double Shortest(float f) {
@@ -269,6 +303,8 @@ TableOptions TableOptionsFromKwargs(const std::string& name,
       o.lr_schedule = ScheduleFrom(value);
     else if (k == "batch_scaling")
       o.batch_scaling = ScalingFrom(value);
+    else if (k == "rows")
+      o.rows = RowPolicyFrom(value);
     else
       ThrowTypeError("unknown table option '" + k + "'");
   }
@@ -295,6 +331,11 @@ py::dict TableOptionsToDict(const TableOptions& o) {
   scaling["rule"] = NameOf(o.batch_scaling.rule, kScalings);
   scaling["base_pushes"] = o.batch_scaling.base_pushes;
   scaling["ramp_clocks"] = o.batch_scaling.ramp_clocks;
+  py::dict rows;
+  rows["admit_after_pushes"] = o.rows.admit_after_pushes;
+  rows["admission_counters"] = o.rows.admission_counters;
+  rows["evict_idle_clocks"] = o.rows.evict_idle_clocks;
+  rows["max_rows"] = o.rows.max_rows;
   py::dict d;
   d["width"] = o.value_width;
   d["rule"] = NameOf(o.rule, kRules);
@@ -309,6 +350,7 @@ py::dict TableOptionsToDict(const TableOptions& o) {
   d["custom_rule"] = o.custom_rule;
   d["lr_schedule"] = schedule;
   d["batch_scaling"] = scaling;
+  d["rows"] = rows;
   return d;
 }
 

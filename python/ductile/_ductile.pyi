@@ -2,7 +2,7 @@
 # type checkers; the docstrings are on the objects themselves.
 import enum
 from os import PathLike
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +13,13 @@ Keys = Union[npt.ArrayLike, Sequence[int]]
 Ids = Union[npt.ArrayLike, Sequence[int]]
 Floats = Any  # float32 C-contiguous: a numpy array, a CPU torch tensor
 Path = Union[str, "PathLike[str]"]
+
+class _RowPolicy(TypedDict, total=False):
+    # create_table's `rows` (ductile::RowPolicy): each a non-negative int.
+    admit_after_pushes: int  # 0-65535; 0: store a row at its first push
+    admission_counters: int  # 0 (2^20) or 1024 - 2^24
+    evict_idle_clocks: int  # 0: never; else 1 - 2^40
+    max_rows: int  # per table per server; 0: unbounded
 
 class Table:
     @property
@@ -90,7 +97,8 @@ class Client:
     def close(self) -> None: ...
     def __enter__(self) -> "Client": ...
     def __exit__(self, *args: Any) -> None: ...
-    def create_table(self, name: str, **options: Any) -> Table: ...
+    def create_table(self, name: str, *, rows: Optional[_RowPolicy] = None,
+                     **options: Any) -> Table: ...
     def get_table(self, name: str) -> Table: ...
     def register_tensor(self, name: str, num_floats: int, *, chunk_floats: int = 32768,
                         **options: Any) -> Tensor: ...

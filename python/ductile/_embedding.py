@@ -27,6 +27,7 @@ import torch
 import ductile
 
 _MODES = ("sum", "mean")
+_ROW_POLICY = ("admit_after_pushes", "admission_counters", "evict_idle_clocks", "max_rows")
 
 
 def _default_client() -> ductile.Client:
@@ -43,6 +44,21 @@ def _check_ids(ids: torch.Tensor, what: str) -> torch.Tensor:
     if ids.device.type != "cpu":
         raise ValueError(f"{what} must be on the CPU, not {ids.device}")
     return ids.to(torch.int64).contiguous()
+
+
+def _row_policy(**fields: Optional[int]) -> dict:
+    """The `rows` table option of the fields given (not None), each checked:
+    an int (not a bool), non-negative."""
+    policy = {}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"{name} must be an integer, not {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, not {value}")
+        policy[name] = int(value)
+    return policy
 
 
 class _RowLookup(torch.autograd.Function):
@@ -79,6 +95,16 @@ class Embedding(torch.nn.Module):
     with **table_options (rule, learning_rate, init, consistency, ...; see
     Client.create_table; default rule "sgd").
     client: the client (default: the one ductile.torch.init() connected).
+    admit_after_pushes, admission_counters, evict_idle_clocks, max_rows:
+    the table's row policy (the fields of create_table's `rows` dict), for
+    a table given by name: store a row only at the N-th push of its id
+    (until then its gradients are dropped and it reads the initializer),
+    remove rows not updated for T clocks, keep at most this many rows per
+    server (the least recently updated removed). Non-negative integers;
+    None (the default) leaves the field at 0 (off).
+
+        emb = dt.EmbeddingBag(None, 16, table="ads", mode="sum",
+                              admit_after_pushes=2, max_rows=1_000_000)
 
     The servers update the rows with the table's rule from each backward
     pass's gradients; a repeated id's gradients are summed and applied once.
@@ -86,8 +112,19 @@ class Embedding(torch.nn.Module):
 
     def __init__(self, num_embeddings: Optional[int], embedding_dim: int, *,
                  table: Union[str, Any], client: Optional[ductile.Client] = None,
+                 admit_after_pushes: Optional[int] = None,
+                 admission_counters: Optional[int] = None,
+                 evict_idle_clocks: Optional[int] = None, max_rows: Optional[int] = None,
                  **table_options: Any):
         super().__init__()
+        policy = _row_policy(admit_after_pushes=admit_after_pushes,
+                             admission_counters=admission_counters,
+                             evict_idle_clocks=evict_idle_clocks, max_rows=max_rows)
+        if policy:
+            if "rows" in table_options:
+                raise TypeError("give the row policy as rows={...} or as keywords "
+                                f"({', '.join(_ROW_POLICY)}), not both")
+            table_options["rows"] = policy
         if num_embeddings is not None and num_embeddings <= 0:
             raise ValueError(f"num_embeddings must be positive or None, not {num_embeddings}")
         if embedding_dim <= 0:
@@ -144,6 +181,8 @@ class EmbeddingBag(Embedding):
                  client: Optional[ductile.Client] = None, **table_options: Any):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
+        # The row policy's keywords (admit_after_pushes, ...) pass through
+        # table_options to Embedding.
         super().__init__(num_embeddings, embedding_dim, table=table, client=client,
                          **table_options)
         self.mode = mode

@@ -156,7 +156,7 @@ def main() -> None:
         loss.backward()  # pushes the rows' gradients
         optimizer.step()  # ductile: the MLPs' step, and the clock of both
         losses.append(loss.item())
-        client.record_loss(losses[-1])
+        dt.report(loss=losses[-1], samples=args.batch_size)  # ductile: for status and policies
         if (step + 1) % args.log_every == 0 or step + 1 == steps:
             print(f"worker {rank} step {step + 1}/{steps} loss {np.mean(losses[-args.log_every:]):.4f} "
                   f"{(step + 1) * args.batch_size / (time.monotonic() - start):.0f} samples/s",

@@ -95,7 +95,7 @@ def run_worker(args) -> None:
     train, test = datasets(module, args.model, args.data_dir, args.train_samples)
     model = module.make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    rank, world, sampler = 0, 1, None
+    rank, world, sampler, client = 0, 1, None, None
     if args.worker == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://")
@@ -108,7 +108,7 @@ def run_worker(args) -> None:
     elif args.worker == "ductile":
         import ductile.torch as dt
         dt.init()
-        rank, world = dt.rank(), dt.size()
+        rank, world, client = dt.rank(), dt.size(), dt.client()
         net = model
         optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters(),
                                             consistency=args.consistency)
@@ -139,6 +139,7 @@ def run_worker(args) -> None:
                 if rank == 0 and stop_file is not None:
                     stop_file.write_text("reached\n")
 
+    last_eval = 0
     mark = time.perf_counter()
     for epoch in range(args.epochs):
         if sampler is not None:
@@ -154,7 +155,12 @@ def run_worker(args) -> None:
             train_s += now - mark
             steps += 1
             samples += len(x)
-            if args.eval_every and steps % args.eval_every == 0:
+            # A ductile worker evaluates by its clock, which under BSP is
+            # the same on every worker after step(): they evaluate together,
+            # as DDP's processes do, and none waits on another's evaluation.
+            position = client.current_clock if client is not None else steps
+            if args.eval_every and position // args.eval_every > last_eval:
+                last_eval = position // args.eval_every
                 evaluate(epoch)
                 evaluated_at = steps
                 eval_s += time.perf_counter() - now
@@ -273,7 +279,7 @@ def run_python(args, model, system, workers, mode, tmp: Path):
     reached = lead["reached"]
     # The train seconds to lower accuracies too, from worker 0's evaluations.
     thresholds = ";".join(
-        f"{t}:{next((e['train_s'] for e in evals if e['accuracy'] >= t), None) or '-'}"
+        f"{t}:{fmt(next((e['train_s'] for e in evals if e['accuracy'] >= t), None)) or '-'}"
         for t in args.thresholds)
     return dict(
         samples=sum(r["samples"] for r in done),

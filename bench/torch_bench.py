@@ -19,7 +19,9 @@ time to a target test accuracy (0.90 for the CNN, 0.88 for the MLP):
 Every process runs the same training loop (this file's --worker mode):
 batches of --batch_size per process, Adam(--lr), torch.set_num_threads(
 --threads), an evaluation on the 10,000 test samples every --eval_every
-batches of the job (and at each epoch's end) by every process, timed apart:
+batches of the job (and at each epoch's end) by every process (a ductile
+worker by its clock, so that under BSP the workers evaluate together, as
+DDP's processes do), timed apart:
 "train_s" is the wall time of the loop less its evaluations. A run stops at
 the evaluation that reaches the target (all processes of a DDP job see the
 same model; a ductile job stops when worker 0 reaches it) or after

@@ -44,6 +44,17 @@ def accuracy(model: torch.nn.Module, test: torch.utils.data.TensorDataset) -> fl
         return (model(x).argmax(1) == y).float().mean().item()
 
 
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 16, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 7 * 7, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 10),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data_dir", type=Path, default=Path("/usr/share/datasets/fashion-mnist"))
@@ -59,14 +70,7 @@ def main() -> None:
     train, test = load(args.data_dir, "train"), load(args.data_dir, "t10k")
     if args.train_samples is not None:
         train = torch.utils.data.TensorDataset(*(t[: args.train_samples] for t in train.tensors))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(),
-        torch.nn.Linear(32 * 7 * 7, 128), torch.nn.ReLU(),
-        torch.nn.Linear(128, 10),
-    )
+    model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters())  # ductile
     loader = torch.utils.data.DataLoader(train, batch_sampler=dt.ElasticSampler(len(train), args.batch_size, args.epochs))  # ductile

@@ -35,6 +35,15 @@ def load(data_dir: Path, split: str):
     return torch.from_numpy(images.astype(np.float32) / 255), torch.from_numpy(labels.astype(np.int64))
 
 
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(784, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 10),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--coordinator", help="the coordinator's address (default: the environment's)")
@@ -49,12 +58,7 @@ def main() -> None:
     x, y = load(args.data_dir, "train")
     test_x, test_y = load(args.data_dir, "t10k")
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(784, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 128), torch.nn.ReLU(),
-        torch.nn.Linear(128, 10),
-    )
+    model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters())  # ductile
 

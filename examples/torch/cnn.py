@@ -1,6 +1,7 @@
 """A CNN on Fashion-MNIST (two convolutions, two dense layers; Adam 0.001,
 batches of 64) as an ordinary torch script; the four lines marked "ductile"
-make it a worker of a ductile job, run by the launcher as each worker:
+make it a worker of a ductile job (a fifth, optional, reports the loss for
+`ductile status` and the policies), run by the launcher as each worker:
 
     PYTHONPATH=build/python build/ductile local --servers=2 --workers=2 -- \\
         /usr/bin/python3 examples/torch/cnn.py --epochs=1
@@ -81,6 +82,7 @@ def main() -> None:
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
+            dt.report(loss=loss)  # ductile: the loss in status and for the policies
             if step % 100 == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
         print(f"epoch {epoch} test accuracy {accuracy(model, test):.4f}", flush=True)

@@ -70,6 +70,7 @@ def main() -> None:
             loss = torch.nn.functional.cross_entropy(model(batch_x), batch_y)
             loss.backward()
             optimizer.step()
+            dt.report(loss=loss)  # ductile: the loss in status and for the policies
             if step % 100 == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
     with torch.no_grad():

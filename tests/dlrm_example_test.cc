@@ -19,10 +19,11 @@ using ductile::testing::ChildProcess;
 using ductile::testing::NoProcessesLeft;
 
 constexpr int64_t kRunLimitMs = 120000;
-// The AUC every worker must pass on the test split: clearly above chance
-// (0.5), below what the script reaches at this size (0.80 - 0.83, the
-// planted model's 0.89).
-constexpr double kMinAuc = 0.7;
+// The AUC every worker must pass on the test split: above what the model
+// reaches with rows that do not learn (0.706 at --emb_lr=0.000001: the
+// dense features alone carry that much), below what the script reaches at
+// this size (0.80 - 0.83, the planted model's 0.89).
+constexpr double kMinAuc = 0.76;
 
 std::string UniqueTimeoutFlag() {
   static int n = 0;

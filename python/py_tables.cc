@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -193,8 +194,10 @@ RowPolicy RowPolicyFrom(py::handle spec) {
   };
   ForEachField(spec, "rows", [&](const std::string& k, py::handle v) {
     if (k == "admit_after_pushes") {
+      // Its range is checked with the other options (InvalidArgument);
+      // here only that it fits the field.
       const int64_t n = count(v, k);
-      if (n > 65535) {
+      if (n > int64_t{std::numeric_limits<uint32_t>::max()}) {
         ThrowValueError("rows admit_after_pushes must be in [0, 65535], not " +
                         std::to_string(n));
       }

@@ -43,7 +43,7 @@ def test_create_table_takes_a_row_policy_and_gives_it_back(client, table_name):
 @pytest.mark.parametrize("rows, error, message", [
     ({"max_rows": -1}, ValueError, "max_rows must be >= 0"),
     ({"evict_idle_clocks": -5}, ValueError, "evict_idle_clocks must be >= 0"),
-    ({"admit_after_pushes": 70000}, ValueError, "admit_after_pushes must be in"),
+    ({"admit_after_pushes": 70000}, ductile.InvalidArgument, "admit_after_pushes must be in"),
     ({"admission_counters": 10}, ValueError, "admission_counters must be"),
     ({"max_rows": 2**41}, ValueError, "max_rows must be in"),
     ({"max_rows": "many"}, TypeError, "must be an integer"),

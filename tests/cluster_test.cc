@@ -358,9 +358,11 @@ TEST(Cluster, ATableNamingAnUnregisteredRuleIsRefused) {
 
 TEST(Cluster, ASilentServerMakesRequestsFailWithItsNameNotHang) {
   TestCluster cluster({.num_servers = 1});
-  auto client = cluster.Connect(true, /*request_timeout_ms=*/300);
+  // (3 s: creating the table goes through the coordinator and the server
+  // within the same timeout, which a loaded sanitizer build may need.)
+  auto client = cluster.Connect(true, /*request_timeout_ms=*/3000);
   auto table = client->CreateTable(AddTable("silent", 1));
-  ASSERT_TRUE(table.ok());
+  ASSERT_TRUE(table.ok()) << table.status();
   cluster.server(0).Stop();  // stops answering; its socket stays open
   ASSERT_TRUE(cluster.server(0).Wait().ok());
   std::vector<Key> keys = {1};
@@ -391,7 +393,9 @@ TEST(Cluster, AWorkerThatFallsSilentIsNoLongerWaitedFor) {
   TestClusterOptions options;
   options.num_servers = 2;
   options.num_workers = 2;
-  options.heartbeat_timeout_ms = 600;
+  // Long enough that the live worker's heartbeats (every 50 ms) are never
+  // late by as much on a loaded sanitizer build.
+  options.heartbeat_timeout_ms = 2000;
   TestCluster cluster(options);
   ClientOptions o;
   o.coordinator_address = cluster.address();
@@ -565,7 +569,7 @@ TEST(Cluster, BarrierWaitsForAWorkerAdmittedBeyondTheConfiguredCount) {
 // took "configured minus dead" arrivals and left the replacement behind.
 TEST(Cluster, BarrierWaitsForTheReplacementOfADeadWorker) {
   TestCluster cluster(
-      {.num_servers = 1, .num_workers = 2, .heartbeat_timeout_ms = 400});
+      {.num_servers = 1, .num_workers = 2, .heartbeat_timeout_ms = 1500});
   ClientOptions o;
   o.coordinator_address = cluster.address();
   o.heartbeat_interval_ms = 50;
@@ -576,7 +580,7 @@ TEST(Cluster, BarrierWaitsForTheReplacementOfADeadWorker) {
   auto replacement = Client::Connect(o);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   // Long enough for the dead worker to be declared dead meanwhile.
-  Status alone = (*survivor)->Barrier(1500);
+  Status alone = (*survivor)->Barrier(4000);
   EXPECT_EQ(alone.code(), StatusCode::kDeadlineExceeded)
       << "the barrier returned without the replacement: " << alone;
   Status other;

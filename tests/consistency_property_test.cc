@@ -890,13 +890,15 @@ TEST(WorkerCache, AChangeToBspReachesACachingWorkerAtB) {
 // The deadline path: a pull the bound holds past the request timeout fails
 // with kDeadlineExceeded naming the workers it waited for.
 
-// Worker 0 (request timeout 1500 ms) runs under SSP(0) until worker 1
+// Worker 0 (request timeout 5000 ms) runs under SSP(0) until worker 1
 // stops at clock 2, then pulls at clock 3; returns what that pull got, and
-// checks that the job goes on once worker 1 moves.
+// checks that the job goes on once worker 1 moves. The server answers at
+// 4500 ms, leaving the reply 500 ms to come back before the client's own
+// timeout (a sanitizer build on a loaded machine needs more than 150).
 Status PullPastTheBound(int64_t server_heartbeat_interval_ms) {
   constexpr int64_t kPauseAt = 2;
   JobOptions options = Workers(2, Ssp(0));
-  options.request_timeouts_ms = {1500, kRequestTimeoutMs};
+  options.request_timeouts_ms = {5000, kRequestTimeoutMs};
   options.server_heartbeat_interval_ms = server_heartbeat_interval_ms;
   Job job(options);
   if (!job.ready()) return InternalError("job not started");

@@ -200,12 +200,14 @@ TEST(Limits, AFloodOfUnreadRequestsLeavesTheCoordinatorServingTheJob) {
     return dropped > 0;
   })) << "sent "
       << flood.sent() << ", none dropped";
+  // (Checked here: once the workers are done the coordinator ends the job
+  // and exits, cleanly, which WaitExit checks below.)
+  ASSERT_TRUE(cluster.coordinator().Running())
+      << cluster.coordinator().output();
   cluster.StartWorkers(/*clocks=*/30, "bsp");
   cluster.ExpectWorkersExact(30, /*rolled_back=*/false);
   flood.Stop();
   EXPECT_GT(flood.sent(), 0u);
-  ASSERT_TRUE(cluster.coordinator().Running())
-      << cluster.coordinator().output();
   EXPECT_EQ(cluster.server(0).WaitExit(kWaitMs), 0)
       << cluster.server(0).output();
   EXPECT_EQ(cluster.server(1).WaitExit(kWaitMs), 0)

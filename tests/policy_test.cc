@@ -1172,7 +1172,8 @@ TEST(CoordinatorPolicies, APolicyChangesATablesConsistencyForEveryone) {
     Result<ClusterStatus> s = QueryClusterStatus(cluster.address(), 5000);
     ASSERT_TRUE(s.ok()) << s.status();
     status = *s;
-    changed = status.table_consistency.size() == 1 &&
+    // The change may show before the policy's later actions return.
+    changed = policy->done.load() && status.table_consistency.size() == 1 &&
               ToString(status.table_consistency[0]) == "ssp(3)";
     if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -1251,6 +1252,10 @@ TEST(CoordinatorPolicies, APolicySetsTheBatchesOfAStepAndTheRateFollows) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(b->batches_per_step, 3);
+  // The plan carries the count before the policy's second action returns.
+  for (int i = 0; i < 3000 && !policy->done.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ASSERT_TRUE(policy->done.load());
   EXPECT_TRUE(policy->three.ok()) << policy->three;
   EXPECT_EQ(policy->zero.code(), StatusCode::kInvalidArgument) << policy->zero;

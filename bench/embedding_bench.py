@@ -7,6 +7,10 @@ trained two ways, at several vocabulary sizes:
   ddp:     W processes of torch DistributedDataParallel (gloo), each holding
            the whole table as a dense nn.EmbeddingBag (dense gradients,
            all-reduced whole every step; AdaGrad on the workers).
+  ddp-sparse: the same with nn.EmbeddingBag(sparse=True): each step's
+           table gradient is sparse (the batch's rows), all-reduced by
+           gloo's sparse all-reduce (an all-gather of the rows); AdaGrad
+           steps only those rows. Each worker still holds the whole table.
 
 Each run trains --steps steps of --batch_size samples per worker (the first
 --warmup not timed) and reports, per run: the median step time (the
@@ -91,7 +95,8 @@ def run_worker(args: argparse.Namespace) -> None:
         class DenseTable(torch.nn.Module):
             def __init__(self):
                 super().__init__()
-                self.bag = torch.nn.EmbeddingBag(per_feature * NUM_SPARSE, args.dim, mode="sum")
+                self.bag = torch.nn.EmbeddingBag(per_feature * NUM_SPARSE, args.dim, mode="sum",
+                                                 sparse=args.role == "ddp-sparse")
                 torch.nn.init.normal_(self.bag.weight, std=0.01)
 
             def forward(self, ids):
@@ -127,13 +132,13 @@ def run_worker(args: argparse.Namespace) -> None:
         if step >= args.warmup:
             times.append(time.perf_counter() - begin)
     worker_rss = rss_mb()
-    evaluated = model.module if args.role == "ddp" else model
+    evaluated = model if args.role == "ductile" else model.module
     model_auc, planted_auc = dlrm.evaluate(evaluated, data, args.test_samples, ids_of=ids_of)
     result = {"rank": rank, "step_ms": 1000 * statistics.median(times), "rss_mb": worker_rss,
               "auc": model_auc, "planted_auc": planted_auc}
     with open(os.path.join(args.result_dir, f"{args.role}.{rank}.json"), "w") as f:
         json.dump(result, f)
-    if args.role == "ddp":
+    if args.role != "ductile":
         dist.barrier()
         dist.destroy_process_group()
 
@@ -196,7 +201,7 @@ def run_once(args: argparse.Namespace, system: str, vocab: int, repeat: int) -> 
         else:
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                        WORLD_SIZE=str(args.workers))
-            procs = [subprocess.Popen(worker_args(args, "ddp", vocab, result_dir),
+            procs = [subprocess.Popen(worker_args(args, system, vocab, result_dir),
                                       env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT)
                      for r in range(args.workers)]
@@ -233,10 +238,12 @@ def run_once(args: argparse.Namespace, system: str, vocab: int, repeat: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--role", choices=["driver", "ductile", "ddp"], default="driver")
+    parser.add_argument("--role", choices=["driver", "ductile", "ddp", "ddp-sparse"],
+                        default="driver")
     parser.add_argument("--vocabs", default="100000,1000000", help="total rows, comma-separated")
     parser.add_argument("--vocab", type=int, default=100000, help="(worker) total rows")
-    parser.add_argument("--systems", default="ductile,ddp")
+    parser.add_argument("--systems", default="ductile,ddp",
+                        help="of ductile, ddp, ddp-sparse, comma-separated")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
@@ -256,6 +263,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.warmup >= args.steps:
         parser.error("--warmup must be below --steps")
+    unknown = set(args.systems.split(",")) - {"ductile", "ddp", "ddp-sparse"}
+    if unknown:
+        parser.error(f"unknown --systems {','.join(sorted(unknown))} (ductile, ddp, ddp-sparse)")
     if args.role != "driver":
         run_worker(args)
         return
@@ -276,19 +286,19 @@ def main() -> None:
                 out.flush()
                 rows.append(row)
     sys.stderr.write("\nmedians over repeats (runs that finished):\n")
-    sys.stderr.write("system  vocab      step_ms  samples/s  worker_rss_mb  server_rss_mb  auc\n")
+    sys.stderr.write("system     vocab      step_ms  samples/s  worker_rss_mb  server_rss_mb  auc\n")
     for vocab in sorted({r["vocab"] for r in rows}):
         for system in systems:
             done = [r for r in rows if r["vocab"] == vocab and r["system"] == system
                     and r.get("status") == "ok"]
             if not done:
-                sys.stderr.write(f"{system:7s} {vocab:<10d} (no run finished)\n")
+                sys.stderr.write(f"{system:10s} {vocab:<10d} (no run finished)\n")
                 continue
             med = {k: statistics.median(float(r[k]) for r in done)
                    for k in ("step_ms", "samples_per_s", "worker_rss_mb", "auc")}
             server = (statistics.median(float(r["server_rss_mb"]) for r in done)
                       if system == "ductile" else float("nan"))
-            sys.stderr.write(f"{system:7s} {vocab:<10d} {med['step_ms']:8.2f} "
+            sys.stderr.write(f"{system:10s} {vocab:<10d} {med['step_ms']:8.2f} "
                              f"{med['samples_per_s']:10.0f} {med['worker_rss_mb']:14.0f} "
                              f"{server:14.0f} {med['auc']:.4f} (n={len(done)})\n")
 

@@ -2,9 +2,10 @@
 //
 // A checkpoint at clock C holds one server's state after every update with
 // timestamp < C (docs/fault_tolerance.md): per (table, key) the value, the
-// optimizer state and the step count; per table its configuration; and the
-// checkpoint's metadata (clock, membership epoch and an opaque blob the
-// caller fills, e.g. worker clocks and data cursors).
+// optimizer state and the step count; per table its configuration; per
+// (table, slot) the admission filter's counts (opaque bytes the caller
+// fills); and the checkpoint's metadata (clock, membership epoch and an
+// opaque blob the caller fills, e.g. worker clocks and data cursors).
 //
 // On disk, under CheckpointStoreOptions::dir:
 //   live/                the working RocksDB instance. Each WriteCheckpoint

@@ -19,11 +19,11 @@
 //     entry was put at the newest end, and clock_ only grows between
 //     RestartClock calls, which stamp every entry alike), so idle entries
 //     are found from the oldest end, without scanning the table;
-//   - evicted_ holds the keys evicted since the last TakeEvicted that are
-//     not stored again and that the store may hold (Entry::in_store;
-//     keeps_evicted_): the checkpoint deletes them. Keys admitted and
-//     evicted between two checkpoints are not listed, so it stays within
-//     the rows the store holds;
+//   - evicted_ holds the keys evicted (or moved away, EraseIf) since the
+//     last TakeEvicted that are not stored again and that the store may
+//     hold (Entry::in_store; keeps_evicted_): the checkpoint deletes them. Keys
+//     admitted and evicted between two checkpoints are not listed, so it stays
+//     within the rows the store holds;
 //   - changed_ lists every entry with Entry::changed at least once; keys
 //     evicted since, or listed twice after an eviction, are skipped by
 //     TakeChanges and dropped when they are half the list (Evict).
@@ -252,7 +252,10 @@ class ParameterTable {
     }
   }
   // Removes the keys for which `pred(key)` holds (their slots moved away);
-  // returns how many.
+  // returns how many. Those the store may hold are listed for the next
+  // checkpoint to delete (TakeEvicted): the slots' new owner writes them,
+  // and a version of them left here would come back with a rollback once
+  // the slots return.
   template <typename Pred>
   size_t EraseIf(Pred&& pred) {
     const size_t before = entries_.size();
@@ -263,6 +266,7 @@ class ParameterTable {
       }
       stored_floats_ -= it->second.value.size() + it->second.state.size();
       Unlink(it->second);
+      if (keeps_evicted_ && it->second.in_store) evicted_.insert(it->first);
       it = entries_.erase(it);
     }
     if (entries_.size() != before) {

@@ -30,34 +30,36 @@ int32_t SlotAdmissionFilter::SlotOf(Key key) const {
 
 uint32_t SlotAdmissionFilter::Count(Key key) const {
   auto it = slots_.find(SlotOf(key));
-  return it == slots_.end() ? 0 : it->second.Count(key);
+  return it == slots_.end() ? 0 : it->second.filter.Count(key);
 }
 
-AdmissionFilter& SlotAdmissionFilter::SlotFilter(int32_t slot) {
+SlotAdmissionFilter::Slot& SlotAdmissionFilter::SlotOfKey(Key key) {
+  const int32_t slot = SlotOf(key);
   auto [it, added] = slots_.try_emplace(slot, threshold_, slot_counters_);
-  if (added) bytes_ += slot_bytes();
+  if (added) {
+    bytes_ += slot_bytes();
+    if (!erased_.empty()) erased_.erase(slot);
+  }
   return it->second;
 }
 
 bool SlotAdmissionFilter::Add(Key key, uint32_t pushes) {
   if (admits_all()) return true;
-  const int32_t slot = SlotOf(key);
-  changed_.insert(slot);
-  erased_.erase(slot);
-  return SlotFilter(slot).Add(key, pushes);
+  Slot& slot = SlotOfKey(key);
+  slot.changed = true;
+  return slot.filter.Add(key, pushes);
 }
 
 void SlotAdmissionFilter::Clear() {
   slots_.clear();
-  changed_.clear();
   erased_.clear();
   bytes_ = 0;
 }
 
 void SlotAdmissionFilter::Export(const std::function<bool(int32_t)>& in,
                                  std::vector<FilterRecord>* out) const {
-  for (const auto& [slot, filter] : slots_) {
-    if (in(slot)) out->push_back(FilterRecord{table_, slot, filter.Encode()});
+  for (const auto& [slot, s] : slots_) {
+    if (in(slot)) out->push_back(FilterRecord{table_, slot, s.filter.Encode()});
   }
 }
 
@@ -68,7 +70,6 @@ size_t SlotAdmissionFilter::EraseIf(const std::function<bool(int32_t)>& in) {
       ++it;
       continue;
     }
-    changed_.erase(it->first);
     erased_.insert(it->first);
     bytes_ -= slot_bytes();
     it = slots_.erase(it);
@@ -79,7 +80,6 @@ size_t SlotAdmissionFilter::EraseIf(const std::function<bool(int32_t)>& in) {
 
 void SlotAdmissionFilter::Forget(int32_t slot) {
   if (slots_.count(slot) > 0) return;  // held: written at the next take
-  changed_.erase(slot);
   erased_.insert(slot);
 }
 
@@ -111,45 +111,40 @@ Status SlotAdmissionFilter::Import(const FilterRecord& record, bool changed) {
   if (admits_all()) return Status::Ok();
   AdmissionFilter decoded(threshold_, slot_counters_);
   if (Status s = decoded.Decode(record.counts); !s.ok()) return s;
+  if (slots_.erase(record.slot) > 0) bytes_ -= slot_bytes();
   if (record.counts.empty()) {
-    if (slots_.erase(record.slot) > 0) bytes_ -= slot_bytes();
     Forget(record.slot);
     return Status::Ok();
   }
-  if (slots_.erase(record.slot) == 0) bytes_ += slot_bytes();
-  slots_.emplace(record.slot, std::move(decoded));
+  Slot& slot =
+      slots_.try_emplace(record.slot, std::move(decoded)).first->second;
+  slot.changed = changed;
+  bytes_ += slot_bytes();
   erased_.erase(record.slot);
-  if (changed) {
-    changed_.insert(record.slot);
-  } else {
-    changed_.erase(record.slot);
-  }
   return Status::Ok();
 }
 
 void SlotAdmissionFilter::TakeChanges(std::vector<FilterRecord>* out) {
-  for (int32_t slot : changed_) {
-    auto it = slots_.find(slot);
-    if (it != slots_.end()) {
-      out->push_back(FilterRecord{table_, slot, it->second.Encode()});
-    }
+  for (auto& [slot, s] : slots_) {
+    if (!s.changed) continue;
+    s.changed = false;
+    out->push_back(FilterRecord{table_, slot, s.filter.Encode()});
   }
   for (int32_t slot : erased_) out->push_back(FilterRecord{table_, slot, {}});
-  changed_.clear();
   erased_.clear();
 }
 
 void SlotAdmissionFilter::MarkChanged(int32_t slot) {
-  if (slots_.count(slot) > 0) {
-    changed_.insert(slot);
-    erased_.erase(slot);
+  auto it = slots_.find(slot);
+  if (it != slots_.end()) {
+    it->second.changed = true;
   } else {
     erased_.insert(slot);
   }
 }
 
 void SlotAdmissionFilter::MarkAllChanged() {
-  for (const auto& [slot, filter] : slots_) changed_.insert(slot);
+  for (auto& [slot, s] : slots_) s.changed = true;
 }
 
 }  // namespace ductile

@@ -18,9 +18,9 @@
 // Invariants:
 //   - slots_ holds only slots whose sketch is allocated (an Add or an
 //     Import of non-empty counts);
-//   - changed_ and erased_ are disjoint: a slot whose counts changed since
-//     the last TakeChanges is in changed_ (and in slots_), one whose counts
-//     went (moved away, dropped) in erased_, for the store to delete.
+//   - a slot whose counts changed since the last TakeChanges is in slots_
+//     with Slot::changed set; one whose counts went (moved away, dropped)
+//     is in erased_, for the store to delete, and not in slots_.
 //
 // Not thread-safe: owned by a table, on the server's request thread.
 #ifndef DUCTILE_SERVER_SLOT_ADMISSION_FILTER_H_
@@ -28,9 +28,10 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <set>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ductile/status.h"
@@ -100,7 +101,13 @@ class SlotAdmissionFilter {
   void MarkAllChanged();
 
  private:
-  AdmissionFilter& SlotFilter(int32_t slot);
+  struct Slot {
+    Slot(uint32_t threshold, uint64_t counters) : filter(threshold, counters) {}
+    explicit Slot(AdmissionFilter&& counts) : filter(std::move(counts)) {}
+    AdmissionFilter filter;
+    bool changed = false;  // since the last TakeChanges
+  };
+  Slot& SlotOfKey(Key key);
 
   const TableId table_;
   const uint32_t threshold_;
@@ -108,8 +115,7 @@ class SlotAdmissionFilter {
   int32_t num_slots_ = 1;
   uint64_t slot_counters_ = 0;
   uint64_t bytes_ = 0;
-  std::map<int32_t, AdmissionFilter> slots_;
-  std::set<int32_t> changed_;
+  std::unordered_map<int32_t, Slot> slots_;
   std::set<int32_t> erased_;
 };
 

@@ -27,6 +27,9 @@ DEFINE_uint32(batches, 500, "Batches (server clocks) per run.");
 DEFINE_uint32(width, 16, "Floats per row.");
 DEFINE_double(zipf, 1.05, "Zipf exponent of the ids' popularity.");
 DEFINE_int32(repeats, 3, "Runs per policy; the median time is shown.");
+DEFINE_int32(num_slots, 4096,
+             "Slots the table's ids map to (the admission filter keeps its "
+             "counts per slot): the coordinator's default, 1 - 2^20.");
 
 namespace ductile::bench {
 namespace {
@@ -77,6 +80,7 @@ Run RunOnce(const Policy& policy,
   o.init.kind = InitKind::kUniform;
   o.rows = policy.rows;
   ParameterTable table(1, o, nullptr);
+  table.set_num_slots(FLAGS_num_slots);
   std::vector<float> values;
   uint64_t pushed = 0;
   double seconds = 0;
@@ -106,10 +110,12 @@ Run RunOnce(const Policy& policy,
 int Main() {
   if (FLAGS_vocabulary < 1000 || FLAGS_vocabulary > (uint64_t{1} << 32) ||
       FLAGS_batch < 1 || FLAGS_batches < 1 || FLAGS_width < 1 ||
-      FLAGS_width > 4096 || FLAGS_repeats < 1 || !(FLAGS_zipf > 0)) {
+      FLAGS_width > 4096 || FLAGS_repeats < 1 || !(FLAGS_zipf > 0) ||
+      FLAGS_num_slots < 1 || FLAGS_num_slots > (1 << 20)) {
     std::fprintf(stderr,
                  "--vocabulary in [1000, 2^32], --batch, --batches >= 1, "
-                 "--width in [1, 4096], --repeats >= 1, --zipf > 0\n");
+                 "--width in [1, 4096], --repeats >= 1, --zipf > 0, "
+                 "--num_slots in [1, 2^20]\n");
     return 1;
   }
   const std::vector<std::vector<Key>> batches = DrawBatches();

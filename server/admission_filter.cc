@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "storage/checkpoint_format.h"
 #include "util/split_mix.h"
 
 namespace ductile {
@@ -40,6 +41,55 @@ bool AdmissionFilter::Add(Key key, uint32_t pushes) {
     c = std::max(c, static_cast<uint16_t>(now));
   }
   return now >= threshold_;
+}
+
+std::string AdmissionFilter::Encode() const {
+  namespace cf = checkpoint_format;
+  std::string out;
+  if (counts_.empty()) return out;
+  out.reserve(12 + 2 * counts_.size());
+  cf::PutFixed64(&out, adds_);
+  cf::PutFixed32(&out, static_cast<uint32_t>(counts_.size()));
+  for (uint16_t c : counts_) {
+    out.push_back(static_cast<char>(c & 0xff));
+    out.push_back(static_cast<char>(c >> 8));
+  }
+  return out;
+}
+
+Status AdmissionFilter::Decode(std::string_view bytes) {
+  namespace cf = checkpoint_format;
+  if (bytes.empty()) {
+    Clear();
+    return Status::Ok();
+  }
+  const uint64_t size = kDepth * width_;
+  if (bytes.size() < 12 || cf::DecodeFixed32(bytes.data() + 8) != size ||
+      bytes.size() != 12 + 2 * size) {
+    return InvalidArgumentError(
+        "admission counts of " + std::to_string(bytes.size()) +
+        " bytes do not fit a filter of " + std::to_string(size) +
+        " counters (" + std::to_string(12 + 2 * size) + " bytes)");
+  }
+  const uint64_t adds = cf::DecodeFixed64(bytes.data());
+  if (adds > size) {
+    return InvalidArgumentError("admission counts say " + std::to_string(adds) +
+                                " adds since aging, over the " +
+                                std::to_string(size) + " counters");
+  }
+  std::vector<uint16_t> counts(size);
+  for (uint64_t i = 0; i < size; ++i) {
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + 12 + 2 * i);
+    counts[i] = static_cast<uint16_t>(p[0] | (p[1] << 8));
+    if (counts[i] > threshold_) {
+      return InvalidArgumentError(
+          "an admission count of " + std::to_string(counts[i]) +
+          " is above the threshold " + std::to_string(threshold_));
+    }
+  }
+  counts_ = std::move(counts);
+  adds_ = adds;
+  return Status::Ok();
 }
 
 }  // namespace ductile

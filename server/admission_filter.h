@@ -27,8 +27,11 @@
 #define DUCTILE_SERVER_ADMISSION_FILTER_H_
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "ductile/status.h"
 #include "ductile/table.h"
 
 namespace ductile {
@@ -57,6 +60,14 @@ class AdmissionFilter {
     counts_ = std::vector<uint16_t>();
     adds_ = 0;
   }
+  // The counts as bytes, for a checkpoint or a slot move: empty when no
+  // counter is allocated, else adds_since_aging u64 LE | counters u32 LE |
+  // counters x u16 LE. Part of the persistent format (checkpoints).
+  std::string Encode() const;
+  // Replaces the counts by `bytes`, Encode's output of a filter of the
+  // same threshold and size (empty: none). InvalidArgument, and nothing
+  // changed, if they are not.
+  Status Decode(std::string_view bytes);
   // Bytes of counters held now, and once allocated.
   uint64_t bytes() const { return counts_.size() * sizeof(uint16_t); }
   uint64_t full_bytes() const {

@@ -202,10 +202,12 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
   std::vector<TableRecord> records;
   std::vector<EntryRecord> changed;
   std::vector<std::pair<TableId, Key>> evicted;
+  std::vector<FilterRecord> counts;  // the admission filters', by slot
   tables.ForEach([&](TableId id, ParameterTable& t) {
     records.push_back({id, ToWire(t.options(), id).SerializeAsString()});
     t.TakeChanges(&changed);
     t.TakeEvicted(&evicted);
+    t.TakeCountChanges(&counts);
   });
   // Rows evicted since the last checkpoint are deleted from the store
   // (each key once, and none that this checkpoint writes).
@@ -232,7 +234,7 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
     }
   }
   Status s =
-      store_->WriteCheckpoint(clock, epoch, records, changed, deleted,
+      store_->WriteCheckpoint(clock, epoch, records, changed, deleted, counts,
                               "generation=" + std::to_string(generation));
   if (s.ok()) {
     pending_deletes_.clear();
@@ -246,6 +248,10 @@ Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
     }
     for (const auto& [table, key] : evicted) {
       if (ParameterTable* t = tables.Find(table)) t->MarkEvicted(key);
+    }
+    for (const FilterRecord& f : counts) {
+      ParameterTable* t = tables.Find(f.table);
+      if (t != nullptr) t->MarkCountsChanged(f.slot);
     }
   }
   link_->Heartbeat(0);  // done: silence means death again

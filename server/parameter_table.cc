@@ -19,7 +19,7 @@ ParameterTable::ParameterTable(TableId id, const TableOptions& options,
     : id_(id),
       options_(options),
       kernel_(options, custom),
-      filter_(options.rows.admit_after_pushes,
+      filter_(id, options.rows.admit_after_pushes,
               options.rows.admission_counters != 0
                   ? options.rows.admission_counters
                   : uint64_t{1} << 20),
@@ -218,9 +218,15 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
       floats += request.length(i) + kernel_.state_floats(request.length(i));
     }
   }
-  // A new key's first push may allocate the admission filter.
-  if (floats > 0 && !filter_.admits_all() && filter_.bytes() == 0) {
-    floats += filter_.full_bytes() / sizeof(float);
+  // A new key's push may allocate its slot's admission counters.
+  if (floats > 0 && !filter_.admits_all()) {
+    std::unordered_set<int32_t> slots;
+    for (Key key : keys) {
+      if (entries_.count(key) == 0 && !filter_.Allocated(key)) {
+        slots.insert(filter_.SlotOf(key));
+      }
+    }
+    floats += slots.size() * filter_.slot_bytes() / sizeof(float);
   }
   return floats;
 }
@@ -368,7 +374,7 @@ void ParameterTable::Clear() {
   changed_stale_ = 0;
   oldest_ = newest_ = nullptr;
   // The store goes back to the checkpoint too, and the counts of ids not
-  // admitted are not in it: they start again.
+  // admitted come back from it (RestoreCounts).
   evicted_.clear();
   filter_.Clear();
   // The clocks start again from the checkpoint's: no ramp carries over.

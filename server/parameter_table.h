@@ -8,7 +8,10 @@
 // admits it (its first, or its admit_after_pushes-th: the filter_ counts
 // the pushes before, which are dropped) and removed when idle for
 // evict_idle_clocks server clocks (SetClock) or when it is the least
-// recently updated beyond max_rows (after each push). Invariants, when
+// recently updated beyond max_rows (after each push). The filter's counts
+// are kept per slot (SlotAdmissionFilter): checkpoints store them
+// (TakeCountChanges, RestoreCounts) and slot moves carry them
+// (ExportCounts, EraseCounts) along with the rows. Invariants, when
 // the policy evicts (tracks_use()):
 //   - the use list, oldest_ -> ... -> newest_ through Entry::newer, holds
 //     every entry once, in the order of their last update (or restore);
@@ -16,11 +19,11 @@
 //     entry was put at the newest end, and clock_ only grows between
 //     RestartClock calls, which stamp every entry alike), so idle entries
 //     are found from the oldest end, without scanning the table;
-//   - evicted_ holds the keys evicted since the last TakeEvicted that are
-//     not stored again and that the store may hold (Entry::in_store;
-//     keeps_evicted_): the checkpoint deletes them. Keys admitted and
-//     evicted between two checkpoints are not listed, so it stays within
-//     the rows the store holds;
+//   - evicted_ holds the keys evicted (or moved away, EraseIf) since the
+//     last TakeEvicted that are not stored again and that the store may
+//     hold (Entry::in_store; keeps_evicted_): the checkpoint deletes them. Keys
+//     admitted and evicted between two checkpoints are not listed, so it stays
+//     within the rows the store holds;
 //   - changed_ lists every entry with Entry::changed at least once; keys
 //     evicted since, or listed twice after an eviction, are skipped by
 //     TakeChanges and dropped when they are half the list (Evict).
@@ -41,7 +44,7 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/codec.h"
-#include "server/admission_filter.h"
+#include "server/slot_admission_filter.h"
 #include "storage/checkpoint_store.h"
 #include "util/parallel_runner.h"
 #include "util/update_rule.h"
@@ -156,6 +159,41 @@ class ParameterTable {
   const RowCounts& row_counts() const { return row_counts_; }
   // The pushes the admission filter holds for `key` (tests).
   uint32_t AdmissionCount(Key key) const { return filter_.Count(key); }
+  // The routing's number of slots, which the filter keeps its counts by
+  // (1 until set; a change drops the counts).
+  void set_num_slots(int32_t num_slots) { filter_.set_num_slots(num_slots); }
+  // ---- The admission filter's counts, by slot (SlotAdmissionFilter).
+  // Appends the counts of the slots for which `in(slot)` holds.
+  void ExportCounts(const std::function<bool(int32_t)>& in,
+                    std::vector<FilterRecord>* out) const {
+    filter_.Export(in, out);
+  }
+  // Drops the counts of those slots (moved away); the store deletes them
+  // at the next checkpoint. Returns how many slots held counts.
+  size_t EraseCounts(const std::function<bool(int32_t)>& in) {
+    return filter_.EraseIf(in);
+  }
+  // Puts a slot's counts back (restore, slot moved in); `changed`: the
+  // store does not hold them. InvalidArgument if they do not fit the
+  // table's filter; nothing changes then.
+  Status RestoreCounts(const FilterRecord& record, bool changed) {
+    return filter_.Import(record, changed);
+  }
+  // Whether RestoreCounts would take `record`: OK, or its error.
+  Status CheckCounts(const FilterRecord& record) const {
+    return filter_.Check(record);
+  }
+  // The store's record of `slot` is to be deleted (not this server's).
+  void ForgetCounts(int32_t slot) { filter_.Forget(slot); }
+  // Appends the slots whose counts changed or went since the last call,
+  // for a checkpoint, and forgets the changes.
+  void TakeCountChanges(std::vector<FilterRecord>* out) {
+    filter_.TakeChanges(out);
+  }
+  // Counts `slot` as changed again (its checkpoint write failed).
+  void MarkCountsChanged(int32_t slot) { filter_.MarkChanged(slot); }
+  // Every slot's counts count as changed (the store starts over).
+  void MarkAllCountsChanged() { filter_.MarkAllChanged(); }
   // Appends the keys evicted since the last call (that are not stored
   // again) to `out`, for a checkpoint to delete.
   void TakeEvicted(std::vector<std::pair<TableId, Key>>* out);
@@ -195,17 +233,29 @@ class ParameterTable {
   // Puts a stored entry back (restore). `changed`: count it as changed
   // since the last checkpoint (an entry this server's store does not hold).
   void Restore(EntryRecord&& record, bool changed);
-  // Removes every key (a rollback starts from the checkpoint's state).
+  // Removes every key and admission count (a rollback starts from the
+  // checkpoint's state).
   void Clear();
-  // Copies out the keys for which `pred(key)` holds.
+  // Copies out the keys for which `pred(key)` holds; when the policy
+  // evicts, least recently updated first, so that a table restoring them
+  // in this order (a slot move's target) keeps their order of use.
   template <typename Pred>
   void Export(Pred&& pred, std::vector<EntryRecord>* out) const {
+    if (tracks_use()) {
+      for (const Entry* e = oldest_; e != nullptr; e = e->newer) {
+        if (pred(e->key)) out->push_back(ToRecord(e->key, *e));
+      }
+      return;
+    }
     for (const auto& [key, e] : entries_) {
       if (pred(key)) out->push_back(ToRecord(key, e));
     }
   }
   // Removes the keys for which `pred(key)` holds (their slots moved away);
-  // returns how many.
+  // returns how many. Those the store may hold are listed for the next
+  // checkpoint to delete (TakeEvicted): the slots' new owner writes them,
+  // and a version of them left here would come back with a rollback once
+  // the slots return.
   template <typename Pred>
   size_t EraseIf(Pred&& pred) {
     const size_t before = entries_.size();
@@ -216,6 +266,7 @@ class ParameterTable {
       }
       stored_floats_ -= it->second.value.size() + it->second.state.size();
       Unlink(it->second);
+      if (keeps_evicted_ && it->second.in_store) evicted_.insert(it->first);
       it = entries_.erase(it);
     }
     if (entries_.size() != before) {
@@ -312,7 +363,7 @@ class ParameterTable {
   // (changed_stale_ of them; compacted when they are half).
   std::vector<Key> changed_;
   size_t changed_stale_ = 0;
-  AdmissionFilter filter_;
+  SlotAdmissionFilter filter_;
   Entry* oldest_ = nullptr;  // the use list's ends (tracks_use())
   Entry* newest_ = nullptr;
   int64_t clock_ = 0;  // the server clock (SetClock)

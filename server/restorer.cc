@@ -65,6 +65,22 @@ Result<uint64_t> Restorer::Restore(const wire::Header& recover,
         table->Restore(std::move(e), /*changed=*/!mine);
         ++restored;
       }
+      // The admission filters' counts as at the cut, slot by slot.
+      for (const FilterRecord& f : loaded->filters) {
+        ParameterTable* table = tables.Find(f.table);
+        if (table == nullptr || f.slot >= num_slots || !wanted[f.slot]) {
+          if (mine && table != nullptr) table->ForgetCounts(f.slot);
+          continue;
+        }
+        Status s = table->RestoreCounts(f, /*changed=*/!mine);
+        if (!s.ok()) {
+          *unreadable = true;
+          return Status(s.code(), "checkpoint at clock " +
+                                      std::to_string(clock) + " of server " +
+                                      std::to_string(source.server_id()) +
+                                      ": " + s.message());
+        }
+      }
     }
   }
   if (store != nullptr) {
@@ -87,6 +103,7 @@ Result<uint64_t> Restorer::Restore(const wire::Header& recover,
         std::vector<Key> keys;
         t.ForEachKey([&](Key k) { keys.push_back(k); });
         for (Key k : keys) t.MarkChanged(k);
+        t.MarkAllCountsChanged();
       });
       checkpointer.pending_deletes().clear();
     }

@@ -428,6 +428,8 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
     return;
   }
   routing_ = std::move(*routing);
+  // The admission filters keep their counts by the routing's slots.
+  tables_.set_num_slots(routing_.num_slots());
   VLOG(1) << "server " << id_ << " routing epoch " << routing_.epoch();
   if (mover_ && mover_->moving()) {
     // Slots moved away are the new owner's now: their keys go.

@@ -35,10 +35,12 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   m.target = out.member_id();
   m.address = out.endpoint().tcp_address();
   std::vector<EntryRecord> records;
+  std::vector<FilterRecord> counts;
+  auto moving = [&](int32_t slot) { return m.slots.count(slot) > 0; };
   tables.ForEach([&](TableId id, ParameterTable& table) {
-    table.Export(
-        [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; },
-        &records);
+    table.Export([&](Key key) { return moving(routing.SlotOf(id, key)); },
+                 &records);
+    table.ExportCounts(moving, &counts);
   });
   std::string chunk;
   auto flush = [&](bool force) {
@@ -49,6 +51,10 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   };
   // The window first: it is in place before any key is served there.
   for (const RequestDedup::Window& w : windows) AppendWindow(w, &chunk);
+  for (const FilterRecord& f : counts) {
+    AppendFilter(f, &chunk);
+    flush(false);
+  }
   for (const EntryRecord& e : records) {
     AppendEntry(e, &chunk);
     flush(false);
@@ -64,8 +70,9 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   m.last_progress = env_->Now();
   LOG(INFO) << "move " << m.id << ": " << m.slots.size()
             << " slot(s) to server " << m.target << ": " << records.size()
-            << " key(s), " << m.buffered.size() << " buffered push(es), "
-            << m.bytes << " bytes in " << m.total_chunks << " chunk(s)";
+            << " key(s), " << counts.size() << " slot(s) of admission counts, "
+            << m.buffered.size() << " buffered push(es), " << m.bytes
+            << " bytes in " << m.total_chunks << " chunk(s)";
   Connect(m);
   Pump(m);
 }
@@ -191,6 +198,7 @@ uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
     tables.ForEach([&](TableId id, ParameterTable& table) {
       dropped += table.EraseIf(
           [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; });
+      table.EraseCounts([&](int32_t slot) { return m.slots.count(slot) > 0; });
     });
     LOG(INFO) << "move " << m.id << " done: " << m.slots.size()
               << " slot(s) now on server " << m.target;
@@ -273,12 +281,28 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
   std::vector<EntryRecord> entries;
   std::vector<Buffered> buffered;
   std::vector<RequestDedup::Window> windows;
-  DUCTILE_RETURN_IF_ERROR(ParseChunk(message, &entries, &buffered, &windows));
+  std::vector<FilterRecord> filters;
+  DUCTILE_RETURN_IF_ERROR(
+      ParseChunk(message, &entries, &buffered, &windows, &filters));
   for (const EntryRecord& e : entries) {
     if (tables.Find(e.table) == nullptr) {
       return NotFoundError("no table " + std::to_string(e.table) +
                            " for a moved key");
     }
+  }
+  const std::set<int32_t> slots(header.slots().begin(), header.slots().end());
+  for (const FilterRecord& f : filters) {
+    ParameterTable* table = tables.Find(f.table);
+    if (table == nullptr) {
+      return NotFoundError("no table " + std::to_string(f.table) +
+                           " for moved admission counts");
+    }
+    if (slots.count(f.slot) == 0) {
+      return InvalidArgumentError("admission counts of slot " +
+                                  std::to_string(f.slot) +
+                                  " came with a move of other slots");
+    }
+    DUCTILE_RETURN_IF_ERROR(table->CheckCounts(f));
   }
   for (const Buffered& b : buffered) {
     if (tables.Find(b.first) == nullptr) {
@@ -290,13 +314,14 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
     // A move's first chunk here: whatever an earlier move of these slots
     // left here (one abandoned after some of its chunks arrived) is
     // stale, its keys and BSP pushes; this move brings them all again.
-    const std::set<int32_t> slots(header.slots().begin(), header.slots().end());
     auto moving = [&](TableId table, Key key) {
       return slots.count(routing.SlotOf(table, key)) > 0;
     };
     uint64_t stale = 0;
     tables.ForEach([&](TableId id, ParameterTable& table) {
       stale += table.EraseIf([&](Key key) { return moving(id, key); });
+      stale += table.EraseCounts(
+          [&](int32_t slot) { return slots.count(slot) > 0; });
     });
     stale += consistency.TakeBufferedKeys(moving).size();
     if (stale > 0) {
@@ -306,13 +331,19 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
   }
   if (!FirstArrival(header.change_id(), header.seq())) return Status::Ok();
   for (const RequestDedup::Window& w : windows) dedup.Merge(w);
+  for (const FilterRecord& f : filters) {
+    // Checked above: it fits.
+    Status s = tables.Find(f.table)->RestoreCounts(f, /*changed=*/true);
+    if (!s.ok()) LOG(ERROR) << "moved admission counts: " << s;
+  }
   for (EntryRecord& e : entries) {
     tables.Find(e.table)->Restore(std::move(e), /*changed=*/true);
   }
   const size_t pushes = buffered.size();
   PutBuffered(std::move(buffered), tables, consistency);
   VLOG(1) << "move " << header.change_id() << ", chunk " << header.seq() << ": "
-          << entries.size() << " key(s), " << pushes
+          << entries.size() << " key(s), " << filters.size()
+          << " slot(s) of admission counts, " << pushes
           << " buffered push(es) moved in";
   return Status::Ok();
 }
@@ -337,6 +368,14 @@ void SlotMover::AppendEntry(const EntryRecord& e, std::string* chunk) {
   cf::PutFixed64(chunk, e.key);
   cf::PutFixed32(chunk, static_cast<uint32_t>(value.size()));
   chunk->append(value);
+}
+
+void SlotMover::AppendFilter(const FilterRecord& f, std::string* chunk) {
+  chunk->push_back('F');
+  cf::PutFixed32(chunk, f.table);
+  cf::PutFixed32(chunk, static_cast<uint32_t>(f.slot));
+  cf::PutFixed32(chunk, static_cast<uint32_t>(f.counts.size()));
+  chunk->append(f.counts);
 }
 
 void SlotMover::AppendWindow(const RequestDedup::Window& w,
@@ -364,7 +403,8 @@ void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
 Status SlotMover::ParseChunk(const InMessage& message,
                              std::vector<EntryRecord>* entries,
                              std::vector<Buffered>* buffered,
-                             std::vector<RequestDedup::Window>* windows) {
+                             std::vector<RequestDedup::Window>* windows,
+                             std::vector<FilterRecord>* filters) {
   if (message.size() != 3) {
     return InvalidArgumentError("a chunk of moved keys has 3 frames, not " +
                                 std::to_string(message.size()));
@@ -421,6 +461,16 @@ Status SlotMover::ParseChunk(const InMessage& message,
         w.applied[i] = cf::DecodeFixed64(chunk.data() + at + 8 * i);
       }
       at += uint64_t{count} * sizeof(uint64_t);
+    } else if (type == 'F' && filters != nullptr) {
+      if (!need(12)) return truncated;
+      FilterRecord& f = filters->emplace_back();
+      f.table = cf::DecodeFixed32(chunk.data() + at);
+      f.slot = static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 4));
+      const uint32_t size = cf::DecodeFixed32(chunk.data() + at + 8);
+      at += 12;
+      if (!need(size)) return truncated;
+      f.counts.assign(chunk.data() + at, size);
+      at += size;
     } else {
       return InvalidArgumentError(
           "a chunk of moved keys has a record of "

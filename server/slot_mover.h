@@ -3,15 +3,16 @@
 //
 // Source side. A move (MIGRATE_OUT from the coordinator) names slots and a
 // target. The source copies the slots' keys at once (values, optimizer
-// state, and, under BSP, the pushes of clocks not combined yet, which it
-// hands over rather than applies) and streams them to the target in
+// state, the admission filters' counts of the slots, and, under BSP, the
+// pushes of clocks not combined yet, which it hands over rather than
+// applies) and streams them to the target in
 // chunks, a bounded number in flight. From the copy on, every request for
 // the slots is answered "moved" (but a resent push it applied before,
 // which it acknowledges as a duplicate): the client asks again until the
 // routing names the new owner, so nothing is applied on both sides. Once
 // the target has acknowledged every chunk the source tells the
 // coordinator, which gives the slots to the target (routing epoch + 1);
-// when the source installs that routing it drops the keys.
+// when the source installs that routing it drops the keys and counts.
 //
 // Why no push is late at the target: a worker tells a server its clock
 // only once its pushes of the clocks before are answered, and a push sent
@@ -20,8 +21,9 @@
 // copy or at the target, and a BSP clock is combined there with all of its
 // pushes.
 //
-// Target side. A chunk's keys are put into the target's tables (counted as
-// changed, so its next checkpoint writes them), its BSP pushes into the
+// Target side. A chunk's keys and counts are put into the target's tables
+// (counted as changed, so its next checkpoint writes them), its BSP pushes
+// into the
 // target's buffer (or applied, combined, if the target's clock is past
 // theirs), and acknowledged. The target serves the slots once the routing
 // names it.
@@ -110,7 +112,8 @@ class SlotMover {
 
   // ---- Target.
   // A MIGRATE_DATA chunk (`header`, `message` as the router got it): its
-  // keys go into `tables` (counted as changed, for the next checkpoint),
+  // keys and admission counts go into `tables` (counted as changed, for
+  // the next checkpoint),
   // its BSP pushes into `consistency`'s buffer, or, when their clock is
   // over here, are applied combined, and the source's exactly-once window
   // into `dedup` (a request applied there is a duplicate here). Nothing is
@@ -122,11 +125,13 @@ class SlotMover {
                  const RoutingTable& routing, TableSet& tables,
                  ConsistencyController& consistency, RequestDedup& dedup);
   // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
-  // it): its keys, buffered pushes and exactly-once windows.
+  // it): its keys, buffered pushes, exactly-once windows and admission
+  // counts (`filters` may be null: a chunk holding counts is refused).
   static Status ParseChunk(const InMessage& message,
                            std::vector<EntryRecord>* entries,
                            std::vector<Buffered>* buffered,
-                           std::vector<RequestDedup::Window>* windows);
+                           std::vector<RequestDedup::Window>* windows,
+                           std::vector<FilterRecord>* filters = nullptr);
 
   // The chunk format: records, each a type byte then
   //   'E': table u32 LE | key u64 LE | size u32 LE | entry (the entry value
@@ -134,8 +139,11 @@ class SlotMover {
   //   'B': table u32 LE | key u64 LE | clock i64 LE | pushes i32 LE |
   //        batches i32 LE | floats u32 LE | floats x f32;
   //   'W': client i64 LE | done_below u64 LE | count u32 LE |
-  //        count x applied seq u64 LE (in the first chunk).
+  //        count x applied seq u64 LE (in the first chunk);
+  //   'F': table u32 LE | slot u32 LE | size u32 LE | the slot's admission
+  //        counts (AdmissionFilter::Encode).
   static void AppendEntry(const EntryRecord& e, std::string* chunk);
+  static void AppendFilter(const FilterRecord& f, std::string* chunk);
   static void AppendBuffered(const Buffered& b, std::string* chunk);
   static void AppendWindow(const RequestDedup::Window& w, std::string* chunk);
 

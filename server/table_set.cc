@@ -38,6 +38,7 @@ Status TableSet::Create(const wire::TableConfig& config) {
   }
   auto table = std::make_unique<ParameterTable>(config.id(), options, custom);
   table->set_runner(runner_);
+  table->set_num_slots(num_slots_);
   table->RestartClock(clock_);
   table->HoldEvictions(evictions_held_);
   table->set_keeps_evicted(keeps_evicted_);
@@ -70,6 +71,11 @@ void TableSet::SetClock(int64_t clock) {
 void TableSet::RestartClock(int64_t clock) {
   clock_ = clock;
   for (auto& [id, table] : tables_) table->RestartClock(clock);
+}
+
+void TableSet::set_num_slots(int32_t num_slots) {
+  num_slots_ = num_slots;
+  for (auto& [id, table] : tables_) table->set_num_slots(num_slots);
 }
 
 void TableSet::HoldEvictions(bool held) {

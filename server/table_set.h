@@ -55,6 +55,8 @@ class TableSet {
   // The server clock is `clock` after a rollback or a rejoin
   // (ParameterTable::RestartClock).
   void RestartClock(int64_t clock);
+  // The routing's number of slots (ParameterTable::set_num_slots).
+  void set_num_slots(int32_t num_slots);
   // ParameterTable::HoldEvictions.
   void HoldEvictions(bool held);
   // ParameterTable::set_keeps_evicted: true with a checkpoint store.
@@ -74,6 +76,7 @@ class TableSet {
   ParallelRunner* const runner_;
   uint64_t max_key_floats_ = uint64_t{1} << 28;
   int64_t clock_ = 0;
+  int32_t num_slots_ = 1;
   bool evictions_held_ = false;
   bool keeps_evicted_ = false;
   std::map<TableId, std::unique_ptr<ParameterTable>> tables_;

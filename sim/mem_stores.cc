@@ -15,6 +15,7 @@ struct MemDisk::StoreData {
     std::string blob;
     std::map<TableId, std::string> tables;
     std::map<std::pair<TableId, Key>, EntryRecord> entries;
+    std::map<std::pair<TableId, int32_t>, std::string> filters;
   };
   State live;
   std::map<int64_t, State> versions;
@@ -32,6 +33,9 @@ LoadedCheckpoint ToLoaded(const StoreData::State& s) {
   out.blob = s.blob;
   for (const auto& [id, config] : s.tables) out.tables.push_back({id, config});
   for (const auto& [key, e] : s.entries) out.entries.push_back(e);
+  for (const auto& [slot, counts] : s.filters) {
+    out.filters.push_back({slot.first, slot.second, counts});
+  }
   return out;
 }
 
@@ -51,6 +55,7 @@ class MemCheckpointStore final : public CheckpointStore {
                          const std::vector<TableRecord>& tables,
                          const std::vector<EntryRecord>& changed,
                          const std::vector<std::pair<TableId, Key>>& deleted,
+                         const std::vector<FilterRecord>& filters,
                          const std::string& blob) override {
     DUCTILE_RETURN_IF_ERROR(disk_->WriteError(dir_));
     if (clock < 0) return InvalidArgumentError("negative clock");
@@ -76,8 +81,22 @@ class MemCheckpointStore final : public CheckpointStore {
         return InvalidArgumentError("an entry of a table with no record");
       }
     }
+    std::set<std::pair<TableId, int32_t>> slots;
+    for (const FilterRecord& f : filters) {
+      if (live.tables.count(f.table) == 0 || f.slot < 0 ||
+          !slots.insert({f.table, f.slot}).second) {
+        return InvalidArgumentError("filter counts of no table, or twice");
+      }
+    }
     for (const EntryRecord& e : changed) live.entries[{e.table, e.key}] = e;
     for (const auto& d : deleted) live.entries.erase(d);
+    for (const FilterRecord& f : filters) {
+      if (f.counts.empty()) {
+        live.filters.erase({f.table, f.slot});
+      } else {
+        live.filters[{f.table, f.slot}] = f.counts;
+      }
+    }
     live.clock = clock;
     live.epoch = epoch;
     live.blob = blob;

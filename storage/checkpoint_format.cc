@@ -115,11 +115,12 @@ Status DecodeMetadata(std::string_view value, const std::string& what,
     return Corrupt(what, "its metadata record is too short");
   }
   const uint32_t version = DecodeFixed32(value.data());
-  if (version != kFormatVersion) {
+  if (version < kOldestFormatVersion || version > kFormatVersion) {
     // Checked before the crc, whose coverage a later format may change.
     return FailedPreconditionError(
         what + " has format version " + std::to_string(version) +
-        " (corrupt, or written by a newer build); this build reads only " +
+        " (corrupt, or written by a newer build); this build reads " +
+        std::to_string(kOldestFormatVersion) + " to " +
         std::to_string(kFormatVersion));
   }
   meta->clock = static_cast<int64_t>(DecodeFixed64(value.data() + 4));
@@ -188,9 +189,39 @@ Status CheckChanges(const std::vector<TableRecord>& tables,
   return Status::Ok();
 }
 
+Status CheckFilters(const std::vector<FilterRecord>& filters,
+                    const std::map<TableId, std::string>& tables_after) {
+  std::vector<std::pair<TableId, int32_t>> slots;
+  slots.reserve(filters.size());
+  for (const FilterRecord& f : filters) {
+    const std::string name = "admission counts (table " +
+                             std::to_string(f.table) + ", slot " +
+                             std::to_string(f.slot) + ")";
+    if (!tables_after.contains(f.table)) {
+      return InvalidArgumentError(name +
+                                  " belong to a table with no "
+                                  "TableRecord");
+    }
+    if (f.slot < 0) return InvalidArgumentError(name + ": negative slot");
+    if (f.counts.size() > kMaxField) {
+      return InvalidArgumentError(name + " are larger than 4 GiB");
+    }
+    slots.emplace_back(f.table, f.slot);
+  }
+  std::sort(slots.begin(), slots.end());
+  const auto dup = std::adjacent_find(slots.begin(), slots.end());
+  if (dup != slots.end()) {
+    return InvalidArgumentError(
+        "admission counts (table " + std::to_string(dup->first) + ", slot " +
+        std::to_string(dup->second) + ") are listed twice in one checkpoint");
+  }
+  return Status::Ok();
+}
+
 size_t EstimateBatchBytes(const std::vector<TableRecord>& tables,
                           const std::vector<EntryRecord>& changed_entries,
                           const std::vector<std::pair<TableId, Key>>& deleted,
+                          const std::vector<FilterRecord>& filters,
                           const std::string& blob) {
   constexpr size_t kRecordOverhead = 32;  // type, varint lengths, key
   size_t bytes = 2 * kRecordOverhead + blob.size();
@@ -200,6 +231,9 @@ size_t EstimateBatchBytes(const std::vector<TableRecord>& tables,
   for (const EntryRecord& e : changed_entries) {
     bytes += kRecordOverhead + kEntryHeaderSize +
              4 * (e.value.size() + e.state.size());
+  }
+  for (const FilterRecord& f : filters) {
+    bytes += kRecordOverhead + f.counts.size();
   }
   return bytes + kRecordOverhead * deleted.size();
 }

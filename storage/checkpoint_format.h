@@ -3,8 +3,10 @@
 // and encodings around them. No RocksDB here; checkpoint_reader.cc and
 // checkpoint_store.cc put these bytes into and take them out of RocksDB.
 //
-// Persistent format (version 1). Part of the persistent format: never change
-// the meaning of a record type, key or field; add new record types instead.
+// Persistent format (version 2; version 1 is version 2 without 0x04
+// records, and is read as such). Part of the persistent format: never change
+// the meaning of a record type, key or field; add new record types instead,
+// and a new version where older builds must not read them.
 //
 // Keys start with a one-byte record type; integers in keys are big-endian so
 // that RocksDB's bytewise order sorts records by type, then table, then key:
@@ -14,13 +16,17 @@
 //   0x02  02 | table u32 BE                  the table's config (opaque,
 //                                            serialized by the caller)
 //   0x03  03 | table u32 BE | key u64 BE     entry (below)
+//   0x04  04 | table u32 BE | slot u32 BE    the admission filter's counts
+//                                            of one slot of the table
+//                                            (opaque, serialized by the
+//                                            caller; never empty)
 //
 // Values use little-endian fixed-width integers; floats are stored as their
 // IEEE-754 binary32 bit patterns (so NaN payloads and -0 round-trip):
 //
 //   entry:    value_count u32 | state_count u32 | steps i64 |
 //             value_count x f32 | state_count x f32
-//   metadata: format_version u32 (= 1) | clock i64 | epoch u64 |
+//   metadata: format_version u32 (= 2) | clock i64 | epoch u64 |
 //             entry_count u64 | table_count u32 | blob_size u32 | blob |
 //             crc u32
 //
@@ -29,6 +35,10 @@
 // table u32 LE | config_size u32 LE | config. `entry_count` and
 // `table_count` are the numbers of 0x03 and 0x02 records in the version.
 // A version whose crc, counts or any record do not check out is corrupt.
+// 0x04 records are not counted: one missing reads as a slot with no
+// counts (ids pushed before need their pushes again), as does a version 1
+// checkpoint's every slot. Version 2 was introduced with them: version 1
+// readers refuse it by its number rather than take 0x04 for corruption.
 //
 // Everything in this header that encodes or decodes bytes (the constants,
 // the key and value encodings, the CRC and the metadata record) is part of
@@ -52,12 +62,16 @@ namespace ductile::checkpoint_format {
 
 // ---- Persistent format (see above; never change) ----
 
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
+// The oldest version this build reads.
+constexpr uint32_t kOldestFormatVersion = 1;
 constexpr char kMetaType = 0x01;
 constexpr char kTableType = 0x02;
 constexpr char kEntryType = 0x03;
+constexpr char kFilterType = 0x04;
 constexpr size_t kTableKeySize = 1 + 4;
 constexpr size_t kEntryKeySize = 1 + 4 + 8;
+constexpr size_t kFilterKeySize = 1 + 4 + 4;
 constexpr size_t kEntryHeaderSize = 4 + 4 + 8;
 // format_version, clock, epoch, entry_count, table_count, blob_size.
 constexpr size_t kMetaHeaderSize = 4 + 8 + 8 + 8 + 4 + 4;
@@ -111,6 +125,13 @@ inline void AppendEntryKey(std::string* dst, TableId table, Key key) {
   dst->push_back(kEntryType);
   PutBigEndian(dst, table, 4);
   PutBigEndian(dst, key, 8);
+}
+
+inline std::string FilterKey(TableId table, int32_t slot) {
+  std::string key(1, kFilterType);
+  PutBigEndian(&key, table, 4);
+  PutBigEndian(&key, static_cast<uint32_t>(slot), 4);
+  return key;
 }
 
 // An entry value's header (value_count, state_count, steps), appended to
@@ -174,12 +195,18 @@ Status CheckChanges(const std::vector<TableRecord>& tables,
                     const std::vector<std::pair<TableId, Key>>& deleted,
                     std::map<TableId, std::string>* tables_after,
                     std::vector<KeyChange>* sorted);
+// Checks a checkpoint's filter records against `tables_after`
+// (CheckChanges'): a known table, a slot >= 0 listed once, counts under
+// 4 GiB.
+Status CheckFilters(const std::vector<FilterRecord>& filters,
+                    const std::map<TableId, std::string>& tables_after);
 
 // Bytes to reserve for a checkpoint's batch: growing a 100 MB batch by
 // doubling costs more than copying it once.
 size_t EstimateBatchBytes(const std::vector<TableRecord>& tables,
                           const std::vector<EntryRecord>& changed_entries,
                           const std::vector<std::pair<TableId, Key>>& deleted,
+                          const std::vector<FilterRecord>& filters,
                           const std::string& blob);
 
 }  // namespace ductile::checkpoint_format

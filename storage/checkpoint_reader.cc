@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "rocksdb/env.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace ductile {
@@ -30,6 +32,8 @@ using checkpoint_format::DecodeMetadata;
 using checkpoint_format::ExtendCrcWithTable;
 using checkpoint_format::kEntryKeySize;
 using checkpoint_format::kEntryType;
+using checkpoint_format::kFilterKeySize;
+using checkpoint_format::kFilterType;
 using checkpoint_format::kTableKeySize;
 using checkpoint_format::kTableType;
 using checkpoint_format::Metadata;
@@ -69,6 +73,21 @@ rocksdb::Options FrozenOptions() {
 }
 
 }  // namespace
+
+rocksdb::Options LiveOptions() {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  // Trained floats hardly compress; compressing would only cost time.
+  options.compression = rocksdb::kNoCompression;
+  options.keep_log_file_num = 2;
+  options.max_log_file_size = 4 << 20;
+  rocksdb::BlockBasedTableOptions table;
+  // Cheap "is this key new?" lookups while counting entries.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -178,7 +197,8 @@ Result<std::vector<int64_t>> ListVersions(const fs::path& versions) {
 
 Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
                    Metadata* meta, std::string* raw_meta, bool* empty,
-                   const OnTable& on_table, const OnEntry& on_entry) {
+                   const OnTable& on_table, const OnEntry& on_entry,
+                   const OnFilter& on_filter) {
   rocksdb::ReadOptions read;
   read.verify_checksums = true;
   read.fill_cache = false;
@@ -235,6 +255,23 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
       ++entries;
       std::string bad = on_entry(k, v, table, key);
       if (!bad.empty()) return Corrupt(what, bad);
+    } else if (k[0] == kFilterType) {
+      if (!visit_entries) break;
+      if (k.size() != kFilterKeySize || v.size() == 0) {
+        return Corrupt(what, "a filter record has the wrong size");
+      }
+      const auto table = static_cast<TableId>(DecodeBigEndian(k.data() + 1, 4));
+      const auto slot = static_cast<int32_t>(DecodeBigEndian(k.data() + 5, 4));
+      if (!std::binary_search(tables.begin(), tables.end(), table) ||
+          slot < 0) {
+        return Corrupt(what, "filter counts of table " + std::to_string(table) +
+                                 ", slot " + std::to_string(slot) +
+                                 " belong nowhere");
+      }
+      if (on_filter) {
+        std::string bad = on_filter(k, v, table, slot);
+        if (!bad.empty()) return Corrupt(what, bad);
+      }
     } else {
       return Corrupt(what, "a record has the unknown type " +
                                std::to_string(static_cast<uint8_t>(k[0])));
@@ -297,6 +334,11 @@ Result<LoadedCheckpoint> LoadVersion(const fs::path& versions, int64_t clock) {
         e.table = table;
         e.key = key;
         return DecodeEntryValue(std::string_view(v.data(), v.size()), &e);
+      },
+      [&](const rocksdb::Slice&, const rocksdb::Slice& v, TableId table,
+          int32_t slot) {
+        out.filters.push_back(FilterRecord{table, slot, v.ToString()});
+        return std::string();
       }));
   if (meta.clock != clock) {
     return Corrupt(what,
@@ -369,6 +411,9 @@ Status CopyVersion(const fs::path& versions, int64_t clock,
         return copy(k, v);
       },
       [&](const rocksdb::Slice& k, const rocksdb::Slice& v, TableId, Key) {
+        return copy(k, v);
+      },
+      [&](const rocksdb::Slice& k, const rocksdb::Slice& v, TableId, int32_t) {
         return copy(k, v);
       });
   // A failed write surfaces as a "corrupt" scan; report the write instead.

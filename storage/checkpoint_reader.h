@@ -30,6 +30,10 @@
 
 namespace ductile::checkpoint_reader {
 
+// The options of the working RocksDB instance (live/), and of the copies
+// made from frozen versions.
+rocksdb::Options LiveOptions();
+
 // A RocksDB status as ours; `what` names the object, e.g. "checkpoint at
 // clock 40". A full disk is ResourceExhausted, corruption
 // FailedPrecondition ("<what> is corrupt (...)").
@@ -76,18 +80,22 @@ using OnTable = std::function<std::string(
 using OnEntry = std::function<std::string(const rocksdb::Slice& raw_key,
                                           const rocksdb::Slice& value,
                                           TableId table, Key key)>;
+using OnFilter = std::function<std::string(const rocksdb::Slice& raw_key,
+                                           const rocksdb::Slice& value,
+                                           TableId table, int32_t slot)>;
 
-// Reads and verifies one version's records in key order. Tables and
-// entries are passed to on_table(raw_key, raw_value, id) and
-// on_entry(raw_key, raw_value, table, key), which return "" or why the
-// record is bad. With visit_entries false, entries are neither read nor
-// counted (Open of live/ reads only metadata and tables). `raw_meta` (may
-// be null) receives the metadata record as stored. `empty` (may be null)
-// allows a version with no records at all and reports it.
+// Reads and verifies one version's records in key order. Tables,
+// entries and filter counts are passed to on_table(raw_key, raw_value,
+// id), on_entry(raw_key, raw_value, table, key) and on_filter(raw_key,
+// raw_value, table, slot) (if not null), which return "" or why the
+// record is bad. With visit_entries false, entries and filter counts are
+// neither read nor counted (Open of live/ reads only metadata and tables).
+// `raw_meta` (may be null) receives the metadata record as stored. `empty` (may
+// be null) allows a version with no records at all and reports it.
 Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
                    checkpoint_format::Metadata* meta, std::string* raw_meta,
                    bool* empty, const OnTable& on_table,
-                   const OnEntry& on_entry);
+                   const OnEntry& on_entry, const OnFilter& on_filter = {});
 
 // Opens the frozen version at `clock` in `versions` read-only. NotFound if
 // there is none.

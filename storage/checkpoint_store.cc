@@ -32,10 +32,8 @@
 
 #include "glog/logging.h"
 #include "rocksdb/db.h"
-#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
-#include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "storage/checkpoint_format.h"
@@ -49,9 +47,11 @@ namespace fs = std::filesystem;
 using checkpoint_format::AppendEntryHeader;
 using checkpoint_format::AppendEntryKey;
 using checkpoint_format::CheckChanges;
+using checkpoint_format::CheckFilters;
 using checkpoint_format::EncodeEntryValue;
 using checkpoint_format::EncodeMetadata;
 using checkpoint_format::EstimateBatchBytes;
+using checkpoint_format::FilterKey;
 using checkpoint_format::kEntryKeySize;
 using checkpoint_format::KeyChange;
 using checkpoint_format::kMaxField;
@@ -62,6 +62,7 @@ using checkpoint_reader::CheckFreeSpace;
 using checkpoint_reader::FromErrno;
 using checkpoint_reader::FromErrorCode;
 using checkpoint_reader::FromRocks;
+using checkpoint_reader::LiveOptions;
 using checkpoint_reader::ScanVersion;
 using checkpoint_reader::VersionName;
 
@@ -79,21 +80,6 @@ Status SyncDir(const fs::path& dir) {
 }
 
 // ---- RocksDB setup ----
-
-rocksdb::Options LiveOptions() {
-  rocksdb::Options options;
-  options.create_if_missing = true;
-  options.paranoid_checks = true;
-  // Trained floats hardly compress; compressing would only cost time.
-  options.compression = rocksdb::kNoCompression;
-  options.keep_log_file_num = 2;
-  options.max_log_file_size = 4 << 20;
-  rocksdb::BlockBasedTableOptions table;
-  // Cheap "is this key new?" lookups while counting entries.
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  return options;
-}
 
 // Adds one entry record to `batch`; `key` and `value` are scratch space.
 void PutEntry(const EntryRecord& e, std::string* key, std::string* value,
@@ -136,6 +122,7 @@ class RocksCheckpointStore final : public CheckpointStore {
                          const std::vector<TableRecord>& tables,
                          const std::vector<EntryRecord>& changed_entries,
                          const std::vector<std::pair<TableId, Key>>& deleted,
+                         const std::vector<FilterRecord>& filters,
                          const std::string& blob) override;
   Result<std::vector<int64_t>> ListCheckpoints() const override {
     return checkpoint_reader::ListVersions(versions_path_);
@@ -369,7 +356,7 @@ Status RocksCheckpointStore::WriteCheckpoint(
     int64_t clock, uint64_t epoch, const std::vector<TableRecord>& tables,
     const std::vector<EntryRecord>& changed_entries,
     const std::vector<std::pair<TableId, Key>>& deleted,
-    const std::string& blob) {
+    const std::vector<FilterRecord>& filters, const std::string& blob) {
   if (clock < 0) {
     return InvalidArgumentError("checkpoint clock " + std::to_string(clock) +
                                 " is negative");
@@ -381,10 +368,11 @@ Status RocksCheckpointStore::WriteCheckpoint(
   std::vector<KeyChange> keys;
   DUCTILE_RETURN_IF_ERROR(
       CheckChanges(tables, changed_entries, deleted, &new_tables, &keys));
+  DUCTILE_RETURN_IF_ERROR(CheckFilters(filters, new_tables));
   DUCTILE_RETURN_IF_ERROR(CheckCanWrite(clock));
   // The batch lands in the flushed files of the new version.
   const size_t batch_bytes =
-      EstimateBatchBytes(tables, changed_entries, deleted, blob);
+      EstimateBatchBytes(tables, changed_entries, deleted, filters, blob);
   DUCTILE_RETURN_IF_ERROR(CheckFreeSpace(
       dir_, batch_bytes, options_.min_free_bytes, "the " + VersionName(clock)));
 
@@ -414,6 +402,13 @@ Status RocksCheckpointStore::WriteCheckpoint(
     key.clear();
     AppendEntryKey(&key, table, k);
     batch.Delete(key);
+  }
+  for (const FilterRecord& f : filters) {
+    if (f.counts.empty()) {
+      batch.Delete(FilterKey(f.table, f.slot));
+    } else {
+      batch.Put(FilterKey(f.table, f.slot), f.counts);
+    }
   }
   batch.Put(MetaKey(), EncodeMetadata(meta, new_tables));
 

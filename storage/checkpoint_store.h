@@ -2,9 +2,10 @@
 //
 // A checkpoint at clock C holds one server's state after every update with
 // timestamp < C (docs/fault_tolerance.md): per (table, key) the value, the
-// optimizer state and the step count; per table its configuration; and the
-// checkpoint's metadata (clock, membership epoch and an opaque blob the
-// caller fills, e.g. worker clocks and data cursors).
+// optimizer state and the step count; per table its configuration; per
+// (table, slot) the admission filter's counts (opaque bytes the caller
+// fills); and the checkpoint's metadata (clock, membership epoch and an
+// opaque blob the caller fills, e.g. worker clocks and data cursors).
 //
 // On disk, under CheckpointStoreOptions::dir:
 //   live/                the working RocksDB instance. Each WriteCheckpoint
@@ -67,6 +68,15 @@ struct EntryRecord {
   int64_t steps = 0;
 };
 
+// The admission filter's counts of one slot of a table (RowPolicy's ids
+// pushed but not admitted yet), serialized by the caller; stored as is.
+// Empty `counts`: the slot holds none here (a write deletes its record).
+struct FilterRecord {
+  TableId table = 0;
+  int32_t slot = 0;
+  std::string counts;
+};
+
 struct LoadedCheckpoint {
   int64_t clock = 0;
   uint64_t epoch = 0;
@@ -76,6 +86,9 @@ struct LoadedCheckpoint {
   std::vector<TableRecord> tables;
   // Ascending by (table, key).
   std::vector<EntryRecord> entries;
+  // Ascending by (table, slot), none empty. None in a version written
+  // before the format held them (format version 1).
+  std::vector<FilterRecord> filters;
   // Newer versions that were skipped and why, e.g. "checkpoint at clock 40
   // is corrupt (...); using clock 30". Empty when the newest one was used.
   std::vector<std::string> warnings;
@@ -118,19 +131,22 @@ class CheckpointStore {
 
   // Records the checkpoint at `clock`: upserts `tables` (tables not listed
   // keep their stored config), writes `changed_entries` and removes `deleted`
-  // keys (absent keys are ignored) in one atomic write to live/, together
+  // keys (absent keys are ignored), and writes `filters` (removing the
+  // records of those with empty counts) in one atomic write to live/, together
   // with the metadata (clock, epoch, blob); then freezes live/ as
   // checkpoints/<clock>/ and deletes the versions beyond keep_last.
   //
   // Entries not listed keep their stored value, so `changed_entries` must
   // hold every key changed since the previous WriteCheckpoint that returned
-  // OK (or since the state restored by RollBackTo), or a superset of them.
+  // OK (or since the state restored by RollBackTo), or a superset of them;
+  // the same holds for the slots of `filters`.
   //
   // Errors:
   //   InvalidArgument     clock < 0, clock not after the newest checkpoint,
   //                       a key listed twice (in changed_entries and/or
-  //                       deleted), or an entry of a table with no
-  //                       TableRecord (now or stored);
+  //                       deleted) or a slot twice (in filters), or an entry
+  //                       or filter of a table with no TableRecord (now or
+  //                       stored);
   //   ResourceExhausted   the disk is full;
   //   FailedPrecondition  an I/O error, a corrupt live/, or live/ is ahead of
   //                       the newest checkpoint after a restart (call
@@ -141,7 +157,16 @@ class CheckpointStore {
       int64_t clock, uint64_t epoch, const std::vector<TableRecord>& tables,
       const std::vector<EntryRecord>& changed_entries,
       const std::vector<std::pair<TableId, Key>>& deleted,
-      const std::string& blob) = 0;
+      const std::vector<FilterRecord>& filters, const std::string& blob) = 0;
+  // The same with no filter records.
+  [[nodiscard]] Status WriteCheckpoint(
+      int64_t clock, uint64_t epoch, const std::vector<TableRecord>& tables,
+      const std::vector<EntryRecord>& changed_entries,
+      const std::vector<std::pair<TableId, Key>>& deleted,
+      const std::string& blob) {
+    return WriteCheckpoint(clock, epoch, tables, changed_entries, deleted, {},
+                           blob);
+  }
 
   // Clocks of the frozen versions present, ascending. Does not check them.
   [[nodiscard]] virtual Result<std::vector<int64_t>> ListCheckpoints()

@@ -18,6 +18,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "storage/checkpoint_format.h"
 
 namespace ductile {
 namespace {
@@ -256,6 +257,100 @@ TEST(CheckpointStore, SaveThenLoadIsBitwiseIdenticalAcrossTables) {
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->clock, 10);
   ExpectHolds(*latest, expected);
+}
+
+// Filter records (a table's admission counts by slot) are written with
+// the checkpoint, kept by later ones until deleted (empty counts), and
+// checked like entries.
+TEST(CheckpointStore, FilterRecordsAreKeptUntilDeletedAndChecked) {
+  TempDir dir;
+  auto store = OpenStore(dir.path());
+  ASSERT_NE(store, nullptr);
+  WriteInitial(store.get(), 10);
+  const std::vector<FilterRecord> first = {
+      {1, 3, std::string("abc\0d", 5)}, {1, 0, "x"}, {7, 3, "seven"}};
+  ASSERT_TRUE(store->WriteCheckpoint(20, 1, {}, {}, {}, first, "b").ok());
+  Status s = store->WriteCheckpoint(30, 1, {}, {}, {},
+                                    {{1, 3, "new"}, {7, 3, ""}}, "b");
+  ASSERT_TRUE(s.ok()) << s;
+  auto slots = [](const LoadedCheckpoint& c) {
+    std::vector<std::string> out;
+    for (const FilterRecord& f : c.filters) {
+      out.push_back(std::to_string(f.table) + "/" + std::to_string(f.slot) +
+                    "=" + f.counts);
+    }
+    return out;
+  };
+  Result<LoadedCheckpoint> ten = store->Load(10);
+  ASSERT_TRUE(ten.ok()) << ten.status();
+  EXPECT_TRUE(ten->filters.empty());
+  Result<LoadedCheckpoint> twenty = store->Load(20);
+  ASSERT_TRUE(twenty.ok()) << twenty.status();
+  EXPECT_EQ(slots(*twenty),
+            (std::vector<std::string>{"1/0=x", std::string("1/3=abc\0d", 9),
+                                      "7/3=seven"}));
+  EXPECT_EQ(twenty->entries.size(), 150u);
+  Result<LoadedCheckpoint> thirty = store->Load(30);
+  ASSERT_TRUE(thirty.ok()) << thirty.status();
+  EXPECT_EQ(slots(*thirty), (std::vector<std::string>{"1/0=x", "1/3=new"}));
+  // A rollback's copy of a version keeps them.
+  ASSERT_TRUE(store->RollBackTo(20).ok());
+  ASSERT_TRUE(store->WriteCheckpoint(40, 1, {}, {}, {}, {}, "b").ok());
+  Result<LoadedCheckpoint> forty = store->Load(40);
+  ASSERT_TRUE(forty.ok()) << forty.status();
+  EXPECT_EQ(slots(*forty), slots(*twenty));
+  // Refused, nothing written: a slot twice, a table with no record, a
+  // negative slot.
+  for (const std::vector<FilterRecord>& bad :
+       std::vector<std::vector<FilterRecord>>{
+           {{1, 2, "a"}, {1, 2, ""}}, {{9, 0, "a"}}, {{1, -1, "a"}}}) {
+    s = store->WriteCheckpoint(50, 1, {}, {}, {}, bad, "b");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  }
+  EXPECT_EQ(store->Load(50).status().code(), StatusCode::kNotFound);
+}
+
+// The metadata of format version 1 (checkpoints written before filter
+// records existed) is read; a version newer than this build's is refused
+// by its number.
+TEST(CheckpointFormat, Version1MetadataIsReadAndNewerVersionsRefused) {
+  namespace cf = checkpoint_format;
+  cf::Metadata meta;
+  meta.clock = 4;
+  meta.epoch = 2;
+  meta.entry_count = 3;
+  meta.table_count = 1;
+  meta.blob = "blob";
+  const std::map<TableId, std::string> tables = {{1, "config"}};
+  auto record = [&](uint32_t version) {
+    std::string r = cf::EncodeMetadata(meta, tables);
+    std::string head;
+    cf::PutFixed32(&head, version);
+    r.replace(0, 4, head);
+    r.resize(r.size() - cf::kCrcSize);
+    cf::PutFixed32(&r,
+                   cf::ExtendCrcWithTable(cf::Crc32cExtend(0, r), 1, "config"));
+    return r;
+  };
+  EXPECT_EQ(record(cf::kFormatVersion), cf::EncodeMetadata(meta, tables));
+  for (uint32_t version : {1u, 2u}) {
+    cf::Metadata got;
+    uint32_t stored_crc = 0, crc = 0;
+    Status s =
+        cf::DecodeMetadata(record(version), "v", &got, &stored_crc, &crc);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(cf::ExtendCrcWithTable(crc, 1, "config"), stored_crc);
+    EXPECT_EQ(got.clock, 4);
+    EXPECT_EQ(got.entry_count, 3u);
+    EXPECT_EQ(got.blob, "blob");
+  }
+  cf::Metadata got;
+  uint32_t stored_crc = 0, crc = 0;
+  Status s = cf::DecodeMetadata(record(3), "checkpoint at clock 4", &got,
+                                &stored_crc, &crc);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("format version 3"));
+  EXPECT_THAT(s.message(), HasSubstr("reads 1 to 2"));
 }
 
 TEST(CheckpointStore, AnIncrementalCheckpointStillLoadsTheFullState) {

@@ -516,6 +516,61 @@ TEST_F(RowCheckpoints,
   EXPECT_TRUE(KeysAt(4).empty());
 }
 
+// The admission filter's counts go into each checkpoint by slot (those
+// changed since the previous one), a rollback puts back those of the cut,
+// and slots whose counts went (moved away) are deleted from the store.
+TEST_F(RowCheckpoints, ACheckpointStoresTheCountsAndARollbackRestoresTheCut) {
+  RowPolicy rows;
+  rows.admit_after_pushes = 3;
+  ParameterTable& table = Open(rows);
+  tables_.set_num_slots(16);
+  Push(table, {1, 2}, 1.0f);
+  Push(table, {1}, 1.0f);
+  Write(1);
+  Result<LoadedCheckpoint> one = checkpointer_.store()->Load(1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one->entries.empty());
+  ASSERT_FALSE(one->filters.empty());
+  for (const FilterRecord& f : one->filters) EXPECT_EQ(f.table, kTable);
+  Push(table, {1, 2, 3}, 1.0f);  // 1 is admitted
+  Write(2);
+  EXPECT_EQ(KeysAt(2), std::vector<Key>{1});
+
+  // Roll back to clock 1, as the restorer does.
+  tables_.ClearKeys();
+  EXPECT_EQ(table.AdmissionCount(1), 0u);
+  for (const FilterRecord& f : one->filters) {
+    ASSERT_TRUE(table.RestoreCounts(f, /*changed=*/false).ok());
+  }
+  ASSERT_TRUE(checkpointer_.store()->RollBackTo(1).ok());
+  checkpointer_.Reset(1);
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(table.AdmissionCount(1), 2u);
+  EXPECT_EQ(table.AdmissionCount(2), 1u);
+  EXPECT_EQ(table.AdmissionCount(3), 0u);
+  Push(table, {1, 2}, 1.0f);  // 1 at its third push, 2 at its second
+  EXPECT_EQ(StoredKeys(table), std::vector<Key>{1});
+  Write(3);
+  Result<LoadedCheckpoint> three = checkpointer_.store()->Load(3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  ParameterTable reloaded(kTable, RowTable(rows), nullptr);
+  reloaded.set_num_slots(16);
+  for (const FilterRecord& f : three->filters) {
+    ASSERT_TRUE(reloaded.RestoreCounts(f, false).ok());
+  }
+  for (Key k : {1, 2, 3}) {
+    EXPECT_EQ(reloaded.AdmissionCount(k), table.AdmissionCount(k)) << k;
+  }
+  EXPECT_EQ(reloaded.AdmissionCount(2), 2u);
+  // Every slot moves away: the store deletes their counts.
+  EXPECT_GT(table.EraseCounts([](int32_t) { return true; }), 0u);
+  EXPECT_EQ(table.AdmissionCount(2), 0u);
+  Write(4);
+  Result<LoadedCheckpoint> four = checkpointer_.store()->Load(4);
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_TRUE(four->filters.empty());
+}
+
 // A slot move: the source copies its rows out (Export) with evictions
 // held, the target puts them in (Restore) as used at its clock, the source
 // drops them when the move is done (EraseIf).

@@ -120,6 +120,62 @@ TEST_F(SlotMoverTarget, TheSourcesExactlyOnceWindowComesWithTheChunk) {
   EXPECT_FALSE(dedup_.IsDuplicate(8, 31));
 }
 
+// A move's admission counts travel as 'F' records: read back as sent, and
+// a record cut short refuses the chunk whole.
+TEST_F(SlotMoverTarget, AdmissionCountsRoundTripAndACutRecordIsRefused) {
+  const FilterRecord sent{kTable, 5, std::string("\x01\x00\xff", 3)};
+  std::string chunk;
+  SlotMover::AppendFilter(sent, &chunk);
+  std::vector<EntryRecord> entries;
+  std::vector<SlotMover::Buffered> buffered;
+  std::vector<RequestDedup::Window> windows;
+  std::vector<FilterRecord> filters;
+  ASSERT_TRUE(SlotMover::ParseChunk(InMessage::Copy({"source", "h", chunk}),
+                                    &entries, &buffered, &windows, &filters)
+                  .ok());
+  ASSERT_EQ(filters.size(), 1u);
+  EXPECT_EQ(filters[0].table, kTable);
+  EXPECT_EQ(filters[0].slot, 5);
+  EXPECT_EQ(filters[0].counts, sent.counts);
+  chunk.resize(chunk.size() - 1);
+  filters.clear();
+  const Status s =
+      SlotMover::ParseChunk(InMessage::Copy({"source", "h", chunk}), &entries,
+                            &buffered, &windows, &filters);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+}
+
+// Admission counts that do not fit the target's table (here one that
+// admits every id, and keeps none), or of a slot the move does not name,
+// refuse the chunk: none of its keys is put in.
+TEST_F(SlotMoverTarget, CountsThatDoNotFitRefuseTheWholeChunk) {
+  tables_.set_num_slots(16);
+  const Key key = 42;
+  const int32_t slot = routing_.SlotOf(kTable, key);
+  for (const FilterRecord& bad :
+       {FilterRecord{kTable, slot, "counts"},
+        FilterRecord{kTable, (slot + 1) % 16, ""}}) {
+    std::string chunk;
+    EntryRecord e;
+    e.table = kTable;
+    e.key = key;
+    e.value = {5.0f};
+    SlotMover::AppendEntry(e, &chunk);
+    SlotMover::AppendFilter(bad, &chunk);
+    wire::Header h;
+    h.set_type(wire::MIGRATE_DATA);
+    h.set_change_id(21);
+    h.set_last(true);
+    h.add_slots(slot);
+    const Status s = mover_.Install(
+        h, InMessage::Copy({"source", h.SerializeAsString(), chunk}),
+        routing_, tables_, consistency_, dedup_);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+    std::vector<float> value;
+    EXPECT_FALSE(tables_.Find(kTable)->Get(key, &value));
+  }
+}
+
 // A chunk whose window record is cut short is refused whole.
 TEST_F(SlotMoverTarget, ATruncatedWindowRecordIsRefused) {
   RequestDedup::Window w;

@@ -195,10 +195,14 @@ struct RowPolicy {
   // admit_after_pushes-th push (false admission; never after it); more
   // counters make that rarer. Every counter is halved after as many pushes
   // of unadmitted ids as there are counters (aging), so that old counts
-  // fade. Per table per server, allocated at the first push of an
-  // unadmitted id and counted in the server's stored memory
-  // (--max_stored_mb); not carried by checkpoints or slot moves (a
-  // rollback starts the counts again). 0: 2^20 (2 MiB); else 1024 - 2^24.
+  // fade. The counters are kept per slot, so that they move with the
+  // slot's rows: each slot that sees an unadmitted id gets a sketch of
+  // max(64, admission_counters / num_slots) counters, so a table's
+  // counters over all its servers stay within max(admission_counters,
+  // 64 x num_slots), and a server holds its slots' share (counted in its
+  // stored memory, --max_stored_mb). Checkpoints store the counts of each
+  // slot, a rollback restores them as at the cut, and a slot move carries
+  // them to the slot's new server. 0: 2^20 (2 MiB); else 1024 - 2^24.
   uint64_t admission_counters = 0;
   // Eviction by age: a row last updated at server clock L (the minimum
   // clock over live workers when the update was applied) is removed, its

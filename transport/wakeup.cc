@@ -16,10 +16,13 @@ Wakeup::Wakeup() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
 Wakeup::~Wakeup() { close(fd_); }
 
 void Wakeup::Signal() {
-  signalled_.store(true, std::memory_order_release);
+  // The write first: were the flag set first, a Drain between the two
+  // would clear it and read nothing, and the write after would leave the
+  // descriptor readable with the flag clear, waking every Wait at once.
   uint64_t one = 1;
   // EAGAIN only when the counter is saturated: it is readable anyway.
   [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof(one));
+  signalled_.store(true, std::memory_order_release);
 }
 
 void Wakeup::Drain() {

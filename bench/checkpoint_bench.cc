@@ -26,10 +26,14 @@
 //           with every id stored before the first cut (--prefill).
 // A round (prepare, commit, write) every --clocks_per_cut clocks, --cuts of
 // them measured (the first, where every row is new, is not). Per cut: the
-// request thread's pause (the Checkpointer's write call, and any wait for
-// the write before it), the payload handed to the store (values and state
-// of the rows changed since the last cut), and the bytes the process wrote
-// (/proc/self/io wchar: the store's flushes and compactions) over the cuts.
+// request thread's pause (the Checkpointer's Write: the copy of the rows
+// changed since the last cut, and the write itself where it runs in line),
+// how long the cut waited for the write before it (the server holds the
+// pushes beyond the cut meanwhile; the bench's clocks last only their apply
+// unless --clock_ms says more), the payload handed to the store (values and
+// state of the rows changed since the last cut), and the bytes the process
+// wrote (/proc/self/io wchar: the store's writes, flushes and compactions)
+// over the cuts.
 // --full marks every stored row changed before each cut: what writing the
 // whole state every cut would cost.
 //
@@ -37,6 +41,7 @@
 //   checkpoint_bench --workload=sparse --cuts=20 --full
 //   checkpoint_bench --workload=mlp --cuts=50
 #include <stdlib.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,6 +54,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "env/env.h"
@@ -77,6 +83,9 @@ DEFINE_uint32(sparse_draws, 16384, "sparse: Zipf draws per clock.");
 DEFINE_double(zipf, 1.05, "sparse: Zipf exponent of the ids' popularity.");
 DEFINE_uint32(row_width, 16, "sparse: floats per row.");
 DEFINE_bool(prefill, true, "sparse: every id stored before the first cut.");
+DEFINE_double(clock_ms, 0,
+              "Cuts: a clock lasts at least this long (a training step's "
+              "compute; 0: only the apply).");
 DEFINE_uint32(mlp_key_floats, 3136,
               "mlp: floats per key (fmnist-mlp's first layer's chunk).");
 
@@ -88,6 +97,14 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU time of the calling thread, in ms.
+double ThreadCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) +
+         1e-6 * static_cast<double>(t.tv_nsec);
 }
 
 double Median(std::vector<double> v) {
@@ -271,7 +288,13 @@ bool Apply(ParameterTable& table, const Push& push, uint32_t width,
 }
 
 struct CutStats {
-  std::vector<double> pause_ms;    // the request thread's, per cut
+  std::vector<double> pause_ms;  // the request thread's, per cut
+  // Of it, the CPU time the request thread spent (the rest it waited for
+  // a core: other threads and processes ran).
+  std::vector<double> pause_cpu_ms;
+  // Per cut, the wait for the previous cut's write (pushes beyond the cut
+  // stay held meanwhile; the request thread itself goes on).
+  std::vector<double> held_ms;
   std::vector<double> payload_mb;  // values and state handed to the store
   double written_mb = 0;           // the process's writes over the cuts
   size_t rows = 0;                 // rows stored at the end
@@ -308,7 +331,17 @@ bool RunCuts(const std::vector<Push>& pushes, const TableOptions& options,
   int64_t last_cut = 0;
   for (int64_t clock = 0; clock < static_cast<int64_t>(pushes.size());
        ++clock) {
+    const Clock::time_point clock_start = Clock::now();
     if (!Apply(table, pushes[clock], width, clock)) return false;
+    // A clock lasts at least --clock_ms (a training step), as the server
+    // does, taking the writes done meanwhile.
+    while (true) {
+      checkpointer.Poll(tables);
+      const double left_ms = FLAGS_clock_ms - 1e3 * Seconds(clock_start);
+      if (left_ms <= 0) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          static_cast<int64_t>(std::min(left_ms, 1.0) * 1e3)));
+    }
     if ((clock + 1) % every != 0) continue;
     const int64_t cut = clock + 1;
     const bool first = cut == every;
@@ -327,15 +360,20 @@ bool RunCuts(const std::vector<Push>& pushes, const TableOptions& options,
     commit.set_clock(cut);
     commit.set_data_clock(last_cut);
     checkpointer.Commit(commit, 1);
-    // The server clock is `cut`: the cut is due.
+    // The server clock is `cut`: the cut is due, once the write before it
+    // is done.
+    const Clock::time_point held = Clock::now();
+    checkpointer.FinishWrite(tables).IgnoreError();  // reported to `link`
+    const double held_ms = 1e3 * Seconds(held);
     const Clock::time_point start = Clock::now();
+    const double cpu_start = ThreadCpuMs();
     std::optional<int64_t> due = checkpointer.TakeDue(cut, true);
-    if (due) checkpointer.Write(*due, tables, 1, 1).IgnoreError();
+    if (due) checkpointer.Write(*due, tables, 1, 1);
     const double ms = 1e3 * Seconds(start);
-    if (!due || !link.failures.empty()) {
-      std::fprintf(stderr, "cut at clock %lld: %s\n",
-                   static_cast<long long>(cut),
-                   due ? link.failures.front().c_str() : "not due");
+    const double cpu_ms = ThreadCpuMs() - cpu_start;
+    if (!due) {
+      std::fprintf(stderr, "the cut at clock %lld is not due\n",
+                   static_cast<long long>(cut));
       return false;
     }
     last_cut = cut;
@@ -344,14 +382,21 @@ bool RunCuts(const std::vector<Push>& pushes, const TableOptions& options,
       continue;
     }
     stats->pause_ms.push_back(ms);
+    stats->pause_cpu_ms.push_back(cpu_ms);
+    stats->held_ms.push_back(held_ms);
     stats->payload_mb.push_back(payload);
+  }
+  checkpointer.FinishWrite(tables).IgnoreError();
+  for (const std::string& failure : link.failures) {
+    std::fprintf(stderr, "%s\n", failure.c_str());
   }
   stats->written_mb =
       static_cast<double>(BytesWrittenByProcess() - written_at_first) / 1e6;
   stats->rows = table.size();
   std::error_code ec;
   fs::remove_all(dir, ec);
-  return link.reports == static_cast<int>(pushes.size() / every);
+  return link.failures.empty() &&
+         link.reports == static_cast<int>(pushes.size() / every);
 }
 
 int MainCuts() {
@@ -396,10 +441,10 @@ int MainCuts() {
       options.value_width, clocks, FLAGS_clocks_per_cut, FLAGS_cuts,
       Median(per_clock), options.rule == UpdateRule::kAdam ? "Adam" : "AdaGrad",
       FLAGS_sync ? "on" : "off");
-  std::printf("%6s %10s %12s %12s %12s %14s %10s\n", "repeat", "rows",
-              "pause p50", "pause max", "payload p50", "payload/cut",
-              "disk/cut");
-  std::vector<double> p50s, maxes, payloads, payload_means, disks;
+  std::printf("%6s %10s %12s %12s %12s %12s %12s %14s %10s\n", "repeat", "rows",
+              "pause p50", "pause max", "cpu p50", "held p50", "payload p50",
+              "payload/cut", "disk/cut");
+  std::vector<double> p50s, maxes, cpus, helds, payloads, payload_means, disks;
   for (int r = 0; r < FLAGS_repeats; ++r) {
     CutStats stats;
     if (!RunCuts(pushes, options, &stats)) return 1;
@@ -409,16 +454,22 @@ int MainCuts() {
     p50s.push_back(Median(stats.pause_ms));
     maxes.push_back(
         *std::max_element(stats.pause_ms.begin(), stats.pause_ms.end()));
+    cpus.push_back(Median(stats.pause_cpu_ms));
+    helds.push_back(Median(stats.held_ms));
     payloads.push_back(Median(stats.payload_mb));
     payload_means.push_back(payload_sum / cuts);
     disks.push_back(stats.written_mb / cuts);
-    std::printf("%6d %10zu %9.2f ms %9.2f ms %9.3f MB %11.3f MB %7.3f MB\n", r,
-                stats.rows, p50s.back(), maxes.back(), payloads.back(),
-                payload_means.back(), disks.back());
+    std::printf(
+        "%6d %10zu %9.2f ms %9.2f ms %9.2f ms %9.2f ms %9.3f MB %11.3f MB "
+        "%7.3f MB\n",
+        r, stats.rows, p50s.back(), maxes.back(), cpus.back(), helds.back(),
+        payloads.back(), payload_means.back(), disks.back());
   }
-  std::printf("%6s %10s %9.2f ms %9.2f ms %9.3f MB %11.3f MB %7.3f MB\n",
-              "median", "", Median(p50s), Median(maxes), Median(payloads),
-              Median(payload_means), Median(disks));
+  std::printf(
+      "%6s %10s %9.2f ms %9.2f ms %9.2f ms %9.2f ms %9.3f MB %11.3f MB "
+      "%7.3f MB\n",
+      "median", "", Median(p50s), Median(maxes), Median(cpus), Median(helds),
+      Median(payloads), Median(payload_means), Median(disks));
   return 0;
 }
 

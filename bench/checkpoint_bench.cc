@@ -27,7 +27,8 @@
 // A round (prepare, commit, write) every --clocks_per_cut clocks, --cuts of
 // them measured (the first, where every row is new, is not). Per cut: the
 // request thread's pause (the Checkpointer's Write: the copy of the rows
-// changed since the last cut, and the write itself where it runs in line),
+// changed since the last cut, and the write itself where it runs in line)
+// and the CPU time the thread spent in it,
 // how long the cut waited for the write before it (the server holds the
 // pushes beyond the cut meanwhile; the bench's clocks last only their apply
 // unless --clock_ms says more), the payload handed to the store (values and

@@ -1,6 +1,6 @@
 // What a node (a server, the coordinator, a client's I/O side) needs from
-// the world, behind one interface: time, transport and durable storage.
-// The model is leveldb's Env.
+// the world, behind one interface: time, transport, durable storage and
+// background threads. The model is leveldb's Env.
 //
 // SystemEnv() is the real one: the steady clock, ZeroMQ, RocksDB, threads.
 // The simulation (sim/sim_env.h) supplies a fake clock it advances itself, a

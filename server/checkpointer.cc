@@ -192,6 +192,7 @@ void Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
     job->bytes += t.changed_bytes() + 32 * t.changed();
   });
   link_->Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(job->bytes / 10000));
+  write_bytes_ = job->bytes;
   tables.ForEach([&](TableId id, ParameterTable& t) {
     job->tables.push_back({id, ToWire(t.options(), id).SerializeAsString()});
     t.TakeChanges(&job->changed);
@@ -230,16 +231,19 @@ bool Checkpointer::Poll(TableSet& tables) {
 
 Status Checkpointer::FinishWrite(TableSet& tables) {
   if (!writing()) return Status::Ok();
-  if (std::optional<CheckpointOutcome> done = writer_->TakeDone()) {
-    const Status s = done->status;
-    Finish(std::move(*done), tables);
-    return s;
+  // No heartbeat goes out while waiting: at most the whole write, at the
+  // pessimistic 10 MB/s of Write.
+  link_->Heartbeat(/*busy_ms=*/2000 +
+                   static_cast<int64_t>(write_bytes_ / 10000));
+  std::optional<CheckpointOutcome> done = writer_->TakeDone();
+  if (!done) {
+    LOG(INFO) << "server " << server_id_
+              << ": waiting for the checkpoint write in flight";
+    done = writer_->Wait();
   }
-  LOG(INFO) << "server " << server_id_
-            << ": waiting for the checkpoint write in flight";
-  CheckpointOutcome done = writer_->Wait();
-  const Status s = done.status;
-  Finish(std::move(done), tables);
+  const Status s = done->status;
+  Finish(std::move(*done), tables);
+  link_->Heartbeat(0);  // done: silence means death again
   return s;
 }
 

@@ -117,7 +117,9 @@ class Checkpointer {
   bool Poll(TableSet& tables);
   // Waits for the write in flight, if any, and takes it (as Poll); its
   // status (OK if there was none). For what needs the store or the cut
-  // state back (rollbacks, starting over) and for tests.
+  // state back (rollbacks, starting over) and for tests. Tells the
+  // coordinator first that no heartbeat may come for as long as the write
+  // may take.
   Status FinishWrite(TableSet& tables);
 
   // ---- Rollbacks.
@@ -151,6 +153,7 @@ class Checkpointer {
   std::function<void()> wakeup_;
   // The store's owner; null without a state_dir.
   std::unique_ptr<CheckpointWriter> writer_;
+  uint64_t write_bytes_ = 0;  // the last write's payload (CheckpointJob)
   std::string store_dir_;
   int64_t checkpoint_every_ = 0;
 

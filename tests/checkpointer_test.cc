@@ -25,8 +25,9 @@ namespace fs = std::filesystem;
 class RecordingLink final : public CoordinatorLink {
  public:
   void Send(const wire::Header& header) override { sent.push_back(header); }
-  void Heartbeat(int64_t) override {}
+  void Heartbeat(int64_t busy_ms) override { heartbeats.push_back(busy_ms); }
   std::vector<wire::Header> sent;
+  std::vector<int64_t> heartbeats;  // busy_ms of each
 };
 
 class CheckpointerTest : public ::testing::Test {
@@ -459,9 +460,15 @@ TEST_F(BackgroundWrites, FinishWriteWaitsForTheWriteInFlight) {
     control_.OpenGate();
   });
   // As a rollback does before it touches the store.
+  ASSERT_EQ(link_.heartbeats.size(), 2u);  // the copy's busy spell, and 0
   const Status s = checkpointer_->FinishWrite(tables_);
   opener.join();
   ASSERT_TRUE(s.ok()) << s;
+  // The wait is announced as a busy spell too (no heartbeat goes out
+  // meanwhile), and ended.
+  ASSERT_EQ(link_.heartbeats.size(), 4u);
+  EXPECT_GT(link_.heartbeats[2], 0);
+  EXPECT_EQ(link_.heartbeats[3], 0);
   EXPECT_EQ(Reports(), (std::vector<std::pair<int64_t, int>>{{2, 0}}));
   Result<std::vector<int64_t>> versions =
       checkpointer_->store()->ListCheckpoints();

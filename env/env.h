@@ -1,12 +1,12 @@
 // What a node (a server, the coordinator, a client's I/O side) needs from
-// the world, behind one interface: time, transport and durable storage.
-// The model is leveldb's Env.
+// the world, behind one interface: time, transport, durable storage and
+// background threads. The model is leveldb's Env.
 //
-// SystemEnv() is the real one: the steady clock, ZeroMQ, RocksDB. The
-// simulation (sim/sim_env.h) supplies a fake clock it advances itself, a
-// network that delays, reorders, duplicates and drops messages, and stores
-// in memory, so that a whole cluster runs in one thread, deterministically
-// for a given seed.
+// SystemEnv() is the real one: the steady clock, ZeroMQ, RocksDB, threads.
+// The simulation (sim/sim_env.h) supplies a fake clock it advances itself, a
+// network that delays, reorders, duplicates and drops messages, stores in
+// memory and no background thread, so that a whole cluster runs in one
+// thread, deterministically for a given seed.
 //
 // Thread-safe: SystemEnv may be used from any thread; a simulated Env
 // belongs to the simulation's one thread.
@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,18 @@
 #include "transport/socket.h"
 
 namespace ductile {
+
+// A thread that runs tasks one at a time, in the order they were
+// scheduled, beside the thread that schedules them: work that blocks (a
+// checkpoint's write) without holding that thread up. SystemEnv's runs at
+// a lower CPU priority than the process's other threads. Destroying it
+// waits for the tasks scheduled (they all run) and joins the thread.
+class BackgroundThread {
+ public:
+  virtual ~BackgroundThread() = default;
+  // Any thread. `task` runs on the background thread.
+  virtual void Schedule(std::function<void()> task) = 0;
+};
 
 class Env {
  public:
@@ -62,6 +75,15 @@ class Env {
                                                       int64_t clock) = 0;
   virtual Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
       const CoordinatorStoreOptions& options) = 0;
+
+  // A background thread of the caller's own, named `name` (for debuggers),
+  // or null where there is none: the caller then does the work itself, in
+  // line. The simulation has none, so that the work takes no simulated time
+  // and lands at the same point of every run with a seed.
+  virtual std::unique_ptr<BackgroundThread> NewBackgroundThread(
+      const std::string& /*name*/) {
+    return nullptr;
+  }
 };
 
 // The process's real environment; never destroyed.

@@ -31,7 +31,8 @@ Status Checkpointer::Open(const std::string& state_dir, int32_t server_id,
         "server " + std::to_string(server_id) +
             " cannot open its checkpoint store: " + store.status().message());
   }
-  store_ = std::move(*store);
+  writer_ =
+      std::make_unique<CheckpointWriter>(env_, std::move(*store), wakeup_);
   return Status::Ok();
 }
 
@@ -60,7 +61,7 @@ void Checkpointer::Prepare(const wire::Header& prepare, uint64_t generation) {
   ack.set_member_id(server_id_);
   ack.set_change_id(prepare.change_id());
   ack.set_generation(generation);
-  if (!store_) {
+  if (!writer_) {
     StatusToWire(FailedPreconditionError(
                      "server " + std::to_string(server_id_) +
                      " keeps no checkpoints (it was started without a "
@@ -88,8 +89,11 @@ bool Checkpointer::Commit(const wire::Header& commit, uint64_t generation) {
   const int64_t clock = commit.clock();
   const bool ours = prepare_above_ && prepare_id_ == commit.change_id() &&
                     commit.generation() == generation;
-  const bool valid =
-      ours && clock > *prepare_above_ && clock > last_checkpoint_;
+  // (Not at or below a write still in flight either: the coordinator gave
+  // up on that round, and its report must not stand for this one.)
+  const bool valid = ours && clock > *prepare_above_ &&
+                     clock > last_checkpoint_ &&
+                     !(writing() && clock <= writing_clock_);
   if (ours) {
     // The round is over either way: its holds end here.
     prepare_above_.reset();
@@ -124,19 +128,25 @@ bool Checkpointer::Expire(const Laggards& laggards, uint64_t generation) {
     release = true;
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
+    // A cut expires on its deadline, also while it waits for a write in
+    // flight: a store that hangs fails the rounds (and says why) rather
+    // than holding the pushes beyond them for good.
     if (now < it->second) {
       ++it;
       continue;
     }
     const int64_t clock = it->first;
-    const std::string who = laggards(clock);
+    const std::string why =
+        writing() ? "the checkpoint write at clock " +
+                        std::to_string(writing_clock_) + " was still in flight"
+                  : "workers " + laggards(clock) + " did not reach clock " +
+                        std::to_string(clock);
     LOG(WARNING) << "server " << server_id_
-                 << ": dropping the checkpoint at clock " << clock
-                 << ": workers " << who << " did not reach it in time";
+                 << ": dropping the checkpoint at clock " << clock << ": "
+                 << why << " in time";
     Report(clock, generation, 0,
-           DeadlineExceededError("server " + std::to_string(server_id_) +
-                                 ": workers " + who + " did not reach clock " +
-                                 std::to_string(clock) + " in time"));
+           DeadlineExceededError("server " + std::to_string(server_id_) + ": " +
+                                 why + " in time"));
     it = pending_.erase(it);
     release = true;
   }
@@ -153,7 +163,7 @@ std::optional<Checkpointer::TimePoint> Checkpointer::NextDeadline() const {
 }
 
 bool Checkpointer::DueByClock(int64_t server_clock) {
-  if (checkpoint_every_ <= 0 || !store_) return false;
+  if (checkpoint_every_ <= 0 || !writer_) return false;
   const int64_t due =
       std::max<int64_t>(last_checkpoint_, 0) + checkpoint_every_;
   if (server_clock < due || due_reported_ >= due) return false;
@@ -163,7 +173,7 @@ bool Checkpointer::DueByClock(int64_t server_clock) {
 
 std::optional<int64_t> Checkpointer::TakeDue(int64_t server_clock,
                                              bool workers_live) {
-  if (pending_.empty()) return std::nullopt;
+  if (pending_.empty() || writing()) return std::nullopt;
   const int64_t clock = pending_.begin()->first;
   // Every live worker has finished clock - 1, and the BSP clocks below it
   // are applied (the server applies them first): the state is the cut.
@@ -172,113 +182,125 @@ std::optional<int64_t> Checkpointer::TakeDue(int64_t server_clock,
   return clock;
 }
 
-Status Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
-                           uint64_t generation) {
-  if (start_over_) {
-    // What the store holds belongs to the time before this server
-    // rejoined: the changes below would be written on top of it.
-    Status s = store_->StartOver(*start_over_);
-    if (!s.ok()) {
-      s = Status(s.code(),
-                 "the store cannot drop the state it kept from "
-                 "before this server rejoined the job: " +
-                     s.message());
-      LOG(ERROR) << "server " << server_id_ << ": checkpoint at clock " << clock
-                 << " failed: " << s;
-      Report(clock, generation, 0, s);
-      return s;
-    }
-    start_over_.reset();
-  }
-  const TimePoint start = env_->Now();
-  // No heartbeat goes out while copying and writing the changes: say for
-  // how long at most first, at a pessimistic 10 MB/s (a crash meanwhile is
-  // noticed after that).
-  uint64_t bytes = 0;
+void Checkpointer::Write(int64_t clock, TableSet& tables, uint64_t epoch,
+                         uint64_t generation) {
+  auto job = std::make_unique<CheckpointJob>();
+  job->clock = clock;
+  job->epoch = epoch;
+  job->generation = generation;
+  job->blob = "generation=" + std::to_string(generation);
+  job->last_complete = last_complete_checkpoint_;
+  job->start_over = start_over_;
+  // No heartbeat goes out while copying the changes (and writing them,
+  // where that is done in line): say for how long at most first, at a
+  // pessimistic 10 MB/s (a crash meanwhile is noticed after that).
   tables.ForEach([&](TableId, ParameterTable& t) {
-    bytes += t.changed_bytes() + 32 * t.changed();
+    job->bytes += t.changed_bytes() + 32 * t.changed();
   });
-  link_->Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000));
-  std::vector<TableRecord> records;
-  std::vector<EntryRecord> changed;
-  std::vector<std::pair<TableId, Key>> evicted;
-  std::vector<FilterRecord> counts;  // the admission filters', by slot
+  link_->Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(job->bytes / 10000));
+  write_bytes_ = job->bytes;
+  writing_clock_ = clock;
   tables.ForEach([&](TableId id, ParameterTable& t) {
-    records.push_back({id, ToWire(t.options(), id).SerializeAsString()});
-    t.TakeChanges(&changed);
-    t.TakeEvicted(&evicted);
-    t.TakeCountChanges(&counts);
+    job->tables.push_back({id, ToWire(t.options(), id).SerializeAsString()});
+    t.TakeChanges(&job->changed);
+    t.TakeEvicted(&job->evicted);
+    t.TakeCountChanges(&job->counts);  // the admission filters', by slot
   });
-  // Rows evicted since the last checkpoint are deleted from the store
-  // (each key once, and none that this checkpoint writes).
-  std::vector<std::pair<TableId, Key>> deleted = pending_deletes_;
-  deleted.insert(deleted.end(), evicted.begin(), evicted.end());
-  if (!evicted.empty()) {
+  // Rows evicted since the last checkpoint, and the pending deletes, are
+  // deleted from the store: each key once, and none that this checkpoint
+  // writes (a pending delete's row may have come back since: a slot moved
+  // away and back).
+  job->pending_deletes = std::move(pending_deletes_);
+  pending_deletes_.clear();
+  job->deleted = job->pending_deletes;
+  job->deleted.insert(job->deleted.end(), job->evicted.begin(),
+                      job->evicted.end());
+  if (!job->deleted.empty()) {
+    std::vector<std::pair<TableId, Key>>& deleted = job->deleted;
     std::sort(deleted.begin(), deleted.end());
     deleted.erase(std::unique(deleted.begin(), deleted.end()), deleted.end());
     std::set<std::pair<TableId, Key>> written;
-    for (const EntryRecord& e : changed) written.emplace(e.table, e.key);
+    for (const EntryRecord& e : job->changed) written.emplace(e.table, e.key);
     std::erase_if(deleted, [&](const auto& k) { return written.count(k) > 0; });
   }
-  // Versions of rounds that failed will never be restored: drop them, or
-  // they would push complete ones out of the newest keep_last.
-  Result<std::vector<int64_t>> versions = store_->ListCheckpoints();
-  if (versions.ok()) {
-    for (int64_t v : *versions) {
-      if (v > last_complete_checkpoint_ && v < clock) {
-        Status dropped = store_->DropCheckpoint(v);
-        if (!dropped.ok()) {
-          LOG(WARNING) << "server " << server_id_ << ": " << dropped;
-        }
-      }
-    }
-  }
-  Status s =
-      store_->WriteCheckpoint(clock, epoch, records, changed, deleted, counts,
-                              "generation=" + std::to_string(generation));
-  if (s.ok()) {
-    pending_deletes_.clear();
-    last_checkpoint_ = clock;
-    counters_->Set(&ServerCounters::checkpoint_clock, clock);
-    counters_->Add(&ServerCounters::checkpoints_written);
-  } else {
-    // Not written: the changes belong to the next attempt.
-    for (const EntryRecord& e : changed) {
-      if (ParameterTable* t = tables.Find(e.table)) t->MarkChanged(e.key);
-    }
-    for (const auto& [table, key] : evicted) {
-      if (ParameterTable* t = tables.Find(table)) t->MarkEvicted(key);
-    }
-    for (const FilterRecord& f : counts) {
-      ParameterTable* t = tables.Find(f.table);
-      if (t != nullptr) t->MarkCountsChanged(f.slot);
-    }
-  }
+  writer_->Start(std::move(job));
   link_->Heartbeat(0);  // done: silence means death again
-  const double ms =
-      std::chrono::duration<double, std::milli>(env_->Now() - start).count();
-  if (s.ok()) {
-    LOG(INFO) << "server " << server_id_ << ": checkpoint at clock " << clock
-              << " written in " << ms << " ms";
-  } else {
-    LOG(ERROR) << "server " << server_id_ << ": checkpoint at clock " << clock
-               << " failed: " << s;
+  // In line, it is written already.
+  if (std::optional<CheckpointOutcome> done = writer_->TakeDone()) {
+    Finish(std::move(*done), tables);
   }
-  Report(clock, generation, 0, s);
+}
+
+bool Checkpointer::Poll(TableSet& tables) {
+  if (!writing()) return false;
+  std::optional<CheckpointOutcome> done = writer_->TakeDone();
+  if (!done) return false;
+  Finish(std::move(*done), tables);
+  return true;
+}
+
+Status Checkpointer::FinishWrite(TableSet& tables) {
+  if (!writing()) return Status::Ok();
+  // No heartbeat goes out while waiting: at most the whole write, at the
+  // pessimistic 10 MB/s of Write.
+  link_->Heartbeat(/*busy_ms=*/2000 +
+                   static_cast<int64_t>(write_bytes_ / 10000));
+  std::optional<CheckpointOutcome> done = writer_->TakeDone();
+  if (!done) {
+    LOG(INFO) << "server " << server_id_
+              << ": waiting for the checkpoint write in flight";
+    done = writer_->Wait();
+  }
+  const Status s = done->status;
+  Finish(std::move(*done), tables);
+  link_->Heartbeat(0);  // done: silence means death again
   return s;
 }
 
+void Checkpointer::Finish(CheckpointOutcome outcome, TableSet& tables) {
+  const CheckpointJob& job = *outcome.job;
+  if (outcome.started_over) start_over_.reset();
+  const Status& s = outcome.status;
+  if (s.ok()) {
+    last_checkpoint_ = job.clock;
+    counters_->Set(&ServerCounters::checkpoint_clock, job.clock);
+    counters_->Add(&ServerCounters::checkpoints_written);
+    LOG(INFO) << "server " << server_id_ << ": checkpoint at clock "
+              << job.clock << " written in " << outcome.write_ms << " ms";
+  } else {
+    // Not written: the changes belong to the next attempt. Rows changed
+    // again since are listed already; rows gone since need nothing.
+    for (const EntryRecord& e : job.changed) {
+      if (ParameterTable* t = tables.Find(e.table)) t->MarkChanged(e.key);
+    }
+    for (const auto& [table, key] : job.evicted) {
+      if (ParameterTable* t = tables.Find(table)) t->MarkEvicted(key);
+    }
+    for (const FilterRecord& f : job.counts) {
+      if (ParameterTable* t = tables.Find(f.table))
+        t->MarkCountsChanged(f.slot);
+    }
+    pending_deletes_.insert(pending_deletes_.end(), job.pending_deletes.begin(),
+                            job.pending_deletes.end());
+    LOG(ERROR) << "server " << server_id_ << ": checkpoint at clock "
+               << job.clock << " failed: " << s;
+  }
+  Report(job.clock, job.generation, 0, s);
+}
+
 Status Checkpointer::StartOver(std::vector<int64_t> keep, int64_t newest) {
+  CHECK(!writing()) << "starting over with a checkpoint write in flight";
   pending_deletes_.clear();
   Reset(newest);
-  if (store_ == nullptr) return Status::Ok();
+  if (writer_ == nullptr) return Status::Ok();
   start_over_ = std::move(keep);
-  Status s = store_->StartOver(*start_over_);
+  Status s = writer_->store()->StartOver(*start_over_);
   if (s.ok()) start_over_.reset();
   return s;
 }
 
 void Checkpointer::Reset(int64_t clock) {
+  CHECK(!writing()) << "a rollback with a checkpoint write in flight";
   start_over_.reset();
   prepare_above_.reset();
   pending_.clear();

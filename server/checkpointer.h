@@ -8,8 +8,19 @@
 // CLOCK C). A prepare with no commit within its timeout, and a cut the
 // workers do not reach in time, release the held pushes.
 //
-// It decides and writes; the server replays what it held (TakeHeld) and
-// tells it the server clock. Not thread-safe: owned by the request thread.
+// Writing a cut: the request thread copies the rows changed since the
+// previous cut (the pause a cut costs it), and a CheckpointWriter writes
+// and freezes the version beside it, on a background thread where the Env
+// has one (in line in the simulation). The pushes held for the cut are
+// let through once the copy is taken; the version counts only once its
+// write is done and reported (CHECKPOINT_DONE), so a crash meanwhile loses
+// nothing the job could restore. One write at a time: a cut due while one
+// is in flight waits for it (its pushes stay held, until it is written or
+// its deadline passes), and so do rollbacks.
+//
+// It decides and writes; the server replays what it held (TakeHeld), tells
+// it the server clock, and lets it take finished writes (Poll). Not
+// thread-safe: owned by the request thread.
 #ifndef DUCTILE_SERVER_CHECKPOINTER_H_
 #define DUCTILE_SERVER_CHECKPOINTER_H_
 
@@ -26,6 +37,7 @@
 
 #include "env/env.h"
 #include "proto/ductile.pb.h"
+#include "server/checkpoint_writer.h"
 #include "server/coordinator_link.h"
 #include "server/live_counters.h"
 #include "server/table_set.h"
@@ -43,13 +55,17 @@ class Checkpointer {
   Checkpointer(Env* env, CoordinatorLink* link, LiveCounters* counters)
       : env_(env), link_(link), counters_(counters) {}
 
+  // Called from the writer's thread when a write is done, for the thread
+  // that owns this to wake up and Poll (thread-safe). Set before Open.
+  void set_wakeup(std::function<void()> wakeup) { wakeup_ = std::move(wakeup); }
   // Opens <state_dir>/server-<id>; without a state_dir the server keeps no
   // checkpoints (enabled() is false).
   Status Open(const std::string& state_dir, int32_t server_id,
               int keep_checkpoints, int64_t disk_reserve_mb = 64);
-  bool enabled() const { return store_ != nullptr; }
+  bool enabled() const { return writer_ != nullptr; }
   const std::string& store_dir() const { return store_dir_; }
-  CheckpointStore* store() { return store_.get(); }
+  // The store; only while no write is in flight (FinishWrite first).
+  CheckpointStore* store() { return writer_ ? writer_->store() : nullptr; }
   void set_server_id(int32_t id) { server_id_ = id; }
   // Clocks between checkpoints the coordinator asks for (0: on demand or
   // by time only).
@@ -84,11 +100,28 @@ class Checkpointer {
   // coordinator starts the round without waiting for the next heartbeat.
   bool DueByClock(int64_t server_clock);
   // The next committed cut that can be written now (the server clock
-  // reached it, or no worker is live), taken out.
+  // reached it, or no worker is live, and no write is in flight), taken
+  // out.
   std::optional<int64_t> TakeDue(int64_t server_clock, bool workers_live);
-  // Writes the state at `clock` and reports it to the coordinator.
-  Status Write(int64_t clock, TableSet& tables, uint64_t epoch,
-               uint64_t generation);
+  // Takes the state at `clock` (a copy of the rows changed since the last
+  // cut) and starts writing it; the held pushes may then be replayed. Once
+  // written it is reported to the coordinator: here already where writes
+  // run in line, else at the Poll or FinishWrite that takes it. Requires
+  // !writing() (TakeDue gives no cut while it is).
+  void Write(int64_t clock, TableSet& tables, uint64_t epoch,
+             uint64_t generation);
+  // A write started and not yet taken.
+  bool writing() const { return writer_ && writer_->busy(); }
+  // Takes the write in flight if it is done: reports it, and if it failed,
+  // counts its rows changed again in `tables`. True if one was taken (a
+  // due cut may be written now).
+  bool Poll(TableSet& tables);
+  // Waits for the write in flight, if any, and takes it (as Poll); its
+  // status (OK if there was none). For what needs the store or the cut
+  // state back (rollbacks, starting over) and for tests. Tells the
+  // coordinator first that no heartbeat may come for as long as the write
+  // may take.
+  Status FinishWrite(TableSet& tables);
 
   // ---- Rollbacks.
   int64_t last_checkpoint() const { return last_checkpoint_; }
@@ -98,15 +131,19 @@ class Checkpointer {
     return pending_deletes_;
   }
   // The state is now the one at `clock` (0: the start); rounds under way
-  // are abandoned.
+  // are abandoned. Requires !writing().
   void Reset(int64_t clock);
   // The server rejoins the job with no keys; the job's newest complete
   // checkpoint is at `newest` (0: none). The store keeps only the versions
   // at `keep` and empties its working state, now or, if that fails (a
   // read-only disk), before the next write, which fails until it is done.
+  // Requires !writing().
   Status StartOver(std::vector<int64_t> keep, int64_t newest);
 
  private:
+  // Reports a write taken from the writer; a failed one's rows count as
+  // changed (and evicted) again.
+  void Finish(CheckpointOutcome outcome, TableSet& tables);
   void Report(int64_t clock, uint64_t generation, uint64_t round,
               const Status& status);
 
@@ -114,7 +151,11 @@ class Checkpointer {
   CoordinatorLink* const link_;
   LiveCounters* const counters_;
   int32_t server_id_ = -1;
-  std::unique_ptr<CheckpointStore> store_;  // null without a state_dir
+  std::function<void()> wakeup_;
+  // The store's owner; null without a state_dir.
+  std::unique_ptr<CheckpointWriter> writer_;
+  uint64_t write_bytes_ = 0;    // the last write's payload (CheckpointJob)
+  int64_t writing_clock_ = -1;  // the last write's clock
   std::string store_dir_;
   int64_t checkpoint_every_ = 0;
 

@@ -197,10 +197,17 @@ class ParameterTable {
   // Appends the keys evicted since the last call (that are not stored
   // again) to `out`, for a checkpoint to delete.
   void TakeEvicted(std::vector<std::pair<TableId, Key>>* out);
-  // Lists `key` as evicted again (its checkpoint delete failed), unless it
-  // is stored again.
+  // Lists `key` as evicted again (its checkpoint delete failed); if it is
+  // stored again since, the store may still hold its old row, which its
+  // next eviction deletes.
   void MarkEvicted(Key key) {
-    if (keeps_evicted_ && entries_.count(key) == 0) evicted_.insert(key);
+    if (!keeps_evicted_) return;
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      evicted_.insert(key);
+    } else {
+      it->second.in_store = true;
+    }
   }
 
   // Checks a pull's widths against stored keys (variable-width tables).

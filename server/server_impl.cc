@@ -92,7 +92,9 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
 }
 
 ServerImpl::ServerImpl(const ServerOptions& options)
-    : options_(options), env_(SystemEnv()), node_(options_, env_) {}
+    : options_(options), env_(SystemEnv()), node_(options_, env_) {
+  node_.set_wakeup([this] { wakeup_.Signal(); });
+}
 
 ServerImpl::~ServerImpl() {
   Stop();

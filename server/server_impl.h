@@ -3,7 +3,8 @@
 //
 // Threads: the request thread (Run) waits on the node's sockets and steps
 // it; it alone touches the node's state. Other threads read counters
-// (relaxed atomics) or signal `wakeup_` to stop.
+// (relaxed atomics) or signal `wakeup_`: to stop, or (the node's checkpoint
+// writer) to have a finished write taken.
 #ifndef DUCTILE_SERVER_SERVER_IMPL_H_
 #define DUCTILE_SERVER_SERVER_IMPL_H_
 
@@ -48,8 +49,10 @@ class ServerImpl final : public Server {
 
   const ServerOptions options_;
   Env* const env_;
-  ServerNode node_;  // stepped by the request thread only, once started
+  // Before node_: the node's checkpoint writer signals it until the node
+  // is destroyed.
   Wakeup wakeup_;
+  ServerNode node_;  // stepped by the request thread only, once started
   std::atomic<bool> stop_{false};
   std::thread thread_;
   Mutex wait_mu_;       // serializes Wait()

@@ -275,6 +275,9 @@ void ServerNode::Step() {
     return;
   }
   if (env_->Now() >= next_heartbeat_) Heartbeat(0);
+  // A checkpoint written beside this thread: reported; the next cut may
+  // be due (its pushes held until now).
+  if (checkpointer_.Poll(tables_)) WriteDueCheckpoints();
   for (int i = 0; i < kRequestsPerStep; ++i) {
     bool got = false;
     if (!router_->Receive(&message_, &got).ok() || !got) {
@@ -533,8 +536,9 @@ void ServerNode::WriteDueCheckpoints() {
   while (std::optional<int64_t> clock =
              checkpointer_.TakeDue(consistency_.server_clock(),
                                    !consistency_.live_workers().empty())) {
-    checkpointer_.Write(*clock, tables_, routing_.epoch(), generation_)
-        .IgnoreError();  // reported to the coordinator
+    // Reported to the coordinator once written. The cut's state is
+    // copied: the pushes held for it may be applied.
+    checkpointer_.Write(*clock, tables_, routing_.epoch(), generation_);
     ReplayCheckpointHeld();
   }
 }

@@ -69,6 +69,12 @@ class ServerNode final : private CoordinatorLink {
   Status Start();
   // Handles what the sockets hold, then the timers due.
   void Step();
+  // Called from another thread when Step() has work that no socket shows
+  // (a checkpoint write finished beside the stepping thread); must be
+  // thread-safe. Set before Start().
+  void set_wakeup(std::function<void()> wakeup) {
+    checkpointer_.set_wakeup(std::move(wakeup));
+  }
 
   // Registered: serving. A refused registration leaves failed() set.
   bool registered() const { return registered_; }

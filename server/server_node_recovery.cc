@@ -23,6 +23,10 @@ void ServerNode::Recover(const wire::Header& header) {
     // already, and requests of this generation may have been applied since.
     return Send(ack);
   }
+  // The store is the writer's until the write in flight is done; that
+  // version is reported as any other (the coordinator knows whether its
+  // round still counts).
+  checkpointer_.FinishWrite(tables_).IgnoreError();
   // Its workers' connections are those of when the rollback began (a
   // resend's too): they only fill in workers not known yet.
   admission_.BindWorkers(header, /*overwrite=*/false);
@@ -90,7 +94,8 @@ void ServerNode::Recover(const wire::Header& header) {
 }
 
 void ServerNode::Rejoin(const wire::Header& header) {
-  if (header.generation() <= generation_) return;  // sent again
+  if (header.generation() <= generation_) return;    // sent again
+  checkpointer_.FinishWrite(tables_).IgnoreError();  // the store is needed
   admission_.BindWorkers(header, /*overwrite=*/false);
   LOG(WARNING) << "server " << id_
                << ": the coordinator declared this server dead (it was "

@@ -178,6 +178,12 @@ class RocksCheckpointStore final : public CheckpointStore {
 };
 
 Status RocksCheckpointStore::Init() {
+  // Compactions of live/ merge increments in the background (docs/
+  // fault_tolerance.md); at a lower CPU priority (process-wide, for every
+  // RocksDB of the default Env), they give way to the request threads
+  // where cores are short.
+  rocksdb::Env::Default()->LowerThreadPoolCPUPriority(
+      rocksdb::Env::Priority::LOW);
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return FromErrorCode(ec, "cannot create checkpoint directory", dir_);

@@ -12,7 +12,10 @@ time to a target test accuracy (0.90 for the CNN, 0.88 for the MLP):
     ductile-N-MODE   `ductile local --servers=S --workers=N -- python3 THIS`,
                      N workers through ductile.torch (DistributedOptimizer
                      with consistency MODE: bsp, ssp2 (ssp:2) or async;
-                     ElasticSampler); the servers run the optimizer
+                     ElasticSampler); the servers run the optimizer.
+                     A suffix -bBYTES sets DistributedOptimizer's
+                     bucket_bytes (ductile-1-bsp-b0: a tensor per
+                     parameter); without one, its default
     cpp-N            the built-in C++ app (MLP only): `ductile local
                      --app=fmnist-mlp`, same layers, batch, Adam and rate
 
@@ -112,8 +115,9 @@ def run_worker(args) -> None:
         dt.init()
         rank, world, client = dt.rank(), dt.size(), dt.client()
         net = model
+        fusion = {} if args.bucket_bytes < 0 else {"bucket_bytes": args.bucket_bytes}
         optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters(),
-                                            consistency=args.consistency)
+                                            consistency=args.consistency, **fusion)
         loader = torch.utils.data.DataLoader(
             train, batch_sampler=dt.ElasticSampler(len(train), args.batch_size, args.epochs))
     else:
@@ -197,23 +201,31 @@ def free_port() -> int:
 
 
 def parse_config(config: str):
+    """(system, workers, mode, bucket_bytes: -1 for the default)."""
     parts = config.split("-")
-    system, workers = parts[0], int(parts[1])
-    mode = parts[2] if len(parts) > 2 else "bsp"
-    if system not in ("torch", "ddp", "ductile", "cpp") or mode not in CONSISTENCY \
+    try:
+        system, workers = parts[0], int(parts[1])
+        mode = parts[2] if len(parts) > 2 else "bsp"
+        bucket_bytes = int(parts[3][1:]) if len(parts) > 3 and parts[3][:1] == "b" else -1
+        known = len(parts) <= 3 or (system == "ductile" and len(parts) == 4 and bucket_bytes >= 0)
+    except (IndexError, ValueError):
+        known = False
+    if not known or system not in ("torch", "ddp", "ductile", "cpp") or mode not in CONSISTENCY \
             or (system == "torch" and workers != 1):
         raise SystemExit(f"unknown configuration '{config}' (torch-1, ddp-N, "
-                         "ductile-N-bsp|ssp2|async, cpp-N)")
-    return system, workers, mode
+                         "ductile-N-bsp|ssp2|async[-bBYTES], cpp-N)")
+    return system, workers, mode, bucket_bytes
 
 
-def worker_args(args, model: str, workers: int, mode: str, stop_file: Path):
+def worker_args(args, model: str, workers: int, mode: str, bucket_bytes: int,
+                stop_file: Path):
     global_eval = args.eval_every or {"cnn": 300, "mlp": 300}[model]
     return [sys.executable, str(Path(__file__).resolve()), f"--worker={{}}",
             f"--model={model}", f"--epochs={epochs_of(args, model)}",
             f"--batch_size={args.batch_size}", f"--lr={args.lr}", f"--threads={args.threads}",
             f"--eval_every={max(1, global_eval // workers)}", f"--target={TARGETS[model]}",
-            f"--consistency={CONSISTENCY[mode]}", f"--stop_file={stop_file}",
+            f"--consistency={CONSISTENCY[mode]}", f"--bucket_bytes={bucket_bytes}",
+            f"--stop_file={stop_file}",
             f"--data_dir={args.data_dir}"] + \
         ([f"--train_samples={args.train_samples}"] if args.train_samples else []) + \
         ([] if args.no_stop else ["--stop_at_target"])
@@ -227,9 +239,9 @@ def parse_reports(output: str):
     return [json.loads(m) for m in re.findall(r"BENCH (\{.*\})", output)]
 
 
-def run_python(args, model, system, workers, mode, tmp: Path):
+def run_python(args, model, system, workers, mode, bucket_bytes, tmp: Path):
     stop_file = tmp / f"stop-{time.monotonic_ns()}"
-    command = worker_args(args, model, workers, mode, stop_file)
+    command = worker_args(args, model, workers, mode, bucket_bytes, stop_file)
     env = dict(os.environ, PYTHONPATH=str(Path(args.build) / "python"))
     env.setdefault("OMP_NUM_THREADS", str(args.threads))
     start = time.monotonic()
@@ -423,6 +435,7 @@ def main() -> None:
     parser.add_argument("--stop_file", default="", help=argparse.SUPPRESS)
     parser.add_argument("--stop_at_target", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--consistency", default="bsp", help=argparse.SUPPRESS)
+    parser.add_argument("--bucket_bytes", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--models", default="cnn,mlp")
     parser.add_argument("--cnn_target", type=float, default=TARGETS["cnn"])
     parser.add_argument("--mlp_target", type=float, default=TARGETS["mlp"])
@@ -480,14 +493,15 @@ def main() -> None:
             order = args.configs[shift:] + args.configs[:shift]
             for model in args.models:
                 for config in order:
-                    system, workers, mode = parsed[config]
+                    system, workers, mode, bucket_bytes = parsed[config]
                     if system == "cpp" and model != "mlp":
                         continue
                     print(f"[rep {rep + 1}/{args.repeats}] {model} {config} ...", flush=True)
                     if system == "cpp":
                         result = run_cpp(args, model, workers, tmp)
                     else:
-                        result = run_python(args, model, system, workers, mode, tmp)
+                        result = run_python(args, model, system, workers, mode, bucket_bytes,
+                                            tmp)
                     if result is None:
                         continue
                     row = dict(model=model, config=config, rep=rep, threads=args.threads,

@@ -36,7 +36,10 @@ time; the summary gives medians over the repetitions.
 The Python layer's cost: the MLP's per-step time (median over steps, loop
 less evaluations) of ductile-N-bsp against cpp-N's (its CSV log's step_ms,
 the time between clocks, median over its windows), and torch-1's (the same
-torch computation with no ductile).
+torch computation with no ductile). "cpu ms" is a Python process's own CPU
+time per step (all its threads, time.process_time(); median over steps),
+which other load on the machine moves less than the wall time; the C++
+app does not report it.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py --quick
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py \\
@@ -129,6 +132,7 @@ def run_worker(args) -> None:
     train_s = eval_s = 0.0
     steps = samples = 0
     step_ms = []
+    cpu_ms = []  # this process's CPU time (all its threads) per step
     reached = None
     stop = False
 
@@ -147,6 +151,7 @@ def run_worker(args) -> None:
 
     last_eval = 0
     mark = time.perf_counter()
+    cpu_mark = time.process_time()
     for epoch in range(args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -157,6 +162,7 @@ def run_worker(args) -> None:
             loss.backward()
             optimizer.step()
             now = time.perf_counter()
+            cpu_ms.append((time.process_time() - cpu_mark) * 1000)
             step_ms.append((now - mark) * 1000)
             train_s += now - mark
             steps += 1
@@ -175,6 +181,7 @@ def run_worker(args) -> None:
             if args.worker == "ductile" and rank != 0 and stop_file and stop_file.exists():
                 stop = True
             mark = time.perf_counter()
+            cpu_mark = time.process_time()
             if stop:
                 break
         if not stop and evaluated_at != steps:
@@ -182,10 +189,12 @@ def run_worker(args) -> None:
             evaluate(epoch)
             eval_s += time.perf_counter() - start
             mark = time.perf_counter()
+            cpu_mark = time.process_time()
         if stop:
             break
     report("done", rank=rank, world=world, steps=steps, samples=samples, train_s=train_s,
            eval_s=eval_s, step_ms_median=statistics.median(step_ms) if step_ms else None,
+           cpu_ms_median=statistics.median(cpu_ms) if cpu_ms else None,
            reached=reached)
     if args.worker == "ddp":
         import torch.distributed as dist
@@ -300,6 +309,7 @@ def run_python(args, model, system, workers, mode, bucket_bytes, tmp: Path):
         train_s=max(r["train_s"] for r in done),
         samples_per_s=sum(r["samples"] for r in done) / max(1e-9, max(r["train_s"] for r in done)),
         step_ms=lead["step_ms_median"],
+        cpu_ms=lead["cpu_ms_median"],
         time_to_target_s=reached["train_s"] if reached else None,
         target_epoch=reached["epoch"] + 1 if reached else None,
         best_accuracy=max((e["accuracy"] for e in evals), default=None),
@@ -338,7 +348,7 @@ def run_cpp(args, model, workers, tmp: Path):
     samples_per_s = statistics.median(float(r["samples_per_s"]) for r in steps[1:] or steps)
     return dict(
         samples=None, train_s=float(epochs[-1]["time_s"]) if epochs else None,
-        samples_per_s=samples_per_s, step_ms=step_ms,
+        samples_per_s=samples_per_s, step_ms=step_ms, cpu_ms=None,
         # Epoch granularity, its evaluations included (they are short).
         time_to_target_s=float(reached["time_s"]) if reached else None,
         target_epoch=int(reached["epoch"]) if reached else None,
@@ -350,7 +360,7 @@ def run_cpp(args, model, workers, tmp: Path):
 
 
 FIELDS = ["model", "config", "rep", "threads", "batch_size", "samples", "train_s",
-          "samples_per_s", "step_ms", "time_to_target_s", "target_epoch", "best_accuracy",
+          "samples_per_s", "step_ms", "cpu_ms", "time_to_target_s", "target_epoch", "best_accuracy",
           "final_accuracy", "epochs_run", "thresholds_s", "wall_s"]
 
 
@@ -377,6 +387,7 @@ def summarize(args, rows, out_dir: Path):
                 model=model, config=config, runs=len(runs),
                 samples_per_s=median_of(runs, "samples_per_s"),
                 step_ms=median_of(runs, "step_ms"),
+                cpu_ms=median_of(runs, "cpu_ms"),
                 reached=f"{len(reached)}/{len(runs)}",
                 # Median over the runs that reached it; "not reached" when none did.
                 time_to_target_s=median_of(reached, "time_to_target_s"),
@@ -389,13 +400,13 @@ def summarize(args, rows, out_dir: Path):
         writer.writerows(summary)
     print(f"\nmedians over the runs; threads={args.threads} per process, "
           f"batch {args.batch_size} per process, Adam lr {args.lr}")
-    print(f"{'model':<5} {'config':<16} {'samples/s':>9} {'step ms':>8} "
+    print(f"{'model':<5} {'config':<16} {'samples/s':>9} {'step ms':>8} {'cpu ms':>7} "
           f"{'to target s':>11} {'epoch':>5} {'reached':>7} {'best acc':>8}")
     for s in summary:
         target = fmt(s["time_to_target_s"]) if s["time_to_target_s"] is not None \
             else "not reached"
         print(f"{s['model']:<5} {s['config']:<16} {fmt(s['samples_per_s'], 0):>9} "
-              f"{fmt(s['step_ms'], 2):>8} {target:>11} {fmt(s['target_epoch'], 0):>5} "
+              f"{fmt(s['step_ms'], 2):>8} {fmt(s['cpu_ms'], 2):>7} {target:>11} {fmt(s['target_epoch'], 0):>5} "
               f"{s['reached']:>7} {fmt(s['best_accuracy'], 4):>8}")
     return summary
 

@@ -245,7 +245,10 @@ def epochs_of(args, model: str) -> int:
 
 
 def parse_reports(output: str):
-    return [json.loads(m) for m in re.findall(r"BENCH (\{.*\})", output)]
+    """Every `BENCH {...}` report, also where two workers' lines ran into
+    one (`BENCH {...}BENCH {...}`): each object is decoded from its start."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(output, m.end())[0] for m in re.finditer(r"BENCH (?=\{)", output)]
 
 
 def run_python(args, model, system, workers, mode, bucket_bytes, tmp: Path):

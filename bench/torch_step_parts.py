@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Where a DistributedOptimizer step's time goes: the MLP of
-examples/torch/mlp.py trained by one worker, with each part timed.
+examples/torch/mlp.py (or --model=cnn, examples/torch/cnn.py) trained with
+each part timed, by each worker of the job.
 
 Run as a ductile worker, once per bucket_bytes:
 
@@ -42,19 +43,22 @@ def timed(times, f):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     parser.add_argument("--bucket_bytes", type=int, default=4 << 20)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--data_dir", type=Path, default=Path("/usr/share/datasets/fashion-mnist"))
     args = parser.parse_args()
-    spec = importlib.util.spec_from_file_location("mlp", ROOT / "examples" / "torch" / "mlp.py")
-    mlp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mlp)
+    spec = importlib.util.spec_from_file_location(
+        args.model, ROOT / "examples" / "torch" / f"{args.model}.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
     torch.set_num_threads(1)
     dt.init()
-    x, y = mlp.load(args.data_dir, "train")
-    model = mlp.make_model()
+    train = example.load(args.data_dir, "train")
+    x, y = train.tensors if args.model == "cnn" else train
+    model = example.make_model()
     optimizer = dt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.001),
                                         model.named_parameters(),
                                         bucket_bytes=args.bucket_bytes)
@@ -82,7 +86,8 @@ def main() -> None:
         parts["fwd+bwd"].append(middle - start)
         parts["step"].append(time.perf_counter() - middle)
     pushes = len(parts["push"]) // args.steps
-    print(f"bucket_bytes={args.bucket_bytes}: {len(optimizer._buckets)} tensors, "
+    print(f"worker {dt.rank()}, bucket_bytes={args.bucket_bytes}: "
+          f"{len(optimizer._buckets)} tensors, "
           f"medians over steps {args.warmup}-{args.steps}:")
     for name, times in parts.items():
         skip = args.warmup * (pushes if name == "push" else 1)

@@ -409,7 +409,8 @@ def summarize(args, rows, out_dir: Path):
         target = fmt(s["time_to_target_s"]) if s["time_to_target_s"] is not None \
             else "not reached"
         print(f"{s['model']:<5} {s['config']:<16} {fmt(s['samples_per_s'], 0):>9} "
-              f"{fmt(s['step_ms'], 2):>8} {fmt(s['cpu_ms'], 2):>7} {target:>11} {fmt(s['target_epoch'], 0):>5} "
+              f"{fmt(s['step_ms'], 2):>8} {fmt(s['cpu_ms'], 2):>7} {target:>11} "
+              f"{fmt(s['target_epoch'], 0):>5} "
               f"{s['reached']:>7} {fmt(s['best_accuracy'], 4):>8}")
     return summary
 

@@ -12,7 +12,10 @@ time to a target test accuracy (0.90 for the CNN, 0.88 for the MLP):
     ductile-N-MODE   `ductile local --servers=S --workers=N -- python3 THIS`,
                      N workers through ductile.torch (DistributedOptimizer
                      with consistency MODE: bsp, ssp2 (ssp:2) or async;
-                     ElasticSampler); the servers run the optimizer
+                     ElasticSampler); the servers run the optimizer.
+                     A suffix -bBYTES sets DistributedOptimizer's
+                     bucket_bytes (ductile-1-bsp-b0: a tensor per
+                     parameter); without one, its default
     cpp-N            the built-in C++ app (MLP only): `ductile local
                      --app=fmnist-mlp`, same layers, batch, Adam and rate
 
@@ -33,7 +36,10 @@ time; the summary gives medians over the repetitions.
 The Python layer's cost: the MLP's per-step time (median over steps, loop
 less evaluations) of ductile-N-bsp against cpp-N's (its CSV log's step_ms,
 the time between clocks, median over its windows), and torch-1's (the same
-torch computation with no ductile).
+torch computation with no ductile). "cpu ms" is a Python process's own CPU
+time per step (all its threads, time.process_time(); median over steps),
+which other load on the machine moves less than the wall time; the C++
+app does not report it.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py --quick
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_bench.py \\
@@ -112,8 +118,9 @@ def run_worker(args) -> None:
         dt.init()
         rank, world, client = dt.rank(), dt.size(), dt.client()
         net = model
+        fusion = {} if args.bucket_bytes < 0 else {"bucket_bytes": args.bucket_bytes}
         optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters(),
-                                            consistency=args.consistency)
+                                            consistency=args.consistency, **fusion)
         loader = torch.utils.data.DataLoader(
             train, batch_sampler=dt.ElasticSampler(len(train), args.batch_size, args.epochs))
     else:
@@ -125,6 +132,7 @@ def run_worker(args) -> None:
     train_s = eval_s = 0.0
     steps = samples = 0
     step_ms = []
+    cpu_ms = []  # this process's CPU time (all its threads) per step
     reached = None
     stop = False
 
@@ -143,6 +151,7 @@ def run_worker(args) -> None:
 
     last_eval = 0
     mark = time.perf_counter()
+    cpu_mark = time.process_time()
     for epoch in range(args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -153,6 +162,7 @@ def run_worker(args) -> None:
             loss.backward()
             optimizer.step()
             now = time.perf_counter()
+            cpu_ms.append((time.process_time() - cpu_mark) * 1000)
             step_ms.append((now - mark) * 1000)
             train_s += now - mark
             steps += 1
@@ -171,6 +181,7 @@ def run_worker(args) -> None:
             if args.worker == "ductile" and rank != 0 and stop_file and stop_file.exists():
                 stop = True
             mark = time.perf_counter()
+            cpu_mark = time.process_time()
             if stop:
                 break
         if not stop and evaluated_at != steps:
@@ -178,10 +189,12 @@ def run_worker(args) -> None:
             evaluate(epoch)
             eval_s += time.perf_counter() - start
             mark = time.perf_counter()
+            cpu_mark = time.process_time()
         if stop:
             break
     report("done", rank=rank, world=world, steps=steps, samples=samples, train_s=train_s,
            eval_s=eval_s, step_ms_median=statistics.median(step_ms) if step_ms else None,
+           cpu_ms_median=statistics.median(cpu_ms) if cpu_ms else None,
            reached=reached)
     if args.worker == "ddp":
         import torch.distributed as dist
@@ -197,23 +210,31 @@ def free_port() -> int:
 
 
 def parse_config(config: str):
+    """(system, workers, mode, bucket_bytes: -1 for the default)."""
     parts = config.split("-")
-    system, workers = parts[0], int(parts[1])
-    mode = parts[2] if len(parts) > 2 else "bsp"
-    if system not in ("torch", "ddp", "ductile", "cpp") or mode not in CONSISTENCY \
+    try:
+        system, workers = parts[0], int(parts[1])
+        mode = parts[2] if len(parts) > 2 else "bsp"
+        bucket_bytes = int(parts[3][1:]) if len(parts) > 3 and parts[3][:1] == "b" else -1
+        known = len(parts) <= 3 or (system == "ductile" and len(parts) == 4 and bucket_bytes >= 0)
+    except (IndexError, ValueError):
+        known = False
+    if not known or system not in ("torch", "ddp", "ductile", "cpp") or mode not in CONSISTENCY \
             or (system == "torch" and workers != 1):
         raise SystemExit(f"unknown configuration '{config}' (torch-1, ddp-N, "
-                         "ductile-N-bsp|ssp2|async, cpp-N)")
-    return system, workers, mode
+                         "ductile-N-bsp|ssp2|async[-bBYTES], cpp-N)")
+    return system, workers, mode, bucket_bytes
 
 
-def worker_args(args, model: str, workers: int, mode: str, stop_file: Path):
+def worker_args(args, model: str, workers: int, mode: str, bucket_bytes: int,
+                stop_file: Path):
     global_eval = args.eval_every or {"cnn": 300, "mlp": 300}[model]
     return [sys.executable, str(Path(__file__).resolve()), f"--worker={{}}",
             f"--model={model}", f"--epochs={epochs_of(args, model)}",
             f"--batch_size={args.batch_size}", f"--lr={args.lr}", f"--threads={args.threads}",
             f"--eval_every={max(1, global_eval // workers)}", f"--target={TARGETS[model]}",
-            f"--consistency={CONSISTENCY[mode]}", f"--stop_file={stop_file}",
+            f"--consistency={CONSISTENCY[mode]}", f"--bucket_bytes={bucket_bytes}",
+            f"--stop_file={stop_file}",
             f"--data_dir={args.data_dir}"] + \
         ([f"--train_samples={args.train_samples}"] if args.train_samples else []) + \
         ([] if args.no_stop else ["--stop_at_target"])
@@ -224,12 +245,15 @@ def epochs_of(args, model: str) -> int:
 
 
 def parse_reports(output: str):
-    return [json.loads(m) for m in re.findall(r"BENCH (\{.*\})", output)]
+    """Every `BENCH {...}` report, also where two workers' lines ran into
+    one (`BENCH {...}BENCH {...}`): each object is decoded from its start."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(output, m.end())[0] for m in re.finditer(r"BENCH (?=\{)", output)]
 
 
-def run_python(args, model, system, workers, mode, tmp: Path):
+def run_python(args, model, system, workers, mode, bucket_bytes, tmp: Path):
     stop_file = tmp / f"stop-{time.monotonic_ns()}"
-    command = worker_args(args, model, workers, mode, stop_file)
+    command = worker_args(args, model, workers, mode, bucket_bytes, stop_file)
     env = dict(os.environ, PYTHONPATH=str(Path(args.build) / "python"))
     env.setdefault("OMP_NUM_THREADS", str(args.threads))
     start = time.monotonic()
@@ -288,6 +312,7 @@ def run_python(args, model, system, workers, mode, tmp: Path):
         train_s=max(r["train_s"] for r in done),
         samples_per_s=sum(r["samples"] for r in done) / max(1e-9, max(r["train_s"] for r in done)),
         step_ms=lead["step_ms_median"],
+        cpu_ms=lead["cpu_ms_median"],
         time_to_target_s=reached["train_s"] if reached else None,
         target_epoch=reached["epoch"] + 1 if reached else None,
         best_accuracy=max((e["accuracy"] for e in evals), default=None),
@@ -326,7 +351,7 @@ def run_cpp(args, model, workers, tmp: Path):
     samples_per_s = statistics.median(float(r["samples_per_s"]) for r in steps[1:] or steps)
     return dict(
         samples=None, train_s=float(epochs[-1]["time_s"]) if epochs else None,
-        samples_per_s=samples_per_s, step_ms=step_ms,
+        samples_per_s=samples_per_s, step_ms=step_ms, cpu_ms=None,
         # Epoch granularity, its evaluations included (they are short).
         time_to_target_s=float(reached["time_s"]) if reached else None,
         target_epoch=int(reached["epoch"]) if reached else None,
@@ -338,7 +363,7 @@ def run_cpp(args, model, workers, tmp: Path):
 
 
 FIELDS = ["model", "config", "rep", "threads", "batch_size", "samples", "train_s",
-          "samples_per_s", "step_ms", "time_to_target_s", "target_epoch", "best_accuracy",
+          "samples_per_s", "step_ms", "cpu_ms", "time_to_target_s", "target_epoch", "best_accuracy",
           "final_accuracy", "epochs_run", "thresholds_s", "wall_s"]
 
 
@@ -365,6 +390,7 @@ def summarize(args, rows, out_dir: Path):
                 model=model, config=config, runs=len(runs),
                 samples_per_s=median_of(runs, "samples_per_s"),
                 step_ms=median_of(runs, "step_ms"),
+                cpu_ms=median_of(runs, "cpu_ms"),
                 reached=f"{len(reached)}/{len(runs)}",
                 # Median over the runs that reached it; "not reached" when none did.
                 time_to_target_s=median_of(reached, "time_to_target_s"),
@@ -377,13 +403,14 @@ def summarize(args, rows, out_dir: Path):
         writer.writerows(summary)
     print(f"\nmedians over the runs; threads={args.threads} per process, "
           f"batch {args.batch_size} per process, Adam lr {args.lr}")
-    print(f"{'model':<5} {'config':<16} {'samples/s':>9} {'step ms':>8} "
+    print(f"{'model':<5} {'config':<16} {'samples/s':>9} {'step ms':>8} {'cpu ms':>7} "
           f"{'to target s':>11} {'epoch':>5} {'reached':>7} {'best acc':>8}")
     for s in summary:
         target = fmt(s["time_to_target_s"]) if s["time_to_target_s"] is not None \
             else "not reached"
         print(f"{s['model']:<5} {s['config']:<16} {fmt(s['samples_per_s'], 0):>9} "
-              f"{fmt(s['step_ms'], 2):>8} {target:>11} {fmt(s['target_epoch'], 0):>5} "
+              f"{fmt(s['step_ms'], 2):>8} {fmt(s['cpu_ms'], 2):>7} {target:>11} "
+              f"{fmt(s['target_epoch'], 0):>5} "
               f"{s['reached']:>7} {fmt(s['best_accuracy'], 4):>8}")
     return summary
 
@@ -423,6 +450,7 @@ def main() -> None:
     parser.add_argument("--stop_file", default="", help=argparse.SUPPRESS)
     parser.add_argument("--stop_at_target", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--consistency", default="bsp", help=argparse.SUPPRESS)
+    parser.add_argument("--bucket_bytes", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--models", default="cnn,mlp")
     parser.add_argument("--cnn_target", type=float, default=TARGETS["cnn"])
     parser.add_argument("--mlp_target", type=float, default=TARGETS["mlp"])
@@ -480,14 +508,15 @@ def main() -> None:
             order = args.configs[shift:] + args.configs[:shift]
             for model in args.models:
                 for config in order:
-                    system, workers, mode = parsed[config]
+                    system, workers, mode, bucket_bytes = parsed[config]
                     if system == "cpp" and model != "mlp":
                         continue
                     print(f"[rep {rep + 1}/{args.repeats}] {model} {config} ...", flush=True)
                     if system == "cpp":
                         result = run_cpp(args, model, workers, tmp)
                     else:
-                        result = run_python(args, model, system, workers, mode, tmp)
+                        result = run_python(args, model, system, workers, mode, bucket_bytes,
+                                            tmp)
                     if result is None:
                         continue
                     row = dict(model=model, config=config, rep=rep, threads=args.threads,

@@ -13,9 +13,10 @@
         optimizer.step()                        # clock, then fresh parameters
         dt.report(loss=loss, samples=len(x))    # for status, metrics, policies
 
-Every parameter is a dense tensor on the servers, and the servers run the
-optimizer: the torch optimizer's kind and hyper-parameters become the
-tensor's update rule (SUPPORTED lists them). For any other optimizer,
+Every parameter lives in a dense tensor on the servers (consecutive
+parameters of a param group fused into one, up to bucket_bytes), and the
+servers run the optimizer: the torch optimizer's kind and hyper-parameters
+become the tensor's update rule (SUPPORTED lists them). For any other optimizer,
 average_gradients=True makes the servers average each clock's gradients
 (BSP) and every worker runs its own torch optimizer on the average.
 
@@ -37,7 +38,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 import ductile
-from ductile import _elastic
+from ductile import _buckets, _elastic
 from ductile._elastic import ElasticSampler
 from ductile._env import connect_from_env
 
@@ -216,26 +217,6 @@ def _accumulate_grad_hook(p: torch.Tensor, hook) -> Any:
     return node
 
 
-class _Param:
-    """One parameter and its tensors on the servers."""
-
-    def __init__(self, name: str, p: torch.Tensor, group: Dict[str, Any]):
-        self.name = name
-        self.p = p
-        self.group = group
-        self.numel = p.numel()
-        self.tensor: Any = None  # the update table (server mode) or the mean gradient
-        self.init: Any = None  # the first worker's initial values
-        self.lr0 = float(group["lr"])
-        self.scales_lr = False  # SGD: the lr's changes scale the gradient
-        self.grad = torch.zeros(self.numel, dtype=torch.float32)  # what is pushed
-        self.pulled = torch.zeros(self.numel, dtype=torch.float32)
-        self.start = torch.zeros(self.numel, dtype=torch.float32)  # initial values
-        self.handle: Any = None  # the push of this step, once sent
-        self.error: Optional[BaseException] = None  # its push's, raised by step()
-        self.passes = 0  # backward passes accumulated since the last step()
-
-
 def _wait_all(handles: Iterable[Any]) -> None:
     """Waits for every handle (None: none), then raises the first error."""
     first: Optional[BaseException] = None
@@ -262,8 +243,23 @@ class DistributedOptimizer:
     `optimizer` on the average (any optimizer). backward_passes_per_step:
     the backward() calls whose gradients accumulate (in p.grad) into one
     step; the sum is pushed after the last of them, and one more before
-    step() raises FailedPrecondition. client: the client to use (default:
+    step() raises FailedPrecondition. bucket_bytes: consecutive parameters
+    of one param group (in reverse registration order, as backward produces
+    their gradients) share one tensor on the servers, `<name>.bucket<i>`,
+    up to this many bytes of float32 values (a larger parameter alone); 0:
+    one tensor per parameter, `<name>.<parameter name>`. Every worker of a
+    model must pass the same value. client: the client to use (default:
     the one init() connected).
+
+    A bucket is pushed once each of its parameters has had the last
+    backward pass of the step, or else by step(). A parameter with no
+    gradient in a step contributes zeros to its bucket's push (and no
+    weight decay): under SGD with momentum and Adam the servers still apply
+    their state (the momentum moves it), as torch.optim does for a zeroed
+    grad but not for a grad of None, which it skips; with bucket_bytes=0,
+    or when no parameter of the bucket has a gradient, nothing is pushed,
+    as torch skips it. With average_gradients such a
+    parameter counts as zero in the step's mean either way.
 
     Parameters with requires_grad=False are left out: neither stored on the
     servers nor pulled. All workers start from the same parameters: the
@@ -281,6 +277,7 @@ class DistributedOptimizer:
         name: str = "model",
         average_gradients: bool = False,
         backward_passes_per_step: int = 1,
+        bucket_bytes: int = _buckets.DEFAULT_BUCKET_BYTES,
         client: Optional[ductile.Client] = None,
     ):
         self.optimizer = optimizer
@@ -291,6 +288,7 @@ class DistributedOptimizer:
                 f"backward_passes_per_step must be a positive integer, not {backward_passes_per_step}"
             )
         self.backward_passes_per_step = int(backward_passes_per_step)
+        self.bucket_bytes = _buckets.check_bucket_bytes(bucket_bytes)
         if average_gradients and consistency not in ("bsp", "bsp(mean)"):
             raise ductile.InvalidArgument(
                 f"average_gradients=True needs consistency 'bsp', not '{consistency}'"
@@ -300,7 +298,7 @@ class DistributedOptimizer:
             for p in group["params"]:
                 if p.requires_grad:
                     groups[id(p)] = group
-        self._params: List[_Param] = []
+        self._params: List[_buckets.Param] = []
         for pname, p in named_parameters:
             if not p.requires_grad:
                 continue  # frozen: not the servers' to hold
@@ -308,25 +306,29 @@ class DistributedOptimizer:
                 raise ductile.InvalidArgument(f"parameter '{pname}' is not the optimizer's")
             if p.dtype != torch.float32 or p.device.type != "cpu":
                 raise TypeError(f"parameter '{pname}' must be a float32 CPU tensor")
-            self._params.append(_Param(pname, p, groups.pop(id(p))))
+            self._params.append(_buckets.Param(pname, p, groups.pop(id(p))))
         if groups:
             raise ductile.InvalidArgument(
                 f"{len(groups)} of the optimizer's parameters are not in named_parameters"
             )
-        for param in self._params:
-            full = f"{name}.{param.name}"
+        self._buckets = _buckets.plan(self._params, self.bucket_bytes)
+        for i, bucket in enumerate(self._buckets):
+            if self.bucket_bytes == 0:
+                full = f"{name}.{bucket.params[0].name}"
+            else:
+                full = f"{name}.bucket{i}"
             if average_gradients:
                 # Each worker pushes its gradient minus the tensor's value
                 # (the last mean): BSP's mean of those, added, is the mean.
                 options = {"rule": "add"}
             else:
-                options = _server_rule(optimizer, param.group)
-                param.scales_lr = options["rule"] in ("sgd", "momentum")
-            param.tensor = self.client.register_tensor(
-                full, param.numel, consistency=consistency, **options
+                options = _server_rule(optimizer, bucket.group)
+                bucket.scales_lr = options["rule"] in ("sgd", "momentum")
+            bucket.tensor = self.client.register_tensor(
+                full, bucket.numel, consistency=consistency, **options
             )
-            param.init = self.client.register_tensor(
-                full + ".init", param.numel, rule="assign", consistency="async"
+            bucket.init = self.client.register_tensor(
+                full + ".init", bucket.numel, rule="assign", consistency="async"
             )
         self._ready = self.client.register_tensor(
             f"{name}.ready", 1, rule="assign", consistency="async"
@@ -349,9 +351,10 @@ class DistributedOptimizer:
     def _share_initial_values(self) -> None:
         claims = self.client.push_pull_tensor(self._claims, torch.ones(1))
         if claims[0] == 1:
-            for param in self._params:
-                param.start.copy_(param.p.data.reshape(-1))
-                self.client.push_tensor(param.init, param.start)
+            for bucket in self._buckets:
+                for param in bucket.params:
+                    param.start.copy_(param.p.data)
+                self.client.push_tensor(bucket.init, bucket.start)
             self.client.push_tensor(self._ready, torch.ones(1))
         else:
             flag = torch.zeros(1)
@@ -363,17 +366,15 @@ class DistributedOptimizer:
                         f"within {INIT_TIMEOUT_S} s"
                     )
                 time.sleep(0.01)
-            for param in self._params:
-                self.client.pull_tensor(param.init, out=param.start)
-                param.p.data.copy_(param.start.view_as(param.p))
-        if self.average_gradients:
-            _wait_all([self.client.pull_tensor_async(q.tensor, out=q.pulled) for q in self._params])
-        else:
-            self._pull()
+            for bucket in self._buckets:
+                self.client.pull_tensor(bucket.init, out=bucket.start)
+                for param in bucket.params:
+                    param.p.data.copy_(param.start)
+        self._pull(apply=not self.average_gradients)
 
-    def _accumulated(self, param: _Param) -> None:
-        """A backward pass has added to p.grad: the last one of the step
-        pushes the sum."""
+    def _accumulated(self, param: _buckets.Param) -> None:
+        """A backward pass has added to p.grad: once the last one of the
+        step has run on every parameter of the bucket, the bucket is pushed."""
         param.passes += 1
         if param.passes > self.backward_passes_per_step:
             raise ductile.FailedPrecondition(
@@ -382,47 +383,78 @@ class DistributedOptimizer:
                 "call step() first, or raise backward_passes_per_step"
             )
         if param.passes == self.backward_passes_per_step:
-            try:
-                self._push(param)
-            except _elastic.RECOVERABLE as error:  # a rollback: step() takes it
-                param.error = error
+            bucket = param.bucket
+            bucket.finished += 1
+            if bucket.finished == len(bucket.params):
+                try:
+                    self._push(bucket)
+                except _elastic.RECOVERABLE as error:  # a rollback: step() takes it
+                    bucket.error = error
 
-    def _push(self, param: _Param) -> None:
+    def _push(self, bucket: _buckets.Bucket) -> None:
+        bucket.sent = True
         # A push still pending here (only after a failed step) borrows
-        # param.grad: it must be done before the buffer is written.
-        handle, param.handle = param.handle, None
+        # bucket.grad: it must be done before the buffer is written.
+        handle, bucket.handle = bucket.handle, None
         if handle is not None:
             handle.wait()
-        param.grad.copy_(param.p.grad.reshape(-1))
-        if self.average_gradients:
-            param.grad.sub_(param.pulled)  # the tensor holds the last mean
-        else:
-            decay = param.group.get("weight_decay", 0)
+        decay = 0 if self.average_gradients else bucket.group.get("weight_decay", 0)
+        for param in bucket.params:
+            if param.passes == 0 or param.p.grad is None:
+                param.grad.zero_()  # no gradient this step
+                continue
+            param.grad.copy_(param.p.grad)  # p may be non-contiguous (channels_last)
             if decay:
-                param.grad.add_(param.p.data.reshape(-1), alpha=decay)
-            lr = float(param.group["lr"])
-            if lr != param.lr0:
-                if not param.scales_lr:
+                param.grad.add_(param.p.data, alpha=decay)
+        if self.average_gradients:
+            bucket.grad.sub_(bucket.pulled)  # the tensor holds the last mean
+        else:
+            lr = float(bucket.group["lr"])
+            if lr != bucket.lr0:
+                if not bucket.scales_lr:
                     raise ductile.InvalidArgument(
-                        f"the learning rate of '{param.name}' changed from {param.lr0} "
+                        f"the learning rate of {bucket.names} changed from {bucket.lr0} "
                         f"to {lr}: the servers' {type(self.optimizer).__name__} keeps "
                         "the rate it was created with (SGD follows it); use "
                         "average_gradients=True for a schedule"
                     )
-                param.grad.mul_(lr / param.lr0)
-        param.handle = self.client.push_tensor_async(param.tensor, param.grad)
+                bucket.grad.mul_(lr / bucket.lr0)
+        bucket.handle = self.client.push_tensor_async(bucket.tensor, bucket.grad)
 
-    def _pull(self) -> None:
-        handles = [self.client.pull_tensor_async(q.tensor, out=q.pulled) for q in self._params]
-        _wait_all(handles)  # every pull done before any error is raised
-        for param in self._params:
+    def _pull(self, apply: bool = True) -> None:
+        """One pull per bucket, in the order the forward pass needs them
+        (registration order); each bucket's values go into the model as it
+        arrives, unless a pull failed. Every pull is done before the first
+        error is raised."""
+        first: Optional[BaseException] = None
+        pending = []
+        for bucket in reversed(self._buckets):
+            try:
+                handle = self.client.pull_tensor_async(bucket.tensor, out=bucket.pulled)
+                pending.append((bucket, handle))
+            except Exception as error:  # raised once the others are done
+                first = error
+                break
+        for bucket, handle in pending:
+            try:
+                handle.wait()
+            except Exception as error:  # raised once all are done
+                if first is None:
+                    first = error
+            if first is None and apply:
+                self._apply(bucket)
+        if first is not None:
+            raise first
+
+    def _apply(self, bucket: _buckets.Bucket) -> None:
+        for param in bucket.params:
             if self.average_gradients:
                 if param.p.grad is None:
                     param.p.grad = torch.zeros_like(param.p)
-                param.p.grad.copy_(param.pulled.view_as(param.p))
+                param.p.grad.copy_(param.pulled)
             else:
-                # view_as, copy_: p may be non-contiguous (channels_last).
-                param.p.data.copy_((param.start + param.pulled).view_as(param.p))
+                # Written in place; p may be non-contiguous (channels_last).
+                torch.add(param.start, param.pulled, out=param.p.data)
 
     def synchronize(self) -> None:
         """Waits until every gradient pushed since the last step has been
@@ -431,12 +463,12 @@ class DistributedOptimizer:
         Client.await_recovery(), say)."""
         handles = []
         errors = []
-        for param in self._params:
-            handle, param.handle = param.handle, None
+        for bucket in self._buckets:
+            handle, bucket.handle = bucket.handle, None
             handles.append(handle)
-            if param.error is not None:
-                errors.append(param.error)
-                param.error = None
+            if bucket.error is not None:
+                errors.append(bucket.error)
+                bucket.error = None
         _wait_all(handles)
         if errors:
             raise errors[0]
@@ -498,16 +530,20 @@ class DistributedOptimizer:
 
     def _step(self) -> None:
         try:
-            for param in self._params:
-                if param.handle is None:
-                    if param.passes > 0:
-                        self._push(param)  # fewer passes than backward_passes_per_step
-                    elif self.average_gradients:
-                        # No gradient this step: a zero counts in the mean,
-                        # else the servers would keep the last clock's.
-                        torch.neg(param.pulled, out=param.grad)
-                        param.handle = self.client.push_tensor_async(param.tensor, param.grad)
+            for bucket in self._buckets:
+                if bucket.sent:
+                    continue
+                # Fewer passes than backward_passes_per_step, or a parameter
+                # with no gradient: its range is zeros. A bucket with no
+                # gradient at all is not pushed, except when averaging: a
+                # zero counts in the mean, else the servers would keep the
+                # last clock's.
+                if self.average_gradients or any(q.passes for q in bucket.params):
+                    self._push(bucket)
         finally:
+            for bucket in self._buckets:
+                bucket.sent = False
+                bucket.finished = 0
             for param in self._params:
                 param.passes = 0
         self.synchronize()
@@ -526,15 +562,18 @@ class DistributedOptimizer:
         the step left in flight and pulls the checkpoint's parameters. (With
         average_gradients the parameters are each worker's own: they are not
         rolled back.)"""
-        for param in self._params:
-            handle, param.handle = param.handle, None
-            param.error = None
-            param.passes = 0
+        for bucket in self._buckets:
+            handle, bucket.handle = bucket.handle, None
+            bucket.error = None
+            bucket.sent = False
+            bucket.finished = 0
             if handle is not None:
                 try:
                     handle.wait()  # failed already, or fails soon: Aborted
                 except ductile.DuctileError:
                     pass
+        for param in self._params:
+            param.passes = 0
         self._pull()
 
     def zero_grad(self, set_to_none: bool = False) -> None:
@@ -545,7 +584,10 @@ class DistributedOptimizer:
 
     def __repr__(self) -> str:
         mode = "gradient averaging" if self.average_gradients else "server optimizer"
-        return f"DistributedOptimizer({type(self.optimizer).__name__}, {mode}, {len(self._params)} parameters)"
+        return (
+            f"DistributedOptimizer({type(self.optimizer).__name__}, {mode}, "
+            f"{len(self._params)} parameters in {len(self._buckets)} tensors)"
+        )
 
 
 from ductile._embedding import Embedding, EmbeddingBag  # noqa: E402,F401

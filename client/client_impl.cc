@@ -457,6 +457,29 @@ int64_t ClientImpl::Clock() {
   return clock;
 }
 
+Status ClientImpl::SetRateFactor(TableId table, float factor) {
+  if (!(factor > 0.0f && factor <= kMaxRateFactor)) {  // NaN too
+    return InvalidArgumentError(
+        "a learning-rate factor must be finite and in (0, " +
+        std::to_string(kMaxRateFactor) + "], not " + std::to_string(factor));
+  }
+  MutexLock lock(&rate_mu_);
+  if (factor == 1.0f) {
+    rate_factors_.erase(table);
+  } else {
+    rate_factors_[table] = factor;
+  }
+  any_rate_factor_.store(!rate_factors_.empty());
+  return Status::Ok();
+}
+
+float ClientImpl::RateFactor(TableId table) const {
+  if (!any_rate_factor_.load()) return 1.0f;
+  MutexLock lock(&rate_mu_);
+  auto it = rate_factors_.find(table);
+  return it == rate_factors_.end() ? 1.0f : it->second;
+}
+
 Status ClientImpl::SetPushWeight(int32_t batches) {
   if (batches < 1 || batches > kMaxPushWeight) {
     return InvalidArgumentError("a push weight must be 1 - " +

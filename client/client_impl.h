@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "client/batch_queue.h"
@@ -71,6 +72,7 @@ class ClientImpl final : public Client {
   ClientStats stats() const override { return stats_.Snapshot(); }
   void RecordLoss(double loss) override { stats_.RecordLoss(loss); }
   Status SetPushWeight(int32_t batches) override;
+  Status SetRateFactor(TableId table, float factor) override;
   void RecordSamples(uint64_t samples) override {
     stats_.RecordSamples(samples);
   }
@@ -157,6 +159,11 @@ class ClientImpl final : public Client {
   std::atomic<int32_t> num_workers_{0};
   std::atomic<int64_t> clock_{0};
   std::atomic<int32_t> push_weight_{1};  // SetPushWeight
+  // SetRateFactor's factors other than 1, per table.
+  float RateFactor(TableId table) const EXCLUDES(rate_mu_);
+  mutable Mutex rate_mu_;
+  std::unordered_map<TableId, float> rate_factors_ GUARDED_BY(rate_mu_);
+  std::atomic<bool> any_rate_factor_{false};
   // The next barrier round this worker waits at (from its registration).
   std::atomic<int64_t> barrier_round_{0};
   std::atomic<bool> stop_{false};

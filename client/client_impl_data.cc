@@ -132,6 +132,7 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   op->clock = clock_.load();
   op->generation = recovery_.generation();
   op->batch_weight = push_weight_.load();
+  if (type != wire::PULL) op->rate_factor = RateFactor(op->table);
   Result<TableRegistry::View> view = tables_.Lookup(op->table, op->clock);
   if (!view.ok()) {
     op->Release(view.status());
@@ -203,7 +204,7 @@ bool ClientImpl::UseCache(DataOperation& op, const TableRegistry::View& table) {
   auto length = [o](size_t i) { return o->length(i); };
   if (op.type != wire::PULL) {
     cache_.Write(op.table, op.keys, offset, length, op.values, *table.kernel,
-                 table.kernel->Factor(op.clock));
+                 table.kernel->Factor(op.clock) * op.rate_factor);
   }
   if (op.type == wire::PUSH || !table.cache_readable) return false;
   if (op.type == wire::PULL &&

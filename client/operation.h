@@ -97,6 +97,7 @@ struct DataOperation : internal::Operation {
   int64_t clock = 0;
   uint64_t generation = 0;   // the job's generation when submitted
   int32_t batch_weight = 1;  // pushes: Client::SetPushWeight when submitted
+  float rate_factor = 1.0f;  // pushes: Client::SetRateFactor when submitted
   uint64_t order = 0;        // I/O thread: the call's place among all calls
   SteadyTime deadline;
   // Largest wait at a server among this call's replies so far (I/O thread):

@@ -406,6 +406,7 @@ void RequestEngine::SendPart(Part& part) {
     if (op.batch_weight > 1) {
       header.set_batch_weight(static_cast<uint32_t>(op.batch_weight));
     }
+    if (op.rate_factor != 1.0f) header.set_rate_factor(op.rate_factor);
   }
   if (const int32_t worker = shared_.worker_id->load(); worker >= 0) {
     header.set_worker_id(worker);

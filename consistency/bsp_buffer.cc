@@ -19,7 +19,8 @@ Status BspBuffer::Check(int64_t clock, Key key, size_t width) const {
 }
 
 void BspBuffer::Add(int64_t clock, Key key, std::span<const float> values,
-                    bool replace, int32_t batches, bool weigh) {
+                    bool replace, int32_t batches, bool weigh,
+                    float rate_factor) {
   Combined& c = clocks_[clock][key];
   batches = std::max(batches, 1);
   const float w = weigh && !replace ? static_cast<float>(batches) : 1.0f;
@@ -37,6 +38,7 @@ void BspBuffer::Add(int64_t clock, Key key, std::span<const float> values,
   }
   ++c.pushes;
   c.batches += batches;
+  c.rate_sum += rate_factor * static_cast<float>(batches);
 }
 
 std::vector<std::pair<int64_t, BspBuffer::Clock>> BspBuffer::TakeBefore(

@@ -33,6 +33,10 @@ class BspBuffer {
     // Header::batch_weight, 1 unless a worker trains several batches a
     // step); 0 reads as `pushes`.
     int32_t batches = 0;
+    // Sum of each push's learning-rate factor (Header::rate_factor) times
+    // its batches (as counted in `batches`): their weighted mean is
+    // rate_sum / batches. 0 reads as a factor of 1.
+    float rate_sum = 0.0f;
   };
   using Clock = std::unordered_map<Key, Combined>;
 
@@ -45,8 +49,9 @@ class BspBuffer {
   // the clock's mean is then its sum over its batches, each sample of the
   // global batch counting alike whatever the batches of its worker's step.
   // Check() first.
+  // `rate_factor`: the push's learning-rate factor (Client::SetRateFactor).
   void Add(int64_t clock, Key key, std::span<const float> values, bool replace,
-           int32_t batches = 1, bool weigh = false);
+           int32_t batches = 1, bool weigh = false, float rate_factor = 1.0f);
   // Removes and returns the clocks below `server_clock`, oldest first.
   std::vector<std::pair<int64_t, Clock>> TakeBefore(int64_t server_clock);
 

@@ -111,14 +111,15 @@ Status ConsistencyController::CheckBuffered(TableId table, int64_t clock,
 
 void ConsistencyController::Buffer(TableId table, int64_t clock,
                                    const DataFrames& request, int32_t batches,
-                                   bool replace) {
+                                   bool replace, float rate_factor) {
   TableState& state = tables_.at(table);
   // A mean weighs each push by the batches it stands for.
   const bool weigh =
       batches > 1 && state.schedule.At(clock).combine == BspCombine::kMean;
   const auto keys = request.keys();
   for (size_t i = 0; i < keys.size(); ++i) {
-    state.bsp.Add(clock, keys[i], request.value(i), replace, batches, weigh);
+    state.bsp.Add(clock, keys[i], request.value(i), replace, batches, weigh,
+                  rate_factor);
   }
 }
 

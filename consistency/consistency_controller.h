@@ -127,9 +127,9 @@ class ConsistencyController {
   Status CheckBuffered(TableId table, int64_t clock,
                        const DataFrames& request) const;
   // Adds a push standing for `batches` worker batches (summed per key, or
-  // replacing for assign tables).
+  // replacing for assign tables), with its learning-rate factor.
   void Buffer(TableId table, int64_t clock, const DataFrames& request,
-              int32_t batches, bool replace);
+              int32_t batches, bool replace, float rate_factor = 1.0f);
   // The buffered clocks below the server clock, oldest first, taken out.
   std::vector<CombinedClock> TakeCombined();
   // Live migration: the buffered pushes of the keys `pred(table, key)`

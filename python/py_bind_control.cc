@@ -147,7 +147,21 @@ while the job runs; returns the clock from which it holds on every server.)doc")
           },
           arg("batches"),
           "How many data-plan batches the gradients pushed from now on "
-          "stand for (1 - 65536).");
+          "stand for (1 - 65536).")
+      .def(
+          "set_rate_factor",
+          [](const PyClient& c, py::handle table, double factor) {
+            const TableId id = TableIdOf(table);
+            ThrowIfError(
+                c.Get()->SetRateFactor(id, static_cast<float>(factor)));
+          },
+          arg("table"), arg("factor"), R"doc(
+Multiplies the learning rate of `table` (a ductile.Table or Tensor) by
+`factor` for the gradients this client pushes to it from now on (1 at the
+start), whatever its update rule: a schedule kept by the worker reaches
+Adam and AdaGrad on the servers too. Under BSP a clock's factor is the mean
+of its pushes'. Raises ductile.InvalidArgument unless finite and in
+(0, 1e6].)doc");
 
   // ---- Fault tolerance.
   c.def(

@@ -231,9 +231,10 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
   return floats;
 }
 
-void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock) {
+void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock,
+                               float rate_factor) {
   const auto keys = request.keys();
-  const float factor = kernel_.Factor(clock);
+  const float factor = kernel_.Factor(clock) * rate_factor;
   if (Parallel(request.total_floats())) {
     // The codec admits strictly increasing keys only: no entry comes twice.
     std::vector<Work> work;
@@ -272,7 +273,7 @@ void ParameterTable::RunWork(const std::vector<Work>& work, float factor) {
       for (size_t k = begin; k < stop; ++k) w.scaled[k] *= w.scale;
     }
     kernel_.ApplyRange(e.value, std::span<const float>(w.g, e.value.size()),
-                       e.state, e.steps, factor, begin, stop);
+                       e.state, e.steps, factor * w.rate, begin, stop);
   });
 }
 

@@ -77,7 +77,8 @@ class ParameterTable {
   Status CheckPush(const DataFrames& request) const;
   // Applies a checked push made at `clock` (its learning-rate factor,
   // TableOptions::lr_schedule).
-  void ApplyPush(const DataFrames& request, int64_t clock);
+  void ApplyPush(const DataFrames& request, int64_t clock,
+                 float rate_factor = 1.0f);
   // Applies one vector to one key (a BSP clock's combined pushes). An
   // existing key of another width is left unchanged (InvalidArgument): a
   // push from a peer that is no worker may have created it, with its own
@@ -90,15 +91,17 @@ class ParameterTable {
   // their batches for a mean, BspBuffer::Add), standing for `batches`
   // worker batches: their mean over the batches under BspCombine::kMean
   // (not for assign tables), else the sum. `sum` is scaled in place.
-  // `pushes`: the pushes summed (admission counts them).
+  // `pushes`: the pushes summed (admission counts them); `rate_factor`
+  // multiplies the learning rate (RateOf).
   Status ApplyCombined(Key key, std::span<float> sum, int32_t batches,
-                       BspCombine combine, int64_t clock, uint32_t pushes) {
+                       BspCombine combine, int64_t clock, uint32_t pushes,
+                       float rate_factor = 1.0f) {
     const float scale = CombinedScale(batches, combine);
     if (scale != 1.0f) {
       for (float& x : sum) x *= scale;
     }
-    return ApplyOne(key, sum, clock, BatchFactor(clock, batches, combine),
-                    pushes);
+    return ApplyOne(key, sum, clock,
+                    BatchFactor(clock, batches, combine) * rate_factor, pushes);
   }
   // The learning-rate factor TableOptions::batch_scaling gives BSP clock
   // `clock`, whose keys' pushes stood for at most `batches` worker batches
@@ -122,6 +125,14 @@ class ParameterTable {
   template <typename Combined>
   static int32_t BatchesOf(const Combined& c) {
     return c.batches > 0 ? c.batches : c.pushes;
+  }
+  // The learning-rate factor of a combined entry's pushes
+  // (Client::SetRateFactor): their mean, weighted by their batches.
+  template <typename Combined>
+  static float RateOf(const Combined& c) {
+    return c.rate_sum > 0 && c.batches > 0
+               ? c.rate_sum / static_cast<float>(c.batches)
+               : 1.0f;
   }
   // ApplyCombined for each of `keys`' (key, pushes combined) pairs of one
   // BSP clock; a key of another width is skipped and named in `errors`.
@@ -337,6 +348,7 @@ class ParameterTable {
     float* scaled;  // g, writable, when scale != 1
     const float* g;
     float scale;
+    float rate = 1.0f;  // multiplies RunWork's factor
   };
   // Applies `work` (distinct entries) on the runner's threads.
   void RunWork(const std::vector<Work>& work, float factor);
@@ -403,7 +415,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
       if (scale != 1.0f) {
         for (float& x : c.values) x *= scale;
       }
-      Status s = ApplyEntry(key, c.values, clock, batch,
+      Status s = ApplyEntry(key, c.values, clock, batch * RateOf(c),
                             static_cast<uint32_t>(std::max(c.pushes, 1)));
       if (!s.ok()) errors->push_back(std::move(s));
     }
@@ -425,7 +437,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
     MarkChanged(key, *e);
     Touch(*e);
     work.push_back(Work{e, c.values.data(), c.values.data(),
-                        CombinedScale(BatchesOf(c), combine)});
+                        CombinedScale(BatchesOf(c), combine), RateOf(c)});
   }
   RunWork(work, kernel_.Factor(clock) * batch);
   EnforceBudget();

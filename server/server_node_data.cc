@@ -269,6 +269,16 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
         ", above the most a worker may give, " +
         std::to_string(kMaxPushWeight) + "; nothing of it was applied");
   }
+  // 0 (unset) reads as 1; NaN fails the test.
+  const float rate = request.header.rate_factor() == 0.0f
+                         ? 1.0f
+                         : request.header.rate_factor();
+  if (!(rate > 0.0f && rate <= kMaxRateFactor)) {
+    return InvalidArgumentError("a push's learning-rate factor is " +
+                                std::to_string(rate) + ", outside (0, " +
+                                std::to_string(kMaxRateFactor) +
+                                "]; nothing of it was applied");
+  }
   DUCTILE_RETURN_IF_ERROR(table.CheckPush(request.data));
   const uint64_t adds = table.NewFloats(request.data);
   if (adds > 0 && tables_.stored_floats() + adds > max_stored_floats_) {
@@ -291,11 +301,11 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
     NoteGradient(request);
     consistency_.Buffer(table.id(), clock, request.data,
                         std::max<int32_t>(1, static_cast<int32_t>(weight)),
-                        table.options().rule == UpdateRule::kAssign);
+                        table.options().rule == UpdateRule::kAssign, rate);
     return Status::Ok();
   }
   if (request.is_worker) NoteGradient(request);
-  table.ApplyPush(request.data, clock);
+  table.ApplyPush(request.data, clock, rate);
   SetKeysStored();
   return Status::Ok();
 }

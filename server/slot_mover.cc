@@ -234,8 +234,8 @@ void SlotMover::PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
     // Its clock is over here: every push of it is in the entry.
     Status s = table->ApplyCombined(
         e.key, e.combined.values, ParameterTable::BatchesOf(e.combined),
-        combine, e.clock,
-        static_cast<uint32_t>(std::max(e.combined.pushes, 1)));
+        combine, e.clock, static_cast<uint32_t>(std::max(e.combined.pushes, 1)),
+        ParameterTable::RateOf(e.combined));
     if (!s.ok()) LOG(ERROR) << "a moved BSP clock: " << s.message();
   }
 }
@@ -395,6 +395,9 @@ void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
   cf::PutFixed64(chunk, static_cast<uint64_t>(e.clock));
   cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.pushes));
   cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.batches));
+  uint32_t rate_bits;
+  std::memcpy(&rate_bits, &e.combined.rate_sum, sizeof(rate_bits));
+  cf::PutFixed32(chunk, rate_bits);
   cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.values.size()));
   chunk->append(reinterpret_cast<const char*>(e.combined.values.data()),
                 e.combined.values.size() * sizeof(float));
@@ -431,7 +434,7 @@ Status SlotMover::ParseChunk(const InMessage& message,
       }
       at += size;
     } else if (type == 'B') {
-      if (!need(32)) return truncated;
+      if (!need(36)) return truncated;
       Buffered& b = buffered->emplace_back();
       b.first = cf::DecodeFixed32(chunk.data() + at);
       b.second.key = cf::DecodeFixed64(chunk.data() + at + 4);
@@ -441,8 +444,10 @@ Status SlotMover::ParseChunk(const InMessage& message,
           static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 20));
       b.second.combined.batches =
           static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 24));
-      const uint32_t floats = cf::DecodeFixed32(chunk.data() + at + 28);
-      at += 32;
+      const uint32_t rate_bits = cf::DecodeFixed32(chunk.data() + at + 28);
+      std::memcpy(&b.second.combined.rate_sum, &rate_bits, sizeof(rate_bits));
+      const uint32_t floats = cf::DecodeFixed32(chunk.data() + at + 32);
+      at += 36;
       if (!need(uint64_t{floats} * sizeof(float))) return truncated;
       b.second.combined.values.resize(floats);
       std::memcpy(b.second.combined.values.data(), chunk.data() + at,

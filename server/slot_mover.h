@@ -137,7 +137,7 @@ class SlotMover {
   //   'E': table u32 LE | key u64 LE | size u32 LE | entry (the entry value
   //        of storage/checkpoint_format.h);
   //   'B': table u32 LE | key u64 LE | clock i64 LE | pushes i32 LE |
-  //        batches i32 LE | floats u32 LE | floats x f32;
+  //        batches i32 LE | rate_sum f32 LE | floats u32 LE | floats x f32;
   //   'W': client i64 LE | done_below u64 LE | count u32 LE |
   //        count x applied seq u64 LE (in the first chunk);
   //   'F': table u32 LE | slot u32 LE | size u32 LE | the slot's admission

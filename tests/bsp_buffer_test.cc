@@ -67,6 +67,22 @@ TEST(BspBuffer, AMeansPushesAreWeighedByTheirBatches) {
   EXPECT_EQ(keys.at(9).batches, 5);
 }
 
+// A clock's learning-rate factor is its pushes' mean, weighted by their
+// batches: 0.5 for one batch and 2 for three give (0.5 + 6) / 4.
+TEST(BspBuffer, TheRateFactorIsThePushesMeanWeighedByTheirBatches) {
+  BspBuffer buffer;
+  buffer.Add(1, 7, Floats{1.0f}, /*replace=*/false, /*batches=*/1,
+             /*weigh=*/true, /*rate_factor=*/0.5f);
+  buffer.Add(1, 7, Floats{1.0f}, /*replace=*/false, /*batches=*/3,
+             /*weigh=*/true, /*rate_factor=*/2.0f);
+  buffer.Add(1, 8, Floats{1.0f}, /*replace=*/false);  // no factor: 1
+  auto taken = buffer.TakeBefore(2);
+  ASSERT_EQ(taken.size(), 1u);
+  const BspBuffer::Clock& keys = taken[0].second;
+  EXPECT_FLOAT_EQ(keys.at(7).rate_sum / keys.at(7).batches, 6.5f / 4.0f);
+  EXPECT_FLOAT_EQ(keys.at(8).rate_sum / keys.at(8).batches, 1.0f);
+}
+
 TEST(BspBuffer, ReplaceKeepsTheLastPushAndStillCountsEveryPush) {
   BspBuffer buffer;
   buffer.Add(0, 1, Floats{1.0f}, /*replace=*/true);

@@ -153,6 +153,9 @@ class PlanClient final : public Client {
   }
   void RecordLoss(double) override { Unused("RecordLoss").IgnoreError(); }
   Status SetPushWeight(int32_t) override { return Unused("SetPushWeight"); }
+  Status SetRateFactor(TableId, float) override {
+    return Unused("SetRateFactor");
+  }
   Result<Recovery> AwaitRecovery(int64_t) override {
     return Unused("AwaitRecovery");
   }

@@ -259,7 +259,8 @@ TEST(ParallelApply, AWideAdamKeysStateTravelsWithoutItsGap) {
 struct Combined {
   std::vector<float> values;
   int32_t pushes = 0;
-  int32_t batches = 0;  // 0: as many as pushes
+  int32_t batches = 0;    // 0: as many as pushes
+  float rate_sum = 0.0f;  // 0: a learning-rate factor of 1
 };
 
 TEST(ParallelApply, ABspClocksCombinedPushesMatchOneThread) {

@@ -555,6 +555,32 @@ TEST_F(ServerBadInput, APushWithAnAbsurdBatchWeightIsRefused) {
   ExpectStillServing();
 }
 
+// A learning-rate factor that is not a finite number in (0, 1e6] is
+// refused, and nothing of its push is applied.
+TEST_F(ServerBadInput, APushWithABadRateFactorIsRefused) {
+  constexpr TableId kRated = 1;
+  TableOptions t;
+  t.name = "rated";
+  t.value_width = kWidth;
+  const Status created = cluster_->CreateTable(t, kRated);
+  ASSERT_TRUE(created.ok()) << created;
+  const std::vector<Key> key = {1};
+  uint64_t seq = 300;
+  for (float factor : {-1.0f, 2e6f, std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity()}) {
+    wire::Header push = Request(wire::PUSH, kRated, ++seq, 1);
+    push.set_rate_factor(factor);
+    ExpectRefused(
+        {Serialize(push), Bytes(key), Bytes(std::vector<float>(kWidth, 1.0f))},
+        StatusCode::kInvalidArgument, "learning-rate factor", seq);
+  }
+  std::vector<float> out;
+  const Status pulled = ClientPull(kRated, key, &out);
+  ASSERT_TRUE(pulled.ok()) << pulled;
+  EXPECT_EQ(out, std::vector<float>(kWidth, 0.0f));
+  ExpectStillServing();
+}
+
 // ---------------------------------------------------------------------------
 // Exactly-once application of resent requests.
 

@@ -54,7 +54,8 @@ class SlotMoverTarget : public ::testing::Test {
       b.key = key;
       b.combined.values = {push};
       b.combined.pushes = 1;
-      b.combined.batches = 3;  // a worker that trained 3 batches a step
+      b.combined.batches = 3;      // a worker that trained 3 batches a step
+      b.combined.rate_sum = 1.5f;  // a learning-rate factor of 0.5
       SlotMover::AppendBuffered({kTable, b}, &chunk);
     }
     wire::Header h;
@@ -87,6 +88,7 @@ TEST_F(SlotMoverTarget, AChunkPutsItsKeysAndItsPushesOnce) {
   ASSERT_EQ(buffered.size(), 1u);
   EXPECT_EQ(buffered[0].second.combined.pushes, 1);
   EXPECT_EQ(buffered[0].second.combined.batches, 3);
+  EXPECT_EQ(buffered[0].second.combined.rate_sum, 1.5f);
 }
 
 // A move abandoned after its chunk arrived left the slot's key and a BSP

@@ -376,6 +376,16 @@ class Client {
   // each push by its batches (BspCombine::kMean). Takes effect for pushes
   // submitted after it returns. kInvalidArgument outside 1 - 65536.
   virtual Status SetPushWeight(int32_t batches) = 0;
+  // Multiplies `table`'s learning rate by `factor` for the gradients this
+  // client pushes to it from now on (1 at the start), on top of the
+  // table's own schedule and batch scaling: a learning-rate schedule kept
+  // by the worker (torch's LR schedulers) reaches every update rule, Adam
+  // and AdaGrad included, without changing the table. Each push carries
+  // its factor; under BSP a clock's factor is its pushes' mean, weighted
+  // by their batches, so workers that agree give exactly theirs. Assign
+  // tables ignore it. Takes effect for pushes submitted after it returns.
+  // kInvalidArgument unless finite and in (0, kMaxRateFactor].
+  virtual Status SetRateFactor(TableId table, float factor) = 0;
 
   // ---- Fault tolerance (docs/fault_tolerance.md).
   //

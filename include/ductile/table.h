@@ -120,6 +120,9 @@ float LearningRateFactor(const LearningRateSchedule& schedule, int64_t clock);
 // may stand for (Client::SetPushWeight, the push's batch_weight).
 inline constexpr int32_t kMaxBatchesPerStep = 64;
 inline constexpr int32_t kMaxPushWeight = 1 << 16;
+// The largest learning-rate factor a push may carry
+// (Client::SetRateFactor).
+inline constexpr float kMaxRateFactor = 1e6f;
 
 // How a table's learning rate follows the job's global batch. A BSP clock
 // combined by the mean (BspCombine::kMean) averages the pushes of every

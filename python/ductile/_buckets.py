@@ -83,8 +83,8 @@ class Bucket:
             offset += q.numel
         self.tensor: Any = None  # the update table (server mode) or the mean gradient
         self.init: Any = None  # the first worker's initial values
-        self.lr0 = float(self.group["lr"])
-        self.scales_lr = False  # SGD: the lr's changes scale the gradient
+        self.lr0 = float(self.group["lr"])  # the servers' rate
+        self.lr = self.lr0  # the rate the servers were last told of
         self.finished = 0
         self.sent = False  # pushed (or its push tried) this step
         self.handle: Any = None  # the push of this step, once sent

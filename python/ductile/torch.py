@@ -49,6 +49,9 @@ SUPPORTED = (
 )
 # How long a worker waits for the first worker's initial parameters.
 INIT_TIMEOUT_S = 60.0
+# The learning-rate factor a rate of 0 is sent as (Client.set_rate_factor
+# takes factors in (0, 1e6]).
+MIN_RATE_FACTOR = 1e-30
 
 _client: Optional[ductile.Client] = None
 
@@ -323,7 +326,6 @@ class DistributedOptimizer:
                 options = {"rule": "add"}
             else:
                 options = _server_rule(optimizer, bucket.group)
-                bucket.scales_lr = options["rule"] in ("sgd", "momentum")
             bucket.tensor = self.client.register_tensor(
                 full, bucket.numel, consistency=consistency, **options
             )
@@ -409,17 +411,26 @@ class DistributedOptimizer:
         if self.average_gradients:
             bucket.grad.sub_(bucket.pulled)  # the tensor holds the last mean
         else:
-            lr = float(bucket.group["lr"])
-            if lr != bucket.lr0:
-                if not bucket.scales_lr:
-                    raise ductile.InvalidArgument(
-                        f"the learning rate of {bucket.names} changed from {bucket.lr0} "
-                        f"to {lr}: the servers' {type(self.optimizer).__name__} keeps "
-                        "the rate it was created with (SGD follows it); use "
-                        "average_gradients=True for a schedule"
-                    )
-                bucket.grad.mul_(lr / bucket.lr0)
+            self._follow_rate(bucket)
         bucket.handle = self.client.push_tensor_async(bucket.tensor, bucket.grad)
+
+    def _follow_rate(self, bucket: _buckets.Bucket) -> None:
+        """The servers multiply the bucket's rate (the param group's when
+        the tensor was made) by the current one's ratio to it, for this
+        push and the next (an LR scheduler's change)."""
+        lr = float(bucket.group["lr"])
+        if lr == bucket.lr:
+            return
+        if not lr >= 0:
+            raise ductile.InvalidArgument(
+                f"the learning rate of {bucket.names} is {lr}: it must be 0 or positive"
+            )
+        # A rate of 0 still moves the optimizer's state in torch.optim (Adam's
+        # moments, the momentum): a factor of 1e-30 does the same, and moves
+        # no value by as much as float32 can tell.
+        factor = max(lr / bucket.lr0, MIN_RATE_FACTOR)
+        self.client.set_rate_factor(bucket.tensor, factor)
+        bucket.lr = lr
 
     def _pull(self, apply: bool = True) -> None:
         """One pull per bucket, in the order the forward pass needs them

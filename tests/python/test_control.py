@@ -107,6 +107,19 @@ def test_set_push_weight_checks_its_range(client):
         client.set_push_weight(0)
 
 
+def test_set_rate_factor_scales_the_servers_rate_for_its_table(client, table_name):
+    table = client.create_table(table_name, width=1, rule="sgd", learning_rate=1.0,
+                                consistency="async")
+    client.set_rate_factor(table, 0.25)
+    client.push(table, [1], np.ones(1, np.float32))
+    assert client.pull(table, [1])[0] == pytest.approx(-0.25)
+    for bad in (0.0, -1.0, float("nan"), float("inf"), 2e6):
+        with pytest.raises(ductile.InvalidArgument):
+            client.set_rate_factor(table, bad)
+    with pytest.raises(TypeError):
+        client.set_rate_factor(table_name, 0.5)  # a name, not a Table
+
+
 def test_an_observer_is_not_a_worker(connect, table_name):
     observer = connect(worker=False)
     assert observer.worker_id == -1

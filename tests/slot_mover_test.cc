@@ -154,9 +154,8 @@ TEST_F(SlotMoverTarget, CountsThatDoNotFitRefuseTheWholeChunk) {
   tables_.set_num_slots(16);
   const Key key = 42;
   const int32_t slot = routing_.SlotOf(kTable, key);
-  for (const FilterRecord& bad :
-       {FilterRecord{kTable, slot, "counts"},
-        FilterRecord{kTable, (slot + 1) % 16, ""}}) {
+  for (const FilterRecord& bad : {FilterRecord{kTable, slot, "counts"},
+                                  FilterRecord{kTable, (slot + 1) % 16, ""}}) {
     std::string chunk;
     EntryRecord e;
     e.table = kTable;
@@ -170,8 +169,8 @@ TEST_F(SlotMoverTarget, CountsThatDoNotFitRefuseTheWholeChunk) {
     h.set_last(true);
     h.add_slots(slot);
     const Status s = mover_.Install(
-        h, InMessage::Copy({"source", h.SerializeAsString(), chunk}),
-        routing_, tables_, consistency_, dedup_);
+        h, InMessage::Copy({"source", h.SerializeAsString(), chunk}), routing_,
+        tables_, consistency_, dedup_);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
     std::vector<float> value;
     EXPECT_FALSE(tables_.Find(kTable)->Get(key, &value));

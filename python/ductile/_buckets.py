@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 import ductile
+from ductile import _rules
 
 # The default cap on a bucket's values (float32): 4 MiB.
 DEFAULT_BUCKET_BYTES = 4 << 20
@@ -83,7 +84,7 @@ class Bucket:
             offset += q.numel
         self.tensor: Any = None  # the update table (server mode) or the mean gradient
         self.init: Any = None  # the first worker's initial values
-        self.lr0 = float(self.group["lr"])  # the servers' rate
+        self.lr0 = _rules.base_rate(self.group)  # the servers' rate
         self.lr = self.lr0  # the rate the servers were last told of
         self.finished = 0
         self.sent = False  # pushed (or its push tried) this step

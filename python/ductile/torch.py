@@ -39,14 +39,10 @@ import torch
 
 import ductile
 from ductile import _buckets, _elastic
+from ductile._rules import SUPPORTED, server_rule
 from ductile._elastic import ElasticSampler
 from ductile._env import connect_from_env
 
-SUPPORTED = (
-    "SGD (momentum, weight_decay; no dampening, no nesterov), "
-    "Adagrad (weight_decay; no lr_decay, initial_accumulator_value 0), "
-    "Adam (weight_decay; no amsgrad), AdamW with weight_decay=0"
-)
 # How long a worker waits for the first worker's initial parameters.
 INIT_TIMEOUT_S = 60.0
 # The learning-rate factor a rate of 0 is sent as (Client.set_rate_factor
@@ -167,48 +163,6 @@ def report(
         connected.record_samples(int(samples))
 
 
-def _unsupported(optimizer: torch.optim.Optimizer, why: str) -> ductile.InvalidArgument:
-    return ductile.InvalidArgument(
-        f"{type(optimizer).__name__}{why} has no update rule on the servers; "
-        f"they run {SUPPORTED}. Pass average_gradients=True to have the servers "
-        "average each clock's gradients and run the optimizer on each worker (BSP)"
-    )
-
-
-def _server_rule(optimizer: torch.optim.Optimizer, group: Dict[str, Any]) -> Dict[str, Any]:
-    """The table options of one param group's update rule."""
-    kind = type(optimizer)
-    lr = float(group["lr"])
-    if lr <= 0:
-        raise ductile.InvalidArgument(f"the learning rate must be positive, not {lr}")
-    if group.get("maximize", False):
-        raise _unsupported(optimizer, " with maximize=True")
-    if kind is torch.optim.SGD:
-        if group["dampening"] != 0 or group["nesterov"]:
-            raise _unsupported(optimizer, " with dampening or nesterov")
-        if group["momentum"] == 0:
-            return {"rule": "sgd", "learning_rate": lr}
-        return {"rule": "momentum", "learning_rate": lr, "momentum": float(group["momentum"])}
-    if kind is torch.optim.Adagrad:
-        if group["lr_decay"] != 0 or group["initial_accumulator_value"] != 0:
-            raise _unsupported(optimizer, " with lr_decay or initial_accumulator_value")
-        return {"rule": "adagrad", "learning_rate": lr, "epsilon": float(group["eps"])}
-    if kind is torch.optim.Adam or (kind is torch.optim.AdamW and group["weight_decay"] == 0):
-        if group["amsgrad"]:
-            raise _unsupported(optimizer, " with amsgrad")
-        beta1, beta2 = group["betas"]
-        return {
-            "rule": "adam",
-            "learning_rate": lr,
-            "beta1": float(beta1),
-            "beta2": float(beta2),
-            "epsilon": float(group["eps"]),
-        }
-    if kind is torch.optim.AdamW:
-        raise _unsupported(optimizer, " with weight_decay (decoupled)")
-    raise _unsupported(optimizer, "")
-
-
 def _accumulate_grad_hook(p: torch.Tensor, hook) -> Any:
     """Calls hook() once autograd has accumulated p's gradient: torch 2.1+'s
     post-accumulate hook, else a hook on p's AccumulateGrad node (torch
@@ -325,7 +279,7 @@ class DistributedOptimizer:
                 # (the last mean): BSP's mean of those, added, is the mean.
                 options = {"rule": "add"}
             else:
-                options = _server_rule(optimizer, bucket.group)
+                options = server_rule(optimizer, bucket.group)
             bucket.tensor = self.client.register_tensor(
                 full, bucket.numel, consistency=consistency, **options
             )

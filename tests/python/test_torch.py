@@ -100,6 +100,23 @@ def test_every_rule_follows_a_torch_lr_scheduler(client, table_name, kind, sched
         torch.testing.assert_close(p.data, q.data, **TOLERANCE)
 
 
+def test_a_scheduler_made_before_the_wrapper_counts_from_its_initial_rate(client, table_name):
+    """A warm-up scheduler made first sets the rate to 0 at once: the
+    servers' rate is the scheduler's initial one, not 0."""
+    x, y = regression_data(7)
+    net = model(8)
+    oracle = copy.deepcopy(net)
+    wrapped = OPTIMIZERS["adam"](net.parameters())
+    scheduler = SCHEDULES["warmup"](wrapped)
+    assert wrapped.param_groups[0]["lr"] == 0
+    optimizer = dt.DistributedOptimizer(wrapped, net.named_parameters(), client=client, name=table_name)
+    plain = OPTIMIZERS["adam"](oracle.parameters())
+    train(net, optimizer, x, y, scheduler=scheduler)
+    train(oracle, plain, x, y, scheduler=SCHEDULES["warmup"](plain))
+    for p, q in zip(net.parameters(), oracle.parameters()):
+        torch.testing.assert_close(p.data, q.data, **TOLERANCE)
+
+
 def test_a_negative_learning_rate_is_refused(client, table_name):
     x, y = regression_data(5)
     net = model(6)

@@ -33,6 +33,7 @@ import atexit
 import numbers
 import sys
 import time
+import zlib
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -205,7 +206,9 @@ class DistributedOptimizer:
     their gradients) share one tensor on the servers, `<name>.bucket<i>`,
     up to this many bytes of float32 values (a larger parameter alone); 0:
     one tensor per parameter, `<name>.<parameter name>`. Every worker of a
-    model must pass the same value. client: the client to use (default:
+    model must pass the same value: a worker whose parameters or buckets
+    differ from the first worker's raises InvalidArgument when it wraps its
+    optimizer. client: the client to use (default:
     the one init() connected).
 
     A bucket is pushed once each of its parameters has had the last
@@ -238,6 +241,7 @@ class DistributedOptimizer:
         client: Optional[ductile.Client] = None,
     ):
         self.optimizer = optimizer
+        self._name = name
         self.client = client if client is not None else _current()
         self.average_gradients = average_gradients
         if int(backward_passes_per_step) != backward_passes_per_step or backward_passes_per_step < 1:
@@ -311,7 +315,7 @@ class DistributedOptimizer:
                 for param in bucket.params:
                     param.start.copy_(param.p.data)
                 self.client.push_tensor(bucket.init, bucket.start)
-            self.client.push_tensor(self._ready, torch.ones(1))
+            self.client.push_tensor(self._ready, torch.full((1,), self._layout()))
         else:
             flag = torch.zeros(1)
             deadline = time.monotonic() + INIT_TIMEOUT_S
@@ -322,11 +326,28 @@ class DistributedOptimizer:
                         f"within {INIT_TIMEOUT_S} s"
                     )
                 time.sleep(0.01)
+            if flag[0] != self._layout():
+                raise ductile.InvalidArgument(
+                    f"model '{self._name}': this worker's parameters or buckets differ from "
+                    "the first worker's (another model, or another bucket_bytes): every "
+                    "worker must wrap the same parameters with the same bucket_bytes"
+                )
             for bucket in self._buckets:
                 self.client.pull_tensor(bucket.init, out=bucket.start)
                 for param in bucket.params:
                     param.p.data.copy_(param.start)
         self._pull(apply=not self.average_gradients)
+
+    def _layout(self) -> float:
+        """A fingerprint of the tensors on the servers (their names and
+        sizes, and the parameters' names and shapes in them): a whole number
+        in [1, 2^24), which a float32 holds exactly. The first worker stores
+        it with the initial values, and every other checks its own."""
+        text = ";".join(
+            f"{b.tensor.name}:{b.numel}:" + ",".join(f"{q.name}{tuple(q.p.shape)}" for q in b.params)
+            for b in self._buckets
+        )
+        return float(zlib.crc32(text.encode()) % ((1 << 24) - 1) + 1)
 
     def _accumulated(self, param: _buckets.Param) -> None:
         """A backward pass has added to p.grad: once the last one of the

@@ -244,3 +244,22 @@ def test_a_bad_bucket_bytes_is_refused_before_anything_is_registered(client, tab
                                 bucket_bytes=bad)
     with pytest.raises(ductile.NotFound):
         client.get_table(f"{table_name}.claims")
+
+
+@pytest.mark.parametrize("second", [{"bucket_bytes": 0}, {"bucket_bytes": SPLIT_BYTES}, {"other": True}])
+def test_a_worker_whose_buckets_differ_from_the_first_workers_is_refused(connect, table_name,
+                                                                         second):
+    """Two workers of one model with different bucket_bytes (or models)
+    would use different tensors on the servers, each training its own: the
+    second is refused when it joins, naming why."""
+    first = connect()
+    net = model(48)
+    dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), net.named_parameters(),
+                            client=first, name=table_name)
+    other = connect()
+    if second.get("other"):
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        second = {}
+    with pytest.raises(ductile.InvalidArgument, match="same bucket_bytes"):
+        dt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), net.named_parameters(),
+                                client=other, name=table_name, **second)

@@ -35,6 +35,9 @@
 //                 joins. Timed from the decision to the end of the first
 //                 step with the third server owning slots.
 //
+// --train=false leaves the training out: the worker pushes the model once
+// and the moves run alone (their speed against the transport's).
+//
 //   elastic_bench                        # 100 MB, 3 repeats
 //   elastic_bench --sizes_mb=10,100,1000 --repeats=3
 //
@@ -59,6 +62,7 @@
 #include "ductile/coordinator.h"
 #include "ductile/server.h"
 #include "gflags/gflags.h"
+#include "util/malloc_policy.h"
 
 DEFINE_string(sizes_mb, "100", "model sizes in MB (1e6 bytes), by commas");
 DEFINE_int32(repeats, 3, "runs per size (medians shown)");
@@ -66,6 +70,11 @@ DEFINE_int32(width, 1024, "floats per key");
 DEFINE_int32(slots, 96, "slots");
 DEFINE_int64(timeout_ms, 600000, "bound of every wait");
 DEFINE_bool(drain, true, "also drain the joined server");
+DEFINE_bool(keep_freed_memory, true,
+            "keep freed memory for reuse, as the ductile programs do");
+DEFINE_bool(train, true,
+            "a worker trains during the moves (false: the moves alone, "
+            "the worker having pushed the model once)");
 DEFINE_bool(restart, true,
             "also time the reference: checkpoint, stop and restart of the "
             "whole job with a third server");
@@ -121,6 +130,7 @@ class Trainer {
       }
     });
   }
+  bool running() const { return thread_.joinable(); }
   void Stop() {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
@@ -183,6 +193,7 @@ Clock::time_point WaitPlaced(const std::string& address, int32_t server,
 }
 
 void WaitSteps(Trainer& t, size_t n) {
+  if (!t.running()) return;
   const size_t target = t.steps() + n;
   const Clock::time_point deadline =
       Clock::now() + std::chrono::milliseconds(FLAGS_timeout_ms);
@@ -261,8 +272,13 @@ Run OneRun(int size_mb) {
   const size_t floats = keys.size() * FLAGS_width;
 
   Trainer trainer(**client, *table, keys, floats);
-  trainer.Start();
-  WaitSteps(trainer, 5);
+  if (FLAGS_train) {
+    trainer.Start();
+    WaitSteps(trainer, 5);
+  } else {
+    const std::vector<float> grad(floats, 1e-6f);
+    Check((*client)->Push(*table, keys, grad), "the model's push");
+  }
 
   // A server joins.
   const Clock::time_point join_start = Clock::now();
@@ -397,6 +413,7 @@ double RestartRun(int size_mb) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("elastic_bench [--sizes_mb=100] [--repeats=3]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_keep_freed_memory) ductile::KeepFreedMemory();
   std::vector<int> sizes;
   std::stringstream in(FLAGS_sizes_mb);
   for (std::string s; std::getline(in, s, ',');) sizes.push_back(std::stoi(s));

@@ -29,11 +29,15 @@ namespace ductile {
 
 // A thread that runs tasks one at a time, in the order they were
 // scheduled, beside the thread that schedules them: work that blocks (a
-// checkpoint's write) without holding that thread up. SystemEnv's runs at
-// a lower CPU priority than the process's other threads. Destroying it
-// waits for the tasks scheduled (they all run) and joins the thread.
+// checkpoint's write, a slot move's encoding) without holding that thread
+// up. Destroying it waits for the tasks scheduled (they all run) and joins
+// the thread.
 class BackgroundThread {
  public:
+  // kLower: below the process's other threads (SystemEnv's: nice + 10),
+  // for work that may take its time (a checkpoint's write); kSame: as the
+  // others, for work someone waits for (a slot move's chunks).
+  enum class Priority { kLower, kSame };
   virtual ~BackgroundThread() = default;
   // Any thread. `task` runs on the background thread.
   virtual void Schedule(std::function<void()> task) = 0;
@@ -81,7 +85,7 @@ class Env {
   // line. The simulation has none, so that the work takes no simulated time
   // and lands at the same point of every run with a seed.
   virtual std::unique_ptr<BackgroundThread> NewBackgroundThread(
-      const std::string& /*name*/) {
+      const std::string& /*name*/, BackgroundThread::Priority /*priority*/) {
     return nullptr;
   }
 };

@@ -15,12 +15,13 @@
 namespace ductile {
 namespace {
 
-// One std::thread and a queue of tasks, at a lower CPU priority than the
-// process's other threads (nice + 10): where cores are short, the threads
-// that serve requests run first.
+// One std::thread and a queue of tasks; at kLower, at a lower CPU priority
+// than the process's other threads (nice + 10): where cores are short, the
+// threads that serve requests run first.
 class TaskThread final : public BackgroundThread {
  public:
-  explicit TaskThread(const std::string& name) : thread_([this] { Run(); }) {
+  TaskThread(const std::string& name, Priority priority)
+      : lower_(priority == Priority::kLower), thread_([this] { Run(); }) {
     // Linux names are at most 15 characters.
     pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
   }
@@ -45,8 +46,10 @@ class TaskThread final : public BackgroundThread {
  private:
   void Run() {
     // Linux: a thread's nice value is its own. Best effort.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()),
-                getpriority(PRIO_PROCESS, 0) + 10);
+    if (lower_) {
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()),
+                  getpriority(PRIO_PROCESS, 0) + 10);
+    }
     while (true) {
       std::function<void()> task;
       {
@@ -60,6 +63,7 @@ class TaskThread final : public BackgroundThread {
     }
   }
 
+  const bool lower_;
   Mutex mu_;
   CondVar wake_;
   std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
@@ -106,8 +110,8 @@ class RealEnv final : public Env {
   }
 
   std::unique_ptr<BackgroundThread> NewBackgroundThread(
-      const std::string& name) override {
-    return std::make_unique<TaskThread>(name);
+      const std::string& name, BackgroundThread::Priority priority) override {
+    return std::make_unique<TaskThread>(name, priority);
   }
 };
 

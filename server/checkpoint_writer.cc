@@ -12,7 +12,8 @@ CheckpointWriter::CheckpointWriter(Env* env,
     : env_(env),
       store_(std::move(store)),
       wakeup_(std::move(wakeup)),
-      thread_(env->NewBackgroundThread("ckpt-writer")) {}
+      thread_(env->NewBackgroundThread("ckpt-writer",
+                                       BackgroundThread::Priority::kLower)) {}
 
 CheckpointWriter::~CheckpointWriter() {
   thread_.reset();  // the job in flight runs to its end

@@ -11,6 +11,7 @@
 
 #include "glog/logging.h"
 #include "server/initializer.h"
+#include "storage/checkpoint_format.h"
 #include "util/finite.h"
 
 namespace ductile {
@@ -366,6 +367,24 @@ void ParameterTable::Restore(EntryRecord&& record, bool changed) {
   e.steps = record.steps;
   stored_floats_ += e.value.size() + e.state.size();
   if (changed) MarkChanged(record.key, e);
+}
+
+size_t ParameterTable::EntryValueBytes(RowRef row) const {
+  const Entry& e = *row.entry_;
+  const auto [first, second] = kernel_.ExportedParts(e.state, e.value.size());
+  return checkpoint_format::kEntryHeaderSize +
+         4 * (e.value.size() + first.size() + second.size());
+}
+
+void ParameterTable::AppendEntryValue(RowRef row, std::string* out) const {
+  namespace cf = checkpoint_format;
+  const Entry& e = *row.entry_;
+  const auto [first, second] = kernel_.ExportedParts(e.state, e.value.size());
+  cf::AppendEntryHeader(e.value.size(), first.size() + second.size(), e.steps,
+                        out);
+  cf::AppendFloats(e.value, out);
+  cf::AppendFloats(first, out);
+  cf::AppendFloats(second, out);
 }
 
 void ParameterTable::Clear() {

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -52,6 +53,8 @@
 namespace ductile {
 
 class ParameterTable {
+  struct Entry;  // a stored key (below)
+
  public:
   ParameterTable(TableId id, const TableOptions& options,
                  const CustomRule* custom);
@@ -269,6 +272,44 @@ class ParameterTable {
       if (pred(key)) out->push_back(ToRecord(key, e));
     }
   }
+  // ---- Rows read in place, off the request thread (a slot move's sender).
+  // A reference to a stored row. The row it names stays as it is, and may
+  // be read from another thread, while nothing changes it: no push,
+  // restore or eviction reaches its key (a slot move bounces its slots'
+  // requests and holds evictions) and the table is not cleared.
+  class RowRef {
+   public:
+    Key key() const { return entry_->key; }
+
+   private:
+    friend class ParameterTable;
+    explicit RowRef(const Entry* entry) : entry_(entry) {}
+    const Entry* entry_;
+  };
+  // Appends references to the rows for which `pred(key)` holds, in
+  // Export's order.
+  template <typename Pred>
+  void Rows(Pred&& pred, std::vector<RowRef>* out) const {
+    if (tracks_use()) {
+      for (const Entry* e = oldest_; e != nullptr; e = e->newer) {
+        if (pred(e->key)) out->push_back(RowRef(e));
+      }
+      return;
+    }
+    for (const auto& [key, e] : entries_) {
+      if (pred(key)) out->push_back(RowRef(&e));
+    }
+  }
+  // The bytes of `row`'s entry value (storage/checkpoint_format.h), as
+  // AppendEntryValue writes it.
+  size_t EntryValueBytes(RowRef row) const;
+  // Appends `row`'s entry value (the checkpoint's encoding, with its
+  // optimizer state as ExportState gives it) to `out`: the same bytes as
+  // EncodeEntryValue of Export's record, with no copy in between. Reads
+  // only the row (and the table's constant rule): any thread, under
+  // RowRef's terms.
+  void AppendEntryValue(RowRef row, std::string* out) const;
+
   // Removes the keys for which `pred(key)` holds (their slots moved away);
   // returns how many. Those the store may hold are listed for the next
   // checkpoint to delete (TakeEvicted): the slots' new owner writes them,

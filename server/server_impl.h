@@ -49,8 +49,8 @@ class ServerImpl final : public Server {
 
   const ServerOptions options_;
   Env* const env_;
-  // Before node_: the node's checkpoint writer signals it until the node
-  // is destroyed.
+  // Before node_: the node's checkpoint writer and slot moves signal it
+  // until the node is destroyed.
   Wakeup wakeup_;
   ServerNode node_;  // stepped by the request thread only, once started
   std::atomic<bool> stop_{false};

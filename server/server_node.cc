@@ -70,8 +70,8 @@ ServerNode::~ServerNode() { RemoveIpcFile(ipc_address_); }
 Status ServerNode::Start() {
   transport_ =
       env_->NewTransport("server", options_.security, options_.io_threads);
-  mover_ = std::make_unique<SlotMover>(env_, transport_.get(),
-                                       milliseconds(options_.move_timeout_ms));
+  mover_ = std::make_unique<SlotMover>(
+      env_, transport_.get(), milliseconds(options_.move_timeout_ms), wakeup_);
   DUCTILE_ASSIGN_OR_RETURN(
       router_,
       transport_->NewRouter(static_cast<int64_t>(options_.max_message_bytes),

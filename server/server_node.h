@@ -70,9 +70,10 @@ class ServerNode final : private CoordinatorLink {
   // Handles what the sockets hold, then the timers due.
   void Step();
   // Called from another thread when Step() has work that no socket shows
-  // (a checkpoint write finished beside the stepping thread); must be
-  // thread-safe. Set before Start().
+  // (a checkpoint write finished beside the stepping thread, a slot move's
+  // chunk encoded); must be thread-safe. Set before Start().
   void set_wakeup(std::function<void()> wakeup) {
+    wakeup_ = wakeup;
     checkpointer_.set_wakeup(std::move(wakeup));
   }
 
@@ -237,6 +238,7 @@ class ServerNode final : private CoordinatorLink {
   double job_noise_scale_ = 0;
   Checkpointer checkpointer_;
   Restorer restorer_;
+  std::function<void()> wakeup_;      // set_wakeup
   std::unique_ptr<SlotMover> mover_;  // made by Start()
   // Requests held, in arrival order, behind one that named a routing epoch
   // newer than this server's (until it arrives, or kBehindWait passes).

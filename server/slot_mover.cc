@@ -6,6 +6,7 @@
 
 #include "glog/logging.h"
 #include "proto/codec.h"
+#include "server/move_stream.h"
 #include "storage/checkpoint_format.h"
 #include "util/malloc_policy.h"
 
@@ -14,6 +15,20 @@ namespace ductile {
 namespace cf = checkpoint_format;
 
 // ------------------------------------------------------------------ source
+
+SlotMover::SlotMover(Env* env, Transport* transport,
+                     std::chrono::milliseconds ack_timeout,
+                     std::function<void()> wakeup)
+    : env_(env),
+      transport_(transport),
+      ack_timeout_(ack_timeout),
+      wakeup_(std::move(wakeup)) {}
+
+SlotMover::~SlotMover() = default;
+
+SlotMover::Move::~Move() {
+  if (stream != nullptr) stream->Cancel();
+}
 
 bool SlotMover::InSlots(const wire::Header& out, int32_t slot) {
   return std::find(out.slots().begin(), out.slots().end(), slot) !=
@@ -34,45 +49,42 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   m.slots.insert(out.slots().begin(), out.slots().end());
   m.target = out.member_id();
   m.address = out.endpoint().tcp_address();
-  std::vector<EntryRecord> records;
+  const TimePoint copy_start = env_->Now();
+  std::vector<MoveStream::Row> rows;
   std::vector<FilterRecord> counts;
   auto moving = [&](int32_t slot) { return m.slots.count(slot) > 0; };
   tables.ForEach([&](TableId id, ParameterTable& table) {
-    table.Export([&](Key key) { return moving(routing.SlotOf(id, key)); },
-                 &records);
+    std::vector<ParameterTable::RowRef> refs;
+    table.Rows([&](Key key) { return moving(routing.SlotOf(id, key)); }, &refs);
+    for (ParameterTable::RowRef ref : refs) rows.push_back({&table, ref});
     table.ExportCounts(moving, &counts);
   });
-  std::string chunk;
-  auto flush = [&](bool force) {
-    if (chunk.size() < kChunkBytes && !force) return;
-    m.bytes += chunk.size();
-    m.chunks.push_back(std::move(chunk));
-    chunk.clear();
-  };
   // The window first: it is in place before any key is served there.
-  for (const RequestDedup::Window& w : windows) AppendWindow(w, &chunk);
-  for (const FilterRecord& f : counts) {
-    AppendFilter(f, &chunk);
-    flush(false);
+  std::vector<std::string> head;
+  for (const RequestDedup::Window& w : windows) {
+    AppendWindow(w, &head.emplace_back());
   }
-  for (const EntryRecord& e : records) {
-    AppendEntry(e, &chunk);
-    flush(false);
-  }
-  for (const Buffered& b : buffered) {
-    AppendBuffered(b, &chunk);
-    flush(false);
-  }
-  // At least one chunk, the last: the target acknowledges it even empty.
-  if (!chunk.empty() || m.chunks.empty()) flush(true);
-  m.total_chunks = m.chunks.size();
-  m.buffered = std::move(buffered);
+  for (const FilterRecord& f : counts) AppendFilter(f, &head.emplace_back());
+  const size_t pushes = buffered.size();
+  m.stream = std::make_shared<MoveStream>(std::move(head), std::move(rows),
+                                          std::move(buffered), kChunkBytes);
+  m.bytes = m.stream->bytes();
+  m.total_chunks = m.stream->chunks();
   m.last_progress = env_->Now();
+  const double copy_ms =
+      std::chrono::duration<double, std::milli>(m.last_progress - copy_start)
+          .count();
+  if (encoder_ == nullptr) {
+    encoder_ = env_->NewBackgroundThread("ductile-move",
+                                         BackgroundThread::Priority::kSame);
+  }
+  m.stream->Start(encoder_.get(), kAhead, wakeup_);
   LOG(INFO) << "move " << m.id << ": " << m.slots.size()
-            << " slot(s) to server " << m.target << ": " << records.size()
+            << " slot(s) to server " << m.target << ": " << m.stream->rows()
             << " key(s), " << counts.size() << " slot(s) of admission counts, "
-            << m.buffered.size() << " buffered push(es), " << m.bytes
-            << " bytes in " << m.total_chunks << " chunk(s)";
+            << pushes << " buffered push(es), " << m.bytes << " bytes in "
+            << m.total_chunks << " chunk(s); the copy took " << copy_ms
+            << " ms";
   Connect(m);
   Pump(m);
 }
@@ -108,7 +120,9 @@ void SlotMover::Connect(Move& m) {
 
 void SlotMover::Pump(Move& m) {
   if (!m.failure.ok() || m.socket == nullptr) return;
-  while (!m.chunks.empty() && m.in_flight < kWindow) {
+  while (m.next_chunk < m.total_chunks && m.in_flight < kWindow) {
+    std::optional<std::string> chunk = m.stream->Take();
+    if (!chunk) return;  // not encoded yet: the wakeup comes when it is
     wire::Header h;
     h.set_type(wire::MIGRATE_DATA);
     h.set_change_id(m.id);
@@ -117,9 +131,8 @@ void SlotMover::Pump(Move& m) {
     for (int32_t slot : m.slots) h.add_slots(slot);
     OutMessage out;
     out.AddString(h.SerializeAsString());
-    m.unacked.push_back(m.chunks.front().size());
-    out.AddString(std::move(m.chunks.front()));
-    m.chunks.pop_front();
+    m.unacked.push_back(chunk->size());
+    out.AddString(std::move(*chunk));
     Status s = m.socket->Send(std::move(out));
     if (!s.ok()) {
       m.failure = s;
@@ -215,7 +228,7 @@ void SlotMover::Abort(uint64_t id, TableSet& tables,
       ++it;
       continue;
     }
-    PutBuffered(std::move(it->second.buffered), tables, consistency);
+    PutBuffered(it->second.stream->Release(), tables, consistency);
     it = moves_.erase(it);
   }
 }
@@ -360,14 +373,41 @@ bool SlotMover::FirstArrival(uint64_t id, uint64_t seq) {
   return it->second.insert(seq).second;
 }
 
+namespace {
+
+// An 'E' record's bytes before its entry value.
+constexpr size_t kEntryRecordHead = 1 + 4 + 8 + 4;
+
+void AppendEntryHead(TableId table, Key key, size_t value_bytes,
+                     std::string* chunk) {
+  chunk->push_back('E');
+  cf::PutFixed32(chunk, table);
+  cf::PutFixed64(chunk, key);
+  cf::PutFixed32(chunk, static_cast<uint32_t>(value_bytes));
+}
+
+}  // namespace
+
 void SlotMover::AppendEntry(const EntryRecord& e, std::string* chunk) {
   std::string value;
   cf::EncodeEntryValue(e, &value);
-  chunk->push_back('E');
-  cf::PutFixed32(chunk, e.table);
-  cf::PutFixed64(chunk, e.key);
-  cf::PutFixed32(chunk, static_cast<uint32_t>(value.size()));
+  AppendEntryHead(e.table, e.key, value.size(), chunk);
   chunk->append(value);
+}
+
+void SlotMover::AppendRow(const ParameterTable& table,
+                          ParameterTable::RowRef row, std::string* chunk) {
+  AppendEntryHead(table.id(), row.key(), table.EntryValueBytes(row), chunk);
+  table.AppendEntryValue(row, chunk);
+}
+
+size_t SlotMover::RowRecordBytes(const ParameterTable& table,
+                                 ParameterTable::RowRef row) {
+  return kEntryRecordHead + table.EntryValueBytes(row);
+}
+
+size_t SlotMover::BufferedRecordBytes(const Buffered& b) {
+  return 1 + 36 + b.second.combined.values.size() * sizeof(float);
 }
 
 void SlotMover::AppendFilter(const FilterRecord& f, std::string* chunk) {

@@ -2,17 +2,22 @@
 // (docs/elasticity.md, "Servers").
 //
 // Source side. A move (MIGRATE_OUT from the coordinator) names slots and a
-// target. The source copies the slots' keys at once (values, optimizer
-// state, the admission filters' counts of the slots, and, under BSP, the
-// pushes of clocks not combined yet, which it hands over rather than
-// applies) and streams them to the target in
-// chunks, a bounded number in flight. From the copy on, every request for
+// target. The source takes the slots' keys at once (references to their
+// rows, values and optimizer state, as the table keeps them; a copy of the
+// admission filters' counts of the slots; and, under BSP, the pushes of
+// clocks not combined yet, which it hands over rather than applies) and
+// streams them to the target in chunks, a bounded number in flight, each
+// encoded straight from the rows on a background thread a few chunks ahead
+// of the sending (MoveStream). From the copy on, every request for
 // the slots is answered "moved" (but a resent push it applied before,
 // which it acknowledges as a duplicate): the client asks again until the
 // routing names the new owner, so nothing is applied on both sides. Once
 // the target has acknowledged every chunk the source tells the
 // coordinator, which gives the slots to the target (routing epoch + 1);
-// when the source installs that routing it drops the keys and counts.
+// when the source installs that routing it drops the keys and counts. The
+// rows stay as they were at the copy until then: their requests bounce and
+// evictions are held (ServerNode), and an abort stops the encoding before
+// anything may change them.
 //
 // Why no push is late at the target: a worker tells a server its clock
 // only once its pushes of the clocks before are answered, and a push sent
@@ -35,6 +40,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,6 +55,7 @@
 #include "env/env.h"
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"
+#include "server/parameter_table.h"
 #include "server/request_dedup.h"
 #include "server/table_set.h"
 #include "transport/message.h"
@@ -56,23 +63,31 @@
 
 namespace ductile {
 
+class MoveStream;
+
 class SlotMover {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  // Bytes of keys per chunk, and chunks unacknowledged at once.
+  // Bytes of keys per chunk, chunks unacknowledged at once, and chunks
+  // encoded ahead of the sending.
   static constexpr size_t kChunkBytes = 4 << 20;
   static constexpr size_t kWindow = 4;
-  // `ack_timeout`: a target silent this long fails the move.
+  static constexpr size_t kAhead = 2;
+  // `ack_timeout`: a target silent this long fails the move. `wakeup`
+  // (thread-safe; may be empty in the simulation, which encodes in line):
+  // a chunk is ready to send, Step() should run.
   SlotMover(Env* env, Transport* transport,
-            std::chrono::milliseconds ack_timeout)
-      : env_(env), transport_(transport), ack_timeout_(ack_timeout) {}
+            std::chrono::milliseconds ack_timeout,
+            std::function<void()> wakeup = {});
+  ~SlotMover();
 
   // A BSP push buffered for a key (its clock not combined yet).
   using Buffered = std::pair<TableId, BspBuffer::Entry>;
 
   // ---- Source.
-  // MIGRATE_OUT: copies the slots' keys from `tables`, with `buffered`
+  // MIGRATE_OUT: takes the slots' keys from `tables` (references to their
+  // rows, which must stay as they are until the move ends), with `buffered`
   // (the slots' BSP pushes, taken out of the consistency controller by the
   // caller) and `windows` (the server's exactly-once window, taken at the
   // copy: every request applied here before it, and none after it, as the
@@ -143,18 +158,32 @@ class SlotMover {
   //   'F': table u32 LE | slot u32 LE | size u32 LE | the slot's admission
   //        counts (AdmissionFilter::Encode).
   static void AppendEntry(const EntryRecord& e, std::string* chunk);
+  // The same record for a row read in place (ParameterTable::RowRef's
+  // terms), and the bytes it takes.
+  static void AppendRow(const ParameterTable& table, ParameterTable::RowRef row,
+                        std::string* chunk);
+  static size_t RowRecordBytes(const ParameterTable& table,
+                               ParameterTable::RowRef row);
+  static size_t BufferedRecordBytes(const Buffered& b);
   static void AppendFilter(const FilterRecord& f, std::string* chunk);
   static void AppendBuffered(const Buffered& b, std::string* chunk);
   static void AppendWindow(const RequestDedup::Window& w, std::string* chunk);
 
  private:
   struct Move {
+    Move() = default;
+    Move(const Move&) = delete;
+    Move& operator=(const Move&) = delete;
+    ~Move();  // stops the encoding first
     uint64_t id = 0;
     std::set<int32_t> slots;
     int32_t target = -1;
     std::string address;
-    bool reported = false;           // MIGRATE_DONE sent
-    std::deque<std::string> chunks;  // not sent yet
+    bool reported = false;  // MIGRATE_DONE sent
+    // The chunks, encoded as they are sent; with the slots' BSP pushes,
+    // taken out of the consistency controller for the copy: they are put
+    // back if the move is aborted.
+    std::shared_ptr<MoveStream> stream;
     uint64_t next_chunk = 0;
     uint64_t in_flight = 0;
     uint64_t total_chunks = 0;
@@ -165,9 +194,6 @@ class SlotMover {
     Status failure;
     TimePoint last_progress{};
     std::unique_ptr<Socket> socket;
-    // The slots' BSP pushes, taken out of the consistency controller for
-    // the copy: they are put back if the move is aborted.
-    std::vector<Buffered> buffered;
   };
   // `buffered` into `consistency`'s buffer, or applied to `tables`,
   // combined, when their clock is over there.
@@ -181,6 +207,11 @@ class SlotMover {
   Env* const env_;
   Transport* const transport_;
   const std::chrono::milliseconds ack_timeout_;
+  const std::function<void()> wakeup_;
+  // Encodes the moves' chunks (made at the first move; null where the Env
+  // has none: in line). Before moves_: a move stops its encoding when it
+  // goes.
+  std::unique_ptr<BackgroundThread> encoder_;
   std::map<uint64_t, Move> moves_;
   // Moves started here (a MIGRATE_OUT that arrives again is not a new
   // move), and the chunks put in here by move; the newest kRemembered.

@@ -9,14 +9,6 @@
 namespace ductile::checkpoint_format {
 namespace {
 
-void PutFloats(std::string* dst, const std::vector<float>& v) {
-  if constexpr (std::endian::native == std::endian::little) {
-    dst->append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
-  } else {
-    for (float f : v) PutFixed32(dst, std::bit_cast<uint32_t>(f));
-  }
-}
-
 void DecodeFloats(const char* p, size_t n, std::vector<float>* out) {
   out->resize(n);
   if constexpr (std::endian::native == std::endian::little) {
@@ -53,12 +45,21 @@ std::string TableKey(TableId table) {
   return key;
 }
 
+void AppendFloats(std::span<const float> floats, std::string* dst) {
+  if constexpr (std::endian::native == std::endian::little) {
+    dst->append(reinterpret_cast<const char*>(floats.data()),
+                floats.size() * 4);
+  } else {
+    for (float f : floats) PutFixed32(dst, std::bit_cast<uint32_t>(f));
+  }
+}
+
 void EncodeEntryValue(const EntryRecord& e, std::string* dst) {
   dst->clear();
   dst->reserve(kEntryHeaderSize + 4 * (e.value.size() + e.state.size()));
   AppendEntryHeader(e, dst);
-  PutFloats(dst, e.value);
-  PutFloats(dst, e.state);
+  AppendFloats(e.value, dst);
+  AppendFloats(e.state, dst);
 }
 
 std::string DecodeEntryValue(std::string_view in, EntryRecord* e) {

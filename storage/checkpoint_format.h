@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -136,11 +137,17 @@ inline std::string FilterKey(TableId table, int32_t slot) {
 
 // An entry value's header (value_count, state_count, steps), appended to
 // `dst`; the floats follow it.
-inline void AppendEntryHeader(const EntryRecord& e, std::string* dst) {
-  PutFixed32(dst, static_cast<uint32_t>(e.value.size()));
-  PutFixed32(dst, static_cast<uint32_t>(e.state.size()));
-  PutFixed64(dst, static_cast<uint64_t>(e.steps));
+inline void AppendEntryHeader(size_t value_count, size_t state_count,
+                              int64_t steps, std::string* dst) {
+  PutFixed32(dst, static_cast<uint32_t>(value_count));
+  PutFixed32(dst, static_cast<uint32_t>(state_count));
+  PutFixed64(dst, static_cast<uint64_t>(steps));
 }
+inline void AppendEntryHeader(const EntryRecord& e, std::string* dst) {
+  AppendEntryHeader(e.value.size(), e.state.size(), e.steps, dst);
+}
+// Appends `floats` as the entry value holds them (little-endian).
+void AppendFloats(std::span<const float> floats, std::string* dst);
 
 // Replaces `dst` by e's value: header, then value and state floats.
 void EncodeEntryValue(const EntryRecord& e, std::string* dst);

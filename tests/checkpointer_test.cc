@@ -244,8 +244,9 @@ class ControlledEnv final : public Env {
     return FailedPreconditionError("no coordinator store here");
   }
   std::unique_ptr<BackgroundThread> NewBackgroundThread(
-      const std::string& name) override {
-    return background_ ? SystemEnv()->NewBackgroundThread(name) : nullptr;
+      const std::string& name, BackgroundThread::Priority priority) override {
+    return background_ ? SystemEnv()->NewBackgroundThread(name, priority)
+                       : nullptr;
   }
 
  private:

@@ -99,16 +99,23 @@ UpdateRuleKernel::UpdateRuleKernel(const TableOptions& options,
   }
 }
 
-std::vector<float> UpdateRuleKernel::ExportState(std::span<const float> state,
-                                                 size_t n) const {
+std::pair<std::span<const float>, std::span<const float>>
+UpdateRuleKernel::ExportedParts(std::span<const float> state, size_t n) const {
   const size_t gap =
       options_.rule == UpdateRule::kAdam && state.size() == state_floats(n)
           ? AdamGap(n)
           : 0;
-  if (gap == 0) return std::vector<float>(state.begin(), state.end());
-  std::vector<float> out(2 * n);
-  std::copy(state.begin(), state.begin() + n, out.begin());
-  std::copy(state.begin() + n + gap, state.end(), out.begin() + n);
+  if (gap == 0) return {state, {}};
+  return {state.first(n), state.subspan(n + gap)};
+}
+
+std::vector<float> UpdateRuleKernel::ExportState(std::span<const float> state,
+                                                 size_t n) const {
+  const auto [first, second] = ExportedParts(state, n);
+  std::vector<float> out;
+  out.reserve(first.size() + second.size());
+  out.insert(out.end(), first.begin(), first.end());
+  out.insert(out.end(), second.begin(), second.end());
   return out;
 }
 

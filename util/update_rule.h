@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ductile/table.h"
@@ -62,6 +63,10 @@ class UpdateRuleKernel {
   // The state in the layout checkpoints and slot moves carry:
   // state_per_value() * n floats, Adam's m then v with no gap.
   std::vector<float> ExportState(std::span<const float> state, size_t n) const;
+  // The same layout as two pieces of `state` in place, to be laid end to
+  // end (the second is empty unless Adam's gap splits the state).
+  std::pair<std::span<const float>, std::span<const float>> ExportedParts(
+      std::span<const float> state, size_t n) const;
   // Back from that layout. A state of another size than state_per_value()
   // * n cannot be this key's: it becomes zeros.
   std::vector<float> ImportState(std::vector<float>&& exported, size_t n) const;

@@ -1,8 +1,9 @@
 // The DLRM example (examples/torch/dlrm.py) as a user runs it: `ductile
 // local --servers=2 --workers=2 -- python3 examples/torch/dlrm.py`, real
 // processes on loopback, at a tiny size (100 ids per feature, 16,000
-// samples), under BSP and async. Each run is bounded in time, and the test
-// checks that no process of its cluster is left.
+// samples), under BSP and async, and through a resize of its workers. Each
+// run is bounded in time, and the test checks that no process of its
+// cluster is left.
 #include <unistd.h>
 
 #include <regex>
@@ -30,26 +31,46 @@ std::string UniqueTimeoutFlag() {
   return "--timeout_ms=" + std::to_string(60000 + (getpid() % 1000) * 10 + n++);
 }
 
-std::vector<std::string> DlrmJob(const std::string& marker,
-                                 const std::string& consistency) {
-  return {DUCTILE_BINARY,
-          "local",
-          "--servers=2",
-          "--workers=2",
-          marker,
-          "--",
-          "/usr/bin/env",
-          std::string("PYTHONPATH=") + DUCTILE_PYTHON_PATH,
-          DUCTILE_PYTHON,
-          std::string(DUCTILE_SOURCE_DIR) + "/examples/torch/dlrm.py",
-          "--vocab=100",
-          "--train_samples=16000",
-          "--test_samples=8000",
-          "--batch_size=128",
-          "--emb_lr=0.1",
-          "--lr=0.003",
-          "--log_every=40",
-          "--consistency=" + consistency};
+// `local_flags`: more flags of `ductile local`; `script_flags`: more flags
+// of the script (a flag given again takes the later value).
+std::vector<std::string> DlrmJob(
+    const std::string& marker, const std::string& consistency,
+    const std::vector<std::string>& local_flags = {},
+    const std::vector<std::string>& script_flags = {}) {
+  std::vector<std::string> job = {DUCTILE_BINARY, "local", "--servers=2",
+                                  "--workers=2", marker};
+  job.insert(job.end(), local_flags.begin(), local_flags.end());
+  const std::vector<std::string> script = {
+      "--",
+      "/usr/bin/env",
+      std::string("PYTHONPATH=") + DUCTILE_PYTHON_PATH,
+      DUCTILE_PYTHON,
+      std::string(DUCTILE_SOURCE_DIR) + "/examples/torch/dlrm.py",
+      "--vocab=100",
+      "--train_samples=16000",
+      "--test_samples=8000",
+      "--batch_size=128",
+      "--emb_lr=0.1",
+      "--lr=0.003",
+      "--log_every=40",
+      "--consistency=" + consistency};
+  job.insert(job.end(), script.begin(), script.end());
+  job.insert(job.end(), script_flags.begin(), script_flags.end());
+  return job;
+}
+
+// The batches of the plan: 16000 / 128.
+constexpr int kBatches = 125;
+
+// The sum of what the workers printed: "worker N trained K batches".
+int BatchesTrained(const std::string& output) {
+  int sum = 0;
+  const std::regex line("worker [0-9]+ trained ([0-9]+) batches");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    sum += std::stoi((*it)[1].str());
+  }
+  return sum;
 }
 
 // What the workers printed: "test auc X planted auc Y".
@@ -69,9 +90,8 @@ void ExpectTrainedPastTheBar(const std::string& consistency) {
   ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
   const std::string& out = p.output();
   EXPECT_NE(out.find("ductile local: done"), std::string::npos) << out;
-  // 16000 / 128 / 2 steps each.
-  EXPECT_NE(out.find("worker 0 trained 62 steps"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker 1 trained 62 steps"), std::string::npos) << out;
+  // Every batch of the plan once, over both workers.
+  EXPECT_EQ(BatchesTrained(out), kBatches) << out;
   const auto aucs = Aucs(out);
   ASSERT_EQ(aucs.size(), 2u) << out;
   for (const auto& [model, planted] : aucs) {
@@ -87,6 +107,35 @@ TEST(DlrmExample, TwoWorkersUnderBspTrainPastTheAucBar) {
 
 TEST(DlrmExample, TwoAsyncWorkersTrainPastTheAucBar) {
   ExpectTrainedPastTheBar("async");
+}
+
+// Workers 2 -> 3 -> 1 under BSP: the joiner starts at the job's clock and
+// takes its share of the plan, the two drained workers leave at their next
+// batch and exit 0, the last one trains the rest: every batch once, and its
+// AUC passes the bar. 750 batches, so that the joiner (a Python process
+// importing torch, a few seconds) is in the job long before the shrink.
+TEST(DlrmExample, EveryBatchIsTrainedOnceThroughAResize2To3To1) {
+  const std::string marker = UniqueTimeoutFlag();
+  ChildProcess p(
+      DlrmJob(marker, "bsp",
+              {"--resize_schedule=workers=3@clock=5,workers=1@clock=200"},
+              {"--train_samples=96000", "--log_every=100"}));
+  ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
+  const std::string& out = p.output();
+  for (const char* line : {"workers 2 -> 3 at clock", "started worker 2;",
+                           "workers 3 -> 1 at clock", "ductile local: done"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+  }
+  const std::regex left("worker [0-9]+ left the job at clock [0-9]+");
+  EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), left),
+                          std::sregex_iterator()),
+            2)
+      << out;
+  EXPECT_EQ(BatchesTrained(out), 96000 / 128) << out;
+  const auto aucs = Aucs(out);
+  ASSERT_EQ(aucs.size(), 1u) << out;  // the drained ones print none
+  EXPECT_GE(aucs[0].first, kMinAuc) << out;
+  EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
 }  // namespace

@@ -14,12 +14,15 @@ model's AUC, printed next to it.
     # or against a coordinator started by hand:
     /usr/bin/python3 examples/torch/dlrm.py --coordinator=tcp://127.0.0.1:7000
 
-The workers wait for each other at the start (under BSP a worker alone
-would train its first steps without the others), then take the training
-batches in turn (worker r the batches r, r + workers, ...), the same number
-each; each prints its loss every --log_every steps and, at the end, "test
-auc X planted auc Y". Under BSP with two workers, repeated runs printed the
-same AUC.
+The job's first workers wait for each other at the start (under BSP a
+worker alone would train its first steps without the others), then share
+the training batches through the job's data plan (ElasticSampler): every
+batch is trained once, however workers join (`ductile local
+--resize_schedule`), are drained or killed, and across rollbacks. A worker
+that joins later starts at the job's clock, with the rows and parameters
+as they are then. Each prints its loss every --log_every steps and, at the
+end, how many batches it trained and "test auc X planted auc Y" (a worker
+that left the job early prints only its batches: the rows are the job's).
 """
 
 import argparse
@@ -109,7 +112,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="the data's and the model's seed")
     parser.add_argument("--train_samples", type=int, default=300000)
     parser.add_argument("--test_samples", type=int, default=20000)
-    parser.add_argument("--batch_size", type=int, default=256, help="per worker")
+    parser.add_argument("--batch_size", type=int, default=256, help="samples per batch (each worker's step)")
     parser.add_argument("--dim", type=int, default=16, help="embedding width")
     parser.add_argument("--lr", type=float, default=0.001, help="Adam's, for the MLPs")
     parser.add_argument("--emb_lr", type=float, default=0.05, help="the rows' AdaGrad's")
@@ -130,7 +133,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     connect = {"address": args.coordinator} if args.coordinator else {}  # ductile
     client = dt.init(**connect)  # ductile
-    rank, workers = dt.rank(), start_together(client)  # ductile
+    rank = dt.rank()  # ductile
+    if client.current_clock == 0:  # ductile: the job's first workers, not a joiner
+        start_together(client)
     data = SyntheticClicks(args.vocab, zipf_exponent=args.zipf, seed=args.seed)
 
     torch.manual_seed(args.seed)
@@ -145,24 +150,27 @@ def main() -> None:
                                         consistency=args.consistency, name="dlrm")
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
-    steps = args.train_samples // args.batch_size // workers
+    # ductile: batch i of the plan is the data's batch i (in order: shuffle=False)
+    sampler = dt.ElasticSampler(args.train_samples, args.batch_size, shuffle=False)
     losses: List[float] = []
     start = time.monotonic()
-    for step in range(steps):
-        batch = data.batch(rank + step * workers, args.batch_size)
+    for step, indices in enumerate(sampler):
+        batch = data.batch(indices[0] // args.batch_size, args.batch_size)
         optimizer.zero_grad()
         logits = model(torch.from_numpy(batch.dense), row_ids(batch.sparse))
         loss = loss_fn(logits, torch.from_numpy(batch.labels))
         loss.backward()  # pushes the rows' gradients
         optimizer.step()  # ductile: the MLPs' step, and the clock of both
         losses.append(loss.item())
-        dt.report(loss=losses[-1], samples=args.batch_size)  # ductile: for status and policies
-        if (step + 1) % args.log_every == 0 or step + 1 == steps:
-            print(f"worker {rank} step {step + 1}/{steps} loss {np.mean(losses[-args.log_every:]):.4f} "
+        dt.report(loss=losses[-1])  # ductile: for status and policies (the sampler counts samples)
+        if (step + 1) % args.log_every == 0:
+            print(f"worker {rank} step {step + 1} loss {np.mean(losses[-args.log_every:]):.4f} "
                   f"{(step + 1) * args.batch_size / (time.monotonic() - start):.0f} samples/s",
                   flush=True)
+    print(f"worker {rank} trained {len(sampler.trained)} batches", flush=True)  # ductile
+    if sampler.left:  # ductile: drained; the rows are the job's, no longer this worker's to read
+        return
     model_auc, planted_auc = evaluate(model, data, args.test_samples)
-    print(f"worker {rank} trained {steps} steps", flush=True)
     print(f"test auc {model_auc:.4f} planted auc {planted_auc:.4f}", flush=True)
 
 

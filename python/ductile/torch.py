@@ -44,6 +44,8 @@ from ductile._rules import SUPPORTED, server_rule
 from ductile._elastic import ElasticSampler
 from ductile._env import connect_from_env
 
+# The coordinator's answer to a worker that registers as the job ends.
+SHUTTING_DOWN = "cluster is shutting down"
 # How long a worker waits for the first worker's initial parameters.
 INIT_TIMEOUT_S = 60.0
 # The learning-rate factor a rate of 0 is sent as (Client.set_rate_factor
@@ -56,8 +58,10 @@ _client: Optional[ductile.Client] = None
 class LeftJob(SystemExit):
     """Raised by DistributedOptimizer.step() once this worker has left the
     job because it was asked to (`ductile drain`, a resize, a policy) and
-    no ElasticSampler ends its loop instead. A SystemExit with status 0:
-    uncaught, the script ends cleanly; catch it to go on after the loop."""
+    no ElasticSampler ends its loop instead; and by init() when the job
+    ended before this worker joined (started by a resize or a replacement
+    late in the job: there is nothing left to train). A SystemExit with
+    status 0: uncaught, the script ends cleanly; catch it to go on."""
 
     def __init__(self, message: str):
         super().__init__(0)
@@ -73,11 +77,23 @@ def init(**overrides: Any) -> ductile.Client:
     address="tcp://127.0.0.1:7000") and returns the client, which
     DistributedOptimizer and ElasticSampler then use. rank() and size()
     tell this worker's id and the job's worker count. When the script ends
-    (not by an uncaught exception), the client's finish() is called for it."""
+    (not by an uncaught exception), the client's finish() is called for it.
+
+    Raises LeftJob (exit status 0) when the job ended before this worker
+    could join it."""
     global _client
     if _client is not None and not _client.closed:
         raise ductile.FailedPrecondition("ductile.torch.init() was called already")
-    _client = connect_from_env(**overrides)
+    try:
+        _client = connect_from_env(**overrides)
+    except ductile.Unavailable as error:
+        # The coordinator's answer to a worker registering as the job ends
+        # (as `ductile worker` takes it): no failure, nothing to do.
+        if str(error) != SHUTTING_DOWN:
+            raise
+        message = "the job ended before this worker joined; nothing to do"
+        print(message, file=sys.stderr, flush=True)
+        raise LeftJob(message) from None
     _finish_at_exit(_client)
     return _client
 

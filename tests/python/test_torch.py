@@ -455,3 +455,27 @@ def test_a_closures_loss_is_reported_by_step(client, table_name):
     loss = optimizer.step(closure)
     assert client.stats().losses == 1
     assert client.stats().recent_loss == pytest.approx(loss.item())
+
+
+def test_init_after_the_job_ended_exits_cleanly_with_left_job(monkeypatch, capsys):
+    # A worker started late (a resize or a replacement as the job ends): the
+    # coordinator answers its registration so, and there is nothing to train.
+    def job_ended(**_):
+        raise ductile.Unavailable("cluster is shutting down")
+
+    monkeypatch.setattr(dt, "_client", None)
+    monkeypatch.setattr(dt, "connect_from_env", job_ended)
+    with pytest.raises(dt.LeftJob) as left:
+        dt.init()
+    assert left.value.code == 0
+    assert "the job ended before this worker joined" in capsys.readouterr().err
+
+
+def test_init_raises_any_other_unavailable_error(monkeypatch):
+    def unreachable(**_):
+        raise ductile.Unavailable("no coordinator answered at tcp://127.0.0.1:9")
+
+    monkeypatch.setattr(dt, "_client", None)
+    monkeypatch.setattr(dt, "connect_from_env", unreachable)
+    with pytest.raises(ductile.Unavailable, match="no coordinator answered"):
+        dt.init()

@@ -52,11 +52,11 @@ void MoveStream::Start(BackgroundThread* thread, size_t ahead,
 }
 
 std::optional<std::string> MoveStream::Take() {
+  MutexLock lock(&mu_);
   if (thread_ == nullptr) {
-    if (next_taken_ >= chunks()) return std::nullopt;
+    if (cancelled_ || next_taken_ >= chunks()) return std::nullopt;
     return Encode(next_taken_++);
   }
-  MutexLock lock(&mu_);
   std::optional<std::string> chunk;
   if (!ready_.empty()) {
     chunk = std::move(ready_.front());

@@ -78,6 +78,12 @@ class MoveStream : public std::enable_shared_from_this<MoveStream> {
   // aborted: they are served here again).
   std::vector<Buffered> Release();
 
+  // Whether Cancel (or Release) was called.
+  bool cancelled() {
+    MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
   // Chunk `i`'s bytes (the format of SlotMover's chunks).
   std::string Encode(size_t i) const;
 

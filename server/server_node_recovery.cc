@@ -47,8 +47,7 @@ void ServerNode::Recover(const wire::Header& header) {
   // checkpoint's routing says who owns what (what they put back is
   // cleared with the rest below).
   mover_->Abort(0, tables_, consistency_);
-  counters_.Set(&ServerCounters::slots_moving, 0);
-  counters_.Set(&ServerCounters::move_bytes_left, 0);
+  SetMoveCounters();  // and evictions are no longer held
   Status s;
   for (const auto& config : header.tables()) {
     // A table this server has keeps its own options: they differ from the

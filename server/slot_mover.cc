@@ -44,11 +44,30 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
     started_.erase(started_order_.front());
     started_order_.pop_front();
   }
+  // A slot already moving away (a failed move not aborted yet) is not
+  // taken twice: this move fails, and the coordinator aborts it.
+  std::string overlap;
+  for (const auto& [id, other] : moves_) {
+    for (int32_t slot : out.slots()) {
+      if (other.slots.count(slot) > 0) overlap = std::to_string(slot);
+    }
+  }
   Move& m = moves_[out.change_id()];
   m.id = out.change_id();
   m.slots.insert(out.slots().begin(), out.slots().end());
   m.target = out.member_id();
   m.address = out.endpoint().tcp_address();
+  if (!overlap.empty()) {
+    m.failure = FailedPreconditionError(
+        "slot " + overlap + " is moving away already, in another move");
+    // Nothing to send; the pushes come back with the abort.
+    m.stream = std::make_shared<MoveStream>(std::vector<std::string>(),
+                                            std::vector<MoveStream::Row>(),
+                                            std::move(buffered), kChunkBytes);
+    m.total_chunks = m.stream->chunks();
+    m.last_progress = env_->Now();
+    return;
+  }
   const TimePoint copy_start = env_->Now();
   std::vector<MoveStream::Row> rows;
   std::vector<FilterRecord> counts;
@@ -120,7 +139,7 @@ void SlotMover::Connect(Move& m) {
 
 void SlotMover::Pump(Move& m) {
   if (!m.failure.ok() || m.socket == nullptr) return;
-  while (m.next_chunk < m.total_chunks && m.in_flight < kWindow) {
+  while (m.next_chunk < m.total_chunks && m.unacked.size() < kWindow) {
     std::optional<std::string> chunk = m.stream->Take();
     if (!chunk) return;  // not encoded yet: the wakeup comes when it is
     wire::Header h;
@@ -131,7 +150,7 @@ void SlotMover::Pump(Move& m) {
     for (int32_t slot : m.slots) h.add_slots(slot);
     OutMessage out;
     out.AddString(h.SerializeAsString());
-    m.unacked.push_back(chunk->size());
+    m.unacked[m.next_chunk] = chunk->size();
     out.AddString(std::move(*chunk));
     Status s = m.socket->Send(std::move(out));
     if (!s.ok()) {
@@ -139,7 +158,6 @@ void SlotMover::Pump(Move& m) {
       return;
     }
     ++m.next_chunk;
-    ++m.in_flight;
   }
 }
 
@@ -162,11 +180,10 @@ std::vector<wire::Header> SlotMover::Step() {
                                            ": " + s.message());
           break;
         }
-        if (m.in_flight > 0) --m.in_flight;
-        if (!m.unacked.empty()) {
-          m.acked_bytes += m.unacked.front();
-          m.unacked.pop_front();
-        }
+        auto sent = m.unacked.find(ack.seq());
+        if (sent == m.unacked.end()) continue;  // again, or never sent
+        m.acked_bytes += sent->second;
+        m.unacked.erase(sent);
         ++m.acked;
         m.last_progress = now;
       }
@@ -180,6 +197,8 @@ std::vector<wire::Header> SlotMover::Step() {
           " chunk(s) and then nothing for " +
           std::to_string(ack_timeout_.count()) + " ms");
     }
+    // A failed move encodes no more (its chunks will not be sent).
+    if (!m.failure.ok()) m.stream->Cancel();
     const bool finished = m.acked >= m.total_chunks;
     if (m.reported || (!finished && m.failure.ok())) continue;
     m.reported = true;
@@ -208,6 +227,7 @@ uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
       ++it;
       continue;
     }
+    m.stream->Cancel();  // nothing reads the rows from here on
     tables.ForEach([&](TableId id, ParameterTable& table) {
       dropped += table.EraseIf(
           [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; });
@@ -297,13 +317,34 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
   std::vector<FilterRecord> filters;
   DUCTILE_RETURN_IF_ERROR(
       ParseChunk(message, &entries, &buffered, &windows, &filters));
+  const std::set<int32_t> slots(header.slots().begin(), header.slots().end());
+  // Slots this server is moving away: their rows are being read for the
+  // move out (MoveStream) and must not change.
+  for (const auto& [id, m] : moves_) {
+    for (int32_t slot : slots) {
+      if (m.slots.count(slot) > 0) {
+        return FailedPreconditionError("slot " + std::to_string(slot) +
+                                       " is moving away from this server");
+      }
+    }
+  }
+  // A key of another slot than the move's would change a row the move
+  // does not own.
+  auto outside = [&](TableId table, Key key) {
+    return InvalidArgumentError("key " + std::to_string(key) + " of table " +
+                                std::to_string(table) + " is in slot " +
+                                std::to_string(routing.SlotOf(table, key)) +
+                                ", not one of the move's");
+  };
   for (const EntryRecord& e : entries) {
     if (tables.Find(e.table) == nullptr) {
       return NotFoundError("no table " + std::to_string(e.table) +
                            " for a moved key");
     }
+    if (slots.count(routing.SlotOf(e.table, e.key)) == 0) {
+      return outside(e.table, e.key);
+    }
   }
-  const std::set<int32_t> slots(header.slots().begin(), header.slots().end());
   for (const FilterRecord& f : filters) {
     ParameterTable* table = tables.Find(f.table);
     if (table == nullptr) {
@@ -321,6 +362,9 @@ Status SlotMover::Install(const wire::Header& header, const InMessage& message,
     if (tables.Find(b.first) == nullptr) {
       return NotFoundError("no table " + std::to_string(b.first) +
                            " for a moved push");
+    }
+    if (slots.count(routing.SlotOf(b.first, b.second.key)) == 0) {
+      return outside(b.first, b.second.key);
     }
   }
   if (arrived_.count(header.change_id()) == 0) {

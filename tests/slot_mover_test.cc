@@ -106,6 +106,47 @@ TEST_F(SlotMoverTarget, AMovesFirstChunkDropsWhatAnAbandonedMoveLeft) {
           .empty());
 }
 
+// A chunk's keys and pushes must be of the move's slots: one of another
+// slot (a peer that lies, or a mix-up) refuses the whole chunk, and
+// nothing of it is applied.
+TEST_F(SlotMoverTarget, AKeyOfAnotherSlotThanTheMovesRefusesTheChunk) {
+  Key other = 43;
+  while (routing_.SlotOf(kTable, other) == routing_.SlotOf(kTable, 42)) ++other;
+  for (bool as_push : {false, true}) {
+    std::string chunk;
+    EntryRecord e;
+    e.table = kTable;
+    e.key = as_push ? 42 : other;
+    e.value = {1.0f};
+    SlotMover::AppendEntry(e, &chunk);
+    if (as_push) {
+      BspBuffer::Entry b;
+      b.clock = 3;
+      b.key = other;
+      b.combined.values = {2.0f};
+      b.combined.pushes = 1;
+      SlotMover::AppendBuffered({kTable, b}, &chunk);
+    }
+    wire::Header h;
+    h.set_type(wire::MIGRATE_DATA);
+    h.set_change_id(as_push ? 22 : 21);
+    h.set_seq(0);
+    h.set_last(true);
+    h.add_slots(routing_.SlotOf(kTable, 42));
+    const Status s = mover_.Install(
+        h, InMessage::Copy({"source", h.SerializeAsString(), chunk}), routing_,
+        tables_, consistency_, dedup_);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("not one of the move's"), std::string::npos)
+        << s;
+    std::vector<float> v;
+    EXPECT_FALSE(tables_.Find(kTable)->Get(42, &v)) << as_push;
+    EXPECT_FALSE(tables_.Find(kTable)->Get(other, &v)) << as_push;
+    EXPECT_TRUE(consistency_.TakeBufferedKeys([](TableId, Key) { return true; })
+                    .empty());
+  }
+}
+
 // The source's exactly-once window travels in the chunk: a push the
 // source applied (client 7, seq 31) is a duplicate at the target, one it
 // did not apply is not.

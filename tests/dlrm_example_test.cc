@@ -12,11 +12,14 @@
 
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
+#include "tests/example_output.h"
 #include "tests/marked_processes.h"
 
 namespace {
 
+using ductile::testing::BatchesTrained;
 using ductile::testing::ChildProcess;
+using ductile::testing::ExpectResized2To3To1;
 using ductile::testing::NoProcessesLeft;
 
 constexpr int64_t kRunLimitMs = 120000;
@@ -61,17 +64,6 @@ std::vector<std::string> DlrmJob(
 
 // The batches of the plan: 16000 / 128.
 constexpr int kBatches = 125;
-
-// The sum of what the workers printed: "worker N trained K batches".
-int BatchesTrained(const std::string& output) {
-  int sum = 0;
-  const std::regex line("worker [0-9]+ trained ([0-9]+) batches");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
-       it != std::sregex_iterator(); ++it) {
-    sum += std::stoi((*it)[1].str());
-  }
-  return sum;
-}
 
 // What the workers printed: "test auc X planted auc Y".
 std::vector<std::pair<double, double>> Aucs(const std::string& output) {
@@ -122,15 +114,7 @@ TEST(DlrmExample, EveryBatchIsTrainedOnceThroughAResize2To3To1) {
               {"--train_samples=96000", "--log_every=100"}));
   ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
   const std::string& out = p.output();
-  for (const char* line : {"workers 2 -> 3 at clock", "started worker 2;",
-                           "workers 3 -> 1 at clock", "ductile local: done"}) {
-    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
-  }
-  const std::regex left("worker [0-9]+ left the job at clock [0-9]+");
-  EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), left),
-                          std::sregex_iterator()),
-            2)
-      << out;
+  ExpectResized2To3To1(out);
   EXPECT_EQ(BatchesTrained(out), 96000 / 128) << out;
   const auto aucs = Aucs(out);
   ASSERT_EQ(aucs.size(), 1u) << out;  // the drained ones print none

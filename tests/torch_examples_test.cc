@@ -16,11 +16,14 @@
 
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
+#include "tests/example_output.h"
 #include "tests/marked_processes.h"
 
 namespace {
 
+using ductile::testing::BatchesTrained;
 using ductile::testing::ChildProcess;
+using ductile::testing::ExpectResized2To3To1;
 using ductile::testing::NoProcessesLeft;
 using ductile::testing::ProcessesWith;
 
@@ -73,18 +76,6 @@ void ExpectAccuracyOf(const std::string& output, size_t workers) {
   const std::vector<double> accuracies = Accuracies(output);
   EXPECT_EQ(accuracies.size(), workers) << output;
   for (double a : accuracies) EXPECT_GE(a, kMinAccuracy) << output;
-}
-
-// The batches the workers trained that the job kept, as they printed them
-// ("worker R trained N batches"), summed.
-int BatchesTrained(const std::string& output) {
-  int sum = 0;
-  const std::regex line("worker [0-9]+ trained ([0-9]+) batches");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
-       it != std::sregex_iterator(); ++it) {
-    sum += std::stoi((*it)[1].str());
-  }
-  return sum;
 }
 
 TEST(TorchExamples, TwoWorkersUnderBspTrainTheMlpPastTheBar) {
@@ -176,15 +167,7 @@ TEST(TorchExamples, TheMlpTrainsEveryBatchOnceThroughAResize2To3To1) {
       "mlp.py", {"--epochs=1"}));
   ASSERT_EQ(p.WaitExit(kRunLimitMs), 0) << p.output();
   const std::string& out = p.output();
-  for (const char* line : {"workers 2 -> 3 at clock", "started worker 2;",
-                           "workers 3 -> 1 at clock", "ductile local: done"}) {
-    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
-  }
-  const std::regex left("worker [0-9]+ left the job at clock [0-9]+");
-  EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), left),
-                          std::sregex_iterator()),
-            2)
-      << out;
+  ExpectResized2To3To1(out);
   EXPECT_EQ(BatchesTrained(out), kBatchesPerEpoch) << out;
   // The last worker's accuracy, after the whole epoch, passes the bar.
   const std::vector<double> accuracies = Accuracies(out);

@@ -12,18 +12,19 @@ MoveStream::MoveStream(std::vector<std::string> head, std::vector<Row> rows,
     : head_(std::move(head)),
       rows_(std::move(rows)),
       pushes_(std::move(pushes)) {
-  record_bytes_.reserve(head_.size() + rows_.size() + pushes_.size());
-  for (const std::string& r : head_) record_bytes_.push_back(r.size());
+  std::vector<size_t> record_bytes;  // head, then rows, then pushes
+  record_bytes.reserve(head_.size() + rows_.size() + pushes_.size());
+  for (const std::string& r : head_) record_bytes.push_back(r.size());
   for (const Row& r : rows_) {
-    record_bytes_.push_back(SlotMover::RowRecordBytes(*r.table, r.ref));
+    record_bytes.push_back(SlotMover::RowRecordBytes(*r.table, r.ref));
   }
   for (const Buffered& b : pushes_) {
-    record_bytes_.push_back(SlotMover::BufferedRecordBytes(b));
+    record_bytes.push_back(SlotMover::BufferedRecordBytes(b));
   }
   starts_.push_back(0);
   size_t chunk = 0;
-  for (size_t i = 0; i < record_bytes_.size(); ++i) {
-    chunk += record_bytes_[i];
+  for (size_t i = 0; i < record_bytes.size(); ++i) {
+    chunk += record_bytes[i];
     if (chunk >= chunk_bytes) {
       starts_.push_back(i + 1);
       chunk_bytes_.push_back(chunk);
@@ -33,7 +34,7 @@ MoveStream::MoveStream(std::vector<std::string> head, std::vector<Row> rows,
   }
   // The last chunk (at least one: the target acknowledges it even empty).
   if (chunk > 0 || chunk_bytes_.empty()) {
-    starts_.push_back(record_bytes_.size());
+    starts_.push_back(record_bytes.size());
     chunk_bytes_.push_back(chunk);
     bytes_ += chunk;
   }

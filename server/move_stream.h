@@ -97,9 +97,8 @@ class MoveStream : public std::enable_shared_from_this<MoveStream> {
   const std::vector<std::string> head_;
   const std::vector<Row> rows_;
   std::vector<Buffered> pushes_;
-  // Record sizes, head then rows then pushes; chunk i holds the records
+  // Chunk i holds the records (head, then rows, then pushes)
   // [starts_[i], starts_[i + 1]), of chunk_bytes_[i] bytes.
-  std::vector<size_t> record_bytes_;
   std::vector<size_t> starts_;
   std::vector<size_t> chunk_bytes_;
   uint64_t bytes_ = 0;

@@ -64,7 +64,6 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
     m.stream = std::make_shared<MoveStream>(std::vector<std::string>(),
                                             std::vector<MoveStream::Row>(),
                                             std::move(buffered), kChunkBytes);
-    m.total_chunks = m.stream->chunks();
     m.last_progress = env_->Now();
     return;
   }
@@ -87,8 +86,6 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   const size_t pushes = buffered.size();
   m.stream = std::make_shared<MoveStream>(std::move(head), std::move(rows),
                                           std::move(buffered), kChunkBytes);
-  m.bytes = m.stream->bytes();
-  m.total_chunks = m.stream->chunks();
   m.last_progress = env_->Now();
   const double copy_ms =
       std::chrono::duration<double, std::milli>(m.last_progress - copy_start)
@@ -101,9 +98,9 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   LOG(INFO) << "move " << m.id << ": " << m.slots.size()
             << " slot(s) to server " << m.target << ": " << m.stream->rows()
             << " key(s), " << counts.size() << " slot(s) of admission counts, "
-            << pushes << " buffered push(es), " << m.bytes << " bytes in "
-            << m.total_chunks << " chunk(s); the copy took " << copy_ms
-            << " ms";
+            << pushes << " buffered push(es), " << m.stream->bytes()
+            << " bytes in " << m.stream->chunks() << " chunk(s); the copy took "
+            << copy_ms << " ms";
   Connect(m);
   Pump(m);
 }
@@ -139,14 +136,14 @@ void SlotMover::Connect(Move& m) {
 
 void SlotMover::Pump(Move& m) {
   if (!m.failure.ok() || m.socket == nullptr) return;
-  while (m.next_chunk < m.total_chunks && m.unacked.size() < kWindow) {
+  while (m.next_chunk < m.stream->chunks() && m.unacked.size() < kWindow) {
     std::optional<std::string> chunk = m.stream->Take();
     if (!chunk) return;  // not encoded yet: the wakeup comes when it is
     wire::Header h;
     h.set_type(wire::MIGRATE_DATA);
     h.set_change_id(m.id);
     h.set_seq(m.next_chunk);
-    h.set_last(m.next_chunk + 1 == m.total_chunks);
+    h.set_last(m.next_chunk + 1 == m.stream->chunks());
     for (int32_t slot : m.slots) h.add_slots(slot);
     OutMessage out;
     out.AddString(h.SerializeAsString());
@@ -189,23 +186,24 @@ std::vector<wire::Header> SlotMover::Step() {
       }
       Pump(m);
     }
-    if (m.failure.ok() && m.acked < m.total_chunks &&
+    if (m.failure.ok() && m.acked < m.stream->chunks() &&
         now - m.last_progress > ack_timeout_) {
-      m.failure = DeadlineExceededError(
-          "server " + std::to_string(m.target) + " acknowledged " +
-          std::to_string(m.acked) + " of " + std::to_string(m.total_chunks) +
-          " chunk(s) and then nothing for " +
-          std::to_string(ack_timeout_.count()) + " ms");
+      m.failure =
+          DeadlineExceededError("server " + std::to_string(m.target) +
+                                " acknowledged " + std::to_string(m.acked) +
+                                " of " + std::to_string(m.stream->chunks()) +
+                                " chunk(s) and then nothing for " +
+                                std::to_string(ack_timeout_.count()) + " ms");
     }
     // A failed move encodes no more (its chunks will not be sent).
     if (!m.failure.ok()) m.stream->Cancel();
-    const bool finished = m.acked >= m.total_chunks;
+    const bool finished = m.acked >= m.stream->chunks();
     if (m.reported || (!finished && m.failure.ok())) continue;
     m.reported = true;
     wire::Header h;
     h.set_type(wire::MIGRATE_DONE);
     h.set_change_id(m.id);
-    h.set_bytes(m.bytes);
+    h.set_bytes(m.stream->bytes());
     if (!m.failure.ok()) {
       LOG(WARNING) << "move " << m.id << " failed: " << m.failure;
       StatusToWire(m.failure, &h);
@@ -282,7 +280,8 @@ size_t SlotMover::slots_moving() const {
 uint64_t SlotMover::bytes_left() const {
   uint64_t n = 0;
   for (const auto& [id, m] : moves_) {
-    if (!m.reported) n += m.bytes - std::min(m.bytes, m.acked_bytes);
+    if (!m.reported)
+      n += m.stream->bytes() - std::min(m.stream->bytes(), m.acked_bytes);
   }
   return n;
 }

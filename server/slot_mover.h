@@ -185,11 +185,9 @@ class SlotMover {
     // back if the move is aborted.
     std::shared_ptr<MoveStream> stream;
     uint64_t next_chunk = 0;
-    uint64_t total_chunks = 0;
     // Chunks acknowledged, each counted once (an acknowledgement that
     // arrives again, or names a chunk not sent, counts for nothing).
     uint64_t acked = 0;
-    uint64_t bytes = 0;
     uint64_t acked_bytes = 0;
     std::map<uint64_t, size_t> unacked;  // seq -> bytes, sent, not acked
     Status failure;

@@ -70,7 +70,12 @@ int RunShutdown(const std::string&) {
   if (!security.ok()) return Fail(security.status());
   Status s = RequestShutdown(
       FLAGS_coordinator, std::min<int64_t>(FLAGS_timeout_ms, 5000), *security);
-  return s.ok() ? 0 : Fail(s);
+  if (!s.ok()) return Fail(s);
+  std::printf(
+      "shutdown: the coordinator at %s stops the job; its workers stop at "
+      "their next call, and every member exits\n",
+      FLAGS_coordinator.c_str());
+  return 0;
 }
 
 namespace {

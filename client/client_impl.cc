@@ -304,7 +304,10 @@ std::shared_ptr<ControlOperation> ClientImpl::StartFinish() {
 
 Status ClientImpl::Finish() {
   if (worker_id_.load() < 0) return Status::Ok();
-  return StartFinish()->Wait();
+  Status s = recovery_.shut_down() ? Status::Ok() : StartFinish()->Wait();
+  // A job shutting down (before or while this was asked) has nothing left
+  // to finish.
+  return recovery_.shut_down() ? Status::Ok() : s;
 }
 
 std::shared_ptr<ControlOperation> ClientImpl::StartLeave() {
@@ -328,6 +331,14 @@ std::shared_ptr<ControlOperation> ClientImpl::StartLeave() {
 }
 
 Status ClientImpl::Leave() {
+  Status s = LeaveJob();
+  // A job shutting down (before or while this was asked) has nothing left
+  // to leave.
+  return recovery_.shut_down() ? Status::Ok() : s;
+}
+
+Status ClientImpl::LeaveJob() {
+  if (recovery_.shut_down()) return Status::Ok();
   bool planned = false;
   {
     MutexLock lock(&data_mu_);

@@ -84,6 +84,7 @@ class ClientImpl final : public Client {
   Status Finish() override;
   Status Leave() override;
   bool leave_requested() const override { return recovery_.leave_requested(); }
+  bool shutting_down() const override { return recovery_.shut_down(); }
   Result<Batch> NextBatch(int64_t batches_per_epoch, int64_t epochs,
                           const Batch* trained, bool take_next) override;
   Result<Recovery> AwaitRecovery(int64_t timeout_ms) override;
@@ -109,6 +110,8 @@ class ClientImpl final : public Client {
   const std::vector<Socket*>& sockets() const { return engine_.sockets(); }
 
  private:
+  // Leave() but for a shutdown that comes while it is under way.
+  Status LeaveJob();
   // Checks and sends `op`, its type, table, keys, values, out and lengths
   // set.
   Handle SubmitData(std::shared_ptr<DataOperation> op);

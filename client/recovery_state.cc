@@ -19,6 +19,8 @@ Status RolledBack(int64_t clock) {
 
 }  // namespace
 
+Status ShutDownError() { return UnavailableError("cluster is shutting down"); }
+
 bool RecoveryState::IsNews(const wire::Header& resume) const {
   MutexLock lock(&mu_);
   const uint64_t known = pending_ ? pending_->generation : generation();
@@ -52,7 +54,14 @@ void RecoveryState::SetLiveWorkers(std::vector<int32_t> live) {
   live_workers_ = std::move(live);
 }
 
+void RecoveryState::MarkShutDown() {
+  MutexLock lock(&mu_);
+  shut_down_.store(true);
+  cv_.SignalAll();
+}
+
 Status RecoveryState::RefuseIfPending() const {
+  if (shut_down_.load()) return ShutDownError();
   MutexLock lock(&mu_);
   return pending_ ? RolledBack(pending_->clock) : Status::Ok();
 }
@@ -63,6 +72,7 @@ Result<Client::Recovery> RecoveryState::Await(int64_t timeout_ms) {
       std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
   MutexLock lock(&mu_);
   while (!pending_) {
+    if (shut_down_.load()) return ShutDownError();
     if (!cv_.WaitUntil(&mu_, deadline) && !pending_) {
       return DeadlineExceededError("no rollback was announced within " +
                                    std::to_string(timeout_ms) + " ms");

@@ -6,7 +6,9 @@
 //
 // When the coordinator announces a rollback (RESUME), every call fails
 // with kAborted until the caller takes it with Await(), which moves the
-// generation and says where to resume.
+// generation and says where to resume. Once it announces that the job is
+// shutting down (SHUTDOWN_NOTICE), every call fails with kUnavailable,
+// for good.
 //
 // Thread-safe: the I/O thread announces rollbacks and checkpoints, caller
 // threads record states and take rollbacks.
@@ -25,6 +27,10 @@
 #include "util/mutex.h"
 
 namespace ductile {
+
+// What every call of a worker fails with once the job is shutting down
+// (the coordinator's words to a worker that registers then, too).
+Status ShutDownError();
 
 class RecoveryState {
  public:
@@ -47,13 +53,18 @@ class RecoveryState {
   void SetLiveWorkers(std::vector<int32_t> live) EXCLUDES(mu_);
   // The coordinator asks this worker to leave (a drain).
   void RequestLeave() { leave_requested_.store(true); }
+  // The coordinator says the job is shutting down (it ended, or was asked
+  // to end): wakes a caller waiting in Await().
+  void MarkShutDown() EXCLUDES(mu_);
   // Registration: the job's generation when this worker joined it.
   void Join(uint64_t generation) { generation_.store(generation); }
 
   // ---- Caller threads.
-  // kAborted while a rollback is announced and not taken.
+  // kAborted while a rollback is announced and not taken; kUnavailable
+  // (ShutDownError) once the job is shutting down.
   Status RefuseIfPending() const EXCLUDES(mu_);
-  // Waits up to `timeout_ms` for an announced rollback and takes it.
+  // Waits up to `timeout_ms` for an announced rollback and takes it; fails
+  // at once with ShutDownError when the job is shutting down.
   Result<Client::Recovery> Await(int64_t timeout_ms) EXCLUDES(mu_);
   // The worker's clock reached `clock`: returns the checkpoint clock whose
   // resume state is now due (the worker went past it without recording
@@ -66,10 +77,12 @@ class RecoveryState {
   std::string StateAt(int64_t clock) const EXCLUDES(mu_);
   std::vector<int32_t> live_workers() const EXCLUDES(mu_);
   bool leave_requested() const { return leave_requested_.load(); }
+  bool shut_down() const { return shut_down_.load(); }
 
  private:
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> leave_requested_{false};
+  std::atomic<bool> shut_down_{false};
   mutable Mutex mu_;
   CondVar cv_;
   std::optional<Client::Recovery> pending_ GUARDED_BY(mu_);

@@ -167,6 +167,7 @@ void RequestEngine::FailInFlight(const Status& status) {
 // -------------------------------------------------------------- dispatch
 
 void RequestEngine::Dispatch(const std::shared_ptr<ClockOperation>& op) {
+  if (shared_.recovery->shut_down()) return op->Release(ShutDownError());
   deferred_clocks_.push_back(op);
   SendDueClocks();
 }
@@ -210,6 +211,8 @@ void RequestEngine::SendClock(const ClockOperation& op) {
 }
 
 void RequestEngine::Dispatch(const std::shared_ptr<DataOperation>& op) {
+  // Submitted before the job's shutdown was known; no server answers now.
+  if (shared_.recovery->shut_down()) return op->Release(ShutDownError());
   op->order = ++next_order_;
   if (waiting_parts_ > 0 || !held_ops_.empty()) {
     // Parts of earlier calls wait to be re-routed (their slot moved): this

@@ -185,6 +185,7 @@ class RequestEngine {
   void HandleControlMessage(InMessage& message);
   void HandleConsistencyChange(const wire::Header& header);
   void HandleResume(const wire::Header& header);
+  void HandleShutdownNotice();
   void HandleCheckpointCommit(const wire::Header& header);
   void HandleTimers();
   void SendHeartbeat();

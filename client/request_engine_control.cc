@@ -14,6 +14,7 @@
 namespace ductile {
 
 void RequestEngine::Dispatch(const std::shared_ptr<ControlOperation>& op) {
+  if (shared_.recovery->shut_down()) return op->Release(ShutDownError());
   const uint64_t seq = next_seq_++;
   op->request.set_seq(seq);
   OutMessage out;
@@ -52,6 +53,8 @@ void RequestEngine::HandleControlMessage(InMessage& message) {
       LOG(INFO) << "worker " << shared_.worker_id->load()
                 << ": the coordinator asks this worker to leave";
       return shared_.recovery->RequestLeave();
+    case wire::SHUTDOWN_NOTICE:
+      return HandleShutdownNotice();
     case wire::CONTROL_REPLY:
       break;
     default:
@@ -65,6 +68,19 @@ void RequestEngine::HandleControlMessage(InMessage& message) {
   if (s.ok() && op->on_reply) s = op->on_reply(header);
   op->reply = std::move(header);
   op->Release(s);
+}
+
+void RequestEngine::HandleShutdownNotice() {
+  if (shared_.recovery->shut_down()) return;
+  LOG(INFO) << "worker " << shared_.worker_id->load()
+            << ": the coordinator says the job is shutting down";
+  shared_.recovery->MarkShutDown();
+  // The servers stop too: nothing in flight will be answered, and a call
+  // from now on fails at once (Dispatch) rather than at its deadline.
+  const Status status = ShutDownError();
+  for (auto& op : deferred_clocks_) op->Release(status);
+  deferred_clocks_.clear();
+  FailInFlight(status);
 }
 
 void RequestEngine::HandleConsistencyChange(const wire::Header& header) {

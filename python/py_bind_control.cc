@@ -76,6 +76,12 @@ kept and the job goes on without it. Wait for every asynchronous call first.)doc
           "True once the coordinator asked this worker to leave (`ductile "
           "drain worker:N`): leave() at the next step.")
       .def_property_readonly(
+          "shutting_down",
+          [](const PyClient& c) { return c.Get()->shutting_down(); },
+          "True once the coordinator said the job is shutting down (every "
+          "worker finished, or `ductile shutdown`): every call then raises "
+          "ductile.Unavailable at once; finish() and leave() return.")
+      .def_property_readonly(
           "worker_id", [](const PyClient& c) { return c.Get()->worker_id(); },
           "The id the coordinator gave this worker (-1 when not a worker).")
       .def_property_readonly(

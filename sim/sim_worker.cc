@@ -243,7 +243,12 @@ void Worker::Advance() {
         }
         if (!control_->done()) return;
         issued_ = false;
-        if (Status s = control_->Wait(); !s.ok()) return Failed(s, "finish");
+        // The job may shut down before the answer arrives (the coordinator
+        // shuts it down once this worker's request is in): done, as
+        // Client::Finish() says.
+        if (Status s = control_->Wait(); !s.ok() && !client_->shutting_down()) {
+          return Failed(s, "finish");
+        }
         phase_ = Phase::kDone;
         break;
       case Phase::kRecover: {
@@ -273,7 +278,9 @@ void Worker::Advance() {
         }
         if (!control_->done()) return;
         issued_ = false;
-        if (Status s = control_->Wait(); !s.ok()) return Failed(s, "leave");
+        if (Status s = control_->Wait(); !s.ok() && !client_->shutting_down()) {
+          return Failed(s, "leave");  // (as for finish above)
+        }
         ++cluster_.result().left;
         phase_ = Phase::kDone;
         break;

@@ -141,6 +141,7 @@ class PlanClient final : public Client {
     Unused("leave_requested").IgnoreError();
     return false;
   }
+  bool shutting_down() const override { return false; }
   Result<int64_t> SetConsistency(TableId, const Consistency&) override {
     return Unused("SetConsistency");
   }

@@ -1,6 +1,7 @@
 // The client's request engine against a scripted coordinator and server on
 // the simulated network (fake clock): what it sends when a server answers
-// one copy of a request that went out twice.
+// one copy of a request that went out twice; what a shutdown notice does to
+// the calls in flight and after it.
 #include "client/request_engine.h"
 
 #include <gtest/gtest.h>
@@ -94,6 +95,16 @@ class ScriptedPeers {
     }
   }
 
+  // The coordinator tells the client that the job is shutting down.
+  void AnnounceShutdown() {
+    wire::Header notice;
+    notice.set_type(wire::SHUTDOWN_NOTICE);
+    OutMessage out;
+    out.AddString(client_identity_);
+    out.AddString(notice.SerializeAsString());
+    ASSERT_TRUE(coordinator_->Send(std::move(out)).ok());
+  }
+
   // The data requests the server received, oldest first, taken.
   std::vector<Taken> TakeRequests() { return std::move(at_server_); }
 
@@ -141,6 +152,7 @@ class ScriptedPeers {
   void AnswerCoordinator() {
     while (std::optional<Taken> taken = Take(*coordinator_)) {
       const wire::MessageType type = taken->header.type();
+      if (type == wire::REGISTER) client_identity_ = taken->identity;
       if (type != wire::REGISTER && type != wire::GET_ROUTING) continue;
       wire::Header reply;
       reply.set_type(wire::CONTROL_REPLY);
@@ -177,6 +189,7 @@ class ScriptedPeers {
   std::unique_ptr<sim::SimEnv> env_;
   std::unique_ptr<ClientImpl> client_;
   std::vector<Taken> at_server_;
+  std::string client_identity_;  // at the coordinator
 };
 
 std::vector<uint64_t> Priors(const Taken& request) {
@@ -251,6 +264,34 @@ TEST(RequestEngine, APushSentTwiceAndRefusedOnceNamesItsSeqWhenSentAnew) {
   EXPECT_GT(after.header.done_below(), anew.header.seq());
   EXPECT_TRUE(Priors(after).empty());
   AnswerOk(peers, after, next);
+}
+
+// The coordinator says the job is shutting down while a pull and a push
+// wait for a server that will not answer (it stops too): both fail at once
+// with kUnavailable, not at their deadline a minute later, and every call
+// after that fails the same way without being sent.
+TEST(RequestEngine, AShutdownNoticeFailsEveryCallAtOnceAndForGood) {
+  ScriptedPeers peers;
+  peers.Admit();
+  std::vector<float> out(kWidth);
+  Handle pull = peers.client().PullAsync(kTable, kKeys, out, {});
+  Handle push = peers.client().PushAsync(kTable, kKeys, kValues, {});
+  peers.Run(milliseconds(10));
+  EXPECT_EQ(peers.TakeRequests().size(), 2u);
+  EXPECT_FALSE(peers.client().shutting_down());
+  peers.AnnounceShutdown();
+  peers.Run(milliseconds(10));
+  EXPECT_TRUE(peers.client().shutting_down());
+  for (const Handle* h : {&pull, &push}) {
+    ASSERT_TRUE(h->done());
+    EXPECT_EQ(h->Wait().code(), StatusCode::kUnavailable) << h->Wait();
+    EXPECT_EQ(h->Wait().message(), "cluster is shutting down");
+  }
+  Handle later = peers.client().PushAsync(kTable, kKeys, kValues, {});
+  peers.Run(milliseconds(10));
+  ASSERT_TRUE(later.done());
+  EXPECT_EQ(later.Wait().code(), StatusCode::kUnavailable) << later.Wait();
+  EXPECT_TRUE(peers.TakeRequests().empty());
 }
 
 }  // namespace

@@ -138,8 +138,9 @@ Status FinalBarrier(Client& client, DataPosition& data) {
 // no free batch but others still hold some, the worker keeps its clock moving
 // and asks again. Ends after the final barrier, once every worker's last
 // push is in. A step failed by a rollback resumes from the checkpoint,
-// after `abandon` drops what the step left in flight; any other error is
-// returned.
+// after `abandon` drops what the step left in flight; a job shut down
+// (`ductile shutdown`) ends the worker's part, as a drain does; any other
+// error is returned.
 Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
                 Progress& progress, const StepFn& step, const char* metric,
                 const std::function<Result<double>()>& evaluate,
@@ -197,6 +198,16 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     policies.AfterStep(epoch, in_step, *loss, data.epochs_done());
     return report_epochs();
   };
+  // The job shut down under this worker (`ductile shutdown`): out of it,
+  // with nothing left to do; true when that explains `s`.
+  auto shut_down = [&](const Status& s) {
+    if (s.ok() || !client.shutting_down()) return false;
+    std::printf("worker %d: the job was shut down at clock %lld; stopping\n",
+                client.worker_id(), static_cast<long long>(client.clock()));
+    std::fflush(stdout);
+    data.left = true;
+    return true;
+  };
   while (true) {
     const bool training = !data.done();
     if (training && (client.leave_requested() || policies.leave())) {
@@ -211,6 +222,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
         data.left = true;
         return Status::Ok();
       }
+      if (shut_down(s)) return Status::Ok();
       DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
       continue;
     }
@@ -222,6 +234,7 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     if (s.ok() && !training) return Status::Ok();
     if (s.ok()) continue;
     abandon();
+    if (shut_down(s)) return Status::Ok();
     DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
   }
 }

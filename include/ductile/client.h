@@ -310,6 +310,12 @@ class Client {
   // True once the coordinator has asked this worker to leave (`ductile
   // drain worker:N`): a training loop should Leave() at its next step.
   virtual bool leave_requested() const = 0;
+  // True once the coordinator has said the job is shutting down: every
+  // worker finished, or `ductile shutdown` asked it to end. Every call
+  // then fails at once with kUnavailable ("cluster is shutting down"),
+  // calls in flight included (the servers stop too, so nothing more is
+  // applied); Finish() and Leave() return Ok. A training loop should stop.
+  virtual bool shutting_down() const = 0;
 
   // The job's shared data plan. An epoch is `batches_per_epoch` batches
   // (what a batch holds is the caller's: say, batch b of epoch e is the

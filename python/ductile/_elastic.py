@@ -60,11 +60,43 @@ def samplers(client: ductile.Client) -> List[Any]:
     return _alive(_samplers, client)
 
 
+class LeftJob(SystemExit):
+    """Raised by DistributedOptimizer.step() once this worker has left the
+    job because it was asked to (`ductile drain`, a resize, a policy) and
+    no ElasticSampler ends its loop instead; by init() when the job ended
+    before this worker joined (started by a resize or a replacement late in
+    the job: there is nothing left to train); and by step() or an
+    ElasticSampler when the job is shut down under the worker (`ductile
+    shutdown`). A SystemExit with status 0: uncaught, the script ends
+    cleanly; catch it to go on."""
+
+    def __init__(self, message: str):
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def shut_down(client: ductile.Client) -> LeftJob:
+    """The job was shut down under this worker: says so, and returns the
+    LeftJob to raise."""
+    message = (
+        f"worker {client.worker_id}: the job was shut down at clock "
+        f"{client.current_clock}; stopping"
+    )
+    print(message, flush=True)
+    return LeftJob(message)
+
+
 def recover(client: ductile.Client, error: BaseException) -> "ductile.Recovery":
     """Takes the rollback that explains `error` and restores every optimizer
     and sampler of `client`; raises `error` when it is not a failure a
-    rollback explains or none comes in time."""
+    rollback explains or none comes in time, and LeftJob when the job is
+    shutting down (nothing is left to train)."""
     for _ in range(MAX_ROLLBACKS_IN_A_ROW):
+        if client.shutting_down:
+            raise shut_down(client) from None
         if isinstance(error, ductile.Aborted):
             wait_ms = ROLLBACK_WAIT_MS
         elif isinstance(error, (ductile.Unavailable, ductile.DeadlineExceeded)):
@@ -75,6 +107,8 @@ def recover(client: ductile.Client, error: BaseException) -> "ductile.Recovery":
             recovery = client.await_recovery(timeout_ms=wait_ms)
         except ductile.DeadlineExceeded:
             raise error from None
+        except ductile.Unavailable:  # the job shut down meanwhile
+            raise shut_down(client) from None
         print(
             f"worker {client.worker_id}: the job rolled back to the checkpoint at clock "
             f"{recovery.clock} ({error}); resuming",

@@ -25,6 +25,7 @@ from typing import Any, Optional, Union
 import torch
 
 import ductile
+from ductile import _elastic
 
 _MODES = ("sum", "mean")
 _ROW_POLICY = ("admit_after_pushes", "admission_counters", "evict_idle_clocks", "max_rows")
@@ -61,6 +62,16 @@ def _row_policy(**fields: Optional[int]) -> dict:
     return policy
 
 
+def _pull_rows(client: ductile.Client, table: Any, ids: torch.Tensor,
+               rows: torch.Tensor) -> None:
+    try:
+        client.pull_rows(table, ids.numpy(), out=rows.numpy())
+    except ductile.Unavailable:
+        if client.shutting_down:  # `ductile shutdown`: the loop ends here
+            raise _elastic.shut_down(client) from None
+        raise
+
+
 class _RowLookup(torch.autograd.Function):
     """rows = the table's rows of `ids` (shape ids.shape + (width,)); the
     backward pass pushes d(loss)/d(rows) and gives no gradient to torch."""
@@ -71,7 +82,7 @@ class _RowLookup(torch.autograd.Function):
         ctx.client, ctx.table = client, table
         ctx.save_for_backward(ids)
         rows = torch.empty(tuple(ids.shape) + (table.width,), dtype=torch.float32)
-        client.pull_rows(table, ids.numpy(), out=rows.numpy())
+        _pull_rows(client, table, ids, rows)
         return rows
 
     @staticmethod
@@ -154,7 +165,7 @@ class Embedding(torch.nn.Module):
                                  f"[0, {self.num_embeddings}) of table {self.table.name}")
         if not torch.is_grad_enabled():
             rows = torch.empty(tuple(ids.shape) + (self.embedding_dim,))
-            self.client.pull_rows(self.table, ids.numpy(), out=rows.numpy())
+            _pull_rows(self.client, self.table, ids, rows)
             return rows
         return _RowLookup.apply(self._anchor, self.client, self.table, ids)
 

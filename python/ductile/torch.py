@@ -41,7 +41,7 @@ import torch
 import ductile
 from ductile import _buckets, _elastic
 from ductile._rules import SUPPORTED, server_rule
-from ductile._elastic import ElasticSampler
+from ductile._elastic import ElasticSampler, LeftJob
 from ductile._env import connect_from_env
 
 # The coordinator's answer to a worker that registers as the job ends.
@@ -53,22 +53,6 @@ INIT_TIMEOUT_S = 60.0
 MIN_RATE_FACTOR = 1e-30
 
 _client: Optional[ductile.Client] = None
-
-
-class LeftJob(SystemExit):
-    """Raised by DistributedOptimizer.step() once this worker has left the
-    job because it was asked to (`ductile drain`, a resize, a policy) and
-    no ElasticSampler ends its loop instead; and by init() when the job
-    ended before this worker joined (started by a resize or a replacement
-    late in the job: there is nothing left to train). A SystemExit with
-    status 0: uncaught, the script ends cleanly; catch it to go on."""
-
-    def __init__(self, message: str):
-        super().__init__(0)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def init(**overrides: Any) -> ductile.Client:

@@ -245,3 +245,64 @@ def test_without_a_sampler_a_worker_asked_to_leave_leaves_at_its_step_with_left_
     finally:
         for w in workers:
             w.close()
+
+
+def test_a_job_shut_down_mid_training_ends_each_loop_with_left_job(durable_cluster):
+    # One worker with an ElasticSampler, one without: `ductile shutdown`
+    # during their loops ends both at their next call, cleanly (exit
+    # status 0), with no wait for a timeout; any call after that fails at
+    # once and finish() returns.
+    workers = [Worker(durable_cluster), Worker(durable_cluster, sampler=False)]
+    x, y = data().tensors
+    outcome = {}
+
+    def shut_down_after_two_steps(worker):
+        if worker.steps == 2:
+            subprocess.run([_binary(), "shutdown", f"--coordinator={durable_cluster.address}"],
+                           check=True, capture_output=True, timeout=WAIT_S)
+
+    def with_sampler(worker):
+        try:
+            worker.train(shut_down_after_two_steps)
+            outcome[worker] = "finished"
+        except dt.LeftJob as left:
+            outcome[worker] = (left.code, str(left))
+        except BaseException as error:  # noqa: B902, reported below
+            outcome[worker] = error
+
+    def without_sampler(worker):
+        try:
+            for _ in range(100000):  # until the job ends under it
+                worker.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(worker.net(x[:BATCH]), y[:BATCH]).backward()
+                worker.optimizer.step()
+            outcome[worker] = "finished"
+        except dt.LeftJob as left:
+            outcome[worker] = (left.code, str(left))
+        except BaseException as error:  # noqa: B902, reported below
+            outcome[worker] = error
+
+    try:
+        threads = [threading.Thread(target=with_sampler, args=(workers[0],), daemon=True),
+                   threading.Thread(target=without_sampler, args=(workers[1],), daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        assert not any(t.is_alive() for t in threads), "a worker did not stop"
+        for w in workers:
+            code, message = outcome[w]
+            assert code == 0
+            assert message.startswith(
+                f"worker {w.client.worker_id}: the job was shut down at clock")
+            assert w.client.shutting_down
+            with pytest.raises(ductile.Unavailable, match="cluster is shutting down"):
+                w.client.barrier(timeout_ms=WAIT_S * 1000)
+            w.client.finish()
+            w.client.leave()
+        # The step after the shutdown may still have been answered, sent
+        # before the worker heard of it.
+        assert 2 <= workers[0].steps < len(EVERY_BATCH)
+    finally:
+        for w in workers:
+            w.close()

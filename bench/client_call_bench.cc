@@ -11,8 +11,8 @@
 // caller itself spends, apart from waiting; the client's I/O thread is
 // not in it).
 //
-//   client_call_bench --coordinator=tcp://127.0.0.1:7000 \
-//       --sizes=1024,16777216 --iters=2000,50
+//   client_call_bench --coordinator=tcp://127.0.0.1:7000
+//       --sizes=1024,16777216 --iters=2000,50   (one command line)
 #include <time.h>
 
 #include <algorithm>

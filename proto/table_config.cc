@@ -1,5 +1,6 @@
 #include "proto/table_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -36,12 +37,14 @@ wire::TableConfig ToWire(const TableOptions& o, TableId id) {
   // Written only when set: a table without a policy keeps the config it
   // had before the field existed.
   if (rows.admit_after_pushes != 0 || rows.admission_counters != 0 ||
-      rows.evict_idle_clocks != 0 || rows.max_rows != 0) {
+      rows.evict_idle_clocks != 0 || rows.max_rows != 0 ||
+      rows.eviction != RowPolicy::Eviction::kLeastRecent) {
     auto* r = c.mutable_rows();
     r->set_admit_after_pushes(rows.admit_after_pushes);
     r->set_admission_counters(rows.admission_counters);
     r->set_evict_idle_clocks(rows.evict_idle_clocks);
     r->set_max_rows(rows.max_rows);
+    r->set_eviction(static_cast<uint32_t>(rows.eviction));
   }
   auto* init = c.mutable_init();
   init->set_kind(static_cast<int>(o.init.kind));
@@ -84,6 +87,9 @@ TableOptions FromWire(const wire::TableConfig& c) {
   o.rows.admission_counters = c.rows().admission_counters();
   o.rows.evict_idle_clocks = c.rows().evict_idle_clocks();
   o.rows.max_rows = c.rows().max_rows();
+  // Out of range (a peer's lie) is refused by ValidateRowPolicy.
+  o.rows.eviction = static_cast<RowPolicy::Eviction>(
+      std::min<uint32_t>(c.rows().eviction(), 255));
   o.init.kind = static_cast<InitKind>(c.init().kind());
   o.init.value = c.init().value();
   o.init.low = c.init().low();
@@ -226,6 +232,12 @@ Status ValidateRowPolicy(const RowPolicy& r) {
     return InvalidArgumentError(
         "rows.max_rows must be in [0, 2^40] (0: unbounded), not " +
         std::to_string(r.max_rows));
+  }
+  if (r.eviction != RowPolicy::Eviction::kLeastRecent &&
+      r.eviction != RowPolicy::Eviction::kLeastUsed) {
+    return InvalidArgumentError(
+        "rows.eviction must be 0 (least recent) or 1 (least used), not " +
+        std::to_string(static_cast<int>(r.eviction)));
   }
   return Status::Ok();
 }

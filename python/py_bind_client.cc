@@ -189,8 +189,11 @@ keyword (ductile::TableOptions):
                       filter's counters: 0 for 2^20, or 1024 - 2^24),
                       evict_idle_clocks (remove rows not updated for this
                       many clocks; 0: never), max_rows (per server, the
-                      least recently updated beyond it removed; 0: no
-                      limit). Each a non-negative integer.)doc")
+                      rows beyond it removed; 0: no limit), each a
+                      non-negative integer; and eviction, which rows the
+                      budget removes: "least_recent" (the default) or
+                      "least_used" (the fewest updates among the 64 least
+                      recently updated).)doc")
       .def(
           "get_table",
           [](const PyClient& c, const std::string& name) {

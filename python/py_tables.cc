@@ -41,6 +41,9 @@ const Names<BatchScaling::Rule> kScalings = {
     {"linear", BatchScaling::Rule::kLinear},
     {"sqrt", BatchScaling::Rule::kSqrt},
     {"adascale", BatchScaling::Rule::kAdaScale}};
+const Names<RowPolicy::Eviction> kEvictions = {
+    {"least_recent", RowPolicy::Eviction::kLeastRecent},
+    {"least_used", RowPolicy::Eviction::kLeastUsed}};
 
 template <typename E>
 E FromName(py::handle value, const Names<E>& names, const std::string& what) {
@@ -181,7 +184,8 @@ BatchScaling ScalingFrom(py::handle spec) {
 }
 
 // The row policy (TableOptions::rows) from a dict of its fields; each a
-// non-negative integer (the ranges are checked with the other options).
+// non-negative integer (the ranges are checked with the other options) but
+// eviction, "least_recent" or "least_used".
 RowPolicy RowPolicyFrom(py::handle spec) {
   RowPolicy r;
   if (spec.is_none()) return r;
@@ -208,6 +212,8 @@ RowPolicy RowPolicyFrom(py::handle spec) {
       r.evict_idle_clocks = count(v, k);
     } else if (k == "max_rows") {
       r.max_rows = static_cast<uint64_t>(count(v, k));
+    } else if (k == "eviction") {
+      r.eviction = FromName(v, kEvictions, "rows eviction");
     } else {
       return false;
     }
@@ -339,6 +345,7 @@ py::dict TableOptionsToDict(const TableOptions& o) {
   rows["admission_counters"] = o.rows.admission_counters;
   rows["evict_idle_clocks"] = o.rows.evict_idle_clocks;
   rows["max_rows"] = o.rows.max_rows;
+  rows["eviction"] = NameOf(o.rows.eviction, kEvictions);
   py::dict d;
   d["width"] = o.value_width;
   d["rule"] = NameOf(o.rule, kRules);

@@ -181,8 +181,19 @@ void ParameterTable::Evict(Key key) {
 void ParameterTable::EnforceBudget() {
   const uint64_t budget = options_.rows.max_rows;
   if (budget == 0 || evictions_held_) return;
+  const bool least_used =
+      options_.rows.eviction == RowPolicy::Eviction::kLeastUsed;
   while (entries_.size() > budget && oldest_ != nullptr) {
-    Evict(oldest_->key);
+    const Entry* victim = oldest_;
+    if (least_used) {
+      // The fewest updates in the window; the oldest of those.
+      const Entry* e = oldest_->newer;
+      for (int seen = 1; e != nullptr && seen < kLeastUsedWindow;
+           ++seen, e = e->newer) {
+        if (e->steps < victim->steps) victim = e;
+      }
+    }
+    Evict(victim->key);
     ++row_counts_.evicted_budget;
   }
 }

@@ -7,8 +7,10 @@
 // Rows (TableOptions::rows, RowPolicy): a key is stored at the push that
 // admits it (its first, or its admit_after_pushes-th: the filter_ counts
 // the pushes before, which are dropped) and removed when idle for
-// evict_idle_clocks server clocks (SetClock) or when it is the least
-// recently updated beyond max_rows (after each push). The filter's counts
+// evict_idle_clocks server clocks (SetClock) or when it is beyond max_rows
+// (after each push): the least recently updated, or with
+// RowPolicy::Eviction::kLeastUsed the one with the fewest updates (steps)
+// among the kLeastUsedWindow least recently updated. The filter's counts
 // are kept per slot (SlotAdmissionFilter): checkpoints store them
 // (TakeCountChanges, RestoreCounts) and slot moves carry them
 // (ExportCounts, EraseCounts) along with the rows. Invariants, when
@@ -374,7 +376,7 @@ class ParameterTable {
   // ApplyOne without the budget (the caller enforces it).
   Status ApplyEntry(Key key, std::span<const float> update, int64_t clock,
                     float batch_factor, uint32_t pushes);
-  // Evicts the least recently updated rows beyond max_rows.
+  // Evicts the rows beyond max_rows (RowPolicy::eviction).
   void EnforceBudget();
   void MarkChanged(Key key, Entry& e) {
     if (!e.changed) {

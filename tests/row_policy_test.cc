@@ -280,6 +280,59 @@ TEST(Eviction, RowsBeyondTheBudgetGoLeastRecentlyUpdatedFirst) {
   EXPECT_EQ(table.stored_floats(), 3u * kWidth);
 }
 
+// With eviction by use, a push of more new rows than the budget does not
+// push out the rows in frequent use: the rows updated the fewest times go,
+// the least recent of them first, and a new row with one update loses to
+// the popular ones.
+TEST(Eviction, LeastUsedKeepsThePopularRowsWhenAPushBringsMoreThanTheBudget) {
+  RowPolicy rows;
+  rows.max_rows = 3;
+  rows.eviction = RowPolicy::Eviction::kLeastUsed;
+  ParameterTable table(kTable, RowTable(rows), nullptr);
+  for (int i = 0; i < 3; ++i) Push(table, {1, 2, 3}, 1.0f);
+  Push(table, {4, 5, 6, 7}, 1.0f);  // least recent-first would keep 5, 6, 7
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{1, 2, 3}));
+  EXPECT_EQ(Pull(table, 1), Plus(Initial(RowTable(rows), 1), 3.0f));
+  Push(table, {8}, 1.0f);
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{1, 2, 3}));
+  EXPECT_EQ(table.row_counts().evicted_budget, 5u);
+  EXPECT_EQ(table.row_counts().admitted, 8u);
+  EXPECT_EQ(table.stored_floats(), 3u * kWidth);
+}
+
+// Among rows updated equally often, the least recently updated goes.
+TEST(Eviction, LeastUsedBreaksTiesByRecency) {
+  RowPolicy rows;
+  rows.max_rows = 3;
+  rows.eviction = RowPolicy::Eviction::kLeastUsed;
+  ParameterTable table(kTable, RowTable(rows), nullptr);
+  Push(table, {1, 2, 3}, 1.0f);
+  Push(table, {1}, 1.0f);  // 1: two updates, the most recent
+  Push(table, {2}, 1.0f);  // 2: two updates, more recent still
+  Push(table, {4}, 1.0f);  // 3 and 4 have one each: 3 is older
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{1, 2, 4}));
+}
+
+// Only the kLeastUsedWindow least recently updated rows are compared: a
+// row updated once but more recently than they are stays.
+TEST(Eviction, LeastUsedComparesOnlyTheWindowOfTheLeastRecentRows) {
+  RowPolicy rows;
+  rows.max_rows = kLeastUsedWindow + 1;
+  rows.eviction = RowPolicy::Eviction::kLeastUsed;
+  ParameterTable table(kTable, RowTable(rows), nullptr);
+  std::vector<Key> window;
+  for (Key k = 1; k <= kLeastUsedWindow; ++k) window.push_back(k);
+  Push(table, window, 1.0f);
+  Push(table, window, 1.0f);  // two updates each, in key order
+  const Key once = 1000, newest = 1001;
+  Push(table, {once}, 1.0f);    // one update, outside the window
+  Push(table, {newest}, 1.0f);  // over the budget by one
+  std::vector<Key> expected(window.begin() + 1, window.end());
+  expected.push_back(once);
+  expected.push_back(newest);
+  EXPECT_EQ(StoredKeys(table), expected);
+}
+
 TEST(Eviction, HeldEvictionsWaitForTheRelease) {
   RowPolicy rows;
   rows.max_rows = 2;
@@ -371,6 +424,9 @@ TEST(RowOptions, BadValuesAreRefusedNamingTheField) {
   r.max_rows = (uint64_t{1} << 40) + 1;
   refused(r, "rows.max_rows");
   r = {};
+  r.eviction = static_cast<RowPolicy::Eviction>(2);
+  refused(r, "rows.eviction");
+  r = {};
   r.admit_after_pushes = 65535;
   r.admission_counters = 1024;
   r.evict_idle_clocks = int64_t{1} << 40;
@@ -384,8 +440,10 @@ TEST(RowOptions, ThePolicySurvivesTheWireAndItsAbsenceIsTheDefault) {
   r.admission_counters = 4096;
   r.evict_idle_clocks = 9;
   r.max_rows = 1000;
+  r.eviction = RowPolicy::Eviction::kLeastUsed;
   const wire::TableConfig c = ToWire(RowTable(r), kTable);
   const TableOptions back = FromWire(c);
+  EXPECT_EQ(back.rows.eviction, RowPolicy::Eviction::kLeastUsed);
   EXPECT_EQ(back.rows.admit_after_pushes, 5u);
   EXPECT_EQ(back.rows.admission_counters, 4096u);
   EXPECT_EQ(back.rows.evict_idle_clocks, 9);
@@ -395,6 +453,12 @@ TEST(RowOptions, ThePolicySurvivesTheWireAndItsAbsenceIsTheDefault) {
   const wire::TableConfig plain = ToWire(RowTable(), kTable);
   EXPECT_FALSE(plain.has_rows());
   EXPECT_EQ(FromWire(plain).rows.max_rows, 0u);
+  EXPECT_EQ(FromWire(plain).rows.eviction, RowPolicy::Eviction::kLeastRecent);
+  // A peer's value out of range is refused, not taken for another.
+  wire::TableConfig lie = c;
+  lie.mutable_rows()->set_eviction(1u << 20);
+  EXPECT_EQ(ValidateTableOptions(FromWire(lie)).code(),
+            StatusCode::kInvalidArgument);
 }
 
 // ---- Checkpoints, rollbacks and slot moves.

@@ -122,7 +122,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--evict_idle_clocks", type=int, default=0,
                         help="remove rows not updated for this many steps (0: never)")
     parser.add_argument("--max_rows", type=int, default=0,
-                        help="rows per server, the least recently updated removed (0: no limit)")
+                        help="rows per server, the rest removed by --eviction (0: no limit)")
+    parser.add_argument("--eviction", default="least_recent", choices=("least_recent", "least_used"),
+                        help="which rows --max_rows removes: the least recently updated, or "
+                             "the least updated of the 64 least recent")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--log_every", type=int, default=100, help="steps between loss lines")
     return parser.parse_args(argv)
@@ -143,7 +146,7 @@ def main() -> None:
         None, args.dim, table="dlrm.embeddings", rule="adagrad", learning_rate=args.emb_lr,
         init={"kind": "normal", "stddev": 0.01, "seed": args.seed}, consistency=args.consistency,
         admit_after_pushes=args.admit_after_pushes, evict_idle_clocks=args.evict_idle_clocks,
-        max_rows=args.max_rows)
+        max_rows=args.max_rows, eviction=args.eviction)
     model = DLRM(embedding, args.dim, bottom=[64], top=[64, 32])
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     optimizer = dt.DistributedOptimizer(optimizer, model.named_parameters(),  # ductile

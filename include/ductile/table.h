@@ -215,12 +215,28 @@ struct RowPolicy {
   // 1 - 2^40 (with 1, under BSP a row pushed at every clock is removed
   // as its clock's update is about to land: use 2 or more).
   int64_t evict_idle_clocks = 0;
-  // Eviction by budget: after each push, the least recently updated rows
-  // beyond this many (per table per server) are removed. Pulls do not
+  // Eviction by budget: after each push, the rows beyond this many (per
+  // table per server) are removed, chosen by `eviction`. Pulls do not
   // count as use. Evicted rows are deleted from the next checkpoint.
   // 0: unbounded; else 1 - 2^40.
   uint64_t max_rows = 0;
+  // Which rows the budget removes.
+  enum class Eviction : uint8_t {
+    // The least recently updated.
+    kLeastRecent = 0,
+    // Of the kLeastUsedWindow least recently updated rows, the one updated
+    // the fewest times since it was stored (under BSP, in the fewest
+    // clocks; ties: the least recently updated). Rows in frequent use stay
+    // within the budget even when a step touches more rows than it, and an
+    // id seen once does not push out a popular one. A row's count travels
+    // with it in checkpoints and slot moves.
+    kLeastUsed = 1,
+  };
+  Eviction eviction = Eviction::kLeastRecent;
 };
+
+// The rows kLeastUsed eviction compares, from the least recently updated.
+inline constexpr int kLeastUsedWindow = 64;
 
 struct TableOptions {
   // Unique name, 1-128 characters of [A-Za-z0-9_.-].

@@ -15,11 +15,13 @@ Floats = Any  # float32 C-contiguous: a numpy array, a CPU torch tensor
 Path = Union[str, "PathLike[str]"]
 
 class _RowPolicy(TypedDict, total=False):
-    # create_table's `rows` (ductile::RowPolicy): each a non-negative int.
+    # create_table's `rows` (ductile::RowPolicy): a non-negative int each,
+    # but eviction.
     admit_after_pushes: int  # 0-65535; 0: store a row at its first push
     admission_counters: int  # 0 (2^20) or 1024 - 2^24
     evict_idle_clocks: int  # 0: never; else 1 - 2^40
     max_rows: int  # per table per server; 0: unbounded
+    eviction: str  # beyond max_rows: "least_recent" or "least_used"
 
 class Table:
     @property

@@ -28,7 +28,9 @@ import ductile
 from ductile import _elastic
 
 _MODES = ("sum", "mean")
-_ROW_POLICY = ("admit_after_pushes", "admission_counters", "evict_idle_clocks", "max_rows")
+_ROW_POLICY = ("admit_after_pushes", "admission_counters", "evict_idle_clocks", "max_rows",
+               "eviction")
+_EVICTIONS = ("least_recent", "least_used")
 
 
 def _default_client() -> ductile.Client:
@@ -47,10 +49,15 @@ def _check_ids(ids: torch.Tensor, what: str) -> torch.Tensor:
     return ids.to(torch.int64).contiguous()
 
 
-def _row_policy(**fields: Optional[int]) -> dict:
+def _row_policy(eviction: Optional[str] = None, **fields: Optional[int]) -> dict:
     """The `rows` table option of the fields given (not None), each checked:
-    an int (not a bool), non-negative."""
+    an int (not a bool), non-negative; eviction one of _EVICTIONS."""
     policy = {}
+    if eviction is not None:
+        if eviction not in _EVICTIONS:
+            raise ValueError(f"eviction must be one of {', '.join(_EVICTIONS)}, "
+                             f"not {eviction!r}")
+        policy["eviction"] = eviction
     for name, value in fields.items():
         if value is None:
             continue
@@ -106,13 +113,16 @@ class Embedding(torch.nn.Module):
     with **table_options (rule, learning_rate, init, consistency, ...; see
     Client.create_table; default rule "sgd").
     client: the client (default: the one ductile.torch.init() connected).
-    admit_after_pushes, admission_counters, evict_idle_clocks, max_rows:
-    the table's row policy (the fields of create_table's `rows` dict), for
-    a table given by name: store a row only at the N-th push of its id
-    (until then its gradients are dropped and it reads the initializer),
-    remove rows not updated for T clocks, keep at most this many rows per
-    server (the least recently updated removed). Non-negative integers;
-    None (the default) leaves the field at 0 (off).
+    admit_after_pushes, admission_counters, evict_idle_clocks, max_rows,
+    eviction: the table's row policy (the fields of create_table's `rows`
+    dict), for a table given by name: store a row only at the N-th push of
+    its id (until then its gradients are dropped and it reads the
+    initializer), remove rows not updated for T clocks, keep at most this
+    many rows per server, removing beyond it the least recently updated
+    (eviction="least_recent") or those updated the fewest times among the
+    64 least recently updated ("least_used": popular rows stay when a step
+    touches more rows than the budget). Non-negative integers and a name;
+    None (the default) leaves the field off.
 
         emb = dt.EmbeddingBag(None, 16, table="ads", mode="sum",
                               admit_after_pushes=2, max_rows=1_000_000)
@@ -126,11 +136,12 @@ class Embedding(torch.nn.Module):
                  admit_after_pushes: Optional[int] = None,
                  admission_counters: Optional[int] = None,
                  evict_idle_clocks: Optional[int] = None, max_rows: Optional[int] = None,
-                 **table_options: Any):
+                 eviction: Optional[str] = None, **table_options: Any):
         super().__init__()
         policy = _row_policy(admit_after_pushes=admit_after_pushes,
                              admission_counters=admission_counters,
-                             evict_idle_clocks=evict_idle_clocks, max_rows=max_rows)
+                             evict_idle_clocks=evict_idle_clocks, max_rows=max_rows,
+                             eviction=eviction)
         if policy:
             if "rows" in table_options:
                 raise TypeError("give the row policy as rows={...} or as keywords "

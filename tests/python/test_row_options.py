@@ -31,13 +31,15 @@ def rows_table(client, name, **rows):
 
 def test_create_table_takes_a_row_policy_and_gives_it_back(client, table_name):
     table = rows_table(client, table_name, admit_after_pushes=3, admission_counters=4096,
-                       evict_idle_clocks=10, max_rows=1000)
+                       evict_idle_clocks=10, max_rows=1000, eviction="least_used")
     assert table.options["rows"] == {"admit_after_pushes": 3, "admission_counters": 4096,
-                                     "evict_idle_clocks": 10, "max_rows": 1000}
+                                     "evict_idle_clocks": 10, "max_rows": 1000,
+                                     "eviction": "least_used"}
     assert client.get_table(table_name).options["rows"] == table.options["rows"]
     plain = client.create_table(table_name + "_plain", width=WIDTH)
     assert plain.options["rows"] == {"admit_after_pushes": 0, "admission_counters": 0,
-                                     "evict_idle_clocks": 0, "max_rows": 0}
+                                     "evict_idle_clocks": 0, "max_rows": 0,
+                                     "eviction": "least_recent"}
 
 
 @pytest.mark.parametrize("rows, error, message", [
@@ -51,8 +53,11 @@ def test_create_table_takes_a_row_policy_and_gives_it_back(client, table_name):
     ({"max_rows": True}, TypeError, "must be an integer"),
     ({"budget": 10}, TypeError, "rows has no field 'budget'"),
     ([("max_rows", 10)], TypeError, "rows must be a dict"),
+    ({"eviction": "lfu"}, ValueError, "rows eviction must be one of least_recent, least_used"),
+    ({"eviction": 1}, ValueError, "rows eviction must be one of"),
 ], ids=["negative_budget", "negative_idle", "admit_too_large", "too_few_counters",
-        "budget_too_large", "string", "float", "bool", "unknown_field", "not_a_dict"])
+        "budget_too_large", "string", "float", "bool", "unknown_field", "not_a_dict",
+        "unknown_eviction", "eviction_number"])
 def test_bad_row_policies_raise_and_make_no_table(client, table_name, rows, error, message):
     with pytest.raises(error, match=message):
         client.create_table(table_name, width=WIDTH, rows=rows)
@@ -88,6 +93,17 @@ def test_rows_beyond_the_budget_are_evicted_least_recently_updated_first(client,
     rows = client.pull_rows(table, np.array([1, 2, 3, 4]))
     np.testing.assert_array_equal(
         rows, [[INIT] * WIDTH, [INIT - 2] * WIDTH, [INIT] * WIDTH, [INIT - 1] * WIDTH])
+
+
+def test_least_used_eviction_keeps_the_rows_updated_most(client, table_name):
+    table = rows_table(client, table_name, max_rows=2, eviction="least_used")
+    one = np.ones((2, WIDTH), np.float32)
+    for _ in range(3):
+        client.push_rows(table, np.array([1, 2]), one)
+    # 3 and 4 come after and were updated once: they go, not 1 and 2.
+    client.push_rows(table, np.array([3, 4]), one)
+    rows = client.pull_rows(table, np.array([1, 2, 3, 4]))
+    np.testing.assert_array_equal(rows, [[INIT - 3] * WIDTH] * 2 + [[INIT] * WIDTH] * 2)
 
 
 def test_rows_idle_for_the_given_clocks_are_evicted(client, table_name):
@@ -132,9 +148,11 @@ def test_embedding_bags_take_the_row_policy_as_keywords(client, table_name):
     import ductile.torch as dt
 
     bag = dt.EmbeddingBag(None, WIDTH, table=table_name, mode="sum", client=client,
-                          init=INIT, learning_rate=1.0, admit_after_pushes=2, max_rows=100)
+                          init=INIT, learning_rate=1.0, admit_after_pushes=2, max_rows=100,
+                          eviction="least_used")
     assert bag.table.options["rows"]["admit_after_pushes"] == 2
     assert bag.table.options["rows"]["max_rows"] == 100
+    assert bag.table.options["rows"]["eviction"] == "least_used"
     ids = torch.tensor([[3, 4]])
     bag(ids).sum().backward()  # the first push of 3 and 4: dropped
     assert torch.equal(bag(ids).detach(), torch.full((1, WIDTH), 2 * INIT))
@@ -148,6 +166,7 @@ def test_embedding_bags_take_the_row_policy_as_keywords(client, table_name):
     ({"evict_idle_clocks": "soon"}, TypeError),
     ({"admit_after_pushes": 2.0}, TypeError),
     ({"max_rows": 5, "rows": {"max_rows": 5}}, TypeError),
+    ({"eviction": "newest"}, ValueError),
 ])
 def test_embeddings_refuse_bad_row_keywords(client, table_name, keywords, error):
     import ductile.torch as dt

@@ -192,8 +192,9 @@ keyword (ductile::TableOptions):
                       rows beyond it removed; 0: no limit), each a
                       non-negative integer; and eviction, which rows the
                       budget removes: "least_recent" (the default) or
-                      "least_used" (the fewest updates among the 64 least
-                      recently updated).)doc")
+                      "least_used" (those pushed the fewest times, counted
+                      in a sketch that remembers evicted ids and ages:
+                      popular rows stay).)doc")
       .def(
           "get_table",
           [](const PyClient& c, const std::string& name) {

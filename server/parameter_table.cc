@@ -24,7 +24,18 @@ ParameterTable::ParameterTable(TableId id, const TableOptions& options,
               options.rows.admission_counters != 0
                   ? options.rows.admission_counters
                   : uint64_t{1} << 20),
+      use_(UINT16_MAX, UseCounters(options.rows)),
       batch_ramp_(options.batch_scaling.ramp_clocks) {}
+
+uint64_t ParameterTable::UseCounters(const RowPolicy& rows) {
+  if (rows.eviction != RowPolicy::Eviction::kLeastUsed || rows.max_rows == 0) {
+    return AdmissionFilter::kDepth;  // never allocated: nothing counted
+  }
+  // 16 counters (32 bytes) per row of the budget: it ages after as many
+  // pushes, and each of its 4 rows is 4 times as wide as the budget.
+  return std::clamp<uint64_t>(kUseCountersPerRow * rows.max_rows, 1024,
+                              uint64_t{1} << 24);
+}
 
 float ParameterTable::BatchFactor(int64_t clock, int32_t batches,
                                   BspCombine combine) {
@@ -112,6 +123,7 @@ Status ParameterTable::CheckPull(const DataFrames& request) const {
 
 ParameterTable::Entry* ParameterTable::Admit(Key key, uint32_t width,
                                              uint32_t pushes) {
+  if (counts_use()) use_.Add(key, pushes);
   auto it = entries_.find(key);
   if (it != entries_.end()) return &it->second;
   if (!filter_.Add(key, pushes)) {
@@ -180,20 +192,45 @@ void ParameterTable::Evict(Key key) {
 
 void ParameterTable::EnforceBudget() {
   const uint64_t budget = options_.rows.max_rows;
-  if (budget == 0 || evictions_held_) return;
-  const bool least_used =
-      options_.rows.eviction == RowPolicy::Eviction::kLeastUsed;
-  while (entries_.size() > budget && oldest_ != nullptr) {
-    const Entry* victim = oldest_;
-    if (least_used) {
-      // The fewest updates in the window; the oldest of those.
-      const Entry* e = oldest_->newer;
-      for (int seen = 1; e != nullptr && seen < kLeastUsedWindow;
-           ++seen, e = e->newer) {
-        if (e->steps < victim->steps) victim = e;
-      }
+  if (budget == 0 || evictions_held_ || entries_.size() <= budget) return;
+  if (options_.rows.eviction != RowPolicy::Eviction::kLeastUsed) {
+    while (entries_.size() > budget && oldest_ != nullptr) {
+      Evict(oldest_->key);
+      ++row_counts_.evicted_budget;
     }
-    Evict(victim->key);
+    return;
+  }
+  // The `excess` rows pushed the fewest times (the oldest of equals) among
+  // the 2 x excess + kLeastUsedWindow least recently updated: a push that
+  // brought many rows has them all compared, at a cost in proportion to
+  // the rows it brought.
+  const uint64_t excess = entries_.size() - budget;
+  const uint64_t compared = std::min<uint64_t>(
+      entries_.size(), 2 * excess + uint64_t{kLeastUsedWindow});
+  struct Candidate {
+    uint32_t uses;
+    uint64_t age;  // 0: the least recently updated
+    Key key;
+  };
+  std::vector<Candidate> candidates;
+  candidates.reserve(compared);
+  for (const Entry* e = oldest_; e != nullptr && candidates.size() < compared;
+       e = e->newer) {
+    candidates.push_back(
+        Candidate{use_.Count(e->key), candidates.size(), e->key});
+  }
+  const auto fewer = [](const Candidate& a, const Candidate& b) {
+    return a.uses != b.uses ? a.uses < b.uses : a.age < b.age;
+  };
+  const size_t going = std::min<size_t>(excess, candidates.size());
+  std::nth_element(candidates.begin(), candidates.begin() + going,
+                   candidates.end(), fewer);
+  // Evicted oldest first, as the list would have them go one by one.
+  std::sort(
+      candidates.begin(), candidates.begin() + going,
+      [](const Candidate& a, const Candidate& b) { return a.age < b.age; });
+  for (size_t i = 0; i < going; ++i) {
+    Evict(candidates[i].key);
     ++row_counts_.evicted_budget;
   }
 }
@@ -239,6 +276,10 @@ uint64_t ParameterTable::NewFloats(const DataFrames& request) const {
       }
     }
     floats += slots.size() * filter_.slot_bytes() / sizeof(float);
+  }
+  // The first push allocates the use counts (eviction by use).
+  if (counts_use() && use_.bytes() == 0 && !keys.empty()) {
+    floats += use_.full_bytes() / sizeof(float);
   }
   return floats;
 }
@@ -377,6 +418,11 @@ void ParameterTable::Restore(EntryRecord&& record, bool changed) {
   e.state = kernel_.ImportState(std::move(record.state), e.value.size());
   e.steps = record.steps;
   stored_floats_ += e.value.size() + e.state.size();
+  // Its pushes before, as far as it knows them (the sketch is not stored).
+  if (counts_use() && use_.Count(record.key) == 0 && record.steps > 0) {
+    use_.Add(record.key, static_cast<uint32_t>(
+                             std::min<int64_t>(record.steps, UINT16_MAX)));
+  }
   if (changed) MarkChanged(record.key, e);
 }
 
@@ -408,6 +454,7 @@ void ParameterTable::Clear() {
   // admitted come back from it (RestoreCounts).
   evicted_.clear();
   filter_.Clear();
+  use_.Clear();  // restored rows count their steps (Restore)
   // The clocks start again from the checkpoint's: no ramp carries over.
   batch_ramp_ = BatchScaleRamp(options_.batch_scaling.ramp_clocks);
   batch_target_ = 1.0f;

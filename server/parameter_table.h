@@ -9,9 +9,11 @@
 // the pushes before, which are dropped) and removed when idle for
 // evict_idle_clocks server clocks (SetClock) or when it is beyond max_rows
 // (after each push): the least recently updated, or with
-// RowPolicy::Eviction::kLeastUsed the one with the fewest updates (steps)
-// among the kLeastUsedWindow least recently updated. The filter's counts
-// are kept per slot (SlotAdmissionFilter): checkpoints store them
+// RowPolicy::Eviction::kLeastUsed those pushed the fewest times among the
+// least recently updated (2 x those over + kLeastUsedWindow), as use_
+// counts them (the pushes of every id, stored or not, in a sketch that
+// ages: TinyLFU's; a row restored or moved in counts its steps). The filter's
+// counts are kept per slot (SlotAdmissionFilter): checkpoints store them
 // (TakeCountChanges, RestoreCounts) and slot moves carry them
 // (ExportCounts, EraseCounts) along with the rows. Invariants, when
 // the policy evicts (tracks_use()):
@@ -47,6 +49,7 @@
 #include "ductile/status.h"
 #include "ductile/table.h"
 #include "proto/codec.h"
+#include "server/admission_filter.h"
 #include "server/slot_admission_filter.h"
 #include "storage/checkpoint_store.h"
 #include "util/parallel_runner.h"
@@ -339,8 +342,10 @@ class ParameterTable {
   // Floats held (values and optimizer state, over every key, and the
   // admission filter's counters as floats of the same bytes).
   uint64_t stored_floats() const {
-    return stored_floats_ + filter_.bytes() / sizeof(float);
+    return stored_floats_ + (filter_.bytes() + use_.bytes()) / sizeof(float);
   }
+  // The pushes of `key` that eviction by use counts (tests).
+  uint32_t UseCount(Key key) const { return use_.Count(key); }
   // Floats a push of `request` would add: its keys not held yet, with
   // their optimizer state.
   uint64_t NewFloats(const DataFrames& request) const;
@@ -376,6 +381,13 @@ class ParameterTable {
   // ApplyOne without the budget (the caller enforces it).
   Status ApplyEntry(Key key, std::span<const float> update, int64_t clock,
                     float batch_factor, uint32_t pushes);
+  // Whether use_ counts pushes (eviction by use with a budget).
+  bool counts_use() const {
+    return options_.rows.eviction == RowPolicy::Eviction::kLeastUsed &&
+           options_.rows.max_rows > 0;
+  }
+  static constexpr uint64_t kUseCountersPerRow = 16;
+  static uint64_t UseCounters(const RowPolicy& rows);
   // Evicts the rows beyond max_rows (RowPolicy::eviction).
   void EnforceBudget();
   void MarkChanged(Key key, Entry& e) {
@@ -426,6 +438,10 @@ class ParameterTable {
   std::vector<Key> changed_;
   size_t changed_stale_ = 0;
   SlotAdmissionFilter filter_;
+  // Eviction by use: the pushes of every id (RowPolicy::kLeastUsed;
+  // admits nothing, only counts: its threshold is the counters' maximum).
+  // Not in checkpoints: a restored row counts its steps.
+  AdmissionFilter use_;
   Entry* oldest_ = nullptr;  // the use list's ends (tracks_use())
   Entry* newest_ = nullptr;
   int64_t clock_ = 0;  // the server clock (SetClock)

@@ -281,7 +281,7 @@ TEST(Eviction, RowsBeyondTheBudgetGoLeastRecentlyUpdatedFirst) {
 }
 
 // With eviction by use, a push of more new rows than the budget does not
-// push out the rows in frequent use: the rows updated the fewest times go,
+// push out the rows in frequent use: the rows pushed the fewest times go,
 // the least recent of them first, and a new row with one update loses to
 // the popular ones.
 TEST(Eviction, LeastUsedKeepsThePopularRowsWhenAPushBringsMoreThanTheBudget) {
@@ -297,7 +297,48 @@ TEST(Eviction, LeastUsedKeepsThePopularRowsWhenAPushBringsMoreThanTheBudget) {
   EXPECT_EQ(StoredKeys(table), (std::vector<Key>{1, 2, 3}));
   EXPECT_EQ(table.row_counts().evicted_budget, 5u);
   EXPECT_EQ(table.row_counts().admitted, 8u);
-  EXPECT_EQ(table.stored_floats(), 3u * kWidth);
+  // The rows, and the use counts' fewest counters (2 bytes each).
+  EXPECT_EQ(table.stored_floats(), 3u * kWidth + 1024 * 2 / sizeof(float));
+}
+
+// The pushes of an id count while it is not stored too: an id evicted
+// comes back with its count, and wins a place once it is pushed as often
+// as the rows there (the oldest of equals goes).
+TEST(Eviction, LeastUsedRemembersThePushesOfEvictedIds) {
+  RowPolicy rows;
+  rows.max_rows = 2;
+  rows.eviction = RowPolicy::Eviction::kLeastUsed;
+  ParameterTable table(kTable, RowTable(rows), nullptr);
+  for (int i = 0; i < 2; ++i) Push(table, {1, 2}, 1.0f);
+  Push(table, {3}, 1.0f);  // one push against two: it goes at once
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{1, 2}));
+  EXPECT_EQ(table.UseCount(3), 1u);
+  Push(table, {3}, 1.0f);  // two against two: 1, the oldest, goes
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{2, 3}));
+  Push(table, {3}, 1.0f);
+  // Stored again at its second push: its first was lost with the row.
+  EXPECT_EQ(Pull(table, 3), Plus(Initial(RowTable(rows), 3), 2.0f));
+  EXPECT_EQ(table.UseCount(3), 3u);
+}
+
+// Use counts are not stored: a row restored (a rollback) or moved in
+// counts its steps as its pushes.
+TEST(Eviction, LeastUsedCountsARestoredRowsStepsAsItsPushes) {
+  RowPolicy rows;
+  rows.max_rows = 2;
+  rows.eviction = RowPolicy::Eviction::kLeastUsed;
+  RowPolicy unbounded = rows;
+  unbounded.max_rows = 0;
+  ParameterTable source(kTable, RowTable(unbounded), nullptr);
+  for (int i = 0; i < 5; ++i) Push(source, {10}, 1.0f);
+  Push(source, {11}, 1.0f);
+  std::vector<EntryRecord> moved;
+  source.Export([](Key) { return true; }, &moved);
+  ParameterTable target(kTable, RowTable(rows), nullptr);
+  for (EntryRecord& e : moved) target.Restore(std::move(e), true);
+  EXPECT_EQ(target.UseCount(10), 5u);
+  Push(target, {12}, 1.0f);  // 11 and 12 were pushed once: 11 is older
+  EXPECT_EQ(StoredKeys(target), (std::vector<Key>{10, 12}));
 }
 
 // Among rows updated equally often, the least recently updated goes.
@@ -313,23 +354,23 @@ TEST(Eviction, LeastUsedBreaksTiesByRecency) {
   EXPECT_EQ(StoredKeys(table), (std::vector<Key>{1, 2, 4}));
 }
 
-// Only the kLeastUsedWindow least recently updated rows are compared: a
-// row updated once but more recently than they are stays.
-TEST(Eviction, LeastUsedComparesOnlyTheWindowOfTheLeastRecentRows) {
+// With E rows over the budget, only the 2 E + kLeastUsedWindow least
+// recently updated rows are compared: a row pushed once but more recently
+// than they were stays.
+TEST(Eviction, LeastUsedComparesOnlyTheLeastRecentRows) {
+  constexpr Key kBudget = 2 + kLeastUsedWindow + 4;
   RowPolicy rows;
-  rows.max_rows = kLeastUsedWindow + 1;
+  rows.max_rows = kBudget;
   rows.eviction = RowPolicy::Eviction::kLeastUsed;
   ParameterTable table(kTable, RowTable(rows), nullptr);
-  std::vector<Key> window;
-  for (Key k = 1; k <= kLeastUsedWindow; ++k) window.push_back(k);
-  Push(table, window, 1.0f);
-  Push(table, window, 1.0f);  // two updates each, in key order
-  const Key once = 1000, newest = 1001;
-  Push(table, {once}, 1.0f);    // one update, outside the window
-  Push(table, {newest}, 1.0f);  // over the budget by one
-  std::vector<Key> expected(window.begin() + 1, window.end());
+  std::vector<Key> old;
+  for (Key k = 1; k <= kBudget; ++k) old.push_back(k);
+  Push(table, old, 1.0f);
+  Push(table, old, 1.0f);  // two pushes each, in key order
+  const Key once = 1000;
+  Push(table, {once}, 1.0f);  // one over: the 66 oldest are compared
+  std::vector<Key> expected(old.begin() + 1, old.end());
   expected.push_back(once);
-  expected.push_back(newest);
   EXPECT_EQ(StoredKeys(table), expected);
 }
 

@@ -125,7 +125,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="rows per server, the rest removed by --eviction (0: no limit)")
     parser.add_argument("--eviction", default="least_recent", choices=("least_recent", "least_used"),
                         help="which rows --max_rows removes: the least recently updated, or "
-                             "the least updated of the 64 least recent")
+                             "the least pushed (counted for every id, evicted or not)")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--log_every", type=int, default=100, help="steps between loss lines")
     return parser.parse_args(argv)

@@ -224,18 +224,26 @@ struct RowPolicy {
   enum class Eviction : uint8_t {
     // The least recently updated.
     kLeastRecent = 0,
-    // Of the kLeastUsedWindow least recently updated rows, the one updated
-    // the fewest times since it was stored (under BSP, in the fewest
-    // clocks; ties: the least recently updated). Rows in frequent use stay
-    // within the budget even when a step touches more rows than it, and an
-    // id seen once does not push out a popular one. A row's count travels
-    // with it in checkpoints and slot moves.
+    // With E rows over the budget after a push: of the 2 E +
+    // kLeastUsedWindow least recently updated rows, the E pushed the fewest
+    // times (ties: the least recently updated). Pushes are counted for
+    // every id, stored or not (under BSP each push combined into a clock
+    // counts, as for admission), in a sketch of 16 two-byte counters per
+    // row of the budget (counted in the server's stored memory) that
+    // halves its counts after as many pushes, so they follow what is
+    // popular now (TinyLFU's frequency sketch). Rows in
+    // frequent use stay within the budget even when a step touches more
+    // rows than it, an id seen once does not push out a popular one, and
+    // an id evicted keeps its count. The counts are not in checkpoints: a
+    // row restored (a rollback) or moved in counts its update steps as its
+    // pushes.
     kLeastUsed = 1,
   };
   Eviction eviction = Eviction::kLeastRecent;
 };
 
-// The rows kLeastUsed eviction compares, from the least recently updated.
+// kLeastUsed compares this many least recently updated rows beyond twice
+// those over the budget.
 inline constexpr int kLeastUsedWindow = 64;
 
 struct TableOptions {

@@ -119,9 +119,10 @@ class Embedding(torch.nn.Module):
     its id (until then its gradients are dropped and it reads the
     initializer), remove rows not updated for T clocks, keep at most this
     many rows per server, removing beyond it the least recently updated
-    (eviction="least_recent") or those updated the fewest times among the
-    64 least recently updated ("least_used": popular rows stay when a step
-    touches more rows than the budget). Non-negative integers and a name;
+    (eviction="least_recent") or those pushed the fewest times ("least_used":
+    counted for every id, stored or not, in a sketch that ages; popular rows
+    stay when a step touches more rows than the budget). Non-negative
+    integers and a name;
     None (the default) leaves the field off.
 
         emb = dt.EmbeddingBag(None, 16, table="ads", mode="sum",

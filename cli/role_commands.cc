@@ -97,6 +97,13 @@ int RunWorker(const std::string&) {
   }
   if (!client.ok()) return Fail(client.status());
   Status s = train::RunTrainingWorker(**client, *t);
+  if (!s.ok() && (*client)->shutting_down()) {
+    // Shut down while it started, or while it waited for a rollback
+    // (the step loop stops by itself otherwise): nothing is left to do.
+    std::fprintf(stderr, "worker %d: the job was shut down (%s); stopping\n",
+                 (*client)->worker_id(), s.message().c_str());
+    s = Status::Ok();
+  }
   // Tell the coordinator either way, so the cluster can shut down.
   Status finish = (*client)->Finish();
   if (!s.ok()) return Fail(s);

@@ -31,8 +31,8 @@ uint64_t ParameterTable::UseCounters(const RowPolicy& rows) {
   if (rows.eviction != RowPolicy::Eviction::kLeastUsed || rows.max_rows == 0) {
     return AdmissionFilter::kDepth;  // never allocated: nothing counted
   }
-  // 16 counters (32 bytes) per row of the budget: it ages after as many
-  // pushes, and each of its 4 rows is 4 times as wide as the budget.
+  // 16 counters (32 bytes) per row of the budget, up to 2^24: it ages
+  // after as many pushes.
   return std::clamp<uint64_t>(kUseCountersPerRow * rows.max_rows, 1024,
                               uint64_t{1} << 24);
 }
@@ -201,9 +201,9 @@ void ParameterTable::EnforceBudget() {
     return;
   }
   // The `excess` rows pushed the fewest times (the oldest of equals) among
-  // the 2 x excess + kLeastUsedWindow least recently updated: a push that
-  // brought many rows has them all compared, at a cost in proportion to
-  // the rows it brought.
+  // the 2 x excess + kLeastUsedWindow least recently updated, at a cost in
+  // proportion to the rows the push brought: a push of about max_rows -
+  // kLeastUsedWindow rows or more has its own rows among them.
   const uint64_t excess = entries_.size() - budget;
   const uint64_t compared = std::min<uint64_t>(
       entries_.size(), 2 * excess + uint64_t{kLeastUsedWindow});

@@ -90,7 +90,7 @@ Status StartUp(Client& client, const std::function<Status()>& create_tables) {
   for (int attempt = 1;; ++attempt) {
     Status s = create_tables();
     if (s.ok() && client.clock() == 0) s = client.Barrier();
-    if (s.ok()) return s;
+    if (s.ok() || client.shutting_down()) return s;
     const int64_t wait_ms = RecoveryWaitMs(s.code());
     if (wait_ms == 0 || attempt == kAttempts) return s;
     Result<Client::Recovery> r = client.AwaitRecovery(wait_ms);
@@ -202,11 +202,20 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
   // with nothing left to do; true when that explains `s`.
   auto shut_down = [&](const Status& s) {
     if (s.ok() || !client.shutting_down()) return false;
-    std::printf("worker %d: the job was shut down at clock %lld; stopping\n",
-                client.worker_id(), static_cast<long long>(client.clock()));
-    std::fflush(stdout);
-    data.left = true;
+    if (!data.left) {
+      std::printf("worker %d: the job was shut down at clock %lld; stopping\n",
+                  client.worker_id(), static_cast<long long>(client.clock()));
+      std::fflush(stdout);
+      data.left = true;
+    }
     return true;
+  };
+  // Takes the rollback that explains `s`; Ok with data.left set when the
+  // job was shut down instead (before the wait for a rollback, or during).
+  auto recover = [&](const Status& s) -> Status {
+    if (shut_down(s)) return Status::Ok();
+    Status r = RecoverOrFail(client, s, data, progress.lead());
+    return shut_down(r) ? Status::Ok() : r;
   };
   while (true) {
     const bool training = !data.done();
@@ -222,8 +231,8 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
         data.left = true;
         return Status::Ok();
       }
-      if (shut_down(s)) return Status::Ok();
-      DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
+      DUCTILE_RETURN_IF_ERROR(recover(s));
+      if (data.left) return Status::Ok();
       continue;
     }
     // After the last step, every worker's last push is in before the final
@@ -234,8 +243,8 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
     if (s.ok() && !training) return Status::Ok();
     if (s.ok()) continue;
     abandon();
-    if (shut_down(s)) return Status::Ok();
-    DUCTILE_RETURN_IF_ERROR(RecoverOrFail(client, s, data, progress.lead()));
+    DUCTILE_RETURN_IF_ERROR(recover(s));
+    if (data.left) return Status::Ok();
   }
 }
 

@@ -313,8 +313,9 @@ class Client {
   // True once the coordinator has said the job is shutting down: every
   // worker finished, or `ductile shutdown` asked it to end. Every call
   // then fails at once with kUnavailable ("cluster is shutting down"),
-  // calls in flight included (the servers stop too, so nothing more is
-  // applied); Finish() and Leave() return Ok. A training loop should stop.
+  // calls in flight included (the servers stop too: a push in flight may
+  // or may not have been applied); Finish() and Leave() return Ok. A
+  // training loop should stop.
   virtual bool shutting_down() const = 0;
 
   // The job's shared data plan. An epoch is `batches_per_epoch` batches

@@ -229,14 +229,17 @@ struct RowPolicy {
     // times (ties: the least recently updated). Pushes are counted for
     // every id, stored or not (under BSP each push combined into a clock
     // counts, as for admission), in a sketch of 16 two-byte counters per
-    // row of the budget (counted in the server's stored memory) that
-    // halves its counts after as many pushes, so they follow what is
-    // popular now (TinyLFU's frequency sketch). Rows in
-    // frequent use stay within the budget even when a step touches more
-    // rows than it, an id seen once does not push out a popular one, and
-    // an id evicted keeps its count. The counts are not in checkpoints: a
-    // row restored (a rollback) or moved in counts its update steps as its
-    // pushes.
+    // row of the budget (at most 2^24 counters, 32 MiB; counted in the
+    // server's stored memory) that halves its counts after as many pushes,
+    // so they follow what is popular now (TinyLFU's frequency sketch), and
+    // an id evicted keeps its count. A push that brings about
+    // max_rows - kLeastUsedWindow rows or more (a step touching more rows
+    // than the budget) has its own rows compared too, so the rows in
+    // frequent use stay and the rarely pushed go; a smaller push's rows
+    // are the most recent and stay, and the least pushed of the oldest
+    // rows go. The counts are not in checkpoints: a row restored (a
+    // rollback) or moved in counts its update steps (under BSP, its
+    // clocks) as its pushes.
     kLeastUsed = 1,
   };
   Eviction eviction = Eviction::kLeastRecent;

@@ -79,6 +79,16 @@ def _pull_rows(client: ductile.Client, table: Any, ids: torch.Tensor,
         raise
 
 
+def _push_rows(client: ductile.Client, table: Any, ids: torch.Tensor,
+               grads: torch.Tensor) -> None:
+    try:
+        client.push_rows(table, ids.numpy(), grads.numpy())
+    except ductile.Unavailable:
+        if client.shutting_down:  # loss.backward() raises the LeftJob
+            raise _elastic.shut_down(client) from None
+        raise
+
+
 class _RowLookup(torch.autograd.Function):
     """rows = the table's rows of `ids` (shape ids.shape + (width,)); the
     backward pass pushes d(loss)/d(rows) and gives no gradient to torch."""
@@ -96,7 +106,7 @@ class _RowLookup(torch.autograd.Function):
     def backward(ctx, grad_rows: torch.Tensor):
         (ids,) = ctx.saved_tensors
         grads = grad_rows.detach().to(torch.float32).contiguous()
-        ctx.client.push_rows(ctx.table, ids.numpy(), grads.numpy())
+        _push_rows(ctx.client, ctx.table, ids, grads)
         return None, None, None, None
 
 

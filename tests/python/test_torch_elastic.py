@@ -306,3 +306,31 @@ def test_a_job_shut_down_mid_training_ends_each_loop_with_left_job(durable_clust
     finally:
         for w in workers:
             w.close()
+
+
+def test_a_job_shut_down_ends_a_loop_of_embeddings_with_left_job(durable_cluster):
+    # The rows' pull (forward) or push (backward) may be the call that finds
+    # the job shut down: either ends the loop as step() would.
+    client = connect(durable_cluster)
+    try:
+        embedding = dt.EmbeddingBag(None, 4, table="shutdown.rows", mode="sum", client=client)
+        head = torch.nn.Linear(4, 1)
+        optimizer = dt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.05),
+                                            head.named_parameters(), client=client)
+        ids = torch.tensor([[1, 2, 3], [3, 4, 5]])
+        steps = 0
+        with pytest.raises(dt.LeftJob) as left:
+            for steps in range(1, 1000):
+                optimizer.zero_grad()
+                head(embedding(ids)).sum().backward()
+                optimizer.step()
+                if steps == 2:
+                    subprocess.run([_binary(), "shutdown",
+                                    f"--coordinator={durable_cluster.address}"],
+                                   check=True, capture_output=True, timeout=WAIT_S)
+        assert left.value.code == 0
+        assert str(left.value).startswith(
+            f"worker {client.worker_id}: the job was shut down at clock")
+        assert 2 <= steps < 10
+    finally:
+        client.close()

@@ -72,8 +72,9 @@ void RequestEngine::HandleControlMessage(InMessage& message) {
 
 void RequestEngine::HandleShutdownNotice() {
   if (shared_.recovery->shut_down()) return;
-  LOG(INFO) << "worker " << shared_.worker_id->load()
-            << ": the coordinator says the job is shutting down";
+  // Quiet: it comes at every job's end too.
+  VLOG(1) << "worker " << shared_.worker_id->load()
+          << ": the coordinator says the job is shutting down";
   shared_.recovery->MarkShutDown();
   // The servers stop too: nothing in flight will be answered, and a call
   // from now on fails at once (Dispatch) rather than at its deadline.

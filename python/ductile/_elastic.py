@@ -10,6 +10,7 @@ the batches the plan took back. The user's loop sees none of it.
 This module needs numpy only; ductile.torch re-exports ElasticSampler.
 """
 
+import contextlib
 import sys
 import threading
 import time
@@ -87,6 +88,18 @@ def shut_down(client: ductile.Client) -> LeftJob:
     )
     print(message, flush=True)
     return LeftJob(message)
+
+
+@contextlib.contextmanager
+def stops_at_shutdown(client: ductile.Client) -> Iterator[None]:
+    """Turns a call's ductile.Unavailable into LeftJob when the job is
+    shutting down (`ductile shutdown`): the loop ends there."""
+    try:
+        yield
+    except ductile.Unavailable:
+        if client.shutting_down:
+            raise shut_down(client) from None
+        raise
 
 
 def recover(client: ductile.Client, error: BaseException) -> "ductile.Recovery":

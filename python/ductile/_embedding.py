@@ -69,26 +69,6 @@ def _row_policy(eviction: Optional[str] = None, **fields: Optional[int]) -> dict
     return policy
 
 
-def _pull_rows(client: ductile.Client, table: Any, ids: torch.Tensor,
-               rows: torch.Tensor) -> None:
-    try:
-        client.pull_rows(table, ids.numpy(), out=rows.numpy())
-    except ductile.Unavailable:
-        if client.shutting_down:  # `ductile shutdown`: the loop ends here
-            raise _elastic.shut_down(client) from None
-        raise
-
-
-def _push_rows(client: ductile.Client, table: Any, ids: torch.Tensor,
-               grads: torch.Tensor) -> None:
-    try:
-        client.push_rows(table, ids.numpy(), grads.numpy())
-    except ductile.Unavailable:
-        if client.shutting_down:  # loss.backward() raises the LeftJob
-            raise _elastic.shut_down(client) from None
-        raise
-
-
 class _RowLookup(torch.autograd.Function):
     """rows = the table's rows of `ids` (shape ids.shape + (width,)); the
     backward pass pushes d(loss)/d(rows) and gives no gradient to torch."""
@@ -99,14 +79,16 @@ class _RowLookup(torch.autograd.Function):
         ctx.client, ctx.table = client, table
         ctx.save_for_backward(ids)
         rows = torch.empty(tuple(ids.shape) + (table.width,), dtype=torch.float32)
-        _pull_rows(client, table, ids, rows)
+        with _elastic.stops_at_shutdown(client):
+            client.pull_rows(table, ids.numpy(), out=rows.numpy())
         return rows
 
     @staticmethod
     def backward(ctx, grad_rows: torch.Tensor):
         (ids,) = ctx.saved_tensors
         grads = grad_rows.detach().to(torch.float32).contiguous()
-        _push_rows(ctx.client, ctx.table, ids, grads)
+        with _elastic.stops_at_shutdown(ctx.client):  # backward() raises it
+            ctx.client.push_rows(ctx.table, ids.numpy(), grads.numpy())
         return None, None, None, None
 
 
@@ -187,7 +169,8 @@ class Embedding(torch.nn.Module):
                                  f"[0, {self.num_embeddings}) of table {self.table.name}")
         if not torch.is_grad_enabled():
             rows = torch.empty(tuple(ids.shape) + (self.embedding_dim,))
-            _pull_rows(self.client, self.table, ids, rows)
+            with _elastic.stops_at_shutdown(self.client):
+                self.client.pull_rows(self.table, ids.numpy(), out=rows.numpy())
             return rows
         return _RowLookup.apply(self._anchor, self.client, self.table, ids)
 

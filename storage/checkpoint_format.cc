@@ -102,6 +102,7 @@ std::string EncodeMetadata(const Metadata& meta,
   PutFixed32(&out, meta.table_count);
   PutFixed32(&out, static_cast<uint32_t>(meta.blob.size()));
   out += meta.blob;
+  PutFixed32(&out, meta.filter_count.value_or(0));
   uint32_t crc = Crc32cExtend(0, out);
   for (const auto& [id, config] : tables) {
     crc = ExtendCrcWithTable(crc, id, config);
@@ -129,11 +130,18 @@ Status DecodeMetadata(std::string_view value, const std::string& what,
   meta->entry_count = DecodeFixed64(value.data() + 20);
   meta->table_count = DecodeFixed32(value.data() + 28);
   const uint32_t blob_size = DecodeFixed32(value.data() + 32);
-  if (value.size() != kMetaHeaderSize + blob_size + kCrcSize) {
+  const bool counts_filters = version >= kFirstVersionCountingFilters;
+  const size_t crc_at = kMetaHeaderSize + size_t{blob_size} +
+                        (counts_filters ? kFilterCountSize : 0);
+  if (value.size() != crc_at + kCrcSize) {
     return Corrupt(what, "its metadata record has the wrong size");
   }
   meta->blob.assign(value.data() + kMetaHeaderSize, blob_size);
-  const size_t crc_at = kMetaHeaderSize + blob_size;
+  meta->filter_count.reset();
+  if (counts_filters) {
+    meta->filter_count =
+        DecodeFixed32(value.data() + crc_at - kFilterCountSize);
+  }
   *stored_crc = DecodeFixed32(value.data() + crc_at);
   *crc = Crc32cExtend(0, value.substr(0, crc_at));
   return Status::Ok();

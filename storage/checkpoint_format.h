@@ -3,8 +3,9 @@
 // and encodings around them. No RocksDB here; checkpoint_reader.cc and
 // checkpoint_store.cc put these bytes into and take them out of RocksDB.
 //
-// Persistent format (version 2; version 1 is version 2 without 0x04
-// records, and is read as such). Part of the persistent format: never change
+// Persistent format (version 3; version 2 is version 3 without the
+// metadata's filter_count, version 1 is version 2 without 0x04 records, and
+// both are read as such). Part of the persistent format: never change
 // the meaning of a record type, key or field; add new record types instead,
 // and a new version where older builds must not read them.
 //
@@ -26,19 +27,20 @@
 //
 //   entry:    value_count u32 | state_count u32 | steps i64 |
 //             value_count x f32 | state_count x f32
-//   metadata: format_version u32 (= 2) | clock i64 | epoch u64 |
+//   metadata: format_version u32 (= 3) | clock i64 | epoch u64 |
 //             entry_count u64 | table_count u32 | blob_size u32 | blob |
-//             crc u32
+//             filter_count u32 | crc u32
 //
 // `crc` is CRC-32C (Castagnoli) over the metadata bytes before it, followed
 // by every table record in ascending table order, each as
-// table u32 LE | config_size u32 LE | config. `entry_count` and
-// `table_count` are the numbers of 0x03 and 0x02 records in the version.
-// A version whose crc, counts or any record do not check out is corrupt.
-// 0x04 records are not counted: one missing reads as a slot with no
-// counts (ids pushed before need their pushes again), as does a version 1
-// checkpoint's every slot. Version 2 was introduced with them: version 1
-// readers refuse it by its number rather than take 0x04 for corruption.
+// table u32 LE | config_size u32 LE | config. `entry_count`,
+// `table_count` and `filter_count` are the numbers of 0x03, 0x02 and 0x04
+// records in the version. A version whose crc, counts or any record do not
+// check out is corrupt. A version 2 checkpoint does not count its 0x04
+// records (one missing there reads as a slot with no counts: ids pushed
+// before need their pushes again), and a version 1 checkpoint has none
+// (every slot reads so). Each version was introduced with its addition:
+// older readers refuse it by its number rather than misread it.
 //
 // Everything in this header that encodes or decodes bytes (the constants,
 // the key and value encodings, the CRC and the metadata record) is part of
@@ -49,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -63,7 +66,7 @@ namespace ductile::checkpoint_format {
 
 // ---- Persistent format (see above; never change) ----
 
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;
 // The oldest version this build reads.
 constexpr uint32_t kOldestFormatVersion = 1;
 constexpr char kMetaType = 0x01;
@@ -76,6 +79,9 @@ constexpr size_t kFilterKeySize = 1 + 4 + 4;
 constexpr size_t kEntryHeaderSize = 4 + 4 + 8;
 // format_version, clock, epoch, entry_count, table_count, blob_size.
 constexpr size_t kMetaHeaderSize = 4 + 8 + 8 + 8 + 4 + 4;
+// filter_count, after the blob (version 3 on).
+constexpr size_t kFilterCountSize = 4;
+constexpr uint32_t kFirstVersionCountingFilters = 3;
 constexpr size_t kCrcSize = 4;
 // The largest count or size a u32 field holds.
 constexpr uint64_t kMaxField = 0xffffffffu;
@@ -168,6 +174,9 @@ struct Metadata {
   uint64_t entry_count = 0;
   uint32_t table_count = 0;
   std::string blob;
+  // The number of 0x04 records; unset in a version that does not count
+  // them (1 and 2).
+  std::optional<uint32_t> filter_count;
 };
 
 // The metadata record of a version holding `tables` (every table's config,

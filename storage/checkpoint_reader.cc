@@ -25,15 +25,19 @@ namespace fs = std::filesystem;
 namespace checkpoint_reader {
 namespace {
 
+using checkpoint_format::AppendEntryKey;
 using checkpoint_format::Corrupt;
 using checkpoint_format::DecodeBigEndian;
 using checkpoint_format::DecodeEntryValue;
 using checkpoint_format::DecodeMetadata;
 using checkpoint_format::ExtendCrcWithTable;
+using checkpoint_format::FilterKey;
 using checkpoint_format::kEntryKeySize;
 using checkpoint_format::kEntryType;
+using checkpoint_format::KeyChange;
 using checkpoint_format::kFilterKeySize;
 using checkpoint_format::kFilterType;
+using checkpoint_format::kMaxField;
 using checkpoint_format::kTableKeySize;
 using checkpoint_format::kTableType;
 using checkpoint_format::Metadata;
@@ -226,6 +230,7 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
   DUCTILE_RETURN_IF_ERROR(DecodeMetadata(value, what, meta, &stored_crc, &crc));
 
   uint64_t entries = 0;
+  uint64_t filters = 0;
   std::vector<TableId> tables;  // ascending: table records come in key order
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
   for (it->Seek(rocksdb::Slice(&kTableType, 1)); it->Valid(); it->Next()) {
@@ -268,6 +273,7 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
                                  ", slot " + std::to_string(slot) +
                                  " belong nowhere");
       }
+      ++filters;
       if (on_filter) {
         std::string bad = on_filter(k, v, table, slot);
         if (!bad.empty()) return Corrupt(what, bad);
@@ -292,7 +298,88 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
                              " entries, its metadata says " +
                              std::to_string(meta->entry_count));
   }
+  if (visit_entries && meta->filter_count && filters != *meta->filter_count) {
+    return Corrupt(what, "it holds " + std::to_string(filters) +
+                             " filter records, its metadata says " +
+                             std::to_string(*meta->filter_count));
+  }
   if (raw_meta != nullptr) *raw_meta = std::move(value);
+  return Status::Ok();
+}
+
+Status CountEntriesAfter(rocksdb::DB* db, const std::string& what,
+                         const std::vector<KeyChange>& sorted,
+                         uint64_t* count) {
+  constexpr size_t kChunk = 1024;
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  std::string key_bytes;
+  std::vector<rocksdb::Slice> keys;
+  std::vector<rocksdb::PinnableSlice> values(kChunk);
+  std::vector<rocksdb::Status> statuses(kChunk);
+  for (size_t begin = 0; begin < sorted.size(); begin += kChunk) {
+    const size_t n = std::min(kChunk, sorted.size() - begin);
+    key_bytes.clear();
+    for (size_t i = 0; i < n; ++i) {
+      AppendEntryKey(&key_bytes, sorted[begin + i].table,
+                     sorted[begin + i].key);
+    }
+    keys.clear();
+    for (size_t i = 0; i < n; ++i) {
+      keys.emplace_back(key_bytes.data() + i * kEntryKeySize, kEntryKeySize);
+      values[i].Reset();
+    }
+    db->MultiGet(read, db->DefaultColumnFamily(), n, keys.data(), values.data(),
+                 statuses.data(), /*sorted_input=*/true);
+    for (size_t i = 0; i < n; ++i) {
+      const rocksdb::Status& s = statuses[i];
+      if (!s.ok() && !s.IsNotFound()) return FromRocks(s, what);
+      if (sorted[begin + i].deleted) {
+        if (s.ok()) --*count;
+      } else {
+        if (!s.ok()) ++*count;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CountFiltersAfter(rocksdb::DB* db, const std::string& what,
+                         const std::vector<FilterRecord>& filters,
+                         uint32_t* count) {
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  uint64_t n = *count;
+  std::string ignored;
+  for (const FilterRecord& f : filters) {
+    const rocksdb::Status s =
+        db->Get(read, FilterKey(f.table, f.slot), &ignored);
+    if (!s.ok() && !s.IsNotFound()) return FromRocks(s, what);
+    if (f.counts.empty()) {
+      if (s.ok()) --n;
+    } else if (!s.ok()) {
+      ++n;
+    }
+  }
+  if (n > kMaxField) {
+    return InvalidArgumentError(
+        "a checkpoint holds at most 2^32 - 1 filter records");
+  }
+  *count = static_cast<uint32_t>(n);
+  return Status::Ok();
+}
+
+Status CountFilters(rocksdb::DB* db, const std::string& what, uint32_t* count) {
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read));
+  uint32_t n = 0;
+  for (it->Seek(rocksdb::Slice(&kFilterType, 1));
+       it->Valid() && it->key()[0] == kFilterType; it->Next()) {
+    ++n;
+  }
+  DUCTILE_RETURN_IF_ERROR(FromRocks(it->status(), what));
+  *count = n;
   return Status::Ok();
 }
 

@@ -97,6 +97,20 @@ Status ScanVersion(rocksdb::DB* db, const std::string& what, bool visit_entries,
                    bool* empty, const OnTable& on_table,
                    const OnEntry& on_entry, const OnFilter& on_filter = {});
 
+// Counting the records of a writable instance (`what` names it in errors):
+// `*count` is increased by the entries that `sorted` (ascending by table and
+// key, none twice) adds and decreased by those it deletes.
+Status CountEntriesAfter(
+    rocksdb::DB* db, const std::string& what,
+    const std::vector<checkpoint_format::KeyChange>& sorted, uint64_t* count);
+// The same for filter records written by `filters` (none twice; empty
+// counts delete). InvalidArgument past 2^32 - 1 records.
+Status CountFiltersAfter(rocksdb::DB* db, const std::string& what,
+                         const std::vector<FilterRecord>& filters,
+                         uint32_t* count);
+// The filter records `db` holds.
+Status CountFilters(rocksdb::DB* db, const std::string& what, uint32_t* count);
+
 // Opens the frozen version at `clock` in `versions` read-only. NotFound if
 // there is none.
 Status OpenFrozen(const std::filesystem::path& versions, int64_t clock,

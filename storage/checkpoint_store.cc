@@ -52,13 +52,15 @@ using checkpoint_format::EncodeEntryValue;
 using checkpoint_format::EncodeMetadata;
 using checkpoint_format::EstimateBatchBytes;
 using checkpoint_format::FilterKey;
-using checkpoint_format::kEntryKeySize;
 using checkpoint_format::KeyChange;
 using checkpoint_format::kMaxField;
 using checkpoint_format::Metadata;
 using checkpoint_format::MetaKey;
 using checkpoint_format::TableKey;
 using checkpoint_reader::CheckFreeSpace;
+using checkpoint_reader::CountEntriesAfter;
+using checkpoint_reader::CountFilters;
+using checkpoint_reader::CountFiltersAfter;
 using checkpoint_reader::FromErrno;
 using checkpoint_reader::FromErrorCode;
 using checkpoint_reader::FromRocks;
@@ -151,9 +153,6 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status CleanUpLeftovers();
   // OK if live/ may take a checkpoint at `clock`.
   Status CheckCanWrite(int64_t clock) const;
-  // The entry count after applying `sorted` (ascending, no key twice).
-  Status CountChanges(const std::vector<KeyChange>& sorted,
-                      uint64_t* entry_count);
   Status Freeze(int64_t clock);
   void Prune();
   Status RemoveVersion(int64_t clock);
@@ -174,6 +173,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   bool needs_resume_ = false;
   std::optional<int64_t> live_clock_;
   uint64_t live_entry_count_ = 0;
+  uint32_t live_filter_count_ = 0;
   std::map<TableId, std::string> live_tables_;
 };
 
@@ -245,6 +245,7 @@ Status RocksCheckpointStore::OpenLive() {
   live_error_ = Status::Ok();
   live_clock_.reset();
   live_entry_count_ = 0;
+  live_filter_count_ = 0;
   live_tables_.clear();
   needs_resume_ = false;
 
@@ -276,52 +277,24 @@ Status RocksCheckpointStore::OpenLive() {
     live_error_ = scan;
     return Status::Ok();
   }
+  // Counted here, not taken from the metadata: a version written before
+  // the metadata counted them (format 2) may have been restored into live/.
+  uint32_t filters = 0;
+  DUCTILE_RETURN_IF_ERROR(CountFilters(db.get(), what, &filters));
+  if (meta.filter_count && *meta.filter_count != filters) {
+    live_error_ = checkpoint_format::Corrupt(
+        what, "it holds " + std::to_string(filters) +
+                  " filter records, its metadata says " +
+                  std::to_string(*meta.filter_count));
+    return Status::Ok();
+  }
   db_ = std::move(db);
   if (!empty) {
     live_clock_ = meta.clock;
     live_entry_count_ = meta.entry_count;
+    live_filter_count_ = filters;
     live_tables_ = std::move(tables);
   }
-  return Status::Ok();
-}
-
-Status RocksCheckpointStore::CountChanges(const std::vector<KeyChange>& sorted,
-                                          uint64_t* entry_count) {
-  constexpr size_t kChunk = 1024;
-  rocksdb::ReadOptions read;
-  read.fill_cache = false;
-  std::string key_bytes;
-  std::vector<rocksdb::Slice> keys;
-  std::vector<rocksdb::PinnableSlice> values(kChunk);
-  std::vector<rocksdb::Status> statuses(kChunk);
-  uint64_t count = live_entry_count_;
-  for (size_t begin = 0; begin < sorted.size(); begin += kChunk) {
-    const size_t n = std::min(kChunk, sorted.size() - begin);
-    key_bytes.clear();
-    for (size_t i = 0; i < n; ++i) {
-      AppendEntryKey(&key_bytes, sorted[begin + i].table,
-                     sorted[begin + i].key);
-    }
-    keys.clear();
-    for (size_t i = 0; i < n; ++i) {
-      keys.emplace_back(key_bytes.data() + i * kEntryKeySize, kEntryKeySize);
-      values[i].Reset();
-    }
-    db_->MultiGet(read, db_->DefaultColumnFamily(), n, keys.data(),
-                  values.data(), statuses.data(), /*sorted_input=*/true);
-    for (size_t i = 0; i < n; ++i) {
-      const rocksdb::Status& s = statuses[i];
-      if (!s.ok() && !s.IsNotFound()) {
-        return FromRocks(s, "working DB " + live_path_.string());
-      }
-      if (sorted[begin + i].deleted) {
-        if (s.ok()) --count;
-      } else {
-        if (!s.ok()) ++count;
-      }
-    }
-  }
-  *entry_count = count;
   return Status::Ok();
 }
 
@@ -392,7 +365,13 @@ Status RocksCheckpointStore::WriteCheckpoint(
   meta.epoch = epoch;
   meta.table_count = static_cast<uint32_t>(new_tables.size());
   meta.blob = blob;
-  DUCTILE_RETURN_IF_ERROR(CountChanges(keys, &meta.entry_count));
+  meta.entry_count = live_entry_count_;
+  DUCTILE_RETURN_IF_ERROR(
+      CountEntriesAfter(db_.get(), what, keys, &meta.entry_count));
+  uint32_t filter_count = live_filter_count_;
+  DUCTILE_RETURN_IF_ERROR(
+      CountFiltersAfter(db_.get(), what, filters, &filter_count));
+  meta.filter_count = filter_count;
 
   // One atomic batch, written without the WAL: Freeze flushes it right away
   // (RocksDB syncs the flushed files), and a crash before that loses the
@@ -428,6 +407,7 @@ Status RocksCheckpointStore::WriteCheckpoint(
   }
   live_clock_ = clock;
   live_entry_count_ = meta.entry_count;
+  live_filter_count_ = filter_count;
   live_tables_ = std::move(new_tables);
 
   DUCTILE_RETURN_IF_ERROR(Freeze(clock));

@@ -12,12 +12,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
 #include "storage/checkpoint_format.h"
 
 namespace ductile {
@@ -310,10 +313,10 @@ TEST(CheckpointStore, FilterRecordsAreKeptUntilDeletedAndChecked) {
   EXPECT_EQ(store->Load(50).status().code(), StatusCode::kNotFound);
 }
 
-// The metadata of format version 1 (checkpoints written before filter
-// records existed) is read; a version newer than this build's is refused
-// by its number.
-TEST(CheckpointFormat, Version1MetadataIsReadAndNewerVersionsRefused) {
+// The metadata of format versions 1 and 2 (checkpoints written before
+// filter records existed, then before the metadata counted them) is read;
+// a version newer than this build's is refused by its number.
+TEST(CheckpointFormat, OlderMetadataIsReadAndNewerVersionsRefused) {
   namespace cf = checkpoint_format;
   cf::Metadata meta;
   meta.clock = 4;
@@ -321,6 +324,7 @@ TEST(CheckpointFormat, Version1MetadataIsReadAndNewerVersionsRefused) {
   meta.entry_count = 3;
   meta.table_count = 1;
   meta.blob = "blob";
+  meta.filter_count = 5;
   const std::map<TableId, std::string> tables = {{1, "config"}};
   auto record = [&](uint32_t version) {
     std::string r = cf::EncodeMetadata(meta, tables);
@@ -328,12 +332,14 @@ TEST(CheckpointFormat, Version1MetadataIsReadAndNewerVersionsRefused) {
     cf::PutFixed32(&head, version);
     r.replace(0, 4, head);
     r.resize(r.size() - cf::kCrcSize);
+    // Versions 1 and 2 end with the blob.
+    if (version < 3) r.resize(r.size() - cf::kFilterCountSize);
     cf::PutFixed32(&r,
                    cf::ExtendCrcWithTable(cf::Crc32cExtend(0, r), 1, "config"));
     return r;
   };
   EXPECT_EQ(record(cf::kFormatVersion), cf::EncodeMetadata(meta, tables));
-  for (uint32_t version : {1u, 2u}) {
+  for (uint32_t version : {1u, 2u, 3u}) {
     cf::Metadata got;
     uint32_t stored_crc = 0, crc = 0;
     Status s =
@@ -343,14 +349,85 @@ TEST(CheckpointFormat, Version1MetadataIsReadAndNewerVersionsRefused) {
     EXPECT_EQ(got.clock, 4);
     EXPECT_EQ(got.entry_count, 3u);
     EXPECT_EQ(got.blob, "blob");
+    EXPECT_EQ(got.filter_count,
+              version < 3 ? std::nullopt : std::optional<uint32_t>(5));
   }
+  // A version 3 record cut to version 2's length, or the reverse, is
+  // corrupt.
+  std::string two_as_three = record(2);
+  two_as_three.replace(0, 4, record(3).substr(0, 4));
   cf::Metadata got;
   uint32_t stored_crc = 0, crc = 0;
-  Status s = cf::DecodeMetadata(record(3), "checkpoint at clock 4", &got,
-                                &stored_crc, &crc);
+  Status s = cf::DecodeMetadata(two_as_three, "v", &got, &stored_crc, &crc);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("format version 3"));
-  EXPECT_THAT(s.message(), HasSubstr("reads 1 to 2"));
+  EXPECT_THAT(s.message(), HasSubstr("wrong size"));
+  s = cf::DecodeMetadata(record(4), "checkpoint at clock 4", &got, &stored_crc,
+                         &crc);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("format version 4"));
+  EXPECT_THAT(s.message(), HasSubstr("reads 1 to 3"));
+}
+
+// The metadata counts the filter records: a version that lost one is
+// corrupt (rather than read as a slot with no counts), and the count
+// follows puts and deletes across versions, a reopening and a rollback.
+TEST(CheckpointStore, AVersionMissingAFilterRecordIsCorrupt) {
+  TempDir dir;
+  {
+    auto store = OpenStore(dir.path());
+    ASSERT_NE(store, nullptr);
+    WriteInitial(store.get(), 10);
+    ASSERT_TRUE(store
+                    ->WriteCheckpoint(20, 1, {}, {}, {},
+                                      {{1, 0, "a"}, {1, 3, "b"}, {7, 1, "c"}},
+                                      "b")
+                    .ok());
+    // One deleted, one replaced, one new, one absent deleted.
+    ASSERT_TRUE(store
+                    ->WriteCheckpoint(
+                        30, 1, {}, {}, {},
+                        {{1, 0, ""}, {1, 3, "B"}, {7, 2, "d"}, {7, 9, ""}}, "b")
+                    .ok());
+  }
+  auto store = OpenStore(dir.path());  // counts live/'s records again
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(
+      store->WriteCheckpoint(40, 1, {}, {}, {}, {{7, 5, "e"}}, "b").ok());
+  auto expect_filters = [&](int64_t clock, size_t count) {
+    Result<LoadedCheckpoint> loaded = store->Load(clock);
+    ASSERT_TRUE(loaded.ok()) << clock << ": " << loaded.status();
+    EXPECT_EQ(loaded->filters.size(), count) << clock;
+  };
+  expect_filters(20, 3);
+  expect_filters(30, 3);
+  expect_filters(40, 4);
+  ASSERT_TRUE(store->RollBackTo(20).ok());
+  ASSERT_TRUE(
+      store->WriteCheckpoint(50, 1, {}, {}, {}, {{1, 3, ""}}, "b").ok());
+  expect_filters(50, 2);
+
+  // A copy of version 50 with one filter record deleted.
+  TempDir copy;
+  fs::create_directories(copy.path() / "checkpoints");
+  fs::copy(VersionDir(dir.path(), 50), VersionDir(copy.path(), 50),
+           fs::copy_options::recursive);
+  {
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options options;
+    rocksdb::Status rs =
+        rocksdb::DB::Open(options, VersionDir(copy.path(), 50).string(), &raw);
+    ASSERT_TRUE(rs.ok()) << rs.ToString();
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(
+        db->Delete(rocksdb::WriteOptions(), checkpoint_format::FilterKey(7, 1))
+            .ok());
+    ASSERT_TRUE(db->Flush(rocksdb::FlushOptions()).ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+  Result<LoadedCheckpoint> damaged = LoadCheckpointFrom(copy.path(), 50);
+  EXPECT_EQ(damaged.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(damaged.status().message(),
+              HasSubstr("holds 1 filter records, its metadata says 2"));
 }
 
 TEST(CheckpointStore, AnIncrementalCheckpointStillLoadsTheFullState) {

@@ -32,22 +32,18 @@ torch is imported when this module is, never by `import ductile`.
 import atexit
 import numbers
 import sys
-import time
-import zlib
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 import ductile
-from ductile import _buckets, _elastic
-from ductile._rules import SUPPORTED, server_rule
+from ductile import _buckets, _elastic, _start
+from ductile._rules import SUPPORTED
 from ductile._elastic import ElasticSampler, LeftJob
 from ductile._env import connect_from_env
 
 # The coordinator's answer to a worker that registers as the job ends.
 SHUTTING_DOWN = "cluster is shutting down"
-# How long a worker waits for the first worker's initial parameters.
-INIT_TIMEOUT_S = 60.0
 # The learning-rate factor a rate of 0 is sent as (Client.set_rate_factor
 # takes factors in (0, 1e6]).
 MIN_RATE_FACTOR = 1e-30
@@ -225,7 +221,9 @@ class DistributedOptimizer:
     servers nor pulled. All workers start from the same parameters: the
     first worker to claim the model (an atomic count on the servers) stores
     its own, the others (and later joiners) pull them. The servers hold each
-    parameter's change since then.
+    parameter's change since then. A rollback while the workers agree on
+    them, or one to a checkpoint from before they were stored, makes them
+    agree again: construction takes rollbacks as step() does.
     """
 
     def __init__(
@@ -273,31 +271,17 @@ class DistributedOptimizer:
                 f"{len(groups)} of the optimizer's parameters are not in named_parameters"
             )
         self._buckets = _buckets.plan(self._params, self.bucket_bytes)
-        for i, bucket in enumerate(self._buckets):
-            if self.bucket_bytes == 0:
-                full = f"{name}.{bucket.params[0].name}"
-            else:
-                full = f"{name}.bucket{i}"
-            if average_gradients:
-                # Each worker pushes its gradient minus the tensor's value
-                # (the last mean): BSP's mean of those, added, is the mean.
-                options = {"rule": "add"}
-            else:
-                options = server_rule(optimizer, bucket.group)
-            bucket.tensor = self.client.register_tensor(
-                full, bucket.numel, consistency=consistency, **options
-            )
-            bucket.init = self.client.register_tensor(
-                full + ".init", bucket.numel, rule="assign", consistency="async"
-            )
-        self._ready = self.client.register_tensor(
-            f"{name}.ready", 1, rule="assign", consistency="async"
-        )
-        # Each worker adds 1: the one that reads back 1 was first.
-        self._claims = self.client.register_tensor(
-            f"{name}.claims", 1, rule="add", consistency="async"
-        )
-        self._share_initial_values()
+        self._start = _start.ModelStart(self, consistency)
+        while True:
+            try:
+                self._start.register_tensors()
+                self._start.share()
+                self._pull(apply=not average_gradients)
+                break
+            except _elastic.RECOVERABLE as error:
+                # A rollback while the workers agree on the initial values:
+                # take it (it may have undone them) and agree again.
+                _elastic.recover(self.client, error)
         self._hooks = [
             _accumulate_grad_hook(param.p, lambda param=param: self._accumulated(param))
             for param in self._params
@@ -307,47 +291,6 @@ class DistributedOptimizer:
     @property
     def param_groups(self) -> List[Dict[str, Any]]:
         return self.optimizer.param_groups
-
-    def _share_initial_values(self) -> None:
-        claims = self.client.push_pull_tensor(self._claims, torch.ones(1))
-        if claims[0] == 1:
-            for bucket in self._buckets:
-                for param in bucket.params:
-                    param.start.copy_(param.p.data)
-                self.client.push_tensor(bucket.init, bucket.start)
-            self.client.push_tensor(self._ready, torch.full((1,), self._layout()))
-        else:
-            flag = torch.zeros(1)
-            deadline = time.monotonic() + INIT_TIMEOUT_S
-            while self.client.pull_tensor(self._ready, out=flag)[0] == 0:
-                if time.monotonic() > deadline:
-                    raise ductile.DeadlineExceeded(
-                        "the first worker did not store the initial parameters "
-                        f"within {INIT_TIMEOUT_S} s"
-                    )
-                time.sleep(0.01)
-            if flag[0] != self._layout():
-                raise ductile.InvalidArgument(
-                    f"model '{self._name}': this worker's parameters or buckets differ from "
-                    "the first worker's (another model, or another bucket_bytes): every "
-                    "worker must wrap the same parameters with the same bucket_bytes"
-                )
-            for bucket in self._buckets:
-                self.client.pull_tensor(bucket.init, out=bucket.start)
-                for param in bucket.params:
-                    param.p.data.copy_(param.start)
-        self._pull(apply=not self.average_gradients)
-
-    def _layout(self) -> float:
-        """A fingerprint of the tensors on the servers (their names and
-        sizes, and the parameters' names and shapes in them): a whole number
-        in [1, 2^24), which a float32 holds exactly. The first worker stores
-        it with the initial values, and every other checks its own."""
-        text = ";".join(
-            f"{b.tensor.name}:{b.numel}:" + ",".join(f"{q.name}{tuple(q.p.shape)}" for q in b.params)
-            for b in self._buckets
-        )
-        return float(zlib.crc32(text.encode()) % ((1 << 24) - 1) + 1)
 
     def _accumulated(self, param: _buckets.Param) -> None:
         """A backward pass has added to p.grad: once the last one of the
@@ -560,7 +503,10 @@ class DistributedOptimizer:
                     pass
         for param in self._params:
             param.passes = 0
-        self._pull()
+        if self._start.after_rollback():
+            self._pull(apply=not self.average_gradients)
+        else:
+            self._pull()
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)

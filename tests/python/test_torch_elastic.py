@@ -334,3 +334,70 @@ def test_a_job_shut_down_ends_a_loop_of_embeddings_with_left_job(durable_cluster
         assert 2 <= steps < 10
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("average_gradients", [False, True])
+def test_a_rollback_that_undoes_the_initial_values_leaves_the_workers_agreeing(
+        durable_cluster, average_gradients):
+    """Worker A stores the initial values (it is first); the job then rolls
+    back to a checkpoint from before them while worker B wraps its model.
+    Both must start again from one set of values, as they would have without
+    the rollback, and train in step (with the servers' optimizer, or each
+    worker's own on the mean gradient)."""
+    clients = [connect(durable_cluster)]
+    try:
+        clients[0].clock()
+        assert durable_cluster.checkpoint() == 1  # before any tensor
+        torch.manual_seed(1)
+        nets = [torch.nn.Linear(4, 1)]
+        optimizers = [dt.DistributedOptimizer(
+            torch.optim.SGD(nets[0].parameters(), lr=0.05), nets[0].named_parameters(),
+            average_gradients=average_gradients, client=clients[0])]
+        seeds = {1: [p.detach().clone() for p in nets[0].parameters()]}
+        durable_cluster.restart_server()  # the initial values are gone
+
+        clients.append(connect(durable_cluster))
+        torch.manual_seed(2)
+        nets.append(torch.nn.Linear(4, 1))
+        seeds[2] = [p.detach().clone() for p in nets[1].parameters()]
+        optimizers.append(dt.DistributedOptimizer(
+            torch.optim.SGD(nets[1].parameters(), lr=0.05), nets[1].named_parameters(),
+            average_gradients=average_gradients, client=clients[1]))
+
+        x, y = data().tensors
+        errors = []
+        after = [[], []]  # each worker's parameters before each step
+
+        def run(i):
+            try:
+                while clients[i].current_clock < 5:
+                    after[i].append([p.detach().clone() for p in nets[i].parameters()])
+                    optimizers[i].zero_grad()
+                    torch.nn.functional.mse_loss(nets[i](x), y).backward()
+                    optimizers[i].step()
+            except BaseException as error:  # noqa: B902, reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        assert not any(t.is_alive() for t in threads), "a worker did not finish"
+        assert errors == []
+        # A's first step took the rollback (its gradients were dropped, its
+        # clock stayed at 1); from its second on, both hold the same
+        # parameters before each step, from one worker's initial values.
+        assert len(after[0]) == len(after[1]) + 1
+        assert all(torch.equal(p, q) for p, q in zip(after[0][0], seeds[1]))
+        start = after[1][0]
+        assert any(all(torch.equal(p, q) for p, q in zip(start, seed))
+                   for seed in seeds.values())
+        for a, b in zip(after[0][1:], after[1]):
+            for p, q in zip(a, b):
+                torch.testing.assert_close(p, q)
+        for p, q in zip(nets[0].parameters(), nets[1].parameters()):
+            torch.testing.assert_close(p.data, q.data)
+    finally:
+        for c in clients:
+            c.close()

@@ -93,8 +93,8 @@ std::string FailureOf(const SimOptions& o) {
 }
 
 // The seeds 1..`n` of one of the slowest tests, or the first n / D of them
-// (at least 1) with DUCTILE_SIM_SEED_DIVISOR=D: the sanitizer runs of CI
-// take a third, since their slowdown makes these tests minutes long, and
+// (at least 1) with DUCTILE_SIM_SEED_DIVISOR=D: the sanitizer run of CI
+// takes a sixth, since its slowdown makes these tests minutes long, and
 // the uninstrumented run takes every seed.
 uint64_t SlowTestSeeds(uint64_t n) {
   const char* v = std::getenv("DUCTILE_SIM_SEED_DIVISOR");
@@ -563,7 +563,7 @@ TEST(Simulation, ServersJoiningAndDrainedKeepEveryInvariant) {
 TEST(Simulation,
      ADrainedServerThatStopsAtOnceLosesNothingAndAppliesNothingTwice) {
   int drained = 0;
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
+  for (uint64_t seed = 1; seed <= SlowTestSeeds(40); ++seed) {
     for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {
       SimOptions o;
       o.seed = seed;
@@ -596,7 +596,7 @@ TEST(Simulation,
 TEST(Simulation, MembershipChangesStallNobodyForAHeartbeatInterval) {
   int64_t longest = 0;
   int joined = 0, left = 0;
-  for (uint64_t seed = 1; seed <= 200; ++seed) {
+  for (uint64_t seed = 1; seed <= SlowTestSeeds(200); ++seed) {
     SimOptions o = Sweep(seed, /*crashes=*/false);
     o.faults.drop = 0;
     o.faults.delay_us = 20000;
@@ -675,7 +675,7 @@ TEST(SimulationRepro, TheSeedFromTheEnvironment) {
 
 // The CI sweep: 1000 seeds, each with its own model, size and faults.
 // DUCTILE_SIM_SWEEP_SEEDS runs the first N of them instead (the sanitizer
-// runs of CI take 250: the sanitizers' slowdown costs minutes per thousand,
+// run of CI takes 120: the sanitizers' slowdown costs minutes per thousand,
 // and the full sweep runs uninstrumented).
 TEST(Simulation, AThousandSeedsKeepEveryInvariant) {
   const char* v = std::getenv("DUCTILE_SIM_SWEEP_SEEDS");

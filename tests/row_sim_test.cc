@@ -17,7 +17,9 @@
 //   2. rows idle for T clocks go, and restored and moved rows count as
 //      updated at the clock they arrive at;
 //   3. each server keeps at most its budget of rows, across a move and a
-//      rollback, and the counts of evictions add up.
+//      rollback, and the counts of evictions add up;
+//   4. evicting by use, the most pushed rows stay, the servers' counts of
+//      pushes following moves and rollbacks.
 // No sleeps: time moves only in Run(), in simulated milliseconds.
 #include <gtest/gtest.h>
 
@@ -182,6 +184,7 @@ class RowCluster {
     Got reply =
         Data(owner, wire::PUSH, {key}, std::vector<float>(kWidth, 1.0f));
     ASSERT_EQ(reply.header.status_code(), 0) << reply.header.status_message();
+    ++uses_[owner][key];  // every push, stored or not
     auto row = oracle_.rows.find(key);
     if (row == oracle_.rows.end()) {
       // Saturated at the threshold: an id admitted, evicted and pushed
@@ -346,6 +349,10 @@ class RowCluster {
     // store's, which the oracle does not know: the budget scenario checks
     // counts only).
     for (auto& [key, row] : oracle_.rows) row.used = cut;
+    for (auto& uses : uses_) uses.clear();
+    for (const auto& [key, row] : oracle_.rows) {
+      if (row.pushes > 0) uses_[OwnerOf(key)][key] = row.pushes;
+    }
   }
 
   // Server 1 joins: the slots from `first` on move to it from server 0,
@@ -380,7 +387,10 @@ class RowCluster {
     for (int i = 0; i < kServers; ++i) ToServer(i, update);
     Run(milliseconds(5));
     for (auto& [key, row] : oracle_.rows) {
-      if (moving.count(SlotOf(kTable, key, kSlots)) > 0) row.used = clock_;
+      if (moving.count(SlotOf(kTable, key, kSlots)) == 0) continue;
+      row.used = clock_;
+      uint32_t& uses = uses_[to][key];
+      if (uses == 0) uses = row.pushes;
     }
   }
 
@@ -406,14 +416,23 @@ class RowCluster {
   void EnforceBudget(int32_t server) {
     const uint64_t budget = table_.rows.max_rows;
     if (budget == 0) return;
+    const bool by_use = table_.rows.eviction == RowPolicy::Eviction::kLeastUsed;
     while (RowsOn(server) > budget) {
       // The least recently updated row of the server: the oldest clock,
-      // then the earliest push (the oracle's push order).
+      // then the earliest push (the oracle's push order); by use, the
+      // least pushed of them (each of these tables is smaller than the
+      // rows the server compares), the least recent of equals.
       auto oldest = oracle_.rows.end();
       for (auto it = oracle_.rows.begin(); it != oracle_.rows.end(); ++it) {
         if (OwnerOf(it->first) != server) continue;
-        if (oldest == oracle_.rows.end() ||
-            order_[it->first] < order_[oldest->first]) {
+        if (oldest == oracle_.rows.end()) {
+          oldest = it;
+          continue;
+        }
+        const uint32_t uses = by_use ? uses_[server][it->first] : 0;
+        const uint32_t fewest = by_use ? uses_[server][oldest->first] : 0;
+        if (uses != fewest ? uses < fewest
+                           : order_[it->first] < order_[oldest->first]) {
           oldest = it;
         }
       }
@@ -426,6 +445,10 @@ class RowCluster {
   // The push order of rows (for the budget): set by the tests that use a
   // budget, before each push.
   std::map<Key, uint64_t> order_;
+  // Each server's pushes of each id as its use sketch counts them (every
+  // push it took; a row restored or moved in, unknown to it, counts its
+  // pushes applied; a rollback starts the counts over).
+  std::map<Key, uint32_t> uses_[kServers];
 
  private:
   wire::RoutingTable Routing() const {
@@ -761,6 +784,73 @@ TEST(RowSimulation, EachServerKeepsItsBudgetAcrossAMoveAndARollback) {
       EXPECT_LE(cluster.server(s).counters().keys_stored, 6u) << s;
     }
     cluster.Check(all, "pushed after the rollback");
+  }
+}
+
+// 4. Eviction by use: beyond the budget the rows pushed the fewest times
+// go, counted by each server for every push it takes; after a move the
+// target counts a moved row's pushes applied, and after a rollback every
+// server counts its restored rows' so.
+TEST(RowSimulation, TheMostPushedRowsStayAcrossAMoveAndARollback) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    RowPolicy rows;
+    rows.max_rows = 6;
+    rows.eviction = RowPolicy::Eviction::kLeastUsed;
+    RowCluster cluster(seed, rows);
+    cluster.Start();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    const std::vector<Key> ids = Ids(seed + 300, 16);
+    uint64_t order = 0;
+    auto push = [&](Key id) {
+      cluster.order_[id] = ++order;
+      cluster.Push(id);
+    };
+    // Four popular ids, pushed 4 times each (the last of them the oldest),
+    // then 12 once each: the popular rows stay, the others go oldest first.
+    const std::vector<Key> popular(ids.begin(), ids.begin() + 4);
+    for (int round = 0; round < 4; ++round) {
+      for (Key id : popular) push(id);
+    }
+    for (size_t i = 4; i < ids.size(); ++i) push(ids[i]);
+    cluster.Check(ids, "popular and single pushes");
+    for (Key id : popular) {
+      EXPECT_EQ(cluster.oracle().rows.count(id), 1u) << "popular id " << id;
+    }
+    EXPECT_EQ(cluster.oracle().evicted_budget, 10u);
+    cluster.Clock();
+    cluster.Checkpoint();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    const int64_t cut = cluster.clock();
+    // Half the slots move: the target counts the moved rows' pushes
+    // applied. New ids pushed twice each fill both servers past the
+    // budget.
+    cluster.MoveSlots(kSlots / 2);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    cluster.Check(ids, "after the move");
+    std::vector<Key> all = ids;
+    const std::vector<Key> more = Ids(seed + 400, 10);
+    for (int round = 0; round < 2; ++round) {
+      for (Key id : more) push(id);
+    }
+    all.insert(all.end(), more.begin(), more.end());
+    cluster.Check(all, "new ids after the move");
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_LE(cluster.server(s).counters().keys_stored, 6u) << s;
+    }
+    // Back to the cut: the counts start over from the restored rows'
+    // pushes; once-pushed ids fill each server and go before them.
+    cluster.RollBack(cut);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    cluster.Check(all, "rolled back");
+    for (auto& [key, row] : cluster.oracle().rows) cluster.order_[key] = 0;
+    const std::vector<Key> last = Ids(seed + 500, 8);
+    for (Key id : last) push(id);
+    all.insert(all.end(), last.begin(), last.end());
+    cluster.Check(all, "pushed after the rollback");
+    for (Key id : popular) {
+      EXPECT_EQ(cluster.oracle().rows.count(id), 1u) << "popular id " << id;
+    }
   }
 }
 

@@ -280,7 +280,13 @@ Status RocksCheckpointStore::OpenLive() {
   // Counted here, not taken from the metadata: a version written before
   // the metadata counted them (format 2) may have been restored into live/.
   uint32_t filters = 0;
-  DUCTILE_RETURN_IF_ERROR(CountFilters(db.get(), what, &filters));
+  Status counted = CountFilters(db.get(), what, &filters);
+  if (!counted.ok()) {
+    // As a bad scan: a damaged live/ is rebuilt by RollBackTo.
+    if (counted.code() == StatusCode::kResourceExhausted) return counted;
+    live_error_ = counted;
+    return Status::Ok();
+  }
   if (meta.filter_count && *meta.filter_count != filters) {
     live_error_ = checkpoint_format::Corrupt(
         what, "it holds " + std::to_string(filters) +
@@ -304,6 +310,12 @@ Status RocksCheckpointStore::CheckCanWrite(int64_t clock) const {
         live_error_.message() +
         "; restore a checkpoint and call RollBackTo(its clock), or call "
         "DiscardAll() to start over");
+  }
+  if (db_ == nullptr) {  // the last RollBackTo, DiscardAll or StartOver failed
+    return FailedPreconditionError(
+        "working DB " + live_path_.string() +
+        " is not open (its last rebuild failed); call RollBackTo or "
+        "DiscardAll again");
   }
   Result<std::vector<int64_t>> clocks = ListCheckpoints();
   if (!clocks.ok()) return clocks.status();

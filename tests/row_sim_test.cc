@@ -386,6 +386,9 @@ class RowCluster {
     *update.mutable_routing() = Routing();
     for (int i = 0; i < kServers; ++i) ToServer(i, update);
     Run(milliseconds(5));
+    // The target takes the moved rows in their order of use (a table with
+    // a budget sends them so) after its own: in these scenarios it has
+    // none before a move, so `order_` stays right.
     for (auto& [key, row] : oracle_.rows) {
       if (moving.count(SlotOf(kTable, key, kSlots)) == 0) continue;
       row.used = clock_;

@@ -562,7 +562,7 @@ TEST(Simulation, ServersJoiningAndDrainedKeepEveryInvariant) {
 // slots; the oracle fails on "applied twice" or a lost push).
 TEST(Simulation,
      ADrainedServerThatStopsAtOnceLosesNothingAndAppliesNothingTwice) {
-  int drained = 0;
+  int drained = 0, runs = 0;
   for (uint64_t seed = 1; seed <= SlowTestSeeds(40); ++seed) {
     for (const Consistency& c : {Bsp(), Ssp(1), Async()}) {
       SimOptions o;
@@ -581,10 +581,12 @@ TEST(Simulation,
       const SimResult r = RunSimulation(o);
       EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
       drained += r.servers_drained;
+      ++runs;
     }
   }
-  // A run whose workers all finish first ends its drain unfinished: rare.
-  EXPECT_GE(drained, 110) << "of 120 runs";
+  // A run whose workers all finish first ends its drain unfinished: rare
+  // (at most 1 in 12, 110 of the 120 runs of every seed).
+  EXPECT_GE(drained * 12, runs * 11) << drained << " of " << runs << " runs";
 }
 
 // Members join and leave (workers, and servers joining and drained) at

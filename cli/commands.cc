@@ -16,8 +16,9 @@ constexpr const char* kTrainingFlags[] = {
     "lr_step_epochs", "lr_gamma", "lr_min_factor", "l2", "bsp_combine", "cache",
     "prefetch", "overlap_push", "layered_pulls", "seed", "log_every",
     "max_samples", "min_accuracy", "max_rmse", "csv_log", "layers", "mf_rows",
-    "mf_cols", "mf_rank", "mf_observed", "mf_noise", "lr_scaling",
-    "lr_scaling_ramp", "worker_policy"};
+    "mf_cols", "mf_rank", "mf_observed", "mf_noise", "admit_after_pushes",
+    "admission_counters", "evict_idle_clocks", "max_rows", "eviction",
+    "lr_scaling", "lr_scaling_ramp", "worker_policy"};
 
 // The server flags a launcher forwards to each server it starts
 // (LaunchedServerFlags), which `server` reads too: one list, so that a new

@@ -175,9 +175,9 @@ DEFINE_uint64(incarnation, 0,
               "exited: the process that exited, by its registration's "
               "number (`ductile status`; 0: named by --pid only)");
 DEFINE_int32(metrics_port, -1,
-             "coordinator, local: serve the cluster's status in Prometheus' "
-             "text format on http://HOST:PORT/metrics (0: a free port; -1: "
-             "off); plain HTTP, with no keys");
+             "coordinator, local: Prometheus metrics at "
+             "http://HOST:PORT/metrics (0: a free port; -1: off; plain HTTP, "
+             "no keys)");
 DEFINE_string(metrics_host, "127.0.0.1",
               "coordinator, local: the address /metrics listens on");
 DEFINE_string(policy, "",
@@ -274,6 +274,21 @@ DEFINE_uint64(mf_rank, 10, "mf: rank of the synthetic matrix and the model");
 DEFINE_double(mf_observed, 0.05, "mf: fraction of entries observed");
 DEFINE_double(mf_noise, 0.1, "mf: standard deviation of the entries' noise");
 DEFINE_double(max_rmse, 0.0, "mf: fail when the final test RMSE is above this");
+DEFINE_uint64(admit_after_pushes, 0,
+              "mf: store a factor row only at the N-th push of its id, its "
+              "earlier gradients dropped (0 and 1: at the first); 0 - 65535");
+DEFINE_uint64(admission_counters, 0,
+              "mf: counters of the admission filter (0: 2^20; else 1024 - "
+              "2^24)");
+DEFINE_int64(evict_idle_clocks, 0,
+             "mf: remove factor rows not updated for this many clocks (0: "
+             "never)");
+DEFINE_uint64(max_rows, 0,
+              "mf: keep at most this many rows of each factor table on each "
+              "server (0: unbounded), removing the rows --eviction picks");
+DEFINE_string(eviction, "least_recent",
+              "mf: the rows --max_rows removes: least_recent (updated) or "
+              "least_used (pushed the fewest times)");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
               "directory with the Fashion-MNIST IDX gzip files");
 DEFINE_int32(epochs, 10, "training epochs");

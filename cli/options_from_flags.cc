@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -280,6 +282,19 @@ Result<train::TrainerOptions> TrainerOptionsFromFlags() {
   t.mf_rank = FLAGS_mf_rank;
   t.mf_observed = FLAGS_mf_observed;
   t.mf_noise = FLAGS_mf_noise;
+  // Saturated: Validate names the flag of a value out of range.
+  t.rows.admit_after_pushes = static_cast<uint32_t>(
+      std::min<uint64_t>(FLAGS_admit_after_pushes, UINT32_MAX));
+  t.rows.admission_counters = FLAGS_admission_counters;
+  t.rows.evict_idle_clocks = FLAGS_evict_idle_clocks;
+  t.rows.max_rows = FLAGS_max_rows;
+  if (FLAGS_eviction == "least_used") {
+    t.rows.eviction = RowPolicy::Eviction::kLeastUsed;
+  } else if (FLAGS_eviction != "least_recent") {
+    return InvalidArgumentError(
+        "--eviction must be least_recent or least_used, not '" +
+        FLAGS_eviction + "'");
+  }
   DUCTILE_RETURN_IF_ERROR(train::Validate(t));
   return t;
 }

@@ -588,6 +588,48 @@ TEST(LocalCluster, TenRandomKillsStillReachTheAccuracyTarget) {
 const std::regex kAddressAndKeys(
     "coordinator at (tcp://[0-9.:]+), .*, keys in ([^ \n]+)");
 
+// Matrix factorization with the row policy's flags: each factor table
+// keeps at most --max_rows rows on the server, an id's first push is
+// dropped (--admit_after_pushes=2), and `ductile status` counts both.
+TEST(LocalCluster, MatrixFactorizationRowsTakeTheRowPolicyFlags) {
+  const std::string marker = UniqueTimeoutFlag();
+  Process p({kBinary, "local", "--app=mf", "--mf_rows=300", "--mf_cols=300",
+             "--mf_observed=0.2", "--epochs=1000", "--log_every=200",
+             "--workers=1", "--servers=1", "--max_rows=100",
+             "--admit_after_pushes=2", "--eviction=least_used", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  std::smatch job;
+  const std::string started = p.output();
+  ASSERT_TRUE(std::regex_search(started, job, kAddressAndKeys)) << started;
+  Process status({kBinary, "status", "--coordinator=" + job[1].str(),
+                  "--keys=" + job[2].str()});
+  EXPECT_EQ(ExitCode(status.Wait(std::chrono::seconds(30))), 0)
+      << status.output();
+  std::smatch rows;
+  const std::string s = status.output();
+  const bool counted = std::regex_search(
+      s, rows,
+      std::regex("rows of server 0: ([0-9]+) stored, ([0-9]+) admitted, "
+                 "([0-9]+) pushes not admitted, 0 evicted idle, ([0-9]+) "
+                 "beyond the budget"));
+  EXPECT_TRUE(counted) << s;
+  if (counted) {
+    // Two tables of at most 100 rows; the 600 ids' first pushes dropped
+    // (fewer if the filter's counters of two ids collided).
+    EXPECT_LE(std::stoull(rows[1].str()), 200u) << s;
+    EXPECT_GT(std::stoull(rows[2].str()), 200u) << s;
+    EXPECT_GT(std::stoull(rows[3].str()), 0u) << s;
+    EXPECT_LE(std::stoull(rows[3].str()), 600u) << s;
+    EXPECT_GT(std::stoull(rows[4].str()), 0u) << s;
+  }
+  Process shutdown({kBinary, "shutdown", "--coordinator=" + job[1].str(),
+                    "--keys=" + job[2].str()});
+  EXPECT_EQ(ExitCode(shutdown.Wait(std::chrono::seconds(30))), 0)
+      << shutdown.output();
+  EXPECT_EQ(ExitCode(p.Wait(std::chrono::seconds(60))), 0) << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
 TEST(LocalCluster, StatusShowsMembersSlotsAndCounters) {
   const std::string marker = UniqueTimeoutFlag();
   Process p({kBinary, "local", "--epochs=1000", "--log_every=10", "--slots=512",
@@ -959,6 +1001,26 @@ TEST(Cli, ResizeNeedsASize) {
   EXPECT_EQ(ExitCode(zero.Wait(std::chrono::seconds(30))), 1) << zero.output();
   EXPECT_NE(zero.output().find("at least 1"), std::string::npos)
       << zero.output();
+}
+
+// The row policy's flags: mf's factor tables only, each value checked
+// before anything starts.
+TEST(Cli, RowPolicyFlagsAreMfsAndChecked) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--app=fmnist-logreg", "--max_rows=10"}, "are for --app=mf"},
+      {{"--app=mf", "--eviction=lru"}, "least_recent or least_used"},
+      {{"--app=mf", "--eviction=least_used"}, "give --max_rows too"},
+      {{"--app=mf", "--admit_after_pushes=70000"}, "[0, 65535]"},
+      {{"--app=mf", "--admission_counters=10"}, "[1024, 2^24]"},
+      {{"--app=mf", "--evict_idle_clocks=-1"}, "--evict_idle_clocks"},
+  };
+  for (const auto& [flags, why] : bad) {
+    std::vector<std::string> args = {kBinary, "local"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Process p(args);
+    EXPECT_EQ(ExitCode(p.Wait(std::chrono::seconds(30))), 1) << p.output();
+    EXPECT_NE(p.output().find(why), std::string::npos) << p.output();
+  }
 }
 
 TEST(Cli, BadResizeSchedulesAreRefused) {

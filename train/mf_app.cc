@@ -58,6 +58,7 @@ Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
       t.init.high = 0.3f;
       t.init.seed = o.seed + i;
       t.consistency = o.consistency;
+      t.rows = o.rows;
       Result<TableId> id =
           MakeTable(client, t, [&](const TableOptions& options) {
             return client.CreateTable(options);

@@ -27,6 +27,48 @@ LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
   return s;
 }
 
+namespace {
+
+// The row policy's flags (RowPolicy's ranges): only mf has rows by id.
+Status ValidateRows(const TrainerOptions& o) {
+  const RowPolicy& r = o.rows;
+  const bool any = r.admit_after_pushes != 0 || r.admission_counters != 0 ||
+                   r.evict_idle_clocks != 0 || r.max_rows != 0 ||
+                   r.eviction != RowPolicy::Eviction::kLeastRecent;
+  if (any && o.app != "mf") {
+    return InvalidArgumentError(
+        "--admit_after_pushes, --admission_counters, --evict_idle_clocks, "
+        "--max_rows and --eviction are for --app=mf, whose factor rows are "
+        "stored by id; " +
+        o.app + "'s parameters are dense tensors");
+  }
+  constexpr int64_t kMax = int64_t{1} << 40;
+  if (r.admit_after_pushes > 65535) {
+    return InvalidArgumentError("--admit_after_pushes must be in [0, 65535]");
+  }
+  if (r.admission_counters != 0 &&
+      (r.admission_counters < 1024 || r.admission_counters > (1u << 24))) {
+    return InvalidArgumentError(
+        "--admission_counters must be 0 (2^20) or in [1024, 2^24]");
+  }
+  if (r.evict_idle_clocks < 0 || r.evict_idle_clocks > kMax) {
+    return InvalidArgumentError(
+        "--evict_idle_clocks must be in [0, 2^40] (0: never)");
+  }
+  if (r.max_rows > static_cast<uint64_t>(kMax)) {
+    return InvalidArgumentError(
+        "--max_rows must be in [0, 2^40] (0: unbounded)");
+  }
+  if (r.eviction == RowPolicy::Eviction::kLeastUsed && r.max_rows == 0) {
+    return InvalidArgumentError(
+        "--eviction=least_used chooses the rows --max_rows removes: give "
+        "--max_rows too");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 BatchScaling BatchScalingOf(const TrainerOptions& o, int world) {
   BatchScaling b;
   if (o.lr_scaling == "none") return b;  // the same for every worker
@@ -110,6 +152,7 @@ Status Validate(const TrainerOptions& o) {
     return InvalidArgumentError(
         "--lr_decay=cosine needs --lr_warmup_epochs below --epochs");
   }
+  DUCTILE_RETURN_IF_ERROR(ValidateRows(o));
   if (o.app == "mf" && (o.mf_rows < 1 || o.mf_cols < 1 || o.mf_rank < 1 ||
                         !(o.mf_observed > 0 && o.mf_observed <= 1))) {
     return InvalidArgumentError(

@@ -99,6 +99,8 @@ struct TrainerOptions {
   size_t mf_rank = 10;
   double mf_observed = 0.05;
   double mf_noise = 0.1;
+  // mf: the factor tables' rows by id (admission and eviction).
+  RowPolicy rows;
 };
 
 // The batch scaling of the tables `o` makes when the job has `world`

@@ -85,6 +85,9 @@ int RunWorker(const std::string&) {
       SecurityFromFlags(false, *id >= 0 ? "worker-" + std::to_string(*id) : "");
   if (!security.ok()) return Fail(security.status());
   o->security = *security;
+  // The app's data first: the worker joins the job once it can train.
+  Result<train::WorkerData> data = train::LoadWorkerData(*t);
+  if (!data.ok()) return Fail(data.status());
   auto client = Client::Connect(*o);
   if (!client.ok() && client.status().code() == StatusCode::kUnavailable &&
       client.status().message() == "cluster is shutting down") {
@@ -96,7 +99,7 @@ int RunWorker(const std::string&) {
     return 0;
   }
   if (!client.ok()) return Fail(client.status());
-  Status s = train::RunTrainingWorker(**client, *t);
+  Status s = train::RunTrainingWorker(**client, *t, std::move(*data));
   if (!s.ok() && (*client)->shutting_down()) {
     // Shut down while it started, or while it waited for a rollback
     // (the step loop stops by itself otherwise): nothing is left to do.

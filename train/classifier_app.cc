@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,7 +22,6 @@ namespace ductile::train {
 using models::ComputeBackend;
 using models::Dataset;
 using models::HostBuffer;
-using models::LoadFashionMnist;
 using models::LogRegModel;
 using models::MakeComputeBackend;
 using models::MlpModel;
@@ -262,12 +262,13 @@ class ParamTensors {
 }  // namespace
 
 Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
-                     int world) {
+                     int world, const WorkerData& worker_data) {
   const bool lead = rank == 0;
-  Result<Dataset> train = LoadFashionMnist(o.data_dir, /*train=*/true);
-  DUCTILE_RETURN_IF_ERROR(train.status());
-  Result<Dataset> test = LoadFashionMnist(o.data_dir, /*train=*/false);
-  DUCTILE_RETURN_IF_ERROR(test.status());
+  const std::optional<Dataset>& train = worker_data.train;
+  const std::optional<Dataset>& test = worker_data.test;
+  if (!train || !test) {
+    return FailedPreconditionError("the Fashion-MNIST sets are not loaded");
+  }
 
   std::unique_ptr<Classifier> model;
   std::string backend = "cpu";

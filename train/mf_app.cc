@@ -15,7 +15,6 @@
 namespace ductile::train {
 
 using models::LowRankData;
-using models::MakeLowRankData;
 using models::MfModel;
 using models::Rating;
 using models::SparseFactors;
@@ -32,11 +31,13 @@ Status PullFactors(Client& client, TableId table, size_t rank,
 
 }  // namespace
 
-Status RunMf(Client& client, const TrainerOptions& o, int rank, int world) {
+Status RunMf(Client& client, const TrainerOptions& o, int rank, int world,
+             const WorkerData& worker_data) {
   const bool lead = rank == 0;
-  // Every worker generates the same data from the same seed.
-  const LowRankData data = MakeLowRankData(o.mf_rows, o.mf_cols, o.mf_rank,
-                                           o.mf_observed, o.mf_noise, o.seed);
+  if (!worker_data.ratings) {
+    return FailedPreconditionError("mf's matrix is not generated");
+  }
+  const LowRankData& data = *worker_data.ratings;
   const MfModel model(o.mf_rank, o.l2);
   TableId tables[2];
   const char* names[2] = {"mf.rows", "mf.cols"};

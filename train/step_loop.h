@@ -201,9 +201,11 @@ Status RunSteps(Client& client, const TrainerOptions& o, DataPosition& data,
                 const std::function<void()>& abandon);
 
 // The built-in apps, as one worker of the job of `world` workers.
+// `data` holds what LoadWorkerData loaded for them.
 Status RunClassifier(Client& client, const TrainerOptions& o, int rank,
-                     int world);
-Status RunMf(Client& client, const TrainerOptions& o, int rank, int world);
+                     int world, const WorkerData& data);
+Status RunMf(Client& client, const TrainerOptions& o, int rank, int world,
+             const WorkerData& data);
 
 }  // namespace ductile::train
 

@@ -162,8 +162,32 @@ Status Validate(const TrainerOptions& o) {
   return Status::Ok();
 }
 
-Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
+Result<WorkerData> LoadWorkerData(const TrainerOptions& o) {
+  DUCTILE_RETURN_IF_ERROR(Validate(o));
+  WorkerData data;
+  if (o.app == "fmnist-logreg" || o.app == "fmnist-mlp") {
+    Result<models::Dataset> train =
+        models::LoadFashionMnist(o.data_dir, /*train=*/true);
+    DUCTILE_RETURN_IF_ERROR(train.status());
+    Result<models::Dataset> test =
+        models::LoadFashionMnist(o.data_dir, /*train=*/false);
+    DUCTILE_RETURN_IF_ERROR(test.status());
+    data.train = std::move(*train);
+    data.test = std::move(*test);
+  } else if (o.app == "mf") {
+    // Every worker generates the same data from the same seed.
+    data.ratings = models::MakeLowRankData(o.mf_rows, o.mf_cols, o.mf_rank,
+                                           o.mf_observed, o.mf_noise, o.seed);
+  }
+  return data;
+}
+
+Status RunTrainingWorker(Client& client, const TrainerOptions& options,
+                         WorkerData data) {
   DUCTILE_RETURN_IF_ERROR(Validate(options));
+  if (!data.train && !data.ratings) {
+    DUCTILE_ASSIGN_OR_RETURN(data, LoadWorkerData(options));
+  }
   const int rank = client.worker_id();
   if (rank < 0) {
     return FailedPreconditionError("this client is not registered as a worker");
@@ -172,9 +196,9 @@ Status RunTrainingWorker(Client& client, const TrainerOptions& options) {
   // itself too (the data is split among the live workers each epoch).
   const int world = std::max(client.num_workers(), rank + 1);
   if (options.app == "fmnist-logreg" || options.app == "fmnist-mlp") {
-    return RunClassifier(client, options, rank, world);
+    return RunClassifier(client, options, rank, world, data);
   }
-  if (options.app == "mf") return RunMf(client, options, rank, world);
+  if (options.app == "mf") return RunMf(client, options, rank, world, data);
   return InvalidArgumentError("unknown --app '" + options.app +
                               "' (apps: fmnist-logreg, fmnist-mlp, mf)");
 }

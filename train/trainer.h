@@ -22,12 +22,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ductile/client.h"
 #include "ductile/policy.h"
 #include "ductile/status.h"
+#include "models/fmnist_data.h"
+#include "models/mf_model.h"
 
 namespace ductile::train {
 
@@ -117,9 +120,26 @@ LearningRateSchedule ScheduleInClocks(const TrainerOptions& o,
 // and no cluster, so a launcher can check a job before it starts anything.
 [[nodiscard]] Status Validate(const TrainerOptions& options);
 
-// Runs the app as one worker of the job (Validate(options) first);
-// returns when training is done.
-Status RunTrainingWorker(Client& client, const TrainerOptions& options);
+// What a worker needs before it joins the job: its app's data (the
+// Fashion-MNIST sets, or mf's synthetic matrix). Loaded before the worker
+// registers, so that it is a member of the job (a joiner, a replacement
+// the old worker is drained for) only once it can train: loading takes
+// seconds on a busy machine.
+struct WorkerData {
+  std::optional<models::Dataset> train;
+  std::optional<models::Dataset> test;
+  std::optional<models::LowRankData> ratings;
+};
+
+// Checks `options` (Validate) and loads its app's data; a missing or bad
+// data file is an error that names it.
+[[nodiscard]] Result<WorkerData> LoadWorkerData(const TrainerOptions& options);
+
+// Runs the app as one worker of the job (Validate(options) first) on
+// `data` (LoadWorkerData's; loaded here when empty); returns when training
+// is done.
+Status RunTrainingWorker(Client& client, const TrainerOptions& options,
+                         WorkerData data = {});
 
 // The learning rate the tables get: `learning_rate` as given, or, with
 // `lr_for_batch`, scaled from batches of lr_for_batch samples to batches

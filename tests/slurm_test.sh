@@ -99,11 +99,15 @@ fail() {
 }
 
 # Two free ports for slurmctld and slurmd, and one for munged's socket
-# (a file here).
+# (a file here). Below the kernel's ephemeral range: a port there that no
+# one listens on may still be the local end of another test's connection,
+# and the daemon's bind would fail.
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+(( ephemeral_low > 21000 )) || ephemeral_low=32768
 free_port() {
   local port
   for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 20000))
+    port=$((20000 + RANDOM % (ephemeral_low - 20000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "$port"
       return

@@ -67,8 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    dt.init()  # ductile
     train, test = load(args.data_dir, "train"), load(args.data_dir, "t10k")
+    dt.init()  # ductile
     if args.train_samples is not None:
         train = torch.utils.data.TensorDataset(*(t[: args.train_samples] for t in train.tensors))
     model = make_model()

@@ -53,10 +53,12 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.001)
     args = parser.parse_args()
 
-    connect = {"address": args.coordinator} if args.coordinator else {}  # ductile
-    dt.init(**connect)  # ductile
     x, y = load(args.data_dir, "train")
     test_x, test_y = load(args.data_dir, "t10k")
+    # The data first: from init() on this worker is in the job, and under BSP
+    # the others wait for its pushes.
+    connect = {"address": args.coordinator} if args.coordinator else {}  # ductile
+    dt.init(**connect)  # ductile
 
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

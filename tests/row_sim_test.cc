@@ -185,6 +185,7 @@ class RowCluster {
         Data(owner, wire::PUSH, {key}, std::vector<float>(kWidth, 1.0f));
     ASSERT_EQ(reply.header.status_code(), 0) << reply.header.status_message();
     ++uses_[owner][key];  // every push, stored or not
+    order_[key] = ++pushes_;
     auto row = oracle_.rows.find(key);
     if (row == oracle_.rows.end()) {
       // Saturated at the threshold: an id admitted, evicted and pushed
@@ -344,15 +345,28 @@ class RowCluster {
     clock_ = cut;
     oracle_.rows = c.rows;
     oracle_.counts = c.counts;
-    // Restored rows count as updated at the checkpoint's clock; restored
-    // rows beyond a budget wait for the next push (their order is the
-    // store's, which the oracle does not know: the budget scenario checks
-    // counts only).
-    for (auto& [key, row] : oracle_.rows) row.used = cut;
+    // Restored rows count as updated at the checkpoint's clock, before any
+    // push after the rollback, in the order restored (by id); rows beyond a
+    // budget wait for the next push.
+    for (auto& [key, row] : oracle_.rows) {
+      row.used = cut;
+      order_[key] = 0;
+    }
     for (auto& uses : uses_) uses.clear();
     for (const auto& [key, row] : oracle_.rows) {
       if (row.pushes > 0) uses_[OwnerOf(key)][key] = row.pushes;
     }
+  }
+
+  // A checkpoint at the worker's clock, then the slots from kSlots / 2 on
+  // moving to server 1, the values of `ids` checked after; returns the cut.
+  int64_t CutThenMoveHalf(const std::vector<Key>& ids) {
+    const int64_t cut = clock_;
+    Checkpoint();
+    if (::testing::Test::HasFatalFailure()) return cut;
+    MoveSlots(kSlots / 2);
+    if (!::testing::Test::HasFatalFailure()) Check(ids, "after the move");
+    return cut;
   }
 
   // Server 1 joins: the slots from `first` on move to it from server 0,
@@ -444,16 +458,15 @@ class RowCluster {
     }
   }
 
- public:
-  // The push order of rows (for the budget): set by the tests that use a
-  // budget, before each push.
+  // Each row's last update for the budget: the number of pushes before
+  // it, 0 for the rows a rollback restored (older than any push after).
   std::map<Key, uint64_t> order_;
+  uint64_t pushes_ = 0;
   // Each server's pushes of each id as its use sketch counts them (every
   // push it took; a row restored or moved in, unknown to it, counts its
   // pushes applied; a rollback starts the counts over).
   std::map<Key, uint32_t> uses_[kServers];
 
- private:
   wire::RoutingTable Routing() const {
     wire::RoutingTable routing;
     routing.set_epoch(epoch_);
@@ -653,12 +666,8 @@ TEST(RowSimulation, IdleRowsGoAfterTClocksAcrossACheckpointAMoveAndARollback) {
       cluster.Clock();
       cluster.Check(ids, "clock " + std::to_string(cluster.clock()));
     }
-    cluster.Checkpoint();
+    const int64_t cut = cluster.CutThenMoveHalf(ids);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    const int64_t cut = cluster.clock();
-    cluster.MoveSlots(kSlots / 2);
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    cluster.Check(ids, "after the move");
     for (int c = 0; c < 4; ++c) {
       for (size_t i = 0; i < ids.size(); i += 3) cluster.Push(ids[i]);
       cluster.Clock();
@@ -742,23 +751,14 @@ TEST(RowSimulation, EachServerKeepsItsBudgetAcrossAMoveAndARollback) {
     cluster.Start();
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     const std::vector<Key> ids = Ids(seed + 200, 20);
-    uint64_t order = 0;
-    auto push = [&](Key id) {
-      cluster.order_[id] = ++order;
-      cluster.Push(id);
-    };
-    for (Key id : ids) push(id);
+    for (Key id : ids) cluster.Push(id);
     cluster.Check(ids, "all pushed once");
     EXPECT_EQ(cluster.server(0).counters().keys_stored, 6u);
     cluster.Clock();
-    cluster.Checkpoint();
+    const int64_t cut = cluster.CutThenMoveHalf(ids);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    const int64_t cut = cluster.clock();
-    cluster.MoveSlots(kSlots / 2);
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    cluster.Check(ids, "after the move");
     // New ids on each server: its rows in push order, within the budget.
-    for (size_t i = 0; i < ids.size(); i += 2) push(ids[i] ^ 1);
+    for (size_t i = 0; i < ids.size(); i += 2) cluster.Push(ids[i] ^ 1);
     std::vector<Key> all = ids;
     for (size_t i = 0; i < ids.size(); i += 2) all.push_back(ids[i] ^ 1);
     cluster.Check(all, "new ids after the move");
@@ -772,7 +772,6 @@ TEST(RowSimulation, EachServerKeepsItsBudgetAcrossAMoveAndARollback) {
     // any push after the rollback, in the order restored (by id). Fresh
     // ids on each server fill it to its budget and push the restored rows
     // out, the smallest ids first.
-    for (auto& [key, row] : cluster.oracle().rows) cluster.order_[key] = 0;
     for (int s = 0; s < 2; ++s) {
       int pushed = 0;
       for (Key k = 1; pushed < 4; ++k) {
@@ -781,7 +780,7 @@ TEST(RowSimulation, EachServerKeepsItsBudgetAcrossAMoveAndARollback) {
           continue;
         }
         all.push_back(k);
-        push(k);
+        cluster.Push(k);
         ++pushed;
       }
       EXPECT_LE(cluster.server(s).counters().keys_stored, 6u) << s;
@@ -804,37 +803,28 @@ TEST(RowSimulation, TheMostPushedRowsStayAcrossAMoveAndARollback) {
     cluster.Start();
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     const std::vector<Key> ids = Ids(seed + 300, 16);
-    uint64_t order = 0;
-    auto push = [&](Key id) {
-      cluster.order_[id] = ++order;
-      cluster.Push(id);
-    };
     // Four popular ids, pushed 4 times each (the last of them the oldest),
     // then 12 once each: the popular rows stay, the others go oldest first.
     const std::vector<Key> popular(ids.begin(), ids.begin() + 4);
     for (int round = 0; round < 4; ++round) {
-      for (Key id : popular) push(id);
+      for (Key id : popular) cluster.Push(id);
     }
-    for (size_t i = 4; i < ids.size(); ++i) push(ids[i]);
+    for (size_t i = 4; i < ids.size(); ++i) cluster.Push(ids[i]);
     cluster.Check(ids, "popular and single pushes");
     for (Key id : popular) {
       EXPECT_EQ(cluster.oracle().rows.count(id), 1u) << "popular id " << id;
     }
     EXPECT_EQ(cluster.oracle().evicted_budget, 10u);
     cluster.Clock();
-    cluster.Checkpoint();
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    const int64_t cut = cluster.clock();
     // Half the slots move: the target counts the moved rows' pushes
     // applied. New ids pushed twice each fill both servers past the
     // budget.
-    cluster.MoveSlots(kSlots / 2);
+    const int64_t cut = cluster.CutThenMoveHalf(ids);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    cluster.Check(ids, "after the move");
     std::vector<Key> all = ids;
     const std::vector<Key> more = Ids(seed + 400, 10);
     for (int round = 0; round < 2; ++round) {
-      for (Key id : more) push(id);
+      for (Key id : more) cluster.Push(id);
     }
     all.insert(all.end(), more.begin(), more.end());
     cluster.Check(all, "new ids after the move");
@@ -846,9 +836,8 @@ TEST(RowSimulation, TheMostPushedRowsStayAcrossAMoveAndARollback) {
     cluster.RollBack(cut);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     cluster.Check(all, "rolled back");
-    for (auto& [key, row] : cluster.oracle().rows) cluster.order_[key] = 0;
     const std::vector<Key> last = Ids(seed + 500, 8);
-    for (Key id : last) push(id);
+    for (Key id : last) cluster.Push(id);
     all.insert(all.end(), last.begin(), last.end());
     cluster.Check(all, "pushed after the rollback");
     for (Key id : popular) {

@@ -75,6 +75,26 @@ class Worker:
         self.client.close()
 
 
+def run_together(*calls, timeout=WAIT_S) -> None:
+    """Runs each call in a thread of its own (the workers of a job); fails
+    unless every one returns within `timeout` without raising."""
+    errors = []
+
+    def run(call):
+        try:
+            call()
+        except BaseException as error:  # noqa: B902, reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a worker did not finish"
+    assert errors == []
+
+
 def test_one_worker_trains_each_epoch_in_one_iteration(durable_cluster):
     worker = Worker(durable_cluster)
     try:
@@ -100,21 +120,7 @@ def test_one_worker_trains_each_epoch_in_one_iteration(durable_cluster):
 def test_two_workers_share_the_epochs_and_train_every_batch_once(durable_cluster):
     workers = [Worker(durable_cluster), Worker(durable_cluster)]
     try:
-        errors = []
-
-        def run(worker):
-            try:
-                worker.train()
-            except BaseException as error:  # noqa: B902, reported below
-                errors.append(error)
-
-        threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT_S)
-        assert not any(t.is_alive() for t in threads), "a worker did not finish"
-        assert errors == []
+        run_together(workers[0].train, workers[1].train)
         trained = workers[0].sampler.trained + workers[1].sampler.trained
         assert sorted(trained) == EVERY_BATCH
         # Under BSP both end with the same parameters.
@@ -144,22 +150,7 @@ def test_a_worker_asked_to_leave_ends_its_loop_and_the_other_trains_the_rest(
                 deadline.wait(0.02)
             raise AssertionError("the drain did not reach the worker")
 
-        errors = []
-
-        def run(worker, after_step):
-            try:
-                worker.train(after_step)
-            except BaseException as error:  # noqa: B902, reported below
-                errors.append(error)
-
-        threads = [threading.Thread(target=run, args=(workers[0], None)),
-                   threading.Thread(target=run, args=(leaver, drain_after_two_steps))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT_S)
-        assert not any(t.is_alive() for t in threads), "a worker did not finish"
-        assert errors == []
+        run_together(workers[0].train, lambda: leaver.train(drain_after_two_steps))
         assert leaver.sampler.left and leaver.steps == 2
         assert sum(map(len, leaver.iterations)) == 2
         trained = workers[0].sampler.trained + leaver.sampler.trained
@@ -365,26 +356,16 @@ def test_a_rollback_that_undoes_the_initial_values_leaves_the_workers_agreeing(
             average_gradients=average_gradients, client=clients[1]))
 
         x, y = data().tensors
-        errors = []
         after = [[], []]  # each worker's parameters before each step
 
         def run(i):
-            try:
-                while clients[i].current_clock < 5:
-                    after[i].append([p.detach().clone() for p in nets[i].parameters()])
-                    optimizers[i].zero_grad()
-                    torch.nn.functional.mse_loss(nets[i](x), y).backward()
-                    optimizers[i].step()
-            except BaseException as error:  # noqa: B902, reported below
-                errors.append(error)
+            while clients[i].current_clock < 5:
+                after[i].append([p.detach().clone() for p in nets[i].parameters()])
+                optimizers[i].zero_grad()
+                torch.nn.functional.mse_loss(nets[i](x), y).backward()
+                optimizers[i].step()
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT_S)
-        assert not any(t.is_alive() for t in threads), "a worker did not finish"
-        assert errors == []
+        run_together(lambda: run(0), lambda: run(1))
         # A's first step took the rollback (its gradients were dropped, its
         # clock stayed at 1); from its second on, both hold the same
         # parameters before each step, from one worker's initial values.

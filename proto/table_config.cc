@@ -208,6 +208,8 @@ Status ValidateBatchScaling(const BatchScaling& b) {
   return Status::Ok();
 }
 
+}  // namespace
+
 Status ValidateRowPolicy(const RowPolicy& r) {
   constexpr int64_t kMax = int64_t{1} << 40;
   if (r.admit_after_pushes > 65535) {
@@ -241,8 +243,6 @@ Status ValidateRowPolicy(const RowPolicy& r) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 Status ValidateTableOptions(const TableOptions& o) {
   if (o.name.empty() || o.name.size() > 128) {

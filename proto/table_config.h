@@ -19,6 +19,9 @@ TableOptions FromWire(const wire::TableConfig& config);
 // Checks names, widths, rule and hyper-parameters: a clear InvalidArgument
 // for anything a server could not honour.
 Status ValidateTableOptions(const TableOptions& options);
+// The row policy's part of it (RowPolicy's ranges); the message names the
+// field as `rows.<field>`.
+Status ValidateRowPolicy(const RowPolicy& rows);
 
 // True when two configs describe the same table (ids aside).
 bool SameTable(const wire::TableConfig& a, const wire::TableConfig& b);

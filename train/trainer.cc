@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "proto/table_config.h"
 #include "train/step_loop.h"
 
 namespace ductile::train {
@@ -42,22 +43,11 @@ Status ValidateRows(const TrainerOptions& o) {
         "stored by id; " +
         o.app + "'s parameters are dense tensors");
   }
-  constexpr int64_t kMax = int64_t{1} << 40;
-  if (r.admit_after_pushes > 65535) {
-    return InvalidArgumentError("--admit_after_pushes must be in [0, 65535]");
-  }
-  if (r.admission_counters != 0 &&
-      (r.admission_counters < 1024 || r.admission_counters > (1u << 24))) {
-    return InvalidArgumentError(
-        "--admission_counters must be 0 (2^20) or in [1024, 2^24]");
-  }
-  if (r.evict_idle_clocks < 0 || r.evict_idle_clocks > kMax) {
-    return InvalidArgumentError(
-        "--evict_idle_clocks must be in [0, 2^40] (0: never)");
-  }
-  if (r.max_rows > static_cast<uint64_t>(kMax)) {
-    return InvalidArgumentError(
-        "--max_rows must be in [0, 2^40] (0: unbounded)");
+  // The API's ranges, the field named as its flag.
+  if (Status s = ValidateRowPolicy(r); !s.ok()) {
+    std::string message = s.message();
+    if (message.starts_with("rows.")) message.replace(0, 5, "--");
+    return InvalidArgumentError(message);
   }
   if (r.eviction == RowPolicy::Eviction::kLeastUsed && r.max_rows == 0) {
     return InvalidArgumentError(
@@ -184,9 +174,10 @@ Result<WorkerData> LoadWorkerData(const TrainerOptions& o) {
 
 Status RunTrainingWorker(Client& client, const TrainerOptions& options,
                          WorkerData data) {
-  DUCTILE_RETURN_IF_ERROR(Validate(options));
   if (!data.train && !data.ratings) {
-    DUCTILE_ASSIGN_OR_RETURN(data, LoadWorkerData(options));
+    DUCTILE_ASSIGN_OR_RETURN(data, LoadWorkerData(options));  // validates
+  } else {
+    DUCTILE_RETURN_IF_ERROR(Validate(options));
   }
   const int rank = client.worker_id();
   if (rank < 0) {

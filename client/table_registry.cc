@@ -46,7 +46,9 @@ void TableRegistry::SetConsistency(TableId table,
                                    const wire::ConsistencyConfig& c) {
   MutexLock lock(&mu_);
   auto it = tables_.find(table);
-  if (it != tables_.end()) *it->second.config.mutable_consistency() = c;
+  if (it == tables_.end()) return;
+  wire::ConsistencyConfig& held = *it->second.config.mutable_consistency();
+  if (c.from_clock() >= held.from_clock()) held = c;
 }
 
 void TableRegistry::SuspendCache(TableId table) {

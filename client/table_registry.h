@@ -51,7 +51,9 @@ class TableRegistry {
   Result<View> Lookup(TableId table, int64_t clock) const EXCLUDES(mu_);
   // The table's name ("table <id>" if unknown), for messages.
   std::string Name(TableId table) const EXCLUDES(mu_);
-  // The table's model as a server reported it with a pull reply.
+  // The table's model as a server reported it with a pull reply; ignored
+  // when older (by its from_clock) than the one held, as the reply of a
+  // server that had not yet heard of a committed change is.
   void SetConsistency(TableId table, const wire::ConsistencyConfig& c)
       EXCLUDES(mu_);
 

@@ -22,6 +22,11 @@ const Consistency& ConsistencyController::latest(TableId table) const {
   return it == tables_.end() ? kAsyncModel : it->second.schedule.latest();
 }
 
+int64_t ConsistencyController::latest_from(TableId table) const {
+  auto it = tables_.find(table);
+  return it == tables_.end() ? 0 : it->second.schedule.latest_from();
+}
+
 const Consistency& ConsistencyController::At(TableId table,
                                              int64_t clock) const {
   auto it = tables_.find(table);

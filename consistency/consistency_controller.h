@@ -91,6 +91,8 @@ class ConsistencyController {
   bool HasTable(TableId table) const { return tables_.count(table) > 0; }
   // The model of the newest change (what new clocks use).
   const Consistency& latest(TableId table) const;
+  // The clock that model applies from (0: the table's first model).
+  int64_t latest_from(TableId table) const;
   // The model in force at `clock` (as far as this server knows the
   // table's changes).
   const Consistency& At(TableId table, int64_t clock) const;

@@ -11,6 +11,7 @@ ConsistencySchedule::ConsistencySchedule(const Consistency& initial) {
 void ConsistencySchedule::Set(int64_t from_clock, const Consistency& c) {
   by_clock_.erase(by_clock_.lower_bound(from_clock), by_clock_.end());
   by_clock_[from_clock] = c;
+  latest_from_ = from_clock;
 }
 
 const Consistency& ConsistencySchedule::At(int64_t clock) const {

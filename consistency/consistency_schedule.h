@@ -33,6 +33,8 @@ class ConsistencySchedule {
   const Consistency& latest() const {
     return std::prev(by_clock_.end())->second;
   }
+  // The clock the newest change applies from (0: none since the start).
+  int64_t latest_from() const { return latest_from_; }
 
   // The server clock (minimum over live workers) a pull made at `clock`
   // needs: clock - s for SSP(s), clock for BSP, kNoWait for async.
@@ -46,6 +48,7 @@ class ConsistencySchedule {
 
  private:
   std::map<int64_t, Consistency> by_clock_;
+  int64_t latest_from_ = 0;
 };
 
 }  // namespace ductile

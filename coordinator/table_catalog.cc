@@ -239,6 +239,7 @@ void TableCatalog::HandleConsistencyAck(const wire::Header& h) {
   if (!round.Ack(h.member_id())) return;  // not awaited (a duplicate)
   change.max_clock = std::max(change.max_clock, h.clock());
   if (!change.servers.complete() || !change.workers.complete()) return;
+  change.consistency.set_from_clock(change.max_clock + 1);
   Commit(change, change.consistency);
   ctx_.state.tables[change.table].mutable_consistency()->CopyFrom(
       change.consistency);

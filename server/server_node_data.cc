@@ -367,6 +367,8 @@ void ServerNode::ServePull(const InMessage& message,
   reply.set_duplicate(duplicate);
   // Clients' caches decide freshness with the bound: keep theirs current.
   *reply.mutable_consistency() = ToWire(consistency_.latest(table.id()));
+  reply.mutable_consistency()->set_from_clock(
+      consistency_.latest_from(table.id()));
   replies_.Reply(identity, reply, region != nullptr ? nullptr : &values);
 }
 

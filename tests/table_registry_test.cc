@@ -59,6 +59,28 @@ TEST(TableRegistry, TheCacheGateClosesDuringAChangeAndOpensFromItsBoundary) {
   EXPECT_EQ(r.Lookup(2, 8)->mode, ConsistencyMode::kBsp);
 }
 
+// A server's pull reply sent before it heard of a change carries the old
+// model; arriving after the commit, it must not bring that model back (the
+// cache would then answer a BSP read with an SSP copy).
+TEST(TableRegistry, AReplyWithAnOlderModelDoesNotUndoACommittedChange) {
+  TableRegistry r;
+  r.Remember(Table(5, 1, ConsistencyMode::kSsp));
+  const wire::ConsistencyConfig ssp =
+      ToWire(Consistency{ConsistencyMode::kSsp, 2, BspCombine::kMean});
+  wire::ConsistencyConfig bsp;
+  bsp.set_mode(static_cast<int>(ConsistencyMode::kBsp));
+  bsp.set_from_clock(7);
+  r.SuspendCache(5);
+  r.ResumeCache(5, 7, bsp);
+  r.SetConsistency(5, ssp);  // from clock 0: older
+  EXPECT_EQ(r.Lookup(5, 7)->mode, ConsistencyMode::kBsp);
+  wire::ConsistencyConfig newer = ssp;
+  newer.set_from_clock(9);
+  r.SetConsistency(5, newer);  // a change this client missed
+  EXPECT_EQ(r.Lookup(5, 9)->mode, ConsistencyMode::kSsp);
+  EXPECT_EQ(r.Lookup(5, 9)->staleness, 2);
+}
+
 TEST(TableRegistry, TheKernelMirrorsOnlyStatelessRules) {
   TableRegistry r;
   wire::TableConfig adam = Table(3, 1, ConsistencyMode::kSsp);

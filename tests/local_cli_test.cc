@@ -332,7 +332,9 @@ TEST(LocalCluster, AnMlpPushingEachLayerAsItIsReadyTrainsAsOneThatDoesNot) {
 // linear rule's 1.5.
 TEST(LocalCluster, AnAdaScaleJobScalesItsRateByTheNoiseGain) {
   const std::string marker = UniqueTimeoutFlag();
-  Process p({kBinary, "local", "--workers=2", "--servers=1", "--epochs=1",
+  // Three epochs: the third worker loads its data before it joins, which
+  // takes a loaded machine a few seconds; one epoch is over in two.
+  Process p({kBinary, "local", "--workers=2", "--servers=1", "--epochs=3",
              "--consistency=bsp", "--lr_scaling=adascale",
              "--lr_scaling_ramp=0", "--resize_schedule=workers=3@clock=100",
              "--log_every=300", "--verbose", marker});

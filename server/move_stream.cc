@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/slot_mover.h"
+#include "server/record_codec.h"
 
 namespace ductile {
 
@@ -16,10 +16,10 @@ MoveStream::MoveStream(std::vector<std::string> head, std::vector<Row> rows,
   record_bytes.reserve(head_.size() + rows_.size() + pushes_.size());
   for (const std::string& r : head_) record_bytes.push_back(r.size());
   for (const Row& r : rows_) {
-    record_bytes.push_back(SlotMover::RowRecordBytes(*r.table, r.ref));
+    record_bytes.push_back(RecordCodec::RowRecordBytes(*r.table, r.ref));
   }
   for (const Buffered& b : pushes_) {
-    record_bytes.push_back(SlotMover::BufferedRecordBytes(b));
+    record_bytes.push_back(RecordCodec::BufferedRecordBytes(b));
   }
   starts_.push_back(0);
   size_t chunk = 0;
@@ -113,9 +113,9 @@ std::string MoveStream::Encode(size_t i) const {
       chunk.append(head_[r]);
     } else if (r < pushes_at) {
       const Row& row = rows_[r - rows_at];
-      SlotMover::AppendRow(*row.table, row.ref, &chunk);
+      RecordCodec::AppendRow(*row.table, row.ref, &chunk);
     } else {
-      SlotMover::AppendBuffered(pushes_[r - pushes_at], &chunk);
+      RecordCodec::AppendBuffered(pushes_[r - pushes_at], &chunk);
     }
   }
   return chunk;

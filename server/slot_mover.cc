@@ -7,6 +7,7 @@
 #include "glog/logging.h"
 #include "proto/codec.h"
 #include "server/move_stream.h"
+#include "server/record_codec.h"
 #include "storage/checkpoint_format.h"
 #include "util/malloc_policy.h"
 
@@ -80,9 +81,11 @@ void SlotMover::Start(const wire::Header& out, const RoutingTable& routing,
   // The window first: it is in place before any key is served there.
   std::vector<std::string> head;
   for (const RequestDedup::Window& w : windows) {
-    AppendWindow(w, &head.emplace_back());
+    RecordCodec::AppendWindow(w, &head.emplace_back());
   }
-  for (const FilterRecord& f : counts) AppendFilter(f, &head.emplace_back());
+  for (const FilterRecord& f : counts) {
+    RecordCodec::AppendFilter(f, &head.emplace_back());
+  }
   const size_t pushes = buffered.size();
   m.stream = std::make_shared<MoveStream>(std::move(head), std::move(rows),
                                           std::move(buffered), kChunkBytes);
@@ -416,76 +419,6 @@ bool SlotMover::FirstArrival(uint64_t id, uint64_t seq) {
   return it->second.insert(seq).second;
 }
 
-namespace {
-
-// An 'E' record's bytes before its entry value.
-constexpr size_t kEntryRecordHead = 1 + 4 + 8 + 4;
-
-void AppendEntryHead(TableId table, Key key, size_t value_bytes,
-                     std::string* chunk) {
-  chunk->push_back('E');
-  cf::PutFixed32(chunk, table);
-  cf::PutFixed64(chunk, key);
-  cf::PutFixed32(chunk, static_cast<uint32_t>(value_bytes));
-}
-
-}  // namespace
-
-void SlotMover::AppendEntry(const EntryRecord& e, std::string* chunk) {
-  std::string value;
-  cf::EncodeEntryValue(e, &value);
-  AppendEntryHead(e.table, e.key, value.size(), chunk);
-  chunk->append(value);
-}
-
-void SlotMover::AppendRow(const ParameterTable& table,
-                          ParameterTable::RowRef row, std::string* chunk) {
-  AppendEntryHead(table.id(), row.key(), table.EntryValueBytes(row), chunk);
-  table.AppendEntryValue(row, chunk);
-}
-
-size_t SlotMover::RowRecordBytes(const ParameterTable& table,
-                                 ParameterTable::RowRef row) {
-  return kEntryRecordHead + table.EntryValueBytes(row);
-}
-
-size_t SlotMover::BufferedRecordBytes(const Buffered& b) {
-  return 1 + 36 + b.second.combined.values.size() * sizeof(float);
-}
-
-void SlotMover::AppendFilter(const FilterRecord& f, std::string* chunk) {
-  chunk->push_back('F');
-  cf::PutFixed32(chunk, f.table);
-  cf::PutFixed32(chunk, static_cast<uint32_t>(f.slot));
-  cf::PutFixed32(chunk, static_cast<uint32_t>(f.counts.size()));
-  chunk->append(f.counts);
-}
-
-void SlotMover::AppendWindow(const RequestDedup::Window& w,
-                             std::string* chunk) {
-  chunk->push_back('W');
-  cf::PutFixed64(chunk, static_cast<uint64_t>(w.client));
-  cf::PutFixed64(chunk, w.done_below);
-  cf::PutFixed32(chunk, static_cast<uint32_t>(w.applied.size()));
-  for (uint64_t seq : w.applied) cf::PutFixed64(chunk, seq);
-}
-
-void SlotMover::AppendBuffered(const Buffered& b, std::string* chunk) {
-  const BspBuffer::Entry& e = b.second;
-  chunk->push_back('B');
-  cf::PutFixed32(chunk, b.first);
-  cf::PutFixed64(chunk, e.key);
-  cf::PutFixed64(chunk, static_cast<uint64_t>(e.clock));
-  cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.pushes));
-  cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.batches));
-  uint32_t rate_bits;
-  std::memcpy(&rate_bits, &e.combined.rate_sum, sizeof(rate_bits));
-  cf::PutFixed32(chunk, rate_bits);
-  cf::PutFixed32(chunk, static_cast<uint32_t>(e.combined.values.size()));
-  chunk->append(reinterpret_cast<const char*>(e.combined.values.data()),
-                e.combined.values.size() * sizeof(float));
-}
-
 Status SlotMover::ParseChunk(const InMessage& message,
                              std::vector<EntryRecord>* entries,
                              std::vector<Buffered>* buffered,
@@ -495,77 +428,18 @@ Status SlotMover::ParseChunk(const InMessage& message,
     return InvalidArgumentError("a chunk of moved keys has 3 frames, not " +
                                 std::to_string(message.size()));
   }
-  const std::string_view chunk = message.frame_view(2);
-  const Status truncated =
-      InvalidArgumentError("a chunk of moved keys ends inside a record");
-  size_t at = 0;
-  auto need = [&](size_t n) { return chunk.size() - at >= n; };
-  while (at < chunk.size()) {
-    const char type = chunk[at++];
-    if (type == 'E') {
-      if (!need(16)) return truncated;
-      EntryRecord& e = entries->emplace_back();
-      e.table = cf::DecodeFixed32(chunk.data() + at);
-      e.key = cf::DecodeFixed64(chunk.data() + at + 4);
-      const uint32_t size = cf::DecodeFixed32(chunk.data() + at + 12);
-      at += 16;
-      if (!need(size)) return truncated;
-      const std::string why = cf::DecodeEntryValue(chunk.substr(at, size), &e);
-      if (!why.empty()) {
-        return InvalidArgumentError("a moved key's entry is unreadable: " +
-                                    why);
-      }
-      at += size;
-    } else if (type == 'B') {
-      if (!need(36)) return truncated;
-      Buffered& b = buffered->emplace_back();
-      b.first = cf::DecodeFixed32(chunk.data() + at);
-      b.second.key = cf::DecodeFixed64(chunk.data() + at + 4);
-      b.second.clock =
-          static_cast<int64_t>(cf::DecodeFixed64(chunk.data() + at + 12));
-      b.second.combined.pushes =
-          static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 20));
-      b.second.combined.batches =
-          static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 24));
-      const uint32_t rate_bits = cf::DecodeFixed32(chunk.data() + at + 28);
-      std::memcpy(&b.second.combined.rate_sum, &rate_bits, sizeof(rate_bits));
-      const uint32_t floats = cf::DecodeFixed32(chunk.data() + at + 32);
-      at += 36;
-      if (!need(uint64_t{floats} * sizeof(float))) return truncated;
-      b.second.combined.values.resize(floats);
-      std::memcpy(b.second.combined.values.data(), chunk.data() + at,
-                  floats * sizeof(float));
-      at += floats * sizeof(float);
-    } else if (type == 'W') {
-      if (!need(20)) return truncated;
-      RequestDedup::Window& w = windows->emplace_back();
-      w.client = static_cast<int64_t>(cf::DecodeFixed64(chunk.data() + at));
-      w.done_below = cf::DecodeFixed64(chunk.data() + at + 8);
-      const uint32_t count = cf::DecodeFixed32(chunk.data() + at + 16);
-      at += 20;
-      if (!need(uint64_t{count} * sizeof(uint64_t))) return truncated;
-      w.applied.resize(count);
-      for (uint32_t i = 0; i < count; ++i) {
-        w.applied[i] = cf::DecodeFixed64(chunk.data() + at + 8 * i);
-      }
-      at += uint64_t{count} * sizeof(uint64_t);
-    } else if (type == 'F' && filters != nullptr) {
-      if (!need(12)) return truncated;
-      FilterRecord& f = filters->emplace_back();
-      f.table = cf::DecodeFixed32(chunk.data() + at);
-      f.slot = static_cast<int32_t>(cf::DecodeFixed32(chunk.data() + at + 4));
-      const uint32_t size = cf::DecodeFixed32(chunk.data() + at + 8);
-      at += 12;
-      if (!need(size)) return truncated;
-      f.counts.assign(chunk.data() + at, size);
-      at += size;
-    } else {
-      return InvalidArgumentError(
-          "a chunk of moved keys has a record of "
-          "unknown type " +
-          std::to_string(static_cast<int>(type)));
-    }
+  RecordCodec::Records records;
+  DUCTILE_RETURN_IF_ERROR(RecordCodec::Parse(
+      message.frame_view(2), "a chunk of moved keys", &records));
+  if ((!records.filters.empty() && filters == nullptr) ||
+      !records.deleted.empty() || records.combined_below) {
+    return InvalidArgumentError(
+        "a chunk of moved keys holds a record that no move sends");
   }
+  *entries = std::move(records.entries);
+  *buffered = std::move(records.buffered);
+  *windows = std::move(records.windows);
+  if (filters != nullptr) *filters = std::move(records.filters);
   return Status::Ok();
 }
 

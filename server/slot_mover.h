@@ -56,6 +56,7 @@
 #include "proto/ductile.pb.h"
 #include "routing/routing_table.h"
 #include "server/parameter_table.h"
+#include "server/record_codec.h"
 #include "server/request_dedup.h"
 #include "server/table_set.h"
 #include "transport/message.h"
@@ -83,7 +84,7 @@ class SlotMover {
   ~SlotMover();
 
   // A BSP push buffered for a key (its clock not combined yet).
-  using Buffered = std::pair<TableId, BspBuffer::Entry>;
+  using Buffered = RecordCodec::Buffered;
 
   // ---- Source.
   // MIGRATE_OUT: takes the slots' keys from `tables` (references to their
@@ -139,6 +140,10 @@ class SlotMover {
   Status Install(const wire::Header& header, const InMessage& message,
                  const RoutingTable& routing, TableSet& tables,
                  ConsistencyController& consistency, RequestDedup& dedup);
+  // `buffered` into `consistency`'s buffer, or applied to `tables`,
+  // combined, when their clock is over there.
+  static void PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
+                          ConsistencyController& consistency);
   // Reads a MIGRATE_DATA chunk (frame 2 of the message as the router got
   // it): its keys, buffered pushes, exactly-once windows and admission
   // counts (`filters` may be null: a chunk holding counts is refused).
@@ -147,27 +152,6 @@ class SlotMover {
                            std::vector<Buffered>* buffered,
                            std::vector<RequestDedup::Window>* windows,
                            std::vector<FilterRecord>* filters = nullptr);
-
-  // The chunk format: records, each a type byte then
-  //   'E': table u32 LE | key u64 LE | size u32 LE | entry (the entry value
-  //        of storage/checkpoint_format.h);
-  //   'B': table u32 LE | key u64 LE | clock i64 LE | pushes i32 LE |
-  //        batches i32 LE | rate_sum f32 LE | floats u32 LE | floats x f32;
-  //   'W': client i64 LE | done_below u64 LE | count u32 LE |
-  //        count x applied seq u64 LE (in the first chunk);
-  //   'F': table u32 LE | slot u32 LE | size u32 LE | the slot's admission
-  //        counts (AdmissionFilter::Encode).
-  static void AppendEntry(const EntryRecord& e, std::string* chunk);
-  // The same record for a row read in place (ParameterTable::RowRef's
-  // terms), and the bytes it takes.
-  static void AppendRow(const ParameterTable& table, ParameterTable::RowRef row,
-                        std::string* chunk);
-  static size_t RowRecordBytes(const ParameterTable& table,
-                               ParameterTable::RowRef row);
-  static size_t BufferedRecordBytes(const Buffered& b);
-  static void AppendFilter(const FilterRecord& f, std::string* chunk);
-  static void AppendBuffered(const Buffered& b, std::string* chunk);
-  static void AppendWindow(const RequestDedup::Window& w, std::string* chunk);
 
  private:
   struct Move {
@@ -194,10 +178,6 @@ class SlotMover {
     TimePoint last_progress{};
     std::unique_ptr<Socket> socket;
   };
-  // `buffered` into `consistency`'s buffer, or applied to `tables`,
-  // combined, when their clock is over there.
-  static void PutBuffered(std::vector<Buffered> buffered, TableSet& tables,
-                          ConsistencyController& consistency);
   void Connect(Move& move);
   void Pump(Move& move);
   // True the first time chunk `seq` of move `id` arrives.

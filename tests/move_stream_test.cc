@@ -83,7 +83,7 @@ class MoveStreamTest : public ::testing::Test {
       for (ParameterTable::RowRef ref : refs) rows.push_back({table, ref});
     }
     std::vector<std::string> head(1);
-    SlotMover::AppendWindow(window_, &head[0]);
+    RecordCodec::AppendWindow(window_, &head[0]);
     return std::make_shared<MoveStream>(
         std::move(head), std::move(rows),
         std::vector<MoveStream::Buffered>{push_}, chunk_bytes);
@@ -93,14 +93,14 @@ class MoveStreamTest : public ::testing::Test {
   // after the record that reaches `chunk_bytes`.
   std::vector<std::string> Reference(size_t chunk_bytes) {
     std::vector<std::string> records(1);
-    SlotMover::AppendWindow(window_, &records[0]);
+    RecordCodec::AppendWindow(window_, &records[0]);
     std::vector<EntryRecord> copies;
     adam_.Export(Even, &copies);
     rows_.Export(Even, &copies);
     for (const EntryRecord& e : copies) {
-      SlotMover::AppendEntry(e, &records.emplace_back());
+      RecordCodec::AppendEntry(e, &records.emplace_back());
     }
-    SlotMover::AppendBuffered(push_, &records.emplace_back());
+    RecordCodec::AppendBuffered(push_, &records.emplace_back());
     std::vector<std::string> chunks(1);
     for (const std::string& r : records) {
       if (chunks.back().size() >= chunk_bytes) chunks.emplace_back();

@@ -41,13 +41,13 @@ class SlotMoverTarget : public ::testing::Test {
                  const std::vector<RequestDedup::Window>& windows = {}) {
     std::string chunk;
     for (const RequestDedup::Window& w : windows) {
-      SlotMover::AppendWindow(w, &chunk);
+      RecordCodec::AppendWindow(w, &chunk);
     }
     EntryRecord e;
     e.table = kTable;
     e.key = key;
     e.value = {value};
-    SlotMover::AppendEntry(e, &chunk);
+    RecordCodec::AppendEntry(e, &chunk);
     if (push != 0) {
       BspBuffer::Entry b;
       b.clock = 3;
@@ -56,7 +56,7 @@ class SlotMoverTarget : public ::testing::Test {
       b.combined.pushes = 1;
       b.combined.batches = 3;      // a worker that trained 3 batches a step
       b.combined.rate_sum = 1.5f;  // a learning-rate factor of 0.5
-      SlotMover::AppendBuffered({kTable, b}, &chunk);
+      RecordCodec::AppendBuffered({kTable, b}, &chunk);
     }
     wire::Header h;
     h.set_type(wire::MIGRATE_DATA);
@@ -118,14 +118,14 @@ TEST_F(SlotMoverTarget, AKeyOfAnotherSlotThanTheMovesRefusesTheChunk) {
     e.table = kTable;
     e.key = as_push ? 42 : other;
     e.value = {1.0f};
-    SlotMover::AppendEntry(e, &chunk);
+    RecordCodec::AppendEntry(e, &chunk);
     if (as_push) {
       BspBuffer::Entry b;
       b.clock = 3;
       b.key = other;
       b.combined.values = {2.0f};
       b.combined.pushes = 1;
-      SlotMover::AppendBuffered({kTable, b}, &chunk);
+      RecordCodec::AppendBuffered({kTable, b}, &chunk);
     }
     wire::Header h;
     h.set_type(wire::MIGRATE_DATA);
@@ -168,7 +168,7 @@ TEST_F(SlotMoverTarget, TheSourcesExactlyOnceWindowComesWithTheChunk) {
 TEST_F(SlotMoverTarget, AdmissionCountsRoundTripAndACutRecordIsRefused) {
   const FilterRecord sent{kTable, 5, std::string("\x01\x00\xff", 3)};
   std::string chunk;
-  SlotMover::AppendFilter(sent, &chunk);
+  RecordCodec::AppendFilter(sent, &chunk);
   std::vector<EntryRecord> entries;
   std::vector<SlotMover::Buffered> buffered;
   std::vector<RequestDedup::Window> windows;
@@ -202,8 +202,8 @@ TEST_F(SlotMoverTarget, CountsThatDoNotFitRefuseTheWholeChunk) {
     e.table = kTable;
     e.key = key;
     e.value = {5.0f};
-    SlotMover::AppendEntry(e, &chunk);
-    SlotMover::AppendFilter(bad, &chunk);
+    RecordCodec::AppendEntry(e, &chunk);
+    RecordCodec::AppendFilter(bad, &chunk);
     wire::Header h;
     h.set_type(wire::MIGRATE_DATA);
     h.set_change_id(21);
@@ -224,7 +224,7 @@ TEST_F(SlotMoverTarget, ATruncatedWindowRecordIsRefused) {
   w.client = 7;
   w.applied = {31, 35};
   std::string chunk;
-  SlotMover::AppendWindow(w, &chunk);
+  RecordCodec::AppendWindow(w, &chunk);
   chunk.resize(chunk.size() - 3);
   const InMessage message = InMessage::Copy({"source", "header", chunk});
   std::vector<EntryRecord> entries;

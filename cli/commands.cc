@@ -55,6 +55,7 @@ constexpr const char* kCoordinatorTuningFlags[] = {
     "checkpoint_every",
     "checkpoint_interval_s",
     "checkpoint_timeout_ms",
+    "replicas",
     "disk_reserve_mb",
     "policy",
     "policy_interval_ms",

@@ -69,6 +69,11 @@ DEFINE_double(checkpoint_interval_s, 0,
 DEFINE_int64(checkpoint_timeout_ms, 120000,
              "coordinator, local: how long servers may take to write or "
              "restore a checkpoint before the attempt is abandoned");
+DEFINE_int32(replicas, 1,
+             "coordinator, local: copies of each slot: 1 (a server's death "
+             "rolls the job back to the last checkpoint) or 2 (each slot "
+             "also on a backup server, which takes it over when its server "
+             "dies, with no rollback)");
 DEFINE_int64(move_timeout_ms, 30000,
              "server, local: a slot move fails (and is aborted) when its "
              "target acknowledges nothing for this long");

@@ -27,6 +27,7 @@ DECLARE_string(state_dir);
 DECLARE_int64(checkpoint_every);
 DECLARE_double(checkpoint_interval_s);
 DECLARE_int64(checkpoint_timeout_ms);
+DECLARE_int32(replicas);
 DECLARE_int64(move_timeout_ms);
 DECLARE_int32(keep_checkpoints);
 DECLARE_int64(coordinator_timeout_ms);

@@ -146,6 +146,7 @@ Result<CoordinatorOptions> CoordinatorOptionsFromFlags(bool launched) {
   o.checkpoint_every_clocks = FLAGS_checkpoint_every;
   o.checkpoint_interval_s = FLAGS_checkpoint_interval_s;
   o.checkpoint_timeout_ms = FLAGS_checkpoint_timeout_ms;
+  o.replicas = FLAGS_replicas;
   auto policies = MakeBuiltinPolicies(FLAGS_policy);
   if (!policies.ok()) return policies.status();
   o.policies = std::move(*policies);

@@ -67,7 +67,8 @@ struct Member {
   bool awaiting_slots = false;
   // Servers: declared dead, then heard from again (it was paused): it is
   // told to rejoin with no keys (REJOIN), and takes no slot until its
-  // heartbeat shows the job's generation. Kept over a death and a return.
+  // heartbeat shows the job's generation and no keys stored (after a
+  // takeover the generation is the same). Kept over a death and a return.
   bool rejoining = false;
   // The member key (Z85) it registered with, "" for the cluster's shared
   // key: only a connection proving it may register under its id again or

@@ -67,6 +67,11 @@ Status Validate(const CoordinatorOptions& options) {
   if (options.checkpoint_timeout_ms < 1000) {
     return InvalidArgumentError("checkpoint_timeout_ms must be >= 1000");
   }
+  if (options.replicas != 1 && options.replicas != 2) {
+    return InvalidArgumentError(
+        "replicas must be 1 (no copies) or 2 (a backup per slot), not " +
+        std::to_string(options.replicas));
+  }
   if (options.policy_interval_ms < 100 ||
       options.policy_interval_ms > 3600000) {
     return InvalidArgumentError("policy_interval_ms must be in [100, 3600000]");

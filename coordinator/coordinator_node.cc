@@ -460,7 +460,7 @@ void CoordinatorNode::HandleHeartbeat(const std::string& identity,
     alive.set_job_noise_scale(state_.JobNoiseScale());
     out_.SendStateless(identity, alive);
     checkpoints_.OnServerClock(m->counters.min_clock());
-    if (m->rejoining) Rejoin(*m, h.generation());
+    if (m->rejoining) Rejoin(*m, h);
   }
 }
 
@@ -478,8 +478,9 @@ void CoordinatorNode::CheckTimeouts() {
     BeginShutdown();
   }
   CheckWorkersGone();
-  // A server silent past the timeout is dead: the job rolls back to the
-  // latest checkpoint with its slots on the survivors.
+  // A server silent past the timeout is dead: its backups take its slots
+  // over, or the job rolls back to the latest checkpoint with its slots on
+  // the survivors.
   OnServersDead(membership_.DetectDeadServers(), "died");
   recovery_.RetryFailed();
   if (recovery_.Expired()) {

@@ -11,7 +11,8 @@
 //   TableCatalog       tables and consistency changes;
 //   BarrierManager     barriers;
 //   CheckpointManager  checkpoint rounds and the catalog;
-//   RecoveryManager    rollbacks after a server failure.
+//   RecoveryManager    rollbacks after a server failure (with replicas,
+//                      only when the backups cannot take over: TakeOver).
 // They share the ClusterState, which persists itself after each message or
 // timer handled, before the Outbox sends anything.
 //
@@ -115,9 +116,11 @@ class CoordinatorNode {
   Status CheckSender(const Member* member, const wire::Header& h,
                      const std::string& key) const;
   void HandleHeartbeat(const std::string& identity, const wire::Header& h);
-  // A server declared dead while alive, at generation `its_generation`:
-  // told to rejoin, then given its share of the slots.
-  void Rejoin(Member& server, uint64_t its_generation);
+  // A server declared dead while alive, whose `heartbeat` came: told to
+  // rejoin until it is at the job's generation with no keys (what it held
+  // is of an abandoned timeline, or its slots were taken over), then
+  // given its share of the slots.
+  void Rejoin(Member& server, const wire::Header& heartbeat);
 
   void HandleRegister(const std::string& identity, const std::string& key,
                       const std::string& key_name, const wire::Header& h);
@@ -131,9 +134,19 @@ class CoordinatorNode {
   // dead at once, as at the end of its heartbeat timeout.
   void HandleMemberExit(const std::string& identity, const wire::Header& h);
   // Servers just declared dead (`how`: "died" of silence, "exited" as
-  // reported): the job rolls back to the latest checkpoint with their
-  // slots on the survivors.
+  // reported): their backups take their slots over (TakeOver), or else
+  // the job rolls back to the latest checkpoint with their slots on the
+  // survivors.
   void OnServersDead(const std::vector<int32_t>& dead, const std::string& how);
+  // With options.replicas 2: the processes of `dead` are gone (`how`: "died",
+  // "exited", "restarted"), and each slot they owned has a backup on a
+  // live server. The backups take those slots over (one routing change,
+  // published to servers and workers) with no rollback: the checkpoint
+  // round under way and the slot moves that involve them are abandoned,
+  // and no epoch wait waits for them. False, changing nothing, when
+  // replicas is 1, a rollback is under way, or some slot of theirs has no
+  // live backup.
+  bool TakeOver(const std::set<int32_t>& dead, const std::string& how);
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
   void CheckTimeouts();

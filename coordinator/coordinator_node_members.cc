@@ -2,6 +2,7 @@
 // drains, a worker's finish or leave, a launcher's report of an exit, a
 // server heard from again after it was declared dead, and the deaths of
 // servers and workers (the rest of the node is in coordinator_node.cc).
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +13,7 @@
 
 namespace ductile {
 
-void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
+void CoordinatorNode::Rejoin(Member& server, const wire::Header& heartbeat) {
   if (ctx_.shutting_down) return;
   if (recovery_.waiting_for_a_server()) {
     // Every server was declared dead (all paused together): the rollback
@@ -24,8 +25,16 @@ void CoordinatorNode::Rejoin(Member& server, uint64_t its_generation) {
   }
   // After the rollback under way, which goes on without it.
   if (state_.recovering || recovery_.in_progress()) return;
-  if (its_generation < state_.generation) {
-    // Until its heartbeat shows it was heard (it ignores a repeat).
+  // After a rollback it is behind the job's generation; after a takeover
+  // (no rollback) it is not, but still holds the keys of slots that are
+  // its backups' now, and its copies of slots it backed up: either way,
+  // it drops them before it takes any slot.
+  const uint64_t its_generation = heartbeat.generation();
+  if (its_generation < state_.generation ||
+      heartbeat.counters().keys_stored() > 0) {
+    // Until its heartbeat shows it was heard (it ignores a repeat; after
+    // a takeover the REJOIN is of its own generation, and it takes it
+    // while it holds keys).
     return membership_.AskToRejoin(server);
   }
   server.rejoining = false;
@@ -61,7 +70,12 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
       membership_.Register(identity, key, key_name, h);
   if (r.server == nullptr) return;
   const int32_t id = r.server->id;
-  if (r.restarted && !state_.routing.empty() && state_.routing.OwnsAny(id)) {
+  if (r.restarted && !state_.routing.empty() && TakeOver({id}, "restarted")) {
+    // Its process is new and holds nothing: its share comes back with keys.
+    r.server->awaiting_slots = true;
+    migrations_.Rebalance();
+  } else if (r.restarted && !state_.routing.empty() &&
+             state_.routing.OwnsAny(id)) {
     StartRecovery("server " + std::to_string(id) + " restarted");
   } else if (recovery_.waiting_for_a_server()) {
     StartRecovery("a server joined while no server was left");
@@ -128,9 +142,62 @@ void CoordinatorNode::OnServersDead(const std::vector<int32_t>& dead,
                                     const std::string& how) {
   if (dead.empty()) return;
   membership_.ReleaseAdmissions();  // no longer waiting for them
+  if (TakeOver(std::set<int32_t>(dead.begin(), dead.end()), how)) return;
   std::string why = "server";
   for (int32_t id : dead) why += " " + std::to_string(id);
   StartRecovery(why + " " + how);
+}
+
+bool CoordinatorNode::TakeOver(const std::set<int32_t>& dead,
+                               const std::string& how) {
+  RoutingTable& routing = state_.routing;
+  if (options_.replicas < 2 || routing.empty() || ctx_.shutting_down ||
+      state_.recovering || recovery_.in_progress()) {
+    // (A rollback under way starts again without them: it was restoring
+    // their slots, and the backups' copies are gone with it.)
+    return false;
+  }
+  std::string who = dead.size() == 1 ? "server" : "servers";
+  for (int32_t id : dead) who += " " + std::to_string(id);
+  const int32_t uncovered =
+      routing.SlotsWithoutLiveBackup(dead, state_.LiveServers());
+  if (uncovered > 0) {
+    LOG(WARNING) << "coordinator: " << who << " " << how << " with "
+                 << uncovered
+                 << " slot(s) that have no live backup: the job rolls back";
+    return false;
+  }
+  bool owned = false;
+  int32_t backed_up = 0;
+  for (int32_t s = 0; s < routing.num_slots(); ++s) {
+    owned = owned || dead.count(routing.owner(s)) > 0;
+    backed_up += dead.count(routing.backup(s)) > 0;
+  }
+  if (owned) {
+    // The round's cut and catalog name the slots' owners, which change.
+    checkpoints_.Fail(
+        AbortedError(who + " " + how + ": the backups take its slots over"),
+        /*counts=*/false);
+  }
+  if (migrations_.Involves(dead)) {
+    migrations_.AbortAll(AbortedError(who + " " + how + " while slots moved"));
+  }
+  const int32_t promoted = routing_.TakeOver(dead);
+  if (!owned && backed_up == 0) {
+    LOG(INFO) << "coordinator: " << who << " " << how
+              << " holding no slot and no backup: no rollback";
+    return true;
+  }
+  const bool one = dead.size() == 1;
+  LOG(INFO) << "coordinator: " << who << " " << how << "; "
+            << (one ? "its " : "their ") << promoted
+            << " slot(s) taken over by their backups at epoch "
+            << routing.epoch() << ", no rollback"
+            << (backed_up > 0 ? "; " + std::to_string(backed_up) + " slot(s) " +
+                                    (one ? "it" : "they") +
+                                    " backed up have no backup now"
+                              : std::string());
+  return true;
 }
 
 void CoordinatorNode::OnWorkersChanged() {

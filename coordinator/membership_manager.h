@@ -5,8 +5,9 @@
 // last spoke from; after a coordinator restart its first heartbeat says
 // which member it is. A member silent past the heartbeat timeout is
 // declared dead: a worker leaves every clock vector and barrier (and comes
-// back when heard from again); a server's death rolls the job back (the
-// caller's business: DetectDeadServers only reports it). A launcher that
+// back when heard from again); a server's death is taken over by its
+// slots' backups or rolls the job back (the caller's business:
+// DetectDeadServers only reports it). A launcher that
 // saw a member's process exit may say so (ReportExit): the member is then
 // declared dead at once, the same way, and never heard from again.
 //
@@ -85,14 +86,15 @@ class MembershipManager {
   void ForgivePause(std::chrono::steady_clock::duration pause);
   bool DetectDeadWorkers();
   // Declares dead the servers silent past the timeout (and not announced
-  // busy); returns those whose death calls for a rollback (not the
-  // rejoining ones, which hold nothing).
+  // busy); returns those whose death calls for a takeover or a rollback
+  // (not the rejoining ones, which hold nothing).
   std::vector<int32_t> DetectDeadServers();
 
   // What a report of a member's exit changed.
   struct Exited {
     bool worker = false;  // a live worker is dead: the live set changed
-    int32_t server = -1;  // a server is dead whose death calls for a rollback
+    int32_t server = -1;  // a dead server whose death calls for a rollback
+                          // or a takeover
   };
   // MEMBER_EXIT from an administrator (a launcher that saw the process
   // end): the member is declared dead at once, exactly as at the end of

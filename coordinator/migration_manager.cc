@@ -223,8 +223,10 @@ void MigrationManager::CheckTimers(bool stop_all) {
     }
     auto m = ctx_.state.servers.find(it->server);
     if (m != ctx_.state.servers.end()) {
-      // Out of the job: nobody expects it any more.
+      // Out of the job: nobody expects it any more, and the copies it
+      // kept as a backup go with it (it owns no slot: only those change).
       m->second.stage = Member::Stage::kLeft;
+      ctx_.state.routing.Promote({it->server});
       routing_.Publish();
       wire::Header stop;
       stop.set_type(wire::SHUTDOWN_NOTICE);
@@ -338,6 +340,17 @@ void MigrationManager::AbortAll(const Status& status) {
   plan_.reset();
   ctx_.migrating = false;
   for (Done& d : done) d(status);
+}
+
+bool MigrationManager::Involves(const std::set<int32_t>& servers) const {
+  if (!plan_) return false;
+  if (plan_->drained && servers.count(*plan_->drained) > 0) return true;
+  for (const auto& [id, g] : plan_->groups) {
+    if (servers.count(g.source) > 0 || servers.count(g.target) > 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 int32_t MigrationManager::slots_moving() const {

@@ -65,6 +65,9 @@ class MigrationManager {
   // told), every waiter gets `status`.
   void AbortAll(const Status& status);
   bool in_progress() const { return plan_.has_value(); }
+  // Whether the plan under way moves slots from or to one of `servers`,
+  // or drains one of them.
+  bool Involves(const std::set<int32_t>& servers) const;
   // Slots moving now.
   int32_t slots_moving() const;
 

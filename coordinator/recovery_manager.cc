@@ -55,8 +55,11 @@ void RecoveryManager::Start(const std::string& why) {
     round_ = std::move(round);
     return;
   }
-  // The dead servers' slots go to the survivors, least loaded first.
+  // The dead servers' slots go to the survivors, least loaded first. The
+  // servers' backup copies are of the abandoned timeline: each slot runs
+  // with none from now on.
   const int32_t moved = state.routing.Reassign(live);
+  state.routing.ClearBackups();
   state.routing.SetServers(state.LiveEndpoints());
   LOG(WARNING) << "coordinator: " << why << "; rolling back to "
                << (clock > 0

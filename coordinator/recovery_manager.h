@@ -2,7 +2,8 @@
 //
 // The job moves to a new generation and back to its latest complete
 // checkpoint C: the dead servers' slots go to the least-loaded survivors,
-// every live server restores its slots' state at C (RECOVER), and once all
+// no slot keeps a backup (the copies are of the abandoned timeline), every
+// live server restores its slots' state at C (RECOVER), and once all
 // have, every live worker resumes at C with its resume state (RESUME). A
 // checkpoint that cannot be restored is dropped and the one before is
 // tried. A server that cannot take a checkpoint (its own store failed:

@@ -17,11 +17,35 @@ bool RoutingManager::MaybeAssign() {
   }
   state.routing =
       RoutingTable::Initial(ctx_.options.num_slots, state.LiveEndpoints());
+  if (ctx_.options.replicas >= 2) {
+    state.routing.AssignBackups(state.LiveServers());
+  }
   LOG(INFO) << "coordinator: " << ctx_.options.num_slots
             << " slots assigned to " << state.servers.size()
-            << " server(s), epoch " << state.routing.epoch();
+            << " server(s), epoch " << state.routing.epoch()
+            << (state.routing.HasBackups() ? ", each with a backup" : "");
+  if (ctx_.options.replicas >= 2 && !state.routing.HasBackups()) {
+    LOG(WARNING) << "coordinator: --replicas=" << ctx_.options.replicas
+                 << " needs two servers or more: no slot has a backup, and "
+                    "a server's death rolls the job back";
+  }
   Publish();
   return true;
+}
+
+int32_t RoutingManager::TakeOver(const std::set<int32_t>& dead) {
+  const int32_t promoted = ctx_.state.routing.Promote(dead);
+  for (auto it = waits_.begin(); it != waits_.end();) {
+    for (int32_t id : dead) it->round.Forget(id);
+    if (it->round.complete()) {
+      it->done(Status::Ok());
+      it = waits_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  Publish();
+  return promoted;
 }
 
 void RoutingManager::Publish() {

@@ -1,9 +1,11 @@
 // The routing table's owner on the coordinator: the first assignment of
-// slots once the expected servers have registered, publication of every
-// change to the servers (clients learn lazily: a server answers "moved"
-// with its table, and every reply carries the server's epoch), and waits
-// for every server to have installed the current epoch. Slots change
-// owners through MigrationManager (their keys move with them).
+// slots once the expected servers have registered (with replicas, each
+// slot's backup too), publication of every change to the servers (clients
+// learn lazily: a server answers "moved" with its table, and every reply
+// carries the server's epoch), and waits for every server to have
+// installed the current epoch. Slots change owners through
+// MigrationManager (their keys move with them), a rollback
+// (RecoveryManager), or a takeover by their backups (TakeOver).
 //
 // Not thread-safe: owned by the coordinator's loop.
 #ifndef DUCTILE_COORDINATOR_ROUTING_MANAGER_H_
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "coordinator/ack_round.h"
@@ -29,6 +32,12 @@ class RoutingManager {
   // Sends the current table, with the live servers' endpoints, to every
   // server.
   void Publish();
+  // The servers of `dead` are gone: their slots go to their backups
+  // (RoutingTable::Promote; the caller has checked that each has a live
+  // one), the slots they backed up have none, the epoch waits stop
+  // waiting for them, and the new table is published. Returns the slots
+  // promoted.
+  int32_t TakeOver(const std::set<int32_t>& dead);
   // GET_ROUTING: the table (none before the first assignment).
   void HandleGet(const std::string& identity, const wire::Header& h);
   // ROUTING_ACK: a server installed an epoch.

@@ -35,7 +35,8 @@ Result<RoutingTable> RoutingTable::FromWire(const wire::RoutingTable& wire) {
   RoutingTable t;
   t.epoch_ = wire.epoch();
   if (t.epoch_ == 0) {
-    if (wire.num_slots() != 0 || wire.slot_owner_size() != 0) {
+    if (wire.num_slots() != 0 || wire.slot_owner_size() != 0 ||
+        wire.slot_backup_size() != 0) {
       return InvalidArgumentError("routing table of epoch 0 with slots");
     }
     return t;
@@ -52,9 +53,30 @@ Result<RoutingTable> RoutingTable::FromWire(const wire::RoutingTable& wire) {
         " slots lists " + std::to_string(wire.slot_owner_size()) +
         " owners and " + std::to_string(wire.slot_state_size()) + " states");
   }
+  if (wire.slot_backup_size() != 0 &&
+      wire.slot_backup_size() != wire.num_slots()) {
+    return InvalidArgumentError(
+        "routing table of " + std::to_string(wire.num_slots()) +
+        " slots lists " + std::to_string(wire.slot_backup_size()) +
+        " backups (0: none, or one per slot)");
+  }
   t.slots_.resize(wire.num_slots());
   for (int32_t s = 0; s < wire.num_slots(); ++s) {
     t.slots_[s].owner = wire.slot_owner(s);
+    if (wire.slot_backup_size() != 0) {
+      const int32_t backup = wire.slot_backup(s);
+      if (backup < -1) {
+        return InvalidArgumentError(
+            "slot " + std::to_string(s) + " has backup server " +
+            std::to_string(backup) + " (a server id, or -1 for none)");
+      }
+      if (backup >= 0 && backup == t.slots_[s].owner) {
+        return InvalidArgumentError("slot " + std::to_string(s) +
+                                    " names server " + std::to_string(backup) +
+                                    " as both its owner and its backup");
+      }
+      t.slots_[s].backup = backup;
+    }
     if (wire.slot_state_size() == 0) continue;
     const int32_t state = wire.slot_state(s);
     if (state < 0 || state > static_cast<int32_t>(SlotState::kArriving)) {
@@ -84,7 +106,28 @@ void RoutingTable::ToWire(wire::RoutingTable* wire) const {
       wire->add_slot_state(static_cast<int32_t>(slot.state));
     }
   }
+  if (HasBackups()) {
+    wire->mutable_slot_backup()->Reserve(num_slots());
+    for (const Slot& slot : slots_) wire->add_slot_backup(slot.backup);
+  }
   for (const auto& server : servers_) *wire->add_servers() = server;
+}
+
+bool RoutingTable::HasBackups() const {
+  return std::any_of(slots_.begin(), slots_.end(),
+                     [](const Slot& s) { return s.backup >= 0; });
+}
+
+int32_t RoutingTable::SlotsWithoutLiveBackup(
+    const std::set<int32_t>& owners, const std::set<int32_t>& live) const {
+  int32_t count = 0;
+  for (const Slot& slot : slots_) {
+    if (owners.count(slot.owner) == 0) continue;
+    const bool saved =
+        live.count(slot.backup) > 0 && owners.count(slot.backup) == 0;
+    if (!saved) ++count;
+  }
+  return count;
 }
 
 bool RoutingTable::OwnsAny(int32_t server) const {
@@ -120,7 +163,10 @@ const wire::ServerEndpoint* RoutingTable::endpoint(int32_t server) const {
 }
 
 void RoutingTable::Move(int32_t s, int32_t server) {
-  slots_[s] = {server, SlotState::kOwned};
+  Slot& slot = slots_[s];
+  slot.owner = server;
+  slot.state = SlotState::kOwned;
+  if (slot.backup == server) slot.backup = -1;
   ++epoch_;
 }
 
@@ -138,12 +184,60 @@ int32_t RoutingTable::Reassign(const std::set<int32_t>& live) {
     auto target = std::min_element(
         load.begin(), load.end(),
         [](const auto& a, const auto& b) { return a.second < b.second; });
-    slot = {target->first, SlotState::kOwned};
+    slot.owner = target->first;
+    slot.state = SlotState::kOwned;
+    if (slot.backup == slot.owner) slot.backup = -1;
     ++target->second;
     ++moved;
   }
   ++epoch_;
   return moved;
+}
+
+void RoutingTable::SetBackup(int32_t s, int32_t server) {
+  slots_[s].backup = server == slots_[s].owner ? -1 : server;
+  ++epoch_;
+}
+
+void RoutingTable::AssignBackups(const std::set<int32_t>& live) {
+  bool changed = false;
+  for (Slot& slot : slots_) {
+    int32_t backup = -1;
+    if (!live.empty()) {
+      auto next = live.upper_bound(slot.owner);
+      if (next == live.end()) next = live.begin();
+      if (*next != slot.owner) backup = *next;
+    }
+    changed = changed || slot.backup != backup;
+    slot.backup = backup;
+  }
+  if (changed) ++epoch_;
+}
+
+void RoutingTable::ClearBackups() {
+  if (!HasBackups()) return;
+  for (Slot& slot : slots_) slot.backup = -1;
+  ++epoch_;
+}
+
+int32_t RoutingTable::Promote(const std::set<int32_t>& dead) {
+  int32_t promoted = 0;
+  bool changed = false;
+  for (Slot& slot : slots_) {
+    if (dead.count(slot.owner) > 0 && slot.backup >= 0 &&
+        dead.count(slot.backup) == 0) {
+      slot.owner = slot.backup;
+      slot.state = SlotState::kOwned;
+      slot.backup = -1;
+      ++promoted;
+      changed = true;
+    } else if (dead.count(slot.backup) > 0) {
+      slot.backup = -1;
+      changed = true;
+    }
+  }
+  if (changed) ++epoch_;
+  return promoted;
 }
 
 void RoutingTable::SetServers(std::vector<wire::ServerEndpoint> servers) {

@@ -1,5 +1,5 @@
-// The routing table: which server owns each slot, and in what state, at one
-// epoch.
+// The routing table: which server owns each slot, in what state, and which
+// server keeps a backup copy of it, at one epoch.
 //
 // A key of table t lives in slot SlotOf(t, key, num_slots) (slot_map.h).
 // The table maps every slot to a server and a state:
@@ -12,12 +12,19 @@
 // Nothing produces kLeaving or kArriving yet: slots move whole, by
 // ownership (Move) or by a rollback (Reassign).
 //
+// A slot may also name a backup server (-1: none; with --replicas=2 the
+// coordinator assigns them at the start, AssignBackups): it holds a copy
+// of the slot that the owner (the primary) keeps current, and takes the
+// slot over when the owner dies (Promote) with nothing lost. A backup
+// serves nothing: Serves() is the owner's alone.
+//
 // Invariants: the epoch never decreases, and every change (an owner, a
-// state, the servers' endpoints) increases it by one; epoch 0 is "no table
-// yet" and has no slots. A server serves a request only if it owns every
-// key's slot in state kOwned, and answers "moved" with its own table
-// otherwise; a reply carries the server's epoch, and a peer that sees a
-// newer epoch than its own takes the newer table.
+// state, a backup, the servers' endpoints) increases it by one; epoch 0
+// is "no table yet" and has no slots. A slot's backup is never its owner.
+// A server serves a request only if it owns every key's slot in state
+// kOwned, and answers "moved" with its own table otherwise; a reply
+// carries the server's epoch, and a peer that sees a newer epoch than its
+// own takes the newer table.
 //
 // A value type. Not thread-safe.
 #ifndef DUCTILE_ROUTING_ROUTING_TABLE_H_
@@ -42,6 +49,7 @@ class RoutingTable {
   struct Slot {
     int32_t owner = -1;
     SlotState state = SlotState::kOwned;
+    int32_t backup = -1;  // -1: none
   };
 
   // Largest number of slots a table may have.
@@ -53,7 +61,8 @@ class RoutingTable {
   // contiguous range, in ascending id order (AssignSlotsEvenly).
   static RoutingTable Initial(int32_t num_slots,
                               std::vector<wire::ServerEndpoint> servers);
-  // Checks a peer's table: slot counts in range and agreeing, states known.
+  // Checks a peer's table: slot counts in range and agreeing, states known,
+  // backups -1 or server ids and never their slot's owner.
   static Result<RoutingTable> FromWire(const wire::RoutingTable& wire);
   void ToWire(wire::RoutingTable* wire) const;
 
@@ -69,6 +78,15 @@ class RoutingTable {
   bool Serves(int32_t server, int32_t s) const {
     return slots_[s].owner == server && slots_[s].state == SlotState::kOwned;
   }
+  // Slot `s`'s backup server, -1 when it has none.
+  int32_t backup(int32_t s) const { return slots_[s].backup; }
+  // True when some slot has a backup.
+  bool HasBackups() const;
+  // How many slots owned by a server of `owners` have no backup in `live`
+  // (none, or one that is in `owners` too): those that Promote(owners)
+  // would not save.
+  int32_t SlotsWithoutLiveBackup(const std::set<int32_t>& owners,
+                                 const std::set<int32_t>& live) const;
   bool OwnsAny(int32_t server) const;
   // Slots per owner (owners only).
   std::map<int32_t, int32_t> SlotsPerServer() const;
@@ -82,12 +100,33 @@ class RoutingTable {
   const wire::ServerEndpoint* endpoint(int32_t server) const;
 
   // Changes; each increases the epoch by one.
-  // Gives slot `s` to `server` (state kOwned).
+  // Gives slot `s` to `server` (state kOwned); its backup stays, unless it
+  // is `server` (then it has none).
   void Move(int32_t s, int32_t server);
   // Gives every slot whose owner is not in `live` to the least-loaded
-  // server of `live` (ties: the lowest id); returns how many moved.
-  // Nothing moves (and the epoch stays) when `live` is empty.
+  // server of `live` (ties: the lowest id), backups kept as by Move;
+  // returns how many moved. Nothing moves (and the epoch stays) when
+  // `live` is empty.
   int32_t Reassign(const std::set<int32_t>& live);
+  // Makes `server` slot `s`'s backup (-1: none; the slot's owner is never
+  // its backup, so naming it means none too).
+  void SetBackup(int32_t s, int32_t server);
+  // Gives every slot a backup: the next server of `live` after its owner
+  // in ascending id order, wrapping around (slots spread over their owners
+  // in id order thus back each other up evenly); -1 when `live` has no
+  // server but the owner. One epoch for the whole change, none if nothing
+  // changed.
+  void AssignBackups(const std::set<int32_t>& live);
+  // Every slot loses its backup (their copies are gone: a rollback). One
+  // epoch, none if no slot had one.
+  void ClearBackups();
+  // The servers of `dead` are gone: every slot they own that has a backup
+  // outside `dead` is now owned by it (kOwned) and has no backup; slots
+  // backed up by one of them have no backup. Returns the slots promoted;
+  // those of `dead` without such a backup keep their owner (the caller
+  // checks SlotsWithoutLiveBackup first). One epoch for the whole change,
+  // none if nothing changed.
+  int32_t Promote(const std::set<int32_t>& dead);
   // Replaces the endpoints; the epoch grows only if they differ.
   void SetServers(std::vector<wire::ServerEndpoint> servers);
 

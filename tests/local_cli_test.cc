@@ -1214,6 +1214,25 @@ TEST(Cli, BadTrainingFlagsAndMissingDataAreRefusedBeforeAnythingStarts) {
   EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
 }
 
+TEST(Cli, BadReplicasAreRefusedBeforeAnythingStarts) {
+  std::string out;
+  EXPECT_NE(RunToEnd({"local", "--replicas=0"}, &out), 0);
+  EXPECT_NE(out.find("--replicas must be 1 (no copies) or 2 (a backup per "
+                     "slot), not 0"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
+  EXPECT_NE(RunToEnd({"coordinator", "--replicas=3"}, &out), 0);
+  EXPECT_NE(out.find("--replicas must be 1 (no copies) or 2 (a backup per "
+                     "slot), not 3"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("coordinator listening"), std::string::npos) << out;
+  EXPECT_NE(RunToEnd({"local", "--replicas=x"}, &out), 0);
+  EXPECT_NE(out.find("'x'"), std::string::npos) << out;
+  EXPECT_NE(out.find("replicas"), std::string::npos) << out;
+}
+
 TEST(Cli, BadProvidersAreRefusedBeforeAnythingStarts) {
   std::string out;
   EXPECT_NE(RunToEnd({"local", "--provider=kubernetes"}, &out), 0);

@@ -9,158 +9,30 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/coordinator_node.h"
-#include "proto/codec.h"
 #include "proto/ductile.pb.h"
-#include "sim/mem_stores.h"
-#include "sim/sim_env.h"
-#include "sim/sim_network.h"
+#include "tests/scripted_coordinator.h"
 
 namespace ductile {
 namespace {
 
 using std::chrono::milliseconds;
 
-constexpr char kCoordinatorAddress[] = "tcp://coordinator:1";
+using testing::AnswerTo;
+using testing::Exit;
+using testing::RegisterServer;
+using testing::RegisterWorker;
+using testing::ScriptedCoordinator;
+
 constexpr int64_t kHeartbeatTimeoutMs = 5000;
-constexpr int64_t kMaxBytes = int64_t{1} << 24;
 
-// One scripted process: a dealer of its own, connected to the coordinator.
-class Peer {
- public:
-  Peer(sim::SimNetwork* net, const std::string& node)
-      : transport_(net->NewTransport(node)) {
-    socket_ = *transport_->NewDealer("", kMaxBytes);
-    EXPECT_TRUE(socket_->Connect(kCoordinatorAddress).ok());
-  }
-
-  void Send(const wire::Header& h) {
-    OutMessage out;
-    out.AddString(h.SerializeAsString());
-    EXPECT_TRUE(socket_->Send(std::move(out)).ok());
-  }
-
-  // Every message received so far, oldest first, taken.
-  std::vector<wire::Header> Take() {
-    std::vector<wire::Header> got;
-    while (true) {
-      InMessage message;
-      bool any = false;
-      if (!socket_->Receive(&message, &any).ok() || !any) return got;
-      wire::Header h;
-      EXPECT_TRUE(ParseHeader(message.frame(0), &h).ok());
-      got.push_back(h);
-    }
-  }
-
- private:
-  std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Socket> socket_;
-};
-
-// A coordinator expecting one server and two workers, stepped with the
-// network's fake clock.
-class ScriptedCluster {
- public:
-  ScriptedCluster() {
-    sim::NetworkFaults faults;
-    faults.min_latency_us = faults.max_latency_us = 100;
-    net_ = std::make_unique<sim::SimNetwork>(/*seed=*/1, faults);
-    env_ = std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator");
-    CoordinatorOptions options;
-    options.bind_address = kCoordinatorAddress;
-    options.num_servers = 1;
-    options.num_workers = 2;
-    options.num_slots = 16;
-    options.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
-    coordinator_ = std::make_unique<CoordinatorNode>(options, env_.get());
-    EXPECT_TRUE(coordinator_->Start().ok());
-    start_ = net_->now();
-  }
-
-  std::unique_ptr<Peer> NewPeer(const std::string& node) {
-    return std::make_unique<Peer>(net_.get(), node);
-  }
-
-  // Runs the network and the coordinator for `duration` of simulated time.
-  void Run(milliseconds duration) {
-    const auto end = net_->now() + duration;
-    while (true) {
-      net_->DeliverDue();
-      coordinator_->Step();
-      if (net_->now() >= end) break;
-      auto next = std::min(coordinator_->NextWakeup(), end);
-      if (auto due = net_->NextDelivery(); due) next = std::min(next, *due);
-      net_->AdvanceTo(
-          std::max(next, net_->now() + std::chrono::microseconds(1)));
-    }
-  }
-
-  // Simulated time since the coordinator started.
-  int64_t ElapsedMs() const {
-    return std::chrono::duration_cast<milliseconds>(net_->now() - start_)
-        .count();
-  }
-
-  const Member& server(int32_t id) const {
-    return coordinator_->state().servers.at(id);
-  }
-  const Member& worker(int32_t id) const {
-    return coordinator_->state().workers.at(id);
-  }
-
- private:
-  std::unique_ptr<sim::SimNetwork> net_;
-  sim::MemDisk disk_;
-  std::unique_ptr<sim::SimEnv> env_;
-  std::unique_ptr<CoordinatorNode> coordinator_;
-  sim::SimNetwork::TimePoint start_;
-};
-
-wire::Header RegisterServer(int32_t id, int32_t pid) {
-  wire::Header h;
-  h.set_type(wire::REGISTER);
-  h.set_seq(1);
-  h.set_role(wire::ROLE_SERVER);
-  h.set_member_id(id);
-  h.set_pid(pid);
-  h.mutable_endpoint()->set_tcp_address("tcp://server-" + std::to_string(id) +
-                                        ":1");
-  return h;
-}
-
-wire::Header RegisterWorker(int32_t id, int32_t pid) {
-  wire::Header h;
-  h.set_type(wire::REGISTER);
-  h.set_seq(1);
-  h.set_role(wire::ROLE_WORKER);
-  h.set_worker_id(id);
-  h.set_pid(pid);
-  return h;
-}
-
-wire::Header Exit(wire::Role role, int32_t id, int32_t pid,
-                  uint64_t incarnation = 0) {
-  static uint64_t seq = 100;
-  wire::Header h;
-  h.set_type(wire::MEMBER_EXIT);
-  h.set_seq(++seq);
-  h.set_role(role);
-  h.set_member_id(id);
-  h.set_pid(pid);
-  h.set_incarnation(incarnation);
-  return h;
-}
-
-// The status code of the answer to `request` among `replies`, or -1.
-int AnswerTo(const wire::Header& request,
-             const std::vector<wire::Header>& replies) {
-  for (const wire::Header& r : replies) {
-    if (r.type() == wire::CONTROL_REPLY && r.seq() == request.seq()) {
-      return r.status_code();
-    }
-  }
-  return -1;
+// A coordinator expecting one server and two workers.
+CoordinatorOptions OneServerTwoWorkers() {
+  CoordinatorOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.num_slots = 16;
+  options.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+  return options;
 }
 
 // The live workers of the last WORKERS_UPDATE among `messages` (none: -1).
@@ -177,7 +49,7 @@ std::vector<int32_t> LastLiveWorkers(const std::vector<wire::Header>& messages,
 }
 
 TEST(MemberExit, AReportedWorkerLeavesTheLiveSetLongBeforeItsHeartbeatTimeout) {
-  ScriptedCluster cluster;
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
   auto server = cluster.NewPeer("server-0");
   auto worker0 = cluster.NewPeer("worker-0");
   auto worker1 = cluster.NewPeer("worker-1");
@@ -204,7 +76,7 @@ TEST(MemberExit, AReportedWorkerLeavesTheLiveSetLongBeforeItsHeartbeatTimeout) {
 }
 
 TEST(MemberExit, AReportAboutAServerProcessThatWasReplacedChangesNothing) {
-  ScriptedCluster cluster;
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
   auto first = cluster.NewPeer("server-0");
   auto launcher = cluster.NewPeer("launcher");
   first->Send(RegisterServer(0, 200));
@@ -246,7 +118,7 @@ TEST(MemberExit, AReportAboutAServerProcessThatWasReplacedChangesNothing) {
 }
 
 TEST(MemberExit, AReportNamesAKnownMemberAndItsProcess) {
-  ScriptedCluster cluster;
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
   auto worker = cluster.NewPeer("worker-0");
   auto launcher = cluster.NewPeer("launcher");
   worker->Send(RegisterWorker(0, 300));
@@ -274,7 +146,7 @@ TEST(MemberExit, AReportNamesAKnownMemberAndItsProcess) {
 
 TEST(MemberExit,
      AMemberReportedTwiceIsDeadOnceAndNotBroughtBackByItsLastWords) {
-  ScriptedCluster cluster;
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
   auto worker = cluster.NewPeer("worker-0");
   auto launcher = cluster.NewPeer("launcher");
   worker->Send(RegisterWorker(0, 300));

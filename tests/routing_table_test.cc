@@ -1,8 +1,13 @@
 // The routing table value type: every change bumps the epoch, peers'
-// tables are checked, and a dead server's slots go to the least loaded.
+// tables are checked, a dead server's slots go to the least loaded, and
+// backups are assigned, kept apart from their owners and promoted.
 #include "routing/routing_table.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -103,6 +108,226 @@ TEST(RoutingTable, APeersMalformedTableIsRefused) {
   wire::RoutingTable slots_at_zero = w;
   slots_at_zero.set_epoch(0);
   EXPECT_FALSE(RoutingTable::FromWire(slots_at_zero).ok());
+}
+
+RoutingTable ThreeServers(int32_t num_slots = 9) {
+  return RoutingTable::Initial(
+      num_slots, {Endpoint(0, "a"), Endpoint(1, "b"), Endpoint(2, "c")});
+}
+
+TEST(RoutingTable, AssignBackupsNamesTheNextLiveServerAfterTheOwner) {
+  RoutingTable t = ThreeServers();
+  EXPECT_FALSE(t.HasBackups());
+  for (int s = 0; s < 9; ++s) EXPECT_EQ(t.backup(s), -1) << s;
+  t.AssignBackups({0, 1, 2});
+  EXPECT_TRUE(t.HasBackups());
+  EXPECT_EQ(t.epoch(), 2u) << "one epoch for the whole assignment";
+  for (int s = 0; s < 9; ++s) {
+    // Owners 0, 1, 2 (three slots each) are backed up by 1, 2 and 0.
+    EXPECT_EQ(t.backup(s), (t.owner(s) + 1) % 3) << s;
+    EXPECT_NE(t.backup(s), t.owner(s)) << s;
+    EXPECT_TRUE(t.Serves(t.owner(s), s)) << s;
+    EXPECT_FALSE(t.Serves(t.backup(s), s)) << "a backup serves nothing";
+  }
+  t.AssignBackups({0, 1, 2});
+  EXPECT_EQ(t.epoch(), 2u) << "nothing changed";
+}
+
+TEST(RoutingTable, AssignBackupsSkipsServersNotLiveAndWrapsAround) {
+  RoutingTable t = RoutingTable::Initial(
+      8,
+      {Endpoint(0, "a"), Endpoint(3, "b"), Endpoint(5, "c"), Endpoint(9, "d")});
+  t.AssignBackups({0, 5, 9});  // 3 is not live
+  const std::map<int32_t, int32_t> next = {{0, 5}, {3, 5}, {5, 9}, {9, 0}};
+  for (int s = 0; s < 8; ++s) {
+    EXPECT_EQ(t.backup(s), next.at(t.owner(s))) << s;
+  }
+}
+
+TEST(RoutingTable, AssignBackupsSpreadsTheCopiesEvenly) {
+  for (int32_t servers = 2; servers <= 7; ++servers) {
+    std::vector<wire::ServerEndpoint> endpoints;
+    std::set<int32_t> live;
+    for (int32_t id = 0; id < servers; ++id) {
+      endpoints.push_back(Endpoint(id, "s" + std::to_string(id)));
+      live.insert(id);
+    }
+    RoutingTable t = RoutingTable::Initial(4096, endpoints);
+    t.AssignBackups(live);
+    std::map<int32_t, int32_t> copies;
+    for (int s = 0; s < t.num_slots(); ++s) ++copies[t.backup(s)];
+    ASSERT_EQ(copies.size(), static_cast<size_t>(servers)) << servers;
+    int32_t least = t.num_slots(), most = 0;
+    for (const auto& [id, n] : copies) {
+      EXPECT_GE(id, 0);
+      least = std::min(least, n);
+      most = std::max(most, n);
+    }
+    EXPECT_LE(most - least, 1) << servers << " servers";
+  }
+}
+
+TEST(RoutingTable, AssignBackupsWithOneServerGivesNone) {
+  RoutingTable t = RoutingTable::Initial(4, {Endpoint(0, "a")});
+  t.AssignBackups({0});
+  EXPECT_FALSE(t.HasBackups());
+  EXPECT_EQ(t.epoch(), 1u);
+  t.AssignBackups({});
+  EXPECT_FALSE(t.HasBackups());
+}
+
+TEST(RoutingTable, SetBackupBumpsTheEpochAndNeverNamesTheOwner) {
+  RoutingTable t = TwoServers();
+  t.SetBackup(0, 1);
+  EXPECT_EQ(t.backup(0), 1);
+  EXPECT_EQ(t.epoch(), 2u);
+  t.SetBackup(0, 0);  // slot 0's owner
+  EXPECT_EQ(t.backup(0), -1);
+  EXPECT_EQ(t.epoch(), 3u);
+}
+
+TEST(RoutingTable, MoveToTheBackupLeavesTheSlotWithNone) {
+  RoutingTable t = ThreeServers();
+  t.AssignBackups({0, 1, 2});
+  ASSERT_EQ(t.owner(0), 0);
+  ASSERT_EQ(t.backup(0), 1);
+  t.Move(0, 2);  // another server: the backup stays
+  EXPECT_EQ(t.owner(0), 2);
+  EXPECT_EQ(t.backup(0), 1);
+  t.Move(0, 1);  // the backup itself
+  EXPECT_EQ(t.owner(0), 1);
+  EXPECT_EQ(t.backup(0), -1);
+  EXPECT_EQ(t.epoch(), 4u);
+}
+
+TEST(RoutingTable, ReassignNeverLeavesASlotBackedUpByItsOwner) {
+  RoutingTable t = TwoServers();
+  t.AssignBackups({0, 1});
+  t.Reassign({0});  // server 1's slots go to 0, their backup
+  for (int s = 0; s < 8; ++s) {
+    EXPECT_EQ(t.owner(s), 0) << s;
+    EXPECT_NE(t.backup(s), 0) << s;
+  }
+}
+
+TEST(RoutingTable, ClearBackupsLeavesNoneInOneEpoch) {
+  RoutingTable t = ThreeServers();
+  t.AssignBackups({0, 1, 2});
+  const uint64_t epoch = t.epoch();
+  t.ClearBackups();
+  EXPECT_FALSE(t.HasBackups());
+  EXPECT_EQ(t.epoch(), epoch + 1);
+  t.ClearBackups();
+  EXPECT_EQ(t.epoch(), epoch + 1) << "nothing changed";
+}
+
+TEST(RoutingTable, PromoteGivesTheDeadOwnersSlotsToTheirBackups) {
+  RoutingTable t = ThreeServers();  // 0: slots 0-2, 1: 3-5, 2: 6-8
+  t.AssignBackups({0, 1, 2});       // backed up by 1, 2, 0
+  const uint64_t epoch = t.epoch();
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({1}, {0, 2}), 0);
+  EXPECT_EQ(t.Promote({1}), 3);
+  EXPECT_EQ(t.epoch(), epoch + 1) << "one epoch for the whole takeover";
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(t.owner(s), 0) << s;
+    EXPECT_EQ(t.backup(s), -1) << s << ": its backup was the dead server";
+  }
+  for (int s = 3; s < 6; ++s) {
+    EXPECT_TRUE(t.Serves(2, s)) << s << ": the backup owns it now";
+    EXPECT_EQ(t.backup(s), -1) << s;
+  }
+  for (int s = 6; s < 9; ++s) {
+    EXPECT_EQ(t.owner(s), 2) << s;
+    EXPECT_EQ(t.backup(s), 0) << s << ": untouched";
+  }
+  EXPECT_FALSE(t.OwnsAny(1));
+}
+
+TEST(RoutingTable, PromoteLeavesSlotsWithoutALiveBackupToTheirOwner) {
+  RoutingTable t = ThreeServers();
+  t.AssignBackups({0, 1, 2});
+  // 0 and 1 both die: 0's slots are backed up by 1, which is dead too.
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({0, 1}, {2}), 3);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({0}, {2}), 3)
+      << "1 is not live: 0's slots have no live backup";
+  EXPECT_EQ(t.Promote({0, 1}), 3);  // 1's slots go to 2
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(t.owner(s), 0) << s << ": not promoted";
+    EXPECT_EQ(t.backup(s), -1) << s;
+  }
+  for (int s = 3; s < 9; ++s) EXPECT_EQ(t.owner(s), 2) << s;
+  for (int s = 6; s < 9; ++s) EXPECT_EQ(t.backup(s), -1) << s;
+}
+
+TEST(RoutingTable, PromoteOfAServerThatOwnsNothingOnlyDropsItsCopies) {
+  RoutingTable t = TwoServers();
+  t.AssignBackups({0, 1});
+  t.Move(4, 0);
+  t.Move(5, 0);
+  t.Move(6, 0);
+  t.Move(7, 0);  // 1 owns nothing, and backs up 0-3
+  const uint64_t epoch = t.epoch();
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({1}, {0}), 0);
+  EXPECT_EQ(t.Promote({1}), 0);
+  EXPECT_FALSE(t.HasBackups());
+  EXPECT_EQ(t.epoch(), epoch + 1);
+  EXPECT_EQ(t.Promote({1}), 0);
+  EXPECT_EQ(t.epoch(), epoch + 1) << "nothing changed";
+}
+
+TEST(RoutingTable, RoundTripsBackupsThroughTheWire) {
+  RoutingTable t = ThreeServers();
+  wire::RoutingTable w;
+  t.ToWire(&w);
+  EXPECT_EQ(w.slot_backup_size(), 0) << "no backups: none sent";
+  t.AssignBackups({0, 1, 2});
+  t.SetBackup(4, -1);
+  t.ToWire(&w);
+  ASSERT_EQ(w.slot_backup_size(), 9);
+  Result<RoutingTable> back = RoutingTable::FromWire(w);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->epoch(), t.epoch());
+  for (int s = 0; s < 9; ++s) {
+    EXPECT_EQ(back->owner(s), t.owner(s)) << s;
+    EXPECT_EQ(back->backup(s), t.backup(s)) << s;
+  }
+  EXPECT_EQ(back->backup(4), -1);
+}
+
+TEST(RoutingTable, APeersTableWithBadBackupsIsRefused) {
+  RoutingTable t = ThreeServers();
+  t.AssignBackups({0, 1, 2});
+  wire::RoutingTable w;
+  t.ToWire(&w);
+  ASSERT_TRUE(RoutingTable::FromWire(w).ok());
+
+  wire::RoutingTable short_backups = w;
+  short_backups.mutable_slot_backup()->RemoveLast();
+  Result<RoutingTable> r = RoutingTable::FromWire(short_backups);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("lists 8 backups"), std::string::npos)
+      << r.status();
+
+  wire::RoutingTable negative = w;
+  negative.set_slot_backup(2, -2);
+  r = RoutingTable::FromWire(negative);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("slot 2 has backup server -2"),
+            std::string::npos)
+      << r.status();
+
+  wire::RoutingTable own = w;
+  own.set_slot_backup(7, w.slot_owner(7));
+  r = RoutingTable::FromWire(own);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("slot 7 names server 2 as both its "
+                                      "owner and its backup"),
+            std::string::npos)
+      << r.status();
+
+  wire::RoutingTable backups_at_zero;
+  backups_at_zero.add_slot_backup(-1);
+  EXPECT_FALSE(RoutingTable::FromWire(backups_at_zero).ok());
 }
 
 }  // namespace

@@ -98,6 +98,13 @@ struct CoordinatorOptions {
   // How long servers may take to write a checkpoint or restore one before
   // the attempt is abandoned (and, for a restore, retried). >= 1000.
   int64_t checkpoint_timeout_ms = 120000;
+  // Copies of each slot (docs/fault_tolerance.md, "Replication"). 1: no
+  // copies (a server's death rolls the job back to the last checkpoint);
+  // 2: each slot also kept on a backup server, and a server's death is
+  // taken over by the backups with no rollback. Backups are assigned when
+  // the slots are (a server joining later backs up nothing); a death that
+  // leaves some slot with no live copy rolls back as with 1. 1 or 2.
+  int32_t replicas = 1;
 
   // The cluster's keys (ductile/security.h). With them, only peers holding
   // the cluster's keys reach the coordinator, and shutdown, checkpoints,

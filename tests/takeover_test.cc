@@ -1,0 +1,291 @@
+// Server deaths with --replicas=2 against a coordinator on the simulated
+// network (fake clock), its members scripted by the test: each slot gets a
+// backup when the slots are assigned; a dead server's slots go to their
+// backups in one published routing change with no rollback (no RECOVER,
+// the generation unchanged); a death that leaves a slot with no live copy
+// rolls back as with one replica, and the rollback's routing has no
+// backups; a server heard from again after a takeover drops its keys
+// before it gets slots.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "proto/ductile.pb.h"
+#include "routing/routing_table.h"
+#include "tests/scripted_coordinator.h"
+
+namespace ductile {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::AnswerTo;
+using testing::Exit;
+using testing::Peer;
+using testing::RegisterServer;
+using testing::RegisterWorker;
+using testing::ScriptedCoordinator;
+
+constexpr int64_t kHeartbeatTimeoutMs = 5000;
+constexpr int32_t kSlots = 16;
+
+CoordinatorOptions Options(int32_t replicas) {
+  CoordinatorOptions options;
+  options.num_servers = 3;
+  options.num_workers = 1;
+  options.num_slots = kSlots;
+  options.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
+  options.replicas = replicas;
+  return options;
+}
+
+// A server's heartbeat at `generation`, holding `keys` keys.
+wire::Header ServerHeartbeat(int32_t id, uint64_t generation, uint64_t keys) {
+  wire::Header h;
+  h.set_type(wire::HEARTBEAT);
+  h.set_member_id(id);
+  h.set_generation(generation);
+  h.mutable_counters()->set_keys_stored(keys);
+  return h;
+}
+
+int Count(const std::vector<wire::Header>& messages, wire::MessageType type) {
+  int n = 0;
+  for (const wire::Header& m : messages) n += m.type() == type;
+  return n;
+}
+
+// The table of the last ROUTING_UPDATE among `messages` (epoch 0: none).
+RoutingTable LastRoutingUpdate(const std::vector<wire::Header>& messages) {
+  RoutingTable last;
+  for (const wire::Header& m : messages) {
+    if (m.type() != wire::ROUTING_UPDATE) continue;
+    Result<RoutingTable> t = RoutingTable::FromWire(m.routing());
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (t.ok()) last = std::move(*t);
+  }
+  return last;
+}
+
+// Three servers (ids 0, 1, 2), registered, and one worker, with a
+// launcher to report exits.
+class ThreeServers {
+ public:
+  explicit ThreeServers(int32_t replicas) : cluster_(Options(replicas)) {
+    for (int32_t id = 0; id < 3; ++id) {
+      servers_[id] = cluster_.NewPeer("server-" + std::to_string(id));
+      servers_[id]->Send(RegisterServer(id, 200 + id));
+    }
+    worker_ = cluster_.NewPeer("worker-0");
+    worker_->Send(RegisterWorker(0, 300));
+    launcher_ = cluster_.NewPeer("launcher");
+    cluster_.Run(milliseconds(20));
+    for (auto& [id, peer] : servers_) peer->Take();
+    worker_->Take();
+  }
+
+  ScriptedCoordinator& cluster() { return cluster_; }
+  const RoutingTable& routing() const { return cluster_.state().routing; }
+  Peer& server(int32_t id) { return *servers_.at(id); }
+  Peer& worker() { return *worker_; }
+  Peer& launcher() { return *launcher_; }
+
+  // Runs for `duration`; the servers of `beating` send a heartbeat at
+  // generation 0 with keys every second, and so does the worker.
+  void RunWithHeartbeats(milliseconds duration,
+                         const std::set<int32_t>& beating) {
+    for (milliseconds done{0}; done < duration; done += milliseconds(1000)) {
+      for (int32_t id : beating) {
+        servers_.at(id)->Send(ServerHeartbeat(id, 0, /*keys=*/10));
+      }
+      wire::Header worker_heartbeat;
+      worker_heartbeat.set_type(wire::HEARTBEAT);
+      worker_heartbeat.set_member_id(0);
+      worker_->Send(worker_heartbeat);
+      cluster_.Run(std::min(milliseconds(1000), duration - done));
+    }
+  }
+
+ private:
+  ScriptedCoordinator cluster_;
+  std::map<int32_t, std::unique_ptr<Peer>> servers_;
+  std::unique_ptr<Peer> worker_;
+  std::unique_ptr<Peer> launcher_;
+};
+
+TEST(Takeover, EachSlotGetsABackupOtherThanItsOwnerAtTheStart) {
+  ThreeServers c(/*replicas=*/2);
+  const RoutingTable& routing = c.routing();
+  ASSERT_FALSE(routing.empty());
+  std::map<int32_t, int32_t> copies;
+  for (int32_t s = 0; s < kSlots; ++s) {
+    EXPECT_GE(routing.backup(s), 0) << s;
+    EXPECT_NE(routing.backup(s), routing.owner(s)) << s;
+    ++copies[routing.backup(s)];
+  }
+  EXPECT_EQ(copies.size(), 3u) << "every server backs some slots up";
+
+  ThreeServers single(/*replicas=*/1);
+  EXPECT_FALSE(single.routing().HasBackups());
+}
+
+TEST(Takeover, AnExitedServersSlotsGoToTheirBackupsWithNoRollback) {
+  ThreeServers c(/*replicas=*/2);
+  const RoutingTable before = c.routing();
+  ASSERT_TRUE(c.routing().OwnsAny(1));
+  const wire::Header exit = Exit(wire::ROLE_SERVER, 1, 201);
+  c.launcher().Send(exit);
+  c.cluster().Run(milliseconds(20));
+  EXPECT_EQ(AnswerTo(exit, c.launcher().Take()), 0);
+
+  for (int32_t id : {0, 2}) {
+    const std::vector<wire::Header> got = c.server(id).Take();
+    EXPECT_EQ(Count(got, wire::RECOVER), 0) << "server " << id;
+    const RoutingTable after = LastRoutingUpdate(got);
+    ASSERT_FALSE(after.empty()) << "server " << id << " got no new routing";
+    EXPECT_GT(after.epoch(), before.epoch());
+    EXPECT_EQ(after.endpoint(1), nullptr) << "the dead server is not listed";
+    for (int32_t s = 0; s < kSlots; ++s) {
+      if (before.owner(s) == 1) {
+        EXPECT_EQ(after.owner(s), before.backup(s)) << "slot " << s;
+        EXPECT_EQ(after.backup(s), -1) << "slot " << s;
+      } else {
+        EXPECT_EQ(after.owner(s), before.owner(s)) << "slot " << s;
+        EXPECT_EQ(after.backup(s),
+                  before.backup(s) == 1 ? -1 : before.backup(s))
+            << "slot " << s;
+      }
+    }
+  }
+  // The workers hear of the new owners too, and resume nothing.
+  const std::vector<wire::Header> to_worker = c.worker().Take();
+  EXPECT_EQ(Count(to_worker, wire::RESUME), 0);
+  EXPECT_EQ(LastRoutingUpdate(to_worker).epoch(), c.routing().epoch());
+  EXPECT_EQ(c.cluster().state().generation, 0u);
+  EXPECT_FALSE(c.cluster().state().recovering);
+  EXPECT_FALSE(c.routing().OwnsAny(1));
+}
+
+TEST(Takeover, WithOneReplicaAnExitedServerRollsTheJobBack) {
+  ThreeServers c(/*replicas=*/1);
+  c.launcher().Send(Exit(wire::ROLE_SERVER, 1, 201));
+  c.cluster().Run(milliseconds(20));
+  for (int32_t id : {0, 2}) {
+    EXPECT_EQ(Count(c.server(id).Take(), wire::RECOVER), 1) << "server " << id;
+  }
+  EXPECT_EQ(c.cluster().state().generation, 1u);
+  EXPECT_TRUE(c.cluster().state().recovering);
+}
+
+TEST(Takeover, ASilentServerIsTakenOverAndDropsItsKeysBeforeItRejoins) {
+  ThreeServers c(/*replicas=*/2);
+  const RoutingTable before = c.routing();
+  c.RunWithHeartbeats(milliseconds(kHeartbeatTimeoutMs + 2000), {0, 2});
+  ASSERT_TRUE(c.cluster().server(1).dead);
+  for (int32_t id : {0, 2}) {
+    EXPECT_EQ(Count(c.server(id).Take(), wire::RECOVER), 0) << "server " << id;
+  }
+  EXPECT_EQ(c.cluster().state().generation, 0u);
+  for (int32_t s = 0; s < kSlots; ++s) {
+    if (before.owner(s) == 1) {
+      EXPECT_EQ(c.routing().owner(s), before.backup(s)) << s;
+    }
+  }
+
+  // It was only paused. At the job's generation still, but with the keys
+  // of slots that are others' now: it is told to rejoin, and gets nothing.
+  c.server(1).Take();
+  c.server(1).Send(ServerHeartbeat(1, 0, /*keys=*/10));
+  c.cluster().Run(milliseconds(20));
+  const std::vector<wire::Header> told = c.server(1).Take();
+  ASSERT_EQ(Count(told, wire::REJOIN), 1);
+  for (const wire::Header& m : told) {
+    if (m.type() == wire::REJOIN) {
+      EXPECT_EQ(m.generation(), 0u);
+    }
+  }
+  EXPECT_TRUE(c.cluster().server(1).rejoining);
+  c.RunWithHeartbeats(milliseconds(2000), {0, 2});
+  EXPECT_TRUE(c.cluster().server(1).rejoining);
+  EXPECT_FALSE(c.routing().OwnsAny(1));
+
+  // Once it holds no keys it takes its share of the slots again (moved to
+  // it with their keys).
+  c.server(1).Send(ServerHeartbeat(1, 0, /*keys=*/0));
+  c.cluster().Run(milliseconds(20));
+  EXPECT_FALSE(c.cluster().server(1).rejoining);
+  int moves = 0;
+  for (int32_t id : {0, 2}) {
+    for (const wire::Header& m : c.server(id).Take()) {
+      if (m.type() != wire::MIGRATE_OUT) continue;
+      ++moves;
+      EXPECT_EQ(m.member_id(), 1) << "moves to the server that rejoined";
+    }
+  }
+  EXPECT_GT(moves, 0);
+}
+
+TEST(Takeover, ADeathThatLeavesASlotWithNoLiveCopyRollsBackWithoutBackups) {
+  ThreeServers c(/*replicas=*/2);
+  // 1 and 2 fall silent together: 1's slots are backed up on 2.
+  c.RunWithHeartbeats(milliseconds(kHeartbeatTimeoutMs + 2000), {0});
+  ASSERT_TRUE(c.cluster().server(1).dead);
+  ASSERT_TRUE(c.cluster().server(2).dead);
+  const std::vector<wire::Header> got = c.server(0).Take();
+  // (Sent again at each heartbeat of the old generation.)
+  ASSERT_GE(Count(got, wire::RECOVER), 1);
+  for (const wire::Header& m : got) {
+    if (m.type() != wire::RECOVER) continue;
+    EXPECT_EQ(m.routing().slot_backup_size(), 0) << "no copy survives";
+    for (int32_t owner : m.routing().slot_owner()) EXPECT_EQ(owner, 0);
+  }
+  EXPECT_EQ(c.cluster().state().generation, 1u);
+  EXPECT_FALSE(c.routing().HasBackups());
+}
+
+TEST(Takeover, ARestartedServersSlotsGoToTheirBackupsAndItGetsNewOnes) {
+  ThreeServers c(/*replicas=*/2);
+  const RoutingTable before = c.routing();
+  // A new process under id 1 (its launcher restarted it): the one that
+  // held its slots is gone.
+  std::unique_ptr<Peer> again = c.cluster().NewPeer("server-1-again");
+  again->Send(RegisterServer(1, 211));
+  c.cluster().Run(milliseconds(20));
+  EXPECT_EQ(c.cluster().state().generation, 0u);
+  int moves = 0;
+  for (int32_t id : {0, 2}) {
+    for (const wire::Header& m : c.server(id).Take()) {
+      EXPECT_NE(m.type(), wire::RECOVER) << "server " << id;
+      if (m.type() == wire::MIGRATE_OUT) {
+        ++moves;
+        EXPECT_EQ(m.member_id(), 1);
+      }
+    }
+  }
+  for (int32_t s = 0; s < kSlots; ++s) {
+    if (before.owner(s) == 1) {
+      EXPECT_NE(c.routing().owner(s), 1) << s;
+    }
+    EXPECT_NE(c.routing().backup(s), 1) << s << ": its copies are gone";
+  }
+  EXPECT_GT(moves, 0) << "the new process gets its share, with keys";
+}
+
+TEST(Takeover, ReplicasAreOneOrTwo) {
+  CoordinatorOptions options;
+  for (int32_t bad : {0, 3, -1}) {
+    options.replicas = bad;
+    const Status s = Validate(options);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("replicas must be 1"), std::string::npos) << s;
+  }
+  options.replicas = 2;
+  EXPECT_TRUE(Validate(options).ok());
+}
+
+}  // namespace
+}  // namespace ductile

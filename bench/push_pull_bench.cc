@@ -23,6 +23,7 @@
 //   push_pull_bench --quick         # about 20 s: 4 KiB and 1 MiB only
 //   push_pull_bench --sizes=65536 --configs=1x1 --csv=/tmp/bench.csv
 //   push_pull_bench --configs=1x1,1x1+curve   # the cost of CURVE (keys)
+//   push_pull_bench --configs=2x2,2x2+replicas  # the cost of backups
 //   push_pull_bench --shm_reference --sizes=1048576,16777216
 //
 // --shm_reference measures, instead of ductile, what shared memory would
@@ -74,7 +75,8 @@ DEFINE_string(sizes, "4096,1048576,16777216",
               "multiple of 4. One key holds the whole value.");
 DEFINE_string(configs, "1x1,2x2",
               "Cluster shapes SERVERSxWORKERS, comma-separated; "
-              "SERVERSxWORKERS+curve runs that shape with CURVE keys.");
+              "SERVERSxWORKERS+curve runs that shape with CURVE keys, "
+              "+replicas with a backup server for every slot.");
 DEFINE_int32(iters, 0,
              "Requests per worker per measurement; 0 scales with the size: "
              "one at a time 2000 up to 64 KiB, 300 up to 4 MiB, 100 above; "
@@ -124,6 +126,7 @@ struct ClusterShape {
   int servers = 1;
   int workers = 1;
   bool curve = false;  // every connection CURVE-authenticated and encrypted
+  int replicas = 1;    // 2: each slot also on a backup server (+replicas)
   std::string name;    // "2x2", "2x2+curve"
 };
 
@@ -528,6 +531,7 @@ Result<std::unique_ptr<InProcessCluster>> StartCluster(
   o.servers = shape.servers;
   o.workers = shape.workers;
   o.coordinator.security = security;
+  o.coordinator.replicas = shape.replicas;
   o.server.ipc_dir = ipc_dir;
   o.server.connect_timeout_ms = 20000;
   o.server.security = security;
@@ -1052,16 +1056,25 @@ Result<BenchOptions> OptionsFromFlags() {
     ClusterShape shape;
     char x = 0;
     std::string plain = part;
-    const std::string kCurve = "+curve";
-    if (plain.ends_with(kCurve)) {
-      shape.curve = true;
-      plain.resize(plain.size() - kCurve.size());
+    const std::string kCurve = "+curve", kReplicas = "+replicas";
+    for (bool more = true; more;) {
+      more = false;
+      if (plain.ends_with(kCurve)) {
+        shape.curve = more = true;
+        plain.resize(plain.size() - kCurve.size());
+      }
+      if (plain.ends_with(kReplicas)) {
+        shape.replicas = 2;
+        more = true;
+        plain.resize(plain.size() - kReplicas.size());
+      }
     }
     std::istringstream in(plain);
     if (!(in >> shape.servers >> x >> shape.workers) || x != 'x' || !in.eof() ||
         shape.servers < 1 || shape.workers < 1) {
-      return InvalidArgumentError("--configs: '" + part +
-                                  "' is not SERVERSxWORKERS[+curve]");
+      return InvalidArgumentError(
+          "--configs: '" + part +
+          "' is not SERVERSxWORKERS[+curve][+replicas]");
     }
     shape.name = part;
     options.configs.push_back(shape);

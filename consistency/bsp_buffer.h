@@ -84,6 +84,14 @@ class BspBuffer {
     clocks_[entry.clock][entry.key] = std::move(entry.combined);
   }
 
+  // `key`'s pushes of `clock` combined so far; null if none.
+  const Combined* Find(int64_t clock, Key key) const {
+    auto c = clocks_.find(clock);
+    if (c == clocks_.end()) return nullptr;
+    auto k = c->second.find(key);
+    return k == c->second.end() ? nullptr : &k->second;
+  }
+
   bool empty() const { return clocks_.empty(); }
   size_t pending_clocks() const { return clocks_.size(); }
 

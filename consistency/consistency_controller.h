@@ -149,6 +149,12 @@ class ConsistencyController {
     }
     return out;
   }
+  // `key`'s pushes of `clock` to `table` combined so far; null if none.
+  const BspBuffer::Combined* FindBuffered(TableId table, int64_t clock,
+                                          Key key) const {
+    auto it = tables_.find(table);
+    return it == tables_.end() ? nullptr : it->second.bsp.Find(clock, key);
+  }
   // Puts moved-in buffered pushes back: false when the clock is over here
   // already (every push of it is in the entry: the caller applies it).
   bool PutBuffered(TableId table, BspBuffer::Entry entry);

@@ -171,6 +171,7 @@ void ParameterTable::Evict(Key key) {
   const bool in_store = e.in_store;
   entries_.erase(it);
   if (keeps_evicted_ && in_store) evicted_.insert(key);
+  if (replicating_) replica_evicted_.push_back(key);
   // Listed keys no longer stored are dropped once they are half the list,
   // so that the list stays within twice the changed rows.
   if (changed_stale_ > 64 && 2 * changed_stale_ > changed_.size()) {
@@ -296,7 +297,7 @@ void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock,
       Entry* e = Admit(keys[i], request.length(i), 1);
       if (e == nullptr) continue;  // not admitted: dropped
       ++e->steps;
-      MarkChanged(keys[i], *e);
+      MarkUpdated(keys[i], *e);
       Touch(*e);
       work.push_back(Work{e, nullptr, request.value(i).data(), 1.0f});
     }
@@ -308,7 +309,7 @@ void ParameterTable::ApplyPush(const DataFrames& request, int64_t clock,
     Entry* e = Admit(keys[i], request.length(i), 1);
     if (e == nullptr) continue;  // not admitted: dropped
     kernel_.Apply(e->value, request.value(i), e->state, &e->steps, factor);
-    MarkChanged(keys[i], *e);
+    MarkUpdated(keys[i], *e);
     Touch(*e);
   }
   EnforceBudget();
@@ -376,7 +377,7 @@ Status ParameterTable::ApplyEntry(Key key, std::span<const float> update,
   }
   kernel_.Apply(e.value, update, e.state, &e.steps,
                 kernel_.Factor(clock) * batch_factor);
-  MarkChanged(key, e);
+  MarkUpdated(key, e);
   Touch(e);
   return Status::Ok();
 }
@@ -449,6 +450,8 @@ void ParameterTable::Clear() {
   stored_floats_ = 0;
   changed_.clear();
   changed_stale_ = 0;
+  replica_changed_.clear();
+  replica_evicted_.clear();
   oldest_ = newest_ = nullptr;
   // The store goes back to the checkpoint too, and the counts of ids not
   // admitted come back from it (RestoreCounts).

@@ -350,6 +350,34 @@ class ParameterTable {
   // their optimizer state.
   uint64_t NewFloats(const DataFrames& request) const;
 
+  // ---- Replication (--replicas=2): what a backup must be told.
+  // While on, every stored row a push or a BSP clock changes, and every
+  // row evicted, is listed for TakeReplicaChanges; rows restored (a
+  // rollback, a slot moved in) are not: the backup holds them already, or
+  // gets them when it is made.
+  void set_replicating(bool on) {
+    replicating_ = on;
+    if (!on) DropReplicaChanges();
+  }
+  // Calls evicted(key) for each key evicted since the last call, then
+  // changed(row) for each row changed since (a key evicted and stored
+  // again is in both, in that order), and forgets them.
+  template <typename Evicted, typename Changed>
+  void TakeReplicaChanges(Evicted&& evicted, Changed&& changed) {
+    for (Key key : replica_evicted_) evicted(key);
+    replica_evicted_.clear();
+    for (Key key : replica_changed_) {
+      auto it = entries_.find(key);
+      if (it == entries_.end() || !it->second.replica_changed) continue;
+      it->second.replica_changed = false;
+      changed(RowRef(&it->second));
+    }
+    replica_changed_.clear();
+  }
+  bool has_replica_changes() const {
+    return !replica_evicted_.empty() || !replica_changed_.empty();
+  }
+
   // Reads one key (tests, debugging); false if absent.
   bool Get(Key key, std::vector<float>* value) const;
   size_t size() const { return entries_.size(); }
@@ -359,7 +387,8 @@ class ParameterTable {
     std::vector<float> value;
     std::vector<float> state;
     int64_t steps = 0;
-    bool changed = false;  // listed in changed_
+    bool changed = false;          // listed in changed_
+    bool replica_changed = false;  // listed in replica_changed_
     // The checkpoint store may hold a version of it (it was restored from
     // it, or taken for a checkpoint): its eviction is to be deleted there.
     bool in_store = false;
@@ -395,6 +424,23 @@ class ParameterTable {
       e.changed = true;
       changed_.push_back(key);
     }
+  }
+  // A push or a BSP clock changed `e` (MarkChanged, which restores call
+  // too, marks it for checkpoints).
+  void MarkUpdated(Key key, Entry& e) {
+    MarkChanged(key, e);
+    if (replicating_ && !e.replica_changed) {
+      e.replica_changed = true;
+      replica_changed_.push_back(key);
+    }
+  }
+  void DropReplicaChanges() {
+    for (Key key : replica_changed_) {
+      auto it = entries_.find(key);
+      if (it != entries_.end()) it->second.replica_changed = false;
+    }
+    replica_changed_.clear();
+    replica_evicted_.clear();
   }
   // One key's share of a parallel apply: `g` (scaled in place by `scale`
   // first, when not 1) applied to `entry`, whose steps count it already.
@@ -447,6 +493,10 @@ class ParameterTable {
   int64_t clock_ = 0;  // the server clock (SetClock)
   bool evictions_held_ = false;
   bool keeps_evicted_ = false;
+  // Replication: rows changed and keys evicted since TakeReplicaChanges.
+  bool replicating_ = false;
+  std::vector<Key> replica_changed_;
+  std::vector<Key> replica_evicted_;
   std::unordered_set<Key> evicted_;
   RowCounts row_counts_;
   BatchScaleRamp batch_ramp_;

@@ -10,11 +10,28 @@ namespace ductile {
 
 void ReplySender::Reply(ByteSpan identity, wire::Header& header,
                         std::vector<float>* values) {
+  Send(identity, header, values, /*gated=*/true);
+}
+
+void ReplySender::Send(ByteSpan identity, wire::Header& header,
+                       std::vector<float>* values, bool gated) {
   OutMessage out;
   out.AddCopy(identity);
   header.set_epoch(routing_->epoch());
   out.AddString(header.SerializeAsString());
   if (values != nullptr) out.AddOwned(std::move(*values));
+  if (gated && gate_ != nullptr) {
+    const uint64_t ticket = gate_->Ticket();
+    if (!held_.empty() || !gate_->Passed(ticket)) {
+      held_.push_back({std::move(out), ticket});
+      return;
+    }
+  }
+  Transmit(std::move(out), identity, header);
+}
+
+void ReplySender::Transmit(OutMessage out, ByteSpan identity,
+                           const wire::Header& header) {
   const uint64_t bytes = out.bytes();
   Status s = router_->Send(std::move(out));
   if (s.ok()) {
@@ -31,6 +48,26 @@ void ReplySender::Reply(ByteSpan identity, wire::Header& header,
                                  " did not queue the reply: " + s.message()),
           header.duplicate());
   }
+}
+
+void ReplySender::SendHeld() {
+  while (!held_.empty() && gate_ != nullptr &&
+         gate_->Passed(held_.front().ticket)) {
+    OutMessage out = std::move(held_.front().out);
+    held_.pop_front();
+    const uint64_t bytes = out.bytes();
+    if (Status s = router_->Send(std::move(out)); s.ok()) {
+      counters_->Add(&ServerCounters::bytes_out, bytes);
+    } else {
+      VLOG(1) << "held reply dropped: " << s;
+    }
+  }
+}
+
+size_t ReplySender::DropHeld() {
+  const size_t n = held_.size();
+  held_.clear();
+  return n;
 }
 
 void ReplySender::Error(ByteSpan identity, uint64_t seq, const Status& s,

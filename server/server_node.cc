@@ -79,6 +79,9 @@ Status ServerNode::Start() {
                             options_.max_queued_reply_mb << 20,
                             options_.max_queued_requests));
   replies_.set_router(router_.get());
+  replicator_ = std::make_unique<Replicator>(env_, transport_.get(), &routing_,
+                                             &tables_, &consistency_);
+  replies_.set_gate(replicator_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);
   DUCTILE_ASSIGN_OR_RETURN(
@@ -143,6 +146,7 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
   last_heard_ = env_->Now();
   tables_.set_server_id(id_);
   replies_.set_server_id(id_);
+  replicator_->set_server_id(id_);
   checkpointer_.set_server_id(id_);
   generation_ = reply.generation();
   checkpointer_.set_checkpoint_every(reply.checkpoint_every());
@@ -199,6 +203,9 @@ std::vector<Socket*> ServerNode::sockets() const {
   if (mover_) {
     for (Socket* s : mover_->sockets()) out.push_back(s);
   }
+  if (replicator_) {
+    for (Socket* s : replicator_->sockets()) out.push_back(s);
+  }
   return out;
 }
 
@@ -218,13 +225,20 @@ void ServerNode::SetMoveCounters() {
 }
 
 void ServerNode::StepMoves() {
-  if (!mover_ || !mover_->moving()) return;
-  for (const wire::Header& done : mover_->Step()) {
-    wire::Header h = done;
-    h.set_member_id(id_);
-    Send(h);
+  if (mover_ && mover_->moving()) {
+    for (const wire::Header& done : mover_->Step()) {
+      // Reported once the backups hold what the slots' last requests did:
+      // the coordinator then names their new owner.
+      moves_done_.push_back({done, replicator_->Ticket()});
+      moves_done_.back().first.set_member_id(id_);
+    }
+    SetMoveCounters();
   }
-  SetMoveCounters();
+  while (!moves_done_.empty() &&
+         replicator_->Passed(moves_done_.front().second)) {
+    Send(moves_done_.front().first);
+    moves_done_.erase(moves_done_.begin());
+  }
 }
 
 void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
@@ -309,6 +323,7 @@ void ServerNode::Step() {
     if (!coordinator_->Receive(&message_, &got).ok() || !got) break;
     HandleCoordinator(message_);
   }
+  StepReplication();
   StepMoves();
   HandleTimers();
 }
@@ -355,6 +370,11 @@ void ServerNode::HandleCoordinator(InMessage& message) {
   if (message.empty() || !ParseHeader(message.frame(0), &header).ok()) {
     LOG(WARNING) << "server " << id_ << ": unreadable message from coordinator";
     return;
+  }
+  if (header.type() == wire::RECOVER || header.type() == wire::REJOIN) {
+    // The copies and what waits for them belong to the old timeline (and
+    // the slots of a dead primary come back from the checkpoint).
+    DropReplicas();
   }
   if (header.has_routing()) {
     InstallRouting(header.routing());
@@ -430,7 +450,7 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
                  << routing.status();
     return;
   }
-  routing_ = std::move(*routing);
+  const RoutingTable old = std::exchange(routing_, std::move(*routing));
   // The admission filters keep their counts by the routing's slots.
   tables_.set_num_slots(routing_.num_slots());
   VLOG(1) << "server " << id_ << " routing epoch " << routing_.epoch();
@@ -439,6 +459,7 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
     if (mover_->OnRouting(routing_, id_, tables_) > 0) SetKeysStored();
     SetMoveCounters();
   }
+  OnReplicaRouting(old);
   ReplayBehind();
 }
 

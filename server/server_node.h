@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,8 @@
 #include "server/coordinator_link.h"
 #include "server/live_counters.h"
 #include "server/noise_monitor.h"
+#include "server/replica_store.h"
+#include "server/replicator.h"
 #include "server/reply_sender.h"
 #include "server/request_admission.h"
 #include "server/restorer.h"
@@ -133,8 +136,21 @@ class ServerNode final : private CoordinatorLink {
   void Rejoin(const wire::Header& header);   // server_node_recovery.cc
   // A chunk of keys moving here (MIGRATE_DATA from another server).
   void InstallMoved(InMessage& message, const wire::Header& header);
-  // Reports finished moves to the coordinator.
+  // Reports finished moves to the coordinator (once their slots' records
+  // are at their backups).
   void StepMoves();
+  // ---- Replication (server_node_replication.cc).
+  // REPLICATE from a primary of slots this server backs: its records kept.
+  void InstallReplica(InMessage& message, const wire::Header& header);
+  // After a routing change from `old`: takes over the slots whose primary
+  // died and whose copy is here, and drops the copies no longer backed.
+  void OnReplicaRouting(const RoutingTable& old);
+  // Reads the backups' answers, sends the replies they let go, and sends
+  // what changed with no reply to wait for it.
+  void StepReplication();
+  // Forgets the copies, the replies waiting for backups and the records
+  // under way (a rollback, or a rejoin).
+  void DropReplicas();
   // The counters of moves under way: slots, bytes left.
   void SetMoveCounters();
   // Handles again the requests held for a newer routing table.
@@ -240,6 +256,18 @@ class ServerNode final : private CoordinatorLink {
   Restorer restorer_;
   std::function<void()> wakeup_;      // set_wakeup
   std::unique_ptr<SlotMover> mover_;  // made by Start()
+  // Replication: this server's copies of other servers' slots, and the
+  // primary's side for its own (made by Start()). Moves finished, to be
+  // reported once the replicator is idle.
+  ReplicaStore replicas_;
+  std::unique_ptr<Replicator> replicator_;
+  std::vector<std::pair<wire::Header, uint64_t>> moves_done_;  // ticket
+  // The stream each primary's records come in, and the next record's seq.
+  struct ReplicaStream {
+    uint64_t stream = 0;
+    uint64_t next_seq = 1;
+  };
+  std::map<int32_t, ReplicaStream> replica_streams_;
   // Requests held, in arrival order, behind one that named a routing epoch
   // newer than this server's (until it arrives, or kBehindWait passes).
   std::deque<InMessage> behind_;

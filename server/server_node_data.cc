@@ -69,9 +69,13 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     Send(get);
   }
   if (!s.ok()) {
-    // Another server's chunk of keys moving here.
+    // Another server's chunk of keys moving here, or records of slots
+    // this server backs.
     if (request.header.type() == wire::MIGRATE_DATA && !request.header.ack()) {
       return InstallMoved(message, request.header);
+    }
+    if (request.header.type() == wire::REPLICATE && !request.header.ack()) {
+      return InstallReplica(message, request.header);
     }
     if (!routing_.empty() && request.header.epoch() > routing_.epoch() &&
         !refuse_behind_ && s.code() != StatusCode::kPermissionDenied) {
@@ -138,6 +142,9 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
     counters_.Add(&ServerCounters::apply_us, MicrosSince(start));
     if (!s.ok()) return replies_.Error(identity, seq, s);
     admission_.MarkApplied(request);
+    replicator_->NoteApplied(request.header.client_id(), seq,
+                             request.header.done_below(), table,
+                             request.data.keys());
     counters_.Add(&ServerCounters::pushes);
   }
   if (!request.has_pull()) return replies_.Reply(identity, reply, nullptr);
@@ -302,6 +309,7 @@ Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {
     consistency_.Buffer(table.id(), clock, request.data,
                         std::max<int32_t>(1, static_cast<int32_t>(weight)),
                         table.options().rule == UpdateRule::kAssign, rate);
+    replicator_->NoteBuffered(table.id(), clock, request.data.keys());
     return Status::Ok();
   }
   if (request.is_worker) NoteGradient(request);
@@ -424,7 +432,10 @@ void ServerNode::OnServerClock() {
   // than at the next heartbeat.
   if (checkpointer_.DueByClock(server_clock)) Heartbeat(0);
   // Apply every BSP clock that every worker has finished.
-  for (auto& combined : consistency_.TakeCombined()) {
+  std::vector<ConsistencyController::CombinedClock> clocks =
+      consistency_.TakeCombined();
+  if (!clocks.empty()) replicator_->NoteCombinedBelow(server_clock);
+  for (auto& combined : clocks) {
     ParameterTable* table = tables_.Find(combined.table);
     if (table == nullptr) continue;
     std::vector<Status> errors;

@@ -93,17 +93,23 @@ void ServerNode::Recover(const wire::Header& header) {
 }
 
 void ServerNode::Rejoin(const wire::Header& header) {
-  if (header.generation() <= generation_) return;    // sent again
+  // Sent again, unless the job went on without a rollback (its backups
+  // took this server's slots over) and this server still holds keys.
+  if (header.generation() < generation_ ||
+      (header.generation() == generation_ && tables_.keys() == 0)) {
+    return;
+  }
   checkpointer_.FinishWrite(tables_).IgnoreError();  // the store is needed
   admission_.BindWorkers(header, /*overwrite=*/false);
   LOG(WARNING) << "server " << id_
                << ": the coordinator declared this server dead (it was "
-                  "silent past the heartbeat timeout) and rolled the job back "
-                  "without it; rejoining at generation "
+                  "silent past the heartbeat timeout) and went on without it "
+                  "(its slots taken over by their backups, or the job rolled "
+                  "back); rejoining at generation "
                << header.generation() << " with no keys";
   const Status aborted = AbortedError(
       "server " + std::to_string(id_) +
-      " was declared dead and rejoined the job; the job rolled back");
+      " was declared dead and rejoined the job; its slots are elsewhere");
   replies_.FailAll(consistency_.TakeAllWaiting(), aborted);
   replies_.FailAll(checkpointer_.TakeHeld(), aborted);
   counters_.Set(&ServerCounters::parked_pulls, 0);

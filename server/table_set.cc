@@ -42,6 +42,7 @@ Status TableSet::Create(const wire::TableConfig& config) {
   table->RestartClock(clock_);
   table->HoldEvictions(evictions_held_);
   table->set_keeps_evicted(keeps_evicted_);
+  table->set_replicating(replicating_);
   tables_[config.id()] = std::move(table);
   return Status::Ok();
 }
@@ -86,6 +87,12 @@ void TableSet::HoldEvictions(bool held) {
 void TableSet::set_keeps_evicted(bool keeps) {
   keeps_evicted_ = keeps;
   for (auto& [id, table] : tables_) table->set_keeps_evicted(keeps);
+}
+
+void TableSet::set_replicating(bool on) {
+  if (on == replicating_) return;
+  replicating_ = on;
+  for (auto& [id, table] : tables_) table->set_replicating(on);
 }
 
 ParameterTable::RowCounts TableSet::row_counts() const {

@@ -61,6 +61,8 @@ class TableSet {
   void HoldEvictions(bool held);
   // ParameterTable::set_keeps_evicted: true with a checkpoint store.
   void set_keeps_evicted(bool keeps);
+  // ParameterTable::set_replicating: true while a slot has a backup.
+  void set_replicating(bool on);
   // Rows admitted and evicted, over every table.
   ParameterTable::RowCounts row_counts() const;
 
@@ -79,6 +81,7 @@ class TableSet {
   int32_t num_slots_ = 1;
   bool evictions_held_ = false;
   bool keeps_evicted_ = false;
+  bool replicating_ = false;
   std::map<TableId, std::unique_ptr<ParameterTable>> tables_;
 };
 

@@ -1,0 +1,135 @@
+#include "server/replica_store.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace ductile {
+
+void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records,
+                         const std::function<bool(TableId, Key)>& owned) {
+  // Evictions first: a key evicted and stored again is a row after them.
+  for (const auto& [table, key] : records.deleted) {
+    auto t = tables_.find(table);
+    if (t == tables_.end()) continue;
+    auto it = t->second.find(key);
+    if (it == t->second.end()) continue;
+    floats_ -= Floats(it->second);
+    --rows_;
+    t->second.erase(it);
+  }
+  for (EntryRecord& e : records.entries) {
+    auto& rows = tables_[e.table];
+    auto [it, added] = rows.try_emplace(e.key);
+    Row& row = it->second;
+    if (added) {
+      ++rows_;
+    } else {
+      floats_ -= Floats(row);
+    }
+    row.value = std::move(e.value);
+    row.state = std::move(e.state);
+    row.steps = e.steps;
+    row.changed = ++records_;
+    floats_ += Floats(row);
+  }
+  for (RecordCodec::Buffered& b : records.buffered) {
+    BspBuffer::Combined& held =
+        buffered_[{b.first, b.second.clock}][b.second.key];
+    floats_ -= held.values.size();
+    held = std::move(b.second.combined);
+    floats_ += held.values.size();
+  }
+  if (records.combined_below) {
+    TakeBuffered(owned, records.combined_below, nullptr);
+  }
+  if (!records.windows.empty()) {
+    RequestDedup& windows = windows_[primary];
+    for (const RequestDedup::Window& w : records.windows) windows.Merge(w);
+  }
+}
+
+size_t ReplicaStore::TakeBuffered(const std::function<bool(TableId, Key)>& in,
+                                  std::optional<int64_t> below,
+                                  std::vector<RecordCodec::Buffered>* out) {
+  size_t taken = 0;
+  for (auto it = buffered_.begin(); it != buffered_.end();) {
+    const auto [table, clock] = it->first;
+    if (below && clock >= *below) {
+      ++it;
+      continue;
+    }
+    BspBuffer::Clock& keys = it->second;
+    for (auto k = keys.begin(); k != keys.end();) {
+      if (!in(table, k->first)) {
+        ++k;
+        continue;
+      }
+      floats_ -= k->second.values.size();
+      if (out != nullptr) {
+        out->push_back({table, {clock, k->first, std::move(k->second)}});
+      }
+      k = keys.erase(k);
+      ++taken;
+    }
+    it = keys.empty() ? buffered_.erase(it) : std::next(it);
+  }
+  return taken;
+}
+
+ReplicaStore::Taken ReplicaStore::Take(
+    const std::function<bool(TableId, Key)>& in,
+    const std::vector<int32_t>& dead) {
+  Taken taken;
+  std::vector<std::pair<uint64_t, EntryRecord>> rows;
+  for (auto& [table, held] : tables_) {
+    for (auto it = held.begin(); it != held.end();) {
+      if (!in(table, it->first)) {
+        ++it;
+        continue;
+      }
+      Row& row = it->second;
+      floats_ -= Floats(row);
+      --rows_;
+      rows.emplace_back(row.changed,
+                        EntryRecord{table, it->first, std::move(row.value),
+                                    std::move(row.state), row.steps});
+      it = held.erase(it);
+    }
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  taken.rows.reserve(rows.size());
+  for (auto& [order, record] : rows) taken.rows.push_back(std::move(record));
+  TakeBuffered(in, std::nullopt, &taken.buffered);
+  for (int32_t primary : dead) {
+    auto it = windows_.find(primary);
+    if (it == windows_.end()) continue;
+    for (RequestDedup::Window& w : it->second.Snapshot()) {
+      taken.windows.push_back(std::move(w));
+    }
+    windows_.erase(it);
+  }
+  return taken;
+}
+
+size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in) {
+  size_t dropped = 0;
+  for (auto& [table, held] : tables_) {
+    dropped += std::erase_if(held, [&](const auto& kv) {
+      if (!in(table, kv.first)) return false;
+      floats_ -= Floats(kv.second);
+      --rows_;
+      return true;
+    });
+  }
+  return dropped + TakeBuffered(in, std::nullopt, nullptr);
+}
+
+void ReplicaStore::Clear() {
+  tables_.clear();
+  buffered_.clear();
+  windows_.clear();
+  rows_ = floats_ = 0;
+}
+
+}  // namespace ductile

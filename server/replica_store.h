@@ -1,0 +1,100 @@
+// A backup's copies of other servers' slots (--replicas=2): for each slot
+// this server backs, the rows as its primary last reported them, the BSP
+// pushes the primary has acknowledged but not combined yet, and the
+// exactly-once windows of the requests whose effect the copies hold.
+//
+// The primary sends records (RecordCodec) of every change before it
+// answers the request that made it; Apply takes one payload whole. When the
+// primary dies, the coordinator makes this server the slots' owner and
+// Take hands their state to the server's tables, consistency controller
+// and window: the requests the primary applied are duplicates here, and
+// the others its clients send again.
+//
+// Invariants: a row is held once, with its latest record ('E' replaces,
+// 'D' removes); a buffered push is held until its primary reports its
+// clock combined ('C'), so that what a worker was told is applied is in the
+// rows or in the pushes; the windows are kept per primary, since only a
+// dead primary's windows move into this server's.
+//
+// Not thread-safe: owned by a server's request thread.
+#ifndef DUCTILE_SERVER_REPLICA_STORE_H_
+#define DUCTILE_SERVER_REPLICA_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "consistency/bsp_buffer.h"
+#include "ductile/table.h"
+#include "server/record_codec.h"
+#include "server/request_dedup.h"
+#include "storage/checkpoint_store.h"
+
+namespace ductile {
+
+class ReplicaStore {
+ public:
+  // What a promotion takes over: rows, least recently changed first (a
+  // table that evicts keeps that order of use), pushes and windows.
+  struct Taken {
+    std::vector<EntryRecord> rows;
+    std::vector<RecordCodec::Buffered> buffered;
+    std::vector<RequestDedup::Window> windows;
+  };
+
+  // Takes `primary`'s records; the caller checked that every record's
+  // slot is backed here for `primary`. Admission counts ('F') are not
+  // replicated. A 'C' record drops the buffered pushes below its clock for
+  // which `owned(table, key)` holds (the sender's slots).
+  void Apply(int32_t primary, RecordCodec::Records&& records,
+             const std::function<bool(TableId, Key)>& owned);
+
+  // Takes out the rows and pushes for which `in(table, key)` holds, and
+  // every window `dead` primaries sent.
+  Taken Take(const std::function<bool(TableId, Key)>& in,
+             const std::vector<int32_t>& dead);
+  // Drops the rows and pushes for which `in(table, key)` holds (slots this
+  // server no longer backs); returns how many.
+  size_t Drop(const std::function<bool(TableId, Key)>& in);
+  // Drops `primary`'s windows (it is gone, or its slots have no copy here).
+  void DropWindows(int32_t primary) { windows_.erase(primary); }
+  // Drops everything (a rollback: the copies belong to the old timeline).
+  void Clear();
+
+  uint64_t rows() const { return rows_; }
+  // Floats held (values, optimizer state, buffered pushes).
+  uint64_t floats() const { return floats_; }
+
+ private:
+  struct Row {
+    std::vector<float> value;
+    std::vector<float> state;
+    int64_t steps = 0;
+    uint64_t changed = 0;  // order of the last record (Take's order)
+  };
+  static uint64_t Floats(const Row& r) {
+    return r.value.size() + r.state.size();
+  }
+  // Removes the buffered pushes of clocks below `below` (all clocks if
+  // unset) for which `in(table, key)` holds; appends them to `out` if
+  // not null.
+  size_t TakeBuffered(const std::function<bool(TableId, Key)>& in,
+                      std::optional<int64_t> below,
+                      std::vector<RecordCodec::Buffered>* out);
+
+  std::map<TableId, std::unordered_map<Key, Row>> tables_;
+  // Buffered pushes by table and clock, each key's as last reported.
+  std::map<std::pair<TableId, int64_t>, BspBuffer::Clock> buffered_;
+  std::map<int32_t, RequestDedup> windows_;
+  uint64_t rows_ = 0;
+  uint64_t floats_ = 0;
+  uint64_t records_ = 0;
+};
+
+}  // namespace ductile
+
+#endif  // DUCTILE_SERVER_REPLICA_STORE_H_

@@ -1,0 +1,141 @@
+// A backup's copies: records replace rows, evictions remove them, buffered
+// pushes stay until their clock is combined, and a takeover hands over
+// exactly the rows, pushes and windows of the slots taken.
+#include "server/replica_store.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/record_codec.h"
+
+namespace ductile {
+namespace {
+
+constexpr TableId kTable = 3;
+
+RecordCodec::Records Parsed(const std::string& payload) {
+  RecordCodec::Records records;
+  Status s = RecordCodec::Parse(payload, "records", &records);
+  EXPECT_TRUE(s.ok()) << s;
+  return records;
+}
+
+std::string Row(Key key, float value, int64_t steps) {
+  std::string out;
+  RecordCodec::AppendEntry({kTable, key, {value, value}, {0.5f}, steps}, &out);
+  return out;
+}
+
+auto Any() {
+  return [](TableId, Key) { return true; };
+}
+
+TEST(RecordCodec, EveryKindOfRecordRoundTrips) {
+  std::string payload = Row(7, 1.5f, 3);
+  RecordCodec::AppendDeleted(kTable, 9, &payload);
+  BspBuffer::Combined c{{2.0f, 4.0f}, 2, 3, 1.5f};
+  RecordCodec::AppendBuffered(kTable, 12, 8, c, &payload);
+  RecordCodec::AppendWindow({44, 10, {11, 13}}, &payload);
+  RecordCodec::AppendCombinedBelow(12, &payload);
+  RecordCodec::Records r = Parsed(payload);
+  ASSERT_EQ(r.entries.size(), 1u);
+  EXPECT_EQ(r.entries[0].key, 7u);
+  EXPECT_EQ(r.entries[0].value, (std::vector<float>{1.5f, 1.5f}));
+  EXPECT_EQ(r.entries[0].steps, 3);
+  ASSERT_EQ(r.deleted.size(), 1u);
+  EXPECT_EQ(r.deleted[0], std::make_pair(kTable, Key{9}));
+  ASSERT_EQ(r.buffered.size(), 1u);
+  EXPECT_EQ(r.buffered[0].second.clock, 12);
+  EXPECT_EQ(r.buffered[0].second.key, 8u);
+  EXPECT_EQ(r.buffered[0].second.combined.values, c.values);
+  EXPECT_EQ(r.buffered[0].second.combined.batches, 3);
+  ASSERT_EQ(r.windows.size(), 1u);
+  EXPECT_EQ(r.windows[0].applied, (std::vector<uint64_t>{11, 13}));
+  EXPECT_EQ(r.combined_below, 12);
+}
+
+TEST(RecordCodec, ACutOrUnknownRecordIsAClearError) {
+  std::string payload = Row(7, 1.0f, 1);
+  RecordCodec::Records r;
+  Status s = RecordCodec::Parse(std::string_view(payload).substr(0, 10),
+                                "records of server 1", &r);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("records of server 1 ends inside a record"),
+            std::string::npos)
+      << s;
+  s = RecordCodec::Parse("Z", "records", &r);
+  EXPECT_NE(s.message().find("unknown type"), std::string::npos) << s;
+}
+
+TEST(ReplicaStore, ARowsLatestRecordWinsAndAnEvictionRemovesIt) {
+  ReplicaStore store;
+  store.Apply(1, Parsed(Row(7, 1.0f, 1) + Row(8, 2.0f, 1)), Any());
+  store.Apply(1, Parsed(Row(7, 3.0f, 2)), Any());
+  EXPECT_EQ(store.rows(), 2u);
+  EXPECT_EQ(store.floats(), 6u);
+  std::string evict;
+  RecordCodec::AppendDeleted(kTable, 8, &evict);
+  // Evicted and stored again in one payload: the row stays.
+  store.Apply(1, Parsed(evict + Row(8, 5.0f, 1)), Any());
+  store.Apply(1, Parsed(evict), Any());
+  EXPECT_EQ(store.rows(), 1u);
+  ReplicaStore::Taken t = store.Take(Any(), {1});
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_EQ(t.rows[0].key, 7u);
+  EXPECT_EQ(t.rows[0].value, (std::vector<float>{3.0f, 3.0f}));
+  EXPECT_EQ(t.rows[0].state, (std::vector<float>{0.5f}));
+  EXPECT_EQ(t.rows[0].steps, 2);
+  EXPECT_EQ(store.rows(), 0u);
+  EXPECT_EQ(store.floats(), 0u);
+}
+
+TEST(ReplicaStore, BufferedPushesStayUntilTheirPrimaryCombinesTheirClock) {
+  ReplicaStore store;
+  std::string pushes;
+  BspBuffer::Combined c{{1.0f}, 1, 1, 0.0f};
+  RecordCodec::AppendBuffered(kTable, 5, 7, c, &pushes);
+  RecordCodec::AppendBuffered(kTable, 6, 7, c, &pushes);
+  store.Apply(1, Parsed(pushes), Any());
+  // The same key's pushes of clock 5, combined further: replaced.
+  std::string more;
+  RecordCodec::AppendBuffered(kTable, 5, 7, {{3.0f}, 2, 2, 0.0f}, &more);
+  store.Apply(1, Parsed(more), Any());
+  std::string combined;
+  RecordCodec::AppendCombinedBelow(6, &combined);
+  // A primary's mark drops only its own slots' pushes.
+  store.Apply(2, Parsed(combined), [](TableId, Key) { return false; });
+  ReplicaStore copy = store;
+  ReplicaStore::Taken all = copy.Take(Any(), {});
+  ASSERT_EQ(all.buffered.size(), 2u);
+  EXPECT_EQ(all.buffered[0].second.clock, 5);
+  EXPECT_EQ(all.buffered[0].second.combined.values, (std::vector<float>{3.0f}));
+  EXPECT_EQ(all.buffered[0].second.combined.pushes, 2);
+  store.Apply(1, Parsed(combined), Any());
+  ReplicaStore::Taken t = store.Take(Any(), {});
+  ASSERT_EQ(t.buffered.size(), 1u);
+  EXPECT_EQ(t.buffered[0].second.clock, 6);
+}
+
+TEST(ReplicaStore, ATakeoverTakesOnlyItsSlotsAndTheDeadPrimarysWindows) {
+  ReplicaStore store;
+  std::string a = Row(1, 1.0f, 1);
+  RecordCodec::AppendWindow({44, 3, {5}}, &a);
+  std::string b = Row(2, 2.0f, 1);
+  RecordCodec::AppendWindow({44, 3, {6}}, &b);
+  store.Apply(/*primary=*/1, Parsed(a), Any());
+  store.Apply(/*primary=*/2, Parsed(b), Any());
+  ReplicaStore::Taken t =
+      store.Take([](TableId, Key key) { return key == 1; }, {1});
+  ASSERT_EQ(t.rows.size(), 1u);
+  EXPECT_EQ(t.rows[0].key, 1u);
+  ASSERT_EQ(t.windows.size(), 1u);
+  EXPECT_EQ(t.windows[0].client, 44);
+  EXPECT_EQ(t.windows[0].applied, (std::vector<uint64_t>{5}));
+  EXPECT_EQ(store.rows(), 1u);  // primary 2's row stays
+  EXPECT_EQ(store.Drop([](TableId, Key) { return true; }), 1u);
+  EXPECT_EQ(store.rows(), 0u);
+}
+
+}  // namespace
+}  // namespace ductile

@@ -84,6 +84,13 @@ class BspBuffer {
     clocks_[entry.clock][entry.key] = std::move(entry.combined);
   }
 
+  // Calls f(clock, key) for every key's pushes of every clock.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const auto& [clock, keys] : clocks_) {
+      for (const auto& [key, c] : keys) f(clock, key);
+    }
+  }
   // `key`'s pushes of `clock` combined so far; null if none.
   const Combined* Find(int64_t clock, Key key) const {
     auto c = clocks_.find(clock);

@@ -149,6 +149,14 @@ class ConsistencyController {
     }
     return out;
   }
+  // Calls f(table, clock, key) for every key's buffered pushes.
+  template <typename F>
+  void ForEachBuffered(F&& f) const {
+    for (const auto& [id, state] : tables_) {
+      const TableId table = id;
+      state.bsp.ForEach([&](int64_t clock, Key key) { f(table, clock, key); });
+    }
+  }
   // `key`'s pushes of `clock` to `table` combined so far; null if none.
   const BspBuffer::Combined* FindBuffered(TableId table, int64_t clock,
                                           Key key) const {

@@ -374,6 +374,19 @@ class ParameterTable {
     }
     replica_changed_.clear();
   }
+  // Lists every row for which `pred(key)` holds for the next
+  // TakeReplicaChanges (a slot moved in: its backup's copy is to come from
+  // here now).
+  template <typename Pred>
+  void MarkReplicaChangedIf(Pred&& pred) {
+    if (!replicating_) return;
+    for (auto& [key, e] : entries_) {
+      if (!e.replica_changed && pred(key)) {
+        e.replica_changed = true;
+        replica_changed_.push_back(key);
+      }
+    }
+  }
   bool has_replica_changes() const {
     return !replica_evicted_.empty() || !replica_changed_.empty();
   }
@@ -543,7 +556,7 @@ void ParameterTable::ApplyCombinedAll(std::unordered_map<Key, Combined>& keys,
       continue;
     }
     ++e->steps;
-    MarkChanged(key, *e);
+    MarkUpdated(key, *e);
     Touch(*e);
     work.push_back(Work{e, c.values.data(), c.values.data(),
                         CombinedScale(BatchesOf(c), combine), RateOf(c)});

@@ -1,12 +1,13 @@
 #include "server/replica_store.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <utility>
 
 namespace ductile {
 
-void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records,
-                         const std::function<bool(TableId, Key)>& owned) {
+void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records) {
   // Evictions first: a key evicted and stored again is a row after them.
   for (const auto& [table, key] : records.deleted) {
     auto t = tables_.find(table);
@@ -32,15 +33,17 @@ void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records,
     row.changed = ++records_;
     floats_ += Floats(row);
   }
+  Pushes& pushes = buffered_[primary];
   for (RecordCodec::Buffered& b : records.buffered) {
-    BspBuffer::Combined& held =
-        buffered_[{b.first, b.second.clock}][b.second.key];
+    BspBuffer::Combined& held = pushes[{b.first, b.second.clock}][b.second.key];
     floats_ -= held.values.size();
     held = std::move(b.second.combined);
     floats_ += held.values.size();
   }
   if (records.combined_below) {
-    TakeBuffered(owned, records.combined_below, nullptr);
+    TakePushes(
+        pushes, [](TableId, Key) { return true; }, records.combined_below,
+        nullptr);
   }
   if (!records.windows.empty()) {
     RequestDedup& windows = windows_[primary];
@@ -48,11 +51,12 @@ void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records,
   }
 }
 
-size_t ReplicaStore::TakeBuffered(const std::function<bool(TableId, Key)>& in,
-                                  std::optional<int64_t> below,
-                                  std::vector<RecordCodec::Buffered>* out) {
+size_t ReplicaStore::TakePushes(Pushes& pushes,
+                                const std::function<bool(TableId, Key)>& in,
+                                std::optional<int64_t> below,
+                                std::vector<RecordCodec::Buffered>* out) {
   size_t taken = 0;
-  for (auto it = buffered_.begin(); it != buffered_.end();) {
+  for (auto it = pushes.begin(); it != pushes.end();) {
     const auto [table, clock] = it->first;
     if (below && clock >= *below) {
       ++it;
@@ -71,14 +75,13 @@ size_t ReplicaStore::TakeBuffered(const std::function<bool(TableId, Key)>& in,
       k = keys.erase(k);
       ++taken;
     }
-    it = keys.empty() ? buffered_.erase(it) : std::next(it);
+    it = keys.empty() ? pushes.erase(it) : std::next(it);
   }
   return taken;
 }
 
 ReplicaStore::Taken ReplicaStore::Take(
-    const std::function<bool(TableId, Key)>& in,
-    const std::vector<int32_t>& dead) {
+    const std::function<bool(TableId, Key)>& in) {
   Taken taken;
   std::vector<std::pair<uint64_t, EntryRecord>> rows;
   for (auto& [table, held] : tables_) {
@@ -100,16 +103,40 @@ ReplicaStore::Taken ReplicaStore::Take(
             [](const auto& a, const auto& b) { return a.first < b.first; });
   taken.rows.reserve(rows.size());
   for (auto& [order, record] : rows) taken.rows.push_back(std::move(record));
-  TakeBuffered(in, std::nullopt, &taken.buffered);
-  for (int32_t primary : dead) {
-    auto it = windows_.find(primary);
-    if (it == windows_.end()) continue;
-    for (RequestDedup::Window& w : it->second.Snapshot()) {
-      taken.windows.push_back(std::move(w));
+  // One entry per (table, clock, key): the one standing for most pushes.
+  std::map<std::tuple<TableId, int64_t, Key>, RecordCodec::Buffered> best;
+  for (auto& [primary, pushes] : buffered_) {
+    std::vector<RecordCodec::Buffered> out;
+    TakePushes(pushes, in, std::nullopt, &out);
+    for (RecordCodec::Buffered& b : out) {
+      auto [it, added] =
+          best.try_emplace({b.first, b.second.clock, b.second.key}, b);
+      if (!added &&
+          b.second.combined.pushes > it->second.second.combined.pushes) {
+        it->second = std::move(b);
+      }
     }
-    windows_.erase(it);
   }
+  for (auto& [at, b] : best) taken.buffered.push_back(std::move(b));
   return taken;
+}
+
+std::vector<RequestDedup::Window> ReplicaStore::Windows() const {
+  std::vector<RequestDedup::Window> out;
+  for (const auto& [primary, windows] : windows_) {
+    for (RequestDedup::Window& w : windows.Snapshot()) {
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+size_t ReplicaStore::DropPushesOf(int32_t primary,
+                                  const std::function<bool(TableId, Key)>& in) {
+  auto it = buffered_.find(primary);
+  return it == buffered_.end()
+             ? 0
+             : TakePushes(it->second, in, std::nullopt, nullptr);
 }
 
 size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in) {
@@ -122,7 +149,10 @@ size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in) {
       return true;
     });
   }
-  return dropped + TakeBuffered(in, std::nullopt, nullptr);
+  for (auto& [primary, pushes] : buffered_) {
+    dropped += TakePushes(pushes, in, std::nullopt, nullptr);
+  }
+  return dropped;
 }
 
 void ReplicaStore::Clear() {

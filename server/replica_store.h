@@ -11,10 +11,11 @@
 // the others its clients send again.
 //
 // Invariants: a row is held once, with its latest record ('E' replaces,
-// 'D' removes); a buffered push is held until its primary reports its
-// clock combined ('C'), so that what a worker was told is applied is in the
-// rows or in the pushes; the windows are kept per primary, since only a
-// dead primary's windows move into this server's.
+// 'D' removes); a buffered push is held, under the primary that sent it,
+// until that primary reports its clock combined ('C') or its slot moves to
+// another primary (which sends it again), so that what a worker was told
+// is applied is in the rows or in the pushes; windows are kept per
+// primary, until it backs nothing here.
 //
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_SERVER_REPLICA_STORE_H_
@@ -39,28 +40,33 @@ namespace ductile {
 class ReplicaStore {
  public:
   // What a promotion takes over: rows, least recently changed first (a
-  // table that evicts keeps that order of use), pushes and windows.
+  // table that evicts keeps that order of use), and pushes.
   struct Taken {
     std::vector<EntryRecord> rows;
     std::vector<RecordCodec::Buffered> buffered;
-    std::vector<RequestDedup::Window> windows;
   };
 
   // Takes `primary`'s records; the caller checked that every record's
   // slot is backed here for `primary`. Admission counts ('F') are not
-  // replicated. A 'C' record drops the buffered pushes below its clock for
-  // which `owned(table, key)` holds (the sender's slots).
-  void Apply(int32_t primary, RecordCodec::Records&& records,
-             const std::function<bool(TableId, Key)>& owned);
+  // replicated. A 'C' record drops the pushes `primary` sent of the clocks
+  // below it: it combined them.
+  void Apply(int32_t primary, RecordCodec::Records&& records);
 
-  // Takes out the rows and pushes for which `in(table, key)` holds, and
-  // every window `dead` primaries sent.
-  Taken Take(const std::function<bool(TableId, Key)>& in,
-             const std::vector<int32_t>& dead);
+  // Takes out the rows and pushes for which `in(table, key)` holds (a key
+  // whose pushes of a clock two primaries sent, before and after a move,
+  // gets the later primary's, which has the more of them).
+  Taken Take(const std::function<bool(TableId, Key)>& in);
+  // Every window entry held, of every primary (they merge by union:
+  // sequence numbers are unique per client).
+  std::vector<RequestDedup::Window> Windows() const;
   // Drops the rows and pushes for which `in(table, key)` holds (slots this
   // server no longer backs); returns how many.
   size_t Drop(const std::function<bool(TableId, Key)>& in);
-  // Drops `primary`'s windows (it is gone, or its slots have no copy here).
+  // Drops the pushes `primary` sent for which `in(table, key)` holds (its
+  // slots moved to another primary, which sends them again).
+  size_t DropPushesOf(int32_t primary,
+                      const std::function<bool(TableId, Key)>& in);
+  // Drops `primary`'s windows (its slots have no copy here any more).
   void DropWindows(int32_t primary) { windows_.erase(primary); }
   // Drops everything (a rollback: the copies belong to the old timeline).
   void Clear();
@@ -79,16 +85,18 @@ class ReplicaStore {
   static uint64_t Floats(const Row& r) {
     return r.value.size() + r.state.size();
   }
-  // Removes the buffered pushes of clocks below `below` (all clocks if
+  // Pushes by the primary that sent them, table and clock: each key's as
+  // last reported.
+  using Pushes = std::map<std::pair<TableId, int64_t>, BspBuffer::Clock>;
+  // Removes from `pushes` those of clocks below `below` (all clocks if
   // unset) for which `in(table, key)` holds; appends them to `out` if
   // not null.
-  size_t TakeBuffered(const std::function<bool(TableId, Key)>& in,
-                      std::optional<int64_t> below,
-                      std::vector<RecordCodec::Buffered>* out);
+  size_t TakePushes(Pushes& pushes, const std::function<bool(TableId, Key)>& in,
+                    std::optional<int64_t> below,
+                    std::vector<RecordCodec::Buffered>* out);
 
   std::map<TableId, std::unordered_map<Key, Row>> tables_;
-  // Buffered pushes by table and clock, each key's as last reported.
-  std::map<std::pair<TableId, int64_t>, BspBuffer::Clock> buffered_;
+  std::map<int32_t, Pushes> buffered_;
   std::map<int32_t, RequestDedup> windows_;
   uint64_t rows_ = 0;
   uint64_t floats_ = 0;

@@ -1,7 +1,6 @@
 #include "server/replicator.h"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "glog/logging.h"
@@ -11,6 +10,15 @@
 
 namespace ductile {
 
+namespace {
+
+std::string AddressOf(const wire::ServerEndpoint& e) {
+  return ChooseAddress(e.tcp_address(), e.ipc_address(), e.host_id(),
+                       /*prefer_ipc=*/true);
+}
+
+}  // namespace
+
 void Replicator::OnRouting() {
   const RoutingTable& routing = *routing_;
   std::set<int32_t> backups;
@@ -19,53 +27,59 @@ void Replicator::OnRouting() {
       backups.insert(routing.backup(s));
     }
   }
-  active_ = !backups.empty();
+  // Fenced at an epoch: no records until a newer routing says which slots
+  // are this server's.
+  active_ = !backups.empty() && routing.epoch() > fenced_epoch_;
   tables_->set_replicating(active_);
   if (!active_) {
     pending_.clear();
     buffered_.clear();
     combined_below_.reset();
   }
-  for (int32_t b : backups) {
-    if (links_.count(b) == 0) Connect(b);
-  }
-  // A backup gone from the servers is dead: what it did not acknowledge
-  // has no copy to wait for.
   for (auto it = links_.begin(); it != links_.end();) {
-    if (routing.endpoint(it->first) != nullptr) {
+    const wire::ServerEndpoint* e = routing.endpoint(it->first);
+    Link& link = it->second;
+    const bool dead = e == nullptr || AddressOf(*e) != link.address;
+    const bool unneeded = backups.count(it->first) == 0 && link.unacked.empty();
+    if (!dead && !unneeded) {
       ++it;
       continue;
     }
-    it->second.acked = it->second.sent;
+    link.acked = link.sent;
     it = links_.erase(it);
+  }
+  for (int32_t b : backups) {
+    if (links_.count(b) == 0) Connect(b);
   }
   Settle();
 }
 
 void Replicator::Connect(int32_t backup) {
   Link& link = links_[backup];
-  link.stream = std::uniform_int_distribution<uint64_t>(1)(random_);
+  // Later connections have larger stream ids, also across restarts.
+  link.stream = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  link.retry_at = env_->Now() + kResendAfter;
   const wire::ServerEndpoint* e = routing_->endpoint(backup);
   if (e == nullptr) {
     link.failure = FailedPreconditionError(
         "backup server " + std::to_string(backup) + " has no address");
     return;
   }
+  link.address = AddressOf(*e);
   auto socket = transport_->NewDealer("", kControlMessageBytes);
-  if (socket.ok()) {
-    const std::string address = ChooseAddress(
-        e->tcp_address(), e->ipc_address(), e->host_id(), /*prefer_ipc=*/true);
-    Status s = (*socket)->Connect(address);
-    if (s.ok()) {
-      link.socket = std::move(*socket);
-      return;
-    }
-    link.failure = s;
-  } else {
-    link.failure = socket.status();
+  Status s = socket.ok() ? (*socket)->Connect(link.address) : socket.status();
+  if (s.ok()) {
+    link.socket = std::move(*socket);
+    link.failure = Status::Ok();
+    return;
   }
+  link.failure = s;
   LOG(WARNING) << "server " << self_ << ": cannot reach backup server "
-               << backup << ": " << link.failure;
+               << backup << " (tried again in " << kResendAfter.count()
+               << " ms): " << s;
 }
 
 int32_t Replicator::BackupOf(TableId table, Key key) const {
@@ -88,6 +102,17 @@ void Replicator::NoteApplied(int64_t client, uint64_t seq, uint64_t done_below,
   }
 }
 
+void Replicator::NoteWindows(int32_t backup,
+                             const std::vector<RequestDedup::Window>& windows) {
+  if (!active_) return;
+  for (const RequestDedup::Window& from : windows) {
+    RequestDedup::Window& w = pending_[backup].windows[from.client];
+    w.client = from.client;
+    w.done_below = std::max(w.done_below, from.done_below);
+    w.applied.insert(w.applied.end(), from.applied.begin(), from.applied.end());
+  }
+}
+
 void Replicator::NoteBuffered(TableId table, int64_t clock,
                               std::span<const Key> keys) {
   if (!active_) return;
@@ -101,7 +126,7 @@ uint64_t Replicator::Ticket() {
 }
 
 bool Replicator::Send() {
-  if (!active_ || fenced_) return false;
+  if (!active_) return false;
   // Evictions first: a key evicted and stored again is a row after them.
   tables_->ForEach([&](TableId id, ParameterTable& table) {
     if (!table.has_replica_changes()) return;
@@ -142,8 +167,8 @@ bool Replicator::Send() {
     if (link == links_.end()) continue;
     Link& l = link->second;
     const uint64_t seq = ++l.sent;
-    if (l.unacked.empty()) l.last_progress = env_->Now();
-    l.unacked[seq] = std::move(p.payload);
+    if (l.unacked.empty()) l.retry_at = env_->Now() + kResendAfter;
+    l.unacked[seq] = {std::move(p.payload), routing_->epoch()};
     Transmit(b, l, seq);
     flush.records.emplace_back(b, seq);
   }
@@ -155,16 +180,17 @@ bool Replicator::Send() {
 }
 
 void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
-  if (link.socket == nullptr) return;  // waits for the backup's death
+  if (link.socket == nullptr) return;  // connected again, then sent
+  const Record& record = link.unacked.at(seq);
   wire::Header h;
   h.set_type(wire::REPLICATE);
   h.set_member_id(self_);
-  h.set_epoch(routing_->epoch());
+  h.set_epoch(record.epoch);
   h.set_change_id(link.stream);
   h.set_seq(seq);
   OutMessage out;
   out.AddString(h.SerializeAsString());
-  out.AddString(link.unacked.at(seq));
+  out.AddString(record.payload);
   if (Status s = link.socket->Send(std::move(out)); !s.ok()) {
     // Sent again after kResendAfter.
     LOG_EVERY_N(WARNING, 100) << "server " << self_ << ": records for backup "
@@ -173,46 +199,66 @@ void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
 }
 
 void Replicator::Resend(int32_t backup, Link& link) {
-  for (const auto& [seq, payload] : link.unacked) Transmit(backup, link, seq);
-  link.last_progress = env_->Now();
+  for (const auto& [seq, record] : link.unacked) Transmit(backup, link, seq);
+  link.retry_at = env_->Now() + kResendAfter;
 }
 
 void Replicator::ReadAcks() {
+  const Env::TimePoint now = env_->Now();
   for (auto& [b, link] : links_) {
-    if (link.socket == nullptr) continue;
+    if (link.socket == nullptr) {
+      if (now < link.retry_at) continue;
+      Connect(b);
+      if (link.socket != nullptr) Resend(b, link);
+      continue;
+    }
     InMessage in;
     bool got = true;
     while (link.socket->Receive(&in, &got).ok() && got) {
       wire::Header ack;
       if (in.empty() || !ParseHeader(in.frame(0), &ack).ok() ||
-          ack.type() != wire::REPLICATE || !ack.ack()) {
-        continue;
+          ack.type() != wire::REPLICATE || !ack.ack() ||
+          ack.change_id() != link.stream) {
+        continue;  // not an answer, or an older connection's
       }
-      if (ack.change_id() != link.stream) continue;  // an older stream's
-      Status s = StatusFromWire(ack);
-      if (s.code() == StatusCode::kUnavailable) {
-        // A gap: the backup holds the records up to ack.seq() only.
-        Acknowledge(link, ack.seq());
-        Resend(b, link);
-        continue;
+      const Status s = StatusFromWire(ack);
+      Acknowledge(link, ack.seq());  // what it holds, whatever the status
+      switch (s.code()) {
+        case StatusCode::kOk:
+          break;
+        case StatusCode::kAborted:  // a gap: send the rest again now
+          Resend(b, link);
+          break;
+        case StatusCode::kUnavailable:  // its routing is behind this one's
+          link.retry_at = std::min(link.retry_at, now + kRetryAfter);
+          break;
+        case StatusCode::kFailedPrecondition:
+        case StatusCode::kPermissionDenied:
+          if (!fenced_) {
+            LOG(ERROR) << "server " << self_ << ": backup server " << b
+                       << " refused its records (" << s
+                       << "); this server no longer answers for its slots";
+          }
+          fenced_ = true;
+          break;
+        default:
+          LOG_EVERY_N(ERROR, 100) << "server " << self_ << ": backup server "
+                                  << b << " refused its records: " << s;
+          break;
       }
-      if (!s.ok()) {
-        if (!fenced_) {
-          LOG(ERROR) << "server " << self_ << ": backup server " << b
-                     << " refused its records (" << s
-                     << "); this server no longer answers for its slots";
-        }
-        fenced_ = true;
-        continue;
-      }
-      Acknowledge(link, ack.seq());
     }
-    if (!link.unacked.empty() &&
-        env_->Now() - link.last_progress > kResendAfter) {
-      Resend(b, link);
-    }
+    if (!link.unacked.empty() && now >= link.retry_at) Resend(b, link);
   }
   Settle();
+}
+
+std::optional<Env::TimePoint> Replicator::NextDeadline() const {
+  std::optional<Env::TimePoint> next;
+  for (const auto& [b, link] : links_) {
+    if (link.unacked.empty() && link.socket != nullptr) continue;
+    if (!next || link.retry_at < *next) next = link.retry_at;
+  }
+  return next;
 }
 
 void Replicator::Acknowledge(Link& link, uint64_t seq) {
@@ -220,7 +266,7 @@ void Replicator::Acknowledge(Link& link, uint64_t seq) {
   if (seq <= link.acked) return;
   link.acked = seq;
   link.unacked.erase(link.unacked.begin(), link.unacked.upper_bound(seq));
-  link.last_progress = env_->Now();
+  link.retry_at = env_->Now() + kResendAfter;
 }
 
 void Replicator::Settle() {
@@ -234,6 +280,7 @@ void Replicator::Settle() {
 }
 
 void Replicator::Reset() {
+  if (fenced_) fenced_epoch_ = routing_->epoch();
   flushes_.clear();
   pending_.clear();
   buffered_.clear();

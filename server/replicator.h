@@ -14,11 +14,12 @@
 // replies in order).
 //
 // Invariants: records go to each backup in order on one connection,
-// numbered 1, 2, ... per backup within a stream (a random id per
-// connection, so a backup tells a restarted primary's records from the
-// old one's); a record is kept until acknowledged, and those not
-// acknowledged are sent again, in order, when the backup reports a gap (a
-// connection lost messages) or after kResendAfter without an answer; `flushes_`
+// numbered 1, 2, ... per backup within a stream (an id per connection that
+// grows with the time it was made, so a backup takes a new connection's
+// records and ignores an older one's); a record is kept until
+// acknowledged, and those not acknowledged are sent again, in order, when
+// the backup reports a gap (a connection lost messages) or after
+// kResendAfter without an answer; `flushes_`
 // lists the flushes not wholly acknowledged, oldest first; a backup that leaves
 // the routing's servers (dead) counts as having acknowledged all (its slots
 // have no copy left to wait for). A backup that refuses records (its routing
@@ -36,7 +37,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -66,12 +66,19 @@ class Replicator : public ReplyGate {
         consistency_(consistency) {}
 
   void set_server_id(int32_t id) { self_ = id; }
-  // The routing changed: connects to the backups of this server's slots,
-  // and forgets those no longer among the routing's servers.
+  // The routing changed: connects to the backups of this server's slots;
+  // forgets a backup gone from the routing's servers, or listed with
+  // another process's address (it died: what it did not acknowledge has no
+  // copy to wait for), and one that backs nothing here any more once it
+  // has answered everything.
   void OnRouting();
   // Some slot this server owns has a backup.
   bool active() const { return active_; }
   bool fenced() const { return fenced_; }
+  // Fenced, and no newer routing since: this server serves nothing.
+  bool awaiting_routing() const {
+    return fenced_epoch_ > 0 && routing_->epoch() <= fenced_epoch_;
+  }
 
   // A request of `client` (`seq`, `done_below`) was applied to `keys` of
   // `table`.
@@ -81,6 +88,9 @@ class Replicator : public ReplyGate {
   void NoteBuffered(TableId table, int64_t clock, std::span<const Key> keys);
   // The clocks below `clock` are combined into the rows.
   void NoteCombinedBelow(int64_t clock) { combined_below_ = clock; }
+  // `backup` is to hold these exactly-once windows (a slot moved here).
+  void NoteWindows(int32_t backup,
+                   const std::vector<RequestDedup::Window>& windows);
 
   // ReplyGate.
   uint64_t Ticket() override;
@@ -89,22 +99,36 @@ class Replicator : public ReplyGate {
   }
 
   // Reads the backups' answers, and sends again what waited too long.
+  // A backup's refusal because its routing names another primary for the
+  // slots sets fenced().
   void ReadAcks();
+  // When ReadAcks has something to send again, if ever.
+  std::optional<Env::TimePoint> NextDeadline() const;
+  // Records not acknowledged are sent again after this; a backup behind
+  // this server's routing is asked again after kRetryAfter.
   static constexpr std::chrono::milliseconds kResendAfter{1000};
+  static constexpr std::chrono::milliseconds kRetryAfter{20};
   // Records sent and not acknowledged yet.
   bool idle() const { return flushes_.empty(); }
-  // Forgets everything under way (a rollback: nothing of it is answered).
+  // Forgets everything under way and its connections (a rollback, a
+  // rejoin, or fenced: nothing of it is answered); clears fenced().
   void Reset();
   std::vector<Socket*> sockets() const;
 
  private:
+  struct Record {
+    std::string payload;
+    uint64_t epoch = 0;  // the routing's when it was made
+  };
   struct Link {
     std::unique_ptr<Socket> socket;
+    std::string address;  // the backup process's (its endpoint's)
     uint64_t stream = 0;
     uint64_t sent = 0;
     uint64_t acked = 0;
-    std::map<uint64_t, std::string> unacked;  // payloads by seq
-    Env::TimePoint last_progress;
+    std::map<uint64_t, Record> unacked;  // by seq
+    // Sends again (or connects again) at this time.
+    Env::TimePoint retry_at;
     Status failure;
   };
   struct Flush {
@@ -139,8 +163,8 @@ class Replicator : public ReplyGate {
   int32_t self_ = -1;
   bool active_ = false;
   bool fenced_ = false;
+  uint64_t fenced_epoch_ = 0;  // Reset() while fenced: the routing's epoch
 
-  std::mt19937_64 random_{std::random_device{}()};
   std::map<int32_t, Link> links_;
   std::deque<Flush> flushes_;
   uint64_t next_flush_ = 1;

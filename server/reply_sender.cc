@@ -23,7 +23,11 @@ void ReplySender::Send(ByteSpan identity, wire::Header& header,
   if (gated && gate_ != nullptr) {
     const uint64_t ticket = gate_->Ticket();
     if (!held_.empty() || !gate_->Passed(ticket)) {
-      held_.push_back({std::move(out), ticket});
+      held_.push_back(
+          {std::move(out),
+           std::string(reinterpret_cast<const char*>(identity.data()),
+                       identity.size()),
+           header, ticket});
       return;
     }
   }
@@ -53,14 +57,12 @@ void ReplySender::Transmit(OutMessage out, ByteSpan identity,
 void ReplySender::SendHeld() {
   while (!held_.empty() && gate_ != nullptr &&
          gate_->Passed(held_.front().ticket)) {
-    OutMessage out = std::move(held_.front().out);
+    Held h = std::move(held_.front());
     held_.pop_front();
-    const uint64_t bytes = out.bytes();
-    if (Status s = router_->Send(std::move(out)); s.ok()) {
-      counters_->Add(&ServerCounters::bytes_out, bytes);
-    } else {
-      VLOG(1) << "held reply dropped: " << s;
-    }
+    Transmit(std::move(h.out),
+             {reinterpret_cast<const uint8_t*>(h.identity.data()),
+              h.identity.size()},
+             h.header);
   }
 }
 

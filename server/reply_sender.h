@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "ductile/status.h"
@@ -73,6 +74,8 @@ class ReplySender {
  private:
   struct Held {
     OutMessage out;
+    std::string identity;
+    wire::Header header;
     uint64_t ticket = 0;
   };
   void Send(ByteSpan identity, wire::Header& header, std::vector<float>* values,

@@ -195,6 +195,9 @@ ServerNode::TimePoint ServerNode::NextWakeup() const {
   if (mover_) {
     if (auto d = mover_->NextDeadline()) wake = std::min(wake, *d);
   }
+  if (replicator_) {
+    if (auto d = replicator_->NextDeadline()) wake = std::min(wake, *d);
+  }
   return wake;
 }
 
@@ -266,7 +269,7 @@ void ServerNode::InstallMoved(InMessage& message, const wire::Header& header) {
     StatusToWire(s, &ack);
   }
   SetKeysStored();
-  replies_.Reply(identity, ack, nullptr);
+  replies_.ReplyNow(identity, ack);  // its own backups have nothing of it
 }
 
 void ServerNode::Step() {
@@ -371,7 +374,7 @@ void ServerNode::HandleCoordinator(InMessage& message) {
     LOG(WARNING) << "server " << id_ << ": unreadable message from coordinator";
     return;
   }
-  if (header.type() == wire::RECOVER || header.type() == wire::REJOIN) {
+  if (header.type() == wire::RECOVER) {
     // The copies and what waits for them belong to the old timeline (and
     // the slots of a dead primary come back from the checkpoint).
     DropReplicas();

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,11 @@ class ServerNode final : private CoordinatorLink {
   // Forgets the copies, the replies waiting for backups and the records
   // under way (a rollback, or a rejoin).
   void DropReplicas();
+  // The copies of `slots` (their primary died) become their rows here.
+  void TakeOver(const std::set<int32_t>& slots);
+  // A backup refused this server's records: its slots were taken over.
+  // Drops what waits for them and its keys.
+  void Fenced();
   // The counters of moves under way: slots, bytes left.
   void SetMoveCounters();
   // Handles again the requests held for a newer routing table.

@@ -135,6 +135,12 @@ void ServerNode::HandleRequest(InMessage& message, bool replay) {
   if (*route == RequestAdmission::Route::kDuplicate) {
     return replies_.Reply(identity, reply, nullptr);
   }
+  if (replicator_->awaiting_routing()) {
+    // Fenced: its slots were taken over; the client learns where.
+    return replies_.Error(identity, seq,
+                          UnavailableError("server " + std::to_string(id_) +
+                                           " no longer owns these keys"));
+  }
   AnnounceLongWork(request);
   if (request.has_values() && !duplicate) {
     const TimePoint start = env_->Now();

@@ -100,6 +100,7 @@ void ServerNode::Rejoin(const wire::Header& header) {
     return;
   }
   checkpointer_.FinishWrite(tables_).IgnoreError();  // the store is needed
+  DropReplicas();  // of slots elsewhere now, as its own are
   admission_.BindWorkers(header, /*overwrite=*/false);
   LOG(WARNING) << "server " << id_
                << ": the coordinator declared this server dead (it was "

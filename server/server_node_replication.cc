@@ -2,6 +2,7 @@
 // records its primaries send and takes their slots over when they die; as
 // a primary, its Replicator sends its own (server/replicator.h).
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -37,19 +38,32 @@ void ServerNode::InstallReplica(InMessage& message,
                               "'s: only a slot's primary sends its records"));
   }
   ReplicaStream& stream = replica_streams_[primary];
-  if (stream.stream != header.change_id()) {
+  if (header.change_id() < stream.stream) {
+    return;  // an older connection's, sent before the newer one's
+  }
+  if (header.change_id() > stream.stream) {
     stream = {header.change_id(), 1};  // a new connection of the primary
   }
+  ack.set_seq(stream.next_seq - 1);
   if (header.seq() < stream.next_seq) {
-    ack.set_seq(stream.next_seq - 1);  // held already: sent again
-    return replies_.ReplyNow(identity, ack);
+    return replies_.ReplyNow(identity, ack);  // held already: sent again
   }
   if (header.seq() > stream.next_seq) {
     // Records before it were lost on the way: the primary sends them again.
-    ack.set_seq(stream.next_seq - 1);
-    return refuse(UnavailableError("records from " +
-                                   std::to_string(stream.next_seq) +
-                                   " on did not arrive"));
+    return refuse(AbortedError("records from " +
+                               std::to_string(stream.next_seq) +
+                               " on did not arrive"));
+  }
+  if (routing_.empty() || header.epoch() > routing_.epoch()) {
+    // Checked against the routing they were made under: asked for.
+    wire::Header get;
+    get.set_type(wire::GET_ROUTING);
+    get.set_member_id(id_);
+    Send(get);
+    return refuse(UnavailableError(
+        "server " + std::to_string(id_) + " has routing epoch " +
+        std::to_string(routing_.epoch()) + ", the records " +
+        std::to_string(header.epoch())));
   }
   RecordCodec::Records records;
   Status s = message.size() == 3
@@ -59,14 +73,13 @@ void ServerNode::InstallReplica(InMessage& message,
                                         std::to_string(message.size()));
   // Fencing: a primary this server's routing no longer names for a
   // record's slot (it was taken for dead, and the slot taken over) is
-  // refused, unless the sender knows a newer routing than this server.
+  // refused.
   auto backed = [&](TableId table, Key key) {
     const int32_t slot = routing_.SlotOf(table, key);
     return routing_.owner(slot) == primary && routing_.backup(slot) == id_;
   };
-  const bool trusted = header.epoch() > routing_.epoch();
   auto check = [&](TableId table, Key key) -> Status {
-    if (trusted || backed(table, key)) return Status::Ok();
+    if (backed(table, key)) return Status::Ok();
     return FailedPreconditionError(
         "server " + std::to_string(id_) + " does not back server " +
         std::to_string(primary) + "'s slot " +
@@ -82,20 +95,12 @@ void ServerNode::InstallReplica(InMessage& message,
   for (size_t i = 0; s.ok() && i < records.buffered.size(); ++i) {
     s = check(records.buffered[i].first, records.buffered[i].second.key);
   }
-  if (s.ok() && routing_.empty()) {
-    s = UnavailableError("no routing table yet");
-  }
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 100) << "server " << id_ << ": records of server "
                               << primary << " refused: " << s;
-    if (s.code() == StatusCode::kUnavailable) {
-      ack.set_seq(stream.next_seq - 1);
-    }
     return refuse(s);
   }
-  replicas_.Apply(primary, std::move(records), [&](TableId table, Key key) {
-    return routing_.owner(routing_.SlotOf(table, key)) == primary;
-  });
+  replicas_.Apply(primary, std::move(records));
   ack.set_seq(stream.next_seq++);
   replies_.ReplyNow(identity, ack);
 }
@@ -103,56 +108,64 @@ void ServerNode::InstallReplica(InMessage& message,
 void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   replicator_->OnRouting();
   if (old.empty() || old.num_slots() != routing_.num_slots()) return;
-  // Slots backed here whose primary is gone from the servers and that
-  // this server owns now: taken over.
-  std::set<int32_t> taken;
-  std::vector<int32_t> dead;
+  // A server gone from the routing, or listed with another process's
+  // address, died.
+  auto died = [&](int32_t server) {
+    const wire::ServerEndpoint* was = old.endpoint(server);
+    const wire::ServerEndpoint* now = routing_.endpoint(server);
+    return was != nullptr &&
+           (now == nullptr || now->tcp_address() != was->tcp_address() ||
+            now->ipc_address() != was->ipc_address());
+  };
+  std::set<int32_t> taken, moved_in;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
     const int32_t was = old.owner(s);
-    if (old.backup(s) == id_ && was != id_ && routing_.owner(s) == id_ &&
-        routing_.endpoint(was) == nullptr) {
-      taken.insert(s);
-      if (std::find(dead.begin(), dead.end(), was) == dead.end()) {
-        dead.push_back(was);
-      }
+    if (was == id_ || routing_.owner(s) != id_) continue;
+    if (old.backup(s) == id_ && died(was)) {
+      taken.insert(s);  // its primary died: the copy here is the slot now
+    } else {
+      moved_in.insert(s);  // a move brought its rows, pushes and windows
     }
   }
-  if (!taken.empty()) {
-    ReplicaStore::Taken t = replicas_.Take(
-        [&](TableId table, Key key) {
-          return taken.count(routing_.SlotOf(table, key)) > 0;
-        },
-        dead);
-    uint64_t missing = 0;
-    const size_t rows = t.rows.size();
-    for (EntryRecord& e : t.rows) {
-      ParameterTable* table = tables_.Find(e.table);
-      if (table == nullptr) {
-        ++missing;
-        continue;
-      }
-      table->Restore(std::move(e), /*changed=*/true);
+  auto in = [](const std::set<int32_t>& slots, const RoutingTable& routing) {
+    return [&slots, &routing](TableId table, Key key) {
+      return slots.count(routing.SlotOf(table, key)) > 0;
+    };
+  };
+  if (!taken.empty()) TakeOver(taken);
+  if (!moved_in.empty() && replicator_->active()) {
+    // Their backup's copy comes from here now: every row, buffered push and
+    // window entry (the source's records about them stop at the move).
+    const auto moved = in(moved_in, routing_);
+    tables_.ForEach([&](TableId id, ParameterTable& table) {
+      table.MarkReplicaChangedIf([&](Key key) { return moved(id, key); });
+    });
+    consistency_.ForEachBuffered([&](TableId table, int64_t clock, Key key) {
+      if (moved(table, key)) replicator_->NoteBuffered(table, clock, {&key, 1});
+    });
+    const std::vector<RequestDedup::Window> windows =
+        admission_.dedup().Snapshot();
+    std::set<int32_t> backups;
+    for (int32_t s : moved_in) {
+      if (routing_.backup(s) >= 0) backups.insert(routing_.backup(s));
     }
-    const size_t pushes = t.buffered.size();
-    SlotMover::PutBuffered(std::move(t.buffered), tables_, consistency_);
-    for (const RequestDedup::Window& w : t.windows) {
-      admission_.dedup().Merge(w);
-    }
-    LOG(INFO) << "server " << id_ << ": took over " << taken.size()
-              << " slot(s) of dead server(s) at epoch " << routing_.epoch()
-              << ": " << rows << " row(s), " << pushes << " buffered push(es), "
-              << t.windows.size() << " client window(s)";
-    if (missing > 0) {
-      LOG(ERROR) << "server " << id_ << ": " << missing
-                 << " taken-over row(s) of tables this server lacks dropped";
-    }
-    SetKeysStored();
+    for (int32_t b : backups) replicator_->NoteWindows(b, windows);
   }
-  // Copies of slots no longer backed here go (their primary's windows
-  // with them once it backs nothing here).
+  // Copies of slots no longer backed here go; so do the pushes an old
+  // primary sent of slots that moved to another (it sends them again).
   replicas_.Drop([&](TableId table, Key key) {
     return routing_.backup(routing_.SlotOf(table, key)) != id_;
   });
+  std::map<int32_t, std::set<int32_t>> moved_away;  // old primary -> slots
+  for (int32_t s = 0; s < routing_.num_slots(); ++s) {
+    if (old.backup(s) == id_ && routing_.backup(s) == id_ &&
+        old.owner(s) != routing_.owner(s)) {
+      moved_away[old.owner(s)].insert(s);
+    }
+  }
+  for (const auto& [primary, slots] : moved_away) {
+    replicas_.DropPushesOf(primary, in(slots, routing_));
+  }
   std::set<int32_t> primaries;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
     if (routing_.backup(s) == id_) primaries.insert(routing_.owner(s));
@@ -167,21 +180,75 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   }
 }
 
+void ServerNode::TakeOver(const std::set<int32_t>& slots) {
+  auto taken = [&](TableId table, Key key) {
+    return slots.count(routing_.SlotOf(table, key)) > 0;
+  };
+  // Whatever an abandoned move of these slots left here is stale: the copy
+  // is the slots' state.
+  uint64_t stale = consistency_.TakeBufferedKeys(taken).size();
+  tables_.ForEach([&](TableId id, ParameterTable& table) {
+    stale += table.EraseIf([&](Key key) { return taken(id, key); });
+  });
+  ReplicaStore::Taken t = replicas_.Take(taken);
+  uint64_t missing = 0;
+  const size_t rows = t.rows.size();
+  for (EntryRecord& e : t.rows) {
+    ParameterTable* table = tables_.Find(e.table);
+    if (table == nullptr) {
+      ++missing;
+      continue;
+    }
+    table->Restore(std::move(e), /*changed=*/true);
+  }
+  const size_t pushes = t.buffered.size();
+  SlotMover::PutBuffered(std::move(t.buffered), tables_, consistency_);
+  // Every window held: the dead primary's, and those that came with slots
+  // moved to it (they merge by union).
+  const std::vector<RequestDedup::Window> windows = replicas_.Windows();
+  for (const RequestDedup::Window& w : windows) admission_.dedup().Merge(w);
+  LOG(INFO) << "server " << id_ << ": took over " << slots.size()
+            << " slot(s) of a dead server at epoch " << routing_.epoch() << ": "
+            << rows << " row(s), " << pushes << " buffered push(es), "
+            << windows.size() << " client window(s)"
+            << (stale > 0 ? " (" + std::to_string(stale) +
+                                " stale key(s) of an abandoned move dropped)"
+                          : "");
+  if (missing > 0) {
+    LOG(ERROR) << "server " << id_ << ": " << missing
+               << " taken-over row(s) of tables this server lacks dropped";
+  }
+  SetKeysStored();
+}
+
 void ServerNode::StepReplication() {
   replicator_->ReadAcks();
-  if (replicator_->fenced()) {
-    const size_t dropped = replies_.DropHeld();
-    if (dropped > 0) {
-      LOG(WARNING) << "server " << id_ << ": " << dropped
-                   << " repl(ies) not sent: a backup refused this server's "
-                      "records (its slots were taken over)";
-    }
-  } else if (replies_.held() > 0) {
-    // Acknowledged, or the backup died: the coordinator took it out.
-    replies_.SendHeld();
-  }
+  if (replicator_->fenced()) return Fenced();
+  // Acknowledged, or the backup died (the coordinator took it out).
+  if (replies_.held() > 0) replies_.SendHeld();
   // Changes no reply waited for (a BSP clock combined, rows evicted).
   if (replicator_->active()) replicator_->Ticket();
+}
+
+void ServerNode::Fenced() {
+  // Its slots are another server's now: what it holds of them is stale.
+  const size_t dropped = replies_.DropHeld();
+  replicator_->Reset();  // and no records until a newer routing
+  const Status moved = UnavailableError(
+      "server " + std::to_string(id_) +
+      " was taken for dead and its slots are elsewhere: ask again");
+  replies_.FailAll(consistency_.TakeAllWaiting(), moved);
+  counters_.Set(&ServerCounters::parked_pulls, 0);
+  consistency_.TakeBufferedKeys([](TableId, Key) { return true; });
+  tables_.ClearKeys();
+  SetKeysStored();
+  LOG(WARNING) << "server " << id_ << ": fenced; " << dropped
+               << " answer(s) not sent and its keys dropped; it waits to be "
+                  "given slots again";
+  wire::Header get;
+  get.set_type(wire::GET_ROUTING);
+  get.set_member_id(id_);
+  Send(get);
 }
 
 void ServerNode::DropReplicas() {

@@ -7,10 +7,10 @@
 // be opened (another user or pid namespace), it is not a sealed ductile
 // segment, the region does not lie in it or is not the values' size, or
 // the request was sent more than its timeout ago (the worker may have
-// given the region out again). A pull's reply then carries its values in a frame; a push is
-// refused, nothing applied, and its worker sends the values in frames. A
-// segment that is not what the request names, or that this server may not
-// open, is not tried again (until 1024 others have been); one refused for
+// given the region out again). A pull's reply then carries its values in a
+// frame; a push is refused, nothing applied, and its worker sends the values in
+// frames. A segment that is not what the request names, or that this server may
+// not open, is not tried again (until 1024 others have been); one refused for
 // want of descriptors or memory is. Refusals are logged sparingly.
 //
 // Not thread-safe: used by the request thread.

@@ -3,6 +3,7 @@
 // exactly the rows, pushes and windows of the slots taken.
 #include "server/replica_store.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -70,17 +71,17 @@ TEST(RecordCodec, ACutOrUnknownRecordIsAClearError) {
 
 TEST(ReplicaStore, ARowsLatestRecordWinsAndAnEvictionRemovesIt) {
   ReplicaStore store;
-  store.Apply(1, Parsed(Row(7, 1.0f, 1) + Row(8, 2.0f, 1)), Any());
-  store.Apply(1, Parsed(Row(7, 3.0f, 2)), Any());
+  store.Apply(1, Parsed(Row(7, 1.0f, 1) + Row(8, 2.0f, 1)));
+  store.Apply(1, Parsed(Row(7, 3.0f, 2)));
   EXPECT_EQ(store.rows(), 2u);
   EXPECT_EQ(store.floats(), 6u);
   std::string evict;
   RecordCodec::AppendDeleted(kTable, 8, &evict);
   // Evicted and stored again in one payload: the row stays.
-  store.Apply(1, Parsed(evict + Row(8, 5.0f, 1)), Any());
-  store.Apply(1, Parsed(evict), Any());
+  store.Apply(1, Parsed(evict + Row(8, 5.0f, 1)));
+  store.Apply(1, Parsed(evict));
   EXPECT_EQ(store.rows(), 1u);
-  ReplicaStore::Taken t = store.Take(Any(), {1});
+  ReplicaStore::Taken t = store.Take(Any());
   ASSERT_EQ(t.rows.size(), 1u);
   EXPECT_EQ(t.rows[0].key, 7u);
   EXPECT_EQ(t.rows[0].value, (std::vector<float>{3.0f, 3.0f}));
@@ -96,45 +97,71 @@ TEST(ReplicaStore, BufferedPushesStayUntilTheirPrimaryCombinesTheirClock) {
   BspBuffer::Combined c{{1.0f}, 1, 1, 0.0f};
   RecordCodec::AppendBuffered(kTable, 5, 7, c, &pushes);
   RecordCodec::AppendBuffered(kTable, 6, 7, c, &pushes);
-  store.Apply(1, Parsed(pushes), Any());
+  store.Apply(1, Parsed(pushes));
   // The same key's pushes of clock 5, combined further: replaced.
   std::string more;
   RecordCodec::AppendBuffered(kTable, 5, 7, {{3.0f}, 2, 2, 0.0f}, &more);
-  store.Apply(1, Parsed(more), Any());
+  store.Apply(1, Parsed(more));
   std::string combined;
   RecordCodec::AppendCombinedBelow(6, &combined);
-  // A primary's mark drops only its own slots' pushes.
-  store.Apply(2, Parsed(combined), [](TableId, Key) { return false; });
+  // Another primary's mark drops only its own pushes.
+  store.Apply(2, Parsed(combined));
   ReplicaStore copy = store;
-  ReplicaStore::Taken all = copy.Take(Any(), {});
+  ReplicaStore::Taken all = copy.Take(Any());
   ASSERT_EQ(all.buffered.size(), 2u);
   EXPECT_EQ(all.buffered[0].second.clock, 5);
   EXPECT_EQ(all.buffered[0].second.combined.values, (std::vector<float>{3.0f}));
   EXPECT_EQ(all.buffered[0].second.combined.pushes, 2);
-  store.Apply(1, Parsed(combined), Any());
-  ReplicaStore::Taken t = store.Take(Any(), {});
+  store.Apply(1, Parsed(combined));
+  ReplicaStore::Taken t = store.Take(Any());
   ASSERT_EQ(t.buffered.size(), 1u);
   EXPECT_EQ(t.buffered[0].second.clock, 6);
 }
 
-TEST(ReplicaStore, ATakeoverTakesOnlyItsSlotsAndTheDeadPrimarysWindows) {
+// A slot moved from primary 1 to primary 2: 2 sends the slot's pushes
+// again, with what it added; 1's copies go with the move, and 1's marks
+// no longer reach 2's pushes.
+TEST(ReplicaStore, AMovedSlotsPushesAreTheNewPrimarys) {
+  ReplicaStore store;
+  std::string before;
+  RecordCodec::AppendBuffered(kTable, 5, 7, {{1.0f}, 1, 1, 0.0f}, &before);
+  store.Apply(1, Parsed(before));
+  std::string after;
+  RecordCodec::AppendBuffered(kTable, 5, 7, {{3.0f}, 2, 2, 0.0f}, &after);
+  store.Apply(2, Parsed(after));
+  EXPECT_EQ(store.DropPushesOf(1, Any()), 1u);
+  std::string combined;
+  RecordCodec::AppendCombinedBelow(6, &combined);
+  store.Apply(1, Parsed(combined));
+  ReplicaStore::Taken t = store.Take(Any());
+  ASSERT_EQ(t.buffered.size(), 1u);
+  EXPECT_EQ(t.buffered[0].second.combined.pushes, 2);
+}
+
+TEST(ReplicaStore, ATakeoverTakesOnlyItsSlotsAndEveryWindowIsKept) {
   ReplicaStore store;
   std::string a = Row(1, 1.0f, 1);
   RecordCodec::AppendWindow({44, 3, {5}}, &a);
   std::string b = Row(2, 2.0f, 1);
   RecordCodec::AppendWindow({44, 3, {6}}, &b);
-  store.Apply(/*primary=*/1, Parsed(a), Any());
-  store.Apply(/*primary=*/2, Parsed(b), Any());
-  ReplicaStore::Taken t =
-      store.Take([](TableId, Key key) { return key == 1; }, {1});
+  store.Apply(/*primary=*/1, Parsed(a));
+  store.Apply(/*primary=*/2, Parsed(b));
+  ReplicaStore::Taken t = store.Take([](TableId, Key key) { return key == 1; });
   ASSERT_EQ(t.rows.size(), 1u);
   EXPECT_EQ(t.rows[0].key, 1u);
-  ASSERT_EQ(t.windows.size(), 1u);
-  EXPECT_EQ(t.windows[0].client, 44);
-  EXPECT_EQ(t.windows[0].applied, (std::vector<uint64_t>{5}));
+  std::vector<uint64_t> seqs;
+  for (const RequestDedup::Window& w : store.Windows()) {
+    EXPECT_EQ(w.client, 44);
+    seqs.insert(seqs.end(), w.applied.begin(), w.applied.end());
+  }
+  std::sort(seqs.begin(), seqs.end());
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{5, 6}));
   EXPECT_EQ(store.rows(), 1u);  // primary 2's row stays
   EXPECT_EQ(store.Drop([](TableId, Key) { return true; }), 1u);
   EXPECT_EQ(store.rows(), 0u);
+  store.DropWindows(1);
+  ASSERT_EQ(store.Windows().size(), 1u);
+  EXPECT_EQ(store.Windows()[0].applied, (std::vector<uint64_t>{6}));
 }
 
 }  // namespace

@@ -40,6 +40,32 @@ TEST_P(TakeoverUnder, AKilledServersSlotsAreTakenOverWithNothingLost) {
       << cluster.server(0).output();
 }
 
+// A server killed and started again at once (as `ductile local` does) is
+// noticed by its registration, not by a timeout: its slots are taken over
+// by their backups, and the new process gets a share of the slots by a
+// rebalance. Nothing rolls back, and the counts are exact.
+TEST(Takeover, AServerRestartedAtOnceIsTakenOverAndGetsSlotsBack) {
+  RecoveryCluster cluster;
+  cluster.set_coordinator_flags({"--replicas=2"});
+  cluster.Start(/*clocks=*/300, "ssp");
+  ASSERT_TRUE(cluster.WaitForCheckpoint(20));
+  Kill9(cluster.server(1));
+  cluster.StartServer(1);  // same id, same state directory
+  ASSERT_TRUE(
+      cluster.WaitForOutput(cluster.coordinator(), "to server 1 (", 30000))
+      << cluster.coordinator().output();
+  const std::string out =
+      cluster.ExpectWorkersExact(300, /*rolled_back=*/false);
+  EXPECT_EQ(out.find("verified rollback"), std::string::npos) << out;
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+  EXPECT_NE(cluster.server(0).output().find("took over"), std::string::npos)
+      << cluster.server(0).output();
+  EXPECT_EQ(cluster.coordinator().output().find("rolling back"),
+            std::string::npos)
+      << cluster.coordinator().output();
+}
+
 // A primary paused (SIGSTOP) past the heartbeat timeout is taken for dead
 // and its slots taken over, with no rollback. Running again, it still
 // holds its keys and may take requests sent to it before the takeover; its

@@ -3,6 +3,7 @@
 // rollbacks, checkpoints, live workers, drains), heartbeats and routing
 // requests. Sending data requests is in request_engine.cc, their replies
 // in request_engine_replies.cc.
+#include <algorithm>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -193,14 +194,20 @@ void RequestEngine::RequestRouting() {
 }
 
 void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
-  const std::vector<int32_t> before = routing_->servers();
   if (!routing_->Install(routing)) return;
   RebuildSockets();
-  // Parts sent to a server that has left the routing will not be answered
-  // (its connection is closed): they go to the new owners of their keys.
+  const std::vector<int32_t>& anew = routing_->connected_anew();
+  auto is_new = [&anew](int32_t server) {
+    return std::find(anew.begin(), anew.end(), server) != anew.end();
+  };
+  // Parts sent to a server that has left the routing, or to the process
+  // its id named before (listed at another address now), will not be
+  // answered (their connection is closed): they go to the new owners of
+  // their keys.
   std::vector<uint64_t> orphans;
   for (const auto& [seq, part] : parts_) {
-    if (!part.awaiting_reroute() && !routing_->Lists(part.server)) {
+    if (!part.awaiting_reroute() &&
+        (!routing_->Lists(part.server) || is_new(part.server))) {
       orphans.push_back(seq);
     }
   }
@@ -217,16 +224,16 @@ void RequestEngine::InstallRouting(const wire::RoutingTable& routing) {
     reroute_now_ = true;
   }
   if (!last_clock_) return;
-  // A server that joined the job learns this worker's clock before any
-  // request of it (same socket), or it would wait for it forever.
+  // A server that joined the job (or a new process under an id) learns
+  // this worker's clock before any request of it (same socket), or it
+  // would wait for it forever.
   wire::Header header;
   header.set_type(wire::CLOCK);
   header.set_worker_id(shared_.worker_id->load());
   header.set_clock(last_clock_->clock);
   header.set_generation(last_clock_->generation);
   const std::string bytes = header.SerializeAsString();
-  for (int32_t id : routing_->servers()) {
-    if (std::find(before.begin(), before.end(), id) != before.end()) continue;
+  for (int32_t id : anew) {
     if (Socket* socket = routing_->SocketOf(id)) {
       OutMessage out;
       out.AddString(bytes);

@@ -17,6 +17,7 @@ bool RoutingView::Install(const wire::RoutingTable& wire) {
     return false;
   }
   table_ = std::move(*table);
+  anew_.clear();
   std::set<int32_t> listed;
   for (const auto& server : table_.servers()) {
     listed.insert(server.id());
@@ -36,6 +37,7 @@ bool RoutingView::Install(const wire::RoutingTable& wire) {
     }
     connections_.insert_or_assign(server.id(),
                                   Connection{address, std::move(*socket)});
+    anew_.push_back(server.id());
   }
   for (auto it = connections_.begin(); it != connections_.end();) {
     it = listed.count(it->first) ? std::next(it) : connections_.erase(it);

@@ -37,6 +37,10 @@ class RoutingView {
   const RoutingTable& table() const { return table_; }
   // Installs `wire` if it is newer and well formed; true if installed.
   bool Install(const wire::RoutingTable& wire);
+  // The servers the last Install connected to anew: new to the routing, or
+  // listed at another address (a new process under the same id: the old
+  // one died).
+  const std::vector<int32_t>& connected_anew() const { return anew_; }
 
   // The connection to `server`, null if the table gives no address.
   Socket* SocketOf(int32_t server) const;
@@ -65,6 +69,7 @@ class RoutingView {
   const int64_t max_message_bytes_;
   RoutingTable table_;
   std::map<int32_t, Connection> connections_;
+  std::vector<int32_t> anew_;
   std::vector<int32_t> servers_;  // connections_' ids
   std::vector<Socket*> sockets_;  // connections_' sockets, same order
 };

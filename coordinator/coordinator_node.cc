@@ -361,6 +361,13 @@ void CoordinatorNode::Handle(InMessage& message) {
       abort.set_type(wire::MIGRATE_ABORT);
       abort.set_change_id(0);
       out_.Send(m.identity, abort);
+    } else if (!ctx_.state.routing.empty()) {
+      // A routing it missed may name a server that died: no reply from
+      // that one would ever tell it of the new owners (a takeover).
+      wire::Header update;
+      update.set_type(wire::ROUTING_UPDATE);
+      ctx_.state.routing.ToWire(update.mutable_routing());
+      out_.Send(m.identity, update);
     }
     checkpoints_.Resend(m);
   }

@@ -21,7 +21,8 @@ std::string AddressOf(const wire::ServerEndpoint& e) {
 
 void Replicator::OnRouting() {
   const RoutingTable& routing = *routing_;
-  std::set<int32_t> backups;
+  std::set<int32_t>& backups = backups_;
+  backups.clear();
   for (int32_t s = 0; s < routing.num_slots(); ++s) {
     if (routing.owner(s) == self_ && routing.backup(s) >= 0) {
       backups.insert(routing.backup(s));
@@ -152,7 +153,7 @@ bool Replicator::Send() {
   }
   buffered_.clear();
   if (combined_below_) {
-    for (const auto& [b, link] : links_) {
+    for (int32_t b : backups_) {
       RecordCodec::AppendCombinedBelow(*combined_below_, &pending_[b].payload);
     }
     combined_below_.reset();
@@ -226,9 +227,7 @@ void Replicator::ReadAcks() {
       switch (s.code()) {
         case StatusCode::kOk:
           break;
-        case StatusCode::kAborted:  // a gap: send the rest again now
-          Resend(b, link);
-          break;
+        case StatusCode::kAborted:      // a gap: send the rest again soon
         case StatusCode::kUnavailable:  // its routing is behind this one's
           link.retry_at = std::min(link.retry_at, now + kRetryAfter);
           break;

@@ -165,6 +165,7 @@ class Replicator : public ReplyGate {
   bool fenced_ = false;
   uint64_t fenced_epoch_ = 0;  // Reset() while fenced: the routing's epoch
 
+  std::set<int32_t> backups_;  // of this server's slots, as routed now
   std::map<int32_t, Link> links_;
   std::deque<Flush> flushes_;
   uint64_t next_flush_ = 1;

@@ -272,6 +272,7 @@ class ServerNode final : private CoordinatorLink {
   struct ReplicaStream {
     uint64_t stream = 0;
     uint64_t next_seq = 1;
+    uint64_t gap_reported = 0;  // the next_seq a gap was reported at
   };
   std::map<int32_t, ReplicaStream> replica_streams_;
   // Requests held, in arrival order, behind one that named a routing epoch

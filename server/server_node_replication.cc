@@ -49,7 +49,10 @@ void ServerNode::InstallReplica(InMessage& message,
     return replies_.ReplyNow(identity, ack);  // held already: sent again
   }
   if (header.seq() > stream.next_seq) {
-    // Records before it were lost on the way: the primary sends them again.
+    // Records before it were lost on the way: the primary sends them again
+    // (told once per gap; the records behind the first are dropped).
+    if (stream.gap_reported == stream.next_seq) return;
+    stream.gap_reported = stream.next_seq;
     return refuse(AbortedError("records from " +
                                std::to_string(stream.next_seq) +
                                " on did not arrive"));
@@ -170,13 +173,10 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
     if (routing_.backup(s) == id_) primaries.insert(routing_.owner(s));
   }
-  for (auto it = replica_streams_.begin(); it != replica_streams_.end();) {
-    if (primaries.count(it->first) > 0) {
-      ++it;
-      continue;
-    }
-    replicas_.DropWindows(it->first);
-    it = replica_streams_.erase(it);
+  // (A stream's numbering stays: the primary may still send on it, records
+  // made under an older routing, which are checked as they come.)
+  for (const auto& [primary, stream] : replica_streams_) {
+    if (primaries.count(primary) == 0) replicas_.DropWindows(primary);
   }
 }
 

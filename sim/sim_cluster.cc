@@ -130,6 +130,7 @@ void Cluster::StartCoordinator() {
   c.num_slots = 64;
   c.heartbeat_timeout_ms = 5000;
   c.drain_linger_ms = options_.drain_linger_ms;
+  c.replicas = options_.replicas;
   if (options_.checkpoint_every > 0) {
     c.state_dir = kCoordinatorStateDir;
     c.checkpoint_every_clocks = options_.checkpoint_every;
@@ -549,7 +550,8 @@ std::string Describe(const SimOptions& o) {
       << " latency_us=" << o.faults.min_latency_us << "-"
       << o.faults.max_latency_us << " delay=" << o.faults.delay
       << " duplicate=" << o.faults.duplicate << " drop=" << o.faults.drop
-      << " checkpoint_every=" << o.checkpoint_every;
+      << " checkpoint_every=" << o.checkpoint_every
+      << " replicas=" << o.replicas;
   for (const auto& c : o.crashes) {
     out << (c.pause ? " pause" : " crash") << "=server:" << c.server;
     switch (c.trigger) {

@@ -49,6 +49,9 @@ struct SimOptions {
   NetworkFaults faults;
   // Checkpoints every this many clocks (0: none kept).
   int64_t checkpoint_every = 0;
+  // CoordinatorOptions::replicas: 2 gives every slot a backup server, which
+  // takes it over when its owner dies (no rollback).
+  int replicas = 1;
   // Server crashes: server `server` is killed once every worker has passed
   // `at_clock`, and restarted on its state `down_ms` later. With `pause`,
   // it is not killed but stops running for `down_ms` (as on SIGSTOP):

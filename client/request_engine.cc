@@ -194,16 +194,22 @@ void RequestEngine::SendDueClocks() {
 
 void RequestEngine::SendClock(const ClockOperation& op) {
   last_clock_ = SentClock{op.clock, op.generation};
+  SendLastClock(routing_->servers());
+}
+
+void RequestEngine::SendLastClock(const std::vector<int32_t>& servers) {
   // To every server of the routing table (not only those this worker has
   // talked to), on the same sockets as the pushes, so every server sees
   // this worker's pushes of the previous clock before the clock itself.
   wire::Header header;
   header.set_type(wire::CLOCK);
   header.set_worker_id(shared_.worker_id->load());
-  header.set_clock(op.clock);
-  header.set_generation(op.generation);
+  header.set_clock(last_clock_->clock);
+  header.set_generation(last_clock_->generation);
   const std::string bytes = header.SerializeAsString();
-  for (Socket* socket : routing_->sockets()) {
+  for (int32_t server : servers) {
+    Socket* socket = routing_->SocketOf(server);
+    if (socket == nullptr) continue;
     OutMessage out;
     out.AddString(bytes);
     socket->Send(std::move(out)).IgnoreError();

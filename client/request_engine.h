@@ -203,6 +203,12 @@ class RequestEngine {
   // Sends the CLOCKs whose pushes are all answered (oldest first).
   void SendDueClocks();
   void SendClock(const ClockOperation& op);
+  // The last CLOCK sent, to `servers` (SendClock: every server of the
+  // routing; again, at each heartbeat, to those a request of this
+  // generation waits at: one that lost it, a message dropped or its state
+  // reset by a rejoin, learns it, and a pull waiting there on this
+  // worker's clock goes; a clock moves only forward there).
+  void SendLastClock(const std::vector<int32_t>& servers);
 
   const Shared shared_;
   const ClientOptions& options_;

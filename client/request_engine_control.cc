@@ -176,6 +176,13 @@ void RequestEngine::SendHeartbeat() {
     f->set_requests(requests);
   }
   SendToCoordinator(hb);  // best effort
+  if (last_clock_ && !in_flight.empty() &&
+      last_clock_->generation == shared_.recovery->generation()) {
+    std::vector<int32_t> waited_at;
+    for (const auto& [server, requests] : in_flight)
+      waited_at.push_back(server);
+    SendLastClock(waited_at);
+  }
 }
 
 void RequestEngine::SendToCoordinator(const wire::Header& header) {

@@ -122,12 +122,26 @@ void Replicator::NoteBuffered(TableId table, int64_t clock,
 
 uint64_t Replicator::Ticket() {
   if (!active_ && flushes_.empty()) return 0;
-  Send();
-  return flushes_.empty() ? 0 : next_flush_ - 1;
+  if (flushes_.empty() && !ticket_given_ && !Dirty()) return 0;
+  ticket_given_ = true;
+  return next_flush_;
 }
 
-bool Replicator::Send() {
-  if (!active_) return false;
+bool Replicator::Dirty() {
+  if (!pending_.empty() || !buffered_.empty() || combined_below_) return true;
+  bool dirty = false;
+  tables_->ForEach([&](TableId, ParameterTable& table) {
+    dirty = dirty || table.has_replica_changes();
+  });
+  return dirty;
+}
+
+void Replicator::Flush() {
+  if (!active_) {
+    if (ticket_given_) ++next_flush_;  // the replies waiting for it go
+    ticket_given_ = false;
+    return;
+  }
   // Evictions first: a key evicted and stored again is a row after them.
   tables_->ForEach([&](TableId id, ParameterTable& table) {
     if (!table.has_replica_changes()) return;
@@ -158,7 +172,7 @@ bool Replicator::Send() {
     }
     combined_below_.reset();
   }
-  Flush flush;
+  Batch flush;
   for (auto& [b, p] : pending_) {
     for (const auto& [client, w] : p.windows) {
       RecordCodec::AppendWindow(w, &p.payload);
@@ -169,15 +183,19 @@ bool Replicator::Send() {
     Link& l = link->second;
     const uint64_t seq = ++l.sent;
     if (l.unacked.empty()) l.retry_at = env_->Now() + kResendAfter;
-    l.unacked[seq] = {std::move(p.payload), routing_->epoch()};
+    l.unacked[seq] = {std::make_shared<const std::string>(std::move(p.payload)),
+                      routing_->epoch()};
     Transmit(b, l, seq);
     flush.records.emplace_back(b, seq);
   }
   pending_.clear();
-  if (flush.records.empty()) return false;
+  const bool waited_for = std::exchange(ticket_given_, false);
+  if (flush.records.empty()) {
+    if (waited_for) ++next_flush_;
+    return;
+  }
   flush.id = next_flush_++;
   flushes_.push_back(std::move(flush));
-  return true;
 }
 
 void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
@@ -191,7 +209,10 @@ void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
   h.set_seq(seq);
   OutMessage out;
   out.AddString(h.SerializeAsString());
-  out.AddString(record.payload);
+  // Sent in place: the transport holds the payload until it is written.
+  std::shared_ptr<const std::string> payload = record.payload;
+  out.AddBorrowed(payload->data(), payload->size(),
+                  [payload]() mutable { payload.reset(); });
   if (Status s = link.socket->Send(std::move(out)); !s.ok()) {
     // Sent again after kResendAfter.
     LOG_EVERY_N(WARNING, 100) << "server " << self_ << ": records for backup "
@@ -281,6 +302,7 @@ void Replicator::Settle() {
 void Replicator::Reset() {
   if (fenced_) fenced_epoch_ = routing_->epoch();
   flushes_.clear();
+  if (std::exchange(ticket_given_, false)) ++next_flush_;
   pending_.clear();
   buffered_.clear();
   combined_below_.reset();

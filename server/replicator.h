@@ -92,11 +92,16 @@ class Replicator : public ReplyGate {
   void NoteWindows(int32_t backup,
                    const std::vector<RequestDedup::Window>& windows);
 
-  // ReplyGate.
+  // ReplyGate. A reply made while something changed waits for the next
+  // flush (Flush(), at the end of the request thread's step: one message
+  // per backup for all the step's requests) and every flush before it.
   uint64_t Ticket() override;
   bool Passed(uint64_t ticket) const override {
-    return flushes_.empty() || flushes_.front().id > ticket;
+    return ticket < next_flush_ &&
+           (flushes_.empty() || flushes_.front().id > ticket);
   }
+  // Sends what changed since the last flush.
+  void Flush();
 
   // Reads the backups' answers, and sends again what waited too long.
   // A backup's refusal because its routing names another primary for the
@@ -117,7 +122,8 @@ class Replicator : public ReplyGate {
 
  private:
   struct Record {
-    std::string payload;
+    // Shared with the transport while a send of it is under way.
+    std::shared_ptr<const std::string> payload;
     uint64_t epoch = 0;  // the routing's when it was made
   };
   struct Link {
@@ -131,7 +137,7 @@ class Replicator : public ReplyGate {
     Env::TimePoint retry_at;
     Status failure;
   };
-  struct Flush {
+  struct Batch {
     uint64_t id = 0;
     std::vector<std::pair<int32_t, uint64_t>> records;  // (backup, seq)
   };
@@ -143,8 +149,8 @@ class Replicator : public ReplyGate {
   // The backup of `key`'s slot if this server owns it and it has one; -1
   // otherwise.
   int32_t BackupOf(TableId table, Key key) const;
-  // Sends what changed since the last flush; false if nothing did.
-  bool Send();
+  // Whether anything changed that a backup has not been sent.
+  bool Dirty();
   void Connect(int32_t backup);
   // Sends record `seq` (held in link.unacked) to `backup`.
   void Transmit(int32_t backup, Link& link, uint64_t seq);
@@ -167,8 +173,9 @@ class Replicator : public ReplyGate {
 
   std::set<int32_t> backups_;  // of this server's slots, as routed now
   std::map<int32_t, Link> links_;
-  std::deque<Flush> flushes_;
+  std::deque<Batch> flushes_;
   uint64_t next_flush_ = 1;
+  bool ticket_given_ = false;  // a reply waits for flush next_flush_
   // Since the last flush.
   std::map<int32_t, Pending> pending_;
   std::set<std::tuple<TableId, int64_t, Key>> buffered_;

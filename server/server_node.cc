@@ -326,9 +326,9 @@ void ServerNode::Step() {
     if (!coordinator_->Receive(&message_, &got).ok() || !got) break;
     HandleCoordinator(message_);
   }
-  StepReplication();
   StepMoves();
   HandleTimers();
+  StepReplication();
 }
 
 // ------------------------------------------------------------ coordinator

@@ -228,6 +228,9 @@ class ServerNode final : private CoordinatorLink {
   // A rollback's generation once restored: a RECOVER sent again for it is
   // only acknowledged.
   std::optional<uint64_t> restored_generation_;
+  // The routing epoch of the last REJOIN taken (another for the same
+  // takeover, delayed, names no newer one).
+  uint64_t rejoined_at_epoch_ = 0;
   // Whether the server clock has been the job's since this server started
   // or rejoined: a server joining a running job starts at 0 and learns the
   // workers' clocks after its first rows may have moved in, and its first

@@ -94,11 +94,17 @@ void ServerNode::Recover(const wire::Header& header) {
 
 void ServerNode::Rejoin(const wire::Header& header) {
   // Sent again, unless the job went on without a rollback (its backups
-  // took this server's slots over) and this server still holds keys.
+  // took this server's slots over) and this server still holds keys, and
+  // the REJOIN is not one of those the coordinator sent for the same
+  // takeover (their routing is the one taken at the first: slots moved
+  // here since must stay).
   if (header.generation() < generation_ ||
-      (header.generation() == generation_ && tables_.keys() == 0)) {
+      (header.generation() == generation_ &&
+       (tables_.keys() == 0 ||
+        header.routing().epoch() <= rejoined_at_epoch_))) {
     return;
   }
+  rejoined_at_epoch_ = header.routing().epoch();
   checkpointer_.FinishWrite(tables_).IgnoreError();  // the store is needed
   DropReplicas();  // of slots elsewhere now, as its own are
   admission_.BindWorkers(header, /*overwrite=*/false);

@@ -222,12 +222,13 @@ void ServerNode::TakeOver(const std::set<int32_t>& slots) {
 }
 
 void ServerNode::StepReplication() {
+  // What the step's requests changed (and what changed with no request to
+  // wait for it: a BSP clock combined, rows evicted) goes in one flush.
+  replicator_->Flush();
   replicator_->ReadAcks();
   if (replicator_->fenced()) return Fenced();
   // Acknowledged, or the backup died (the coordinator took it out).
   if (replies_.held() > 0) replies_.SendHeld();
-  // Changes no reply waited for (a BSP clock combined, rows evicted).
-  if (replicator_->active()) replicator_->Ticket();
 }
 
 void ServerNode::Fenced() {

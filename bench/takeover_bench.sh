@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What a server's death costs a training job, with replicas (--replicas=2:
+# its backups take its slots over) and without (the job rolls back to its
+# last checkpoint), under `ductile local`
+# (docs/fault_tolerance.md, "Replication").
+#
+# Each run trains the MLP on Fashion-MNIST for one epoch with 2 servers and
+# 2 workers under --consistency (async), plain mode (no keys), worker 0
+# writing a CSV row at every clock. `ductile local` kills server 1 with
+# SIGKILL at clock KILL_AT (200) and restarts it; its launcher reports the
+# death at once. The settings alternate, RUNS (3) times each. Printed per
+# run: the longest gap between two of worker 0's clocks (the stall around
+# the kill; a step takes a few ms), the median gap, the run's training
+# time, and whether the job rolled back; then the medians.
+#
+#   bench/takeover_bench.sh                  # about 1 minute
+#   RUNS=5 CONSISTENCY=bsp bench/takeover_bench.sh
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+DUCTILE=${DUCTILE:-build/ductile}
+RUNS=${RUNS:-3}
+KILL_AT=${KILL_AT:-200}
+CONSISTENCY=${CONSISTENCY:-async}
+OUT=$(mktemp -d /tmp/takeover-bench-XXXXXX)
+trap 'rm -rf "$OUT"' EXIT
+RESULTS=$OUT/results.csv
+echo "replicas,run,stall_ms,median_step_ms,train_s,rolled_back" >"$RESULTS"
+
+# The largest and the median gap (ms) between successive step rows of a
+# trainer CSV log (kind,epoch,clock,time_s,...).
+gaps() {
+  awk -F, '$1 == "step" { if (seen) print ($4 - last) * 1000; last = $4;
+    seen = 1 }' "$1" | sort -g | awk '{ g[n++] = $1 }
+    END { if (n == 0) print "nan,nan";
+          else printf "%.0f,%.1f\n", g[n - 1], g[int(n / 2)] }'
+}
+
+median() {
+  sort -g | awk '{ v[n++] = $1 } END { if (n) print v[int((n - 1) / 2)] }'
+}
+
+for run in $(seq 1 "$RUNS"); do
+  for replicas in 2 1; do
+    log=$OUT/run-$replicas-$run.log
+    csv=$OUT/run-$replicas-$run.csv
+    timeout 300 "$DUCTILE" local --insecure --app=fmnist-mlp --servers=2 --workers=2 \
+      --epochs=1 --consistency="$CONSISTENCY" --replicas="$replicas" \
+      --kill_schedule="server:1@clock=$KILL_AT" --log_every=1 \
+      --csv_log="$csv" >"$log" 2>&1
+    train_s=$(sed -nE 's/.*steps per worker, ([0-9.]+)s.*/\1/p' "$log")
+    rolled=$(grep -q "rolling back" "$log" && echo yes || echo no)
+    row="$replicas,$run,$(gaps "$csv"),$train_s,$rolled"
+    echo "$row" >>"$RESULTS"
+    echo "replicas=$replicas run $run: stall, median step (ms), training s," \
+      "rolled back: ${row#*,*,}"
+  done
+done
+for replicas in 2 1; do
+  stall=$(awk -F, -v r="$replicas" '$1 == r { print $3 }' "$RESULTS" | median)
+  step=$(awk -F, -v r="$replicas" '$1 == r { print $4 }' "$RESULTS" | median)
+  echo "replicas=$replicas: median stall ${stall} ms (median step ${step} ms)"
+done

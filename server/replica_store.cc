@@ -141,7 +141,8 @@ size_t ReplicaStore::DropPushesOf(int32_t primary,
 
 size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in) {
   size_t dropped = 0;
-  for (auto& [table, held] : tables_) {
+  for (auto& [id, held] : tables_) {
+    const TableId table = id;  // (a lambda may not capture a binding)
     dropped += std::erase_if(held, [&](const auto& kv) {
       if (!in(table, kv.first)) return false;
       floats_ -= Floats(kv.second);

@@ -49,6 +49,7 @@
 #include "env/env.h"
 #include "routing/routing_table.h"
 #include "server/reply_sender.h"
+#include "server/request_dedup.h"
 #include "server/table_set.h"
 #include "transport/socket.h"
 

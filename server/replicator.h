@@ -7,9 +7,10 @@
 // pushes held for a clock; NoteCombinedBelow: clocks combined into the
 // rows); the tables list the rows that pushes, combined clocks and
 // evictions changed (ParameterTable::TakeReplicaChanges). Ticket(), called
-// for each reply about to go, sends all of it as one REPLICATE message per
-// backup (a flush) and returns the flush the reply must wait for; the reply
-// goes once Passed(ticket), when every backup has acknowledged every
+// for each reply about to go, returns the flush the reply must wait for:
+// the next one, if anything changed, which Flush() (at the end of the
+// request thread's step) sends as one REPLICATE message per backup; the
+// reply goes once Passed(ticket), when every backup has acknowledged every
 // record of that flush and the flushes before it (ReplySender keeps the
 // replies in order).
 //
@@ -19,13 +20,13 @@
 // records and ignores an older one's); a record is kept until
 // acknowledged, and those not acknowledged are sent again, in order, when
 // the backup reports a gap (a connection lost messages) or after
-// kResendAfter without an answer; `flushes_`
-// lists the flushes not wholly acknowledged, oldest first; a backup that leaves
-// the routing's servers (dead) counts as having acknowledged all (its slots
-// have no copy left to wait for). A backup that refuses records (its routing
-// names another primary for the slots: this server was taken for dead and its
-// slots were taken over) fences this server: fenced() is set, and the replies
-// waiting are never sent.
+// kResendAfter without an answer; `flushes_` lists the flushes not wholly
+// acknowledged, oldest first; a backup that leaves the routing's servers,
+// or is listed at another process's address (it died), counts as having
+// acknowledged all (its slots have no copy left to wait for). A backup
+// that refuses records (its routing names another primary for the slots:
+// this server was taken for dead and its slots were taken over) fences
+// this server: fenced() is set, and the replies waiting are never sent.
 //
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_SERVER_REPLICATOR_H_

@@ -27,18 +27,7 @@ trap 'rm -rf "$OUT"' EXIT
 RESULTS=$OUT/results.csv
 echo "replicas,run,stall_ms,median_step_ms,train_s,rolled_back" >"$RESULTS"
 
-# The largest and the median gap (ms) between successive step rows of a
-# trainer CSV log (kind,epoch,clock,time_s,...).
-gaps() {
-  awk -F, '$1 == "step" { if (seen) print ($4 - last) * 1000; last = $4;
-    seen = 1 }' "$1" | sort -g | awk '{ g[n++] = $1 }
-    END { if (n == 0) print "nan,nan";
-          else printf "%.0f,%.1f\n", g[n - 1], g[int(n / 2)] }'
-}
-
-median() {
-  sort -g | awk '{ v[n++] = $1 } END { if (n) print v[int((n - 1) / 2)] }'
-}
+source bench/csv_gaps.sh  # (from the repository root, above)
 
 for run in $(seq 1 "$RUNS"); do
   for replicas in 2 1; do

@@ -8,34 +8,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "sim/sim_cluster.h"
+#include "tests/sim_test_support.h"
 
 namespace ductile::sim {
 namespace {
 
-class QuietLogs : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (std::getenv("DUCTILE_SIM_LOGS") == nullptr) {
-      FLAGS_minloglevel = google::GLOG_ERROR;
-    }
-  }
-};
-const auto* const kQuietLogs =
-    ::testing::AddGlobalTestEnvironment(new QuietLogs);
-
-// Seeds of a sweep: all of them, or a sixth with DUCTILE_SIM_SEED_DIVISOR=6
-// (the sanitizer run of CI).
-uint64_t Seeds(uint64_t n) {
-  const char* v = std::getenv("DUCTILE_SIM_SEED_DIVISOR");
-  const uint64_t divisor =
-      v != nullptr ? std::max<uint64_t>(1, std::strtoull(v, nullptr, 10)) : 1;
-  return std::max<uint64_t>(1, n / divisor);
-}
+using testing::SlowTestSeeds;
 
 // Seed `seed`'s job: 2 or 3 servers, 2 to 4 workers, each model, faults
 // on the network, checkpoints, and every slot with a backup.
@@ -68,6 +52,24 @@ SimOptions Replicated(uint64_t seed) {
   return o;
 }
 
+// Runs seeds 1..`n` of Replicated() with `fault` added; counts those that
+// break a property or roll back, and reports the first five.
+int FailedSeeds(uint64_t n, const std::function<void(SimOptions&)>& fault) {
+  int failures = 0;
+  for (uint64_t seed = 1; seed <= n; ++seed) {
+    SimOptions o = Replicated(seed);
+    fault(o);
+    const SimResult r = RunSimulation(o);
+    if (r.ok && r.rollbacks == 0) continue;
+    if (++failures <= 5) {
+      ADD_FAILURE() << Describe(o) << ": "
+                    << (r.ok ? std::to_string(r.rollbacks) + " rollback(s)"
+                             : r.failure);
+    }
+  }
+  return failures;
+}
+
 // The crash case of seed N alone: DUCTILE_SIM_SEED=N (with
 // DUCTILE_SIM_LOGS=1 GLOG_v=1, every node's log), to reproduce a failure;
 // with DUCTILE_SIM_COORDINATOR_CRASH=1 the coordinator is also killed and
@@ -92,48 +94,34 @@ TEST(ReplicationSimulationRepro, TheSeedFromTheEnvironment) {
 // coordinator the old process died): its backups take its slots over, no
 // worker rolls back, and every read and the end state are exact.
 TEST(ReplicationSimulation, AKilledServersSlotsAreTakenOverWithNoRollback) {
-  int failures = 0;
-  for (uint64_t seed = 1; seed <= Seeds(1000); ++seed) {
-    SimOptions o = Replicated(seed);
-    o.crashes.push_back({static_cast<int>(seed % o.servers),
-                         static_cast<int64_t>(2 + seed % 4), 50});
-    const SimResult r = RunSimulation(o);
-    if (r.ok && r.rollbacks == 0) continue;
-    if (++failures <= 5) {
-      ADD_FAILURE() << Describe(o) << ": "
-                    << (r.ok ? std::to_string(r.rollbacks) + " rollback(s)"
-                             : r.failure);
-    }
-  }
-  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(FailedSeeds(SlowTestSeeds(1000),
+                        [](SimOptions& o) {
+                          o.crashes.push_back(
+                              {static_cast<int>(o.seed % o.servers),
+                               static_cast<int64_t>(2 + o.seed % 4), 50});
+                        }),
+            0);
 }
 
 // A server paused past the heartbeat timeout is taken for dead and taken
 // over; running again, what it still holds is fenced off, it rejoins with
 // no keys and gets slots back. No rollback, every read exact.
 TEST(ReplicationSimulation, APausedServerIsTakenOverAndRejoins) {
-  int failures = 0;
-  for (uint64_t seed = 1; seed <= Seeds(200); ++seed) {
-    SimOptions o = Replicated(seed);
-    o.crashes.push_back({.server = static_cast<int>(seed % o.servers),
-                         .at_clock = static_cast<int64_t>(2 + seed % 4),
-                         .down_ms = 7000,
-                         .pause = true});
-    const SimResult r = RunSimulation(o);
-    if (r.ok && r.rollbacks == 0) continue;
-    if (++failures <= 5) {
-      ADD_FAILURE() << Describe(o) << ": "
-                    << (r.ok ? std::to_string(r.rollbacks) + " rollback(s)"
-                             : r.failure);
-    }
-  }
-  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(FailedSeeds(SlowTestSeeds(200),
+                        [](SimOptions& o) {
+                          o.crashes.push_back(
+                              {.server = static_cast<int>(o.seed % o.servers),
+                               .at_clock = static_cast<int64_t>(2 + o.seed % 4),
+                               .down_ms = 7000,
+                               .pause = true});
+                        }),
+            0);
 }
 
 // Two servers of two die together: no slot has a live copy, and the job
 // rolls back to its last checkpoint, exactly as without replicas.
 TEST(ReplicationSimulation, BothCopiesLostRollsTheJobBack) {
-  for (uint64_t seed = 1; seed <= Seeds(12); ++seed) {
+  for (uint64_t seed = 1; seed <= SlowTestSeeds(12); ++seed) {
     SimOptions o = Replicated(seed);
     o.servers = 2;
     const int64_t at = 2 + static_cast<int64_t>(seed % 4);

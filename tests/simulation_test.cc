@@ -15,22 +15,12 @@
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "sim/sim_cluster.h"
+#include "tests/sim_test_support.h"
 
 namespace ductile::sim {
 namespace {
 
-// Thousands of clusters start and stop here: keep their logs to errors.
-class QuietLogs : public ::testing::Environment {
- public:
-  void SetUp() override {
-    // DUCTILE_SIM_LOGS=1 keeps them (with --v=1 for the nodes' details).
-    if (std::getenv("DUCTILE_SIM_LOGS") == nullptr) {
-      FLAGS_minloglevel = google::GLOG_ERROR;
-    }
-  }
-};
-const auto* const kQuietLogs =
-    ::testing::AddGlobalTestEnvironment(new QuietLogs);
+using testing::SlowTestSeeds;
 
 Consistency Ssp(int s) { return {ConsistencyMode::kSsp, s}; }
 Consistency Bsp() { return {ConsistencyMode::kBsp, 0}; }
@@ -90,17 +80,6 @@ std::string FailureOf(const SimOptions& o) {
   const SimResult r = RunSimulation(o);
   if (r.ok) return "";
   return Describe(o) + ": " + r.failure;
-}
-
-// The seeds 1..`n` of one of the slowest tests, or the first n / D of them
-// (at least 1) with DUCTILE_SIM_SEED_DIVISOR=D: the sanitizer run of CI
-// takes a sixth, since its slowdown makes these tests minutes long, and
-// the uninstrumented run takes every seed.
-uint64_t SlowTestSeeds(uint64_t n) {
-  const char* v = std::getenv("DUCTILE_SIM_SEED_DIVISOR");
-  const uint64_t divisor =
-      v != nullptr ? std::max<uint64_t>(1, std::strtoull(v, nullptr, 10)) : 1;
-  return std::max<uint64_t>(1, n / divisor);
 }
 
 int SeedsFromEnvironment(int fallback) {

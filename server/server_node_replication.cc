@@ -37,6 +37,24 @@ void ServerNode::InstallReplica(InMessage& message,
                               "' is not server " + std::to_string(primary) +
                               "'s: only a slot's primary sends its records"));
   }
+  if (routing_.empty() || header.epoch() > routing_.epoch()) {
+    // Checked against the routing they were made under: asked for.
+    wire::Header get;
+    get.set_type(wire::GET_ROUTING);
+    get.set_member_id(id_);
+    Send(get);
+    return refuse(UnavailableError(
+        "server " + std::to_string(id_) + " has routing epoch " +
+        std::to_string(routing_.epoch()) + ", the records " +
+        std::to_string(header.epoch())));
+  }
+  if (routing_.endpoint(primary) == nullptr) {
+    // Not a server of this routing (or of the newer one the records name):
+    // no stream is kept for it.
+    return refuse(FailedPreconditionError(
+        "server " + std::to_string(primary) + " is not in routing epoch " +
+        std::to_string(routing_.epoch()) + ": its records are refused"));
+  }
   ReplicaStream& stream = replica_streams_[primary];
   if (header.change_id() < stream.stream) {
     return;  // an older connection's, sent before the newer one's
@@ -56,17 +74,6 @@ void ServerNode::InstallReplica(InMessage& message,
     return refuse(AbortedError("records from " +
                                std::to_string(stream.next_seq) +
                                " on did not arrive"));
-  }
-  if (routing_.empty() || header.epoch() > routing_.epoch()) {
-    // Checked against the routing they were made under: asked for.
-    wire::Header get;
-    get.set_type(wire::GET_ROUTING);
-    get.set_member_id(id_);
-    Send(get);
-    return refuse(UnavailableError(
-        "server " + std::to_string(id_) + " has routing epoch " +
-        std::to_string(routing_.epoch()) + ", the records " +
-        std::to_string(header.epoch())));
   }
   RecordCodec::Records records;
   Status s = message.size() == 3

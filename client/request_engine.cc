@@ -372,6 +372,29 @@ void RequestEngine::Orphan(Part& part, milliseconds delay) {
   if (delay.count() == 0) reroute_now_ = true;
 }
 
+void RequestEngine::RerouteLaterParts(const Part& bounced, milliseconds delay) {
+  if (bounced.op->type == wire::PULL || bounced.pull_only) return;
+  std::vector<uint64_t> later;
+  for (const auto& [seq, part] : parts_) {
+    if (!part.awaiting_reroute() && part.server == bounced.server &&
+        part.op->order > bounced.op->order) {
+      later.push_back(seq);
+    }
+  }
+  for (uint64_t seq : later) {
+    auto it = parts_.find(seq);
+    if (it == parts_.end()) continue;
+    Part& part = it->second;
+    // Sent: it may be applied there yet (KeepAsPrior may end it).
+    if (part.sent && !KeepAsPrior(part)) continue;
+    VLOG(1) << "client " << shared_.worker_id->load() << ": part " << seq
+            << " (" << wire::MessageType_Name(part.op->type) << " clock "
+            << part.op->clock << ") goes again after part " << bounced.seq;
+    open_seqs_.erase(seq);
+    AwaitReroute(part, env_->Now() + delay);
+  }
+}
+
 void RequestEngine::AwaitReroute(Part& part, TimePoint at) {
   if (!part.awaiting_reroute()) ++waiting_parts_;
   part.state = Part::State::kAwaitingReroute;

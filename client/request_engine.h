@@ -159,6 +159,12 @@ class RequestEngine {
   // A part's server left the routing before answering: its keys are
   // re-routed, after `delay`, checked against its seq at the new owners.
   void Orphan(Part& part, std::chrono::milliseconds delay);
+  // `bounced`, with values, was sent back (moved, unavailable): the parts
+  // of later calls to the same server still unanswered go again after it,
+  // re-routed after `delay` too (checked against their seqs), or one
+  // answered before the push is sent again could miss it (a move aborted
+  // between the two serves the later part where the push was refused).
+  void RerouteLaterParts(const Part& bounced, std::chrono::milliseconds delay);
   // A push part about to be re-routed while a copy of it may still be
   // applied: its seq joins its priors (so the new owners check it). False
   // if it already had kMaxPriors: then it is finished, kAborted.

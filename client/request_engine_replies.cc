@@ -67,7 +67,9 @@ void RequestEngine::ReadDataReply(InMessage& message,
             << (newer ? ", new routing" : "");
     // Waiting before the routing is installed: the answer is in, so the
     // part is not orphaned if the new table no longer lists its server.
-    AwaitReroute(part, env_->Now() + (newer ? milliseconds(0) : kRetryAfter));
+    const milliseconds delay = newer ? milliseconds(0) : kRetryAfter;
+    AwaitReroute(part, env_->Now() + delay);
+    RerouteLaterParts(part, delay);
     if (newer) {
       InstallRouting(header.routing());
       HandleTimers();

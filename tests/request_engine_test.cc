@@ -1,7 +1,7 @@
 // The client's request engine against a scripted coordinator and server on
 // the simulated network (fake clock): what it sends when a server answers
-// one copy of a request that went out twice; what a shutdown notice does to
-// the calls in flight and after it.
+// one copy of a request that went out twice, or sends a push back; what a
+// shutdown notice does to the calls in flight and after it.
 #include "client/request_engine.h"
 
 #include <gtest/gtest.h>
@@ -108,8 +108,10 @@ class ScriptedPeers {
   // The data requests the server received, oldest first, taken.
   std::vector<Taken> TakeRequests() { return std::move(at_server_); }
 
-  // The server answers request `to` with `status` (nothing else).
-  void Answer(const Taken& to, const Status& status) {
+  // The server answers request `to` with `status` (and `values`, if
+  // given: a pull's).
+  void Answer(const Taken& to, const Status& status,
+              const std::vector<float>* values = nullptr) {
     wire::Header reply;
     reply.set_type(wire::DATA_REPLY);
     reply.set_seq(to.header.seq());
@@ -118,6 +120,10 @@ class ScriptedPeers {
     OutMessage out;
     out.AddString(to.identity);
     out.AddString(reply.SerializeAsString());
+    if (values != nullptr) {
+      out.AddString(std::string(reinterpret_cast<const char*>(values->data()),
+                                values->size() * sizeof(float)));
+    }
     ASSERT_TRUE(server_->Send(std::move(out)).ok());
   }
 
@@ -264,6 +270,41 @@ TEST(RequestEngine, APushSentTwiceAndRefusedOnceNamesItsSeqWhenSentAnew) {
   EXPECT_GT(after.header.done_below(), anew.header.seq());
   EXPECT_TRUE(Priors(after).empty());
   AnswerOk(peers, after, next);
+}
+
+// A push and then a pull of the same key go to the server; the push is
+// sent back (its slot was moving), then the move is called off and the
+// server serves the pull. Answered, the pull would miss the push, which is
+// only sent again now: so the pull goes again too, once the push is
+// applied, and the answer to its first copy is ignored.
+TEST(RequestEngine, APullAfterAPushSentBackGoesAgainAfterThePush) {
+  ScriptedPeers peers;
+  peers.Admit();
+  Handle push = peers.client().PushAsync(kTable, kKeys, kValues, {});
+  std::vector<float> out(kWidth);
+  Handle pull = peers.client().PullAsync(kTable, kKeys, out, {});
+  peers.Run(milliseconds(10));
+  std::vector<Taken> first = peers.TakeRequests();
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(first[0].header.type(), wire::PUSH);
+  ASSERT_EQ(first[1].header.type(), wire::PULL);
+  peers.Answer(first[0], UnavailableError("scripted: its slot is moving"));
+  const std::vector<float> stale(kWidth, 0.0f);
+  peers.Answer(first[1], Status::Ok(), &stale);
+  peers.Run(milliseconds(200));
+  EXPECT_FALSE(pull.done()) << "the first copy's answer counts for nothing";
+  const Taken push_again = OnlyRequest(peers, milliseconds(0));
+  EXPECT_EQ(push_again.header.type(), wire::PUSH) << "the push first";
+  AnswerOk(peers, push_again, push);
+  const Taken pull_again = OnlyRequest(peers, milliseconds(200));
+  EXPECT_EQ(pull_again.header.type(), wire::PULL);
+  EXPECT_NE(pull_again.header.seq(), first[1].header.seq());
+  const std::vector<float> fresh(kWidth, 1.0f);
+  peers.Answer(pull_again, Status::Ok(), &fresh);
+  peers.Run(milliseconds(10));
+  ASSERT_TRUE(pull.done());
+  ASSERT_TRUE(pull.Wait().ok()) << pull.Wait();
+  EXPECT_EQ(out, fresh);
 }
 
 // The coordinator says the job is shutting down while a pull and a push

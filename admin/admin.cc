@@ -88,6 +88,9 @@ ClusterStatus ClusterStatusFromWire(const wire::ClusterState& c) {
   status.recovering = c.recovering();
   status.problem = c.problem();
   status.slots_moving = c.slots_moving();
+  status.replicas = std::max(1, c.replicas());
+  status.slots_without_copy = c.slots_without_copy();
+  status.takeovers = c.takeovers();
   status.target_workers = c.target_workers();
   status.target_servers = c.target_servers();
   status.replace_workers.assign(c.replace_workers().begin(),

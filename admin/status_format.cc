@@ -55,6 +55,16 @@ std::string FormatClusterStatus(const ClusterStatus& status) {
        << left << " left)";
   }
   os << "\n";
+  if (status.replicas >= 2) {
+    os << "replicas " << status.replicas << ": ";
+    if (status.slots_without_copy > 0) {
+      os << status.slots_without_copy
+         << " slot(s) without a whole backup copy yet";
+    } else {
+      os << "every slot has a whole backup copy";
+    }
+    os << ", " << status.takeovers << " takeover(s) so far\n";
+  }
   if (!status.problem.empty()) os << "problem: " << status.problem << "\n";
   if (status.target_workers > 0 || status.target_servers > 0) {
     os << "target size:";
@@ -353,6 +363,13 @@ std::string FormatPrometheus(const ClusterStatus& status) {
   Family(&os, "ductile_slots_moving", "gauge",
          "Slots moving between servers now.")
       .Sample("", status.slots_moving);
+  Family(&os, "ductile_slots_without_copy", "gauge",
+         "With --replicas=2: slots whose backup is missing or has no whole "
+         "copy yet.")
+      .Sample("", status.slots_without_copy);
+  Family(&os, "ductile_takeovers_total", "counter",
+         "Server deaths whose slots backups took over with no rollback.")
+      .Sample("", status.takeovers);
   Family(&os, "ductile_move_bytes_left", "gauge",
          "Bytes of slot moves not acknowledged yet.")
       .Sample("", status.move_bytes_left);

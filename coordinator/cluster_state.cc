@@ -57,6 +57,7 @@ Status ClusterState::Open() {
   next_table_id = std::max<uint32_t>(state.next_table_id(), 1);
   next_worker_id = state.next_worker_id();
   next_incarnation = std::max<uint64_t>(state.next_incarnation(), 1);
+  takeovers = state.takeovers();
   barrier_round = state.barrier_round();
   target_workers = state.target_workers();
   target_servers = state.target_servers();
@@ -78,6 +79,7 @@ Status ClusterState::Open() {
     m.registered_from = pm.registered_from();
     m.pid = pm.pid();
     m.incarnation = pm.incarnation();
+    m.backups_synced_epoch = pm.backups_synced_epoch();
     // Not declared dead: alive until the heartbeat timeout says otherwise,
     // counting the silence it had under the previous coordinator (not the
     // time this one was down). Each member's first message after the
@@ -113,6 +115,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
   state.set_next_table_id(next_table_id);
   state.set_next_worker_id(next_worker_id);
   state.set_next_incarnation(next_incarnation);
+  state.set_takeovers(takeovers);
   for (const auto* group : {&servers, &workers}) {
     for (const auto& [id, m] : *group) {
       auto* pm = state.add_members();
@@ -129,6 +132,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_registered_from(m.registered_from);
       pm->set_pid(m.pid);
       pm->set_incarnation(m.incarnation);
+      pm->set_backups_synced_epoch(m.backups_synced_epoch);
       if (!m.dead && m.in_job() && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a
         // member that speaks regularly changes nothing, and a silent one
@@ -218,6 +222,31 @@ std::set<int32_t> ClusterState::LiveServers() const {
     if (!m.dead && !m.left() && !m.rejoining) live.insert(id);
   }
   return live;
+}
+
+std::set<int32_t> ClusterState::BackupCandidates() const {
+  std::set<int32_t> live = LiveServers();
+  for (const auto& [id, m] : servers) {
+    if (m.draining()) live.erase(id);
+  }
+  return live;
+}
+
+std::map<int32_t, uint64_t> ClusterState::BackupsSynced() const {
+  std::map<int32_t, uint64_t> synced;
+  for (const auto& [id, m] : servers) synced[id] = m.backups_synced_epoch;
+  return synced;
+}
+
+int32_t ClusterState::SlotsWithoutCopy() const {
+  if (routing.empty()) return 0;
+  const std::set<int32_t> live = LiveServers();
+  const std::map<int32_t, uint64_t> synced = BackupsSynced();
+  int32_t count = 0;
+  for (int32_t owner : routing.Owners()) {
+    count += routing.SlotsWithoutLiveBackup({owner}, live, synced);
+  }
+  return count;
 }
 
 std::set<int32_t> ClusterState::ServersWithSlots() const {

@@ -83,6 +83,9 @@ struct Member {
   // of its exit must name this process (MembershipManager::ReportExit).
   int32_t pid = 0;
   uint64_t incarnation = 0;
+  // Servers: the newest routing epoch at which every backup of its slots
+  // held a whole copy, as its heartbeat last said (0: not heard).
+  uint64_t backups_synced_epoch = 0;
   // In memory only.
   // Declared dead on a report that its process exited (not by silence):
   // it cannot come back, so the job does not wait to see whether it does.
@@ -160,6 +163,8 @@ class ClusterState {
   // The number of the next registration of a server or worker process
   // (Member::incarnation): never given twice in the cluster's life.
   uint64_t next_incarnation = 1;
+  // Deaths whose slots backups took over (no rollback), in the job's life.
+  uint64_t takeovers = 0;
   std::map<int32_t, Member> servers;
   std::map<int32_t, Member> workers;
   std::vector<CatalogEntry> catalog;  // complete checkpoints, oldest first
@@ -191,6 +196,14 @@ class ClusterState {
   // Servers not declared dead, not drained and not rejoining (those take
   // part in nothing until they are at the job's generation).
   std::set<int32_t> LiveServers() const;
+  // Live servers that may hold backups: not draining.
+  std::set<int32_t> BackupCandidates() const;
+  // Each server's backups_synced_epoch, as last reported.
+  std::map<int32_t, uint64_t> BackupsSynced() const;
+  // Slots whose backup is missing, not live, or not known to hold a whole
+  // copy (each owner alone taken for dead: RoutingTable::
+  // SlotsWithoutLiveBackup).
+  int32_t SlotsWithoutCopy() const;
   // Live servers that own slots: those a checkpoint is taken on.
   std::set<int32_t> ServersWithSlots() const;
   // Workers the job expects (options.num_workers) not registered yet.

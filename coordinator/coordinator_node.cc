@@ -270,6 +270,10 @@ Status CoordinatorNode::CheckSender(const Member* member, const wire::Header& h,
 wire::ClusterState CoordinatorNode::ClusterStateNow() const {
   wire::ClusterState c = membership_.Status(recovery_.in_progress());
   c.set_slots_moving(migrations_.slots_moving());
+  c.set_replicas(options_.replicas);
+  c.set_takeovers(state_.takeovers);
+  if (options_.replicas >= 2)
+    c.set_slots_without_copy(state_.SlotsWithoutCopy());
   c.set_problem(!save_error_.ok()
                     ? "the coordinator cannot save its state (" +
                           save_error_.ToString() +
@@ -467,8 +471,21 @@ void CoordinatorNode::HandleHeartbeat(const std::string& identity,
     alive.set_job_noise_scale(state_.JobNoiseScale());
     out_.SendStateless(identity, alive);
     checkpoints_.OnServerClock(m->counters.min_clock());
+    m->backups_synced_epoch = h.backups_synced_epoch();
+    NoteBackupsWhole();
     if (m->rejoining) Rejoin(*m, h);
   }
+}
+
+void CoordinatorNode::NoteBackupsWhole() {
+  if (options_.replicas < 2 || state_.routing.empty()) return;
+  const bool whole = state_.SlotsWithoutCopy() == 0;
+  if (whole && !backups_whole_) {
+    LOG(INFO) << "coordinator: every slot has a backup with a whole copy "
+                 "again (routing epoch "
+              << state_.routing.epoch() << ")";
+  }
+  backups_whole_ = whole;
 }
 
 void CoordinatorNode::CheckTimeouts() {
@@ -489,6 +506,9 @@ void CoordinatorNode::CheckTimeouts() {
   // over, or the job rolls back to the latest checkpoint with its slots on
   // the survivors.
   OnServersDead(membership_.DetectDeadServers(), "died");
+  // Slots left without a copy (a takeover with no server to spare, a
+  // rollback, a drain) get one as servers come.
+  if (routing_.MaybeFillBackups()) backups_whole_ = false;
   recovery_.RetryFailed();
   if (recovery_.Expired()) {
     StartRecovery("servers did not finish restoring in time");

@@ -147,6 +147,9 @@ class CoordinatorNode {
   // replicas is 1, a rollback is under way, or some slot of theirs has no
   // live backup.
   bool TakeOver(const std::set<int32_t>& dead, const std::string& how);
+  // With --replicas=2, after a server's heartbeat: says once when every
+  // slot's backup holds a whole copy again.
+  void NoteBackupsWhole();
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
   void CheckTimeouts();
@@ -184,6 +187,8 @@ class CoordinatorNode {
   // Since when no worker has been live, none having finished (unset while
   // one is).
   std::optional<TimePoint> no_worker_since_;
+  // Every slot's backup held a whole copy at the last look (NoteBackupsWhole).
+  bool backups_whole_ = true;
   // The last failure to save the state (OK: saved), and when to try again.
   Status save_error_;
   TimePoint save_retry_at_{};

@@ -159,12 +159,13 @@ bool CoordinatorNode::TakeOver(const std::set<int32_t>& dead,
   }
   std::string who = dead.size() == 1 ? "server" : "servers";
   for (int32_t id : dead) who += " " + std::to_string(id);
-  const int32_t uncovered =
-      routing.SlotsWithoutLiveBackup(dead, state_.LiveServers());
+  const int32_t uncovered = routing.SlotsWithoutLiveBackup(
+      dead, state_.LiveServers(), state_.BackupsSynced());
   if (uncovered > 0) {
     LOG(WARNING) << "coordinator: " << who << " " << how << " with "
                  << uncovered
-                 << " slot(s) that have no live backup: the job rolls back";
+                 << " slot(s) that have no live backup with a whole copy: "
+                    "the job rolls back";
     return false;
   }
   bool owned = false;
@@ -183,6 +184,10 @@ bool CoordinatorNode::TakeOver(const std::set<int32_t>& dead,
     migrations_.AbortAll(AbortedError(who + " " + how + " while slots moved"));
   }
   const int32_t promoted = routing_.TakeOver(dead);
+  // Its slots and those it backed up have no whole copy now, or a new
+  // backup being sent one.
+  backups_whole_ = false;
+  if (owned) ++state_.takeovers;
   if (!owned && backed_up == 0) {
     LOG(INFO) << "coordinator: " << who << " " << how
               << " holding no slot and no backup: no rollback";
@@ -193,10 +198,10 @@ bool CoordinatorNode::TakeOver(const std::set<int32_t>& dead,
             << (one ? "its " : "their ") << promoted
             << " slot(s) taken over by their backups at epoch "
             << routing.epoch() << ", no rollback"
-            << (backed_up > 0 ? "; " + std::to_string(backed_up) + " slot(s) " +
-                                    (one ? "it" : "they") +
-                                    " backed up have no backup now"
-                              : std::string());
+            << (backed_up > 0
+                    ? "; " + std::to_string(backed_up) + " slot(s) " +
+                          (one ? "it" : "they") + " backed up lost their copy"
+                    : std::string());
   return true;
 }
 

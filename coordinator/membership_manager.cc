@@ -246,6 +246,11 @@ MembershipManager::Registered MembershipManager::Register(
       }
       member.keep_checkpoints = h.keep_checkpoints();
       member.incarnation = state.next_incarnation++;
+      if (result.restarted) {
+        // What the dead process last said of its backups decides whether
+        // they take its slots over (until the new one's first heartbeat).
+        member.backups_synced_epoch = state.servers[id].backups_synced_epoch;
+      }
       state.servers[id] = member;
       LOG(INFO) << "coordinator: server " << id
                 << (result.restarted ? " registered again (restarted)"

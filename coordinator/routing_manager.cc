@@ -35,6 +35,7 @@ bool RoutingManager::MaybeAssign() {
 
 int32_t RoutingManager::TakeOver(const std::set<int32_t>& dead) {
   const int32_t promoted = ctx_.state.routing.Promote(dead);
+  FillBackups();
   for (auto it = waits_.begin(); it != waits_.end();) {
     for (int32_t id : dead) it->round.Forget(id);
     if (it->round.complete()) {
@@ -46,6 +47,27 @@ int32_t RoutingManager::TakeOver(const std::set<int32_t>& dead) {
   }
   Publish();
   return promoted;
+}
+
+int32_t RoutingManager::FillBackups() {
+  ClusterState& state = ctx_.state;
+  if (ctx_.options.replicas < 2 || state.routing.empty() || state.recovering ||
+      ctx_.shutting_down) {
+    return 0;
+  }
+  const int32_t filled = state.routing.FillBackups(state.BackupCandidates());
+  if (filled > 0) {
+    LOG(INFO) << "coordinator: " << filled
+              << " slot(s) without a backup get one at epoch "
+              << state.routing.epoch() << "; their owners send it a whole copy";
+  }
+  return filled;
+}
+
+bool RoutingManager::MaybeFillBackups() {
+  if (FillBackups() == 0) return false;
+  Publish();
+  return true;
 }
 
 void RoutingManager::Publish() {

@@ -34,10 +34,16 @@ class RoutingManager {
   void Publish();
   // The servers of `dead` are gone: their slots go to their backups
   // (RoutingTable::Promote; the caller has checked that each has a live
-  // one), the slots they backed up have none, the epoch waits stop
-  // waiting for them, and the new table is published. Returns the slots
-  // promoted.
+  // one), the slots they backed up get new ones where another server is
+  // there to hold them (FillBackups), the epoch waits stop waiting for
+  // them, and the new table is published. Returns the slots promoted.
   int32_t TakeOver(const std::set<int32_t>& dead);
+  // With --replicas=2 and no rollback under way: gives a backup to each
+  // slot without one (after a takeover, a rollback, a drain, or when a
+  // server joins), and publishes the table if that changed it. Their
+  // owners send the new backups whole copies while training goes on.
+  // True if some slot got one.
+  bool MaybeFillBackups();
   // GET_ROUTING: the table (none before the first assignment).
   void HandleGet(const std::string& identity, const wire::Header& h);
   // ROUTING_ACK: a server installed an epoch.
@@ -54,6 +60,9 @@ class RoutingManager {
     AckRound round;
     std::function<void(const Status&)> done;
   };
+
+  // FillBackups on the table; how many slots got a backup.
+  int32_t FillBackups();
 
   CoordinatorContext& ctx_;
   std::map<int32_t, uint64_t> acked_;  // the newest epoch each server acked

@@ -60,6 +60,13 @@ Result<RoutingTable> RoutingTable::FromWire(const wire::RoutingTable& wire) {
         " slots lists " + std::to_string(wire.slot_backup_size()) +
         " backups (0: none, or one per slot)");
   }
+  if (wire.slot_backup_from_size() != 0 &&
+      wire.slot_backup_from_size() != wire.slot_backup_size()) {
+    return InvalidArgumentError(
+        "routing table lists " + std::to_string(wire.slot_backup_size()) +
+        " backups and " + std::to_string(wire.slot_backup_from_size()) +
+        " epochs they hold their copies from (one per backup)");
+  }
   t.slots_.resize(wire.num_slots());
   for (int32_t s = 0; s < wire.num_slots(); ++s) {
     t.slots_[s].owner = wire.slot_owner(s);
@@ -76,6 +83,16 @@ Result<RoutingTable> RoutingTable::FromWire(const wire::RoutingTable& wire) {
                                     " as both its owner and its backup");
       }
       t.slots_[s].backup = backup;
+      if (wire.slot_backup_from_size() != 0) {
+        const uint64_t from = wire.slot_backup_from(s);
+        if (from > t.epoch_) {
+          return InvalidArgumentError(
+              "slot " + std::to_string(s) + "'s backup pair is from epoch " +
+              std::to_string(from) + ", after the table's " +
+              std::to_string(t.epoch_));
+        }
+        t.slots_[s].backup_from = backup >= 0 ? from : 0;
+      }
     }
     if (wire.slot_state_size() == 0) continue;
     const int32_t state = wire.slot_state(s);
@@ -109,6 +126,15 @@ void RoutingTable::ToWire(wire::RoutingTable* wire) const {
   if (HasBackups()) {
     wire->mutable_slot_backup()->Reserve(num_slots());
     for (const Slot& slot : slots_) wire->add_slot_backup(slot.backup);
+    const bool all_first =
+        std::all_of(slots_.begin(), slots_.end(),
+                    [](const Slot& slot) { return slot.backup_from == 0; });
+    if (!all_first) {
+      wire->mutable_slot_backup_from()->Reserve(num_slots());
+      for (const Slot& slot : slots_) {
+        wire->add_slot_backup_from(slot.backup_from);
+      }
+    }
   }
   for (const auto& server : servers_) *wire->add_servers() = server;
 }
@@ -119,12 +145,17 @@ bool RoutingTable::HasBackups() const {
 }
 
 int32_t RoutingTable::SlotsWithoutLiveBackup(
-    const std::set<int32_t>& owners, const std::set<int32_t>& live) const {
+    const std::set<int32_t>& owners, const std::set<int32_t>& live,
+    const std::map<int32_t, uint64_t>& synced) const {
   int32_t count = 0;
   for (const Slot& slot : slots_) {
     if (owners.count(slot.owner) == 0) continue;
+    auto reported = synced.find(slot.owner);
+    const bool whole =
+        slot.backup_from == 0 ||
+        (reported != synced.end() && reported->second >= slot.backup_from);
     const bool saved =
-        live.count(slot.backup) > 0 && owners.count(slot.backup) == 0;
+        live.count(slot.backup) > 0 && owners.count(slot.backup) == 0 && whole;
     if (!saved) ++count;
   }
   return count;
@@ -168,6 +199,7 @@ void RoutingTable::Move(int32_t s, int32_t server) {
   slot.state = SlotState::kOwned;
   if (slot.backup == server) slot.backup = -1;
   ++epoch_;
+  slot.backup_from = slot.backup >= 0 ? epoch_ : 0;
 }
 
 int32_t RoutingTable::Reassign(const std::set<int32_t>& live) {
@@ -187,6 +219,7 @@ int32_t RoutingTable::Reassign(const std::set<int32_t>& live) {
     slot.owner = target->first;
     slot.state = SlotState::kOwned;
     if (slot.backup == slot.owner) slot.backup = -1;
+    slot.backup_from = slot.backup >= 0 ? epoch_ + 1 : 0;
     ++target->second;
     ++moved;
   }
@@ -195,8 +228,10 @@ int32_t RoutingTable::Reassign(const std::set<int32_t>& live) {
 }
 
 void RoutingTable::SetBackup(int32_t s, int32_t server) {
-  slots_[s].backup = server == slots_[s].owner ? -1 : server;
+  Slot& slot = slots_[s];
+  slot.backup = server == slot.owner ? -1 : server;
   ++epoch_;
+  slot.backup_from = slot.backup >= 0 ? epoch_ : 0;
 }
 
 void RoutingTable::AssignBackups(const std::set<int32_t>& live) {
@@ -210,13 +245,49 @@ void RoutingTable::AssignBackups(const std::set<int32_t>& live) {
     }
     changed = changed || slot.backup != backup;
     slot.backup = backup;
+    slot.backup_from = 0;
   }
   if (changed) ++epoch_;
 }
 
+int32_t RoutingTable::FillBackups(const std::set<int32_t>& candidates) {
+  std::map<int32_t, int32_t> backing;
+  for (int32_t id : candidates) backing[id] = 0;
+  for (const Slot& slot : slots_) {
+    auto it = backing.find(slot.backup);
+    if (it != backing.end()) ++it->second;
+  }
+  int32_t filled = 0;
+  for (Slot& slot : slots_) {
+    if (slot.backup >= 0) continue;
+    // The next candidate after the owner, wrapping around, unless another
+    // backs fewer slots.
+    auto start = backing.upper_bound(slot.owner);
+    if (start == backing.end()) start = backing.begin();
+    auto best = backing.end();
+    for (size_t i = 0; i < backing.size(); ++i) {
+      if (start->first != slot.owner &&
+          (best == backing.end() || start->second < best->second)) {
+        best = start;
+      }
+      if (++start == backing.end()) start = backing.begin();
+    }
+    if (best == backing.end()) continue;
+    slot.backup = best->first;
+    slot.backup_from = epoch_ + 1;
+    ++best->second;
+    ++filled;
+  }
+  if (filled > 0) ++epoch_;
+  return filled;
+}
+
 void RoutingTable::ClearBackups() {
   if (!HasBackups()) return;
-  for (Slot& slot : slots_) slot.backup = -1;
+  for (Slot& slot : slots_) {
+    slot.backup = -1;
+    slot.backup_from = 0;
+  }
   ++epoch_;
 }
 
@@ -229,10 +300,12 @@ int32_t RoutingTable::Promote(const std::set<int32_t>& dead) {
       slot.owner = slot.backup;
       slot.state = SlotState::kOwned;
       slot.backup = -1;
+      slot.backup_from = 0;
       ++promoted;
       changed = true;
     } else if (dead.count(slot.backup) > 0) {
       slot.backup = -1;
+      slot.backup_from = 0;
       changed = true;
     }
   }

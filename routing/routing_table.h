@@ -13,10 +13,16 @@
 // ownership (Move) or by a rollback (Reassign).
 //
 // A slot may also name a backup server (-1: none; with --replicas=2 the
-// coordinator assigns them at the start, AssignBackups): it holds a copy
-// of the slot that the owner (the primary) keeps current, and takes the
-// slot over when the owner dies (Promote) with nothing lost. A backup
-// serves nothing: Serves() is the owner's alone.
+// coordinator assigns them at the start, AssignBackups, and to slots left
+// without one later, FillBackups): it holds a copy of the slot that the
+// owner (the primary) keeps current, and takes the slot over when the
+// owner dies (Promote) with nothing lost. A backup serves nothing:
+// Serves() is the owner's alone. backup_from(s) is the epoch from which
+// slot s's owner and backup are the pair they are: the owner sends the
+// backup a whole copy of the slot when it sees a new one, and reports the
+// epoch at which its copies are all whole (SlotsWithoutLiveBackup's
+// `synced`); 0 for the pairs of the first assignment, whose slots were
+// empty.
 //
 // Invariants: the epoch never decreases, and every change (an owner, a
 // state, a backup, the servers' endpoints) increases it by one; epoch 0
@@ -49,7 +55,8 @@ class RoutingTable {
   struct Slot {
     int32_t owner = -1;
     SlotState state = SlotState::kOwned;
-    int32_t backup = -1;  // -1: none
+    int32_t backup = -1;       // -1: none
+    uint64_t backup_from = 0;  // the epoch of the pair (owner, backup)
   };
 
   // Largest number of slots a table may have.
@@ -82,11 +89,16 @@ class RoutingTable {
   int32_t backup(int32_t s) const { return slots_[s].backup; }
   // True when some slot has a backup.
   bool HasBackups() const;
+  // The epoch of slot `s`'s pair (owner, backup); 0 for the first's.
+  uint64_t backup_from(int32_t s) const { return slots_[s].backup_from; }
   // How many slots owned by a server of `owners` have no backup in `live`
-  // (none, or one that is in `owners` too): those that Promote(owners)
-  // would not save.
-  int32_t SlotsWithoutLiveBackup(const std::set<int32_t>& owners,
-                                 const std::set<int32_t>& live) const;
+  // (none, or one that is in `owners` too), or one whose copy is not known
+  // whole (`synced`: the epoch each owner last reported its backups'
+  // copies whole at; absent: none): those that Promote(owners) would not
+  // save.
+  int32_t SlotsWithoutLiveBackup(
+      const std::set<int32_t>& owners, const std::set<int32_t>& live,
+      const std::map<int32_t, uint64_t>& synced) const;
   bool OwnsAny(int32_t server) const;
   // Slots per owner (owners only).
   std::map<int32_t, int32_t> SlotsPerServer() const;
@@ -101,7 +113,7 @@ class RoutingTable {
 
   // Changes; each increases the epoch by one.
   // Gives slot `s` to `server` (state kOwned); its backup stays, unless it
-  // is `server` (then it has none).
+  // is `server` (then it has none), in a new pair.
   void Move(int32_t s, int32_t server);
   // Gives every slot whose owner is not in `live` to the least-loaded
   // server of `live` (ties: the lowest id), backups kept as by Move;
@@ -117,6 +129,12 @@ class RoutingTable {
   // server but the owner. One epoch for the whole change, none if nothing
   // changed.
   void AssignBackups(const std::set<int32_t>& live);
+  // Gives each slot without a backup one of `candidates` other than its
+  // owner: the one backing the fewest slots (ties: the next id after the
+  // owner's, wrapping around). Their pairs are new (backup_from: the new
+  // epoch). Returns how many slots got one; one epoch for the change, none
+  // if no slot did.
+  int32_t FillBackups(const std::set<int32_t>& candidates);
   // Every slot loses its backup (their copies are gone: a rollback). One
   // epoch, none if no slot had one.
   void ClearBackups();

@@ -46,13 +46,48 @@ void Replicator::OnRouting() {
       ++it;
       continue;
     }
-    link.acked = link.sent;
+    // What waited for it waits no more (a new connection to a backup of
+    // that id, a restarted process, numbers its records anew).
+    for (Batch& flush : flushes_) {
+      std::erase_if(flush.records,
+                    [&](const auto& r) { return r.first == it->first; });
+    }
     it = links_.erase(it);
   }
   for (int32_t b : backups) {
     if (links_.count(b) == 0) Connect(b);
   }
   Settle();
+}
+
+std::set<int32_t> Replicator::TakeNewPairs() {
+  if (!active_) return {};  // (fenced: Reset() forgot what was copied)
+  const RoutingTable& routing = *routing_;
+  copied_from_.resize(routing.num_slots(), 0);
+  std::set<int32_t> slots;
+  for (int32_t s = 0; s < routing.num_slots(); ++s) {
+    if (routing.owner(s) != self_ || routing.backup(s) < 0 ||
+        copied_from_[s] == routing.backup_from(s)) {
+      continue;
+    }
+    copied_from_[s] = routing.backup_from(s);
+    slots.insert(s);
+  }
+  if (!slots.empty()) {
+    // The next flush carries them, even if the slots are empty.
+    ticket_given_ = true;
+    copies_.emplace_back(routing.epoch(), next_flush_);
+  }
+  return slots;
+}
+
+uint64_t Replicator::synced_epoch() {
+  while (!copies_.empty() && Passed(copies_.front().second)) {
+    synced_ = copies_.front().first;
+    copies_.pop_front();
+  }
+  if (copies_.empty()) synced_ = routing_->epoch();
+  return synced_;
 }
 
 void Replicator::Connect(int32_t backup) {
@@ -186,6 +221,8 @@ void Replicator::Flush() {
     l.unacked[seq] = {std::make_shared<const std::string>(std::move(p.payload)),
                       routing_->epoch()};
     Transmit(b, l, seq);
+    VLOG(2) << "server " << self_ << ": records " << seq << " to backup " << b
+            << " (flush " << next_flush_ << ")";
     flush.records.emplace_back(b, seq);
   }
   pending_.clear();
@@ -244,6 +281,8 @@ void Replicator::ReadAcks() {
         continue;  // not an answer, or an older connection's
       }
       const Status s = StatusFromWire(ack);
+      VLOG(2) << "server " << self_ << ": backup " << b << " holds up to "
+              << ack.seq() << ": " << s;
       Acknowledge(link, ack.seq());  // what it holds, whatever the status
       switch (s.code()) {
         case StatusCode::kOk:
@@ -307,6 +346,8 @@ void Replicator::Reset() {
   buffered_.clear();
   combined_below_.reset();
   links_.clear();
+  copied_from_.clear();
+  copies_.clear();
   fenced_ = false;
   OnRouting();
 }

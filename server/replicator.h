@@ -27,6 +27,10 @@
 // that refuses records (its routing names another primary for the slots:
 // this server was taken for dead and its slots were taken over) fences
 // this server: fenced() is set, and the replies waiting are never sent.
+// A backup new to a slot (a pair of a later epoch than the first
+// assignment's) gets the slot whole first (TakeNewPairs), and the server
+// reports the epoch its backups are whole at (synced_epoch) with its
+// heartbeats: the coordinator promotes no backup before.
 //
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_SERVER_REPLICATOR_H_
@@ -76,6 +80,15 @@ class Replicator : public ReplyGate {
   void OnRouting();
   // Some slot this server owns has a backup.
   bool active() const { return active_; }
+  // The slots this server owns whose backup has had no whole copy from it
+  // yet (a pair new since the last call: RoutingTable::backup_from). The
+  // caller notes their rows, buffered pushes and windows at once; the
+  // flush that carries them makes those backups whole at this epoch.
+  std::set<int32_t> TakeNewPairs();
+  // The newest routing epoch at which the backup of every slot this server
+  // owned held a whole copy of it (the current one once every copy sent
+  // is acknowledged).
+  uint64_t synced_epoch();
   bool fenced() const { return fenced_; }
   // Fenced, and no newer routing since: this server serves nothing.
   bool awaiting_routing() const {
@@ -174,6 +187,12 @@ class Replicator : public ReplyGate {
   uint64_t fenced_epoch_ = 0;  // Reset() while fenced: the routing's epoch
 
   std::set<int32_t> backups_;  // of this server's slots, as routed now
+  // Per slot: the pair (RoutingTable::backup_from) its whole copy went to.
+  std::vector<uint64_t> copied_from_;
+  // Whole copies under way: (epoch, the flush that carries them), oldest
+  // first; synced_ is the epoch of the last one acknowledged.
+  std::deque<std::pair<uint64_t, uint64_t>> copies_;
+  uint64_t synced_ = 0;
   std::map<int32_t, Link> links_;
   std::deque<Batch> flushes_;
   uint64_t next_flush_ = 1;

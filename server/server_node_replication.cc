@@ -117,7 +117,10 @@ void ServerNode::InstallReplica(InMessage& message,
 
 void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   replicator_->OnRouting();
-  if (old.empty() || old.num_slots() != routing_.num_slots()) return;
+  // (With no table before to compare with, nothing was taken over or
+  // moved away; a pair new to this server is still sent whole.)
+  const bool comparable =
+      !old.empty() && old.num_slots() == routing_.num_slots();
   // A server gone from the routing, or listed with another process's
   // address, died.
   auto died = [&](int32_t server) {
@@ -127,14 +130,12 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
            (now == nullptr || now->tcp_address() != was->tcp_address() ||
             now->ipc_address() != was->ipc_address());
   };
-  std::set<int32_t> taken, moved_in;
-  for (int32_t s = 0; s < routing_.num_slots(); ++s) {
+  std::set<int32_t> taken;
+  for (int32_t s = 0; comparable && s < routing_.num_slots(); ++s) {
     const int32_t was = old.owner(s);
     if (was == id_ || routing_.owner(s) != id_) continue;
     if (old.backup(s) == id_ && died(was)) {
       taken.insert(s);  // its primary died: the copy here is the slot now
-    } else {
-      moved_in.insert(s);  // a move brought its rows, pushes and windows
     }
   }
   auto in = [](const std::set<int32_t>& slots, const RoutingTable& routing) {
@@ -143,24 +144,29 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
     };
   };
   if (!taken.empty()) TakeOver(taken);
-  if (!moved_in.empty() && replicator_->active()) {
-    // Their backup's copy comes from here now: every row, buffered push and
-    // window entry (the source's records about them stop at the move).
-    const auto moved = in(moved_in, routing_);
+  // Slots with a backup new to them, or moved here (a move brought their
+  // rows, pushes and windows; the source's records stop at the move): the
+  // backup's copy comes from here now, whole: every row, buffered push
+  // and window entry.
+  const std::set<int32_t> copied = replicator_->TakeNewPairs();
+  if (!copied.empty()) {
+    const auto copying = in(copied, routing_);
     tables_.ForEach([&](TableId id, ParameterTable& table) {
-      table.MarkReplicaChangedIf([&](Key key) { return moved(id, key); });
+      table.MarkReplicaChangedIf([&](Key key) { return copying(id, key); });
     });
     consistency_.ForEachBuffered([&](TableId table, int64_t clock, Key key) {
-      if (moved(table, key)) replicator_->NoteBuffered(table, clock, {&key, 1});
+      if (copying(table, key))
+        replicator_->NoteBuffered(table, clock, {&key, 1});
     });
     const std::vector<RequestDedup::Window> windows =
         admission_.dedup().Snapshot();
     std::set<int32_t> backups;
-    for (int32_t s : moved_in) {
+    for (int32_t s : copied) {
       if (routing_.backup(s) >= 0) backups.insert(routing_.backup(s));
     }
     for (int32_t b : backups) replicator_->NoteWindows(b, windows);
   }
+  if (!comparable) return;
   // Copies of slots no longer backed here go; so do the pushes an old
   // primary sent of slots that moved to another (it sends them again).
   replicas_.Drop([&](TableId table, Key key) {
@@ -236,6 +242,11 @@ void ServerNode::StepReplication() {
   if (replicator_->fenced()) return Fenced();
   // Acknowledged, or the backup died (the coordinator took it out).
   if (replies_.held() > 0) replies_.SendHeld();
+  // New backups hold whole copies: the coordinator may promote them now.
+  if (replicator_->synced_epoch() != told_synced_epoch_ &&
+      replicator_->active()) {
+    Heartbeat(0);
+  }
 }
 
 void ServerNode::Fenced() {

@@ -66,6 +66,42 @@ TEST(Takeover, AServerRestartedAtOnceIsTakenOverAndGetsSlotsBack) {
       << cluster.coordinator().output();
 }
 
+// One server killed and restarted, then the other: the first takeover
+// leaves slots with no copy; they get new backups (the restarted process
+// among them), whole copies go to them while the job runs, and `ductile
+// status` says when every slot has one again. The second death is then
+// taken over too: two deaths, no rollback, exact counts.
+TEST(Takeover, TheRebuiltBackupsTakeASecondDeathOver) {
+  RecoveryCluster cluster;
+  cluster.set_coordinator_flags({"--replicas=2"});
+  cluster.Start(/*clocks=*/400, "bsp");
+  ASSERT_TRUE(cluster.WaitForCheckpoint(20));
+  Kill9(cluster.server(1));
+  cluster.StartServer(1);
+  ASSERT_TRUE(
+      cluster.WaitForOutput(cluster.coordinator(), "rebalance done", 30000))
+      << cluster.coordinator().output();
+  ASSERT_TRUE(cluster.WaitForStatus([](const ClusterStatus& s) {
+    return s.replicas == 2 && s.takeovers == 1 && s.slots_moving == 0 &&
+           s.slots_without_copy == 0;
+  })) << cluster.coordinator().output();
+  Kill9(cluster.server(0));
+  cluster.StartServer(0);
+  const std::string out =
+      cluster.ExpectWorkersExact(400, /*rolled_back=*/false);
+  EXPECT_EQ(out.find("verified rollback"), std::string::npos) << out;
+  EXPECT_EQ(cluster.coordinator().WaitExit(kWaitMs), 0)
+      << cluster.coordinator().output();
+  const std::string coordinator = cluster.coordinator().output();
+  EXPECT_EQ(coordinator.find("rolling back"), std::string::npos) << coordinator;
+  EXPECT_NE(coordinator.find("every slot has a backup with a whole copy again"),
+            std::string::npos)
+      << coordinator;
+  EXPECT_EQ(cluster.server(1).WaitExit(kWaitMs), 0);
+  EXPECT_NE(cluster.server(1).output().find("took over"), std::string::npos)
+      << cluster.server(1).output();
+}
+
 // A primary paused (SIGSTOP) past the heartbeat timeout is taken for dead
 // and its slots taken over, with no rollback. Running again, it still
 // holds its keys and may take requests sent to it before the takeover; its

@@ -70,20 +70,44 @@ int FailedSeeds(uint64_t n, const std::function<void(SimOptions&)>& fault) {
   return failures;
 }
 
+// One server killed at a clock from 2 to 5 and restarted 50 ms later.
+void KillOne(SimOptions& o) {
+  o.crashes.push_back({static_cast<int>(o.seed % o.servers),
+                       2 + static_cast<int64_t>(o.seed % 4), 50});
+}
+
+// The coordinator killed too, from 0 to 80 ms after every worker passed
+// the first kill's clock, and restarted on its state 100 ms later.
+void CoordinatorCrashToo(SimOptions& o) {
+  o.coordinator_crashes.push_back(
+      {o.crashes.front().at_clock, static_cast<int64_t>(o.seed % 5) * 20, 100});
+}
+
+// One server killed at clock 2, another at clock 6 (the rebuilt backups'
+// test).
+void SecondKill(SimOptions& o) {
+  const int first = static_cast<int>(o.seed % o.servers);
+  o.crashes.push_back({first, 2, 50});
+  o.crashes.push_back({(first + 1) % o.servers, 6, 50});
+}
+
 // The crash case of seed N alone: DUCTILE_SIM_SEED=N (with
 // DUCTILE_SIM_LOGS=1 GLOG_v=1, every node's log), to reproduce a failure;
 // with DUCTILE_SIM_COORDINATOR_CRASH=1 the coordinator is also killed and
-// restarted on its state around the server's death.
+// restarted on its state around the server's death; with
+// DUCTILE_SIM_SECOND_KILL=1 the case is SecondKill's.
 TEST(ReplicationSimulationRepro, TheSeedFromTheEnvironment) {
   const char* v = std::getenv("DUCTILE_SIM_SEED");
   if (v == nullptr) GTEST_SKIP() << "DUCTILE_SIM_SEED is not set";
   const uint64_t seed = std::strtoull(v, nullptr, 10);
   SimOptions o = Replicated(seed);
-  const int64_t at = 2 + static_cast<int64_t>(seed % 4);
-  o.crashes.push_back({static_cast<int>(seed % o.servers), at, 50});
+  if (std::getenv("DUCTILE_SIM_SECOND_KILL") != nullptr) {
+    SecondKill(o);
+  } else {
+    KillOne(o);
+  }
   if (std::getenv("DUCTILE_SIM_COORDINATOR_CRASH") != nullptr) {
-    o.coordinator_crashes.push_back(
-        {at, static_cast<int64_t>(seed % 5) * 20, 100});
+    CoordinatorCrashToo(o);
   }
   const SimResult r = RunSimulation(o);
   EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
@@ -94,13 +118,7 @@ TEST(ReplicationSimulationRepro, TheSeedFromTheEnvironment) {
 // coordinator the old process died): its backups take its slots over, no
 // worker rolls back, and every read and the end state are exact.
 TEST(ReplicationSimulation, AKilledServersSlotsAreTakenOverWithNoRollback) {
-  EXPECT_EQ(FailedSeeds(SlowTestSeeds(1000),
-                        [](SimOptions& o) {
-                          o.crashes.push_back(
-                              {static_cast<int>(o.seed % o.servers),
-                               static_cast<int64_t>(2 + o.seed % 4), 50});
-                        }),
-            0);
+  EXPECT_EQ(FailedSeeds(SlowTestSeeds(1000), KillOne), 0);
 }
 
 // A server paused past the heartbeat timeout is taken for dead and taken
@@ -114,6 +132,27 @@ TEST(ReplicationSimulation, APausedServerIsTakenOverAndRejoins) {
                                .at_clock = static_cast<int64_t>(2 + o.seed % 4),
                                .down_ms = 7000,
                                .pause = true});
+                        }),
+            0);
+}
+
+// One server killed, then another: the first takeover leaves slots with
+// no copy, which get new backups (the restarted process among them) and
+// whole copies while the job goes on; the second death is taken over too.
+TEST(ReplicationSimulation, ASecondKillIsTakenOverByTheRebuiltBackups) {
+  EXPECT_EQ(FailedSeeds(SlowTestSeeds(200), SecondKill), 0);
+}
+
+// The coordinator killed around a server's death and restarted on its
+// state (before, during or after the takeover): the takeover holds, the
+// restarted coordinator abandons the moves its earlier process planned
+// (one still on its way is refused), and nothing rolls back.
+TEST(ReplicationSimulation,
+     ACoordinatorRestartAroundATakeoverRollsNothingBack) {
+  EXPECT_EQ(FailedSeeds(SlowTestSeeds(200),
+                        [](SimOptions& o) {
+                          KillOne(o);
+                          CoordinatorCrashToo(o);
                         }),
             0);
 }

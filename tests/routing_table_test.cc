@@ -225,7 +225,7 @@ TEST(RoutingTable, PromoteGivesTheDeadOwnersSlotsToTheirBackups) {
   RoutingTable t = ThreeServers();  // 0: slots 0-2, 1: 3-5, 2: 6-8
   t.AssignBackups({0, 1, 2});       // backed up by 1, 2, 0
   const uint64_t epoch = t.epoch();
-  EXPECT_EQ(t.SlotsWithoutLiveBackup({1}, {0, 2}), 0);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({1}, {0, 2}, {}), 0);
   EXPECT_EQ(t.Promote({1}), 3);
   EXPECT_EQ(t.epoch(), epoch + 1) << "one epoch for the whole takeover";
   for (int s = 0; s < 3; ++s) {
@@ -247,8 +247,8 @@ TEST(RoutingTable, PromoteLeavesSlotsWithoutALiveBackupToTheirOwner) {
   RoutingTable t = ThreeServers();
   t.AssignBackups({0, 1, 2});
   // 0 and 1 both die: 0's slots are backed up by 1, which is dead too.
-  EXPECT_EQ(t.SlotsWithoutLiveBackup({0, 1}, {2}), 3);
-  EXPECT_EQ(t.SlotsWithoutLiveBackup({0}, {2}), 3)
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({0, 1}, {2}, {}), 3);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({0}, {2}, {}), 3)
       << "1 is not live: 0's slots have no live backup";
   EXPECT_EQ(t.Promote({0, 1}), 3);  // 1's slots go to 2
   for (int s = 0; s < 3; ++s) {
@@ -267,7 +267,7 @@ TEST(RoutingTable, PromoteOfAServerThatOwnsNothingOnlyDropsItsCopies) {
   t.Move(6, 0);
   t.Move(7, 0);  // 1 owns nothing, and backs up 0-3
   const uint64_t epoch = t.epoch();
-  EXPECT_EQ(t.SlotsWithoutLiveBackup({1}, {0}), 0);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({1}, {0}, {}), 0);
   EXPECT_EQ(t.Promote({1}), 0);
   EXPECT_FALSE(t.HasBackups());
   EXPECT_EQ(t.epoch(), epoch + 1);
@@ -328,6 +328,75 @@ TEST(RoutingTable, APeersTableWithBadBackupsIsRefused) {
   wire::RoutingTable backups_at_zero;
   backups_at_zero.add_slot_backup(-1);
   EXPECT_FALSE(RoutingTable::FromWire(backups_at_zero).ok());
+
+  t.Move(0, 2);  // a new pair: its epoch goes on the wire
+  t.ToWire(&w);
+  ASSERT_EQ(w.slot_backup_from_size(), 9);
+  wire::RoutingTable short_from = w;
+  short_from.mutable_slot_backup_from()->RemoveLast();
+  r = RoutingTable::FromWire(short_from);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("9 backups and 8 epochs"),
+            std::string::npos)
+      << r.status();
+  wire::RoutingTable future = w;
+  future.set_slot_backup_from(0, w.epoch() + 1);
+  r = RoutingTable::FromWire(future);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("slot 0's backup pair is from epoch"),
+            std::string::npos)
+      << r.status();
+}
+
+TEST(RoutingTable, FillBackupsGivesTheSlotsWithoutOneTheLeastLoadedOther) {
+  RoutingTable t = ThreeServers();  // 0: slots 0-2, 1: 3-5, 2: 6-8
+  t.AssignBackups({0, 1, 2});       // backed up by 1, 2, 0
+  EXPECT_EQ(t.FillBackups({0, 1, 2}), 0) << "every slot has one";
+  ASSERT_EQ(t.Promote({1}), 3);  // 3-5 go to 2; 0-2 lose their backup
+  const uint64_t epoch = t.epoch();
+  // Server 1 came back as a new process. 0 backs 6-8 already, so 0's
+  // slots go to 1 and 2 in turn, and 2's to 1 and 0 as their counts
+  // even out.
+  EXPECT_EQ(t.FillBackups({0, 1, 2}), 6);
+  EXPECT_EQ(t.epoch(), epoch + 1) << "one epoch for the whole change";
+  std::map<int32_t, int> backing;
+  for (int s = 0; s < 9; ++s) {
+    ASSERT_GE(t.backup(s), 0) << s;
+    EXPECT_NE(t.backup(s), t.owner(s)) << s;
+    ++backing[t.backup(s)];
+  }
+  EXPECT_EQ(backing, (std::map<int32_t, int>{{0, 4}, {1, 4}, {2, 1}}));
+  EXPECT_EQ(t.backup(0), 1) << "a tie goes to the next id after the owner";
+  EXPECT_EQ(t.backup(1), 2) << "then to the one backing fewer";
+  for (int s = 0; s < 6; ++s) {
+    EXPECT_EQ(t.backup_from(s), t.epoch()) << s << ": a new pair";
+  }
+  for (int s = 6; s < 9; ++s) {
+    EXPECT_EQ(t.backup_from(s), 0u) << s << ": the first assignment's";
+  }
+  EXPECT_EQ(t.FillBackups({0, 1, 2}), 0);
+  EXPECT_EQ(t.epoch(), epoch + 1) << "nothing changed";
+
+  RoutingTable alone = ThreeServers();
+  EXPECT_EQ(alone.FillBackups({1}), 6) << "1's own slots have no other";
+  for (int s = 3; s < 6; ++s) EXPECT_EQ(alone.backup(s), -1) << s;
+}
+
+TEST(RoutingTable, ABackupIsSavingOnlyOnceItsOwnerReportedItWhole) {
+  RoutingTable t = ThreeServers();
+  t.AssignBackups({0, 1, 2});
+  // The first assignment's pairs: the slots were empty, their copies whole.
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({0}, {1, 2}, {}), 0);
+  t.Move(0, 2);  // slot 0 to 2, backed up by 1 still: a new pair
+  const uint64_t moved = t.epoch();
+  EXPECT_EQ(t.backup_from(0), moved);
+  EXPECT_EQ(t.backup(0), 1);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({2}, {0, 1}, {}), 1)
+      << "2 has not said its copy of slot 0 is whole";
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({2}, {0, 1}, {{2, moved - 1}}), 1);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({2}, {0, 1}, {{2, moved}}), 0);
+  EXPECT_EQ(t.SlotsWithoutLiveBackup({2}, {0, 1}, {{1, moved}}), 1)
+      << "the owner's report counts, not the backup's";
 }
 
 }  // namespace

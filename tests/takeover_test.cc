@@ -43,13 +43,16 @@ CoordinatorOptions Options(int32_t replicas) {
   return options;
 }
 
-// A server's heartbeat at `generation`, holding `keys` keys.
-wire::Header ServerHeartbeat(int32_t id, uint64_t generation, uint64_t keys) {
+// A server's heartbeat at `generation`, holding `keys` keys, its backups
+// whole at routing epoch `synced`.
+wire::Header ServerHeartbeat(int32_t id, uint64_t generation, uint64_t keys,
+                             uint64_t synced = 0) {
   wire::Header h;
   h.set_type(wire::HEARTBEAT);
   h.set_member_id(id);
   h.set_generation(generation);
   h.mutable_counters()->set_keys_stored(keys);
+  h.set_backups_synced_epoch(synced);
   return h;
 }
 
@@ -150,14 +153,19 @@ TEST(Takeover, AnExitedServersSlotsGoToTheirBackupsWithNoRollback) {
     EXPECT_GT(after.epoch(), before.epoch());
     EXPECT_EQ(after.endpoint(1), nullptr) << "the dead server is not listed";
     for (int32_t s = 0; s < kSlots; ++s) {
+      const bool new_pair = before.owner(s) == 1 || before.backup(s) == 1;
       if (before.owner(s) == 1) {
         EXPECT_EQ(after.owner(s), before.backup(s)) << "slot " << s;
-        EXPECT_EQ(after.backup(s), -1) << "slot " << s;
       } else {
         EXPECT_EQ(after.owner(s), before.owner(s)) << "slot " << s;
-        EXPECT_EQ(after.backup(s),
-                  before.backup(s) == 1 ? -1 : before.backup(s))
-            << "slot " << s;
+      }
+      if (new_pair) {
+        // A copy on the other survivor, to be sent whole.
+        EXPECT_EQ(after.backup(s), 2 - after.owner(s)) << "slot " << s;
+        EXPECT_GT(after.backup_from(s), before.epoch()) << "slot " << s;
+      } else {
+        EXPECT_EQ(after.backup(s), before.backup(s)) << "slot " << s;
+        EXPECT_EQ(after.backup_from(s), 0u) << "slot " << s;
       }
     }
   }
@@ -270,9 +278,51 @@ TEST(Takeover, ARestartedServersSlotsGoToTheirBackupsAndItGetsNewOnes) {
     if (before.owner(s) == 1) {
       EXPECT_NE(c.routing().owner(s), 1) << s;
     }
-    EXPECT_NE(c.routing().backup(s), 1) << s << ": its copies are gone";
+    if (before.backup(s) == 1 || before.owner(s) == 1) {
+      EXPECT_GE(c.routing().backup(s), 0) << s;
+      EXPECT_GT(c.routing().backup_from(s), before.epoch())
+          << s << ": the old process's copies are gone; a new pair";
+    }
   }
   EXPECT_GT(moves, 0) << "the new process gets its share, with keys";
+}
+
+// After a takeover the slots' new backups are saving only once their
+// owners say the copies sent them are whole: a second death before that
+// rolls back, one after it is taken over too.
+TEST(Takeover, ASecondDeathIsTakenOverOnceTheNewBackupsAreWhole) {
+  for (bool whole : {false, true}) {
+    SCOPED_TRACE(whole ? "reported whole" : "not reported whole");
+    ThreeServers c(/*replicas=*/2);
+    const uint64_t first = c.routing().epoch();
+    const wire::Header exit = Exit(wire::ROLE_SERVER, 1, 201);
+    c.launcher().Send(exit);
+    c.cluster().Run(milliseconds(20));
+    ASSERT_EQ(c.cluster().state().generation, 0u);
+    ASSERT_FALSE(c.routing().OwnsAny(1));
+    const uint64_t epoch = c.routing().epoch();
+    for (int32_t id : {0, 2}) {
+      // (Not whole: as they said before the takeover.)
+      c.server(id).Send(ServerHeartbeat(id, 0, 10, whole ? epoch : first));
+    }
+    c.cluster().Run(milliseconds(20));
+    for (int32_t id : {0, 2}) c.server(id).Take();
+
+    const wire::Header second = Exit(wire::ROLE_SERVER, 0, 200);
+    c.launcher().Send(second);
+    c.cluster().Run(milliseconds(20));
+    const std::vector<wire::Header> got = c.server(2).Take();
+    if (whole) {
+      EXPECT_EQ(Count(got, wire::RECOVER), 0);
+      EXPECT_EQ(c.cluster().state().generation, 0u);
+      for (int32_t s = 0; s < kSlots; ++s) {
+        EXPECT_EQ(c.routing().owner(s), 2) << s;
+      }
+    } else {
+      EXPECT_GE(Count(got, wire::RECOVER), 1);
+      EXPECT_EQ(c.cluster().state().generation, 1u);
+    }
+  }
 }
 
 TEST(Takeover, ReplicasAreOneOrTwo) {

@@ -101,6 +101,13 @@ struct ClusterStatus {
   // row); empty when nothing does.
   std::string problem;
   int32_t slots_moving = 0;  // slots moving between servers now
+  // Copies of each slot the job keeps (--replicas); with 2, the slots
+  // whose backup is missing or has no whole copy yet (a server's death
+  // there rolls the job back), and the deaths whose slots backups took
+  // over with no rollback so far.
+  int32_t replicas = 1;
+  int32_t slots_without_copy = 0;
+  uint64_t takeovers = 0;
   // Bytes of those moves the targets have not acknowledged yet, as the
   // sources last reported them (heartbeats).
   uint64_t move_bytes_left = 0;

@@ -360,10 +360,13 @@ void CoordinatorNode::Handle(InMessage& message) {
       membership_.PublishWorkers();
       recovery_.Resend(m);
       // Moves it was making for the coordinator before its restart are
-      // abandoned; the routing it just got says who owns what.
+      // abandoned, and any such move still on its way to it is refused
+      // (ids below this process's); the routing it just got says who owns
+      // what.
       wire::Header abort;
       abort.set_type(wire::MIGRATE_ABORT);
       abort.set_change_id(0);
+      abort.set_seq(migrations_.IdFloor());
       out_.Send(m.identity, abort);
     } else if (!ctx_.state.routing.empty()) {
       // A routing it missed may name a server that died: no reply from

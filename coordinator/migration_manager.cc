@@ -141,7 +141,7 @@ void MigrationManager::Begin(std::map<int32_t, int32_t> moves, std::string why,
   for (const auto& [slot, target] : moves) {
     by_pair[{ctx_.state.routing.owner(slot), target}].push_back(slot);
   }
-  if (next_id_ == 0) next_id_ = (ctx_.env->RandomU64() >> 16) + 1;
+  IdFloor();
   for (auto& [pair, slots] : by_pair) {
     Group& g = plan.groups[next_id_++];
     g.source = pair.first;
@@ -351,6 +351,16 @@ bool MigrationManager::Involves(const std::set<int32_t>& servers) const {
     }
   }
   return false;
+}
+
+uint64_t MigrationManager::IdFloor() {
+  if (next_id_ == 0) {
+    // Milliseconds since the epoch, and room for 2^20 moves in each.
+    next_id_ = (static_cast<uint64_t>(std::max<int64_t>(ctx_.env->UnixMs(), 1))
+                << 20) |
+               (ctx_.env->RandomU64() & 0xfff);
+  }
+  return next_id_;
 }
 
 int32_t MigrationManager::slots_moving() const {

@@ -70,6 +70,9 @@ class MigrationManager {
   bool Involves(const std::set<int32_t>& servers) const;
   // Slots moving now.
   int32_t slots_moving() const;
+  // Every move this coordinator process plans has an id at least this
+  // (one planned by an earlier process, before a restart, has less).
+  uint64_t IdFloor();
 
  private:
   struct Group {
@@ -115,6 +118,8 @@ class MigrationManager {
   };
   std::vector<Stop> stops_;
   bool rebalance_pending_ = false;
+  // Move ids grow with the time the coordinator process first planned one,
+  // so a restarted coordinator's are above every earlier process's.
   uint64_t next_id_ = 0;
   // A stranded server's rebalance is tried at most this often.
   TimePoint next_stranded_check_{};

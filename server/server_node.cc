@@ -408,6 +408,14 @@ void ServerNode::HandleCoordinator(InMessage& message) {
     case wire::REJOIN:
       return Rejoin(header);
     case wire::MIGRATE_OUT: {
+      if (header.change_id() < moves_from_) {
+        // Planned by a coordinator process that has since restarted and
+        // abandoned it (MIGRATE_ABORT of every move): late, and not made.
+        LOG(WARNING) << "server " << id_ << ": move " << header.change_id()
+                     << " of a coordinator that has restarted since "
+                        "ignored";
+        return;
+      }
       // The slots' BSP pushes not combined yet go with their keys.
       std::vector<SlotMover::Buffered> buffered =
           consistency_.TakeBufferedKeys([&](TableId table, Key key) {
@@ -419,6 +427,9 @@ void ServerNode::HandleCoordinator(InMessage& message) {
       return StepMoves();
     }
     case wire::MIGRATE_ABORT:
+      if (header.change_id() == 0) {
+        moves_from_ = std::max(moves_from_, header.seq());
+      }
       // The slots are served here again, with their BSP pushes.
       mover_->Abort(header.change_id(), tables_, consistency_);
       SetMoveCounters();

@@ -234,6 +234,9 @@ class ServerNode final : private CoordinatorLink {
   // The routing epoch of the last REJOIN taken (another for the same
   // takeover, delayed, names no newer one).
   uint64_t rejoined_at_epoch_ = 0;
+  // Moves with a lower id were planned by a coordinator process that has
+  // restarted since (MIGRATE_ABORT of every move names its floor).
+  uint64_t moves_from_ = 0;
   // Whether the server clock has been the job's since this server started
   // or rejoined: a server joining a running job starts at 0 and learns the
   // workers' clocks after its first rows may have moved in, and its first

@@ -13,3 +13,9 @@ gaps() {
 median() {
   sort -g | awk '{ v[n++] = $1 } END { if (n) print v[int((n - 1) / 2)] }'
 }
+
+# The P-th percentile (nearest rank) of the numbers on stdin.
+percentile() {
+  sort -g | awk -v p="$1" '{ v[n++] = $1 }
+    END { if (n) { r = int((p * n + 99) / 100); print v[(r < 1 ? 1 : r) - 1] } }'
+}

@@ -14,9 +14,13 @@
 #     state), SIGSTOP of a server or the coordinator (1-8 s, past the 4 s
 #     heartbeat timeout) or of a worker (0.3-1.5 s), a server's or the
 #     coordinator's state directory made read-only (2-6 s), or the state
-#     disk filled up (2-6 s).
+#     disk filled up (2-6 s). Every other job runs with --replicas=2: a
+#     server's death is then taken over by the backups of its slots, with
+#     no rollback, when each has a whole copy (a takeover is a rollback
+#     avoided).
 #   - local: `ductile local` training logistic regression with random
-#     kill -9 of servers, workers and the coordinator (--kill_schedule).
+#     kill -9 of servers, workers and the coordinator (--kill_schedule),
+#     every other one with --replicas=2.
 # A job passes when it ends by itself, every worker exits 0 (counter: each
 # printed "final state exact"), and every process is gone within its
 # bounds. Disk faults need root (a tmpfs for the state, read-only bind
@@ -36,7 +40,7 @@ root=0
 [[ $(id -u) == 0 ]] && root=1
 
 end=$((SECONDS + minutes * 60))
-runs=0 passed=0 hangs=0 inexact=0 rollbacks=0
+runs=0 passed=0 hangs=0 inexact=0 rollbacks=0 takeovers=0 replicated_rollbacks=0
 declare -A fault_count=()
 kept_logs=()
 
@@ -46,10 +50,11 @@ sleep_ms() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 # ---- One counter job.
 pids=()        # by name: coordinator, server-0, server-1
 declare -A pid=()
-run_dir= state= addr=
+run_dir= state= addr= replicas=1
 
 start_coordinator() {
   "$cli" coordinator --listen="$addr" --servers=2 --workers=2 --slots=64 \
+    --replicas="$replicas" \
     --state_dir="$state/coordinator" --checkpoint_every=10 \
     --heartbeat_timeout_ms=4000 --no_worker_timeout_ms=60000 \
     >>"$run_dir/coordinator.log" 2>&1 &
@@ -153,6 +158,7 @@ counter_job() {
   local modes=(bsp ssp async)
   local mode=${modes[$((runs % 3))]}
   local clocks=1200
+  replicas=$(((runs / 3) % 2 + 1))  # every mode with 1 and with 2
   run_dir=$(mktemp -d /tmp/ductile-chaos-XXXXXX)
   state=$run_dir/state
   mkdir -p "$state"
@@ -204,25 +210,31 @@ counter_job() {
     fi
     wait "${pid[$p]}" 2>/dev/null
   done
-  local rb
+  local rb tk
   rb=$(grep -ho "verified rollback to clock" "$run_dir"/worker-*.log | wc -l)
+  tk=$(grep -c "taken over by their backups" "$run_dir/coordinator.log")
   rollbacks=$((rollbacks + rb))
+  takeovers=$((takeovers + tk))
+  ((replicas == 2)) && replicated_rollbacks=$((replicated_rollbacks + rb))
   ((tmpfs)) && umount -l "$state"
-  report "counter $mode" $((ok && exact && !hang)) "$hang" "$exact" \
-    "$((SECONDS - start)) s, $rb rollback(s) verified, faults:${run_faults:- none}"
+  report "counter $mode r$replicas" $((ok && exact && !hang)) "$hang" "$exact" \
+    "$((SECONDS - start)) s, $rb rollback(s) verified, $tk takeover(s), faults:${run_faults:- none}"
 }
 
 local_job() {
   run_dir=$(mktemp -d /tmp/ductile-chaos-XXXXXX)
   local start=$SECONDS kills=$(rand 2 5)
+  replicas=$(((runs / 4) % 2 + 1))
   timeout -s KILL 300 "$cli" local --app=fmnist-logreg --servers=2 --workers=3 \
-    --epochs=2 --seed=$RANDOM --checkpoint_every=20 \
+    --epochs=2 --seed=$RANDOM --checkpoint_every=20 --replicas="$replicas" \
     --kill_schedule="random:$kills" >"$run_dir/local.log" 2>&1
-  local rc=$? hang=0
+  local rc=$? hang=0 tk
   ((rc == 137)) && hang=1
+  tk=$(grep -c "taken over by their backups" "$run_dir/local.log")
+  takeovers=$((takeovers + tk))
   fault_count[local-random-kill]=$((${fault_count[local-random-kill]:-0} + kills))
-  report "local fmnist-logreg" $((rc == 0)) "$hang" 1 \
-    "$((SECONDS - start)) s, exit $rc, kill_schedule=random:$kills"
+  report "local logreg r$replicas" $((rc == 0)) "$hang" 1 \
+    "$((SECONDS - start)) s, exit $rc, $tk takeover(s), kill_schedule=random:$kills"
 }
 
 report() {  # name, passed, hang, exact, details
@@ -232,10 +244,10 @@ report() {  # name, passed, hang, exact, details
   if (($2)); then
     passed=$((passed + 1))
     [[ -n ${CHAOS_KEEP_LOGS:-} ]] || rm -rf "$run_dir"
-    printf 'run %d %-14s pass  %s\n' "$runs" "$1" "$5"
+    printf 'run %d %-18s pass  %s\n' "$runs" "$1" "$5"
   else
     kept_logs+=("$run_dir")
-    printf 'run %d %-14s FAIL  %s (hang: %d, exact: %d; logs in %s)\n' \
+    printf 'run %d %-18s FAIL  %s (hang: %d, exact: %d; logs in %s)\n' \
       "$runs" "$1" "$5" "$3" "$4" "$run_dir"
   fi
 }
@@ -252,7 +264,8 @@ while ((SECONDS < end)); do
 done
 echo "---"
 echo "chaos summary: $runs job(s) in $((SECONDS / 60)) min, $passed passed," \
-  "$hangs hang(s), $inexact inexact, $rollbacks rollback(s) verified bit for bit"
+  "$hangs hang(s), $inexact inexact, $rollbacks rollback(s) verified bit for bit" \
+  "($replicated_rollbacks in replicated jobs), $takeovers takeover(s): rollbacks avoided"
 printf 'faults:'
 for f in "${!fault_count[@]}"; do printf ' %s=%d' "$f" "${fault_count[$f]}"; done
 echo

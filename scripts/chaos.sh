@@ -227,7 +227,7 @@ local_job() {
   replicas=$(((runs / 4) % 2 + 1))
   timeout -s KILL 300 "$cli" local --app=fmnist-logreg --servers=2 --workers=3 \
     --epochs=2 --seed=$RANDOM --checkpoint_every=20 --replicas="$replicas" \
-    --kill_schedule="random:$kills" >"$run_dir/local.log" 2>&1
+    --kill_schedule="random:$kills" --verbose >"$run_dir/local.log" 2>&1
   local rc=$? hang=0 tk
   ((rc == 137)) && hang=1
   tk=$(grep -c "taken over by their backups" "$run_dir/local.log")

@@ -85,6 +85,7 @@ uint64_t Replicator::synced_epoch() {
   while (!copies_.empty() && Passed(copies_.front().second)) {
     synced_ = copies_.front().first;
     copies_.pop_front();
+    copies_done_ = true;
   }
   if (copies_.empty()) synced_ = routing_->epoch();
   return synced_;

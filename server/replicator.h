@@ -89,6 +89,9 @@ class Replicator : public ReplyGate {
   // owned held a whole copy of it (the current one once every copy sent
   // is acknowledged).
   uint64_t synced_epoch();
+  // Whether some whole copy was acknowledged since the last call (its
+  // epoch is worth telling the coordinator at once).
+  bool TakeCopiesDone() { return std::exchange(copies_done_, false); }
   bool fenced() const { return fenced_; }
   // Fenced, and no newer routing since: this server serves nothing.
   bool awaiting_routing() const {
@@ -193,6 +196,7 @@ class Replicator : public ReplyGate {
   // first; synced_ is the epoch of the last one acknowledged.
   std::deque<std::pair<uint64_t, uint64_t>> copies_;
   uint64_t synced_ = 0;
+  bool copies_done_ = false;
   std::map<int32_t, Link> links_;
   std::deque<Batch> flushes_;
   uint64_t next_flush_ = 1;

@@ -356,8 +356,7 @@ void ServerNode::Heartbeat(int64_t busy_ms) {
   counters_.Set(&ServerCounters::refused_replies, refused.refused_replies);
   counters_.Set(&ServerCounters::dropped_replies, refused.dropped_replies);
   CountersToWire(counters_.Snapshot(), hb.mutable_counters());
-  told_synced_epoch_ = replicator_->synced_epoch();
-  hb.set_backups_synced_epoch(told_synced_epoch_);
+  hb.set_backups_synced_epoch(replicator_->synced_epoch());
   // A new interval's peak starts from the run under way (heartbeats sent
   // within an interval, for a long request or a checkpoint, start none).
   if (env_->Now() >= run_peak_until_) {

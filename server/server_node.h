@@ -225,9 +225,6 @@ class ServerNode final : private CoordinatorLink {
   uint64_t generation_ = 0;
   int64_t heartbeat_interval_ms_ = 500;
   TimePoint next_heartbeat_{};
-  // The replicator's synced_epoch() as the last heartbeat told it: a change
-  // is told at once.
-  uint64_t told_synced_epoch_ = 0;
   // A rollback's generation once restored: a RECOVER sent again for it is
   // only acknowledged.
   std::optional<uint64_t> restored_generation_;

@@ -243,10 +243,8 @@ void ServerNode::StepReplication() {
   // Acknowledged, or the backup died (the coordinator took it out).
   if (replies_.held() > 0) replies_.SendHeld();
   // New backups hold whole copies: the coordinator may promote them now.
-  if (replicator_->synced_epoch() != told_synced_epoch_ &&
-      replicator_->active()) {
-    Heartbeat(0);
-  }
+  replicator_->synced_epoch();
+  if (replicator_->TakeCopiesDone()) Heartbeat(0);
 }
 
 void ServerNode::Fenced() {

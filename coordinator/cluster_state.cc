@@ -58,6 +58,7 @@ Status ClusterState::Open() {
   next_worker_id = state.next_worker_id();
   next_incarnation = std::max<uint64_t>(state.next_incarnation(), 1);
   takeovers = state.takeovers();
+  next_move_id = state.next_move_id();
   barrier_round = state.barrier_round();
   target_workers = state.target_workers();
   target_servers = state.target_servers();
@@ -116,6 +117,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
   state.set_next_worker_id(next_worker_id);
   state.set_next_incarnation(next_incarnation);
   state.set_takeovers(takeovers);
+  state.set_next_move_id(next_move_id);
   for (const auto* group : {&servers, &workers}) {
     for (const auto& [id, m] : *group) {
       auto* pm = state.add_members();

@@ -165,6 +165,8 @@ class ClusterState {
   uint64_t next_incarnation = 1;
   // Deaths whose slots backups took over (no rollback), in the job's life.
   uint64_t takeovers = 0;
+  // Above every slot move's id given so far (MigrationManager::IdFloor).
+  uint64_t next_move_id = 0;
   std::map<int32_t, Member> servers;
   std::map<int32_t, Member> workers;
   std::vector<CatalogEntry> catalog;  // complete checkpoints, oldest first

@@ -246,6 +246,7 @@ MembershipManager::Registered MembershipManager::Register(
       }
       member.keep_checkpoints = h.keep_checkpoints();
       member.incarnation = state.next_incarnation++;
+      member.endpoint.set_incarnation(member.incarnation);
       if (result.restarted) {
         // What the dead process last said of its backups decides whether
         // they take its slots over (until the new one's first heartbeat).

@@ -144,6 +144,7 @@ void MigrationManager::Begin(std::map<int32_t, int32_t> moves, std::string why,
   IdFloor();
   for (auto& [pair, slots] : by_pair) {
     Group& g = plan.groups[next_id_++];
+    ctx_.state.next_move_id = next_id_;
     g.source = pair.first;
     g.target = pair.second;
     g.slots = std::move(slots);
@@ -355,10 +356,14 @@ bool MigrationManager::Involves(const std::set<int32_t>& servers) const {
 
 uint64_t MigrationManager::IdFloor() {
   if (next_id_ == 0) {
-    // Milliseconds since the epoch, and room for 2^20 moves in each.
-    next_id_ = (static_cast<uint64_t>(std::max<int64_t>(ctx_.env->UnixMs(), 1))
-                << 20) |
-               (ctx_.env->RandomU64() & 0xfff);
+    // Milliseconds since the epoch, and room for 2^20 moves in each; above
+    // every id an earlier process gave (saved), should the clock go back.
+    next_id_ = std::max(
+        (static_cast<uint64_t>(std::max<int64_t>(ctx_.env->UnixMs(), 1))
+         << 20) |
+            (ctx_.env->RandomU64() & 0xfff),
+        ctx_.state.next_move_id);
+    ctx_.state.next_move_id = next_id_;
   }
   return next_id_;
 }

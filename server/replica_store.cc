@@ -131,14 +131,6 @@ std::vector<RequestDedup::Window> ReplicaStore::Windows() const {
   return out;
 }
 
-size_t ReplicaStore::DropPushesOf(int32_t primary,
-                                  const std::function<bool(TableId, Key)>& in) {
-  auto it = buffered_.find(primary);
-  return it == buffered_.end()
-             ? 0
-             : TakePushes(it->second, in, std::nullopt, nullptr);
-}
-
 size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in) {
   size_t dropped = 0;
   for (auto& [id, held] : tables_) {

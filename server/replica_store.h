@@ -62,10 +62,6 @@ class ReplicaStore {
   // Drops the rows and pushes for which `in(table, key)` holds (slots this
   // server no longer backs); returns how many.
   size_t Drop(const std::function<bool(TableId, Key)>& in);
-  // Drops the pushes `primary` sent for which `in(table, key)` holds (its
-  // slots moved to another primary, which sends them again).
-  size_t DropPushesOf(int32_t primary,
-                      const std::function<bool(TableId, Key)>& in);
   // Drops `primary`'s windows (its slots have no copy here any more).
   void DropWindows(int32_t primary) { windows_.erase(primary); }
   // Drops everything (a rollback: the copies belong to the old timeline).

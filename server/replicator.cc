@@ -40,7 +40,8 @@ void Replicator::OnRouting() {
   for (auto it = links_.begin(); it != links_.end();) {
     const wire::ServerEndpoint* e = routing.endpoint(it->first);
     Link& link = it->second;
-    const bool dead = e == nullptr || AddressOf(*e) != link.address;
+    const bool dead = e == nullptr || AddressOf(*e) != link.address ||
+                      e->incarnation() != link.incarnation;
     const bool unneeded = backups.count(it->first) == 0 && link.unacked.empty();
     if (!dead && !unneeded) {
       ++it;
@@ -106,6 +107,7 @@ void Replicator::Connect(int32_t backup) {
     return;
   }
   link.address = AddressOf(*e);
+  link.incarnation = e->incarnation();
   auto socket = transport_->NewDealer("", kControlMessageBytes);
   Status s = socket.ok() ? (*socket)->Connect(link.address) : socket.status();
   if (s.ok()) {
@@ -245,6 +247,9 @@ void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
   h.set_epoch(record.epoch);
   h.set_change_id(link.stream);
   h.set_seq(seq);
+  if (const wire::ServerEndpoint* self = routing_->endpoint(self_)) {
+    h.set_incarnation(self->incarnation());
+  }
   OutMessage out;
   out.AddString(h.SerializeAsString());
   // Sent in place: the transport holds the payload until it is written.

@@ -146,7 +146,8 @@ class Replicator : public ReplyGate {
   };
   struct Link {
     std::unique_ptr<Socket> socket;
-    std::string address;  // the backup process's (its endpoint's)
+    std::string address;       // the backup process's (its endpoint's)
+    uint64_t incarnation = 0;  // and its registration's
     uint64_t stream = 0;
     uint64_t sent = 0;
     uint64_t acked = 0;

@@ -83,11 +83,34 @@ void ServerNode::InstallReplica(InMessage& message,
                                         std::to_string(message.size()));
   // Fencing: a primary this server's routing no longer names for a
   // record's slot (it was taken for dead, and the slot taken over) is
-  // refused.
+  // refused. From the process the routing lists under that id, such
+  // records are about slots that moved away from it, or whose pair
+  // changed, since it made them: their new owner sends them whole, and
+  // they are dropped.
   auto backed = [&](TableId table, Key key) {
     const int32_t slot = routing_.SlotOf(table, key);
     return routing_.owner(slot) == primary && routing_.backup(slot) == id_;
   };
+  const bool listed_process =
+      header.incarnation() != 0 &&
+      routing_.endpoint(primary)->incarnation() == header.incarnation();
+  size_t stale = 0;
+  if (s.ok() && listed_process) {
+    stale += std::erase_if(records.entries, [&](const EntryRecord& e) {
+      return !backed(e.table, e.key);
+    });
+    stale += std::erase_if(records.deleted, [&](const auto& d) {
+      return !backed(d.first, d.second);
+    });
+    stale += std::erase_if(records.buffered, [&](const auto& b) {
+      return !backed(b.first, b.second.key);
+    });
+  }
+  if (stale > 0) {
+    VLOG(1) << "server " << id_ << ": " << stale << " record(s) of server "
+            << primary << " about slots it no longer owns with this backup "
+            << "dropped";
+  }
   auto check = [&](TableId table, Key key) -> Status {
     if (backed(table, key)) return Status::Ok();
     return FailedPreconditionError(
@@ -122,13 +145,14 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   const bool comparable =
       !old.empty() && old.num_slots() == routing_.num_slots();
   // A server gone from the routing, or listed with another process's
-  // address, died.
+  // address or registration, died.
   auto died = [&](int32_t server) {
     const wire::ServerEndpoint* was = old.endpoint(server);
     const wire::ServerEndpoint* now = routing_.endpoint(server);
     return was != nullptr &&
            (now == nullptr || now->tcp_address() != was->tcp_address() ||
-            now->ipc_address() != was->ipc_address());
+            now->ipc_address() != was->ipc_address() ||
+            now->incarnation() != was->incarnation());
   };
   std::set<int32_t> taken;
   for (int32_t s = 0; comparable && s < routing_.num_slots(); ++s) {
@@ -167,21 +191,23 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
     for (int32_t b : backups) replicator_->NoteWindows(b, windows);
   }
   if (!comparable) return;
-  // Copies of slots no longer backed here go; so do the pushes an old
-  // primary sent of slots that moved to another (it sends them again).
-  replicas_.Drop([&](TableId table, Key key) {
-    return routing_.backup(routing_.SlotOf(table, key)) != id_;
-  });
-  std::map<int32_t, std::set<int32_t>> moved_away;  // old primary -> slots
+  // Copies of slots no longer backed here go, and so do those of slots
+  // backed here in a new pair (moved to another owner, or paired with this
+  // server anew): their owner sends them whole, and what is held of an
+  // earlier pair (rows evicted since, pushes of clocks combined since)
+  // must not come back at a takeover.
+  std::set<int32_t> anew;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
-    if (old.backup(s) == id_ && routing_.backup(s) == id_ &&
-        old.owner(s) != routing_.owner(s)) {
-      moved_away[old.owner(s)].insert(s);
+    if (routing_.backup(s) == id_ &&
+        (old.backup(s) != id_ || old.owner(s) != routing_.owner(s) ||
+         old.backup_from(s) != routing_.backup_from(s))) {
+      anew.insert(s);
     }
   }
-  for (const auto& [primary, slots] : moved_away) {
-    replicas_.DropPushesOf(primary, in(slots, routing_));
-  }
+  replicas_.Drop([&](TableId table, Key key) {
+    const int32_t slot = routing_.SlotOf(table, key);
+    return routing_.backup(slot) != id_ || anew.count(slot) > 0;
+  });
   std::set<int32_t> primaries;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
     if (routing_.backup(s) == id_) primaries.insert(routing_.owner(s));

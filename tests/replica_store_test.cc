@@ -118,18 +118,18 @@ TEST(ReplicaStore, BufferedPushesStayUntilTheirPrimaryCombinesTheirClock) {
   EXPECT_EQ(t.buffered[0].second.clock, 6);
 }
 
-// A slot moved from primary 1 to primary 2: 2 sends the slot's pushes
-// again, with what it added; 1's copies go with the move, and 1's marks
-// no longer reach 2's pushes.
+// A slot moved from primary 1 to primary 2 (a new pair): its copy here is
+// dropped whole, 2 sends the slot's pushes again, with what it added, and
+// 1's marks no longer reach 2's pushes.
 TEST(ReplicaStore, AMovedSlotsPushesAreTheNewPrimarys) {
   ReplicaStore store;
   std::string before;
   RecordCodec::AppendBuffered(kTable, 5, 7, {{1.0f}, 1, 1, 0.0f}, &before);
   store.Apply(1, Parsed(before));
+  EXPECT_EQ(store.Drop(Any()), 1u);
   std::string after;
   RecordCodec::AppendBuffered(kTable, 5, 7, {{3.0f}, 2, 2, 0.0f}, &after);
   store.Apply(2, Parsed(after));
-  EXPECT_EQ(store.DropPushesOf(1, Any()), 1u);
   std::string combined;
   RecordCodec::AppendCombinedBelow(6, &combined);
   store.Apply(1, Parsed(combined));

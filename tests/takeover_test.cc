@@ -285,6 +285,13 @@ TEST(Takeover, ARestartedServersSlotsGoToTheirBackupsAndItGetsNewOnes) {
     }
   }
   EXPECT_GT(moves, 0) << "the new process gets its share, with keys";
+  // Listed under its new registration, which tells peers it is another
+  // process even where its address is the old one's.
+  ASSERT_NE(c.routing().endpoint(1), nullptr);
+  ASSERT_NE(before.endpoint(1), nullptr);
+  EXPECT_NE(c.routing().endpoint(1)->incarnation(),
+            before.endpoint(1)->incarnation());
+  EXPECT_GT(before.endpoint(1)->incarnation(), 0u);
 }
 
 // After a takeover the slots' new backups are saving only once their

@@ -51,11 +51,12 @@ pid_t Spawn(const std::vector<std::string>& args,
   ExecOrDie(image);
 }
 
-// Sends `signal` to child `pid` and to its process group: whatever it
-// started that is still in the group (the child itself too, unless it
-// moved to another group).
+// Sends `signal` to child `pid`'s process group: whatever it started that
+// is still in the group, and the child itself, alone if it moved to
+// another group. Once each: a second SIGINT would interrupt a Python
+// command's handler of the first.
 int KillGroup(pid_t pid, int signal) {
-  kill(-pid, signal);
+  if (kill(-pid, signal) == 0 && getpgid(pid) == pid) return 0;
   return kill(pid, signal);
 }
 

@@ -173,6 +173,7 @@ int RunLocal(const std::string&) {
   o.plain = FLAGS_insecure;
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
+  o.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
   o.state_dir = FLAGS_state_dir;
   if (FLAGS_servers >= 1 && FLAGS_workers >= 1) {
     launch::KillScheduleContext context;

@@ -11,12 +11,14 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ductile/admin.h"
 #include "launch/child_process.h"
+#include "launch/lost_members.h"
 #include "launch/provider.h"
 #include "launch/reconciler.h"
 #include "launch/supervisor.h"
@@ -39,6 +41,10 @@ constexpr int64_t kServerDrainTimeoutMs = 120000;
 // How long a report of a member's exit may take (it runs beside the
 // supervision).
 constexpr int64_t kExitReportTimeoutMs = 2000;
+
+Role Of(MemberRole role) {
+  return role == MemberRole::kServer ? Role::kServer : Role::kWorker;
+}
 
 // The supervisor's children as the reconcile loop's provider: a new
 // member is a new child with the next id; members are the children still
@@ -77,9 +83,6 @@ class LocalProvider final : public Provider {
   }
 
  private:
-  static Role Of(MemberRole role) {
-    return role == MemberRole::kServer ? Role::kServer : Role::kWorker;
-  }
   Supervisor* const supervisor_;
   const StartMember start_;
 };
@@ -318,9 +321,12 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   // The job is watched (its clock, `ductile resize`'s target) every
   // kClockPollInterval while kills, resizes or drains are due, and every
   // kTargetPollInterval otherwise.
+  LostMembers lost(kLostAfterTimeouts * options.heartbeat_timeout_ms);
   const std::vector<ResizeEvent>& resizes = options.resize_schedule;
   size_t next_kill = 0, next_resize = 0;
   auto next_poll = SteadyClock::now();
+  const auto started = SteadyClock::now();
+  std::optional<ClusterStatus> last_status;
   while (!supervisor.WorkersDone()) {
     const bool kill_pending = next_kill < schedule.size() ||
                               next_resize < resizes.size() || reconciler.Busy();
@@ -355,7 +361,28 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
     // asked again at the next poll.
     Result<ClusterStatus> status =
         QueryClusterStatus(address, kClockQueryTimeoutMs, security);
-    if (!status.ok()) continue;
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            SteadyClock::now() - started)
+                            .count();
+    const auto process_of = [&](const LostMembers::Member& member) {
+      return supervisor.Pid(Of(member.first), member.second);
+    };
+    const auto kill_lost = [&](const ClusterStatus& job) {
+      for (const LostMembers::Member& m : lost.Step(job, now_ms, process_of)) {
+        supervisor.KillLost(Of(m.first), m.second, *lost.DeadForMs(m));
+      }
+    };
+    if (!status.ok()) {
+      // The coordinator ended the job (its live workers finished): a
+      // member it last listed as dead cannot come back, and is still lost
+      // after the grace.
+      if (last_status && supervisor.Pid(Role::kCoordinator, 0) < 0) {
+        kill_lost(*last_status);
+      }
+      continue;
+    }
+    last_status = *status;
+    kill_lost(*status);
     for (const MemberStatus& m : status->members) {
       if (m.incarnation == 0 || (m.role != "server" && m.role != "worker")) {
         continue;

@@ -16,6 +16,9 @@
 //    kMaxRestartsPerRole times stops the cluster, so that a crash loop
 //    cannot run forever. (A child ended by SIGINT, SIGTERM or SIGHUP was
 //    asked to stop, which is not a crash: see below.)
+//  - Declared dead by the coordinator and still running
+//    kLostAfterTimeouts heartbeat timeouts later (stopped, hung, a lost
+//    Slurm job step; launch/lost_members.h): killed, then a crash.
 //  - Exited with a non-zero status, or ended by SIGINT/SIGTERM/SIGHUP
 //    while the job runs: a real error. The other children are stopped and
 //    the launch fails naming it (a worker command with the end of its
@@ -94,6 +97,11 @@ struct LocalClusterOptions {
   // After the workers finish, how long the coordinator and servers get to
   // exit by themselves before they are killed.
   int shutdown_grace_ms = 10000;
+  // The coordinator's --heartbeat_timeout_ms. A member it declared dead
+  // whose process still runs kLostAfterTimeouts such timeouts later (a
+  // stopped or hung process, a Slurm job step lost) is killed, and
+  // handled as a crash (launch/lost_members.h).
+  int64_t heartbeat_timeout_ms = 5000;
   // How servers and workers are started (the coordinator is always a child
   // of the launcher: it writes its address to a file the launcher reads).
   //  - kLocal: child processes.
@@ -122,6 +130,10 @@ Result<LocalClusterOptions::Provider> ParseProvider(const std::string& name);
 // Crashes of one role (servers together, or the coordinator) the launcher
 // recovers from before it gives up on the launch.
 inline constexpr int kMaxRestartsPerRole = 20;
+
+// Heartbeat timeouts a member may stay declared dead, its process still
+// running, before it is killed as lost.
+inline constexpr int kLostAfterTimeouts = 5;
 
 // Runs the cluster to completion: OK when every worker that was not killed
 // exited with status 0 and at least one did. Cancelled on SIGINT, SIGTERM

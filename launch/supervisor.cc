@@ -108,6 +108,15 @@ bool IsStopRequest(int signal) {
   return signal == SIGINT || signal == SIGTERM || signal == SIGHUP;
 }
 
+// "server 1 (pid 1234)", "worker 0 (Slurm job ductile-9-worker-0, srun
+// pid 1235)".
+std::string ProcessName(const Child& c, pid_t pid) {
+  return c.name +
+         (c.slurm_job.empty() ? " (pid "
+                              : " (Slurm job " + c.slurm_job + ", srun pid ") +
+         std::to_string(pid) + ")";
+}
+
 const char* RoleName(Role role) {
   switch (role) {
     case Role::kCoordinator:
@@ -187,18 +196,16 @@ Status Supervisor::Reap() {
     // it while any member lives).
     kill(-pid, SIGKILL);
     const bool scheduled = std::exchange(c.scheduled_kill, false);
+    const bool lost = std::exchange(c.lost, false);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       if (c.role == Role::kWorker) c.finished = true;
       continue;
     }
     if (stopping_) continue;
     const bool via_srun = !c.slurm_job.empty();
-    const std::string what =
-        c.name +
-        (via_srun ? " (Slurm job " + c.slurm_job + ", srun pid " : " (pid ") +
-        std::to_string(pid) + ")";
+    const std::string what = ProcessName(c, pid);
     const int signal = DeathSignal(status, via_srun);
-    if (signal == 0 || (IsStopRequest(signal) && !scheduled)) {
+    if (!lost && (signal == 0 || (IsStopRequest(signal) && !scheduled))) {
       std::string message = what + " failed with " + Describe(status, via_srun);
       if (c.stderr_tail) {
         const std::string tail = c.stderr_tail->Tail(kStderrTailWaitMs);
@@ -212,7 +219,7 @@ Status Supervisor::Reap() {
     }
     if (c.role == Role::kWorker) {
       c.dropped = true;
-      if (!scheduled) {
+      if (!scheduled && !lost) {
         std::fprintf(stderr,
                      "ductile local: %s died of %s (not scheduled); the "
                      "other workers go on without it\n",
@@ -220,7 +227,9 @@ Status Supervisor::Reap() {
       }
       continue;
     }
-    if (!scheduled) {
+    if (lost) {
+      std::fprintf(stderr, "ductile local: restarting %s\n", c.name.c_str());
+    } else if (!scheduled) {
       std::fprintf(stderr,
                    "ductile local: %s died of %s (not scheduled); "
                    "restarting it\n",
@@ -259,6 +268,36 @@ bool Supervisor::Kill(const KillEvent& event, int64_t clock) {
   KillLog(target + " is not running at clock " + std::to_string(clock) +
           "; nothing to kill");
   return true;
+}
+
+bool Supervisor::KillLost(Role role, int id, int64_t dead_for_ms) {
+  for (Child& c : children_) {
+    if (c.role != role || c.id != id || c.pid <= 0) continue;
+    const bool via_srun = !c.slurm_job.empty();
+    const std::string what = ProcessName(c, c.pid);
+    std::fprintf(
+        stderr,
+        "ductile local: %s was declared dead by the coordinator "
+        "%.1f s ago and its process still runs (stopped, hung%s); "
+        "killing it%s\n",
+        what.c_str(), static_cast<double>(dead_for_ms) / 1000.0,
+        via_srun ? ", or its Slurm job step lost" : "",
+        c.role == Role::kWorker ? "; the other workers go on without it" : "");
+    if (KillGroup(c.pid, SIGKILL) != 0) return false;
+    c.lost = true;
+    // Whatever of the task Slurm can still reach, and the job's entry
+    // (a restart runs a job of the same name).
+    if (via_srun) CancelSlurmJob(c.slurm_job);
+    return true;
+  }
+  return false;
+}
+
+pid_t Supervisor::Pid(Role role, int id) const {
+  for (const Child& c : children_) {
+    if (c.role == role && c.id == id) return c.pid;
+  }
+  return -1;
 }
 
 bool Supervisor::WorkersDone() const {

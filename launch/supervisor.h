@@ -52,6 +52,7 @@ struct Child {
   bool dropped = false;         // a worker that was killed: not restarted
   bool scheduled_kill = false;  // the schedule killed the running process
   bool drained = false;         // resized away (drained; exits by itself)
+  bool lost = false;  // killed as lost (launch/lost_members.h): a crash
 };
 
 // Owns the children. Used from the launching thread only.
@@ -82,6 +83,16 @@ class Supervisor {
   // (Reap) restarts it or drops it. False (the event stays due) while the
   // target was killed and has not been restarted yet.
   bool Kill(const KillEvent& event, int64_t clock);
+
+  // SIGKILLs child `id` of `role`, which the coordinator declared dead
+  // `dead_for_ms` ago while its process still runs (a stopped or hung
+  // process, a lost Slurm job step; launch/lost_members.h), and cancels
+  // its Slurm job. The reaping handles it as a crash. False if it does not
+  // run.
+  bool KillLost(KillEvent::Role role, int id, int64_t dead_for_ms);
+  // The pid of the process running child `id` of `role` now (srun's where
+  // it runs through srun); -1 when none runs.
+  pid_t Pid(KillEvent::Role role, int id) const;
 
   // Every worker has finished or was killed.
   bool WorkersDone() const;

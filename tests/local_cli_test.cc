@@ -484,6 +484,50 @@ TEST(LocalCluster, AServerKilledFromOutsideIsRestartedAndTheJobFinishes) {
   EXPECT_TRUE(NoProcessesLeft(marker));
 }
 
+// A member stopped (SIGSTOP) for good: the coordinator declares it dead,
+// and `local` kills it as lost 5 heartbeat timeouts later, and handles it
+// as a crash (a server restarted, a worker dropped), so that the job
+// finishes instead of waiting for it forever.
+class LostMember : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LostMember, AStoppedMemberIsKilledAndTheJobFinishes) {
+  const std::string role = GetParam();
+  const std::string marker = UniqueTimeoutFlag();
+  // Long enough for a server to be found lost while the job runs; a
+  // worker is also found lost after the others finished.
+  Process p({kBinary, "local", role == "server" ? "--epochs=8" : "--epochs=2",
+             "--log_every=10", "--checkpoint_every=40",
+             "--heartbeat_timeout_ms=1000", marker});
+  ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
+  pid_t stopped = -1;
+  for (pid_t pid : ProcessesWith(marker)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    if (cmd.find('\0' + role + '\0') != std::string::npos) {
+      stopped = pid;
+      break;
+    }
+  }
+  ASSERT_GT(stopped, 0);
+  kill(stopped, SIGSTOP);
+  const int status = p.Wait(std::chrono::seconds(240));
+  ASSERT_EQ(ExitCode(status), 0) << p.output();
+  EXPECT_NE(p.output().find(" (pid " + std::to_string(stopped) +
+                            ") was declared dead by the coordinator"),
+            std::string::npos)
+      << p.output();
+  EXPECT_NE(p.output().find(role == "server" ? "restarting server"
+                                             : "go on without it"),
+            std::string::npos)
+      << p.output();
+  EXPECT_NE(p.output().find("final test accuracy"), std::string::npos)
+      << p.output();
+  EXPECT_TRUE(NoProcessesLeft(marker));
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalCluster, LostMember,
+                         ::testing::Values("worker", "server"));
+
 // --kill_schedule: SIGKILLs at given clocks; the job still completes.
 struct KillCase {
   const char* name;

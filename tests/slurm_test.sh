@@ -21,15 +21,22 @@
 # the test passes when it ends with status 0 and both workers, Slurm jobs,
 # connected from their environment and read both rows.
 #
-# Usage: slurm_test.sh DUCTILE_CLI [PYTHON PYTHONPATH SCRIPT]
+# With --lost-step, the job (1 server, 2 workers, a 1 s heartbeat
+# timeout) instead loses worker 1's job step: its slurmstepd and its task
+# are SIGKILLed, so that srun waits on and squeue still lists the job as
+# running. The test passes when the launcher kills that srun as lost
+# ("was declared dead by the coordinator"), the other worker finishes
+# (status 0), and no ductile job is left in the queue.
+#
+# Usage: slurm_test.sh DUCTILE_CLI [PYTHON PYTHONPATH SCRIPT | --lost-step]
 # Needs root and Debian's slurm-wlm and munge; exits 77 (skipped) without
 # them, unless DUCTILE_REQUIRE_SLURM=1 (CI), where that is a failure. Every
 # wait is bounded; on any exit the daemons and the job are stopped and the
 # temporary directory is removed.
 set -euo pipefail
 
-if [[ $# -ne 1 && $# -ne 4 ]]; then
-  echo "usage: $0 DUCTILE_CLI [PYTHON PYTHONPATH SCRIPT]" >&2
+if [[ $# -ne 1 && $# -ne 4 && ! ($# -eq 2 && "${2:-}" == --lost-step) ]]; then
+  echo "usage: $0 DUCTILE_CLI [PYTHON PYTHONPATH SCRIPT | --lost-step]" >&2
   exit 2
 fi
 DUCTILE=$(realpath "$1")
@@ -38,6 +45,8 @@ WORKER_COMMAND=()
 if [[ $# -eq 4 ]]; then
   WORKER_COMMAND=(/usr/bin/env "PYTHONPATH=$3" "$2" "$4")
 fi
+LOST_STEP=0
+[[ $# -eq 2 ]] && LOST_STEP=1
 readonly DATA=/usr/share/datasets/fashion-mnist
 
 skip() {
@@ -183,6 +192,49 @@ if [[ ${#WORKER_COMMAND[@]} -gt 0 ]]; then
     grep -qF "worker $w of 2 read [1.0, 2.0]" "$TMP/job.out" ||
       fail "worker $w did not connect and read both rows"
   done
+  left=$(squeue --noheader --format=%j | grep -c '^ductile-' || true)
+  [[ "$left" -eq 0 ]] || fail "$left ductile job(s) left in the queue"
+  echo "PASS"
+  exit 0
+fi
+
+if [[ $LOST_STEP -eq 1 ]]; then
+  "$DUCTILE" local --provider=slurm --servers=1 --workers=2 \
+    --app=fmnist-logreg --epochs=6 --batch_size=32 --log_every=100 \
+    --data_dir="$DATA" --heartbeat_timeout_ms=1000 \
+    >"$TMP/job.out" 2>"$TMP/job.err" &
+  JOB_PID=$!
+  # Worker 1's task, once it trains (bounded: 120 s).
+  task=""
+  deadline=$((SECONDS + 120))
+  while [[ -z "$task" ]]; do
+    ((SECONDS < deadline)) || fail "worker 1 did not start within 120 s"
+    kill -0 "$JOB_PID" 2>/dev/null || fail "the job ended before the kill"
+    sleep 0.5
+    grep -q "samples/s" "$TMP/job.out" || continue
+    # The task itself, not the srun that names it in its arguments.
+    for pid in $(pgrep -f -- "ductile worker .*--worker_id=1 " || true); do
+      [[ "$(ps -o comm= -p "$pid")" == ductile ]] && task=$pid
+    done
+  done
+  stepd=$(ps -o ppid= -p "$task" | tr -d ' ')
+  [[ "$(ps -o comm= -p "$stepd")" == slurmstepd ]] ||
+    fail "worker 1's task $task is not a slurmstepd's child"
+  kill -9 "$stepd" "$task"
+  echo "killed worker 1's slurmstepd $stepd and task $task"
+  deadline=$((SECONDS + 120))
+  while kill -0 "$JOB_PID" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "the job did not end within 120 s"
+    sleep 0.5
+  done
+  rc=0
+  wait "$JOB_PID" || rc=$?
+  JOB_PID=""
+  cat "$TMP/job.out" "$TMP/job.err"
+  [[ $rc -eq 0 ]] || fail "ductile local exited with $rc"
+  grep -Eq "worker 1 \(Slurm job ductile-[0-9]+-worker-1, srun pid [0-9]+\) was declared dead by the coordinator" \
+    "$TMP/job.err" || fail "worker 1's srun was not killed as lost"
+  grep -q "ductile local: done" "$TMP/job.err" || fail "no 'ductile local: done'"
   left=$(squeue --noheader --format=%j | grep -c '^ductile-' || true)
   [[ "$left" -eq 0 ]] || fail "$left ductile job(s) left in the queue"
   echo "PASS"

@@ -38,6 +38,17 @@
 // --train=false leaves the training out: the worker pushes the model once
 // and the moves run alone (their speed against the transport's).
 //
+// --replicas=2 keeps every slot on a backup server as well: a slot moved
+// to the new server is then sent whole to its backup by the new server
+// (and the pairs the join changes get whole copies). The join is then
+// also timed until every slot's backup is whole again (copies_ms, from
+// Server::Start; the coordinator's slots_without_copy back to 0), with
+// the longest step overlapping that time (max_step). With --train=false a
+// second worker meanwhile pulls 64 keys of a small async table over and
+// over: the longest of those pulls during the join and the copies, against
+// their median before, is what a copy's pause of the servers' request
+// threads costs a reader.
+//
 //   elastic_bench                        # 100 MB, 3 repeats
 //   elastic_bench --sizes_mb=10,100,1000 --repeats=3
 //
@@ -70,6 +81,7 @@ DEFINE_int32(width, 1024, "floats per key");
 DEFINE_int32(slots, 96, "slots");
 DEFINE_int64(timeout_ms, 600000, "bound of every wait");
 DEFINE_bool(drain, true, "also drain the joined server");
+DEFINE_int32(replicas, 1, "copies of each slot (2: a backup too)");
 DEFINE_bool(keep_freed_memory, true,
             "keep freed memory for reuse, as the ductile programs do");
 DEFINE_bool(train, true,
@@ -149,6 +161,15 @@ class Trainer {
     }
     return Median(ms);
   }
+  // The longest step that overlaps [from, to).
+  double MaxOverlappingMs(Clock::time_point from, Clock::time_point to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    double longest = 0;
+    for (const auto& [a, b] : steps_) {
+      if (b >= from && a < to) longest = std::max(longest, Ms(b - a));
+    }
+    return longest;
+  }
   // Median step time of the steps that overlap [from, to).
   double MedianOverlappingMs(Clock::time_point from, Clock::time_point to) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -168,6 +189,68 @@ class Trainer {
   std::thread thread_;
   std::mutex mu_;
   std::vector<std::pair<Clock::time_point, Clock::time_point>> steps_;
+  Status failure_;
+};
+
+// Pulls of a few keys, spread over every server, timed, until stopped.
+class Probe {
+ public:
+  explicit Probe(const ductile::ClientOptions& options) {
+    auto client = ductile::Client::Connect(options);
+    Check(client.status(), "probe");
+    client_ = std::move(*client);
+    ductile::TableOptions t;
+    t.name = "probe";
+    t.value_width = 16;
+    t.consistency = {ductile::ConsistencyMode::kAsync, 0};
+    auto table = client_->CreateTable(t);
+    Check(table.status(), "probe table");
+    table_ = *table;
+    for (ductile::Key k = 0; k < 64; ++k) keys_.push_back(k * 7919);
+    values_.resize(keys_.size() * 16, 1.0f);
+    Check(client_->Push(table_, keys_, values_), "probe push");
+    thread_ = std::thread([this] {
+      std::vector<float> out(values_.size());
+      while (!stop_.load()) {
+        const Clock::time_point t0 = Clock::now();
+        Status s = client_->Pull(table_, keys_, out);
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!s.ok()) {
+          failure_ = s;
+          return;
+        }
+        pulls_.push_back({t0, Clock::now()});
+      }
+    });
+  }
+  ~Probe() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    Check(failure_, "probe pull");
+    client_->Leave().IgnoreError();
+  }
+  // The median and the longest pull that ended in [from, to).
+  std::pair<double, double> Latency(Clock::time_point from,
+                                    Clock::time_point to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<double> ms;
+    for (const auto& [a, b] : pulls_) {
+      if (b >= from && b < to) ms.push_back(Ms(b - a));
+    }
+    const double longest =
+        ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end());
+    return {Median(ms), longest};
+  }
+
+ private:
+  std::unique_ptr<ductile::Client> client_;
+  ductile::TableId table_{};
+  std::vector<ductile::Key> keys_;
+  std::vector<float> values_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> pulls_;
   Status failure_;
 };
 
@@ -192,6 +275,22 @@ Clock::time_point WaitPlaced(const std::string& address, int32_t server,
   std::exit(1);
 }
 
+// Waits until nothing moves and every slot's backup holds a whole copy.
+Clock::time_point WaitCopies(const std::string& address) {
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(FLAGS_timeout_ms);
+  while (Clock::now() < deadline) {
+    auto status = ductile::QueryClusterStatus(address, 5000);
+    if (status.ok() && status->slots_moving == 0 &&
+        status->slots_without_copy == 0) {
+      return Clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::fprintf(stderr, "elastic_bench: backups not whole in time\n");
+  std::exit(1);
+}
+
 void WaitSteps(Trainer& t, size_t n) {
   if (!t.running()) return;
   const size_t target = t.steps() + n;
@@ -208,6 +307,10 @@ struct Run {
   double drain_ms = 0, drain_placed_ms = 0;
   double steady_step_ms = 0, join_step_ms = 0, drain_step_ms = 0;
   double worker_first_push_ms = 0, worker_first_step_ms = 0;
+  double copies_ms = 0, copies_max_step_ms = 0;  // --replicas=2
+  // And --train=false: the probe's pulls before, and the longest from the
+  // join's start and from the slots' being in place until backups whole.
+  double probe_before_ms = 0, probe_max_ms = 0, probe_copy_max_ms = 0;
 };
 
 // The job both runs start: a coordinator for two servers and one worker.
@@ -218,6 +321,7 @@ ductile::CoordinatorOptions JobCoordinator() {
   c.num_workers = 1;
   c.num_slots = FLAGS_slots;
   c.heartbeat_timeout_ms = 600000;
+  c.replicas = FLAGS_replicas;
   return c;
 }
 
@@ -280,6 +384,11 @@ Run OneRun(int size_mb) {
     Check((*client)->Push(*table, keys, grad), "the model's push");
   }
 
+  std::unique_ptr<Probe> probe;
+  if (FLAGS_replicas > 1 && !FLAGS_train) {
+    probe = std::make_unique<Probe>(co);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
   // A server joins.
   const Clock::time_point join_start = Clock::now();
   auto joined = ductile::Server::Start(so);
@@ -291,6 +400,19 @@ Run OneRun(int size_mb) {
                  FLAGS_width * 4 / 1e6;
   run.join_mbps = run.moved_mb / (run.join_ms / 1000);
   run.steady_step_ms = trainer.MedianStepMs(Clock::time_point(), join_start);
+  if (FLAGS_replicas > 1) {
+    const Clock::time_point whole = WaitCopies(address);
+    run.copies_ms = Ms(whole - join_start);
+    WaitSteps(trainer, 3);
+    run.copies_max_step_ms = trainer.MaxOverlappingMs(join_start, whole);
+    if (probe) {
+      run.probe_before_ms =
+          probe->Latency(Clock::time_point(), join_start).first;
+      run.probe_max_ms = probe->Latency(join_start, whole).second;
+      run.probe_copy_max_ms = probe->Latency(join_end, whole).second;
+      probe.reset();
+    }
+  }
   WaitSteps(trainer, 3);  // (the step under way during the move ends)
   run.join_step_ms = trainer.MedianOverlappingMs(join_start, join_end);
 
@@ -428,9 +550,13 @@ int main(int argc, char** argv) {
       if (FLAGS_restart) runs.back().restart_ms = RestartRun(size);
       std::fprintf(stderr,
                    "size %d MB run %d: join %.0f ms (%.1f MB/s), restart "
-                   "%.0f ms\n",
+                   "%.0f ms, backups whole %.0f ms (longest step %.0f ms, "
+                   "probe pull %.2f ms before, longest %.1f ms, %.1f ms "
+                   "once placed)\n",
                    size, r + 1, runs.back().join_ms, runs.back().join_mbps,
-                   runs.back().restart_ms);
+                   runs.back().restart_ms, runs.back().copies_ms,
+                   runs.back().copies_max_step_ms, runs.back().probe_before_ms,
+                   runs.back().probe_max_ms, runs.back().probe_copy_max_ms);
     }
     auto med = [&](double Run::*field) {
       std::vector<double> v;
@@ -445,6 +571,16 @@ int main(int argc, char** argv) {
         med(&Run::steady_step_ms), med(&Run::join_step_ms),
         med(&Run::drain_step_ms), med(&Run::worker_first_push_ms),
         med(&Run::worker_first_step_ms), med(&Run::restart_ms));
+    if (FLAGS_replicas > 1) {
+      std::printf(
+          "%8d replicas 2: backups whole %.1f ms after the join's "
+          "start, longest step meanwhile %.1f ms; probe pulls: "
+          "median %.2f ms before, longest %.1f ms meanwhile, %.1f ms "
+          "once the slots were in place\n",
+          size, med(&Run::copies_ms), med(&Run::copies_max_step_ms),
+          med(&Run::probe_before_ms), med(&Run::probe_max_ms),
+          med(&Run::probe_copy_max_ms));
+    }
     std::fflush(stdout);
   }
   return 0;

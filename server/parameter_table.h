@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -305,6 +306,12 @@ class ParameterTable {
       if (pred(key)) out->push_back(RowRef(&e));
     }
   }
+  // The row stored for `key`, if any.
+  std::optional<RowRef> FindRow(Key key) const {
+    const auto it = entries_.find(key);
+    if (it == entries_.end()) return std::nullopt;
+    return RowRef(&it->second);
+  }
   // The bytes of `row`'s entry value (storage/checkpoint_format.h), as
   // AppendEntryValue writes it.
   size_t EntryValueBytes(RowRef row) const;
@@ -373,19 +380,6 @@ class ParameterTable {
       changed(RowRef(&it->second));
     }
     replica_changed_.clear();
-  }
-  // Lists every row for which `pred(key)` holds for the next
-  // TakeReplicaChanges (a slot moved in: its backup's copy is to come from
-  // here now).
-  template <typename Pred>
-  void MarkReplicaChangedIf(Pred&& pred) {
-    if (!replicating_) return;
-    for (auto& [key, e] : entries_) {
-      if (!e.replica_changed && pred(key)) {
-        e.replica_changed = true;
-        replica_changed_.push_back(key);
-      }
-    }
   }
   bool has_replica_changes() const {
     return !replica_evicted_.empty() || !replica_changed_.empty();

@@ -74,22 +74,58 @@ std::set<int32_t> Replicator::TakeNewPairs() {
     copied_from_[s] = routing.backup_from(s);
     slots.insert(s);
   }
-  if (!slots.empty()) {
-    // The next flush carries them, even if the slots are empty.
-    ticket_given_ = true;
-    copies_.emplace_back(routing.epoch(), next_flush_);
-  }
+  if (!slots.empty()) copies_.push_back({routing.epoch(), copy_queued_, 0});
   return slots;
 }
 
+void Replicator::QueueCopy(TableId table, Key key) {
+  if (copies_.empty()) return;
+  copy_rows_.emplace_back(table, key);
+  copies_.back().rows_end = ++copy_queued_;
+}
+
 uint64_t Replicator::synced_epoch() {
-  while (!copies_.empty() && Passed(copies_.front().second)) {
-    synced_ = copies_.front().first;
+  while (!copies_.empty() && copies_.front().flush != 0 &&
+         Passed(copies_.front().flush)) {
+    synced_ = copies_.front().epoch;
     copies_.pop_front();
     copies_done_ = true;
   }
   if (copies_.empty()) synced_ = routing_->epoch();
   return synced_;
+}
+
+void Replicator::TakeCopyChunk() {
+  while (!chunk_flushes_.empty() && Passed(chunk_flushes_.front())) {
+    chunk_flushes_.pop_front();
+  }
+  if (chunk_flushes_.size() >= kCopyChunksInFlight) return;
+  size_t bytes = 0;
+  while (!copy_rows_.empty() && bytes < copy_chunk_bytes_) {
+    const auto [id, key] = copy_rows_.front();
+    copy_rows_.pop_front();
+    ++copy_taken_;
+    // Gone since (evicted, moved away: a record of that went already),
+    // or its slot now backed elsewhere (a later copy sends it there).
+    const ParameterTable* table = tables_->Find(id);
+    const int32_t b = BackupOf(id, key);
+    if (table == nullptr || b < 0) continue;
+    const std::optional<ParameterTable::RowRef> row = table->FindRow(key);
+    if (!row) continue;
+    std::string& out = pending_[b].payload;
+    const size_t before = out.size();
+    RecordCodec::AppendRow(*table, *row, &out);
+    bytes += out.size() - before;
+  }
+  if (bytes > 0) chunk_flushes_.push_back(next_flush_);
+  // A copy whose rows are all taken is whole at this flush (sent with
+  // it, or earlier): the flush is counted even if it carries nothing.
+  for (Copy& c : copies_) {
+    if (c.flush == 0 && c.rows_end <= copy_taken_) {
+      c.flush = next_flush_;
+      ticket_given_ = true;
+    }
+  }
 }
 
 void Replicator::Connect(int32_t backup) {
@@ -204,6 +240,7 @@ void Replicator::Flush() {
     }
   }
   buffered_.clear();
+  TakeCopyChunk();
   if (combined_below_) {
     for (int32_t b : backups_) {
       RecordCodec::AppendCombinedBelow(*combined_below_, &pending_[b].payload);
@@ -319,6 +356,16 @@ void Replicator::ReadAcks() {
 
 std::optional<Env::TimePoint> Replicator::NextDeadline() const {
   std::optional<Env::TimePoint> next;
+  // The next piece of a copy goes at the next flush, if the window has
+  // room.
+  const bool copying =
+      !copy_rows_.empty() || (!copies_.empty() && copies_.back().flush == 0);
+  if (active_ && copying &&
+      std::count_if(chunk_flushes_.begin(), chunk_flushes_.end(),
+                    [this](uint64_t f) { return !Passed(f); }) <
+          static_cast<ptrdiff_t>(kCopyChunksInFlight)) {
+    next = env_->Now();
+  }
   for (const auto& [b, link] : links_) {
     if (link.unacked.empty() && link.socket != nullptr) continue;
     if (!next || link.retry_at < *next) next = link.retry_at;
@@ -354,6 +401,9 @@ void Replicator::Reset() {
   links_.clear();
   copied_from_.clear();
   copies_.clear();
+  copy_rows_.clear();
+  copy_taken_ = copy_queued_;
+  chunk_flushes_.clear();
   fenced_ = false;
   OnRouting();
 }

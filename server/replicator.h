@@ -28,9 +28,15 @@
 // this server was taken for dead and its slots were taken over) fences
 // this server: fenced() is set, and the replies waiting are never sent.
 // A backup new to a slot (a pair of a later epoch than the first
-// assignment's) gets the slot whole first (TakeNewPairs), and the server
+// assignment's) gets the slot whole (TakeNewPairs: its buffered pushes and
+// windows in the next flush, its rows queued by QueueCopy), and the server
 // reports the epoch its backups are whole at (synced_epoch) with its
-// heartbeats: the coordinator promotes no backup before.
+// heartbeats: the coordinator promotes no backup before. The queued rows
+// go in pieces of about copy_chunk_bytes, one per flush and at most
+// kCopyChunksInFlight unacknowledged, each row as it is when its piece
+// goes (a row changed meanwhile is also sent as a change): a copy of any
+// size pauses the request thread for one piece at a time, and the replies
+// of a step wait for no more than the pieces in flight.
 //
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_SERVER_REPLICATOR_H_
@@ -85,6 +91,11 @@ class Replicator : public ReplyGate {
   // caller notes their rows, buffered pushes and windows at once; the
   // flush that carries them makes those backups whole at this epoch.
   std::set<int32_t> TakeNewPairs();
+  // Queues `key` of `table` (of a slot TakeNewPairs just returned) for the
+  // copy that call began.
+  void QueueCopy(TableId table, Key key);
+  void set_copy_chunk_bytes(size_t bytes) { copy_chunk_bytes_ = bytes; }
+  static constexpr size_t kCopyChunksInFlight = 2;
   // The newest routing epoch at which the backup of every slot this server
   // owned held a whole copy of it (the current one once every copy sent
   // is acknowledged).
@@ -193,9 +204,26 @@ class Replicator : public ReplyGate {
   std::set<int32_t> backups_;  // of this server's slots, as routed now
   // Per slot: the pair (RoutingTable::backup_from) its whole copy went to.
   std::vector<uint64_t> copied_from_;
-  // Whole copies under way: (epoch, the flush that carries them), oldest
-  // first; synced_ is the epoch of the last one acknowledged.
-  std::deque<std::pair<uint64_t, uint64_t>> copies_;
+  // Whole copies under way, oldest first: the routing epoch they make the
+  // backups whole at, the count of queued rows their last row makes, and
+  // the flush that sent it (0: not sent yet). synced_ is the epoch of the
+  // last one acknowledged.
+  struct Copy {
+    uint64_t epoch = 0;
+    uint64_t rows_end = 0;
+    uint64_t flush = 0;
+  };
+  std::deque<Copy> copies_;
+  // Rows of the copies not sent yet, oldest first; rows ever queued and
+  // ever taken from the queue.
+  std::deque<std::pair<TableId, Key>> copy_rows_;
+  uint64_t copy_queued_ = 0;
+  uint64_t copy_taken_ = 0;
+  size_t copy_chunk_bytes_ = 4 << 20;
+  // The flushes that carried copy rows, not acknowledged yet.
+  std::deque<uint64_t> chunk_flushes_;
+  // Appends the next piece of the copies to pending_.
+  void TakeCopyChunk();
   uint64_t synced_ = 0;
   bool copies_done_ = false;
   std::map<int32_t, Link> links_;

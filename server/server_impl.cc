@@ -19,6 +19,11 @@ Status Validate(const ServerOptions& options) {
   if (options.move_timeout_ms < 100 || options.move_timeout_ms > 86400000) {
     return InvalidArgumentError("move_timeout_ms must be in [100, 86400000]");
   }
+  if (options.replica_copy_chunk_bytes < 1 ||
+      options.replica_copy_chunk_bytes > (uint64_t{1} << 30)) {
+    return InvalidArgumentError(
+        "replica_copy_chunk_bytes must be in [1, 1073741824]");
+  }
   if (options.coordinator_timeout_ms != 0 &&
       (options.coordinator_timeout_ms < 1000 ||
        options.coordinator_timeout_ms > 604800000)) {

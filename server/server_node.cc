@@ -81,6 +81,7 @@ Status ServerNode::Start() {
   replies_.set_router(router_.get());
   replicator_ = std::make_unique<Replicator>(env_, transport_.get(), &routing_,
                                              &tables_, &consistency_);
+  replicator_->set_copy_chunk_bytes(options_.replica_copy_chunk_bytes);
   replies_.set_gate(replicator_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);

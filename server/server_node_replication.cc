@@ -176,7 +176,9 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   if (!copied.empty()) {
     const auto copying = in(copied, routing_);
     tables_.ForEach([&](TableId id, ParameterTable& table) {
-      table.MarkReplicaChangedIf([&](Key key) { return copying(id, key); });
+      table.ForEachKey([&](Key key) {
+        if (copying(id, key)) replicator_->QueueCopy(id, key);
+      });
     });
     consistency_.ForEachBuffered([&](TableId table, int64_t clock, Key key) {
       if (copying(table, key))

@@ -142,6 +142,12 @@ struct ServerOptions {
   int64_t heartbeat_interval_ms = 500;
   // How long Start() waits for the coordinator to answer.
   int64_t connect_timeout_ms = kDefaultTimeoutMs;
+  // With replicas (CoordinatorOptions::replicas = 2): a backup new to some
+  // of this server's slots gets their rows whole in pieces of about this
+  // many bytes, one per step of the request thread and at most two
+  // unacknowledged at once, beside the records of the requests (whose
+  // replies wait for the pieces sent before them). 1 - 2^30.
+  uint64_t replica_copy_chunk_bytes = 4 << 20;
   // A slot move from this server fails when its target acknowledges no
   // chunk for this long; the coordinator then aborts it and this server
   // serves the slots again (docs/elasticity.md). 100 ms - 1 day.

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -42,6 +42,41 @@ RECOVERABLE = (ductile.Aborted, ductile.Unavailable, ductile.DeadlineExceeded)
 # _rolled_back(recovery), _before_clock().
 _optimizers: List["weakref.ref"] = []
 _samplers: List["weakref.ref"] = []
+
+
+# Pushes sent without waiting (Embedding's backward passes), by client
+# (id()): waited for before the clock moves (DistributedOptimizer.step(),
+# the next lookup), dropped by a rollback.
+_pushes: Dict[int, List[Any]] = {}
+
+
+def note_push(client: ductile.Client, handle: Any) -> None:
+    """Keeps `handle`, an asynchronous push of `client`, for wait_pushes."""
+    _pushes.setdefault(id(client), []).append(handle)
+
+
+def wait_pushes(client: ductile.Client) -> None:
+    """Waits for every push note_push kept for `client`; then raises the
+    first error, if any."""
+    first: Optional[BaseException] = None
+    for handle in _pushes.pop(id(client), []):
+        try:
+            handle.wait()
+        except Exception as error:  # raised once all are done
+            if first is None:
+                first = error
+    if first is not None:
+        raise first
+
+
+def drop_pushes(client: ductile.Client) -> None:
+    """Waits for the pushes note_push kept for `client`, their errors
+    ignored (a rollback undid them)."""
+    for handle in _pushes.pop(id(client), []):
+        try:
+            handle.wait()
+        except ductile.DuctileError:
+            pass
 
 
 def _alive(refs: List["weakref.ref"], client: ductile.Client) -> List[Any]:
@@ -128,6 +163,7 @@ def recover(client: ductile.Client, error: BaseException) -> "ductile.Recovery":
             file=sys.stderr,
             flush=True,
         )
+        drop_pushes(client)
         try:
             for member in samplers(client) + optimizers(client):
                 member._rolled_back(recovery)

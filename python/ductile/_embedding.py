@@ -12,12 +12,19 @@ on the servers, looked up by id.
 
 The forward pass pulls the rows of the batch's ids (each distinct id once,
 Client.pull_rows); the backward pass pushes their gradients
-(Client.push_rows, a repeated id's gradients summed), and the servers apply
-the table's update rule: there is no torch parameter and the module is not
-given to a torch optimizer. Next to DistributedOptimizer for the dense part
-of the model, the pushes of a step carry the same clock, and
-DistributedOptimizer.step() (or Client.clock()) ends the step for both,
-under the table's consistency model.
+(Client.push_rows_async, a repeated id's gradients summed) and goes on
+without waiting for the servers, and the servers apply the table's update
+rule: there is no torch parameter and the module is not given to a torch
+optimizer. Next to DistributedOptimizer for the dense part of the model,
+the pushes of a step carry the same clock, and DistributedOptimizer.step()
+ends the step for both, under the table's consistency model: it waits for
+the backward passes' pushes (a failed one raises there, and a rollback is
+taken there as for the dense part) before the clock moves. Without
+DistributedOptimizer, call wait_pushes(client) before Client.clock(); the
+next lookup waits for them too (raising a push's error). A rollback that
+fails a lookup is taken there (every DistributedOptimizer and
+ElasticSampler of the client restored, as step() does), and the lookup
+reads the checkpoint's rows: the loop goes on.
 """
 
 from typing import Any, Optional, Union
@@ -69,6 +76,20 @@ def _row_policy(eviction: Optional[str] = None, **fields: Optional[int]) -> dict
     return policy
 
 
+def _recovering(client: ductile.Client, call: Any) -> Any:
+    """call(), with a rollback that fails it taken (every optimizer and
+    sampler of `client` restored, _elastic.recover) and call() made again;
+    the job's shutdown raises LeftJob."""
+    for _ in range(_elastic.MAX_ROLLBACKS_IN_A_ROW):
+        try:
+            with _elastic.stops_at_shutdown(client):
+                return call()
+        except _elastic.RECOVERABLE as error:
+            _elastic.recover(client, error)  # raises `error` if no rollback explains it
+    with _elastic.stops_at_shutdown(client):
+        return call()
+
+
 class _RowLookup(torch.autograd.Function):
     """rows = the table's rows of `ids` (shape ids.shape + (width,)); the
     backward pass pushes d(loss)/d(rows) and gives no gradient to torch."""
@@ -79,8 +100,7 @@ class _RowLookup(torch.autograd.Function):
         ctx.client, ctx.table = client, table
         ctx.save_for_backward(ids)
         rows = torch.empty(tuple(ids.shape) + (table.width,), dtype=torch.float32)
-        with _elastic.stops_at_shutdown(client):
-            client.pull_rows(table, ids.numpy(), out=rows.numpy())
+        _recovering(client, lambda: client.pull_rows(table, ids.numpy(), out=rows.numpy()))
         return rows
 
     @staticmethod
@@ -88,8 +108,21 @@ class _RowLookup(torch.autograd.Function):
         (ids,) = ctx.saved_tensors
         grads = grad_rows.detach().to(torch.float32).contiguous()
         with _elastic.stops_at_shutdown(ctx.client):  # backward() raises it
-            ctx.client.push_rows(ctx.table, ids.numpy(), grads.numpy())
+            # The handle keeps ids and grads alive until the push is sent.
+            handle = ctx.client.push_rows_async(ctx.table, ids.numpy(), grads.numpy())
+        _elastic.note_push(ctx.client, handle)
         return None, None, None, None
+
+
+def wait_pushes(client: Optional[ductile.Client] = None) -> None:
+    """Waits until every row gradient the backward passes of Embedding and
+    EmbeddingBag pushed through `client` (default: ductile.torch's) has
+    reached the servers; raises the first push's error once all are done.
+    DistributedOptimizer.step() calls it; a loop without one calls it
+    before Client.clock()."""
+    client = client if client is not None else _default_client()
+    with _elastic.stops_at_shutdown(client):
+        _elastic.wait_pushes(client)
 
 
 class Embedding(torch.nn.Module):
@@ -162,6 +195,8 @@ class Embedding(torch.nn.Module):
         self._anchor = torch.empty(0, requires_grad=True)
 
     def _rows(self, ids: torch.Tensor) -> torch.Tensor:
+        # The last backward pass's pushes (if no step() waited for them).
+        _recovering(self.client, lambda: _elastic.wait_pushes(self.client))
         if self.num_embeddings is not None and ids.numel() > 0:
             low, high = int(ids.min()), int(ids.max())
             if low < 0 or high >= self.num_embeddings:
@@ -169,8 +204,8 @@ class Embedding(torch.nn.Module):
                                  f"[0, {self.num_embeddings}) of table {self.table.name}")
         if not torch.is_grad_enabled():
             rows = torch.empty(tuple(ids.shape) + (self.embedding_dim,))
-            with _elastic.stops_at_shutdown(self.client):
-                self.client.pull_rows(self.table, ids.numpy(), out=rows.numpy())
+            _recovering(self.client,
+                        lambda: self.client.pull_rows(self.table, ids.numpy(), out=rows.numpy()))
             return rows
         return _RowLookup.apply(self._anchor, self.client, self.table, ids)
 

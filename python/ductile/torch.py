@@ -387,11 +387,16 @@ class DistributedOptimizer:
 
     def synchronize(self) -> None:
         """Waits until every gradient pushed since the last step has been
-        sent; raises the first error after waiting for all of them. Either
+        sent (Embedding's rows too); raises the first error after waiting for all of them. Either
         way no push is left pending, so a later step starts afresh (after
         Client.await_recovery(), say)."""
-        handles = []
         errors = []
+        # Embedding's row pushes of the step, first: they need no buffer.
+        try:
+            _elastic.wait_pushes(self.client)
+        except Exception as error:
+            errors.append(error)
+        handles = []
         for bucket in self._buckets:
             handle, bucket.handle = bucket.handle, None
             handles.append(handle)
@@ -491,6 +496,7 @@ class DistributedOptimizer:
         the step left in flight and pulls the checkpoint's parameters. (With
         average_gradients the parameters are each worker's own: they are not
         rolled back.)"""
+        _elastic.drop_pushes(self.client)
         for bucket in self._buckets:
             handle, bucket.handle = bucket.handle, None
             bucket.error = None
@@ -522,4 +528,4 @@ class DistributedOptimizer:
         )
 
 
-from ductile._embedding import Embedding, EmbeddingBag  # noqa: E402,F401
+from ductile._embedding import Embedding, EmbeddingBag, wait_pushes  # noqa: E402,F401

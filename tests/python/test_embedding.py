@@ -122,3 +122,37 @@ def test_bad_input_raises_and_pushes_nothing(client, table_name):
         dt.Embedding(None, DIM, table=emb.table, client=client)(torch.tensor([-1]))
     torch.testing.assert_close(rows_of(emb), before, rtol=0, atol=0)
     assert "rule='sgd'" in repr(emb) and "mode='mean'" in repr(bag)
+
+
+def test_a_failed_row_push_raises_at_step_and_applies_nothing(client, table_name):
+    # backward() sends the rows' gradients and returns; step() waits for
+    # them, and raises the servers' refusal of a non-finite gradient.
+    emb = dt.Embedding(VOCAB, DIM, table=table_name, client=client, init=INIT)
+    head = torch.nn.Linear(DIM, 1)
+    optimizer = dt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.1),
+                                        head.named_parameters(), client=client)
+    before = rows_of(emb)
+    ids = torch.tensor([1, 2, 2])
+    (head(emb(ids)).sum() * float("nan")).backward()
+    with pytest.raises(ductile.InvalidArgument, match="non-finite"):
+        optimizer.step()
+    torch.testing.assert_close(rows_of(emb), before, rtol=0, atol=0)
+    # The failed push is not waited for again: the next step goes on.
+    optimizer.zero_grad()
+    head(emb(ids)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(rows_of(emb), before)
+
+
+def test_without_an_optimizer_wait_pushes_ends_the_steps_pushes(client, table_name):
+    emb = dt.Embedding(VOCAB, DIM, table=table_name, client=client, rule="sgd",
+                       learning_rate=0.5, init=INIT)
+    before = rows_of(emb)
+    emb(torch.tensor([3])).sum().backward()
+    dt.wait_pushes(client)
+    client.clock()
+    expected = before.clone()
+    expected[3] -= 0.5  # d(sum)/d(row) = 1 for each float of row 3
+    rows = torch.empty(VOCAB, DIM)
+    client.pull_rows(emb.table, torch.arange(VOCAB).numpy(), out=rows.numpy())
+    torch.testing.assert_close(rows, expected, **TOLERANCE)

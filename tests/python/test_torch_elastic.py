@@ -327,6 +327,45 @@ def test_a_job_shut_down_ends_a_loop_of_embeddings_with_left_job(durable_cluster
         client.close()
 
 
+def test_a_rollback_under_a_loop_of_embeddings_is_taken_with_no_error(durable_cluster):
+    # The first call after the server's restart is a lookup (forward): it
+    # takes the rollback (the optimizer restored too) and reads the
+    # checkpoint's rows; the loop runs on from the checkpoint's clock with
+    # no error.
+    client = connect(durable_cluster)
+    try:
+        embedding = dt.EmbeddingBag(None, 4, table="rollback.rows", mode="sum",
+                                    rule="sgd", learning_rate=0.1, client=client)
+        head = torch.nn.Linear(4, 1)
+        optimizer = dt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.05),
+                                            head.named_parameters(), client=client)
+        ids = torch.tensor([[1, 2, 3], [3, 4, 5]])
+        clocks, before = [], []
+        for step in range(1, 11):
+            with torch.no_grad():
+                before.append(embedding(ids).clone())
+            optimizer.zero_grad()
+            head(embedding(ids)).sum().backward()
+            optimizer.step()
+            clocks.append(client.current_clock)
+            if step == 3:
+                assert durable_cluster.checkpoint() == 3
+                with torch.no_grad():
+                    at_checkpoint = embedding(ids).clone()
+            elif step == 5:
+                durable_cluster.restart_server()
+        assert clocks == [1, 2, 3, 4, 5, 4, 5, 6, 7, 8]
+        # before[k]: the rows as step k + 1 began. Each step moved them;
+        # step 6 read them as the checkpoint holds them, not as step 5
+        # left them.
+        torch.testing.assert_close(before[3], at_checkpoint)
+        assert not torch.equal(before[4], at_checkpoint)
+        assert not torch.equal(before[5], before[4])
+        torch.testing.assert_close(before[5], at_checkpoint)
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("average_gradients", [False, True])
 def test_a_rollback_that_undoes_the_initial_values_leaves_the_workers_agreeing(
         durable_cluster, average_gradients):

@@ -364,7 +364,18 @@ class ParameterTable {
   // gets them when it is made.
   void set_replicating(bool on) {
     replicating_ = on;
+    filter_.set_replicating(on);
     if (!on) DropReplicaChanges();
+  }
+  // Appends the admission counts of the slots whose counts changed since
+  // the last call (SlotAdmissionFilter::TakeReplicaChanges).
+  void TakeReplicaCountChanges(std::vector<FilterRecord>* out) {
+    filter_.TakeReplicaChanges(out);
+  }
+  // Lists `slot`'s counts for the next TakeReplicaCountChanges (a backup
+  // new to the slot gets them whole).
+  void MarkReplicaCountsChanged(int32_t slot) {
+    filter_.MarkReplicaChanged(slot);
   }
   // Calls evicted(key) for each key evicted since the last call, then
   // changed(row) for each row changed since (a key evicted and stored
@@ -382,7 +393,8 @@ class ParameterTable {
     replica_changed_.clear();
   }
   bool has_replica_changes() const {
-    return !replica_evicted_.empty() || !replica_changed_.empty();
+    return !replica_evicted_.empty() || !replica_changed_.empty() ||
+           filter_.has_replica_changes();
   }
 
   // Reads one key (tests, debugging); false if absent.

@@ -45,10 +45,31 @@ void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records) {
         pushes, [](TableId, Key) { return true; }, records.combined_below,
         nullptr);
   }
+  for (FilterRecord& f : records.filters) {
+    if (f.counts.empty()) {
+      filters_.erase({f.table, f.slot});
+    } else {
+      filters_[{f.table, f.slot}] = std::move(f);
+    }
+  }
   if (!records.windows.empty()) {
     RequestDedup& windows = windows_[primary];
     for (const RequestDedup::Window& w : records.windows) windows.Merge(w);
   }
+}
+
+std::vector<FilterRecord> ReplicaStore::TakeFilters(
+    const std::function<bool(int32_t)>& in) {
+  std::vector<FilterRecord> taken;
+  for (auto it = filters_.begin(); it != filters_.end();) {
+    if (!in(it->first.second)) {
+      ++it;
+      continue;
+    }
+    taken.push_back(std::move(it->second));
+    it = filters_.erase(it);
+  }
+  return taken;
 }
 
 size_t ReplicaStore::TakePushes(Pushes& pushes,
@@ -152,6 +173,7 @@ void ReplicaStore::Clear() {
   tables_.clear();
   buffered_.clear();
   windows_.clear();
+  filters_.clear();
   rows_ = floats_ = 0;
 }
 

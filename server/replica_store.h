@@ -1,7 +1,8 @@
 // A backup's copies of other servers' slots (--replicas=2): for each slot
-// this server backs, the rows as its primary last reported them, the BSP
-// pushes the primary has acknowledged but not combined yet, and the
-// exactly-once windows of the requests whose effect the copies hold.
+// this server backs, the rows as its primary last reported them, the
+// admission filter's counts, the BSP pushes the primary has acknowledged
+// but not combined yet, and the exactly-once windows of the requests whose
+// effect the copies hold.
 //
 // The primary sends records (RecordCodec) of every change before it
 // answers the request that made it; Apply takes one payload whole. When the
@@ -47,9 +48,9 @@ class ReplicaStore {
   };
 
   // Takes `primary`'s records; the caller checked that every record's
-  // slot is backed here for `primary`. Admission counts ('F') are not
-  // replicated. A 'C' record drops the pushes `primary` sent of the clocks
-  // below it: it combined them.
+  // slot is backed here for `primary`. A slot's admission counts ('F')
+  // replace those held (empty counts: none). A 'C' record drops the pushes
+  // `primary` sent of the clocks below it: it combined them.
   void Apply(int32_t primary, RecordCodec::Records&& records);
 
   // Takes out the rows and pushes for which `in(table, key)` holds (a key
@@ -62,6 +63,12 @@ class ReplicaStore {
   // Drops the rows and pushes for which `in(table, key)` holds (slots this
   // server no longer backs); returns how many.
   size_t Drop(const std::function<bool(TableId, Key)>& in);
+  // Takes out, and drops, the admission counts of the slots for which
+  // `in(slot)` holds.
+  std::vector<FilterRecord> TakeFilters(const std::function<bool(int32_t)>& in);
+  size_t DropFilters(const std::function<bool(int32_t)>& in) {
+    return TakeFilters(in).size();
+  }
   // Drops `primary`'s windows (its slots have no copy here any more).
   void DropWindows(int32_t primary) { windows_.erase(primary); }
   // Drops everything (a rollback: the copies belong to the old timeline).
@@ -94,6 +101,8 @@ class ReplicaStore {
   std::map<TableId, std::unordered_map<Key, Row>> tables_;
   std::map<int32_t, Pushes> buffered_;
   std::map<int32_t, RequestDedup> windows_;
+  // Admission counts by (table, slot).
+  std::map<std::pair<TableId, int32_t>, FilterRecord> filters_;
   uint64_t rows_ = 0;
   uint64_t floats_ = 0;
   uint64_t records_ = 0;

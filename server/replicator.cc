@@ -230,6 +230,15 @@ void Replicator::Flush() {
             RecordCodec::AppendRow(table, row, &pending_[b].payload);
           }
         });
+    std::vector<FilterRecord> counts;
+    table.TakeReplicaCountChanges(&counts);
+    for (const FilterRecord& f : counts) {
+      const int32_t b =
+          f.slot < routing_->num_slots() && routing_->owner(f.slot) == self_
+              ? routing_->backup(f.slot)
+              : -1;
+      if (b >= 0) RecordCodec::AppendFilter(f, &pending_[b].payload);
+    }
   });
   for (const auto& [table, clock, key] : buffered_) {
     const int32_t b = BackupOf(table, key);

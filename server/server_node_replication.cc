@@ -87,9 +87,12 @@ void ServerNode::InstallReplica(InMessage& message,
   // records are about slots that moved away from it, or whose pair
   // changed, since it made them: their new owner sends them whole, and
   // they are dropped.
+  auto backed_slot = [&](int32_t slot) {
+    return slot >= 0 && slot < routing_.num_slots() &&
+           routing_.owner(slot) == primary && routing_.backup(slot) == id_;
+  };
   auto backed = [&](TableId table, Key key) {
-    const int32_t slot = routing_.SlotOf(table, key);
-    return routing_.owner(slot) == primary && routing_.backup(slot) == id_;
+    return backed_slot(routing_.SlotOf(table, key));
   };
   const bool listed_process =
       header.incarnation() != 0 &&
@@ -104,6 +107,9 @@ void ServerNode::InstallReplica(InMessage& message,
     });
     stale += std::erase_if(records.buffered, [&](const auto& b) {
       return !backed(b.first, b.second.key);
+    });
+    stale += std::erase_if(records.filters, [&](const FilterRecord& f) {
+      return !backed_slot(f.slot);
     });
   }
   if (stale > 0) {
@@ -127,6 +133,15 @@ void ServerNode::InstallReplica(InMessage& message,
   }
   for (size_t i = 0; s.ok() && i < records.buffered.size(); ++i) {
     s = check(records.buffered[i].first, records.buffered[i].second.key);
+  }
+  for (size_t i = 0; s.ok() && i < records.filters.size(); ++i) {
+    if (!backed_slot(records.filters[i].slot)) {
+      s = FailedPreconditionError(
+          "server " + std::to_string(id_) + " does not back server " +
+          std::to_string(primary) + "'s slot " +
+          std::to_string(records.filters[i].slot) + " at epoch " +
+          std::to_string(routing_.epoch()));
+    }
   }
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 100) << "server " << id_ << ": records of server "
@@ -179,6 +194,7 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
       table.ForEachKey([&](Key key) {
         if (copying(id, key)) replicator_->QueueCopy(id, key);
       });
+      for (int32_t s : copied) table.MarkReplicaCountsChanged(s);
     });
     consistency_.ForEachBuffered([&](TableId table, int64_t clock, Key key) {
       if (copying(table, key))
@@ -210,6 +226,10 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
     const int32_t slot = routing_.SlotOf(table, key);
     return routing_.backup(slot) != id_ || anew.count(slot) > 0;
   });
+  replicas_.DropFilters([&](int32_t slot) {
+    return slot >= routing_.num_slots() || routing_.backup(slot) != id_ ||
+           anew.count(slot) > 0;
+  });
   std::set<int32_t> primaries;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
     if (routing_.backup(s) == id_) primaries.insert(routing_.owner(s));
@@ -227,9 +247,11 @@ void ServerNode::TakeOver(const std::set<int32_t>& slots) {
   };
   // Whatever an abandoned move of these slots left here is stale: the copy
   // is the slots' state.
+  const auto in = [&](int32_t slot) { return slots.count(slot) > 0; };
   uint64_t stale = consistency_.TakeBufferedKeys(taken).size();
   tables_.ForEach([&](TableId id, ParameterTable& table) {
     stale += table.EraseIf([&](Key key) { return taken(id, key); });
+    table.EraseCounts(in);
   });
   ReplicaStore::Taken t = replicas_.Take(taken);
   uint64_t missing = 0;
@@ -242,6 +264,19 @@ void ServerNode::TakeOver(const std::set<int32_t>& slots) {
     }
     table->Restore(std::move(e), /*changed=*/true);
   }
+  size_t counts = 0;
+  for (const FilterRecord& f : replicas_.TakeFilters(in)) {
+    ParameterTable* table = tables_.Find(f.table);
+    const Status s = table == nullptr
+                         ? NotFoundError("no table " + std::to_string(f.table))
+                         : table->RestoreCounts(f, /*changed=*/true);
+    if (s.ok()) {
+      ++counts;
+    } else {
+      LOG(ERROR) << "server " << id_ << ": the admission counts of slot "
+                 << f.slot << " taken over are dropped: " << s;
+    }
+  }
   const size_t pushes = t.buffered.size();
   SlotMover::PutBuffered(std::move(t.buffered), tables_, consistency_);
   // Every window held: the dead primary's, and those that came with slots
@@ -250,8 +285,9 @@ void ServerNode::TakeOver(const std::set<int32_t>& slots) {
   for (const RequestDedup::Window& w : windows) admission_.dedup().Merge(w);
   LOG(INFO) << "server " << id_ << ": took over " << slots.size()
             << " slot(s) of a dead server at epoch " << routing_.epoch() << ": "
-            << rows << " row(s), " << pushes << " buffered push(es), "
-            << windows.size() << " client window(s)"
+            << rows << " row(s), " << counts << " slot(s) of admission "
+            << "counts, " << pushes << " buffered push(es), " << windows.size()
+            << " client window(s)"
             << (stale > 0 ? " (" + std::to_string(stale) +
                                 " stale key(s) of an abandoned move dropped)"
                           : "");

@@ -47,12 +47,14 @@ bool SlotAdmissionFilter::Add(Key key, uint32_t pushes) {
   if (admits_all()) return true;
   Slot& slot = SlotOfKey(key);
   slot.changed = true;
+  if (replicating_) replica_changed_.insert(SlotOf(key));
   return slot.filter.Add(key, pushes);
 }
 
 void SlotAdmissionFilter::Clear() {
   slots_.clear();
   erased_.clear();
+  replica_changed_.clear();
   bytes_ = 0;
 }
 
@@ -145,6 +147,17 @@ void SlotAdmissionFilter::MarkChanged(int32_t slot) {
 
 void SlotAdmissionFilter::MarkAllChanged() {
   for (auto& [slot, s] : slots_) s.changed = true;
+}
+
+void SlotAdmissionFilter::TakeReplicaChanges(std::vector<FilterRecord>* out) {
+  if (replica_changed_.empty()) return;
+  Export([this](int32_t slot) { return replica_changed_.count(slot) > 0; },
+         out);
+  replica_changed_.clear();
+}
+
+void SlotAdmissionFilter::MarkReplicaChanged(int32_t slot) {
+  if (replicating_ && slots_.count(slot) > 0) replica_changed_.insert(slot);
 }
 
 }  // namespace ductile

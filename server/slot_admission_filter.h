@@ -100,6 +100,20 @@ class SlotAdmissionFilter {
   // Every slot held counts as changed (the store starts over).
   void MarkAllChanged();
 
+  // ---- Replication: the slots whose counts a backup must be told of.
+  // While on, each slot an Add changes is listed for TakeReplicaChanges.
+  void set_replicating(bool on) {
+    replicating_ = on;
+    if (!on) replica_changed_.clear();
+  }
+  // Appends the counts of the slots listed since the last call (those
+  // still held), and forgets the list.
+  void TakeReplicaChanges(std::vector<FilterRecord>* out);
+  // Lists `slot` for the next TakeReplicaChanges if it holds counts (its
+  // backup's copy is to come from here whole).
+  void MarkReplicaChanged(int32_t slot);
+  bool has_replica_changes() const { return !replica_changed_.empty(); }
+
  private:
   struct Slot {
     Slot(uint32_t threshold, uint64_t counters) : filter(threshold, counters) {}
@@ -117,6 +131,8 @@ class SlotAdmissionFilter {
   uint64_t bytes_ = 0;
   std::unordered_map<int32_t, Slot> slots_;
   std::set<int32_t> erased_;
+  bool replicating_ = false;
+  std::set<int32_t> replica_changed_;
 };
 
 }  // namespace ductile

@@ -1,6 +1,7 @@
-// A backup's copies: records replace rows, evictions remove them, buffered
-// pushes stay until their clock is combined, and a takeover hands over
-// exactly the rows, pushes and windows of the slots taken.
+// A backup's copies: records replace rows and admission counts, evictions
+// remove rows, buffered pushes stay until their clock is combined, and a
+// takeover hands over exactly the rows, counts, pushes and windows of the
+// slots taken.
 #include "server/replica_store.h"
 
 #include <algorithm>
@@ -162,6 +163,26 @@ TEST(ReplicaStore, ATakeoverTakesOnlyItsSlotsAndEveryWindowIsKept) {
   store.DropWindows(1);
   ASSERT_EQ(store.Windows().size(), 1u);
   EXPECT_EQ(store.Windows()[0].applied, (std::vector<uint64_t>{6}));
+}
+
+TEST(ReplicaStore, AdmissionCountsAreHeldBySlotLatestFirstAndTakenOver) {
+  ReplicaStore store;
+  std::string a;
+  RecordCodec::AppendFilter({kTable, 5, "old counts"}, &a);
+  RecordCodec::AppendFilter({kTable, 6, "six"}, &a);
+  RecordCodec::AppendFilter({kTable, 7, "seven"}, &a);
+  store.Apply(/*primary=*/1, Parsed(a));
+  std::string b;
+  RecordCodec::AppendFilter({kTable, 5, "new counts"}, &b);
+  RecordCodec::AppendFilter({kTable, 7, ""}, &b);  // none any more
+  store.Apply(/*primary=*/1, Parsed(b));
+  std::vector<FilterRecord> taken =
+      store.TakeFilters([](int32_t slot) { return slot == 5 || slot == 7; });
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].slot, 5);
+  EXPECT_EQ(taken[0].counts, "new counts");
+  EXPECT_EQ(store.DropFilters([](int32_t) { return true; }), 1u);  // slot 6
+  EXPECT_TRUE(store.TakeFilters([](int32_t) { return true; }).empty());
 }
 
 }  // namespace

@@ -766,6 +766,49 @@ TEST(RowServer, AWorkersPushesAndClocksAdmitAndEvictRows) {
   EXPECT_TRUE(worker->Finish().ok());
 }
 
+// With replicas, a slot's admission counts are on its backup too: a
+// server killed and started again at once is taken over with no rollback,
+// and an id one push short of the threshold is stored at its next push
+// wherever its slot went.
+TEST(RowServer, AdmissionCountsSurviveATakeover) {
+  testing::TestClusterOptions options;
+  options.num_servers = 2;
+  options.num_workers = 1;
+  options.replicas = 2;
+  testing::TestCluster cluster(options);
+  std::unique_ptr<Client> worker = cluster.Connect();
+  ASSERT_NE(worker, nullptr);
+  TableOptions t;
+  t.name = "admitted";
+  t.rule = UpdateRule::kAdd;
+  t.rows.admit_after_pushes = 3;
+  Result<TableId> table = worker->CreateTable(t);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Key> ids;
+  for (Key k = 0; k < 40; ++k) ids.push_back(k * 104729);
+  std::sort(ids.begin(), ids.end());
+  const std::vector<float> ones(ids.size(), 1.0f);
+  for (int p = 0; p < 2; ++p) ASSERT_TRUE(worker->Push(*table, ids, ones).ok());
+  const uint64_t held = cluster.server(1).counters().keys_stored;
+  ASSERT_EQ(held + cluster.server(0).counters().keys_stored, 0u);
+  ServerOptions again = options.server;
+  again.coordinator_address = cluster.address();
+  again.requested_id = cluster.server(1).id();
+  cluster.DestroyServer(1);
+  Result<std::unique_ptr<Server>> restarted = Server::Start(again);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  // The third push of every id: each is stored, its third push applied.
+  ASSERT_TRUE(worker->Push(*table, ids, ones).ok());
+  std::vector<float> out(ids.size());
+  ASSERT_TRUE(worker->Pull(*table, ids, out).ok());
+  EXPECT_EQ(out, ones);
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->generation, 0u);  // no rollback
+  EXPECT_GE(status->takeovers, 1u);
+  EXPECT_TRUE(worker->Finish().ok());
+}
+
 // A job rolled back: the checkpoint held exactly the live rows (rows
 // evicted before it are not in it, nor restored), and the restored rows'
 // idle clocks start at the checkpoint's clock.

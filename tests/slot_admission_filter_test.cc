@@ -210,5 +210,46 @@ TEST(SlotAdmissionFilter, CountsThatDoNotFitAreRefusedAndChangeNothing) {
   EXPECT_EQ(target.Count(other), 0u);  // the slot's counts are the moved ones
 }
 
+// Replication: while on, each slot an Add changes is listed once for the
+// backup, with its counts as they are when taken; a slot marked for a
+// whole copy is listed if it holds counts; off, nothing is listed.
+TEST(SlotAdmissionFilter,
+     TheSlotsChangedSinceTheLastLookAreListedForTheBackup) {
+  SlotAdmissionFilter filter(kTable, 3, 4096);
+  filter.set_num_slots(kSlots);
+  const Key a = IdsOfSlot(3, 1)[0], b = IdsOfSlot(9, 1)[0];
+  filter.Add(a, 1);  // not replicating: not listed
+  filter.set_replicating(true);
+  EXPECT_FALSE(filter.has_replica_changes());
+  filter.Add(a, 1);
+  filter.Add(a, 1);
+  filter.Add(b, 1);
+  ASSERT_TRUE(filter.has_replica_changes());
+  std::vector<FilterRecord> out;
+  filter.TakeReplicaChanges(&out);
+  ASSERT_EQ(out.size(), 2u);
+  std::map<int32_t, FilterRecord> by_slot;
+  for (FilterRecord& f : out) by_slot[f.slot] = f;
+  ASSERT_EQ(by_slot.count(3), 1u);
+  // The counts as they are now: a backup's filter of them counts a's 3.
+  SlotAdmissionFilter backup(kTable, 3, 4096);
+  backup.set_num_slots(kSlots);
+  ASSERT_TRUE(backup.Import(by_slot[3], /*changed=*/true).ok());
+  EXPECT_EQ(backup.Count(a), 3u);
+  EXPECT_FALSE(filter.has_replica_changes());
+  out.clear();
+  filter.TakeReplicaChanges(&out);
+  EXPECT_TRUE(out.empty());
+  // A whole copy: a slot holding counts is listed, an empty one is not.
+  filter.MarkReplicaChanged(9);
+  filter.MarkReplicaChanged(4);
+  filter.TakeReplicaChanges(&out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].slot, 9);
+  filter.set_replicating(false);
+  filter.Add(a, 1);
+  EXPECT_FALSE(filter.has_replica_changes());
+}
+
 }  // namespace
 }  // namespace ductile

@@ -20,6 +20,7 @@ struct TestClusterOptions {
   int max_workers = 0;  // 0: no bound
   int num_slots = 64;
   int64_t heartbeat_timeout_ms = 5000;
+  int replicas = 1;                        // CoordinatorOptions::replicas
   std::string coordinator_state_dir = "";  // "" = no checkpoints
   ServerOptions server = {};               // coordinator_address is filled in
   // Every member's keys (the coordinator's, the servers' and Connect()'s).
@@ -41,6 +42,7 @@ class TestCluster {
     c.max_workers = options.max_workers;
     c.num_slots = options.num_slots;
     c.heartbeat_timeout_ms = options.heartbeat_timeout_ms;
+    c.replicas = options.replicas;
     c.state_dir = options.coordinator_state_dir;
     c.security = options.security;
     c.policies = options.policies;

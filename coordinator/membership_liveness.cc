@@ -214,7 +214,10 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       info->set_address(m.endpoint.tcp_address());
       const int64_t ago = ctx_.MsSince(m.last_seen);
       info->set_last_heartbeat_ms_ago(ago);
-      info->set_alive(!m.dead && ago <= ctx_.options.heartbeat_timeout_ms);
+      // A server silent while it writes or restores a checkpoint (as its
+      // last heartbeat said) is not taken for dead, nor shown as dead.
+      info->set_alive(!m.dead && (ago <= ctx_.options.heartbeat_timeout_ms ||
+                                  ctx_.Now() < m.busy_until));
       info->set_finished(m.finished());
       info->set_pid(m.pid);
       info->set_incarnation(m.incarnation);

@@ -325,8 +325,26 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
   const std::vector<ResizeEvent>& resizes = options.resize_schedule;
   size_t next_kill = 0, next_resize = 0;
   auto next_poll = SteadyClock::now();
+  // Members the coordinator declared dead whose process runs on.
   const auto started = SteadyClock::now();
-  std::optional<ClusterStatus> last_status;
+  const auto since_start = [&](SteadyClock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t - started)
+        .count();
+  };
+  const auto kill_lost = [&](const ClusterStatus& job, int64_t asked_ms) {
+    const auto process_of = [&](const LostMembers::Member& m) {
+      const Role role = Of(m.first);
+      return LostMembers::Process{
+          supervisor.Pid(role, m.second),
+          since_start(supervisor.StartedAt(role, m.second))};
+    };
+    for (const LostMembers::Member& m : lost.Step(
+             job, asked_ms, since_start(SteadyClock::now()), process_of)) {
+      supervisor.KillLost(Of(m.first), m.second, *lost.DeadForMs(m));
+    }
+  };
+  // The coordinator's last answer, and when it was asked for.
+  std::optional<std::pair<ClusterStatus, int64_t>> last_status;
   while (!supervisor.WorkersDone()) {
     const bool kill_pending = next_kill < schedule.size() ||
                               next_resize < resizes.size() || reconciler.Busy();
@@ -359,30 +377,28 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
                 (kill_pending ? kClockPollInterval : kTargetPollInterval);
     // An unanswered question (the coordinator is down or restarting) is
     // asked again at the next poll.
+    const int64_t asked_ms = since_start(SteadyClock::now());
     Result<ClusterStatus> status =
         QueryClusterStatus(address, kClockQueryTimeoutMs, security);
-    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            SteadyClock::now() - started)
-                            .count();
-    const auto process_of = [&](const LostMembers::Member& member) {
-      return supervisor.Pid(Of(member.first), member.second);
-    };
-    const auto kill_lost = [&](const ClusterStatus& job) {
-      for (const LostMembers::Member& m : lost.Step(job, now_ms, process_of)) {
-        supervisor.KillLost(Of(m.first), m.second, *lost.DeadForMs(m));
-      }
-    };
     if (!status.ok()) {
-      // The coordinator ended the job (its live workers finished): a
-      // member it last listed as dead cannot come back, and is still lost
-      // after the grace.
       if (last_status && supervisor.Pid(Role::kCoordinator, 0) < 0) {
-        kill_lost(*last_status);
+        // The coordinator ended the job (its live workers finished). A
+        // worker that has not finished cannot go on, and runs past the
+        // grace only if stopped or hung; nothing is restarted any more.
+        supervisor.StopRestarting();
+        ClusterStatus over = last_status->first;
+        for (MemberStatus& m : over.members) {
+          if (m.role == "worker" && m.state != "finished" &&
+              m.state != "left") {
+            m.state = "dead";
+          }
+        }
+        kill_lost(over, last_status->second);
       }
       continue;
     }
-    last_status = *status;
-    kill_lost(*status);
+    last_status = {*status, asked_ms};
+    kill_lost(*status, asked_ms);
     for (const MemberStatus& m : status->members) {
       if (m.incarnation == 0 || (m.role != "server" && m.role != "worker")) {
         continue;

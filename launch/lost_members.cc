@@ -5,26 +5,28 @@
 namespace ductile::launch {
 
 std::vector<LostMembers::Member> LostMembers::Step(
-    const ClusterStatus& status, int64_t now_ms, const ProcessOf& process_of) {
+    const ClusterStatus& status, int64_t asked_ms, int64_t now_ms,
+    const ProcessOf& process_of) {
+  if (last_step_ms_ && now_ms - *last_step_ms_ > kGapMs) {
+    // What happened meanwhile is unknown: each grace starts again.
+    for (auto& [member, w] : watches_) w.dead_since.reset();
+  }
+  last_step_ms_ = now_ms;
   std::vector<Member> lost;
-  std::map<Member, uint64_t> listed;
   for (const MemberStatus& m : status.members) {
     if (m.role != "server" && m.role != "worker") continue;
     const Member member{
         m.role == "server" ? MemberRole::kServer : MemberRole::kWorker, m.id};
-    listed[member] = m.incarnation;
     Watch& w = watches_[member];
-    const pid_t pid = process_of(member);
-    if (pid != w.pid) {
-      // A new process (or none): what was listed so far is not its own.
-      const auto newest = newest_.find(member);
+    const Process process = process_of(member);
+    if (process.pid != w.pid) {  // a new process
       w = Watch{};
-      w.pid = pid;
-      w.before = newest == newest_.end() ? 0 : newest->second;
+      w.pid = process.pid;
     }
-    const bool own_death =
-        pid > 0 && m.state == "dead" && m.incarnation > w.before;
-    if (!own_death) {
+    // Its registration was heard from after the process started: its own
+    // (a predecessor's last heartbeat is older than its successor).
+    const bool own = asked_ms - m.last_heartbeat_ms_ago >= process.started_ms;
+    if (process.pid <= 0 || m.state != "dead" || !own) {
       w.dead_since.reset();
       w.dead_for = 0;
       continue;
@@ -35,10 +37,6 @@ std::vector<LostMembers::Member> LostMembers::Step(
       w.reported = true;
       lost.push_back(member);
     }
-  }
-  for (const auto& [member, incarnation] : listed) {
-    uint64_t& newest = newest_[member];
-    if (incarnation > newest) newest = incarnation;
   }
   return lost;
 }

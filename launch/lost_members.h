@@ -6,18 +6,21 @@
 // would wait forever. `ductile local` kills a member found here and
 // handles it as a crash: a server is restarted, a worker dropped.
 //
-// A member is lost once the coordinator has listed it as dead for
-// `grace_ms` without a break, under a registration (incarnation) newer
-// than any seen before its current process started: a restarted member
-// is not blamed for its predecessor's death while it starts and
-// registers. A member declared dead comes back by itself when heard from
-// again (a short pause): the grace is that chance.
+// A member is lost once the coordinator has listed it as dead (a server
+// busy with a checkpoint it announced is not) for `grace_ms` without a
+// break, under a registration last heard from after its current process
+// started: a restarted member is not blamed for its predecessor's death
+// while it starts and registers, however long that takes. A member
+// declared dead comes back by itself when heard from again (a short
+// pause): the grace is that chance. A look after a gap (the coordinator
+// did not answer for a while: restarting, say) starts every grace again.
 //
 // Example (the launcher's loop):
 //   LostMembers lost(5 * heartbeat_timeout_ms);
-//   for (const auto& [role, id] : lost.Step(status, NowMs(), pid_of)) Kill(..);
+//   for (const auto& m : lost.Step(status, asked_ms, now_ms, process_of))
+//     Kill(m);
 //
-// Deterministic: the caller passes the time and the processes.
+// Deterministic: the caller passes the times and the processes.
 // Thread safety: not thread-safe; the launcher's thread steps it.
 #ifndef DUCTILE_LAUNCH_LOST_MEMBERS_H_
 #define DUCTILE_LAUNCH_LOST_MEMBERS_H_
@@ -39,17 +42,26 @@ namespace ductile::launch {
 class LostMembers {
  public:
   using Member = std::pair<MemberRole, int32_t>;
-  // The pid of the process running `member` now, or -1 if none runs.
-  using ProcessOf = std::function<pid_t(const Member& member)>;
+  // The process running a member now: its pid (-1: none runs) and when it
+  // started, on the clock of Step's times.
+  struct Process {
+    pid_t pid = -1;
+    int64_t started_ms = 0;
+  };
+  using ProcessOf = std::function<Process(const Member& member)>;
+  // Looks further apart than this start every grace again.
+  static constexpr int64_t kGapMs = 3000;
 
   explicit LostMembers(int64_t grace_ms) : grace_ms_(grace_ms) {}
 
   int64_t grace_ms() const { return grace_ms_; }
 
-  // One look at the job at `now_ms`: the members lost now, each once per
-  // process (ascending).
-  std::vector<Member> Step(const ClusterStatus& status, int64_t now_ms,
-                           const ProcessOf& process_of);
+  // One look at `status`, asked for at `asked_ms` (before the question
+  // went: its members' last heartbeats are at least that far back), at
+  // `now_ms`: the members lost now, each once per process (in status
+  // order).
+  std::vector<Member> Step(const ClusterStatus& status, int64_t asked_ms,
+                           int64_t now_ms, const ProcessOf& process_of);
 
   // How long `member` has been listed dead under its current process's
   // registration, as of the last Step; nullopt when it is not.
@@ -58,8 +70,6 @@ class LostMembers {
  private:
   struct Watch {
     pid_t pid = -1;
-    // The newest registration seen before `pid` started: not its own.
-    uint64_t before = 0;
     std::optional<int64_t> dead_since;
     int64_t dead_for = 0;
     bool reported = false;  // returned by Step already
@@ -67,8 +77,7 @@ class LostMembers {
 
   const int64_t grace_ms_;
   std::map<Member, Watch> watches_;
-  // The newest registration the coordinator listed for each member.
-  std::map<Member, uint64_t> newest_;
+  std::optional<int64_t> last_step_ms_;
 };
 
 }  // namespace ductile::launch

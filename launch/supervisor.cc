@@ -201,7 +201,11 @@ Status Supervisor::Reap() {
       if (c.role == Role::kWorker) c.finished = true;
       continue;
     }
-    if (stopping_) continue;
+    if (stopping_) {
+      // Recorded only: a worker that did not finish is out.
+      if (c.role == Role::kWorker) c.dropped = true;
+      continue;
+    }
     const bool via_srun = !c.slurm_job.empty();
     const std::string what = ProcessName(c, pid);
     const int signal = DeathSignal(status, via_srun);
@@ -291,6 +295,13 @@ bool Supervisor::KillLost(Role role, int id, int64_t dead_for_ms) {
     return true;
   }
   return false;
+}
+
+SteadyClock::time_point Supervisor::StartedAt(Role role, int id) const {
+  for (const Child& c : children_) {
+    if (c.role == role && c.id == id && c.pid > 0) return c.started;
+  }
+  return {};
 }
 
 pid_t Supervisor::Pid(Role role, int id) const {
@@ -405,6 +416,7 @@ pid_t Supervisor::SpawnChild(Child& c) {
     c.stderr_tail = std::move(*tail);
     stderr_fd = c.stderr_tail->write_fd();
   }
+  c.started = SteadyClock::now();
   const pid_t pid =
       Spawn(c.args, c.env, blocked_, !c.slurm_job.empty(), stderr_fd);
   if (c.stderr_tail) c.stderr_tail->CloseWriteEnd();

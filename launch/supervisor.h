@@ -47,7 +47,8 @@ struct Child {
   std::string slurm_job;
   // A scheduled kill of a Slurm task not running yet is tried again then.
   std::chrono::steady_clock::time_point next_slurm_kill{};
-  pid_t pid = -1;               // the running process; -1 when none
+  pid_t pid = -1;  // the running process; -1 when none
+  std::chrono::steady_clock::time_point started{};  // when it was started
   bool finished = false;        // a worker that exited with status 0
   bool dropped = false;         // a worker that was killed: not restarted
   bool scheduled_kill = false;  // the schedule killed the running process
@@ -93,6 +94,9 @@ class Supervisor {
   // The pid of the process running child `id` of `role` now (srun's where
   // it runs through srun); -1 when none runs.
   pid_t Pid(KillEvent::Role role, int id) const;
+  // When that process was started (the epoch when none runs).
+  std::chrono::steady_clock::time_point StartedAt(KillEvent::Role role,
+                                                  int id) const;
 
   // Every worker has finished or was killed.
   bool WorkersDone() const;

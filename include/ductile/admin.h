@@ -18,6 +18,9 @@ struct MemberStatus {
   std::string role;     // "server" or "worker"
   std::string address;  // servers: tcp address
   int64_t last_heartbeat_ms_ago = 0;
+  // Not declared dead, and heard from within the heartbeat timeout (or,
+  // a server, silent while it writes or restores a checkpoint it
+  // announced).
   bool alive = false;
   bool finished = false;  // workers: called Finish()
   // The process that registered as this member now: its id on its host

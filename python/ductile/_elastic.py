@@ -50,9 +50,44 @@ _samplers: List["weakref.ref"] = []
 _pushes: Dict[int, List[Any]] = {}
 
 
+# The clock of the step a lookup took a rollback in, by client (id()): the
+# step's gradients are of two timelines and are not pushed.
+_abandoned: Dict[int, int] = {}
+
+
+class _Failed:
+    """A push refused before it was sent: its wait() raises the error."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def wait(self) -> None:
+        raise self.error
+
+
 def note_push(client: ductile.Client, handle: Any) -> None:
     """Keeps `handle`, an asynchronous push of `client`, for wait_pushes."""
     _pushes.setdefault(id(client), []).append(handle)
+
+
+def note_failed_push(client: ductile.Client, error: BaseException) -> None:
+    """Keeps a push's immediate failure for wait_pushes to raise."""
+    note_push(client, _Failed(error))
+
+
+def abandon_step(client: ductile.Client) -> None:
+    """The step under way took a rollback midway (a lookup did): nothing
+    of it is pushed (step_abandoned), and its clock moves on with no
+    gradient."""
+    _abandoned[id(client)] = client.current_clock
+
+
+def step_abandoned(client: ductile.Client) -> bool:
+    return _abandoned.get(id(client)) == client.current_clock
+
+
+def end_step(client: ductile.Client) -> None:
+    _abandoned.pop(id(client), None)
 
 
 def wait_pushes(client: ductile.Client) -> None:
@@ -164,6 +199,7 @@ def recover(client: ductile.Client, error: BaseException) -> "ductile.Recovery":
             flush=True,
         )
         drop_pushes(client)
+        end_step(client)
         try:
             for member in samplers(client) + optimizers(client):
                 member._rolled_back(recovery)

@@ -24,7 +24,9 @@ DistributedOptimizer, call wait_pushes(client) before Client.clock(); the
 next lookup waits for them too (raising a push's error). A rollback that
 fails a lookup is taken there (every DistributedOptimizer and
 ElasticSampler of the client restored, as step() does), and the lookup
-reads the checkpoint's rows: the loop goes on.
+reads the checkpoint's rows; the step goes on, but pushes nothing (its
+gradients would mix the two timelines; an ElasticSampler hands its batch
+out again), and its step() moves the clock on: the loop goes on.
 """
 
 from typing import Any, Optional, Union
@@ -79,13 +81,16 @@ def _row_policy(eviction: Optional[str] = None, **fields: Optional[int]) -> dict
 def _recovering(client: ductile.Client, call: Any) -> Any:
     """call(), with a rollback that fails it taken (every optimizer and
     sampler of `client` restored, _elastic.recover) and call() made again;
-    the job's shutdown raises LeftJob."""
+    the step under way is then abandoned: its gradients, of two timelines,
+    are not pushed (its batch is handed out again). The job's shutdown
+    raises LeftJob."""
     for _ in range(_elastic.MAX_ROLLBACKS_IN_A_ROW):
         try:
             with _elastic.stops_at_shutdown(client):
                 return call()
         except _elastic.RECOVERABLE as error:
             _elastic.recover(client, error)  # raises `error` if no rollback explains it
+            _elastic.abandon_step(client)
     with _elastic.stops_at_shutdown(client):
         return call()
 
@@ -106,11 +111,16 @@ class _RowLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_rows: torch.Tensor):
         (ids,) = ctx.saved_tensors
+        if _elastic.step_abandoned(ctx.client):
+            return None, None, None, None  # a rollback came midway
         grads = grad_rows.detach().to(torch.float32).contiguous()
         with _elastic.stops_at_shutdown(ctx.client):  # backward() raises it
-            # The handle keeps ids and grads alive until the push is sent.
-            handle = ctx.client.push_rows_async(ctx.table, ids.numpy(), grads.numpy())
-        _elastic.note_push(ctx.client, handle)
+            try:
+                # The handle keeps ids and grads alive until the push is sent.
+                handle = ctx.client.push_rows_async(ctx.table, ids.numpy(), grads.numpy())
+                _elastic.note_push(ctx.client, handle)
+            except _elastic.RECOVERABLE as error:  # a rollback: step() takes it
+                _elastic.note_failed_push(ctx.client, error)
         return None, None, None, None
 
 

@@ -295,6 +295,8 @@ class DistributedOptimizer:
     def _accumulated(self, param: _buckets.Param) -> None:
         """A backward pass has added to p.grad: once the last one of the
         step has run on every parameter of the bucket, the bucket is pushed."""
+        if _elastic.step_abandoned(self.client):
+            return  # a rollback came midway: the step pushes nothing
         param.passes += 1
         if param.passes > self.backward_passes_per_step:
             raise ductile.FailedPrecondition(
@@ -463,6 +465,11 @@ class DistributedOptimizer:
         raise LeftJob(message)
 
     def _step(self) -> None:
+        if _elastic.step_abandoned(self.client):
+            # A lookup took a rollback midway: no gradient of this step
+            # counts (as a step with no data).
+            for param in self._params:
+                param.passes = 0
         try:
             for bucket in self._buckets:
                 if bucket.sent:
@@ -484,6 +491,7 @@ class DistributedOptimizer:
         for sampler in _elastic.samplers(self.client):
             sampler._before_clock()  # the batch trained, reported before the clock
         self.client.clock()
+        _elastic.end_step(self.client)
         self._pull()
         if self.average_gradients:
             self.optimizer.step()

@@ -330,8 +330,9 @@ def test_a_job_shut_down_ends_a_loop_of_embeddings_with_left_job(durable_cluster
 def test_a_rollback_under_a_loop_of_embeddings_is_taken_with_no_error(durable_cluster):
     # The first call after the server's restart is a lookup (forward): it
     # takes the rollback (the optimizer restored too) and reads the
-    # checkpoint's rows; the loop runs on from the checkpoint's clock with
-    # no error.
+    # checkpoint's rows; that step pushes nothing (its gradients would mix
+    # two timelines) and moves the clock on; the loop runs on from the
+    # checkpoint's clock with no error.
     client = connect(durable_cluster)
     try:
         embedding = dt.EmbeddingBag(None, 4, table="rollback.rows", mode="sum",
@@ -362,6 +363,42 @@ def test_a_rollback_under_a_loop_of_embeddings_is_taken_with_no_error(durable_cl
         assert not torch.equal(before[4], at_checkpoint)
         assert not torch.equal(before[5], before[4])
         torch.testing.assert_close(before[5], at_checkpoint)
+        # Step 6 pushed nothing: step 7 began where the checkpoint was.
+        torch.testing.assert_close(before[6], at_checkpoint)
+        assert not torch.equal(before[7], at_checkpoint)
+    finally:
+        client.close()
+
+
+def test_a_rollback_taken_at_a_lookup_hands_its_batch_out_again(durable_cluster):
+    # The loader's batch is taken, then the model's first call, an
+    # Embedding's lookup, takes the rollback: that batch's gradients are
+    # not pushed, and the plan hands it out again: every batch once.
+    client = connect(durable_cluster)
+    try:
+        embedding = dt.EmbeddingBag(None, 4, table="plan.rows", mode="sum", client=client)
+        head = torch.nn.Linear(4, 1)
+        optimizer = dt.DistributedOptimizer(torch.optim.SGD(head.parameters(), lr=0.05),
+                                            head.named_parameters(), client=client)
+        sampler = dt.ElasticSampler(SAMPLES, BATCH, EPOCHS, client=client)
+        loader = torch.utils.data.DataLoader(data(), batch_sampler=sampler)
+        steps = 0
+        for _ in range(EPOCHS + 1):
+            for x, y in loader:
+                ids = (x.abs() * 10).long()  # the features as ids, 4 a bag
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(head(embedding(ids)), y)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                if steps == 3:
+                    assert durable_cluster.checkpoint() == 3
+                elif steps == 5:
+                    durable_cluster.restart_server()
+        assert sorted(sampler.trained) == EVERY_BATCH
+        # 3 batches of the 5 before the rollback were kept; the others and
+        # the one that met the rollback were trained again.
+        assert steps == len(EVERY_BATCH) + 3
     finally:
         client.close()
 

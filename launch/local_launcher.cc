@@ -382,14 +382,17 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
         QueryClusterStatus(address, kClockQueryTimeoutMs, security);
     if (!status.ok()) {
       if (last_status && supervisor.Pid(Role::kCoordinator, 0) < 0) {
-        // The coordinator ended the job (its live workers finished). A
-        // worker that has not finished cannot go on, and runs past the
-        // grace only if stopped or hung; nothing is restarted any more.
+        // The coordinator ended the job (its live workers finished):
+        // nothing is restarted any more. A worker it last listed neither
+        // finished nor heard from for half a heartbeat timeout (declared
+        // dead in the same tick as the end, between two looks) cannot go
+        // on, and runs past the grace only if stopped or hung.
         supervisor.StopRestarting();
         ClusterStatus over = last_status->first;
         for (MemberStatus& m : over.members) {
           if (m.role == "worker" && m.state != "finished" &&
-              m.state != "left") {
+              m.state != "left" &&
+              m.last_heartbeat_ms_ago > options.heartbeat_timeout_ms / 2) {
             m.state = "dead";
           }
         }

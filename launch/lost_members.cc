@@ -1,5 +1,6 @@
 #include "launch/lost_members.h"
 
+#include <algorithm>
 #include <string>
 
 namespace ductile::launch {
@@ -19,13 +20,17 @@ std::vector<LostMembers::Member> LostMembers::Step(
         m.role == "server" ? MemberRole::kServer : MemberRole::kWorker, m.id};
     Watch& w = watches_[member];
     const Process process = process_of(member);
+    uint64_t& newest = newest_[member];
     if (process.pid != w.pid) {  // a new process
       w = Watch{};
       w.pid = process.pid;
+      w.before = newest;
     }
-    // Its registration was heard from after the process started: its own
-    // (a predecessor's last heartbeat is older than its successor).
-    const bool own = asked_ms - m.last_heartbeat_ms_ago >= process.started_ms;
+    // Its own registration: heard from after the process started (a
+    // predecessor's last heartbeat is older), and not listed before it.
+    const bool own = asked_ms - m.last_heartbeat_ms_ago >= process.started_ms &&
+                     m.incarnation > w.before;
+    newest = std::max(newest, m.incarnation);
     if (process.pid <= 0 || m.state != "dead" || !own) {
       w.dead_since.reset();
       w.dead_for = 0;

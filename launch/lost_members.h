@@ -8,9 +8,12 @@
 //
 // A member is lost once the coordinator has listed it as dead (a server
 // busy with a checkpoint it announced is not) for `grace_ms` without a
-// break, under a registration last heard from after its current process
-// started: a restarted member is not blamed for its predecessor's death
-// while it starts and registers, however long that takes. A member
+// break, under its current process's registration: one last heard from
+// after the process started, and newer than every registration listed
+// for the member before (a coordinator's restart or pause moves a dead
+// registration's last heartbeat forward). A restarted member is not
+// blamed for its predecessor's death while it starts and registers,
+// however long that takes. A member
 // declared dead comes back by itself when heard from again (a short
 // pause): the grace is that chance. A look after a gap (the coordinator
 // did not answer for a while: restarting, say) starts every grace again.
@@ -70,6 +73,8 @@ class LostMembers {
  private:
   struct Watch {
     pid_t pid = -1;
+    // The newest registration listed before `pid` started: not its own.
+    uint64_t before = 0;
     std::optional<int64_t> dead_since;
     int64_t dead_for = 0;
     bool reported = false;  // returned by Step already
@@ -77,6 +82,8 @@ class LostMembers {
 
   const int64_t grace_ms_;
   std::map<Member, Watch> watches_;
+  // The newest registration listed for each member.
+  std::map<Member, uint64_t> newest_;
   std::optional<int64_t> last_step_ms_;
 };
 

@@ -203,7 +203,15 @@ Status Supervisor::Reap() {
     }
     if (stopping_) {
       // Recorded only: a worker that did not finish is out.
-      if (c.role == Role::kWorker) c.dropped = true;
+      if (c.role == Role::kWorker) {
+        c.dropped = true;
+        if (!killing_ && !lost) {
+          std::fprintf(stderr,
+                       "ductile local: %s ended with %s after the job\n",
+                       ProcessName(c, pid).c_str(),
+                       Describe(status, !c.slurm_job.empty()).c_str());
+        }
+      }
       continue;
     }
     const bool via_srun = !c.slurm_job.empty();
@@ -362,6 +370,7 @@ int Supervisor::WorkersDropped() const {
 
 void Supervisor::KillAll(int grace_ms, int signal) {
   stopping_ = true;
+  killing_ = true;
   for (const auto& [pid, index] : by_pid_) {
     KillGroup(pid, grace_ms > 0 ? signal : SIGKILL);
   }

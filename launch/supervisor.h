@@ -151,6 +151,7 @@ class Supervisor {
   std::map<pid_t, size_t> by_pid_;  // running processes -> children_ index
   int restarts_[3] = {0, 0, 0};     // per KillEvent::Role
   bool stopping_ = false;
+  bool killing_ = false;  // KillAll: children end as it asked
   CrashHook on_crash_;
 };
 

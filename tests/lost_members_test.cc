@@ -19,11 +19,17 @@ constexpr Member kServer0{MemberRole::kServer, 0};
 // The job as the coordinator lists it (each member's state and when it
 // was last heard from), and the launcher's processes.
 struct Job {
-  std::map<Member, std::pair<std::string, int64_t>> members;
+  struct Listed {
+    std::string state;
+    int64_t heard_ms = 0;
+    uint64_t incarnation = 1;
+  };
+  std::map<Member, Listed> members;
   std::map<Member, LostMembers::Process> processes;
 
-  void Set(const Member& member, const std::string& state, int64_t heard_ms) {
-    members[member] = {state, heard_ms};
+  void Set(const Member& member, const std::string& state, int64_t heard_ms,
+           uint64_t incarnation = 1) {
+    members[member] = {state, heard_ms, incarnation};
   }
 
   // A look asked for at `now_ms`.
@@ -33,8 +39,9 @@ struct Job {
       MemberStatus s;
       s.role = RoleName(member.first);
       s.id = member.second;
-      s.state = m.first;
-      s.last_heartbeat_ms_ago = now_ms - m.second;
+      s.state = m.state;
+      s.last_heartbeat_ms_ago = now_ms - m.heard_ms;
+      s.incarnation = m.incarnation;
       status.members.push_back(s);
     }
     return lost.Step(status, now_ms, now_ms, [this](const Member& member) {
@@ -81,20 +88,26 @@ TEST(LostMembers, ARestartedMemberIsNotBlamedForItsPredecessorsDeath) {
   LostMembers lost(1000);
   Job job;
   job.processes = {{kServer0, {100, 0}}};
-  job.Set(kServer0, "active", 0);
+  job.Set(kServer0, "active", 0, 3);
   EXPECT_TRUE(job.Step(lost, 0).empty());
   // The process, last heard from at 400, died; the one started at 450 in
   // its place has not registered yet (as long as a Slurm queue takes):
   // the coordinator lists the old registration as dead all that time.
-  job.Set(kServer0, "dead", 400);
+  job.Set(kServer0, "dead", 400, 3);
   job.processes[kServer0] = {200, 450};
-  for (int64_t t = 500; t <= 20000; t += 500) {
+  for (int64_t t = 500; t <= 10000; t += 500) {
+    EXPECT_TRUE(job.Step(lost, t).empty()) << t;
+  }
+  // A coordinator restarted (or paused) meanwhile lists the old
+  // registration as heard from since: it is still not the new process's.
+  job.Set(kServer0, "dead", 10000, 3);
+  for (int64_t t = 10500; t <= 20000; t += 500) {
     EXPECT_TRUE(job.Step(lost, t).empty()) << t;
   }
   EXPECT_EQ(lost.DeadForMs(kServer0), std::nullopt);
   // Its own registration, heard from, then declared dead: lost after the
   // grace.
-  job.Set(kServer0, "dead", 20100);
+  job.Set(kServer0, "dead", 20100, 7);
   EXPECT_TRUE(job.Step(lost, 20200).empty());
   EXPECT_EQ(job.Step(lost, 21200), std::vector<Member>{kServer0});
 }
@@ -123,7 +136,7 @@ TEST(LostMembers, AMemberWithNoProcessIsNeverLost) {
   }
   // A process started later, whose own registration then dies.
   job.processes[kWorker0] = {300, 5500};
-  job.Set(kWorker0, "dead", 5600);
+  job.Set(kWorker0, "dead", 5600, 2);
   EXPECT_TRUE(job.Step(lost, 6000).empty());
   EXPECT_EQ(job.Step(lost, 7000), std::vector<Member>{kWorker0});
 }

@@ -90,6 +90,16 @@ def end_step(client: ductile.Client) -> None:
     _abandoned.pop(id(client), None)
 
 
+def new_batch(client: ductile.Client) -> None:
+    """A batch of the rolled-back timeline begins (an ElasticSampler yields
+    it): a step abandoned before it is over, and the gradients it left in
+    the optimizers' parameters are dropped."""
+    if _abandoned.pop(id(client), None) is None:
+        return
+    for optimizer in optimizers(client):
+        optimizer._drop_accumulated()
+
+
 def wait_pushes(client: ductile.Client) -> None:
     """Waits for every push note_push kept for `client`; then raises the
     first error, if any."""
@@ -313,6 +323,7 @@ class ElasticSampler:
             elif batch.epoch > epoch:
                 self._held.appendleft(batch)  # the next iteration's first
                 return
+            new_batch(self.client)
             self._current = batch
             yield self._indices(batch)
 

@@ -133,6 +133,7 @@ def wait_pushes(client: Optional[ductile.Client] = None) -> None:
     client = client if client is not None else _default_client()
     with _elastic.stops_at_shutdown(client):
         _elastic.wait_pushes(client)
+    _elastic.end_step(client)  # the step's end: the next one pushes
 
 
 class Embedding(torch.nn.Module):

@@ -522,6 +522,13 @@ class DistributedOptimizer:
         else:
             self._pull()
 
+    def _drop_accumulated(self) -> None:
+        """Forgets the backward passes since the last step (a rollback came
+        midway: they mix two timelines)."""
+        for param in self._params:
+            param.passes = 0
+            param.p.grad = None
+
     def zero_grad(self, set_to_none: bool = False) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 

@@ -371,9 +371,10 @@ def test_a_rollback_under_a_loop_of_embeddings_is_taken_with_no_error(durable_cl
 
 
 def test_a_rollback_taken_at_a_lookup_hands_its_batch_out_again(durable_cluster):
-    # The loader's batch is taken, then the model's first call, an
-    # Embedding's lookup, takes the rollback: that batch's gradients are
-    # not pushed, and the plan hands it out again: every batch once.
+    # After step 5 the server restarts, and an evaluation's lookup takes the
+    # rollback: the two batches trained since the checkpoint are handed out
+    # again, and the next batch's gradients are pushed as any other's (the
+    # rollback came before it). Every batch is trained once.
     client = connect(durable_cluster)
     try:
         embedding = dt.EmbeddingBag(None, 4, table="plan.rows", mode="sum", client=client)
@@ -386,6 +387,8 @@ def test_a_rollback_taken_at_a_lookup_hands_its_batch_out_again(durable_cluster)
         for _ in range(EPOCHS + 1):
             for x, y in loader:
                 ids = (x.abs() * 10).long()  # the features as ids, 4 a bag
+                with torch.no_grad():
+                    rows_before = embedding(ids).clone()
                 optimizer.zero_grad()
                 loss = torch.nn.functional.mse_loss(head(embedding(ids)), y)
                 loss.backward()
@@ -395,10 +398,15 @@ def test_a_rollback_taken_at_a_lookup_hands_its_batch_out_again(durable_cluster)
                     assert durable_cluster.checkpoint() == 3
                 elif steps == 5:
                     durable_cluster.restart_server()
+                with torch.no_grad():
+                    evaluated = embedding(ids)  # after step 5: takes the rollback
+                if steps == 5:
+                    assert client.current_clock == 3
+                elif steps == 6:
+                    assert client.current_clock == 4
+                    assert not torch.equal(evaluated, rows_before)  # pushed
         assert sorted(sampler.trained) == EVERY_BATCH
-        # 3 batches of the 5 before the rollback were kept; the others and
-        # the one that met the rollback were trained again.
-        assert steps == len(EVERY_BATCH) + 3
+        assert steps == len(EVERY_BATCH) + 2
     finally:
         client.close()
 

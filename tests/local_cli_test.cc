@@ -495,7 +495,7 @@ TEST_P(LostMember, AStoppedMemberIsKilledAndTheJobFinishes) {
   const std::string marker = UniqueTimeoutFlag();
   // Long enough for a server to be found lost while the job runs; a
   // worker is also found lost after the others finished.
-  Process p({kBinary, "local", role == "server" ? "--epochs=8" : "--epochs=2",
+  Process p({kBinary, "local", role == "server" ? "--epochs=6" : "--epochs=2",
              "--log_every=10", "--checkpoint_every=40",
              "--heartbeat_timeout_ms=1000", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();

@@ -200,7 +200,7 @@ fi
 
 if [[ $LOST_STEP -eq 1 ]]; then
   "$DUCTILE" local --provider=slurm --servers=1 --workers=2 \
-    --app=fmnist-logreg --epochs=6 --batch_size=32 --log_every=100 \
+    --app=fmnist-logreg --epochs=3 --batch_size=32 --log_every=100 \
     --data_dir="$DATA" --heartbeat_timeout_ms=1000 \
     >"$TMP/job.out" 2>"$TMP/job.err" &
   JOB_PID=$!

@@ -13,9 +13,7 @@ void Cluster::StartServer(int i) {
   s.requested_id = i;
   s.heartbeat_interval_ms = 500;
   s.client_idle_expiry_s = options_.client_idle_expiry_s;
-  // A new backup's copy of the small tables here goes a row a piece, in
-  // many pieces, as a large one does at the default size.
-  s.replica_copy_chunk_bytes = 1;
+  s.replica_copy_chunk_bytes = 1;  // a backup's copy in many pieces
   if (options_.checkpoint_every > 0) s.state_dir = kServerStateDir;
   server_envs_[i] =
       std::make_unique<SimEnv>(&net_, &disk_, "server-" + std::to_string(i));

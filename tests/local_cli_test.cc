@@ -136,6 +136,17 @@ int MetricsPortIn(const std::string& output) {
   return std::stoi(port[1].str());
 }
 
+// The first of the processes carrying `marker` that runs as `role` (an
+// argument of its own: "server", "worker"); -1 if none.
+pid_t ProcessOfRole(const std::string& marker, const std::string& role) {
+  for (pid_t pid : ProcessesWith(marker)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    const std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    if (cmd.find('\0' + role + '\0') != std::string::npos) return pid;
+  }
+  return -1;
+}
+
 const std::string kBinary = DUCTILE_BINARY;
 const std::string kExampleWorker = DUCTILE_EXAMPLE_WORKER;
 
@@ -463,15 +474,7 @@ TEST(LocalCluster, AServerKilledFromOutsideIsRestartedAndTheJobFinishes) {
   Process p({kBinary, "local", "--epochs=2", "--log_every=10",
              "--checkpoint_every=40", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
-  pid_t server = -1;
-  for (pid_t pid : ProcessesWith(marker)) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    if (cmd.find(std::string("server") + '\0') != std::string::npos) {
-      server = pid;
-      break;
-    }
-  }
+  const pid_t server = ProcessOfRole(marker, "server");
   ASSERT_GT(server, 0);
   kill(server, SIGKILL);
   const int status = p.Wait(std::chrono::seconds(240));
@@ -499,15 +502,7 @@ TEST_P(LostMember, AStoppedMemberIsKilledAndTheJobFinishes) {
              "--log_every=10", "--checkpoint_every=40",
              "--heartbeat_timeout_ms=1000", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();
-  pid_t stopped = -1;
-  for (pid_t pid : ProcessesWith(marker)) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    if (cmd.find('\0' + role + '\0') != std::string::npos) {
-      stopped = pid;
-      break;
-    }
-  }
+  const pid_t stopped = ProcessOfRole(marker, role);
   ASSERT_GT(stopped, 0);
   kill(stopped, SIGSTOP);
   const int status = p.Wait(std::chrono::seconds(240));

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -100,11 +100,12 @@ def new_batch(client: ductile.Client) -> None:
         optimizer._drop_accumulated()
 
 
-def wait_pushes(client: ductile.Client) -> None:
-    """Waits for every push note_push kept for `client`; then raises the
-    first error, if any."""
+def wait_all(handles: Iterable[Any]) -> None:
+    """Waits for every handle (None: none), then raises the first error."""
     first: Optional[BaseException] = None
-    for handle in _pushes.pop(id(client), []):
+    for handle in handles:
+        if handle is None:
+            continue
         try:
             handle.wait()
         except Exception as error:  # raised once all are done
@@ -112,6 +113,12 @@ def wait_pushes(client: ductile.Client) -> None:
                 first = error
     if first is not None:
         raise first
+
+
+def wait_pushes(client: ductile.Client) -> None:
+    """Waits for every push note_push kept for `client`; then raises the
+    first error, if any."""
+    wait_all(_pushes.pop(id(client), []))
 
 
 def drop_pushes(client: ductile.Client) -> None:

@@ -171,21 +171,6 @@ def _accumulate_grad_hook(p: torch.Tensor, hook) -> Any:
     return node
 
 
-def _wait_all(handles: Iterable[Any]) -> None:
-    """Waits for every handle (None: none), then raises the first error."""
-    first: Optional[BaseException] = None
-    for handle in handles:
-        if handle is None:
-            continue
-        try:
-            handle.wait()
-        except Exception as error:  # raised once all are done
-            if first is None:
-                first = error
-    if first is not None:
-        raise first
-
-
 class DistributedOptimizer:
     """Wraps a torch optimizer so that its parameters live on the servers.
 
@@ -405,7 +390,7 @@ class DistributedOptimizer:
             if bucket.error is not None:
                 errors.append(bucket.error)
                 bucket.error = None
-        _wait_all(handles)
+        _elastic.wait_all(handles)
         if errors:
             raise errors[0]
 

@@ -342,6 +342,15 @@ Status RunLocalCluster(const LocalClusterOptions& options) {
              job, asked_ms, since_start(SteadyClock::now()), process_of)) {
       supervisor.KillLost(Of(m.first), m.second, *lost.DeadForMs(m));
     }
+    for (const LostMembers::Member& m : lost.lingering()) {
+      std::fprintf(stderr,
+                   "ductile local: worker %d (pid %d) finished %.1f s ago "
+                   "and its process has not exited (still saving, or hung "
+                   "at exit); the job ends when it does (Ctrl-C stops it)\n",
+                   m.second,
+                   static_cast<int>(supervisor.Pid(Of(m.first), m.second)),
+                   static_cast<double>(lost.grace_ms()) / 1000.0);
+    }
   };
   // The coordinator's last answer, and when it was asked for.
   std::optional<std::pair<ClusterStatus, int64_t>> last_status;

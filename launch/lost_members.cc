@@ -13,6 +13,7 @@ std::vector<LostMembers::Member> LostMembers::Step(
     for (auto& [member, w] : watches_) w.dead_since.reset();
   }
   last_step_ms_ = now_ms;
+  lingering_.clear();
   std::vector<Member> lost;
   for (const MemberStatus& m : status.members) {
     if (m.role != "server" && m.role != "worker") continue;
@@ -31,6 +32,15 @@ std::vector<LostMembers::Member> LostMembers::Step(
     const bool own = asked_ms - m.last_heartbeat_ms_ago >= process.started_ms &&
                      m.incarnation > w.before;
     newest = std::max(newest, m.incarnation);
+    if (process.pid > 0 && m.state == "finished" && own) {
+      if (!w.finished_since) w.finished_since = now_ms;
+      if (now_ms - *w.finished_since >= grace_ms_ && !w.lingering) {
+        w.lingering = true;
+        lingering_.push_back(member);
+      }
+    } else {
+      w.finished_since.reset();
+    }
     if (process.pid <= 0 || m.state != "dead" || !own) {
       w.dead_since.reset();
       w.dead_for = 0;

@@ -70,6 +70,13 @@ class LostMembers {
   // registration, as of the last Step; nullopt when it is not.
   std::optional<int64_t> DeadForMs(const Member& member) const;
 
+  // The workers the last Step found listed finished for the grace under
+  // their current process's registration while that process runs on
+  // (each once per process): a script saving its results, or one that
+  // hangs at exit (a thread that never ends). Not killed: the launcher
+  // says it waits for them.
+  const std::vector<Member>& lingering() const { return lingering_; }
+
  private:
   struct Watch {
     pid_t pid = -1;
@@ -78,6 +85,8 @@ class LostMembers {
     std::optional<int64_t> dead_since;
     int64_t dead_for = 0;
     bool reported = false;  // returned by Step already
+    std::optional<int64_t> finished_since;
+    bool lingering = false;  // in lingering() already
   };
 
   const int64_t grace_ms_;
@@ -85,6 +94,7 @@ class LostMembers {
   // The newest registration listed for each member.
   std::map<Member, uint64_t> newest_;
   std::optional<int64_t> last_step_ms_;
+  std::vector<Member> lingering_;
 };
 
 }  // namespace ductile::launch

@@ -153,5 +153,32 @@ TEST(LostMembers, OtherStatesAreAlive) {
   EXPECT_TRUE(job.Step(lost, 2000).empty());
 }
 
+// A worker listed finished whose process runs on past the grace (saving
+// its results, or hung at exit) is never lost, only named once as
+// lingering; a restarted process is named again only once it has
+// finished in turn for the grace.
+TEST(LostMembers, AFinishedWorkerWhoseProcessRunsOnIsNamedOnceNeverLost) {
+  LostMembers lost(1000);
+  Job job;
+  job.processes = {{kWorker0, {100, 0}}, {kWorker1, {101, 0}}};
+  job.Set(kWorker0, "finished", 0);
+  job.Set(kWorker1, "active", 0);
+  EXPECT_TRUE(job.Step(lost, 0).empty());
+  EXPECT_TRUE(lost.lingering().empty());
+  EXPECT_TRUE(job.Step(lost, 900).empty());
+  EXPECT_TRUE(lost.lingering().empty());
+  EXPECT_TRUE(job.Step(lost, 1000).empty());
+  EXPECT_EQ(lost.lingering(), std::vector<Member>{kWorker0});
+  EXPECT_TRUE(job.Step(lost, 5000).empty());
+  EXPECT_TRUE(lost.lingering().empty());
+  // A process that ended is not lingering; its successor starts afresh.
+  job.processes[kWorker0] = {200, 6000};
+  job.Set(kWorker0, "finished", 6500, 2);
+  EXPECT_TRUE(job.Step(lost, 7000).empty());
+  EXPECT_TRUE(lost.lingering().empty());
+  EXPECT_TRUE(job.Step(lost, 8000).empty());
+  EXPECT_EQ(lost.lingering(), std::vector<Member>{kWorker0});
+}
+
 }  // namespace
 }  // namespace ductile::launch

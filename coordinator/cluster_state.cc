@@ -87,6 +87,12 @@ Status ClusterState::Open() {
     // restart tells where it is (its identity) again.
     m.last_seen = now - std::chrono::milliseconds(
                             std::clamp<int64_t>(pm.silent_ms(), 0, 86400000));
+    // A server busy by announcement when the state was written (restoring
+    // a checkpoint, say) may still be: it gets that silence again.
+    if (pm.busy_ms() > 0) {
+      m.busy_ms = std::min(pm.busy_ms(), options_.checkpoint_timeout_ms);
+      m.busy_until = now + std::chrono::milliseconds(m.busy_ms);
+    }
     (m.role == wire::ROLE_SERVER ? servers : workers)[m.id] = m;
   }
   catalog.assign(state.catalog().begin(), state.catalog().end());
@@ -135,6 +141,7 @@ wire::CoordinatorState ClusterState::ToWire() const {
       pm->set_pid(m.pid);
       pm->set_incarnation(m.incarnation);
       pm->set_backups_synced_epoch(m.backups_synced_epoch);
+      if (!m.dead && m.busy_until > now) pm->set_busy_ms(m.busy_ms);
       if (!m.dead && m.in_job() && m.busy_until <= now) {
         // In whole quanta of at least two worker heartbeat intervals: a
         // member that speaks regularly changes nothing, and a silent one
@@ -242,13 +249,7 @@ std::map<int32_t, uint64_t> ClusterState::BackupsSynced() const {
 
 int32_t ClusterState::SlotsWithoutCopy() const {
   if (routing.empty()) return 0;
-  const std::set<int32_t> live = LiveServers();
-  const std::map<int32_t, uint64_t> synced = BackupsSynced();
-  int32_t count = 0;
-  for (int32_t owner : routing.Owners()) {
-    count += routing.SlotsWithoutLiveBackup({owner}, live, synced);
-  }
-  return count;
+  return routing.SlotsWithoutCopy(LiveServers(), BackupsSynced());
 }
 
 std::set<int32_t> ClusterState::ServersWithSlots() const {

@@ -86,6 +86,9 @@ struct Member {
   // Servers: the newest routing epoch at which every backup of its slots
   // held a whole copy, as its heartbeat last said (0: not heard).
   uint64_t backups_synced_epoch = 0;
+  // Servers: the silence announced by the last heartbeat (0: none), in ms;
+  // written with the state until `busy_until`.
+  int64_t busy_ms = 0;
   // In memory only.
   // Declared dead on a report that its process exited (not by silence):
   // it cannot come back, so the job does not wait to see whether it does.
@@ -93,7 +96,8 @@ struct Member {
   std::string identity;  // the socket identity it last spoke from
   TimePoint last_seen{};
   // Servers: writing or restoring a checkpoint (announced by a heartbeat),
-  // so silent; not declared dead before this.
+  // so silent; not declared dead before this (a restarted coordinator
+  // gives it `busy_ms` again).
   TimePoint busy_until{};
   wire::Counters counters;
   wire::WorkerMetrics metrics;

@@ -490,11 +490,11 @@ Member* MembershipManager::Heartbeat(const std::string& identity,
   // A server about to write or restore a checkpoint says for how long it
   // may be silent (0: up to the checkpoint timeout).
   const int64_t limit = ctx_.options.checkpoint_timeout_ms;
+  m->busy_ms = !h.busy()            ? 0
+               : h.timeout_ms() > 0 ? std::min(h.timeout_ms(), limit)
+                                    : limit;
   m->busy_until =
-      h.busy() ? ctx_.Now() + milliseconds(h.timeout_ms() > 0
-                                               ? std::min(h.timeout_ms(), limit)
-                                               : limit)
-               : Member::TimePoint{};
+      h.busy() ? ctx_.Now() + milliseconds(m->busy_ms) : Member::TimePoint{};
   return m;
 }
 

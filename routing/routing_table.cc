@@ -144,19 +144,38 @@ bool RoutingTable::HasBackups() const {
                      [](const Slot& s) { return s.backup >= 0; });
 }
 
+namespace {
+
+// Whether `slot`'s backup is live and its copy known whole.
+bool HasWholeCopy(const RoutingTable::Slot& slot, const std::set<int32_t>& live,
+                  const std::map<int32_t, uint64_t>& synced) {
+  if (live.count(slot.backup) == 0) return false;
+  if (slot.backup_from == 0) return true;
+  const auto reported = synced.find(slot.owner);
+  return reported != synced.end() && reported->second >= slot.backup_from;
+}
+
+}  // namespace
+
 int32_t RoutingTable::SlotsWithoutLiveBackup(
     const std::set<int32_t>& owners, const std::set<int32_t>& live,
     const std::map<int32_t, uint64_t>& synced) const {
   int32_t count = 0;
   for (const Slot& slot : slots_) {
     if (owners.count(slot.owner) == 0) continue;
-    auto reported = synced.find(slot.owner);
-    const bool whole =
-        slot.backup_from == 0 ||
-        (reported != synced.end() && reported->second >= slot.backup_from);
-    const bool saved =
-        live.count(slot.backup) > 0 && owners.count(slot.backup) == 0 && whole;
-    if (!saved) ++count;
+    if (owners.count(slot.backup) > 0 || !HasWholeCopy(slot, live, synced)) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+int32_t RoutingTable::SlotsWithoutCopy(
+    const std::set<int32_t>& live,
+    const std::map<int32_t, uint64_t>& synced) const {
+  int32_t count = 0;
+  for (const Slot& slot : slots_) {
+    if (!HasWholeCopy(slot, live, synced)) ++count;
   }
   return count;
 }

@@ -99,6 +99,11 @@ class RoutingTable {
   int32_t SlotsWithoutLiveBackup(
       const std::set<int32_t>& owners, const std::set<int32_t>& live,
       const std::map<int32_t, uint64_t>& synced) const;
+  // How many slots have no backup in `live` with a copy known whole: those
+  // whose owner's death alone would roll the job back. The sum of
+  // SlotsWithoutLiveBackup({owner}, ...) over the owners, in one pass.
+  int32_t SlotsWithoutCopy(const std::set<int32_t>& live,
+                           const std::map<int32_t, uint64_t>& synced) const;
   bool OwnsAny(int32_t server) const;
   // Slots per owner (owners only).
   std::map<int32_t, int32_t> SlotsPerServer() const;

@@ -145,6 +145,45 @@ TEST(ClusterState, ASilenceCarriesOverARestart) {
   EXPECT_LT(silence(1), 2000);
 }
 
+// A server silent by announcement (restoring a checkpoint, say) when the
+// coordinator restarts is given the silence it announced again, not one
+// heartbeat timeout: the restore it is busy with outlasts the restart. A
+// spell that had ended is not written, and one longer than the
+// checkpoint timeout is cut to it.
+TEST(ClusterState, AnAnnouncedBusySpellCarriesOverARestart) {
+  StoreOnlyEnv env;
+  CoordinatorOptions options = Durable();
+  options.checkpoint_timeout_ms = 90000;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    ClusterState state(&env, options);
+    ASSERT_TRUE(state.Open().ok());
+    for (int id : {0, 1, 2}) state.servers[id].role = wire::ROLE_SERVER;
+    state.servers[0].busy_ms = 60000;
+    state.servers[0].busy_until = now + std::chrono::milliseconds(60000);
+    state.servers[1].busy_ms = 60000;  // over: not busy any more
+    state.servers[1].busy_until = now - std::chrono::milliseconds(1);
+    state.servers[2].busy_ms = 500000;  // as read from an older state
+    state.servers[2].busy_until = now + std::chrono::milliseconds(500000);
+    const int saves = env.saves;
+    ASSERT_TRUE(state.PersistIfChanged().ok());
+    EXPECT_EQ(env.saves, saves + 1);
+  }
+  ClusterState again(&env, options);
+  ASSERT_TRUE(again.Open().ok());
+  const auto busy_left = [&](int id) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               again.servers[id].busy_until - std::chrono::steady_clock::now())
+        .count();
+  };
+  EXPECT_GT(busy_left(0), 55000);
+  EXPECT_LE(busy_left(0), 60000);
+  EXPECT_EQ(again.servers[1].busy_until, Member::TimePoint{});
+  EXPECT_EQ(again.servers[1].busy_ms, 0);
+  EXPECT_EQ(again.servers[2].busy_ms, 90000);
+  EXPECT_LE(busy_left(2), 90000);
+}
+
 TEST(ClusterState, ARestartedCoordinatorReadsBackWhatWasWritten) {
   StoreOnlyEnv env;
   const CoordinatorOptions options = Durable();

@@ -399,5 +399,36 @@ TEST(RoutingTable, ABackupIsSavingOnlyOnceItsOwnerReportedItWhole) {
       << "the owner's report counts, not the backup's";
 }
 
+// The slots without a whole copy, counted in one pass, are the sum of
+// each owner's SlotsWithoutLiveBackup: through new pairs, a slot left with
+// no backup, reports and deaths.
+TEST(RoutingTable, SlotsWithoutCopyIsTheSumOverTheOwners) {
+  RoutingTable t = ThreeServers();
+  t.AssignBackups({0, 1, 2});
+  t.Move(0, 2);
+  t.Move(4, 0);
+  const auto sum = [&](const std::set<int32_t>& live,
+                       const std::map<int32_t, uint64_t>& synced) {
+    int32_t n = 0;
+    for (int32_t owner : t.Owners()) {
+      n += t.SlotsWithoutLiveBackup({owner}, live, synced);
+    }
+    return n;
+  };
+  const uint64_t epoch = t.epoch();
+  for (const std::set<int32_t>& live :
+       {std::set<int32_t>{0, 1, 2}, {0, 1}, {2}, {}}) {
+    for (const std::map<int32_t, uint64_t>& synced :
+         {std::map<int32_t, uint64_t>{},
+          {{2, epoch}},
+          {{0, epoch}, {2, epoch}}}) {
+      EXPECT_EQ(t.SlotsWithoutCopy(live, synced), sum(live, synced));
+    }
+  }
+  EXPECT_EQ(t.SlotsWithoutCopy({0, 1, 2}, {}), 2) << "the two new pairs";
+  EXPECT_EQ(t.SlotsWithoutCopy({0, 1, 2}, {{0, epoch}, {2, epoch}}), 0);
+  EXPECT_EQ(t.SlotsWithoutCopy({}, {}), t.num_slots());
+}
+
 }  // namespace
 }  // namespace ductile

@@ -321,6 +321,7 @@ bool Monotonic(std::string_view counter) {
                            "queued_requests",
                            "shm_replies",
                            "shm_pushes",
+                           "shm_records",
                            "refused_connections",
                            "failed_accepts",
                            "failed_handshakes",

@@ -36,7 +36,7 @@
 #include "client/param_cache.h"
 #include "client/recovery_state.h"
 #include "client/routing_view.h"
-#include "client/shm_value_area.h"
+#include "transport/shm_value_area.h"
 #include "client/stats_recorder.h"
 #include "client/table_registry.h"
 #include "ductile/client.h"

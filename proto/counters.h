@@ -61,6 +61,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("refused_replies", c.refused_replies...);
   f("dropped_replies", c.dropped_replies...);
   f("refused_parked_pulls", c.refused_parked_pulls...);
+  f("shm_records", c.shm_records...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

@@ -1,6 +1,7 @@
 #include "server/replicator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "glog/logging.h"
@@ -53,6 +54,7 @@ void Replicator::OnRouting() {
       std::erase_if(flush.records,
                     [&](const auto& r) { return r.first == it->first; });
     }
+    KeepShm(link);
     it = links_.erase(it);
   }
   for (int32_t b : backups) {
@@ -284,9 +286,48 @@ void Replicator::Flush() {
   flushes_.push_back(std::move(flush));
 }
 
+bool Replicator::LendShm(int32_t backup, const Link& link, Record& record,
+                         wire::ShmRef* ref) {
+  if (!shm_enabled_ || shm_failed_ || link.shm_refused ||
+      !link.address.starts_with("ipc://")) {
+    return false;
+  }
+  if (shm_ == nullptr) {
+    Result<std::unique_ptr<ShmValueArea>> area =
+        ShmValueArea::Create(kShmAreaBytes);
+    if (!area.ok()) {
+      LOG(WARNING) << "server " << self_
+                   << ": no shared memory for records to backups on this "
+                      "host (they go in frames): "
+                   << area.status();
+      shm_failed_ = true;
+      return false;
+    }
+    shm_ = std::move(*area);
+  }
+  const uint64_t bytes = record.payload->size();
+  const uint64_t ticket = next_shm_ticket_++;
+  if (!shm_->Lend(ticket, backup, bytes, kShmTimeoutMs, ref)) return false;
+  std::memcpy(shm_->Data(ticket, backup, bytes), record.payload->data(), bytes);
+  record.shm_ticket = ticket;
+  return true;
+}
+
+void Replicator::KeepShm(Link& link) {
+  for (auto& [seq, record] : link.unacked) {
+    if (record.shm_ticket != 0) shm_->Keep(record.shm_ticket);
+  }
+}
+
 void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
   if (link.socket == nullptr) return;  // connected again, then sent
-  const Record& record = link.unacked.at(seq);
+  Record& record = link.unacked.at(seq);
+  // Sent again: the first copy may still be read from its region, which
+  // waits for its time to be up; this one goes in a frame.
+  wire::ShmRef ref;
+  const bool in_shm = !record.sent && LendShm(backup, link, record, &ref);
+  if (record.shm_ticket != 0 && !in_shm) shm_->Keep(record.shm_ticket);
+  record.sent = true;
   wire::Header h;
   h.set_type(wire::REPLICATE);
   h.set_member_id(self_);
@@ -296,12 +337,18 @@ void Replicator::Transmit(int32_t backup, Link& link, uint64_t seq) {
   if (const wire::ServerEndpoint* self = routing_->endpoint(self_)) {
     h.set_incarnation(self->incarnation());
   }
+  if (in_shm) {
+    *h.mutable_push_shm() = std::move(ref);
+    h.set_timeout_ms(kShmTimeoutMs);
+  }
   OutMessage out;
   out.AddString(h.SerializeAsString());
-  // Sent in place: the transport holds the payload until it is written.
-  std::shared_ptr<const std::string> payload = record.payload;
-  out.AddBorrowed(payload->data(), payload->size(),
-                  [payload]() mutable { payload.reset(); });
+  if (!in_shm) {
+    // Sent in place: the transport holds the payload until it is written.
+    std::shared_ptr<const std::string> payload = record.payload;
+    out.AddBorrowed(payload->data(), payload->size(),
+                    [payload]() mutable { payload.reset(); });
+  }
   if (Status s = link.socket->Send(std::move(out)); !s.ok()) {
     // Sent again after kResendAfter.
     LOG_EVERY_N(WARNING, 100) << "server " << self_ << ": records for backup "
@@ -335,7 +382,13 @@ void Replicator::ReadAcks() {
       const Status s = StatusFromWire(ack);
       VLOG(2) << "server " << self_ << ": backup " << b << " holds up to "
               << ack.seq() << ": " << s;
-      Acknowledge(link, ack.seq());  // what it holds, whatever the status
+      Acknowledge(b, link, ack.seq());  // what it holds, whatever the status
+      if (ack.shm_refused() && !link.shm_refused) {
+        link.shm_refused = true;
+        LOG(WARNING) << "server " << self_ << ": backup server " << b
+                     << " cannot read records in shared memory (" << s
+                     << "); they go in frames";
+      }
       switch (s.code()) {
         case StatusCode::kOk:
           break;
@@ -382,11 +435,15 @@ std::optional<Env::TimePoint> Replicator::NextDeadline() const {
   return next;
 }
 
-void Replicator::Acknowledge(Link& link, uint64_t seq) {
+void Replicator::Acknowledge(int32_t backup, Link& link, uint64_t seq) {
   seq = std::min(seq, link.sent);
   if (seq <= link.acked) return;
   link.acked = seq;
-  link.unacked.erase(link.unacked.begin(), link.unacked.upper_bound(seq));
+  const auto end = link.unacked.upper_bound(seq);
+  for (auto it = link.unacked.begin(); it != end; ++it) {
+    if (it->second.shm_ticket != 0) shm_->Return(it->second.shm_ticket, backup);
+  }
+  link.unacked.erase(link.unacked.begin(), end);
   link.retry_at = env_->Now() + kResendAfter;
 }
 
@@ -407,6 +464,7 @@ void Replicator::Reset() {
   pending_.clear();
   buffered_.clear();
   combined_below_.reset();
+  for (auto& [b, link] : links_) KeepShm(link);
   links_.clear();
   copied_from_.clear();
   copies_.clear();

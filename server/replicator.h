@@ -38,6 +38,15 @@
 // size pauses the request thread for one piece at a time, and the replies
 // of a step wait for no more than the pieces in flight.
 //
+// To a backup on the same host (reached over ipc://), a record goes in a
+// region of this server's shared memory (transport/shm_value_area.h), its
+// message naming the region (Header.push_shm): the backup reads it from
+// there before it answers, so the record's bytes are neither encrypted
+// (CURVE) nor copied through the socket. A record sent again goes in a
+// frame, and its region waits for its time to be up; a backup that cannot
+// use the region (Header.shm_refused) gets this server's records in frames
+// from then on.
+//
 // Not thread-safe: owned by a server's request thread.
 #ifndef DUCTILE_SERVER_REPLICATOR_H_
 #define DUCTILE_SERVER_REPLICATOR_H_
@@ -62,6 +71,7 @@
 #include "server/reply_sender.h"
 #include "server/request_dedup.h"
 #include "server/table_set.h"
+#include "transport/shm_value_area.h"
 #include "transport/socket.h"
 
 namespace ductile {
@@ -95,6 +105,12 @@ class Replicator : public ReplyGate {
   // copy that call began.
   void QueueCopy(TableId table, Key key);
   void set_copy_chunk_bytes(size_t bytes) { copy_chunk_bytes_ = bytes; }
+  // Records to backups on this host go in shared memory (--shm_values).
+  void set_shm(bool enabled) { shm_enabled_ = enabled; }
+  // The size of the shared memory area (its pages are used as records
+  // need them), and how long a backup may take to read a record from it.
+  static constexpr uint64_t kShmAreaBytes = uint64_t{512} << 20;
+  static constexpr int64_t kShmTimeoutMs = 10000;
   static constexpr size_t kCopyChunksInFlight = 2;
   // The newest routing epoch at which the backup of every slot this server
   // owned held a whole copy of it (the current one once every copy sent
@@ -154,6 +170,8 @@ class Replicator : public ReplyGate {
     // Shared with the transport while a send of it is under way.
     std::shared_ptr<const std::string> payload;
     uint64_t epoch = 0;  // the routing's when it was made
+    bool sent = false;
+    uint64_t shm_ticket = 0;  // its region of shm_ (0: none)
   };
   struct Link {
     std::unique_ptr<Socket> socket;
@@ -163,6 +181,8 @@ class Replicator : public ReplyGate {
     uint64_t sent = 0;
     uint64_t acked = 0;
     std::map<uint64_t, Record> unacked;  // by seq
+    // The backup cannot read records in shared memory (Header.shm_refused).
+    bool shm_refused = false;
     // Sends again (or connects again) at this time.
     Env::TimePoint retry_at;
     Status failure;
@@ -187,7 +207,14 @@ class Replicator : public ReplyGate {
   // Sends again every record not acknowledged.
   void Resend(int32_t backup, Link& link);
   // The backup holds every record up to `seq`.
-  void Acknowledge(Link& link, uint64_t seq);
+  void Acknowledge(int32_t backup, Link& link, uint64_t seq);
+  // Puts `record`'s payload in a region of shm_ for `backup`, named in
+  // `ref`; false if it does not fit (or there is no shared memory).
+  bool LendShm(int32_t backup, const Link& link, Record& record,
+               wire::ShmRef* ref);
+  // The link's records' regions are freed only when their time is up (the
+  // backup may still read them).
+  void KeepShm(Link& link);
   // Drops the acknowledged flushes from the front.
   void Settle();
 
@@ -227,6 +254,10 @@ class Replicator : public ReplyGate {
   uint64_t synced_ = 0;
   bool copies_done_ = false;
   std::map<int32_t, Link> links_;
+  bool shm_enabled_ = false;
+  std::unique_ptr<ShmValueArea> shm_;
+  bool shm_failed_ = false;  // no area could be made
+  uint64_t next_shm_ticket_ = 1;
   std::deque<Batch> flushes_;
   uint64_t next_flush_ = 1;
   bool ticket_given_ = false;  // a reply waits for flush next_flush_

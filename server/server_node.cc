@@ -82,6 +82,7 @@ Status ServerNode::Start() {
   replicator_ = std::make_unique<Replicator>(env_, transport_.get(), &routing_,
                                              &tables_, &consistency_);
   replicator_->set_copy_chunk_bytes(options_.replica_copy_chunk_bytes);
+  replicator_->set_shm(options_.shm_values);
   replies_.set_gate(replicator_.get());
   const std::string port =
       options_.port == 0 ? "*" : std::to_string(options_.port);

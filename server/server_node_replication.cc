@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -76,11 +77,36 @@ void ServerNode::InstallReplica(InMessage& message,
                                " on did not arrive"));
   }
   RecordCodec::Records records;
-  Status s = message.size() == 3
-                 ? RecordCodec::Parse(message.frame_view(2),
-                                      "a primary's records", &records)
-                 : InvalidArgumentError("records come in 3 frames, not " +
-                                        std::to_string(message.size()));
+  std::string_view payload;
+  Status s;
+  if (header.has_push_shm()) {
+    // In the primary's shared memory, which it keeps until this answer.
+    const wire::ShmRef& ref = header.push_shm();
+    Result<float*> from =
+        message.size() != 2
+            ? Result<float*>(InvalidArgumentError(
+                  "records in shared memory come in 2 frames, not " +
+                  std::to_string(message.size())))
+            : shm_regions_.Region(ref, ref.bytes(), header.timeout_ms(),
+                                  message.peer_pid());
+    if (!from.ok()) {
+      // Nothing held: the primary sends them again, in a frame.
+      ack.set_shm_refused(from.status().code() !=
+                          StatusCode::kDeadlineExceeded);
+      return refuse(
+          UnavailableError("server " + std::to_string(id_) +
+                           " cannot read the records in shared memory: " +
+                           from.status().message()));
+    }
+    payload = {reinterpret_cast<const char*>(*from), ref.bytes()};
+    counters_.Add(&ServerCounters::shm_records);
+  } else if (message.size() == 3) {
+    payload = message.frame_view(2);
+  } else {
+    s = InvalidArgumentError("records come in 3 frames, not " +
+                             std::to_string(message.size()));
+  }
+  if (s.ok()) s = RecordCodec::Parse(payload, "a primary's records", &records);
   // Fencing: a primary this server's routing no longer names for a
   // record's slot (it was taken for dead, and the slot taken over) is
   // refused. From the process the routing lists under that id, such

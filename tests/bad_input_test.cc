@@ -17,7 +17,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "client/shm_value_area.h"
+#include "transport/shm_value_area.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/codec.h"

@@ -12,13 +12,14 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
-#include "client/shm_value_area.h"
 #include "gtest/gtest.h"
 #include "server/shm_value_regions.h"
 #include "tests/test_cluster.h"
 #include "transport/shm_segment.h"
+#include "transport/shm_value_area.h"
 
 namespace ductile {
 namespace {
@@ -612,6 +613,107 @@ TEST(ShmValues, AServerThatCannotUseItTakesPushesInFramesExactlyOnce) {
   auto client = cluster.Connect();
   ASSERT_NE(client, nullptr);
   ExpectAllInFrames(cluster, *client);
+}
+
+// Replicas on one host: a primary's records to its backup.
+
+// Server `i` of `cluster` killed and started again at once under its id
+// (a new process to the coordinator, whose backups take its slots over).
+void RestartServer(TestCluster& cluster, const TestClusterOptions& options,
+                   int i, bool shm_values,
+                   std::vector<std::unique_ptr<Server>>* restarted) {
+  ServerOptions again = options.server;
+  again.coordinator_address = cluster.address();
+  again.requested_id = cluster.server(i).id();
+  again.shm_values = shm_values;
+  cluster.DestroyServer(i);
+  Result<std::unique_ptr<Server>> server = Server::Start(again);
+  ASSERT_TRUE(server.ok()) << server.status();
+  restarted->push_back(std::move(*server));
+}
+
+// Waits until no slot moves and every slot's backup holds a whole copy.
+void AwaitWholeCopies(TestCluster& cluster) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+    ASSERT_TRUE(status.ok()) << status.status();
+    if (status->slots_moving == 0 && status->slots_without_copy == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  FAIL() << "the backups' copies were not whole within 30 s";
+}
+
+// Each server's records for the other come in its shared memory, and
+// what came that way is what the backup takes over with: a server killed
+// and started again is taken over with no rollback and every key holds
+// exactly its three pushes.
+TEST(ShmValues, ABackupOnTheHostReadsItsPrimarysRecordsInSharedMemory) {
+  TestClusterOptions options{.num_servers = 2, .num_workers = 1};
+  options.replicas = 2;
+  TestCluster cluster(options);
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> keys = FirstKeys(64);
+  const std::vector<float> once = PushDistinct(*client, *table, 64);
+  for (int p = 0; p < 2; ++p) {
+    ASSERT_TRUE(client->Push(*table, keys, once).ok());
+  }
+  for (int s = 0; s < 2; ++s) {
+    const ServerCounters c = cluster.server(s).counters();
+    EXPECT_GT(c.shm_records, 0u) << s;
+    EXPECT_EQ(c.errors, 0u) << s;
+  }
+  std::vector<std::unique_ptr<Server>> restarted;
+  RestartServer(cluster, options, 1, /*shm_values=*/true, &restarted);
+  std::vector<float> out(once.size());
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 3 * once[i]) << i;
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->generation, 0u);  // no rollback
+  EXPECT_GE(status->takeovers, 1u);
+  EXPECT_TRUE(client->Finish().ok());
+}
+
+// A backup that does not use shared memory (--shm_values=false) refuses a
+// primary's records there; the primary sends them, and all after them, in
+// frames: its replies go on, and the copies that came in frames take the
+// primary's slots over in turn, exactly.
+TEST(ShmValues, ABackupThatCannotUseSharedMemoryGetsTheRecordsInFrames) {
+  TestClusterOptions options{.num_servers = 2, .num_workers = 1};
+  options.replicas = 2;
+  TestCluster cluster(options);
+  auto client = cluster.Connect();
+  ASSERT_NE(client, nullptr);
+  auto table = client->CreateTable(WideTable());
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> keys = FirstKeys(64);
+  const std::vector<float> once = PushDistinct(*client, *table, 64);
+  std::vector<std::unique_ptr<Server>> restarted;
+  // Server 0 takes every slot over, and copies them to the new server 1,
+  // which refuses them in shared memory.
+  RestartServer(cluster, options, 1, /*shm_values=*/false, &restarted);
+  for (int p = 0; p < 2; ++p) {
+    ASSERT_TRUE(client->Push(*table, keys, once).ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(AwaitWholeCopies(cluster));
+  const ServerCounters backup = restarted[0]->counters();
+  EXPECT_EQ(backup.shm_records, 0u);
+  EXPECT_GE(backup.errors, 1u) << "it refused the region at least once";
+  // Server 1's copies take server 0's slots over.
+  RestartServer(cluster, options, 0, /*shm_values=*/true, &restarted);
+  std::vector<float> out(once.size());
+  ASSERT_TRUE(client->Pull(*table, keys, out).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 3 * once[i]) << i;
+  Result<ClusterStatus> status = QueryClusterStatus(cluster.address(), 5000);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->generation, 0u);  // no rollback
+  EXPECT_GE(status->takeovers, 2u);
+  EXPECT_TRUE(client->Finish().ok());
 }
 
 TEST(ShmValues, ABadSizeIsRefusedAtConnect) {

@@ -135,7 +135,9 @@ struct ServerOptions {
   // rather than their going through the socket: two copies at memory speed
   // (docs/wire.md, docs/benchmarks.md). false: replies carry the values,
   // and pushes naming a region are refused (the worker then sends them in
-  // frames).
+  // frames). The same holds between servers on one host for the records a
+  // primary sends its backup (--replicas=2): in the primary's shared
+  // memory when both have this on, in frames otherwise.
   bool shm_values = true;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.
@@ -252,6 +254,9 @@ struct ServerCounters {
   // Push and push-pull requests whose values came in the worker's shared
   // memory rather than a frame (copied out on arrival).
   uint64_t shm_pushes = 0;
+  // As a backup (--replicas=2): messages of records from a primary on this
+  // host that came in the primary's shared memory rather than a frame.
+  uint64_t shm_records = 0;
   // Rows (TableOptions::rows), over every table: rows created by a push
   // that admitted them, pushes of ids not admitted yet (dropped, counted
   // per id), and rows removed for being idle (evict_idle_clocks) or beyond

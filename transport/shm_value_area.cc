@@ -1,4 +1,4 @@
-#include "client/shm_value_area.h"
+#include "transport/shm_value_area.h"
 
 #include <iterator>
 #include <utility>

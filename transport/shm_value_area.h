@@ -1,9 +1,12 @@
-// A worker's shared memory for values exchanged with servers on its host
+// A process's shared memory for what it sends to processes on its host
 // (docs/wire.md, "Values in shared memory"): one segment, cut into
-// regions lent to requests. For a pull, a server writes the reply's values
-// into the request's region and the worker copies them out when the reply
-// comes; for a push, the worker copies the values in and the server copies
-// them out when the request arrives.
+// regions lent to requests. A worker's, for the values it exchanges with
+// servers: for a pull, a server writes the reply's values into the
+// request's region and the worker copies them out when the reply comes;
+// for a push, the worker copies the values in and the server copies them
+// out when the request arrives. A primary server's, for the records it
+// sends its backups (server/replicator.h): the backup reads them from
+// there before it acknowledges them.
 //
 // Invariant: a region is lent to one ticket (a request's pull or push
 // values: ReplyTicket, PushTicket) at a time and goes out again only once
@@ -16,9 +19,10 @@
 // is up (Keep: an answer may be to either copy, while the other is still
 // on its way); a re-routed part gets a new seq and new regions.
 //
-// Not thread-safe: used by the client's I/O thread.
-#ifndef DUCTILE_CLIENT_SHM_VALUE_AREA_H_
-#define DUCTILE_CLIENT_SHM_VALUE_AREA_H_
+// Not thread-safe: used by one thread (the client's I/O thread, a
+// server's request thread).
+#ifndef DUCTILE_TRANSPORT_SHM_VALUE_AREA_H_
+#define DUCTILE_TRANSPORT_SHM_VALUE_AREA_H_
 
 #include <chrono>
 #include <cstdint>
@@ -94,4 +98,4 @@ class ShmValueArea {
 
 }  // namespace ductile
 
-#endif  // DUCTILE_CLIENT_SHM_VALUE_AREA_H_
+#endif  // DUCTILE_TRANSPORT_SHM_VALUE_AREA_H_

@@ -51,6 +51,7 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("adascale_noise_scale", c.adascale_noise_scale...);
   f("shm_replies", c.shm_replies...);
   f("shm_pushes", c.shm_pushes...);
+  f("shm_records", c.shm_records...);
   f("rows_admitted", c.rows_admitted...);
   f("row_pushes_dropped", c.row_pushes_dropped...);
   f("rows_evicted_idle", c.rows_evicted_idle...);
@@ -61,7 +62,6 @@ void ForEachCounter(F&& f, Counters&... c) {
   f("refused_replies", c.refused_replies...);
   f("dropped_replies", c.dropped_replies...);
   f("refused_parked_pulls", c.refused_parked_pulls...);
-  f("shm_records", c.shm_records...);
 }
 
 void CountersToWire(const ServerCounters& counters, wire::Counters* out);

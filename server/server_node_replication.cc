@@ -87,6 +87,11 @@ void ServerNode::InstallReplica(InMessage& message,
             ? Result<float*>(InvalidArgumentError(
                   "records in shared memory come in 2 frames, not " +
                   std::to_string(message.size())))
+        : ref.bytes() > options_.max_message_bytes
+            ? Result<float*>(InvalidArgumentError(
+                  "records of " + std::to_string(ref.bytes()) +
+                  " bytes in shared memory, over the message limit (" +
+                  std::to_string(options_.max_message_bytes) + ")"))
             : shm_regions_.Region(ref, ref.bytes(), header.timeout_ms(),
                                   message.peer_pid());
     if (!from.ok()) {
@@ -99,7 +104,7 @@ void ServerNode::InstallReplica(InMessage& message,
                            from.status().message()));
     }
     payload = {reinterpret_cast<const char*>(*from), ref.bytes()};
-    counters_.Add(&ServerCounters::shm_records);
+    counters_.Add(&ServerCounters::bytes_in, ref.bytes());
   } else if (message.size() == 3) {
     payload = message.frame_view(2);
   } else {
@@ -107,6 +112,9 @@ void ServerNode::InstallReplica(InMessage& message,
                              std::to_string(message.size()));
   }
   if (s.ok()) s = RecordCodec::Parse(payload, "a primary's records", &records);
+  if (s.ok() && header.has_push_shm()) {
+    counters_.Add(&ServerCounters::shm_records);
+  }
   // Fencing: a primary this server's routing no longer names for a
   // record's slot (it was taken for dead, and the slot taken over) is
   // refused. From the process the routing lists under that id, such

@@ -16,7 +16,7 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
                                        int64_t timeout_ms, int32_t peer_pid) {
   if (!enabled_) {
     return FailedPreconditionError(
-        "this server does not use workers' shared memory (--shm_values)");
+        "this server does not use shared memory (--shm_values)");
   }
   if (bytes == 0 || ref.bytes() != bytes ||
       ref.offset() % alignof(float) != 0) {
@@ -67,10 +67,10 @@ Result<float*> ShmValueRegions::Region(const wire::ShmRef& ref, uint64_t bytes,
   }
   ShmSegment* segment = Find({ref.pid(), ref.fd(), ref.token()});
   if (segment == nullptr) {
-    return UnavailableError("the worker's shared memory cannot be opened");
+    return UnavailableError("the sender's shared memory cannot be opened");
   }
   if (!segment->Holds(ref.offset(), bytes)) {
-    return InvalidArgumentError("a region outside the worker's segment");
+    return InvalidArgumentError("a region outside the sender's segment");
   }
   return reinterpret_cast<float*>(segment->data() + ref.offset());
 }
@@ -88,7 +88,7 @@ ShmSegment* ShmValueRegions::Find(const SegmentKey& key) {
     // At most a few lines however many peers name segments it cannot use.
     ++refusals_;
     LOG_IF(WARNING, refusals_ <= 10 || refusals_ % 1000 == 0)
-        << "a worker's shared memory cannot be used (refusal " << refusals_
+        << "a sender's shared memory cannot be used (refusal " << refusals_
         << "; its pulls' values go in frames, its pushes are refused and "
            "sent again in frames): "
         << opened.status();

@@ -1,17 +1,20 @@
 // The regions of workers' shared memory a server reads pushed values from
-// and writes pulled values into (wire::ShmRef, docs/wire.md "Values in
-// shared memory"): the workers' segments, opened once and kept mapped.
+// and writes pulled values into, and of a primary's that a backup reads
+// its records from (wire::ShmRef, docs/wire.md "Values in shared
+// memory"): the senders' segments, opened once and kept mapped.
 //
 // A region is refused when the request did not come over ipc:// from the
 // process that holds the segment (as the kernel tells), the segment cannot
 // be opened (another user or pid namespace), it is not a sealed ductile
 // segment, the region does not lie in it or is not the values' size, or
-// the request was sent more than its timeout ago (the worker may have
-// given the region out again). A pull's reply then carries its values in a
-// frame; a push is refused, nothing applied, and its worker sends the values in
-// frames. A segment that is not what the request names, or that this server may
-// not open, is not tried again (until 1024 others have been); one refused for
-// want of descriptors or memory is. Refusals are logged sparingly.
+// the request was sent more than its timeout ago (the sender may have
+// given the region out again). A pull's reply then carries its values in
+// a frame; a push is refused, nothing applied, and its worker sends the
+// values in frames; a primary's records are refused, and it sends them in
+// frames. A segment that is not what the request names, or that this
+// server may not open, is not tried again (until 1024 others have been);
+// one refused for want of descriptors or memory is. Refusals are logged
+// sparingly.
 //
 // Not thread-safe: used by the request thread.
 #ifndef DUCTILE_SERVER_SHM_VALUE_REGIONS_H_

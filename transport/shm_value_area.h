@@ -9,12 +9,12 @@
 // there before it acknowledges them.
 //
 // Invariant: a region is lent to one ticket (a request's pull or push
-// values: ReplyTicket, PushTicket) at a time and goes out again only once
-// that request's server has answered the one copy of the request that
-// named it, or kHoldFor after it was lent: a server reads or writes a
-// region only within the request's timeout of its sending
-// (ShmValueRegions), so a late access never lands in a region lent to
-// another request. A pull is sent once under its seq; a push sent again
+// values: ReplyTicket, PushTicket; a replication record) at a time and
+// goes out again only once the receiver has answered the one copy of the
+// request that named it, or 2 x its timeout + kSlack after it was lent: a
+// receiver reads or writes a region only within the request's timeout of
+// its sending (ShmValueRegions), so a late access never lands in a region
+// lent to another request. A pull is sent once under its seq; a push sent again
 // under the same seq goes in frames, and its region is kept until its time
 // is up (Keep: an answer may be to either copy, while the other is still
 // on its way); a re-routed part gets a new seq and new regions.

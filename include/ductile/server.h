@@ -137,7 +137,8 @@ struct ServerOptions {
   // and pushes naming a region are refused (the worker then sends them in
   // frames). The same holds between servers on one host for the records a
   // primary sends its backup (--replicas=2): in the primary's shared
-  // memory when both have this on, in frames otherwise.
+  // memory (512 MiB of address space, its pages used as records need
+  // them) when both have this on, in frames otherwise.
   bool shm_values = true;
   // Interval between heartbeats to the coordinator, 10 ms - 60 s; shorter
   // (a third of it) if the coordinator's heartbeat timeout asks for that.

@@ -218,6 +218,11 @@ void Replicator::Flush() {
     ticket_given_ = false;
     return;
   }
+  // Each backup's payload starts with room for as much as its last one
+  // held: appended to, it is not copied over as it grows.
+  for (const auto& [b, bytes] : payload_hint_) {
+    if (backups_.count(b) > 0) pending_[b].payload.reserve(bytes);
+  }
   // Evictions first: a key evicted and stored again is a row after them.
   tables_->ForEach([&](TableId id, ParameterTable& table) {
     if (!table.has_replica_changes()) return;
@@ -264,6 +269,7 @@ void Replicator::Flush() {
       RecordCodec::AppendWindow(w, &p.payload);
     }
     if (p.payload.empty()) continue;
+    payload_hint_[b] = p.payload.size();
     auto link = links_.find(b);
     if (link == links_.end()) continue;
     Link& l = link->second;

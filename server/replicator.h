@@ -263,6 +263,8 @@ class Replicator : public ReplyGate {
   bool ticket_given_ = false;  // a reply waits for flush next_flush_
   // Since the last flush.
   std::map<int32_t, Pending> pending_;
+  // Each backup's last payload size: the next one's first reservation.
+  std::map<int32_t, size_t> payload_hint_;
   std::set<std::tuple<TableId, int64_t, Key>> buffered_;
   std::optional<int64_t> combined_below_;
 };

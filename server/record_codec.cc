@@ -95,7 +95,7 @@ void RecordCodec::AppendCombinedBelow(int64_t clock, std::string* out) {
 }
 
 Status RecordCodec::Parse(std::string_view payload, std::string_view what,
-                          Records* out) {
+                          Records* out, bool rows_in_place) {
   const Status truncated =
       InvalidArgumentError(std::string(what) + " ends inside a record");
   size_t at = 0;
@@ -104,14 +104,22 @@ Status RecordCodec::Parse(std::string_view payload, std::string_view what,
     const char type = payload[at++];
     if (type == 'E') {
       if (!need(16)) return truncated;
-      EntryRecord& e = out->entries.emplace_back();
-      e.table = cf::DecodeFixed32(payload.data() + at);
-      e.key = cf::DecodeFixed64(payload.data() + at + 4);
+      const TableId table = cf::DecodeFixed32(payload.data() + at);
+      const Key key = cf::DecodeFixed64(payload.data() + at + 4);
       const uint32_t size = cf::DecodeFixed32(payload.data() + at + 12);
       at += 16;
       if (!need(size)) return truncated;
-      const std::string why =
-          cf::DecodeEntryValue(payload.substr(at, size), &e);
+      const std::string_view value = payload.substr(at, size);
+      std::string why;
+      if (rows_in_place) {
+        why = cf::CheckEntryValue(value);
+        out->entry_views.push_back({table, key, value});
+      } else {
+        EntryRecord& e = out->entries.emplace_back();
+        e.table = table;
+        e.key = key;
+        why = cf::DecodeEntryValue(value, &e);
+      }
       if (!why.empty()) {
         return InvalidArgumentError(std::string(what) +
                                     " has an unreadable row: " + why);

@@ -44,9 +44,18 @@ class RecordCodec {
   // A BSP push buffered for a key (its clock not combined yet).
   using Buffered = std::pair<TableId, BspBuffer::Entry>;
 
+  // An 'E' record as it lies in the payload: its row's entry value
+  // (storage/checkpoint_format.h), checked but not decoded.
+  struct EntryView {
+    TableId table = 0;
+    Key key = 0;
+    std::string_view value;
+  };
+
   // What a payload holds, record kinds apart, each in its order.
   struct Records {
     std::vector<EntryRecord> entries;
+    std::vector<EntryView> entry_views;  // Parse with rows_in_place
     std::vector<Buffered> buffered;
     std::vector<RequestDedup::Window> windows;
     std::vector<FilterRecord> filters;
@@ -56,9 +65,11 @@ class RecordCodec {
 
   // Appends every record of `payload` to `out`; kInvalidArgument, naming
   // `what` (e.g. "a chunk of moved keys"), if one is cut short or of an
-  // unknown type.
+  // unknown type. With `rows_in_place`, the 'E' records go to
+  // out->entry_views, which point into `payload` (the caller decodes each
+  // row where it keeps it, while `payload` lives).
   static Status Parse(std::string_view payload, std::string_view what,
-                      Records* out);
+                      Records* out, bool rows_in_place = false);
 
   static void AppendEntry(const EntryRecord& e, std::string* out);
   // The same record for a row read in place (ParameterTable::RowRef's

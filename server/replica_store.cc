@@ -5,6 +5,8 @@
 #include <tuple>
 #include <utility>
 
+#include "storage/checkpoint_format.h"
+
 namespace ductile {
 
 void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records) {
@@ -30,6 +32,27 @@ void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records) {
     row.value = std::move(e.value);
     row.state = std::move(e.state);
     row.steps = e.steps;
+    row.changed = ++records_;
+    floats_ += Floats(row);
+  }
+  for (const RecordCodec::EntryView& e : records.entry_views) {
+    auto& rows = tables_[e.table];
+    auto [it, added] = rows.try_emplace(e.key);
+    Row& row = it->second;
+    if (added) {
+      ++rows_;
+    } else {
+      floats_ -= Floats(row);
+    }
+    // Decoded into the row's own vectors: a row of the same shape as
+    // before takes no allocation.
+    EntryRecord decoded;
+    decoded.value.swap(row.value);
+    decoded.state.swap(row.state);
+    checkpoint_format::DecodeEntryValue(e.value, &decoded);  // checked
+    row.value.swap(decoded.value);
+    row.state.swap(decoded.state);
+    row.steps = decoded.steps;
     row.changed = ++records_;
     floats_ += Floats(row);
   }

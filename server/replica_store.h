@@ -47,10 +47,11 @@ class ReplicaStore {
     std::vector<RecordCodec::Buffered> buffered;
   };
 
-  // Takes `primary`'s records; the caller checked that every record's
-  // slot is backed here for `primary`. A slot's admission counts ('F')
-  // replace those held (empty counts: none). A 'C' record drops the pushes
-  // `primary` sent of the clocks below it: it combined them.
+  // Takes `primary`'s records (`entries`, and `entry_views`, decoded here:
+  // their payload must live until this returns); the caller checked that
+  // every record's slot is backed here for `primary`. A slot's admission counts
+  // ('F') replace those held (empty counts: none). A 'C' record drops the
+  // pushes `primary` sent of the clocks below it: it combined them.
   void Apply(int32_t primary, RecordCodec::Records&& records);
 
   // Takes out the rows and pushes for which `in(table, key)` holds (a key

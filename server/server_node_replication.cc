@@ -111,7 +111,10 @@ void ServerNode::InstallReplica(InMessage& message,
     s = InvalidArgumentError("records come in 3 frames, not " +
                              std::to_string(message.size()));
   }
-  if (s.ok()) s = RecordCodec::Parse(payload, "a primary's records", &records);
+  if (s.ok()) {
+    s = RecordCodec::Parse(payload, "a primary's records", &records,
+                           /*rows_in_place=*/true);
+  }
   if (s.ok() && header.has_push_shm()) {
     counters_.Add(&ServerCounters::shm_records);
   }
@@ -133,7 +136,7 @@ void ServerNode::InstallReplica(InMessage& message,
       routing_.endpoint(primary)->incarnation() == header.incarnation();
   size_t stale = 0;
   if (s.ok() && listed_process) {
-    stale += std::erase_if(records.entries, [&](const EntryRecord& e) {
+    stale += std::erase_if(records.entry_views, [&](const auto& e) {
       return !backed(e.table, e.key);
     });
     stale += std::erase_if(records.deleted, [&](const auto& d) {
@@ -159,8 +162,8 @@ void ServerNode::InstallReplica(InMessage& message,
         std::to_string(routing_.SlotOf(table, key)) + " at epoch " +
         std::to_string(routing_.epoch()));
   };
-  for (size_t i = 0; s.ok() && i < records.entries.size(); ++i) {
-    s = check(records.entries[i].table, records.entries[i].key);
+  for (size_t i = 0; s.ok() && i < records.entry_views.size(); ++i) {
+    s = check(records.entry_views[i].table, records.entry_views[i].key);
   }
   for (size_t i = 0; s.ok() && i < records.deleted.size(); ++i) {
     s = check(records.deleted[i].first, records.deleted[i].second);

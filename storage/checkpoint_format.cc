@@ -62,13 +62,20 @@ void EncodeEntryValue(const EntryRecord& e, std::string* dst) {
   AppendFloats(e.state, dst);
 }
 
-std::string DecodeEntryValue(std::string_view in, EntryRecord* e) {
+std::string CheckEntryValue(std::string_view in) {
   if (in.size() < kEntryHeaderSize) return "entry value too short";
   const uint64_t value_count = DecodeFixed32(in.data());
   const uint64_t state_count = DecodeFixed32(in.data() + 4);
   if (in.size() != kEntryHeaderSize + 4 * (value_count + state_count)) {
     return "entry value size does not match its float counts";
   }
+  return "";
+}
+
+std::string DecodeEntryValue(std::string_view in, EntryRecord* e) {
+  if (std::string why = CheckEntryValue(in); !why.empty()) return why;
+  const uint64_t value_count = DecodeFixed32(in.data());
+  const uint64_t state_count = DecodeFixed32(in.data() + 4);
   e->steps = static_cast<int64_t>(DecodeFixed64(in.data() + 8));
   DecodeFloats(in.data() + kEntryHeaderSize, value_count, &e->value);
   DecodeFloats(in.data() + kEntryHeaderSize + 4 * value_count, state_count,

@@ -157,9 +157,12 @@ void AppendFloats(std::span<const float> floats, std::string* dst);
 
 // Replaces `dst` by e's value: header, then value and state floats.
 void EncodeEntryValue(const EntryRecord& e, std::string* dst);
-// Fills e's value, state and steps. Empty on success, else why the bytes
-// are not an entry.
+// Fills e's value, state and steps (reusing their vectors' room). Empty
+// on success, else why the bytes are not an entry.
 std::string DecodeEntryValue(std::string_view in, EntryRecord* e);
+// Why the bytes are not an entry value (its size against its float
+// counts), or empty: what DecodeEntryValue checks, without decoding.
+std::string CheckEntryValue(std::string_view in);
 
 // CRC-32C (Castagnoli) of `data`, continuing from `crc` (0 to start).
 uint32_t Crc32cExtend(uint32_t crc, std::string_view data);

@@ -92,6 +92,45 @@ TEST(ReplicaStore, ARowsLatestRecordWinsAndAnEvictionRemovesIt) {
   EXPECT_EQ(store.floats(), 0u);
 }
 
+// Rows parsed in place (views into the payload, decoded into the rows'
+// own room by Apply) end as decoded ones do: the latest record of a row
+// wins, one of another shape too, and a malformed row is refused by Parse
+// all the same.
+TEST(ReplicaStore, RowsParsedInPlaceEndAsDecodedOnes) {
+  const auto in_place = [](const std::string& payload) {
+    RecordCodec::Records records;
+    Status s = RecordCodec::Parse(payload, "records", &records,
+                                  /*rows_in_place=*/true);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(records.entries.empty());
+    return records;
+  };
+  ReplicaStore store;
+  const std::string first = Row(7, 1.0f, 1) + Row(8, 2.0f, 1);
+  store.Apply(1, in_place(first));
+  std::string then = Row(7, 3.0f, 2);
+  RecordCodec::AppendEntry({kTable, 8, {4.0f, 4.0f, 4.0f}, {}, 5}, &then);
+  store.Apply(1, in_place(then));
+  EXPECT_EQ(store.rows(), 2u);
+  EXPECT_EQ(store.floats(), 6u);
+  ReplicaStore::Taken t = store.Take(Any());
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.rows[0].key, 7u);
+  EXPECT_EQ(t.rows[0].value, (std::vector<float>{3.0f, 3.0f}));
+  EXPECT_EQ(t.rows[0].state, (std::vector<float>{0.5f}));
+  EXPECT_EQ(t.rows[0].steps, 2);
+  EXPECT_EQ(t.rows[1].key, 8u);
+  EXPECT_EQ(t.rows[1].value, (std::vector<float>{4.0f, 4.0f, 4.0f}));
+  EXPECT_TRUE(t.rows[1].state.empty());
+  EXPECT_EQ(t.rows[1].steps, 5);
+  std::string bad = Row(9, 1.0f, 1);
+  bad[17] = 9;  // the row's value count: 9 floats, 2 there
+  RecordCodec::Records r;
+  Status s = RecordCodec::Parse(bad, "records", &r, /*rows_in_place=*/true);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("unreadable row"), std::string::npos) << s;
+}
+
 TEST(ReplicaStore, BufferedPushesStayUntilTheirPrimaryCombinesTheirClock) {
   ReplicaStore store;
   std::string pushes;

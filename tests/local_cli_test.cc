@@ -924,14 +924,20 @@ void RunWithASlowedWorker(bool kill_first_replacement, bool bsp = false) {
   const pid_t slow = worker_pid(1);
   ASSERT_GT(slow, 0) << "no worker 1 among the job's processes";
   std::atomic<bool> stop{false};
+  // Only while `slow` is worker 1 of this job: once it has exited, its pid
+  // may go to another process (pids wrap at 32768 on these machines).
+  const std::string slow_command = CommandLine(slow);
+  auto still_worker_1 = [&] {
+    return kill(slow, 0) == 0 && CommandLine(slow) == slow_command;
+  };
   std::thread duty([&] {
-    while (!stop.load() && kill(slow, 0) == 0) {
+    while (!stop.load() && still_worker_1()) {
       kill(slow, SIGSTOP);
       std::this_thread::sleep_for(std::chrono::milliseconds(400));
       kill(slow, SIGCONT);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    kill(slow, SIGCONT);
+    if (still_worker_1()) kill(slow, SIGCONT);
   });
   // The policy may also pick another worker on this noisy machine before it
   // picks worker 1, so the new worker's id is read from the launcher's line.

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <tuple>
 #include <utility>
 
+#include "glog/logging.h"
 #include "storage/checkpoint_format.h"
 
 namespace ductile {
@@ -49,7 +51,14 @@ void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records) {
     EntryRecord decoded;
     decoded.value.swap(row.value);
     decoded.state.swap(row.state);
-    checkpoint_format::DecodeEntryValue(e.value, &decoded);  // checked
+    decoded.steps = row.steps;
+    // Checked by Parse; bytes in a primary's shared memory changed since
+    // (by another process of its user) leave the row as it was.
+    const std::string why =
+        checkpoint_format::DecodeEntryValue(e.value, &decoded);
+    LOG_IF(ERROR, !why.empty())
+        << "a record of server " << primary << " changed after its check ("
+        << why << "); table " << e.table << " key " << e.key << " kept";
     row.value.swap(decoded.value);
     row.state.swap(decoded.state);
     row.steps = decoded.steps;

@@ -62,20 +62,34 @@ void EncodeEntryValue(const EntryRecord& e, std::string* dst) {
   AppendFloats(e.state, dst);
 }
 
-std::string CheckEntryValue(std::string_view in) {
+namespace {
+
+// The entry value's float counts, read once (the bytes may be another
+// process's shared memory) and checked against its size; else why not.
+std::string EntryCounts(std::string_view in, uint64_t* value_count,
+                        uint64_t* state_count) {
   if (in.size() < kEntryHeaderSize) return "entry value too short";
-  const uint64_t value_count = DecodeFixed32(in.data());
-  const uint64_t state_count = DecodeFixed32(in.data() + 4);
-  if (in.size() != kEntryHeaderSize + 4 * (value_count + state_count)) {
+  *value_count = DecodeFixed32(in.data());
+  *state_count = DecodeFixed32(in.data() + 4);
+  if (in.size() != kEntryHeaderSize + 4 * (*value_count + *state_count)) {
     return "entry value size does not match its float counts";
   }
   return "";
 }
 
+}  // namespace
+
+std::string CheckEntryValue(std::string_view in) {
+  uint64_t value_count = 0, state_count = 0;
+  return EntryCounts(in, &value_count, &state_count);
+}
+
 std::string DecodeEntryValue(std::string_view in, EntryRecord* e) {
-  if (std::string why = CheckEntryValue(in); !why.empty()) return why;
-  const uint64_t value_count = DecodeFixed32(in.data());
-  const uint64_t state_count = DecodeFixed32(in.data() + 4);
+  uint64_t value_count = 0, state_count = 0;
+  if (std::string why = EntryCounts(in, &value_count, &state_count);
+      !why.empty()) {
+    return why;
+  }
   e->steps = static_cast<int64_t>(DecodeFixed64(in.data() + 8));
   DecodeFloats(in.data() + kEntryHeaderSize, value_count, &e->value);
   DecodeFloats(in.data() + kEntryHeaderSize + 4 * value_count, state_count,

@@ -22,48 +22,46 @@ void ReplicaStore::Apply(int32_t primary, RecordCodec::Records&& records) {
     --rows_;
     t->second.erase(it);
   }
-  for (EntryRecord& e : records.entries) {
-    auto& rows = tables_[e.table];
-    auto [it, added] = rows.try_emplace(e.key);
+  // A row's latest record replaces it; `fill` sets its value, state and
+  // steps.
+  const auto store = [&](TableId table, Key key, const auto& fill) {
+    auto [it, added] = tables_[table].try_emplace(key);
     Row& row = it->second;
     if (added) {
       ++rows_;
     } else {
       floats_ -= Floats(row);
     }
-    row.value = std::move(e.value);
-    row.state = std::move(e.state);
-    row.steps = e.steps;
+    fill(row);
     row.changed = ++records_;
     floats_ += Floats(row);
+  };
+  for (EntryRecord& e : records.entries) {
+    store(e.table, e.key, [&](Row& row) {
+      row.value = std::move(e.value);
+      row.state = std::move(e.state);
+      row.steps = e.steps;
+    });
   }
   for (const RecordCodec::EntryView& e : records.entry_views) {
-    auto& rows = tables_[e.table];
-    auto [it, added] = rows.try_emplace(e.key);
-    Row& row = it->second;
-    if (added) {
-      ++rows_;
-    } else {
-      floats_ -= Floats(row);
-    }
     // Decoded into the row's own vectors: a row of the same shape as
     // before takes no allocation.
-    EntryRecord decoded;
-    decoded.value.swap(row.value);
-    decoded.state.swap(row.state);
-    decoded.steps = row.steps;
-    // Checked by Parse; bytes in a primary's shared memory changed since
-    // (by another process of its user) leave the row as it was.
-    const std::string why =
-        checkpoint_format::DecodeEntryValue(e.value, &decoded);
-    LOG_IF(ERROR, !why.empty())
-        << "a record of server " << primary << " changed after its check ("
-        << why << "); table " << e.table << " key " << e.key << " kept";
-    row.value.swap(decoded.value);
-    row.state.swap(decoded.state);
-    row.steps = decoded.steps;
-    row.changed = ++records_;
-    floats_ += Floats(row);
+    store(e.table, e.key, [&](Row& row) {
+      EntryRecord decoded;
+      decoded.value.swap(row.value);
+      decoded.state.swap(row.state);
+      decoded.steps = row.steps;
+      // Checked by Parse; bytes in a primary's shared memory changed since
+      // (by another process of its user) leave the row as it was.
+      const std::string why =
+          checkpoint_format::DecodeEntryValue(e.value, &decoded);
+      LOG_IF(ERROR, !why.empty())
+          << "a record of server " << primary << " changed after its check ("
+          << why << "); table " << e.table << " key " << e.key << " kept";
+      row.value.swap(decoded.value);
+      row.state.swap(decoded.state);
+      row.steps = decoded.steps;
+    });
   }
   Pushes& pushes = buffered_[primary];
   for (RecordCodec::Buffered& b : records.buffered) {

@@ -17,12 +17,12 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "transport/shm_value_area.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/codec.h"
 #include "proto/ductile.pb.h"
 #include "tests/test_cluster.h"
+#include "transport/shm_value_area.h"
 
 namespace ductile {
 namespace {

@@ -80,9 +80,20 @@ struct CoordinatorContext {
   // Slots are moving between servers: no checkpoint round starts.
   bool migrating = false;
 
+  // When the coordinator last found its inbox empty. A member's silence
+  // is judged as of then (SilentMs): a pause of the coordinator between
+  // that read and the judgement (a SIGSTOP, a starved host) leaves the
+  // members' heartbeats unread, and is not their silence.
+  TimePoint inbox_read_at{};
+
   TimePoint Now() const { return env->Now(); }
   int64_t MsSince(TimePoint t) const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Now() - t)
+        .count();
+  }
+  int64_t SilentMs(TimePoint last_seen) const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(inbox_read_at -
+                                                                 last_seen)
         .count();
   }
   // Sends `header` to each of `ids` among `group` (servers or workers).

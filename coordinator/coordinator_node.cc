@@ -83,27 +83,34 @@ Status CoordinatorNode::Start() {
 }
 
 void CoordinatorNode::Step() {
-  const TimePoint now = env_->Now();
-  if (last_step_ != TimePoint{} && now - last_step_ > kPauseForgiven) {
+  while (true) {
+    const TimePoint read_at = env_->Now();
+    ForgiveAPause(read_at);
+    bool got = false;
+    if (!socket_->Receive(&message_, &got).ok() || !got) {
+      ctx_.inbox_read_at = read_at;
+      break;
+    }
+    Handle(message_);
+    PersistAndSend();
+  }
+  CheckTimeouts();
+  PersistAndSend();
+}
+
+void CoordinatorNode::ForgiveAPause(TimePoint now) {
+  if (last_ran_ != TimePoint{} && now - last_ran_ > kPauseForgiven) {
     // This node did not run (stopped, or starved on a loaded host): the
     // members' silence meanwhile is not theirs, and their heartbeats of
     // that time may still be on the way in.
-    const auto pause = now - last_step_;
+    const auto pause = now - last_ran_;
     membership_.ForgivePause(pause);
     LOG(WARNING) << "coordinator: did not run for "
                  << std::chrono::duration_cast<milliseconds>(pause).count()
                  << " ms; the members' silence over that time is not held "
                     "against them";
   }
-  last_step_ = now;
-  while (true) {
-    bool got = false;
-    if (!socket_->Receive(&message_, &got).ok() || !got) break;
-    Handle(message_);
-    PersistAndSend();
-  }
-  CheckTimeouts();
-  PersistAndSend();
+  last_ran_ = now;
 }
 
 void CoordinatorNode::Run(const std::function<void()>& task) {

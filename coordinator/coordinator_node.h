@@ -152,6 +152,9 @@ class CoordinatorNode {
   void NoteBackupsWhole();
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
+  // A gap of over a second since this node last read its inbox (`now`) was
+  // a pause of its own: the members' silence over it is forgiven.
+  void ForgiveAPause(TimePoint now);
   void CheckTimeouts();
   // The live workers changed: tell the servers, release a barrier that no
   // longer waits for anyone gone, and stop awaiting their resume states.
@@ -182,7 +185,7 @@ class CoordinatorNode {
   TimePoint shutdown_at_{};
   // Past this, the coordinator ends without servers it could not tell.
   TimePoint shutdown_deadline_{};
-  TimePoint last_step_{};  // when Step() last ran
+  TimePoint last_ran_{};  // when Step() last read its inbox
   Status failure_;
   // Since when no worker has been live, none having finished (unset while
   // one is).

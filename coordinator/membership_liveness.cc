@@ -48,7 +48,7 @@ bool MembershipManager::DetectDeadWorkers() {
   bool died = false;
   for (auto& [id, m] : ctx_.state.workers) {
     if (!m.live_worker()) continue;
-    const int64_t silent = ctx_.MsSince(m.last_seen);
+    const int64_t silent = ctx_.SilentMs(m.last_seen);
     if (silent > ctx_.options.heartbeat_timeout_ms) {
       m.dead = true;
       died = true;
@@ -65,7 +65,7 @@ std::vector<int32_t> MembershipManager::DetectDeadServers() {
   const Member::TimePoint now = ctx_.Now();
   for (auto& [id, m] : ctx_.state.servers) {
     if (m.dead || m.left() || now < m.busy_until) continue;
-    const int64_t silent = ctx_.MsSince(m.last_seen);
+    const int64_t silent = ctx_.SilentMs(m.last_seen);
     if (silent > ctx_.options.heartbeat_timeout_ms) {
       m.dead = true;
       // A rejoining server holds nothing and takes part in nothing: its

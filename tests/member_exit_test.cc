@@ -1,7 +1,8 @@
 // Reports of a member's exit (MEMBER_EXIT, ReportMemberExit) against a
 // coordinator on the simulated network (fake clock), its members scripted
 // by the test: who is declared dead, at once, and which reports change
-// nothing.
+// nothing. Also deaths by silence, and a coordinator that stopped running
+// (its members' silence meanwhile is not theirs).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -170,6 +171,61 @@ TEST(MemberExit,
   EXPECT_EQ(AnswerTo(again, replies), 0);
   EXPECT_TRUE(cluster.worker(0).dead);
   EXPECT_NE(cluster.worker(0).metrics.clock(), 3);
+}
+
+// A worker's or server's HEARTBEAT.
+wire::Header Heartbeat(wire::Role role, int32_t id) {
+  static uint64_t seq = 1000;
+  wire::Header h;
+  h.set_type(wire::HEARTBEAT);
+  h.set_seq(++seq);
+  h.set_role(role);
+  h.set_member_id(id);
+  if (role == wire::ROLE_SERVER) h.mutable_counters();  // a server's
+  return h;
+}
+
+// The coordinator stops right after it found its inbox empty, for twice
+// the heartbeat timeout, while its members heartbeat on; then it runs on
+// from there, judging its members' silence before it reads their queued
+// heartbeats. Nobody is declared dead. A member that really falls silent
+// afterwards still is, after the timeout.
+TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
+  auto server = cluster.NewPeer("server-0");
+  auto worker0 = cluster.NewPeer("worker-0");
+  auto worker1 = cluster.NewPeer("worker-1");
+  server->Send(RegisterServer(0, 200));
+  worker0->Send(RegisterWorker(0, 300));
+  worker1->Send(RegisterWorker(1, 301));
+  cluster.Run(milliseconds(20));
+  ASSERT_FALSE(cluster.worker(0).dead);
+  ASSERT_FALSE(cluster.worker(1).dead);
+  ASSERT_FALSE(cluster.server(0).dead);
+
+  int heartbeats = 0;
+  cluster.StallAfterTheInboxIsRead(
+      milliseconds(2 * kHeartbeatTimeoutMs), milliseconds(1000), [&] {
+        server->Send(Heartbeat(wire::ROLE_SERVER, 0));
+        worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
+        worker1->Send(Heartbeat(wire::ROLE_WORKER, 1));
+        ++heartbeats;
+      });
+  cluster.Run(milliseconds(20));
+  ASSERT_EQ(heartbeats, 2 * kHeartbeatTimeoutMs / 1000);  // it stalled
+  EXPECT_FALSE(cluster.worker(0).dead);
+  EXPECT_FALSE(cluster.worker(1).dead);
+  EXPECT_FALSE(cluster.server(0).dead);
+
+  // Worker 1 falls silent; the others heartbeat on.
+  for (int64_t ms = 0; ms < kHeartbeatTimeoutMs + 2000; ms += 1000) {
+    server->Send(Heartbeat(wire::ROLE_SERVER, 0));
+    worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
+    cluster.Run(milliseconds(1000));
+  }
+  EXPECT_FALSE(cluster.worker(0).dead);
+  EXPECT_TRUE(cluster.worker(1).dead);
+  EXPECT_FALSE(cluster.server(0).dead);
 }
 
 }  // namespace

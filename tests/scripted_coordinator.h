@@ -9,7 +9,8 @@
 //   cluster.Run(milliseconds(20));
 //   std::vector<wire::Header> got = server->Take();
 //
-// Time moves only in Run(). Not thread-safe.
+// Time moves only in Run() (and in a stall, StallAfterTheInboxIsRead).
+// Not thread-safe.
 #ifndef DUCTILE_TESTS_SCRIPTED_COORDINATOR_H_
 #define DUCTILE_TESTS_SCRIPTED_COORDINATOR_H_
 
@@ -18,8 +19,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/coordinator_node.h"
@@ -68,6 +72,103 @@ class Peer {
   std::unique_ptr<Socket> socket_;
 };
 
+// The coordinator's Env: the simulated one, with a router that can call
+// back once it finds no message waiting (the moment a stopped process has
+// read its inbox and not yet judged its members).
+class StallingEnv final : public Env {
+ public:
+  explicit StallingEnv(std::unique_ptr<sim::SimEnv> inner)
+      : inner_(std::move(inner)) {}
+
+  // `stall` runs once, the next time the router finds its inbox empty.
+  void StallAfterTheInboxIsRead(std::function<void()> stall) {
+    stall_ = std::move(stall);
+  }
+
+  TimePoint Now() override { return inner_->Now(); }
+  int64_t UnixMs() override { return inner_->UnixMs(); }
+  uint64_t RandomU64() override { return inner_->RandomU64(); }
+  int32_t ProcessId() override { return inner_->ProcessId(); }
+  std::unique_ptr<Transport> NewTransport(const std::string& node,
+                                          const Security& security,
+                                          int io_threads) override {
+    return std::make_unique<StallingTransport>(
+        inner_->NewTransport(node, security, io_threads), &stall_);
+  }
+  Result<std::unique_ptr<CheckpointStore>> OpenCheckpointStore(
+      const CheckpointStoreOptions& options) override {
+    return inner_->OpenCheckpointStore(options);
+  }
+  Result<LoadedCheckpoint> LoadCheckpointFrom(const std::string& dir,
+                                              int64_t clock) override {
+    return inner_->LoadCheckpointFrom(dir, clock);
+  }
+  Result<std::unique_ptr<CoordinatorStore>> OpenCoordinatorStore(
+      const CoordinatorStoreOptions& options) override {
+    return inner_->OpenCoordinatorStore(options);
+  }
+
+ private:
+  using Stall = std::function<void()>;
+
+  class StallingSocket final : public Socket {
+   public:
+    StallingSocket(std::unique_ptr<Socket> inner, Stall* stall)
+        : inner_(std::move(inner)), stall_(stall) {}
+    Result<std::string> Bind(const std::string& address) override {
+      return inner_->Bind(address);
+    }
+    Status Connect(const std::string& address) override {
+      return inner_->Connect(address);
+    }
+    Status Send(OutMessage&& message) override {
+      return inner_->Send(std::move(message));
+    }
+    Status Receive(InMessage* message, bool* got) override {
+      Status s = inner_->Receive(message, got);
+      if (s.ok() && !*got && *stall_) std::exchange(*stall_, nullptr)();
+      return s;
+    }
+    uint64_t queued_bytes() const override { return inner_->queued_bytes(); }
+    RouterRefusals refusals() const override { return inner_->refusals(); }
+
+   private:
+    std::unique_ptr<Socket> inner_;
+    Stall* const stall_;
+  };
+
+  class StallingTransport final : public Transport {
+   public:
+    StallingTransport(std::unique_ptr<Transport> inner, Stall* stall)
+        : inner_(std::move(inner)), stall_(stall) {}
+    Result<std::unique_ptr<Socket>> NewRouter(int64_t max_message_bytes,
+                                              int64_t max_queued,
+                                              int64_t max_queued_bytes,
+                                              int64_t max_unread) override {
+      auto socket = inner_->NewRouter(max_message_bytes, max_queued,
+                                      max_queued_bytes, max_unread);
+      if (!socket.ok()) return socket;
+      return std::unique_ptr<Socket>(
+          std::make_unique<StallingSocket>(std::move(*socket), stall_));
+    }
+    Result<std::unique_ptr<Socket>> NewDealer(
+        const std::string& identity, int64_t max_message_bytes) override {
+      return inner_->NewDealer(identity, max_message_bytes);
+    }
+    Status Wait(std::span<Socket* const> sockets, int wakeup_fd,
+                TimePoint deadline) override {
+      return inner_->Wait(sockets, wakeup_fd, deadline);
+    }
+
+   private:
+    std::unique_ptr<Transport> inner_;
+    Stall* const stall_;
+  };
+
+  std::unique_ptr<sim::SimEnv> inner_;
+  Stall stall_;
+};
+
 // A coordinator with `options` (its bind_address replaced), stepped with
 // the network's fake clock.
 class ScriptedCoordinator {
@@ -76,7 +177,8 @@ class ScriptedCoordinator {
     sim::NetworkFaults faults;
     faults.min_latency_us = faults.max_latency_us = 100;
     net_ = std::make_unique<sim::SimNetwork>(/*seed=*/1, faults);
-    env_ = std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator");
+    env_ = std::make_unique<StallingEnv>(
+        std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator"));
     options.bind_address = kScriptedCoordinatorAddress;
     coordinator_ = std::make_unique<CoordinatorNode>(options, env_.get());
     EXPECT_TRUE(coordinator_->Start().ok());
@@ -101,6 +203,24 @@ class ScriptedCoordinator {
     }
   }
 
+  // The next time the coordinator finds its inbox empty, it stops there
+  // (SIGSTOP, a starved host) for `duration` of simulated time, before it
+  // judges its members' silence. `meanwhile` runs at each millisecond of
+  // it `every` apart (the members' heartbeats), their messages delivered
+  // to its inbox unread.
+  void StallAfterTheInboxIsRead(std::chrono::milliseconds duration,
+                                std::chrono::milliseconds every,
+                                std::function<void()> meanwhile) {
+    env_->StallAfterTheInboxIsRead([this, duration, every, meanwhile] {
+      const auto end = net_->now() + duration;
+      while (net_->now() < end) {
+        net_->AdvanceTo(std::min(end, net_->now() + every));
+        meanwhile();
+        net_->DeliverDue();
+      }
+    });
+  }
+
   // Simulated time since the coordinator started.
   int64_t ElapsedMs() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(net_->now() -
@@ -115,7 +235,7 @@ class ScriptedCoordinator {
  private:
   std::unique_ptr<sim::SimNetwork> net_;
   sim::MemDisk disk_;
-  std::unique_ptr<sim::SimEnv> env_;
+  std::unique_ptr<StallingEnv> env_;
   std::unique_ptr<CoordinatorNode> coordinator_;
   sim::SimNetwork::TimePoint start_;
 };

@@ -90,17 +90,24 @@ class RecoveryCluster {
   void set_coordinator_flags(std::vector<std::string> flags) {
     coordinator_flags_ = std::move(flags);
   }
-  // Starts server `id` (again, if it was killed: same state directory).
-  // The job starts with servers 0 and 1; a higher id joins it.
-  void StartServer(int id) {
+  // Starts server `id` (again, if it was killed: same state directory),
+  // with `flags` beyond the usual. The job starts with servers 0 and 1; a
+  // higher id joins it.
+  void StartServer(int id, const std::vector<std::string>& flags = {}) {
     if (servers_.size() <= static_cast<size_t>(id)) servers_.resize(id + 1);
-    servers_[id] = std::make_unique<ChildProcess>(std::vector<std::string>{
+    std::vector<std::string> args = {
         DUCTILE_CLI, "server", "--coordinator=" + address_,
         "--server_id=" + std::to_string(id), "--state_dir=" + dir_ + "/servers",
         // A killed server's socket file goes with the job's directory.
         "--ipc_dir=" + dir_, "--timeout_ms=30000",
         "--move_timeout_ms=" + std::to_string(move_timeout_ms_),
-        "--coordinator_timeout_ms=" + std::to_string(coordinator_timeout_ms_)});
+        "--coordinator_timeout_ms=" + std::to_string(coordinator_timeout_ms_)};
+    args.insert(args.end(), flags.begin(), flags.end());
+    servers_[id] = std::make_unique<ChildProcess>(std::move(args));
+  }
+  // Flags of the workers started from now on, beyond the usual.
+  void set_worker_flags(std::vector<std::string> flags) {
+    worker_flags_ = std::move(flags);
   }
   // A slot move's timeout at the servers started from now on.
   void set_move_timeout_ms(int64_t ms) { move_timeout_ms_ = ms; }
@@ -109,14 +116,14 @@ class RecoveryCluster {
   void set_coordinator_timeout_ms(int64_t ms) { coordinator_timeout_ms_ = ms; }
   void StartWorkers(int clocks, const std::string& mode) {
     for (int i = 0; i < 2; ++i) {
-      workers_.push_back(
-          std::make_unique<ChildProcess>(std::vector<std::string>{
-              DUCTILE_RECOVERY_WORKER, "--coordinator=" + address_,
-              "--clocks=" + std::to_string(clocks), "--keys=48",
-              // Under async the workers drift apart: one sleeps more.
-              "--sleep_ms=" +
-                  std::to_string(mode == "async" ? 10 + 15 * i : 15),
-              "--mode=" + mode}));
+      std::vector<std::string> args = {
+          DUCTILE_RECOVERY_WORKER, "--coordinator=" + address_,
+          "--clocks=" + std::to_string(clocks), "--keys=48",
+          // Under async the workers drift apart: one sleeps more.
+          "--sleep_ms=" + std::to_string(mode == "async" ? 10 + 15 * i : 15),
+          "--mode=" + mode};
+      args.insert(args.end(), worker_flags_.begin(), worker_flags_.end());
+      workers_.push_back(std::make_unique<ChildProcess>(std::move(args)));
     }
   }
   void Start(int clocks, const std::string& mode = "bsp") {
@@ -239,6 +246,7 @@ class RecoveryCluster {
   int64_t move_timeout_ms_ = 30000;
   int64_t coordinator_timeout_ms_ = 600000;
   std::vector<std::string> coordinator_flags_;
+  std::vector<std::string> worker_flags_;
   std::string dir_;
   std::string address_;
   std::unique_ptr<ChildProcess> coordinator_;

@@ -226,7 +226,7 @@ const std::vector<Command>& Commands() {
        "the Jobs of `ductile k8s` and drains what goes (docs/adaptation.md).",
        {"coordinator", "job_name", "namespace", "keys"},
        {"kubectl", "insecure", "max_workers", "max_servers", "timeout_ms",
-        "coordinator_timeout_ms"},
+        "coordinator_timeout_ms", "heartbeat_timeout_ms"},
        false,
        RunK8sController},
   };

@@ -34,7 +34,9 @@ DEFINE_int64(no_worker_timeout_ms, 600000,
              "workers forever)");
 DEFINE_int64(heartbeat_timeout_ms, 5000,
              "coordinator: a member silent this long is dead (a dead worker "
-             "is no longer waited for)");
+             "is no longer waited for); k8s-controller: the coordinator's, "
+             "a member listed dead 5 times this long while its pod runs "
+             "has the pod deleted");
 DEFINE_string(host, "127.0.0.1",
               "server: interface to listen on and advertise");
 DEFINE_int32(port, 0, "server: tcp port (0 picks one)");

@@ -244,6 +244,14 @@ int RunK8sController(const std::string&) {
     return Fail(InvalidArgumentError(
         "--max_workers and --max_servers must be at least 0"));
   }
+  {
+    // The coordinator's timeout, checked by the coordinator's rule.
+    CoordinatorOptions coordinator;
+    coordinator.heartbeat_timeout_ms = FLAGS_heartbeat_timeout_ms;
+    if (Status s = Validate(coordinator); !s.ok()) {
+      return Fail(InvalidArgumentError("--" + s.message()));
+    }
+  }
   auto security = SecurityFromFlags(true);
   if (!security.ok()) return Fail(security.status());
   launch::K8sControllerOptions o;
@@ -256,6 +264,7 @@ int RunK8sController(const std::string&) {
   o.max_workers = FLAGS_max_workers;
   o.max_servers = FLAGS_max_servers;
   o.give_up_ms = std::max<int64_t>(FLAGS_coordinator_timeout_ms, 0);
+  o.lost_after_ms = launch::kLostAfterTimeouts * FLAGS_heartbeat_timeout_ms;
   std::printf(
       "k8s-controller: carrying out the target size and replacements "
       "of the job at %s on the Jobs %s-worker and %s-server\n",

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -31,6 +35,38 @@ const MemberStatus* Find(const ClusterStatus& status, MemberRole role,
     if (m.role == RoleName(role) && m.id == id) return &m;
   }
   return nullptr;
+}
+
+// kubectl's arguments for `kube_namespace` ("": its current one).
+std::vector<std::string> NamespaceArgs(const std::string& kube_namespace) {
+  if (kube_namespace.empty()) return {};
+  return {"--namespace", kube_namespace};
+}
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A completion index ("0", "12"), or nullopt.
+std::optional<int32_t> ParseIndex(const std::string& s) {
+  if (s.empty() || s.size() > 6 ||
+      s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoi(s);
+}
+
+// Kubernetes' time ("2026-11-29T23:04:05Z", UTC) in ms since the epoch,
+// or nullopt.
+std::optional<int64_t> ParseRfc3339Ms(const std::string& s) {
+  std::tm tm{};
+  const char* end = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  const time_t t = timegm(&tm);
+  if (t == static_cast<time_t>(-1)) return std::nullopt;
+  return static_cast<int64_t>(t) * 1000;
 }
 
 }  // namespace
@@ -138,8 +174,7 @@ class K8sController::JobProvider final : public Provider {
   }
 
   std::vector<std::string> Namespace() const {
-    if (options_.kube_namespace.empty()) return {};
-    return {"--namespace", options_.kube_namespace};
+    return NamespaceArgs(options_.kube_namespace);
   }
 
   // The Job's completions (its size), or an error.
@@ -206,7 +241,9 @@ class K8sController::JobProvider final : public Provider {
 
 K8sController::K8sController(K8sControllerOptions options, Tool tool,
                              std::unique_ptr<Drainer> drainer)
-    : options_(std::move(options)), drainer_(std::move(drainer)) {
+    : options_(std::move(options)),
+      lost_(options_.lost_after_ms),
+      drainer_(std::move(drainer)) {
   if (!tool) {
     const std::string kubectl = options_.kubectl;
     const int64_t timeout_ms = options_.tool_timeout_ms;
@@ -224,6 +261,7 @@ K8sController::K8sController(K8sControllerOptions options, Tool tool,
         options_.coordinator, options_.security, options_.status_timeout_ms,
         options_.drain_timeout_ms);
   }
+  tool_ = tool;
   provider_ = std::make_unique<JobProvider>(
       options_, std::move(tool),
       [this](const std::string& line) { Act(line); });
@@ -240,10 +278,145 @@ void K8sController::Act(const std::string& line) {
 }
 
 void K8sController::Step(const ClusterStatus& status) {
+  const int64_t now = SteadyMs();
+  Step(status, now, now);
+}
+
+void K8sController::Step(const ClusterStatus& status, int64_t asked_ms,
+                         int64_t now_ms) {
   // A kubectl call that failed leaves its target to the next step.
   if (Status s = reconciler_->Step(status); !s.ok()) {
     LOG(WARNING) << "k8s-controller: " << s << "; tried again";
   }
+  if (options_.lost_after_ms > 0) DeleteLost(status, asked_ms, now_ms);
+}
+
+void K8sController::DeleteLost(const ClusterStatus& status, int64_t asked_ms,
+                               int64_t now_ms) {
+  // The pods are listed again when a member is listed dead or registers
+  // anew (its pod may be new); otherwise the last listing stands.
+  bool list = false;
+  std::set<uint64_t> registrations;
+  for (const MemberStatus& m : status.members) {
+    if (m.role != "server" && m.role != "worker") continue;
+    registrations.insert(m.incarnation);
+    if (m.state == "dead" && m.pid > 0) list = true;
+  }
+  if (registrations != registrations_) list = true;
+  if (list) {
+    Result<std::map<LostMembers::Member, Pod>> pods = RunningPods(now_ms);
+    if (!pods.ok()) {
+      // Once per run of failures (a Role without pods: every look).
+      if (!pods_failing_) {
+        LOG(WARNING) << "k8s-controller: " << pods.status()
+                     << "; lost members' pods are not deleted until it "
+                        "works (tried at each look)";
+      }
+      pods_failing_ = true;
+      return;  // the next look lists them again
+    }
+    if (pods_failing_) LOG(INFO) << "k8s-controller: kubectl get pods works";
+    pods_failing_ = false;
+    pods_ = std::move(*pods);
+    registrations_ = std::move(registrations);
+  }
+  const auto process_of = [&](const LostMembers::Member& member) {
+    const auto it = pods_.find(member);
+    if (it == pods_.end()) return LostMembers::Process{};
+    // A pid stands for the pod: a new pod is a new process.
+    const auto pid = static_cast<pid_t>(
+        std::hash<std::string>{}(it->second.name) % 0x7ffffffe + 1);
+    return LostMembers::Process{pid, it->second.started_ms};
+  };
+  for (const LostMembers::Member& m :
+       lost_.Step(status, asked_ms, now_ms, process_of)) {
+    const Pod& pod = pods_.at(m);
+    std::vector<std::string> args = NamespaceArgs(options_.kube_namespace);
+    for (const std::string& a : {std::string("delete"), std::string("pod"),
+                                 pod.name, std::string("--wait=false")}) {
+      args.push_back(a);
+    }
+    std::string out;
+    const int code = tool_(args, &out);
+    const std::string who =
+        std::string(RoleName(m.first)) + " " + std::to_string(m.second);
+    const double dead_s =
+        static_cast<double>(lost_.DeadForMs(m).value_or(0)) / 1000.0;
+    if (code != 0) {
+      LOG(WARNING) << "k8s-controller: kubectl delete pod " << pod.name
+                   << (code < 0 ? " did not run or timed out"
+                                : " exited with " + std::to_string(code))
+                   << "; " << who << " stays lost";
+      continue;
+    }
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "deleted pod %s: %s listed dead for %.1f s while its pod "
+                  "runs on (stopped or hung); its Job starts it again",
+                  pod.name.c_str(), who.c_str(), dead_s);
+    Act(line);
+  }
+}
+
+Result<std::map<LostMembers::Member, K8sController::Pod>>
+K8sController::RunningPods(int64_t now_ms) {
+  const std::string worker_job = options_.job_name + "-worker";
+  const std::string server_job = options_.job_name + "-server";
+  std::vector<std::string> args = NamespaceArgs(options_.kube_namespace);
+  for (const std::string& a :
+       {std::string("get"), std::string("pods"),
+        "--selector=job-name in (" + worker_job + "," + server_job + ")",
+        std::string("--output=jsonpath={range .items[*]}"
+                    "{.metadata.labels.job-name}{\"\\t\"}"
+                    "{.metadata.annotations.batch\\.kubernetes\\.io/"
+                    "job-completion-index}{\"\\t\"}"
+                    "{.metadata.name}{\"\\t\"}{.status.phase}{\"\\t\"}"
+                    "{.status.containerStatuses[0].state.running.startedAt}"
+                    "{\"\\n\"}{end}")}) {
+    args.push_back(a);
+  }
+  std::string out;
+  const int code = tool_(args, &out);
+  if (code != 0) {
+    return UnavailableError("kubectl get pods" +
+                            (code < 0
+                                 ? std::string(" did not run or timed out")
+                                 : " exited with " + std::to_string(code)));
+  }
+  const int64_t wall_now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  std::map<LostMembers::Member, Pod> pods;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string field; std::getline(fields, field, '\t');) {
+      f.push_back(field);
+    }
+    if (f.size() != 5 || f[3] != "Running") continue;
+    MemberRole role;
+    if (f[0] == worker_job) {
+      role = MemberRole::kWorker;
+    } else if (f[0] == server_job) {
+      role = MemberRole::kServer;
+    } else {
+      continue;
+    }
+    const std::optional<int32_t> index = ParseIndex(f[1]);
+    const std::optional<int64_t> started = ParseRfc3339Ms(f[4]);
+    if (!index || !started) continue;
+    // Rounded up to the next second (the time's resolution), so that a
+    // registration from before the container started is never taken for
+    // its own.
+    Pod pod{f[2], now_ms - (wall_now_ms - *started) + 1000};
+    auto [it, added] = pods.emplace(LostMembers::Member{role, *index}, pod);
+    // Two running pods of one index (one on its way out): the newer.
+    if (!added && it->second.started_ms < pod.started_ms) it->second = pod;
+  }
+  return pods;
 }
 
 Status RunK8sController(const K8sControllerOptions& options,
@@ -252,6 +425,7 @@ Status RunK8sController(const K8sControllerOptions& options,
   auto last_answer = std::chrono::steady_clock::now();
   bool training = true;
   while (!stop.load()) {
+    const int64_t asked_ms = SteadyMs();
     Result<ClusterStatus> status = QueryClusterStatus(
         options.coordinator, options.status_timeout_ms, options.security);
     const auto now = std::chrono::steady_clock::now();
@@ -264,7 +438,7 @@ Status RunK8sController(const K8sControllerOptions& options,
       for (const MemberStatus& m : status->members) {
         if (m.role == "worker" && Present(m)) training = true;
       }
-      controller.Step(*status);
+      controller.Step(*status, asked_ms, SteadyMs());
     } else if (options.give_up_ms > 0 && silent_ms >= options.give_up_ms) {
       if (!training) return Status::Ok();
       return UnavailableError("no answer from the coordinator at " +

@@ -23,6 +23,12 @@
 //   worker once the new one is active. As `ductile local` does, a resize
 //   counts the two as one and drains neither; no replacement starts while
 //   a shrink is under way.
+// A member the coordinator has listed dead for `lost_after_ms` while its
+// pod runs on (a process stopped or hung: Kubernetes sees a running
+// container) has that pod deleted, so that its Job starts the index again
+// (launch/lost_members.h decides, as for `ductile local` and Slurm). The
+// pods are listed (kubectl get pods) only when a member is listed dead or
+// a new registration appears.
 // Each new target is acted on once; a kubectl call that fails (or takes
 // longer than tool_timeout_ms) is logged and tried again at the next
 // poll. Drains are asked on threads of their own and answered at later
@@ -35,13 +41,16 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "ductile/admin.h"
 #include "ductile/security.h"
 #include "ductile/status.h"
+#include "launch/lost_members.h"
 #include "launch/provider.h"
 #include "launch/reconciler.h"
 
@@ -61,6 +70,9 @@ struct K8sControllerOptions {
   int32_t max_workers = 0;
   int32_t max_servers = 0;
   int64_t tool_timeout_ms = 30000;  // one kubectl call
+  // A member listed dead this long while its pod runs has the pod deleted
+  // (5 heartbeat timeouts, as `ductile local`); 0: never.
+  int64_t lost_after_ms = 25000;
   // RunK8sController ends once the coordinator has not answered for this
   // long (the job is over, or it is lost); 0: never.
   int64_t give_up_ms = 60000;
@@ -81,6 +93,9 @@ class K8sController {
 
   // One look at `status` and what it asks for done (or started: drains
   // are answered at later steps). Errors are logged; the step goes on.
+  // `asked_ms` (when the status was asked for) and `now_ms` are on one
+  // steady clock of the caller's; without them, both are now.
+  void Step(const ClusterStatus& status, int64_t asked_ms, int64_t now_ms);
   void Step(const ClusterStatus& status);
 
   // What it did, one line each ("patched NAME-worker to 3", the reconcile
@@ -89,9 +104,25 @@ class K8sController {
 
  private:
   class JobProvider;
+  // A running pod of the job: its name, and its container's start on the
+  // caller's steady clock (rounded up to the next second).
+  struct Pod {
+    std::string name;
+    int64_t started_ms = 0;
+  };
   void Act(const std::string& line);
+  // Deletes the pods of members lost (LostMembers) by this look.
+  void DeleteLost(const ClusterStatus& status, int64_t asked_ms,
+                  int64_t now_ms);
+  // The running pods of the job's two Jobs by member (kubectl get pods).
+  Result<std::map<LostMembers::Member, Pod>> RunningPods(int64_t now_ms);
 
   const K8sControllerOptions options_;
+  Tool tool_;
+  LostMembers lost_;
+  std::map<LostMembers::Member, Pod> pods_;  // as last listed
+  std::set<uint64_t> registrations_;         // incarnations seen when listed
+  bool pods_failing_ = false;                // the last listing failed
   std::vector<std::string> actions_;
   std::unique_ptr<JobProvider> provider_;
   std::unique_ptr<Drainer> drainer_;

@@ -205,6 +205,11 @@ void WriteController(const KubernetesJob& job, const std::string& coordinator,
   w.Line(4, "resourceNames: [" + Quote(job.name + "-worker") + ", " +
                 Quote(job.name + "-server") + "]");
   w.Line(4, "verbs: [\"get\", \"patch\"]");
+  // A member's pod that runs on while the coordinator lists it dead
+  // (stopped, hung) is deleted, for its Job to start it again.
+  w.Line(2, "- apiGroups: [\"\"]");
+  w.Line(4, "resources: [\"pods\"]");
+  w.Line(4, "verbs: [\"list\", \"delete\"]");
   begin("rbac.authorization.k8s.io/v1", "RoleBinding");
   w.Line(0, "subjects:");
   w.Line(2, "- kind: ServiceAccount");
@@ -220,6 +225,11 @@ void WriteController(const KubernetesJob& job, const std::string& coordinator,
                  "--max_workers=" + std::to_string(max_workers),
                  "--max_servers=" + std::to_string(max_servers),
                  job.plain ? "--insecure" : "--keys=/keys"});
+  // The coordinator's heartbeat timeout: how long a member is listed dead
+  // before its pod counts as lost.
+  for (const std::string& flag : job.coordinator_flags) {
+    if (flag.starts_with("--heartbeat_timeout_ms=")) r.args.push_back(flag);
+  }
   // The admin key, which only this pod gets: resizes and drains need it.
   const std::vector<std::pair<std::string, std::string>> keys = {
       {"cluster.pub", "cluster.pub"},

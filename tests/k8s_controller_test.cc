@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -30,19 +31,32 @@ namespace {
 
 // kubectl for Jobs that exist only here: `get job NAME` prints its size,
 // `patch job NAME` sets it from the patch's completions.
+// `get pods` prints `pods`; `delete pod NAME` succeeds. A namespace
+// (--namespace NAME first) is ignored.
 struct FakeKubectl {
   std::map<std::string, int32_t> sizes;
+  std::string pods;
   std::vector<std::string> calls;  // each call's arguments, joined
   int fail_next = 0;               // calls that fail before the next works
 
   K8sController::Tool tool() {
-    return [this](const std::vector<std::string>& args, std::string* out) {
+    return [this](std::vector<std::string> args, std::string* out) {
       std::string line;
       for (const std::string& a : args) line += (line.empty() ? "" : " ") + a;
       calls.push_back(line);
+      if (args.size() >= 2 && args[0] == "--namespace") {
+        args.erase(args.begin(), args.begin() + 2);
+      }
       if (fail_next > 0) {
         --fail_next;
         return 1;
+      }
+      if (args.size() >= 2 && args[0] == "get" && args[1] == "pods") {
+        *out = pods;
+        return 0;
+      }
+      if (args.size() >= 3 && args[0] == "delete" && args[1] == "pod") {
+        return 0;
       }
       if (args.size() < 3 || args[1] != "job" || !sizes.contains(args[2])) {
         return 1;
@@ -146,7 +160,8 @@ TEST(K8sController, TargetsAndReplacementsBecomeJobPatchesAndDrains) {
   K8sControllerOptions o;
   o.coordinator = cluster.address();
   o.job_name = "job1";
-  o.max_workers = 3;  // member keys for workers 0-2
+  o.max_workers = 3;    // member keys for workers 0-2
+  o.lost_after_ms = 0;  // no pods listed (the lost pods' test below)
   K8sController controller(o, kubectl.tool());
 
   // No target: nothing to do.
@@ -240,6 +255,7 @@ TEST(K8sController, AMemberThatJoinsPastTheNewSizeIsDrainedToo) {
   K8sControllerOptions o;
   o.coordinator = cluster.address();
   o.job_name = "j";
+  o.lost_after_ms = 0;  // no pods listed
   K8sController controller(o, kubectl.tool());
   ASSERT_TRUE(RequestResize(cluster.address(), 3, 0, 5000).ok());
   controller.Step(StatusOf(cluster));
@@ -300,6 +316,7 @@ TEST(K8sController, RunsKubectlWithItsNamespace) {
   o.kube_namespace = "ml";
   o.kubectl = script;
   o.tool_timeout_ms = 1000;
+  o.lost_after_ms = 0;  // no pods listed
   K8sController controller(o);
   ASSERT_TRUE(RequestResize(cluster.address(), 2, 0, 5000).ok());
   controller.Step(StatusOf(cluster));  // the patch times out
@@ -321,6 +338,105 @@ TEST(K8sController, RunsKubectlWithItsNamespace) {
             "--output=jsonpath={.spec.completions}\n"
             "--namespace ml patch job j-worker --type=merge "
             "--patch={\"spec\":{\"parallelism\":5,\"completions\":5}}\n");
+}
+
+// Kubernetes' form of the time `ago` before now, in UTC, to the second.
+std::string KubeTime(std::chrono::seconds ago) {
+  const time_t t = std::chrono::system_clock::to_time_t(
+      std::chrono::system_clock::now() - ago);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+MemberStatus Member(const std::string& role, int32_t id, uint64_t incarnation) {
+  MemberStatus m;
+  m.role = role;
+  m.id = id;
+  m.alive = true;
+  m.state = "active";
+  m.pid = 40 + id;
+  m.incarnation = incarnation;
+  return m;
+}
+
+// A member the coordinator lists dead while its pod runs on (a stopped or
+// hung process: Kubernetes sees a running container) has that pod deleted
+// once it has been listed dead for lost_after_ms, once, so that its Job
+// starts the index again. The pod the Job starts is not blamed for its
+// predecessor's registration, however long it takes to register.
+TEST(K8sController, APodWhoseMemberIsListedDeadIsDeletedAfterTheGrace) {
+  FakeKubectl kubectl;
+  kubectl.pods = "j-server\t1\tj-server-1-abcde\tRunning\t" +
+                 KubeTime(std::chrono::seconds(600)) +
+                 "\nj-worker\t0\tj-worker-0-fghij\tRunning\t" +
+                 KubeTime(std::chrono::seconds(600)) +
+                 "\nj-worker\t1\tj-worker-1-klmno\tSucceeded\t\n";
+  K8sControllerOptions o;
+  o.coordinator = "tcp://127.0.0.1:1";  // not asked: no target, no drain
+  o.job_name = "j";
+  o.kube_namespace = "ml";
+  o.lost_after_ms = 25000;
+  K8sController controller(o, kubectl.tool());
+  ClusterStatus status;
+  status.members = {Member("server", 1, 7), Member("worker", 0, 8)};
+
+  // The pods are listed once for the members' registrations, not again.
+  controller.Step(status, 0, 0);
+  controller.Step(status, 1000, 1000);
+  ASSERT_EQ(kubectl.calls.size(), 1u);
+  EXPECT_EQ(kubectl.calls[0],
+            "--namespace ml get pods --selector=job-name in "
+            "(j-worker,j-server) --output=jsonpath={range .items[*]}"
+            "{.metadata.labels.job-name}{\"\\t\"}"
+            "{.metadata.annotations.batch\\.kubernetes\\.io/"
+            "job-completion-index}{\"\\t\"}{.metadata.name}{\"\\t\"}"
+            "{.status.phase}{\"\\t\"}"
+            "{.status.containerStatuses[0].state.running.startedAt}"
+            "{\"\\n\"}{end}");
+
+  // Server 1 is stopped: last heard from at 2 s, listed dead from 7 s.
+  MemberStatus& server = status.members[0];
+  server.alive = false;
+  server.state = "dead";
+  const auto deleted = [&] {
+    return std::count(kubectl.calls.begin(), kubectl.calls.end(),
+                      "--namespace ml delete pod j-server-1-abcde "
+                      "--wait=false");
+  };
+  for (int64_t t = 7000; t < 7000 + o.lost_after_ms; t += 1000) {
+    server.last_heartbeat_ms_ago = t - 2000;
+    controller.Step(status, t, t);
+  }
+  EXPECT_EQ(deleted(), 0);
+  for (int64_t t = 7000 + o.lost_after_ms; t < 40000; t += 1000) {
+    server.last_heartbeat_ms_ago = t - 2000;
+    controller.Step(status, t, t);
+  }
+  EXPECT_EQ(deleted(), 1);
+  ASSERT_FALSE(controller.actions().empty());
+  EXPECT_EQ(controller.actions().back(),
+            "deleted pod j-server-1-abcde: server 1 listed dead for 25.0 s "
+            "while its pod runs on (stopped or hung); its Job starts it "
+            "again");
+
+  // Its Job starts a new pod, which has not registered yet: the dead
+  // registration is its predecessor's.
+  kubectl.pods = "j-server\t1\tj-server-1-pqrst\tRunning\t" +
+                 KubeTime(std::chrono::seconds(0)) + "\n";
+  const size_t actions = controller.actions().size();
+  for (int64_t t = 40000; t < 100000; t += 1000) {
+    server.last_heartbeat_ms_ago = t - 2000;
+    controller.Step(status, t, t);
+  }
+  EXPECT_EQ(controller.actions().size(), actions);
+  EXPECT_EQ(std::count_if(kubectl.calls.begin(), kubectl.calls.end(),
+                          [](const std::string& c) {
+                            return c.find("delete") != std::string::npos;
+                          }),
+            1);
 }
 
 }  // namespace

@@ -155,12 +155,16 @@ def main():
     for kind in ["ServiceAccount", "Role", "RoleBinding", "Job"]:
         check((kind, "mnist-controller") in by_kind, "no %s mnist-controller"
               % kind)
-    (rule,) = by_kind[("Role", "mnist-controller")]["rules"]
+    (rule, pods) = by_kind[("Role", "mnist-controller")]["rules"]
     check(rule["apiGroups"] == ["batch"] and rule["resources"] == ["jobs"] and
           sorted(rule["resourceNames"]) == ["mnist-server", "mnist-worker"] and
           sorted(rule["verbs"]) == ["get", "patch"],
           "the Role allows more or less than get/patch of the two Jobs: %s"
           % rule)
+    # Lost members' pods are listed and deleted.
+    check(pods == {"apiGroups": [""], "resources": ["pods"],
+                   "verbs": ["list", "delete"]},
+          "the Role allows more or less than list/delete of pods: %s" % pods)
     binding = by_kind[("RoleBinding", "mnist-controller")]
     check(binding["subjects"] == [{"kind": "ServiceAccount",
                                    "name": "mnist-controller"}] and
@@ -177,7 +181,8 @@ def main():
     check(container["args"] == [
         "k8s-controller", "--coordinator=tcp://mnist-coordinator-0.mnist:7000",
         "--job_name=mnist", "--namespace=$(POD_NAMESPACE)",
-        "--max_workers=3", "--max_servers=4", "--keys=/keys"],
+        "--max_workers=3", "--max_servers=4", "--keys=/keys",
+        "--heartbeat_timeout_ms=5000"],
           "controller args: %s" % container["args"])
     env = {e["name"]: e for e in container["env"]}
     check(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] ==
@@ -209,6 +214,18 @@ def main():
     pod = job["spec"]["template"]["spec"]
     check("volumes" not in pod and "--insecure" in pod["containers"][0]["args"],
           "the plain controller mounts keys or lacks --insecure")
+    # The coordinator's heartbeat timeout reaches the controller (its
+    # lost members' grace).
+    code, out, err = run(ductile, "--image=i", "--insecure", "--controller",
+                         "--heartbeat_timeout_ms=7000")
+    check(code == 0, "ductile k8s --heartbeat_timeout_ms failed: " + err)
+    (job,) = [d for d in yaml.safe_load_all(out)
+              if d is not None and d["kind"] == "Job" and
+              d["metadata"]["name"] == "ductile-controller"]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    check(args[-1] == "--heartbeat_timeout_ms=7000",
+          "the controller lacks the coordinator's heartbeat timeout: %s"
+          % args)
 
     for args, message in [
             ([], "--image: the container image is needed"),

@@ -62,9 +62,10 @@ bool MembershipManager::DetectDeadWorkers() {
 std::vector<int32_t> MembershipManager::DetectDeadServers() {
   std::vector<int32_t> dead;
   if (ctx_.shutting_down) return dead;
-  const Member::TimePoint now = ctx_.Now();
   for (auto& [id, m] : ctx_.state.servers) {
-    if (m.dead || m.left() || now < m.busy_until) continue;
+    // Busy as of the same read as its silence (SilentMs): a pause of the
+    // coordinator past the end of the announced time is not the server's.
+    if (m.dead || m.left() || ctx_.inbox_read_at < m.busy_until) continue;
     const int64_t silent = ctx_.SilentMs(m.last_seen);
     if (silent > ctx_.options.heartbeat_timeout_ms) {
       m.dead = true;

@@ -228,5 +228,38 @@ TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
   EXPECT_FALSE(cluster.server(0).dead);
 }
 
+// A server announced a silence (a checkpoint write) and ends it with a
+// heartbeat just after the coordinator read its inbox and stopped; the
+// coordinator runs again past the announced end. As of its last read, the
+// server was within its announced time: not dead.
+TEST(MemberSilence, AServersAnnouncedSilenceIsJudgedAsOfTheSameRead) {
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
+  auto server = cluster.NewPeer("server-0");
+  auto worker0 = cluster.NewPeer("worker-0");
+  server->Send(RegisterServer(0, 200));
+  worker0->Send(RegisterWorker(0, 300));
+  cluster.Run(milliseconds(20));
+  wire::Header busy = Heartbeat(wire::ROLE_SERVER, 0);
+  busy.set_busy(true);
+  busy.set_timeout_ms(3 * kHeartbeatTimeoutMs);
+  server->Send(busy);
+  // Silent for most of the announced time; the worker heartbeats on.
+  for (int64_t ms = 0; ms < 2 * kHeartbeatTimeoutMs; ms += 1000) {
+    worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
+    cluster.Run(milliseconds(1000));
+  }
+  ASSERT_FALSE(cluster.server(0).dead);
+  // The coordinator stops past the announced end; meanwhile the server's
+  // write ends and it heartbeats again.
+  cluster.StallAfterTheInboxIsRead(
+      milliseconds(2 * kHeartbeatTimeoutMs), milliseconds(1000), [&] {
+        server->Send(Heartbeat(wire::ROLE_SERVER, 0));
+        worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
+      });
+  cluster.Run(milliseconds(20));
+  EXPECT_FALSE(cluster.server(0).dead);
+  EXPECT_FALSE(cluster.worker(0).dead);
+}
+
 }  // namespace
 }  // namespace ductile

@@ -205,9 +205,9 @@ class ScriptedCoordinator {
 
   // The next time the coordinator finds its inbox empty, it stops there
   // (SIGSTOP, a starved host) for `duration` of simulated time, before it
-  // judges its members' silence. `meanwhile` runs at each millisecond of
-  // it `every` apart (the members' heartbeats), their messages delivered
-  // to its inbox unread.
+  // judges its members' silence. Meanwhile `meanwhile` runs every `every`
+  // (the members' heartbeats), and what it sends is delivered to the
+  // coordinator's inbox, unread.
   void StallAfterTheInboxIsRead(std::chrono::milliseconds duration,
                                 std::chrono::milliseconds every,
                                 std::function<void()> meanwhile) {

@@ -43,6 +43,17 @@ std::vector<std::string> NamespaceArgs(const std::string& kube_namespace) {
   return {"--namespace", kube_namespace};
 }
 
+// How much later than Kubernetes says a container is taken to have
+// started: its start time's resolution (a second) and the skew between the
+// node's clock and this one.
+constexpr int64_t kStartMarginMs = 5000;
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 int64_t SteadyMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -242,7 +253,12 @@ class K8sController::JobProvider final : public Provider {
 K8sController::K8sController(K8sControllerOptions options, Tool tool,
                              std::unique_ptr<Drainer> drainer)
     : options_(std::move(options)),
-      lost_(options_.lost_after_ms),
+      // A look may take a status query and two kubectl calls (a patch,
+      // the pods) at their longest: only a longer gap is one.
+      lost_(options_.lost_after_ms,
+            std::max(LostMembers::kGapMs, options_.poll_ms +
+                                              options_.status_timeout_ms +
+                                              2 * options_.tool_timeout_ms)),
       drainer_(std::move(drainer)) {
   if (!tool) {
     const std::string kubectl = options_.kubectl;
@@ -284,27 +300,37 @@ void K8sController::Step(const ClusterStatus& status) {
 
 void K8sController::Step(const ClusterStatus& status, int64_t asked_ms,
                          int64_t now_ms) {
+  // The wall clock at the caller's `now_ms`: pods' start times are on it.
+  const int64_t wall_ms = WallMs();
   // A kubectl call that failed leaves its target to the next step.
   if (Status s = reconciler_->Step(status); !s.ok()) {
     LOG(WARNING) << "k8s-controller: " << s << "; tried again";
   }
-  if (options_.lost_after_ms > 0) DeleteLost(status, asked_ms, now_ms);
+  if (options_.lost_after_ms > 0) {
+    DeleteLost(status, asked_ms, now_ms, wall_ms);
+  }
 }
 
 void K8sController::DeleteLost(const ClusterStatus& status, int64_t asked_ms,
-                               int64_t now_ms) {
-  // The pods are listed again when a member is listed dead or registers
-  // anew (its pod may be new); otherwise the last listing stands.
-  bool list = false;
-  std::set<uint64_t> registrations;
+                               int64_t now_ms, int64_t wall_ms) {
+  // The pods are listed again when a registration appears (its pod may be
+  // new), when the members listed dead change, and while one of them has
+  // a running pod (which may be replaced); otherwise the last listing
+  // stands (a worker dead for good, its pod gone, costs no call).
+  std::set<uint64_t> registrations, dead;
+  bool watching = false;
   for (const MemberStatus& m : status.members) {
     if (m.role != "server" && m.role != "worker") continue;
     registrations.insert(m.incarnation);
-    if (m.state == "dead" && m.pid > 0) list = true;
+    if (m.state != "dead") continue;
+    dead.insert(m.incarnation);
+    const MemberRole role =
+        m.role == "server" ? MemberRole::kServer : MemberRole::kWorker;
+    if (pods_.contains({role, m.id})) watching = true;
   }
-  if (registrations != registrations_) list = true;
-  if (list) {
-    Result<std::map<LostMembers::Member, Pod>> pods = RunningPods(now_ms);
+  if (registrations != registrations_ || dead != dead_ || watching) {
+    Result<std::map<LostMembers::Member, Pod>> pods =
+        RunningPods(now_ms, wall_ms);
     if (!pods.ok()) {
       // Once per run of failures (a Role without pods: every look).
       if (!pods_failing_) {
@@ -319,13 +345,15 @@ void K8sController::DeleteLost(const ClusterStatus& status, int64_t asked_ms,
     pods_failing_ = false;
     pods_ = std::move(*pods);
     registrations_ = std::move(registrations);
+    dead_ = std::move(dead);
   }
   const auto process_of = [&](const LostMembers::Member& member) {
     const auto it = pods_.find(member);
     if (it == pods_.end()) return LostMembers::Process{};
-    // A pid stands for the pod: a new pod is a new process.
+    // A pid stands for the pod's container: a new pod, or its container
+    // started again, is a new process.
     const auto pid = static_cast<pid_t>(
-        std::hash<std::string>{}(it->second.name) % 0x7ffffffe + 1);
+        std::hash<std::string>{}(it->second.process) % 0x7ffffffe + 1);
     return LostMembers::Process{pid, it->second.started_ms};
   };
   for (const LostMembers::Member& m :
@@ -340,26 +368,27 @@ void K8sController::DeleteLost(const ClusterStatus& status, int64_t asked_ms,
     const int code = tool_(args, &out);
     const std::string who =
         std::string(RoleName(m.first)) + " " + std::to_string(m.second);
-    const double dead_s =
-        static_cast<double>(lost_.DeadForMs(m).value_or(0)) / 1000.0;
     if (code != 0) {
       LOG(WARNING) << "k8s-controller: kubectl delete pod " << pod.name
                    << (code < 0 ? " did not run or timed out"
                                 : " exited with " + std::to_string(code))
-                   << "; " << who << " stays lost";
+                   << "; " << who << "'s pod is deleted at the next look";
+      lost_.Unreport(m);
       continue;
     }
     char line[256];
-    std::snprintf(line, sizeof line,
-                  "deleted pod %s: %s listed dead for %.1f s while its pod "
-                  "runs on (stopped or hung); its Job starts it again",
-                  pod.name.c_str(), who.c_str(), dead_s);
+    std::snprintf(
+        line, sizeof line,
+        "deleted pod %s: %s listed dead for %.1f s while its pod runs on "
+        "(stopped or hung); its Job starts it again",
+        pod.name.c_str(), who.c_str(),
+        static_cast<double>(lost_.DeadForMs(m).value_or(0)) / 1000.0);
     Act(line);
   }
 }
 
 Result<std::map<LostMembers::Member, K8sController::Pod>>
-K8sController::RunningPods(int64_t now_ms) {
+K8sController::RunningPods(int64_t now_ms, int64_t wall_ms) {
   const std::string worker_job = options_.job_name + "-worker";
   const std::string server_job = options_.job_name + "-server";
   std::vector<std::string> args = NamespaceArgs(options_.kube_namespace);
@@ -372,6 +401,7 @@ K8sController::RunningPods(int64_t now_ms) {
                     "job-completion-index}{\"\\t\"}"
                     "{.metadata.name}{\"\\t\"}{.status.phase}{\"\\t\"}"
                     "{.status.containerStatuses[0].state.running.startedAt}"
+                    "{\"\\t\"}{.status.containerStatuses[0].restartCount}"
                     "{\"\\n\"}{end}")}) {
     args.push_back(a);
   }
@@ -383,10 +413,6 @@ K8sController::RunningPods(int64_t now_ms) {
                                  ? std::string(" did not run or timed out")
                                  : " exited with " + std::to_string(code)));
   }
-  const int64_t wall_now_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count();
   std::map<LostMembers::Member, Pod> pods;
   std::istringstream lines(out);
   std::string line;
@@ -396,7 +422,7 @@ K8sController::RunningPods(int64_t now_ms) {
     for (std::string field; std::getline(fields, field, '\t');) {
       f.push_back(field);
     }
-    if (f.size() != 5 || f[3] != "Running") continue;
+    if (f.size() != 6 || f[3] != "Running") continue;
     MemberRole role;
     if (f[0] == worker_job) {
       role = MemberRole::kWorker;
@@ -408,10 +434,11 @@ K8sController::RunningPods(int64_t now_ms) {
     const std::optional<int32_t> index = ParseIndex(f[1]);
     const std::optional<int64_t> started = ParseRfc3339Ms(f[4]);
     if (!index || !started) continue;
-    // Rounded up to the next second (the time's resolution), so that a
-    // registration from before the container started is never taken for
-    // its own.
-    Pod pod{f[2], now_ms - (wall_now_ms - *started) + 1000};
+    // Later by the margin (the time's resolution, the nodes' clock skew),
+    // never earlier: a registration from before the container started is
+    // never taken for its own.
+    Pod pod{f[2], f[2] + "#" + f[5],
+            now_ms - (wall_ms - *started) + kStartMarginMs};
     auto [it, added] = pods.emplace(LostMembers::Member{role, *index}, pod);
     // Two running pods of one index (one on its way out): the newer.
     if (!added && it->second.started_ms < pod.started_ms) it->second = pod;

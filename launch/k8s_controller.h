@@ -104,24 +104,29 @@ class K8sController {
 
  private:
   class JobProvider;
-  // A running pod of the job: its name, and its container's start on the
-  // caller's steady clock (rounded up to the next second).
+  // A running pod of the job: its name, its container's run (the name and
+  // restart count), and that run's start on the caller's steady clock (a
+  // margin late).
   struct Pod {
     std::string name;
+    std::string process;
     int64_t started_ms = 0;
   };
   void Act(const std::string& line);
   // Deletes the pods of members lost (LostMembers) by this look.
-  void DeleteLost(const ClusterStatus& status, int64_t asked_ms,
-                  int64_t now_ms);
-  // The running pods of the job's two Jobs by member (kubectl get pods).
-  Result<std::map<LostMembers::Member, Pod>> RunningPods(int64_t now_ms);
+  void DeleteLost(const ClusterStatus& status, int64_t asked_ms, int64_t now_ms,
+                  int64_t wall_ms);
+  // The running pods of the job's two Jobs by member (kubectl get pods);
+  // `wall_ms` is the wall clock at `now_ms`.
+  Result<std::map<LostMembers::Member, Pod>> RunningPods(int64_t now_ms,
+                                                         int64_t wall_ms);
 
   const K8sControllerOptions options_;
   Tool tool_;
   LostMembers lost_;
   std::map<LostMembers::Member, Pod> pods_;  // as last listed
   std::set<uint64_t> registrations_;         // incarnations seen when listed
+  std::set<uint64_t> dead_;                  // registrations listed dead then
   bool pods_failing_ = false;                // the last listing failed
   std::vector<std::string> actions_;
   std::unique_ptr<JobProvider> provider_;

@@ -8,7 +8,7 @@ namespace ductile::launch {
 std::vector<LostMembers::Member> LostMembers::Step(
     const ClusterStatus& status, int64_t asked_ms, int64_t now_ms,
     const ProcessOf& process_of) {
-  if (last_step_ms_ && now_ms - *last_step_ms_ > kGapMs) {
+  if (last_step_ms_ && now_ms - *last_step_ms_ > gap_ms_) {
     // What happened meanwhile is unknown: each grace starts again.
     for (auto& [member, w] : watches_) w.dead_since.reset();
   }

@@ -52,10 +52,12 @@ class LostMembers {
     int64_t started_ms = 0;
   };
   using ProcessOf = std::function<Process(const Member& member)>;
-  // Looks further apart than this start every grace again.
+  // Looks further apart than this start every grace again (by default;
+  // a caller whose looks take longer gives its own).
   static constexpr int64_t kGapMs = 3000;
 
-  explicit LostMembers(int64_t grace_ms) : grace_ms_(grace_ms) {}
+  explicit LostMembers(int64_t grace_ms, int64_t gap_ms = kGapMs)
+      : grace_ms_(grace_ms), gap_ms_(gap_ms) {}
 
   int64_t grace_ms() const { return grace_ms_; }
 
@@ -77,6 +79,14 @@ class LostMembers {
   // says it waits for them.
   const std::vector<Member>& lingering() const { return lingering_; }
 
+  // The caller could not kill `member`, returned by Step: the next Step
+  // that finds it lost returns it again.
+  void Unreport(const Member& member) {
+    if (auto it = watches_.find(member); it != watches_.end()) {
+      it->second.reported = false;
+    }
+  }
+
  private:
   struct Watch {
     pid_t pid = -1;
@@ -90,6 +100,7 @@ class LostMembers {
   };
 
   const int64_t grace_ms_;
+  const int64_t gap_ms_;
   std::map<Member, Watch> watches_;
   // The newest registration listed for each member.
   std::map<Member, uint64_t> newest_;

@@ -31,13 +31,15 @@ namespace {
 
 // kubectl for Jobs that exist only here: `get job NAME` prints its size,
 // `patch job NAME` sets it from the patch's completions.
-// `get pods` prints `pods`; `delete pod NAME` succeeds. A namespace
+// `get pods` prints what `pods` returns; `delete pod NAME` succeeds. A
+// namespace
 // (--namespace NAME first) is ignored.
 struct FakeKubectl {
   std::map<std::string, int32_t> sizes;
-  std::string pods;
+  std::function<std::string()> pods;
   std::vector<std::string> calls;  // each call's arguments, joined
   int fail_next = 0;               // calls that fail before the next works
+  int fail_deletes = 0;            // deletes that fail before one works
 
   K8sController::Tool tool() {
     return [this](std::vector<std::string> args, std::string* out) {
@@ -52,11 +54,13 @@ struct FakeKubectl {
         return 1;
       }
       if (args.size() >= 2 && args[0] == "get" && args[1] == "pods") {
-        *out = pods;
+        if (pods) *out = pods();
         return 0;
       }
       if (args.size() >= 3 && args[0] == "delete" && args[1] == "pod") {
-        return 0;
+        if (fail_deletes == 0) return 0;
+        --fail_deletes;
+        return 1;
       }
       if (args.size() < 3 || args[1] != "job" || !sizes.contains(args[2])) {
         return 1;
@@ -364,16 +368,33 @@ MemberStatus Member(const std::string& role, int32_t id, uint64_t incarnation) {
 
 // A member the coordinator lists dead while its pod runs on (a stopped or
 // hung process: Kubernetes sees a running container) has that pod deleted
-// once it has been listed dead for lost_after_ms, once, so that its Job
-// starts the index again. The pod the Job starts is not blamed for its
-// predecessor's registration, however long it takes to register.
+// once it has been listed dead for lost_after_ms, so that its Job starts
+// the index again; a delete that fails is tried again at the next look.
+// Neither the pod the Job starts nor a container started again in the same
+// pod is blamed for a registration from before it started.
 TEST(K8sController, APodWhoseMemberIsListedDeadIsDeletedAfterTheGrace) {
+  int64_t t = 0;  // the controller's clock (ms); its looks are 1 s apart
+  // The job's pods, each container's start on that clock.
+  struct FakePod {
+    std::string job;
+    int index;
+    std::string name;
+    int64_t started_t;
+    int restarts;
+  };
+  std::vector<FakePod> pods = {{"j-server", 1, "j-server-1-abcde", -600000, 0},
+                               {"j-worker", 0, "j-worker-0-fghij", -600000, 0}};
   FakeKubectl kubectl;
-  kubectl.pods = "j-server\t1\tj-server-1-abcde\tRunning\t" +
-                 KubeTime(std::chrono::seconds(600)) +
-                 "\nj-worker\t0\tj-worker-0-fghij\tRunning\t" +
-                 KubeTime(std::chrono::seconds(600)) +
-                 "\nj-worker\t1\tj-worker-1-klmno\tSucceeded\t\n";
+  kubectl.pods = [&] {
+    std::string out = "j-worker\t1\tj-worker-1-klmno\tSucceeded\t\t0\n";
+    for (const FakePod& p : pods) {
+      out += p.job + "\t" + std::to_string(p.index) + "\t" + p.name +
+             "\tRunning\t" +
+             KubeTime(std::chrono::seconds((t - p.started_t) / 1000)) + "\t" +
+             std::to_string(p.restarts) + "\n";
+    }
+    return out;
+  };
   K8sControllerOptions o;
   o.coordinator = "tcp://127.0.0.1:1";  // not asked: no target, no drain
   o.job_name = "j";
@@ -384,8 +405,9 @@ TEST(K8sController, APodWhoseMemberIsListedDeadIsDeletedAfterTheGrace) {
   status.members = {Member("server", 1, 7), Member("worker", 0, 8)};
 
   // The pods are listed once for the members' registrations, not again.
-  controller.Step(status, 0, 0);
-  controller.Step(status, 1000, 1000);
+  controller.Step(status, t, t);
+  t += 1000;
+  controller.Step(status, t, t);
   ASSERT_EQ(kubectl.calls.size(), 1u);
   EXPECT_EQ(kubectl.calls[0],
             "--namespace ml get pods --selector=job-name in "
@@ -395,48 +417,59 @@ TEST(K8sController, APodWhoseMemberIsListedDeadIsDeletedAfterTheGrace) {
             "job-completion-index}{\"\\t\"}{.metadata.name}{\"\\t\"}"
             "{.status.phase}{\"\\t\"}"
             "{.status.containerStatuses[0].state.running.startedAt}"
+            "{\"\\t\"}{.status.containerStatuses[0].restartCount}"
             "{\"\\n\"}{end}");
 
   // Server 1 is stopped: last heard from at 2 s, listed dead from 7 s.
   MemberStatus& server = status.members[0];
   server.alive = false;
   server.state = "dead";
-  const auto deleted = [&] {
+  const auto deletes = [&](const std::string& name) {
     return std::count(kubectl.calls.begin(), kubectl.calls.end(),
-                      "--namespace ml delete pod j-server-1-abcde "
-                      "--wait=false");
+                      "--namespace ml delete pod " + name + " --wait=false");
   };
-  for (int64_t t = 7000; t < 7000 + o.lost_after_ms; t += 1000) {
-    server.last_heartbeat_ms_ago = t - 2000;
-    controller.Step(status, t, t);
-  }
-  EXPECT_EQ(deleted(), 0);
-  for (int64_t t = 7000 + o.lost_after_ms; t < 40000; t += 1000) {
-    server.last_heartbeat_ms_ago = t - 2000;
-    controller.Step(status, t, t);
-  }
-  EXPECT_EQ(deleted(), 1);
-  ASSERT_FALSE(controller.actions().empty());
+  // Looks until `end`, the server last heard from at `heard_at`.
+  const auto run_until = [&](int64_t end, int64_t heard_at) {
+    for (; t < end; t += 1000) {
+      server.last_heartbeat_ms_ago = t - heard_at;
+      controller.Step(status, t, t);
+    }
+  };
+  t = 7000;
+  run_until(7000 + o.lost_after_ms, 2000);
+  EXPECT_EQ(deletes("j-server-1-abcde"), 0);
+  // The first delete fails; the next look's works.
+  kubectl.fail_deletes = 1;
+  run_until(40000, 2000);
+  EXPECT_EQ(deletes("j-server-1-abcde"), 2);
+  ASSERT_EQ(controller.actions().size(), 1u);
   EXPECT_EQ(controller.actions().back(),
-            "deleted pod j-server-1-abcde: server 1 listed dead for 25.0 s "
+            "deleted pod j-server-1-abcde: server 1 listed dead for 26.0 s "
             "while its pod runs on (stopped or hung); its Job starts it "
             "again");
 
   // Its Job starts a new pod, which has not registered yet: the dead
   // registration is its predecessor's.
-  kubectl.pods = "j-server\t1\tj-server-1-pqrst\tRunning\t" +
-                 KubeTime(std::chrono::seconds(0)) + "\n";
-  const size_t actions = controller.actions().size();
-  for (int64_t t = 40000; t < 100000; t += 1000) {
-    server.last_heartbeat_ms_ago = t - 2000;
-    controller.Step(status, t, t);
-  }
-  EXPECT_EQ(controller.actions().size(), actions);
-  EXPECT_EQ(std::count_if(kubectl.calls.begin(), kubectl.calls.end(),
-                          [](const std::string& c) {
-                            return c.find("delete") != std::string::npos;
-                          }),
-            1);
+  pods[0] = {"j-server", 1, "j-server-1-pqrst", t, 0};
+  run_until(t + 2 * o.lost_after_ms, 2000);
+  EXPECT_EQ(controller.actions().size(), 1u);
+
+  // The new pod registers (9), then hangs. Its container is started again
+  // in the same pod, and then a restarted coordinator moves the dead
+  // registration's last heartbeat forward (past the container's start):
+  // that registration is still the container's predecessor's.
+  server.incarnation = 9;
+  server.alive = true;
+  server.state = "active";
+  server.last_heartbeat_ms_ago = 0;
+  controller.Step(status, t, t);
+  t += 1000;
+  server.alive = false;
+  server.state = "dead";
+  pods[0] = {"j-server", 1, "j-server-1-pqrst", t + 2000, 1};
+  run_until(t + 2 * o.lost_after_ms, t + 12000);
+  EXPECT_EQ(controller.actions().size(), 1u);
+  EXPECT_EQ(deletes("j-server-1-pqrst"), 0);
 }
 
 }  // namespace

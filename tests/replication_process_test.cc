@@ -93,6 +93,8 @@ TEST(Takeover, AServerRestartedAtItsOldTcpAddressAppliesNothingTwice) {
       << cluster.coordinator().output();
   EXPECT_EQ(ListeningPort(cluster.server(1).output()), port)
       << cluster.server(1).output();
+  EXPECT_NE(cluster.server(0).output().find("took over"), std::string::npos)
+      << cluster.server(0).output();
   EXPECT_EQ(cluster.coordinator().output().find("rolling back"),
             std::string::npos)
       << cluster.coordinator().output();

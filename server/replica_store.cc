@@ -1,6 +1,7 @@
 #include "server/replica_store.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
 #include <tuple>
@@ -182,16 +183,26 @@ std::vector<RequestDedup::Window> ReplicaStore::Windows() const {
   return out;
 }
 
-size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in) {
+size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in,
+                          Dropped* out) {
   size_t dropped = 0;
-  for (auto& [id, held] : tables_) {
-    const TableId table = id;  // (a lambda may not capture a binding)
-    dropped += std::erase_if(held, [&](const auto& kv) {
-      if (!in(table, kv.first)) return false;
-      floats_ -= Floats(kv.second);
+  for (auto& [table, held] : tables_) {
+    for (auto it = held.begin(); it != held.end();) {
+      if (!in(table, it->first)) {
+        ++it;
+        continue;
+      }
+      floats_ -= Floats(it->second);
       --rows_;
-      return true;
-    });
+      ++dropped;
+      const auto next = std::next(it);
+      if (out != nullptr) {
+        out->rows_.push_back(held.extract(it));
+      } else {
+        held.erase(it);
+      }
+      it = next;
+    }
   }
   for (auto& [primary, pushes] : buffered_) {
     dropped += TakePushes(pushes, in, std::nullopt, nullptr);

@@ -39,7 +39,27 @@
 namespace ductile {
 
 class ReplicaStore {
+ private:
+  struct Row {
+    std::vector<float> value;
+    std::vector<float> state;
+    int64_t steps = 0;
+    uint64_t changed = 0;  // order of the last record (Take's order)
+  };
+
  public:
+  // Rows taken out by Drop: their memory goes back when this is destroyed,
+  // wherever the caller likes (a thread of its own: a million rows take a
+  // while to free).
+  class Dropped {
+   public:
+    size_t size() const { return rows_.size(); }
+
+   private:
+    friend class ReplicaStore;
+    std::vector<std::unordered_map<Key, Row>::node_type> rows_;
+  };
+
   // What a promotion takes over: rows, least recently changed first (a
   // table that evicts keeps that order of use), and pushes.
   struct Taken {
@@ -62,8 +82,10 @@ class ReplicaStore {
   // sequence numbers are unique per client).
   std::vector<RequestDedup::Window> Windows() const;
   // Drops the rows and pushes for which `in(table, key)` holds (slots this
-  // server no longer backs); returns how many.
-  size_t Drop(const std::function<bool(TableId, Key)>& in);
+  // server no longer backs); returns how many. The rows go to `dropped`
+  // when given, to be freed there.
+  size_t Drop(const std::function<bool(TableId, Key)>& in,
+              Dropped* dropped = nullptr);
   // Takes out, and drops, the admission counts of the slots for which
   // `in(slot)` holds.
   std::vector<FilterRecord> TakeFilters(const std::function<bool(int32_t)>& in);
@@ -80,12 +102,6 @@ class ReplicaStore {
   uint64_t floats() const { return floats_; }
 
  private:
-  struct Row {
-    std::vector<float> value;
-    std::vector<float> state;
-    int64_t steps = 0;
-    uint64_t changed = 0;  // order of the last record (Take's order)
-  };
   static uint64_t Floats(const Row& r) {
     return r.value.size() + r.state.size();
   }

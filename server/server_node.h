@@ -272,6 +272,9 @@ class ServerNode final : private CoordinatorLink {
   // primary's side for its own (made by Start()). Moves finished, to be
   // reported once the replicator is idle.
   ReplicaStore replicas_;
+  // Frees the copies a routing change drops (null in a simulation: they
+  // are freed in line).
+  std::unique_ptr<BackgroundThread> freer_;
   std::unique_ptr<Replicator> replicator_;
   std::vector<std::pair<wire::Header, uint64_t>> moves_done_;  // ticket
   // The stream each primary's records come in, and the next record's seq.

@@ -3,6 +3,7 @@
 // a primary, its Replicator sends its own (server/replicator.h).
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -251,21 +252,39 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   // server anew): their owner sends them whole, and what is held of an
   // earlier pair (rows evicted since, pushes of clocks combined since)
   // must not come back at a takeover.
-  std::set<int32_t> anew;
+  // Copies are held only of slots backed here (a record of another slot
+  // is refused), so only a slot backed here before can have rows to drop:
+  // when none does, the copies (possibly millions of rows) are not looked
+  // through at all.
+  std::vector<char> goes(routing_.num_slots(), 0);
+  bool any_held_goes = false;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {
-    if (routing_.backup(s) == id_ &&
+    const bool anew =
+        routing_.backup(s) == id_ &&
         (old.backup(s) != id_ || old.owner(s) != routing_.owner(s) ||
-         old.backup_from(s) != routing_.backup_from(s))) {
-      anew.insert(s);
+         old.backup_from(s) != routing_.backup_from(s));
+    goes[s] = routing_.backup(s) != id_ || anew;
+    if (goes[s] && old.backup(s) == id_) any_held_goes = true;
+  }
+  if (any_held_goes) {
+    ReplicaStore::Dropped dropped;
+    replicas_.Drop(
+        [&](TableId table, Key key) {
+          return goes[routing_.SlotOf(table, key)] != 0;
+        },
+        &dropped);
+    // Freed beside this thread: a million rows take a while.
+    if (!freer_) {
+      freer_ = env_->NewBackgroundThread("ductile-free",
+                                         BackgroundThread::Priority::kLower);
+    }
+    if (freer_ && dropped.size() > 0) {
+      auto rows = std::make_shared<ReplicaStore::Dropped>(std::move(dropped));
+      freer_->Schedule([rows = std::move(rows)]() mutable { rows.reset(); });
     }
   }
-  replicas_.Drop([&](TableId table, Key key) {
-    const int32_t slot = routing_.SlotOf(table, key);
-    return routing_.backup(slot) != id_ || anew.count(slot) > 0;
-  });
   replicas_.DropFilters([&](int32_t slot) {
-    return slot >= routing_.num_slots() || routing_.backup(slot) != id_ ||
-           anew.count(slot) > 0;
+    return slot >= routing_.num_slots() || goes[slot] != 0;
   });
   std::set<int32_t> primaries;
   for (int32_t s = 0; s < routing_.num_slots(); ++s) {

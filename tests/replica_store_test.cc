@@ -204,6 +204,34 @@ TEST(ReplicaStore, ATakeoverTakesOnlyItsSlotsAndEveryWindowIsKept) {
   EXPECT_EQ(store.Windows()[0].applied, (std::vector<uint64_t>{6}));
 }
 
+// Rows dropped into a Dropped leave the store (its counts, a later Take)
+// at once; only their memory waits for the Dropped to go.
+TEST(ReplicaStore, DroppedRowsLeaveAtOnceAndTheirMemoryGoesWithTheDropped) {
+  ReplicaStore store;
+  store.Apply(1, Parsed(Row(1, 1.0f, 1) + Row(2, 2.0f, 1) + Row(3, 3.0f, 1)));
+  ASSERT_EQ(store.floats(), 9u);
+  {
+    ReplicaStore::Dropped dropped;
+    EXPECT_EQ(store.Drop([](TableId, Key key) { return key != 2; }, &dropped),
+              2u);
+    EXPECT_EQ(dropped.size(), 2u);
+    EXPECT_EQ(store.rows(), 1u);
+    EXPECT_EQ(store.floats(), 3u);
+    // A record of a dropped row stores it anew.
+    store.Apply(1, Parsed(Row(3, 4.0f, 2)));
+  }
+  ReplicaStore::Taken t = store.Take(Any());
+  ASSERT_EQ(t.rows.size(), 2u);
+  std::sort(t.rows.begin(), t.rows.end(),
+            [](const EntryRecord& a, const EntryRecord& b) {
+              return a.key < b.key;
+            });
+  EXPECT_EQ(t.rows[0].key, 2u);
+  EXPECT_EQ(t.rows[1].key, 3u);
+  EXPECT_EQ(t.rows[1].value, (std::vector<float>{4.0f, 4.0f}));
+  EXPECT_EQ(t.rows[1].steps, 2);
+}
+
 TEST(ReplicaStore, AdmissionCountsAreHeldBySlotLatestFirstAndTakenOver) {
   ReplicaStore store;
   std::string a;

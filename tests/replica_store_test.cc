@@ -222,10 +222,9 @@ TEST(ReplicaStore, DroppedRowsLeaveAtOnceAndTheirMemoryGoesWithTheDropped) {
   }
   ReplicaStore::Taken t = store.Take(Any());
   ASSERT_EQ(t.rows.size(), 2u);
-  std::sort(t.rows.begin(), t.rows.end(),
-            [](const EntryRecord& a, const EntryRecord& b) {
-              return a.key < b.key;
-            });
+  std::sort(
+      t.rows.begin(), t.rows.end(),
+      [](const EntryRecord& a, const EntryRecord& b) { return a.key < b.key; });
   EXPECT_EQ(t.rows[0].key, 2u);
   EXPECT_EQ(t.rows[1].key, 3u);
   EXPECT_EQ(t.rows[1].value, (std::vector<float>{4.0f, 4.0f}));

@@ -254,7 +254,8 @@ K8sController::K8sController(K8sControllerOptions options, Tool tool,
                              std::unique_ptr<Drainer> drainer)
     : options_(std::move(options)),
       // A look may take a status query and two kubectl calls (a patch,
-      // the pods) at their longest: only a longer gap is one.
+      // the pods) at their longest, so the time between two looks' starts
+      // is no gap; looks missed are told apart in Step instead.
       lost_(options_.lost_after_ms,
             std::max(LostMembers::kGapMs, options_.poll_ms +
                                               options_.status_timeout_ms +
@@ -302,6 +303,14 @@ void K8sController::Step(const ClusterStatus& status, int64_t asked_ms,
                          int64_t now_ms) {
   // The wall clock at the caller's `now_ms`: pods' start times are on it.
   const int64_t wall_ms = WallMs();
+  const int64_t steady_ms = SteadyMs();
+  // A status asked for well after the last look ended: looks were missed
+  // (the coordinator did not answer: restarting, say). What happened
+  // meanwhile is unknown, so each lost member's grace starts again.
+  if (last_look_end_ms_ &&
+      asked_ms - *last_look_end_ms_ > options_.poll_ms + LostMembers::kGapMs) {
+    lost_.StartGracesAgain();
+  }
   // A kubectl call that failed leaves its target to the next step.
   if (Status s = reconciler_->Step(status); !s.ok()) {
     LOG(WARNING) << "k8s-controller: " << s << "; tried again";
@@ -309,6 +318,8 @@ void K8sController::Step(const ClusterStatus& status, int64_t asked_ms,
   if (options_.lost_after_ms > 0) {
     DeleteLost(status, asked_ms, now_ms, wall_ms);
   }
+  // On the caller's clock: `now_ms` plus this look's own time.
+  last_look_end_ms_ = now_ms + (SteadyMs() - steady_ms);
 }
 
 void K8sController::DeleteLost(const ClusterStatus& status, int64_t asked_ms,

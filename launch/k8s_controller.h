@@ -43,6 +43,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -127,7 +128,9 @@ class K8sController {
   std::map<LostMembers::Member, Pod> pods_;  // as last listed
   std::set<uint64_t> registrations_;         // incarnations seen when listed
   std::set<uint64_t> dead_;                  // registrations listed dead then
-  bool pods_failing_ = false;                // the last listing failed
+  // When the last look ended, on the caller's clock.
+  std::optional<int64_t> last_look_end_ms_;
+  bool pods_failing_ = false;  // the last listing failed
   std::vector<std::string> actions_;
   std::unique_ptr<JobProvider> provider_;
   std::unique_ptr<Drainer> drainer_;

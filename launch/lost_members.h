@@ -79,6 +79,12 @@ class LostMembers {
   // says it waits for them.
   const std::vector<Member>& lingering() const { return lingering_; }
 
+  // The caller missed looks (the coordinator did not answer): each grace
+  // starts again at the next Step, as after a gap.
+  void StartGracesAgain() {
+    for (auto& [member, w] : watches_) w.dead_since.reset();
+  }
+
   // The caller could not kill `member`, returned by Step: the next Step
   // that finds it lost returns it again.
   void Unreport(const Member& member) {

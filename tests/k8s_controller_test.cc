@@ -436,11 +436,26 @@ TEST(K8sController, APodWhoseMemberIsListedDeadIsDeletedAfterTheGrace) {
     }
   };
   t = 7000;
-  run_until(7000 + o.lost_after_ms, 2000);
+  const auto listings = [&] {
+    return std::count_if(kubectl.calls.begin(), kubectl.calls.end(),
+                         [](const std::string& c) {
+                           return c.starts_with("--namespace ml get pods");
+                         });
+  };
+  // While the dead member's pod runs, each look lists the pods (the pod
+  // may be replaced).
+  const auto listed = listings();
+  run_until(20000, 2000);
+  EXPECT_EQ(listings(), listed + 13);
+  // 10 s of looks missed (the coordinator restarting): the grace starts
+  // again at the next look.
+  t = 30000;
+  run_until(30000 + o.lost_after_ms, 2000);
   EXPECT_EQ(deletes("j-server-1-abcde"), 0);
   // The first delete fails; the next look's works.
   kubectl.fail_deletes = 1;
-  run_until(40000, 2000);
+  t = 30000 + o.lost_after_ms;
+  run_until(t + 3000, 2000);
   EXPECT_EQ(deletes("j-server-1-abcde"), 2);
   ASSERT_EQ(controller.actions().size(), 1u);
   EXPECT_EQ(controller.actions().back(),
@@ -470,6 +485,13 @@ TEST(K8sController, APodWhoseMemberIsListedDeadIsDeletedAfterTheGrace) {
   run_until(t + 2 * o.lost_after_ms, t + 12000);
   EXPECT_EQ(controller.actions().size(), 1u);
   EXPECT_EQ(deletes("j-server-1-pqrst"), 0);
+
+  // The pod goes (its member still listed dead): listed once more, then
+  // not while nothing changes.
+  pods.clear();
+  const auto before = listings();
+  run_until(t + 5000, t + 12000);
+  EXPECT_EQ(listings(), before + 1);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ using std::chrono::milliseconds;
 
 using testing::AnswerTo;
 using testing::Exit;
+using testing::Heartbeat;
 using testing::RegisterServer;
 using testing::RegisterWorker;
 using testing::ScriptedCoordinator;
@@ -159,10 +160,7 @@ TEST(MemberExit,
   cluster.Run(milliseconds(20));
   launcher->Send(again);
   // A heartbeat it sent before it died, arriving after the report.
-  wire::Header heartbeat;
-  heartbeat.set_type(wire::HEARTBEAT);
-  heartbeat.set_seq(2);
-  heartbeat.set_member_id(0);
+  wire::Header heartbeat = Heartbeat(wire::ROLE_WORKER, 0);
   heartbeat.mutable_metrics()->set_clock(3);
   worker->Send(heartbeat);
   cluster.Run(milliseconds(20));
@@ -171,18 +169,6 @@ TEST(MemberExit,
   EXPECT_EQ(AnswerTo(again, replies), 0);
   EXPECT_TRUE(cluster.worker(0).dead);
   EXPECT_NE(cluster.worker(0).metrics.clock(), 3);
-}
-
-// A worker's or server's HEARTBEAT.
-wire::Header Heartbeat(wire::Role role, int32_t id) {
-  static uint64_t seq = 1000;
-  wire::Header h;
-  h.set_type(wire::HEARTBEAT);
-  h.set_seq(++seq);
-  h.set_role(role);
-  h.set_member_id(id);
-  if (role == wire::ROLE_SERVER) h.mutable_counters();  // a server's
-  return h;
 }
 
 // The coordinator stops right after it found its inbox empty, for twice

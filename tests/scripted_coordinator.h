@@ -264,6 +264,18 @@ inline wire::Header RegisterWorker(int32_t id, int32_t pid) {
   return h;
 }
 
+// A worker's or server's HEARTBEAT (a server's carries its counters).
+inline wire::Header Heartbeat(wire::Role role, int32_t id) {
+  static uint64_t seq = 1000;
+  wire::Header h;
+  h.set_type(wire::HEARTBEAT);
+  h.set_seq(++seq);
+  h.set_role(role);
+  h.set_member_id(id);
+  if (role == wire::ROLE_SERVER) h.mutable_counters();
+  return h;
+}
+
 // MEMBER_EXIT: the process of `role` `id` named by `pid` and/or
 // `incarnation` exited.
 inline wire::Header Exit(wire::Role role, int32_t id, int32_t pid,

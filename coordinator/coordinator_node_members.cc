@@ -70,7 +70,15 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
       membership_.Register(identity, key, key_name, h);
   if (r.server == nullptr) return;
   const int32_t id = r.server->id;
-  if (r.restarted && !state_.routing.empty() && TakeOver({id}, "restarted")) {
+  const bool taken_over =
+      r.restarted && !state_.routing.empty() && TakeOver({id}, "restarted");
+  if (r.restarted) {
+    // Answered only now: with its predecessor's slots taken over, the new
+    // process, empty, never serves them (the takeover's routing is its
+    // first); a rollback's RECOVER follows the answer, as for any server.
+    membership_.AnswerServer(*r.server, r.seq);
+  }
+  if (taken_over) {
     // Its process is new and holds nothing: its share comes back with keys.
     r.server->awaiting_slots = true;
     migrations_.Rebalance();

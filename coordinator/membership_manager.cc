@@ -96,6 +96,10 @@ void MembershipManager::FillRegistration(const Member& member,
   const ClusterState& state = ctx_.state;
   reply->set_type(wire::CONTROL_REPLY);
   reply->set_member_id(member.id);
+  // The process's registration: the routing lists it under this number.
+  if (member.role == wire::ROLE_SERVER) {
+    reply->set_incarnation(member.incarnation);
+  }
   reply->set_generation(state.generation);
   if (member.role == wire::ROLE_SERVER && state.durable()) {
     reply->set_checkpoint_every(ctx_.options.checkpoint_every_clocks);
@@ -108,6 +112,13 @@ void MembershipManager::FillRegistration(const Member& member,
                              : static_cast<int32_t>(state.workers.size()));
   if (!state.routing.empty()) state.routing.ToWire(reply->mutable_routing());
   for (const auto& [name, table] : state.tables) *reply->add_tables() = table;
+}
+
+void MembershipManager::AnswerServer(const Member& server, uint64_t seq) {
+  wire::Header reply;
+  reply.set_seq(seq);
+  FillRegistration(server, &reply);
+  ctx_.out.Send(server.identity, reply);
 }
 
 bool MembershipManager::RefusedForItsKey(const Member& taken,
@@ -257,9 +268,13 @@ MembershipManager::Registered MembershipManager::Register(
                 << (result.restarted ? " registered again (restarted)"
                                      : " registered")
                 << " at " << member.endpoint.tcp_address();
+      result.server = &state.servers[id];
+      if (result.restarted) {
+        result.seq = h.seq();  // answered by the caller (AnswerServer)
+        return result;
+      }
       FillRegistration(member, &reply);
       ctx_.out.Send(identity, reply);
-      result.server = &state.servers[id];
       return result;
     }
     case wire::ROLE_WORKER: {

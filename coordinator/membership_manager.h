@@ -51,9 +51,14 @@ class MembershipManager {
   struct Registered {
     Member* server = nullptr;  // a server registered (or again)
     bool restarted = false;    // with the id of a server process that is gone
+    uint64_t seq = 0;          // its registration's, when not yet answered
   };
   // Registers a server, worker or observer and answers it (an answer that
-  // needs the routing table waits for the slots to be assigned). `key` is
+  // needs the routing table waits for the slots to be assigned). A server
+  // restarted under its id is not answered: the caller decides who holds
+  // its predecessor's slots first, then answers (AnswerServer), so that
+  // the new process never serves under a routing that gives it slots it
+  // does not hold. `key` is
   // the member key the connection proved ("" for the cluster's shared
   // key): a member registered with one is bound to it, and its id is not
   // given to another key (kPermissionDenied). `key_name` is that key's
@@ -66,6 +71,9 @@ class MembershipManager {
                       const std::string& key_name, const wire::Header& h);
   // Answers the registrations that waited for the first routing table.
   void AnswerWaiting();
+  // Answers server `server`'s registration (Registered::seq) with the
+  // routing as it is now.
+  void AnswerServer(const Member& server, uint64_t seq);
 
   // Records a heartbeat's counters, metrics and announced silence.
   // kNotFound reply to an unknown sender; returns the member or null.

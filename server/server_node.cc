@@ -150,6 +150,7 @@ void ServerNode::HandleRegistration(const wire::Header& reply) {
   replies_.set_server_id(id_);
   replicator_->set_server_id(id_);
   checkpointer_.set_server_id(id_);
+  incarnation_ = reply.incarnation();
   generation_ = reply.generation();
   checkpointer_.set_checkpoint_every(reply.checkpoint_every());
   // At least three heartbeats per timeout: a server declared dead by
@@ -465,6 +466,17 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
   if (!routing.ok()) {
     LOG(WARNING) << "server " << id_ << ": ignoring a malformed routing table: "
                  << routing.status();
+    return;
+  }
+  if (const wire::ServerEndpoint* self = routing->endpoint(id_);
+      self != nullptr && incarnation_ != 0 && self->incarnation() != 0 &&
+      self->incarnation() != incarnation_) {
+    // It lists the process this one replaced under its id (it was made
+    // before this one registered): the slots it gives that process are not
+    // this one's to serve, nor its keys this one's to hold. The
+    // coordinator sends one that lists this process.
+    VLOG(1) << "server " << id_ << ": routing epoch " << routing->epoch()
+            << " lists its predecessor; not installed";
     return;
   }
   const RoutingTable old = std::exchange(routing_, std::move(*routing));

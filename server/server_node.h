@@ -222,6 +222,10 @@ class ServerNode final : private CoordinatorLink {
   TimePoint::duration paused_{};   // time this server did not run
   Status failure_;
   RoutingTable routing_;
+  // This process's registration, as the coordinator numbers it (0: not
+  // told): a routing that lists another under this server's id predates
+  // it, and is not installed.
+  uint64_t incarnation_ = 0;
   uint64_t generation_ = 0;
   int64_t heartbeat_interval_ms_ = 500;
   TimePoint next_heartbeat_{};

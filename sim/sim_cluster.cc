@@ -56,6 +56,11 @@ void Cluster::HandleCrashes() {
     for (const auto& w : workers_) {
       passed = passed && (w->registering() || w->clock() > crash.at_clock);
     }
+    if (crash.after_rebuilt_backups) {
+      passed = passed && coordinator_ != nullptr &&
+               coordinator_->state().takeovers > 0 &&
+               coordinator_->state().SlotsWithoutCopy() == 0;
+    }
     if (passed) Crash(k);
   }
 }
@@ -63,6 +68,7 @@ void Cluster::HandleCrashes() {
 void Cluster::Crash(size_t k) {
   const SimOptions::Crash& crash = options_.crashes[k];
   crashed_[k] = true;
+  ++result_.server_crashes;
   if (crash.pause) {
     paused_[crash.server] = true;
   } else {
@@ -557,7 +563,8 @@ std::string Describe(const SimOptions& o) {
     out << (c.pause ? " pause" : " crash") << "=server:" << c.server;
     switch (c.trigger) {
       case SimOptions::Trigger::kAtClock:
-        out << "@clock=" << c.at_clock;
+        out << "@clock=" << c.at_clock
+            << (c.after_rebuilt_backups ? ",backups_rebuilt" : "");
         break;
       case SimOptions::Trigger::kTableCreateArrives:
         out << "@table_create";

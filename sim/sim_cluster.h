@@ -63,6 +63,9 @@ struct SimOptions {
   // the server, before the server has read it (so before it acknowledges);
   // kTableAckArrives, when the server's TABLE_CREATE_ACK reaches the
   // coordinator (after it acknowledged). The first such message only.
+  // With `after_rebuilt_backups` (kAtClock), the crash also waits for the
+  // coordinator to have taken a death over and to see every slot with a
+  // whole backup copy again (the rebuilt backups' case).
   enum class Trigger { kAtClock, kTableCreateArrives, kTableAckArrives };
   struct Crash {
     int server = 0;
@@ -70,6 +73,7 @@ struct SimOptions {
     int64_t down_ms = 100;
     bool pause = false;
     Trigger trigger = Trigger::kAtClock;
+    bool after_rebuilt_backups = false;
   };
   std::vector<Crash> crashes;
   // Disk faults: once every worker has passed `at_clock`, writes to server
@@ -160,6 +164,7 @@ struct SimResult {
   std::vector<int64_t> resume_clocks;
   int joined = 0, left = 0;  // workers that joined and left mid-job
   int killed = 0;            // workers killed (SimOptions::worker_kills)
+  int server_crashes = 0;    // SimOptions::crashes that came (or pauses)
   // The status codes of the coordinator's answers to the reports of
   // killed workers, in the order answered.
   std::vector<int> exit_reports;

@@ -125,6 +125,7 @@ class ScriptedCluster {
     reply.set_type(wire::CONTROL_REPLY);
     reply.set_seq(reg->header.seq());
     reply.set_member_id(0);
+    reply.set_incarnation(incarnation_);
     TableOptions table;
     table.name = "t";
     table.value_width = kWidth;
@@ -154,8 +155,16 @@ class ScriptedCluster {
       wire::ServerEndpoint* server = routing.add_servers();
       server->set_id(id);
       server->set_tcp_address(id == 0 ? server_address_ : kServer1Address);
+      if (id == 0) server->set_incarnation(listed_incarnation_);
     }
     return routing;
+  }
+
+  // The registration number Register() tells the server (`told`), and the
+  // one Routing() lists it under (`listed`); 0: none.
+  void set_incarnations(uint64_t told, uint64_t listed) {
+    incarnation_ = told;
+    listed_incarnation_ = listed;
   }
 
   // Runs the network and the server for `duration` of simulated time.
@@ -343,6 +352,8 @@ class ScriptedCluster {
   std::unique_ptr<sim::SimEnv> server_env_;
   std::unique_ptr<ServerNode> server_;
   std::string server_address_;
+  uint64_t incarnation_ = 0;
+  uint64_t listed_incarnation_ = 0;
   std::string server_identity_;
   std::vector<Got> at_coordinator_, at_client_;
 };

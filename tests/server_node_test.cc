@@ -119,6 +119,36 @@ TEST(ServerNode, KeysOfAnotherServersSlotAreSentBackMovedWithTheRouting) {
   EXPECT_FALSE(cluster.server().GetForTesting(kTable, elsewhere, &stored));
 }
 
+// A process restarted under its id may be sent a routing made before it
+// registered, which lists the process it replaced: the slots it gives that
+// one are not this one's (they were taken over, or are being restored),
+// so it serves nothing under it until a routing lists it.
+TEST(ServerNode, ARoutingThatListsTheProcessItReplacedIsNotServed) {
+  ScriptedCluster cluster;
+  cluster.set_incarnations(/*told=*/7, /*listed=*/6);
+  cluster.Register();
+  Got refused = cluster.Request(wire::PUSH, 1, {3}, kOnes);
+  EXPECT_FALSE(refused.header.moved());
+  EXPECT_EQ(StatusFromWire(refused.header).code(), StatusCode::kUnavailable)
+      << StatusFromWire(refused.header);
+  std::vector<float> stored;
+  EXPECT_FALSE(cluster.server().GetForTesting(kTable, 3, &stored));
+
+  // The coordinator's next routing lists it: served.
+  cluster.set_incarnations(7, 7);
+  wire::Header update;
+  update.set_type(wire::ROUTING_UPDATE);
+  *update.mutable_routing() =
+      cluster.Routing(/*epoch=*/2, std::vector<int32_t>(kSlots, 0));
+  cluster.SendToServer(update);
+  cluster.Run(std::chrono::milliseconds(5));
+  Got applied = cluster.Request(wire::PUSH, 2, {3}, kOnes, 0, /*epoch=*/2);
+  EXPECT_EQ(StatusFromWire(applied.header).code(), StatusCode::kOk)
+      << StatusFromWire(applied.header);
+  EXPECT_TRUE(cluster.server().GetForTesting(kTable, 3, &stored));
+  EXPECT_EQ(stored, kOnes);
+}
+
 StatusCode CodeOf(const Got& reply) {
   return StatusFromWire(reply.header).code();
 }

@@ -294,6 +294,46 @@ TEST(Takeover, ARestartedServersSlotsGoToTheirBackupsAndItGetsNewOnes) {
   EXPECT_GT(before.endpoint(1)->incarnation(), 0u);
 }
 
+// The restarted process's registration is answered with the takeover's
+// routing, which lists it under its own registration: it never serves,
+// empty, the slots its predecessor held (under the routing before the
+// takeover it would, and its backup, by then their owner, would drop what
+// it applied as stale: updates lost).
+TEST(Takeover, ARestartedServerIsAnsweredWithTheRoutingAfterTheTakeover) {
+  ThreeServers c(/*replicas=*/2);
+  const RoutingTable before = c.routing();
+  std::unique_ptr<Peer> again = c.cluster().NewPeer("server-1-again");
+  const wire::Header registration = RegisterServer(1, 211);
+  again->Send(registration);
+  c.cluster().Run(milliseconds(20));
+  const std::vector<wire::Header> got = again->Take();
+  const wire::Header* answer = nullptr;
+  for (const wire::Header& m : got) {
+    if (m.type() == wire::CONTROL_REPLY && m.seq() == registration.seq()) {
+      answer = &m;
+      break;
+    }
+  }
+  ASSERT_NE(answer, nullptr) << got.size() << " message(s)";
+  EXPECT_EQ(answer->status_code(), 0) << answer->status_message();
+  ASSERT_TRUE(answer->has_routing());
+  Result<RoutingTable> routing = RoutingTable::FromWire(answer->routing());
+  ASSERT_TRUE(routing.ok()) << routing.status();
+  EXPECT_GT(routing->epoch(), before.epoch());
+  int predecessors = 0;
+  for (int32_t s = 0; s < kSlots; ++s) {
+    if (before.owner(s) != 1) continue;
+    ++predecessors;
+    EXPECT_NE(routing->owner(s), 1) << "slot " << s;
+    EXPECT_EQ(routing->owner(s), c.routing().owner(s)) << "slot " << s;
+  }
+  EXPECT_GT(predecessors, 0);
+  ASSERT_NE(routing->endpoint(1), nullptr);
+  EXPECT_NE(answer->incarnation(), 0u);
+  EXPECT_EQ(routing->endpoint(1)->incarnation(), answer->incarnation());
+  EXPECT_NE(answer->incarnation(), before.endpoint(1)->incarnation());
+}
+
 // After a takeover the slots' new backups are saving only once their
 // owners say the copies sent them are whole: a second death before that
 // rolls back, one after it is taken over too.

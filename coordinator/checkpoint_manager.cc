@@ -276,7 +276,7 @@ void CheckpointManager::Fail(const Status& status, bool counts) {
 
 void CheckpointManager::CheckTimers() {
   const auto now = ctx_.Now();
-  if (round_ && round_->servers.expired(now)) {
+  if (round_ && ctx_.RoundExpired(round_->servers)) {
     Fail(DeadlineExceededError(
         "the checkpoint was not complete within " +
         std::to_string(ctx_.options.checkpoint_timeout_ms) + " ms"));

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/ack_round.h"
 #include "coordinator/cluster_state.h"
 #include "ductile/coordinator.h"
 #include "ductile/status.h"
@@ -81,15 +82,19 @@ struct CoordinatorContext {
   bool migrating = false;
 
   // When the coordinator last found its inbox empty. A member's silence
-  // is judged as of then (SilentMs): a pause of the coordinator between
-  // that read and the judgement (a SIGSTOP, a starved host) leaves the
-  // members' heartbeats unread, and is not their silence.
+  // is judged as of then (SilentMs), and so is a round's deadline
+  // (RoundExpired): a pause of the coordinator between that read and the
+  // judgement (a SIGSTOP, a starved host) leaves the members' heartbeats
+  // and answers unread, and is not their silence or lateness.
   TimePoint inbox_read_at{};
 
   TimePoint Now() const { return env->Now(); }
   int64_t MsSince(TimePoint t) const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Now() - t)
         .count();
+  }
+  bool RoundExpired(const AckRound& round) const {
+    return round.expired(inbox_read_at);
   }
   int64_t SilentMs(TimePoint last_seen) const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(inbox_read_at -

@@ -201,7 +201,7 @@ void RecoveryManager::RetryFailed() {
 
 bool RecoveryManager::Expired() const {
   return round_ && !round_->round.complete() &&
-         round_->round.expired(ctx_.Now());
+         ctx_.RoundExpired(round_->round);
 }
 
 void RecoveryManager::ResendIfBehind(const Member& member,

@@ -272,9 +272,8 @@ void TableCatalog::Commit(const PendingChange& change,
 }
 
 void TableCatalog::CheckDeadlines() {
-  const auto now = ctx_.Now();
   for (auto it = changes_.begin(); it != changes_.end();) {
-    if (!it->second.servers.expired(now)) {
+    if (!ctx_.RoundExpired(it->second.servers)) {
       ++it;
       continue;
     }
@@ -285,7 +284,7 @@ void TableCatalog::CheckDeadlines() {
   }
   ForgetGoneServers();
   for (auto it = pending_tables_.begin(); it != pending_tables_.end();) {
-    if (!it->second.round.expired(now)) {
+    if (!ctx_.RoundExpired(it->second.round)) {
       ++it;
       continue;
     }

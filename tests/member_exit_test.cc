@@ -2,7 +2,8 @@
 // coordinator on the simulated network (fake clock), its members scripted
 // by the test: who is declared dead, at once, and which reports change
 // nothing. Also deaths by silence, and a coordinator that stopped running
-// (its members' silence meanwhile is not theirs).
+// (its members' silence meanwhile is not theirs, nor are their answers
+// late).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "ductile/table.h"
 #include "proto/ductile.pb.h"
+#include "proto/table_config.h"
 #include "tests/scripted_coordinator.h"
 
 namespace ductile {
@@ -245,6 +248,59 @@ TEST(MemberSilence, AServersAnnouncedSilenceIsJudgedAsOfTheSameRead) {
   cluster.Run(milliseconds(20));
   EXPECT_FALSE(cluster.server(0).dead);
   EXPECT_FALSE(cluster.worker(0).dead);
+}
+
+// A table is being created: the server's acknowledgement arrives while
+// the coordinator, having read its inbox just after asking, is stopped
+// past the round's 10 s deadline. As of its last read the round was not
+// late: the table is created, and the worker that asked for it is told
+// so, not that the servers did not answer in time.
+TEST(MemberSilence, AnAnswerAPauseLeftUnreadIsNotLate) {
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
+  auto server = cluster.NewPeer("server-0");
+  auto worker0 = cluster.NewPeer("worker-0");
+  auto worker1 = cluster.NewPeer("worker-1");
+  server->Send(RegisterServer(0, 200));
+  worker0->Send(RegisterWorker(0, 300));
+  worker1->Send(RegisterWorker(1, 301));
+  cluster.Run(milliseconds(20));
+  server->Take();
+
+  TableOptions options;
+  options.name = "t";
+  options.value_width = 4;
+  wire::Header create;
+  create.set_type(wire::CREATE_TABLE);
+  create.set_seq(7);
+  *create.mutable_table() = ToWire(options, /*id=*/0);
+  worker0->Send(create);
+  cluster.Run(milliseconds(20));
+  const wire::Header* asked = nullptr;
+  const std::vector<wire::Header> at_server = server->Take();
+  for (const wire::Header& m : at_server) {
+    if (m.type() == wire::TABLE_CREATE) asked = &m;
+  }
+  ASSERT_NE(asked, nullptr);
+  wire::Header ack;
+  ack.set_type(wire::TABLE_CREATE_ACK);
+  ack.set_seq(asked->seq());
+  ack.set_member_id(0);
+
+  bool acknowledged = false;
+  cluster.StallAfterTheInboxIsRead(
+      milliseconds(12000), milliseconds(1000), [&] {
+        if (!acknowledged) server->Send(ack);
+        acknowledged = true;
+        server->Send(Heartbeat(wire::ROLE_SERVER, 0));
+        worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
+        worker1->Send(Heartbeat(wire::ROLE_WORKER, 1));
+      });
+  cluster.Run(milliseconds(20));  // stalls, then judges the round
+  ASSERT_TRUE(acknowledged);       // it stalled
+  cluster.Run(milliseconds(20));   // reads what waited
+  const std::vector<wire::Header> replies = worker0->Take();
+  EXPECT_EQ(AnswerTo(create, replies), 0);
+  EXPECT_EQ(cluster.state().tables.count("t"), 1u);
 }
 
 }  // namespace

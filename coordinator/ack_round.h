@@ -44,6 +44,8 @@ class AckRound {
   bool expired(TimePoint now) const { return now >= deadline_; }
   TimePoint deadline() const { return deadline_; }
   void set_deadline(TimePoint deadline) { deadline_ = deadline; }
+  // Later by `by` (a pause of the coordinator's own).
+  void Postpone(TimePoint::duration by) { deadline_ += by; }
   // "1, 3": the members still awaited.
   std::string Missing() const;
 

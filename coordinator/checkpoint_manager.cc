@@ -274,6 +274,12 @@ void CheckpointManager::Fail(const Status& status, bool counts) {
   for (Callback& done : callbacks) done(status);
 }
 
+void CheckpointManager::Postpone(std::chrono::steady_clock::duration pause) {
+  if (!round_) return;
+  round_->servers.Postpone(pause);
+  round_->workers.Postpone(pause);
+}
+
 void CheckpointManager::CheckTimers() {
   const auto now = ctx_.Now();
   if (round_ && ctx_.RoundExpired(round_->servers)) {

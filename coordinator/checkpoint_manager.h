@@ -45,6 +45,9 @@ class CheckpointManager {
   void HandleDone(const wire::Header& h);  // CHECKPOINT_DONE
   // Timers: the round's deadline, and checkpoints by time.
   void CheckTimers();
+  // The coordinator did not run for `pause`: the round's deadline moves
+  // that much later (its answers may still be on their way in).
+  void Postpone(std::chrono::steady_clock::duration pause);
   // A server's heartbeat reports its server clock: a checkpoint by clock
   // may be due.
   void OnServerClock(int64_t server_clock);

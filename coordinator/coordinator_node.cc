@@ -105,10 +105,14 @@ void CoordinatorNode::ForgiveAPause(TimePoint now) {
     // that time may still be on the way in.
     const auto pause = now - last_ran_;
     membership_.ForgivePause(pause);
+    // Nor is the rounds' lateness: their deadlines move as much.
+    checkpoints_.Postpone(pause);
+    tables_.Postpone(pause);
+    recovery_.Postpone(pause);
     LOG(WARNING) << "coordinator: did not run for "
                  << std::chrono::duration_cast<milliseconds>(pause).count()
                  << " ms; the members' silence over that time is not held "
-                    "against them";
+                    "against them, nor are the rounds it waits for late";
   }
   last_ran_ = now;
 }

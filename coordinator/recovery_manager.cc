@@ -199,6 +199,10 @@ void RecoveryManager::RetryFailed() {
   }
 }
 
+void RecoveryManager::Postpone(std::chrono::steady_clock::duration pause) {
+  if (round_) round_->round.Postpone(pause);
+}
+
 bool RecoveryManager::Expired() const {
   return round_ && !round_->round.complete() &&
          ctx_.RoundExpired(round_->round);

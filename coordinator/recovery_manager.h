@@ -54,6 +54,9 @@ class RecoveryManager {
   bool HandleAck(const wire::Header& h, const std::set<int32_t>& joining);
   // A rollback not finished by its deadline starts again.
   bool Expired() const;
+  // The coordinator did not run for `pause`: the round's deadline moves
+  // that much later.
+  void Postpone(std::chrono::steady_clock::duration pause);
   // Asks the servers that failed to restore again once their wait is over.
   void RetryFailed();
   // Why the rollback is held up ("server 1 cannot take ..."), or empty.

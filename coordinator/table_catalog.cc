@@ -271,6 +271,14 @@ void TableCatalog::Commit(const PendingChange& change,
   ctx_.SendTo(ctx_.state.workers, ctx_.state.LiveWorkers(), commit);
 }
 
+void TableCatalog::Postpone(std::chrono::steady_clock::duration pause) {
+  for (auto& [round, p] : pending_tables_) p.round.Postpone(pause);
+  for (auto& [round, change] : changes_) {
+    change.servers.Postpone(pause);
+    change.workers.Postpone(pause);
+  }
+}
+
 void TableCatalog::CheckDeadlines() {
   for (auto it = changes_.begin(); it != changes_.end();) {
     if (!ctx_.RoundExpired(it->second.servers)) {

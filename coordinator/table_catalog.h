@@ -53,6 +53,9 @@ class TableCatalog {
   // waited only for them completes), then ends the creations and changes
   // past their deadline.
   void CheckDeadlines();
+  // The coordinator did not run for `pause`: every round's deadline moves
+  // that much later.
+  void Postpone(std::chrono::steady_clock::duration pause);
 
  private:
   struct PendingTable {

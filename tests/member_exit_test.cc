@@ -24,6 +24,7 @@ using std::chrono::milliseconds;
 using testing::AnswerTo;
 using testing::Exit;
 using testing::Heartbeat;
+using testing::Peer;
 using testing::RegisterServer;
 using testing::RegisterWorker;
 using testing::ScriptedCoordinator;
@@ -255,51 +256,82 @@ TEST(MemberSilence, AServersAnnouncedSilenceIsJudgedAsOfTheSameRead) {
 // past the round's 10 s deadline. As of its last read the round was not
 // late: the table is created, and the worker that asked for it is told
 // so, not that the servers did not answer in time.
+// A table being created: the server's acknowledgement as it arrives.
+struct TableRound {
+  wire::Header create;  // the worker's CREATE_TABLE
+  wire::Header ack;     // the server's TABLE_CREATE_ACK
+};
+
+// Server 0 and workers 0 and 1 registered; worker 0 asked for table "t",
+// and the coordinator asked the server.
+TableRound StartTableRound(ScriptedCoordinator& cluster, Peer& server,
+                           Peer& worker0, Peer& worker1) {
+  server.Send(RegisterServer(0, 200));
+  worker0.Send(RegisterWorker(0, 300));
+  worker1.Send(RegisterWorker(1, 301));
+  cluster.Run(milliseconds(20));
+  server.Take();
+  TableOptions options;
+  options.name = "t";
+  options.value_width = 4;
+  TableRound round;
+  round.create.set_type(wire::CREATE_TABLE);
+  round.create.set_seq(7);
+  *round.create.mutable_table() = ToWire(options, /*id=*/0);
+  worker0.Send(round.create);
+  cluster.Run(milliseconds(20));
+  for (const wire::Header& m : server.Take()) {
+    if (m.type() != wire::TABLE_CREATE) continue;
+    round.ack.set_type(wire::TABLE_CREATE_ACK);
+    round.ack.set_seq(m.seq());
+    round.ack.set_member_id(0);
+  }
+  EXPECT_EQ(round.ack.type(), wire::TABLE_CREATE_ACK) << "no TABLE_CREATE";
+  return round;
+}
+
 TEST(MemberSilence, AnAnswerAPauseLeftUnreadIsNotLate) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
   auto server = cluster.NewPeer("server-0");
   auto worker0 = cluster.NewPeer("worker-0");
   auto worker1 = cluster.NewPeer("worker-1");
-  server->Send(RegisterServer(0, 200));
-  worker0->Send(RegisterWorker(0, 300));
-  worker1->Send(RegisterWorker(1, 301));
-  cluster.Run(milliseconds(20));
-  server->Take();
-
-  TableOptions options;
-  options.name = "t";
-  options.value_width = 4;
-  wire::Header create;
-  create.set_type(wire::CREATE_TABLE);
-  create.set_seq(7);
-  *create.mutable_table() = ToWire(options, /*id=*/0);
-  worker0->Send(create);
-  cluster.Run(milliseconds(20));
-  const wire::Header* asked = nullptr;
-  const std::vector<wire::Header> at_server = server->Take();
-  for (const wire::Header& m : at_server) {
-    if (m.type() == wire::TABLE_CREATE) asked = &m;
-  }
-  ASSERT_NE(asked, nullptr);
-  wire::Header ack;
-  ack.set_type(wire::TABLE_CREATE_ACK);
-  ack.set_seq(asked->seq());
-  ack.set_member_id(0);
-
+  const TableRound round =
+      StartTableRound(cluster, *server, *worker0, *worker1);
   bool acknowledged = false;
   cluster.StallAfterTheInboxIsRead(
       milliseconds(12000), milliseconds(1000), [&] {
-        if (!acknowledged) server->Send(ack);
+        if (!acknowledged) server->Send(round.ack);
         acknowledged = true;
         server->Send(Heartbeat(wire::ROLE_SERVER, 0));
         worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
         worker1->Send(Heartbeat(wire::ROLE_WORKER, 1));
       });
   cluster.Run(milliseconds(20));  // stalls, then judges the round
-  ASSERT_TRUE(acknowledged);       // it stalled
-  cluster.Run(milliseconds(20));   // reads what waited
-  const std::vector<wire::Header> replies = worker0->Take();
-  EXPECT_EQ(AnswerTo(create, replies), 0);
+  ASSERT_TRUE(acknowledged);      // it stalled
+  cluster.Run(milliseconds(20));  // reads what waited
+  EXPECT_EQ(AnswerTo(round.create, worker0->Take()), 0);
+  EXPECT_EQ(cluster.state().tables.count("t"), 1u);
+}
+
+// The coordinator stops past a round's deadline; the server's answer,
+// sent while it was stopped, comes in only after its first read once it
+// runs again (still in the sockets' buffers then). The pause moved the
+// round's deadline as much: the answer is not late.
+TEST(MemberSilence, AnAnswerThatComesInAfterAPauseIsNotLate) {
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
+  auto server = cluster.NewPeer("server-0");
+  auto worker0 = cluster.NewPeer("worker-0");
+  auto worker1 = cluster.NewPeer("worker-1");
+  const TableRound round =
+      StartTableRound(cluster, *server, *worker0, *worker1);
+  bool stalled = false;
+  cluster.StallAfterTheInboxIsRead(milliseconds(12000), milliseconds(1000),
+                                   [&] { stalled = true; });
+  cluster.Run(milliseconds(20));  // stalls; then reads its inbox, empty
+  ASSERT_TRUE(stalled);
+  server->Send(round.ack);
+  cluster.Run(milliseconds(20));
+  EXPECT_EQ(AnswerTo(round.create, worker0->Take()), 0);
   EXPECT_EQ(cluster.state().tables.count("t"), 1u);
 }
 

@@ -73,9 +73,11 @@ void CoordinatorNode::HandleRegister(const std::string& identity,
   const bool taken_over =
       r.restarted && !state_.routing.empty() && TakeOver({id}, "restarted");
   if (r.restarted) {
-    // Answered only now: with its predecessor's slots taken over, the new
-    // process, empty, never serves them (the takeover's routing is its
-    // first); a rollback's RECOVER follows the answer, as for any server.
+    // Answered only now. After a takeover the answer's routing, its first,
+    // gives the new process, empty, none of its predecessor's slots.
+    // Otherwise the answer's routing still lists the predecessor, and the
+    // new process installs none until one lists it (the rollback's
+    // RECOVER below, or the routing published for it).
     membership_.AnswerServer(*r.server, r.seq);
   }
   if (taken_over) {

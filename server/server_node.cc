@@ -468,17 +468,7 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
                  << routing.status();
     return;
   }
-  if (const wire::ServerEndpoint* self = routing->endpoint(id_);
-      self != nullptr && incarnation_ != 0 && self->incarnation() != 0 &&
-      self->incarnation() != incarnation_) {
-    // It lists the process this one replaced under its id (it was made
-    // before this one registered): the slots it gives that process are not
-    // this one's to serve, nor its keys this one's to hold. The
-    // coordinator sends one that lists this process.
-    VLOG(1) << "server " << id_ << ": routing epoch " << routing->epoch()
-            << " lists its predecessor; not installed";
-    return;
-  }
+  if (!ListsThisProcess(*routing)) return;
   const RoutingTable old = std::exchange(routing_, std::move(*routing));
   // The admission filters keep their counts by the routing's slots.
   tables_.set_num_slots(routing_.num_slots());

@@ -129,6 +129,10 @@ class ServerNode final : private CoordinatorLink {
                  bool duplicate);
   void HandleCoordinator(InMessage& message);
   void InstallRouting(const wire::RoutingTable& routing);
+  // False for a routing that lists another process under this server's id:
+  // an older one (made before this one registered: not installed), or a
+  // newer one (this one was replaced: it stops, with failure()).
+  bool ListsThisProcess(const RoutingTable& routing);
   void CreateTable(const wire::Header& header);
   void SetWorkers(const wire::Header& header);
   void PrepareChange(const wire::Header& header);

@@ -1,5 +1,6 @@
 // A server's rollbacks: to a checkpoint (RECOVER), or, declared dead while
-// it was alive, back into the job with no keys (REJOIN).
+// it was alive, back into the job with no keys (REJOIN); and the routings
+// that are not about this process (its predecessor's, its successor's).
 #include <set>
 #include <vector>
 
@@ -10,6 +11,34 @@
 #include "server/server_node.h"
 
 namespace ductile {
+
+bool ServerNode::ListsThisProcess(const RoutingTable& routing) {
+  const wire::ServerEndpoint* self = routing.endpoint(id_);
+  if (self == nullptr || incarnation_ == 0 || self->incarnation() == 0 ||
+      self->incarnation() == incarnation_) {
+    return true;
+  }
+  if (self->incarnation() > incarnation_) {
+    // Another process registered under this id since (this one was taken
+    // for dead, and replaced): the id and its slots are that one's.
+    failure_ = AbortedError(
+        "server " + std::to_string(id_) +
+        " was replaced: the coordinator registered another process under "
+        "its id (registration " +
+        std::to_string(self->incarnation()) + "; this one's is " +
+        std::to_string(incarnation_) + "), so this one stops");
+    LOG(ERROR) << failure_.message();
+    shut_down_ = true;
+    return false;
+  }
+  // It lists the process this one replaced under its id (it was made
+  // before this one registered): the slots it gives that process are not
+  // this one's to serve, nor its keys this one's to hold. The coordinator
+  // sends one that lists this process.
+  VLOG(1) << "server " << id_ << ": routing epoch " << routing.epoch()
+          << " lists its predecessor; not installed";
+  return false;
+}
 
 void ServerNode::Recover(const wire::Header& header) {
   if (header.generation() < generation_) return;  // an older rollback's

@@ -121,6 +121,8 @@ TEST(ReplicationSimulationRepro, TheSeedFromTheEnvironment) {
   const SimResult r = RunSimulation(o);
   EXPECT_TRUE(r.ok) << Describe(o) << ": " << r.failure;
   EXPECT_EQ(r.rollbacks, 0) << Describe(o);
+  EXPECT_EQ(r.server_crashes, static_cast<int>(o.crashes.size()))
+      << Describe(o);
 }
 
 // A server killed mid-run and started again (its registration tells the

@@ -149,6 +149,33 @@ TEST(ServerNode, ARoutingThatListsTheProcessItReplacedIsNotServed) {
   EXPECT_EQ(stored, kOnes);
 }
 
+// A routing that lists a newer registration under its id: another process
+// took its place (this one was taken for dead): it stops, saying so. One
+// that lists no registration number (a coordinator that gives none) is
+// installed as before.
+TEST(ServerNode, ARoutingThatListsANewerProcessUnderItsIdStopsIt) {
+  ScriptedCluster cluster;
+  cluster.set_incarnations(/*told=*/7, /*listed=*/0);
+  cluster.Register();
+  Got applied = cluster.Request(wire::PUSH, 1, {3}, kOnes);
+  EXPECT_EQ(StatusFromWire(applied.header).code(), StatusCode::kOk)
+      << StatusFromWire(applied.header);
+  EXPECT_FALSE(cluster.server().shut_down());
+
+  cluster.set_incarnations(7, 9);
+  wire::Header update;
+  update.set_type(wire::ROUTING_UPDATE);
+  *update.mutable_routing() =
+      cluster.Routing(/*epoch=*/2, std::vector<int32_t>(kSlots, 0));
+  cluster.SendToServer(update);
+  cluster.Run(std::chrono::milliseconds(5));
+  EXPECT_TRUE(cluster.server().shut_down());
+  EXPECT_EQ(cluster.server().failure().code(), StatusCode::kAborted);
+  EXPECT_NE(cluster.server().failure().message().find("was replaced"),
+            std::string::npos)
+      << cluster.server().failure();
+}
+
 StatusCode CodeOf(const Got& reply) {
   return StatusFromWire(reply.header).code();
 }

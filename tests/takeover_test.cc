@@ -334,6 +334,37 @@ TEST(Takeover, ARestartedServerIsAnsweredWithTheRoutingAfterTheTakeover) {
   EXPECT_NE(answer->incarnation(), before.endpoint(1)->incarnation());
 }
 
+// With one replica a restarted server rolls the job back. Its answer's
+// routing still lists the process it replaced (the server installs none
+// that does); the rollback's RECOVER, which follows, lists it under the
+// answer's registration number.
+TEST(Takeover, WithOneReplicaARestartedServersRecoverListsTheNewProcess) {
+  ThreeServers c(/*replicas=*/1);
+  std::unique_ptr<Peer> again = c.cluster().NewPeer("server-1-again");
+  const wire::Header registration = RegisterServer(1, 211);
+  again->Send(registration);
+  c.cluster().Run(milliseconds(20));
+  uint64_t incarnation = 0;
+  bool recover = false;
+  for (const wire::Header& m : again->Take()) {
+    if (m.type() == wire::CONTROL_REPLY && m.seq() == registration.seq()) {
+      EXPECT_EQ(m.status_code(), 0) << m.status_message();
+      EXPECT_FALSE(recover) << "the RECOVER came before the answer";
+      incarnation = m.incarnation();
+    } else if (m.type() == wire::RECOVER) {
+      recover = true;
+      ASSERT_NE(incarnation, 0u) << "a RECOVER before the answer";
+      Result<RoutingTable> routing = RoutingTable::FromWire(m.routing());
+      ASSERT_TRUE(routing.ok()) << routing.status();
+      ASSERT_NE(routing->endpoint(1), nullptr);
+      EXPECT_EQ(routing->endpoint(1)->incarnation(), incarnation);
+    }
+  }
+  EXPECT_NE(incarnation, 0u);
+  EXPECT_TRUE(recover);
+  EXPECT_EQ(c.cluster().state().generation, 1u);
+}
+
 // After a takeover the slots' new backups are saving only once their
 // owners say the copies sent them are whole: a second death before that
 // rolls back, one after it is taken over too.

@@ -217,8 +217,11 @@ wire::ClusterState MembershipManager::Status(bool recovering) const {
       info->set_last_heartbeat_ms_ago(ago);
       // A server silent while it writes or restores a checkpoint (as its
       // last heartbeat said) is not taken for dead, nor shown as dead.
-      info->set_alive(!m.dead && (ago <= ctx_.options.heartbeat_timeout_ms ||
-                                  ctx_.Now() < m.busy_until));
+      // Judged as the coordinator judges silence (as of its last empty
+      // read of its inbox), so the two agree.
+      info->set_alive(!m.dead && (ctx_.SilentMs(m.last_seen) <=
+                                      ctx_.options.heartbeat_timeout_ms ||
+                                  ctx_.inbox_read_at < m.busy_until));
       info->set_finished(m.finished());
       info->set_pid(m.pid);
       info->set_incarnation(m.incarnation);

@@ -105,10 +105,12 @@ void CoordinatorNode::ForgiveAPause(TimePoint now) {
     // that time may still be on the way in.
     const auto pause = now - last_ran_;
     membership_.ForgivePause(pause);
-    // Nor is the rounds' lateness: their deadlines move as much.
+    // Nor is the rounds' lateness: their deadlines move as much, and so
+    // does the shutdown's wait for servers not heard from.
     checkpoints_.Postpone(pause);
     tables_.Postpone(pause);
     recovery_.Postpone(pause);
+    if (ctx_.shutting_down) shutdown_deadline_ += pause;
     LOG(WARNING) << "coordinator: did not run for "
                  << std::chrono::duration_cast<milliseconds>(pause).count()
                  << " ms; the members' silence over that time is not held "
@@ -167,7 +169,9 @@ bool CoordinatorNode::finished() const {
     // deadline the coordinator ends without them, as a failure.
     return !failure_.ok();
   }
-  if (env_->Now() >= shutdown_deadline_) return true;
+  // As of the last empty read of the inbox: a reconnecting server's
+  // heartbeat a pause left unread is read first.
+  if (ctx_.inbox_read_at >= shutdown_deadline_) return true;
   for (const auto& [id, m] : ctx_.state.servers) {
     if (!m.dead && !m.left() && m.identity.empty()) return false;
   }

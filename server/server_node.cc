@@ -324,11 +324,12 @@ void ServerNode::Step() {
     // or a busy server would be taken for a dead one.
     if (end >= next_heartbeat_) Heartbeat(0);
   }
-  while (true) {
+  while (!shut_down_) {
     bool got = false;
     if (!coordinator_->Receive(&message_, &got).ok() || !got) break;
     HandleCoordinator(message_);
   }
+  if (shut_down_ && !failure_.ok()) return;  // replaced: nothing more
   StepMoves();
   HandleTimers();
   StepReplication();
@@ -385,6 +386,7 @@ void ServerNode::HandleCoordinator(InMessage& message) {
   }
   if (header.has_routing()) {
     InstallRouting(header.routing());
+    if (shut_down_ && !failure_.ok()) return;  // replaced: it stops here
     wire::Header ack;
     ack.set_type(wire::ROUTING_ACK);
     ack.set_member_id(id_);

@@ -475,6 +475,10 @@ SimResult Cluster::Run() {
     // A server told to stop (a drained one) exits, as its process would:
     // what was on its way to it is lost.
     for (size_t i = 0; i < servers_.size(); ++i) {
+      if (servers_[i] && !servers_[i]->failure().ok()) {
+        Fail("server " + std::to_string(i) +
+             " stopped: " + servers_[i]->failure().ToString());
+      }
       if (servers_[i] && servers_[i]->shut_down()) {
         net_.Crash("server-" + std::to_string(i));
         servers_[i].reset();

@@ -349,6 +349,7 @@ void CoordinatorNode::Handle(InMessage& message) {
             << " from " << gone->name() << ", whose process exited";
     return;
   }
+  if (TellReplaced(touched.member, identity, key, h)) return;
   if (Status sender = CheckSender(touched.member, h, key); !sender.ok()) {
     LOG(WARNING) << "coordinator: refused: " << sender.message();
     return out_.Reply(identity, h.seq(), sender);

@@ -116,6 +116,11 @@ class CoordinatorNode {
   Status CheckSender(const Member* member, const wire::Header& h,
                      const std::string& key) const;
   void HandleHeartbeat(const std::string& identity, const wire::Header& h);
+  // A server's heartbeat from a process that a newer registration under
+  // its id replaced: told so (kAborted, naming that registration), and it
+  // stops. True when told.
+  bool TellReplaced(const Member* sender, const std::string& identity,
+                    const std::string& key, const wire::Header& h);
   // A server declared dead while alive, whose `heartbeat` came: told to
   // rejoin until it is at the job's generation with no keys (what it held
   // is of an abandoned timeline, or its slots were taken over), then

@@ -46,6 +46,37 @@ void CoordinatorNode::Rejoin(Member& server, const wire::Header& heartbeat) {
   }
 }
 
+bool CoordinatorNode::TellReplaced(const Member* sender,
+                                   const std::string& identity,
+                                   const std::string& key,
+                                   const wire::Header& h) {
+  if (sender != nullptr || h.type() != wire::HEARTBEAT || !h.has_counters() ||
+      h.incarnation() == 0) {
+    return false;
+  }
+  auto it = state_.servers.find(h.member_id());
+  if (it == state_.servers.end() || !it->second.KeyFits(key) ||
+      it->second.incarnation <= h.incarnation()) {
+    return false;
+  }
+  const Member& now = it->second;
+  wire::Header reply;
+  reply.set_type(wire::CONTROL_REPLY);
+  reply.set_seq(h.seq());
+  reply.set_incarnation(now.incarnation);
+  StatusToWire(AbortedError("server " + std::to_string(now.id) +
+                            " was replaced: registration " +
+                            std::to_string(now.incarnation) +
+                            " holds its id now, this process is " +
+                            std::to_string(h.incarnation())),
+               &reply);
+  LOG(WARNING) << "coordinator: a heartbeat of server " << now.id
+               << "'s registration " << h.incarnation() << ", replaced by "
+               << now.incarnation << ": told to stop";
+  out_.Send(identity, reply);
+  return true;
+}
+
 void CoordinatorNode::HandleRegister(const std::string& identity,
                                      const std::string& key,
                                      const std::string& key_name,

@@ -32,6 +32,12 @@ Member* MembershipManager::FindMember(const wire::Header& h,
       !it->second.KeyFits(key)) {
     return nullptr;
   }
+  // Nor is a process that another registration replaced under the id (a
+  // server's heartbeat names its registration).
+  if (h.incarnation() != 0 && it->second.incarnation != 0 &&
+      h.incarnation() != it->second.incarnation) {
+    return nullptr;
+  }
   touched->reconnected = true;
   it->second.identity = identity;
   LOG(INFO) << "coordinator: " << it->second.name() << " reconnected";

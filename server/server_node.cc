@@ -343,35 +343,6 @@ void ServerNode::Send(const wire::Header& header) {
   coordinator_->Send(std::move(out)).IgnoreError();  // best effort
 }
 
-void ServerNode::Heartbeat(int64_t busy_ms) {
-  shm_regions_.ForgetExited();
-  wire::Header hb;
-  hb.set_type(wire::HEARTBEAT);
-  hb.set_member_id(id_);
-  hb.set_generation(generation_);
-  if (busy_ms != 0) {
-    hb.set_busy(true);
-    hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
-  }
-  const RouterRefusals refused = router_->refusals();
-  counters_.Set(&ServerCounters::refused_connections, refused.connections);
-  counters_.Set(&ServerCounters::failed_accepts, refused.failed_accepts);
-  counters_.Set(&ServerCounters::failed_handshakes, refused.failed_handshakes);
-  counters_.Set(&ServerCounters::refused_replies, refused.refused_replies);
-  counters_.Set(&ServerCounters::dropped_replies, refused.dropped_replies);
-  CountersToWire(counters_.Snapshot(), hb.mutable_counters());
-  hb.set_backups_synced_epoch(replicator_->synced_epoch());
-  // A new interval's peak starts from the run under way (heartbeats sent
-  // within an interval, for a long request or a checkpoint, start none).
-  if (env_->Now() >= run_peak_until_) {
-    busy_run_peak_ = run_ > 0 ? run_ - 1 : 0;
-    counters_.Set(&ServerCounters::busy_run_peak, busy_run_peak_);
-    run_peak_until_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
-  }
-  Send(hb);  // a lost heartbeat is not an error
-  next_heartbeat_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
-}
-
 void ServerNode::HandleCoordinator(InMessage& message) {
   last_heard_ = env_->Now();
   wire::Header header;
@@ -443,6 +414,11 @@ void ServerNode::HandleCoordinator(InMessage& message) {
       shut_down_ = true;
       return;
     case wire::CONTROL_REPLY:
+      // Refused as a process another registration replaced under its id.
+      if (StatusFromWire(header).code() == StatusCode::kAborted &&
+          incarnation_ != 0 && header.incarnation() > incarnation_) {
+        return StopReplaced(header.incarnation());
+      }
       if (header.status_code() != 0) {
         LOG(WARNING) << "server " << id_
                      << ": coordinator says: " << header.status_message();

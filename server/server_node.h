@@ -133,6 +133,8 @@ class ServerNode final : private CoordinatorLink {
   // an older one (made before this one registered: not installed), or a
   // newer one (this one was replaced: it stops, with failure()).
   bool ListsThisProcess(const RoutingTable& routing);
+  // Stops this process, replaced by registration `by` under its id.
+  void StopReplaced(uint64_t by);
   void CreateTable(const wire::Header& header);
   void SetWorkers(const wire::Header& header);
   void PrepareChange(const wire::Header& header);

@@ -12,6 +12,19 @@
 
 namespace ductile {
 
+void ServerNode::StopReplaced(uint64_t by) {
+  // Another process registered under this id since: the id and its slots
+  // are that one's.
+  failure_ = AbortedError(
+      "server " + std::to_string(id_) +
+      " was replaced: the coordinator registered another process under its "
+      "id (registration " +
+      std::to_string(by) + "; this one's is " + std::to_string(incarnation_) +
+      "), so this one stops");
+  LOG(ERROR) << failure_.message();
+  shut_down_ = true;
+}
+
 bool ServerNode::ListsThisProcess(const RoutingTable& routing) {
   const wire::ServerEndpoint* self = routing.endpoint(id_);
   if (self == nullptr || incarnation_ == 0 || self->incarnation() == 0 ||
@@ -19,16 +32,7 @@ bool ServerNode::ListsThisProcess(const RoutingTable& routing) {
     return true;
   }
   if (self->incarnation() > incarnation_) {
-    // Another process registered under this id since (this one was taken
-    // for dead, and replaced): the id and its slots are that one's.
-    failure_ = AbortedError(
-        "server " + std::to_string(id_) +
-        " was replaced: the coordinator registered another process under "
-        "its id (registration " +
-        std::to_string(self->incarnation()) + "; this one's is " +
-        std::to_string(incarnation_) + "), so this one stops");
-    LOG(ERROR) << failure_.message();
-    shut_down_ = true;
+    StopReplaced(self->incarnation());
     return false;
   }
   // It lists the process this one replaced under its id (it was made

@@ -1,7 +1,7 @@
-// A server's timers: heartbeats' companions run by Step() (a pause of the
-// server noticed, the coordinator's silence, idle clients' windows, parked
-// pulls past their deadline, checkpoint cuts and requests held too long),
-// and parked pulls answered with an error.
+// A server's timers: its heartbeat, and their companions run by Step() (a pause
+// of the server noticed, the coordinator's silence, idle clients' windows,
+// parked pulls past their deadline, checkpoint cuts and requests held too
+// long), and parked pulls answered with an error.
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -102,6 +102,36 @@ void ServerNode::HandleTimers() {
     ReplayBehind();
     refuse_behind_ = false;
   }
+}
+
+void ServerNode::Heartbeat(int64_t busy_ms) {
+  shm_regions_.ForgetExited();
+  wire::Header hb;
+  hb.set_type(wire::HEARTBEAT);
+  hb.set_member_id(id_);
+  hb.set_incarnation(incarnation_);  // which process under that id
+  hb.set_generation(generation_);
+  if (busy_ms != 0) {
+    hb.set_busy(true);
+    hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
+  }
+  const RouterRefusals refused = router_->refusals();
+  counters_.Set(&ServerCounters::refused_connections, refused.connections);
+  counters_.Set(&ServerCounters::failed_accepts, refused.failed_accepts);
+  counters_.Set(&ServerCounters::failed_handshakes, refused.failed_handshakes);
+  counters_.Set(&ServerCounters::refused_replies, refused.refused_replies);
+  counters_.Set(&ServerCounters::dropped_replies, refused.dropped_replies);
+  CountersToWire(counters_.Snapshot(), hb.mutable_counters());
+  hb.set_backups_synced_epoch(replicator_->synced_epoch());
+  // A new interval's peak starts from the run under way (heartbeats sent
+  // within an interval, for a long request or a checkpoint, start none).
+  if (env_->Now() >= run_peak_until_) {
+    busy_run_peak_ = run_ > 0 ? run_ - 1 : 0;
+    counters_.Set(&ServerCounters::busy_run_peak, busy_run_peak_);
+    run_peak_until_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
+  }
+  Send(hb);  // a lost heartbeat is not an error
+  next_heartbeat_ = env_->Now() + milliseconds(heartbeat_interval_ms_);
 }
 
 }  // namespace ductile

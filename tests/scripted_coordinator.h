@@ -180,9 +180,22 @@ class ScriptedCoordinator {
     env_ = std::make_unique<StallingEnv>(
         std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator"));
     options.bind_address = kScriptedCoordinatorAddress;
+    options_ = options;
     coordinator_ = std::make_unique<CoordinatorNode>(options, env_.get());
     EXPECT_TRUE(coordinator_->Start().ok());
     start_ = net_->now();
+  }
+
+  // Kills the coordinator and starts it again on its state (the options'
+  // state_dir, on the simulated disk): it knows its members by id only
+  // until they are heard from again.
+  void Restart() {
+    net_->Crash("coordinator");
+    coordinator_.reset();
+    env_ = std::make_unique<StallingEnv>(
+        std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator"));
+    coordinator_ = std::make_unique<CoordinatorNode>(options_, env_.get());
+    EXPECT_TRUE(coordinator_->Start().ok());
   }
 
   std::unique_ptr<Peer> NewPeer(const std::string& node) {
@@ -233,6 +246,7 @@ class ScriptedCoordinator {
   const Member& worker(int32_t id) const { return state().workers.at(id); }
 
  private:
+  CoordinatorOptions options_;
   std::unique_ptr<sim::SimNetwork> net_;
   sim::MemDisk disk_;
   std::unique_ptr<StallingEnv> env_;

@@ -176,6 +176,29 @@ TEST(ServerNode, ARoutingThatListsANewerProcessUnderItsIdStopsIt) {
       << cluster.server().failure();
 }
 
+// The coordinator's refusal of a heartbeat from a replaced process (its
+// id registered again since) stops the server too; any other refusal is
+// only logged.
+TEST(ServerNode, ARefusalNamingANewerRegistrationStopsIt) {
+  ScriptedCluster cluster;
+  cluster.set_incarnations(/*told=*/7, /*listed=*/7);
+  cluster.Register();
+  wire::Header refusal;
+  refusal.set_type(wire::CONTROL_REPLY);
+  refusal.set_seq(3);
+  StatusToWire(AbortedError("some other refusal"), &refusal);
+  cluster.SendToServer(refusal);
+  cluster.Run(std::chrono::milliseconds(5));
+  EXPECT_FALSE(cluster.server().shut_down());
+
+  refusal.set_incarnation(9);
+  StatusToWire(AbortedError("server 0 was replaced"), &refusal);
+  cluster.SendToServer(refusal);
+  cluster.Run(std::chrono::milliseconds(5));
+  EXPECT_TRUE(cluster.server().shut_down());
+  EXPECT_EQ(cluster.server().failure().code(), StatusCode::kAborted);
+}
+
 StatusCode CodeOf(const Got& reply) {
   return StatusFromWire(reply.header).code();
 }

@@ -33,8 +33,9 @@ using testing::ScriptedCoordinator;
 constexpr int64_t kHeartbeatTimeoutMs = 5000;
 constexpr int32_t kSlots = 16;
 
-CoordinatorOptions Options(int32_t replicas) {
+CoordinatorOptions Options(int32_t replicas, const std::string& state_dir) {
   CoordinatorOptions options;
+  options.state_dir = state_dir;
   options.num_servers = 3;
   options.num_workers = 1;
   options.num_slots = kSlots;
@@ -78,7 +79,9 @@ RoutingTable LastRoutingUpdate(const std::vector<wire::Header>& messages) {
 // launcher to report exits.
 class ThreeServers {
  public:
-  explicit ThreeServers(int32_t replicas) : cluster_(Options(replicas)) {
+  // With a `state_dir`, the coordinator can be restarted on its state.
+  explicit ThreeServers(int32_t replicas, const std::string& state_dir = "")
+      : cluster_(Options(replicas, state_dir)) {
     for (int32_t id = 0; id < 3; ++id) {
       servers_[id] = cluster_.NewPeer("server-" + std::to_string(id));
       servers_[id]->Send(RegisterServer(id, 200 + id));
@@ -364,6 +367,63 @@ TEST(Takeover, WithOneReplicaARestartedServersRecoverListsTheNewProcess) {
   EXPECT_TRUE(recover);
   EXPECT_EQ(c.cluster().state().generation, 1u);
 }
+
+// A server's heartbeat names its registration. The process a restart
+// replaced under id 1, still running, is told so when it heartbeats
+// (kAborted, naming the registration that holds the id now), so that it
+// stops; also after a restart of the coordinator, which then knows its
+// members by id only and takes the new process, not the old one, for
+// server 1, whichever is heard from first.
+class Replaced : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Replaced, AProcessReplacedUnderItsIdIsToldToStop) {
+  const bool coordinator_restarts = GetParam();
+  ThreeServers c(/*replicas=*/2, "/sim/coordinator");
+  const uint64_t old_registration = c.routing().endpoint(1)->incarnation();
+  std::unique_ptr<Peer> again = c.cluster().NewPeer("server-1-again");
+  again->Send(RegisterServer(1, 211));
+  c.cluster().Run(milliseconds(20));
+  const uint64_t new_registration = c.routing().endpoint(1)->incarnation();
+  ASSERT_GT(new_registration, old_registration);
+  again->Take();
+  if (coordinator_restarts) {
+    c.cluster().Restart();
+    c.cluster().Run(milliseconds(20));
+    ASSERT_TRUE(c.cluster().server(1).identity.empty());
+  }
+
+  wire::Header stale = ServerHeartbeat(1, 0, /*keys=*/10);
+  stale.set_seq(901);
+  stale.set_incarnation(old_registration);
+  c.server(1).Send(stale);
+  c.cluster().Run(milliseconds(20));
+  bool told = false;
+  for (const wire::Header& m : c.server(1).Take()) {
+    if (m.type() != wire::CONTROL_REPLY || m.seq() != stale.seq()) continue;
+    told = true;
+    EXPECT_EQ(StatusFromWire(m).code(), StatusCode::kAborted)
+        << StatusFromWire(m);
+    EXPECT_EQ(m.incarnation(), new_registration);
+  }
+  EXPECT_TRUE(told);
+
+  wire::Header current = ServerHeartbeat(1, 0, /*keys=*/0);
+  current.set_seq(902);
+  current.set_incarnation(new_registration);
+  again->Send(current);
+  c.cluster().Run(milliseconds(20));
+  for (const wire::Header& m : again->Take()) {
+    EXPECT_EQ(m.status_code(), 0) << StatusFromWire(m);
+  }
+  EXPECT_FALSE(c.cluster().server(1).identity.empty());
+  EXPECT_FALSE(c.cluster().server(1).dead);
+}
+
+INSTANTIATE_TEST_SUITE_P(Takeover, Replaced, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "AfterACoordinatorRestart"
+                                             : "WhileTheCoordinatorRuns";
+                         });
 
 // After a takeover the slots' new backups are saving only once their
 // owners say the copies sent them are whole: a second death before that

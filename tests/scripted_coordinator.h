@@ -177,12 +177,9 @@ class ScriptedCoordinator {
     sim::NetworkFaults faults;
     faults.min_latency_us = faults.max_latency_us = 100;
     net_ = std::make_unique<sim::SimNetwork>(/*seed=*/1, faults);
-    env_ = std::make_unique<StallingEnv>(
-        std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator"));
-    options.bind_address = kScriptedCoordinatorAddress;
     options_ = options;
-    coordinator_ = std::make_unique<CoordinatorNode>(options, env_.get());
-    EXPECT_TRUE(coordinator_->Start().ok());
+    options_.bind_address = kScriptedCoordinatorAddress;
+    StartCoordinator();
     start_ = net_->now();
   }
 
@@ -192,10 +189,7 @@ class ScriptedCoordinator {
   void Restart() {
     net_->Crash("coordinator");
     coordinator_.reset();
-    env_ = std::make_unique<StallingEnv>(
-        std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator"));
-    coordinator_ = std::make_unique<CoordinatorNode>(options_, env_.get());
-    EXPECT_TRUE(coordinator_->Start().ok());
+    StartCoordinator();
   }
 
   std::unique_ptr<Peer> NewPeer(const std::string& node) {
@@ -246,6 +240,13 @@ class ScriptedCoordinator {
   const Member& worker(int32_t id) const { return state().workers.at(id); }
 
  private:
+  void StartCoordinator() {
+    env_ = std::make_unique<StallingEnv>(
+        std::make_unique<sim::SimEnv>(net_.get(), &disk_, "coordinator"));
+    coordinator_ = std::make_unique<CoordinatorNode>(options_, env_.get());
+    EXPECT_TRUE(coordinator_->Start().ok());
+  }
+
   CoordinatorOptions options_;
   std::unique_ptr<sim::SimNetwork> net_;
   sim::MemDisk disk_;

@@ -187,6 +187,15 @@ class ScriptedCluster {
     SendFromCoordinator(server_identity_, h);
   }
 
+  // The coordinator's ROUTING_UPDATE of Routing(epoch, owners), delivered.
+  void SendRouting(uint64_t epoch, const std::vector<int32_t>& owners) {
+    wire::Header update;
+    update.set_type(wire::ROUTING_UPDATE);
+    *update.mutable_routing() = Routing(epoch, owners);
+    SendToServer(update);
+    Run(milliseconds(5));
+  }
+
   void SendFromCoordinator(const std::string& to, const wire::Header& h) {
     OutMessage out;
     out.AddString(to);

@@ -818,11 +818,7 @@ TEST(ServerRouting, AResendOfAnAppliedPushAfterItsSlotMovedIsADuplicate) {
   ASSERT_EQ(done->header.status_code(), 0) << done->header.status_message();
   std::vector<int32_t> owners = AssignSlotsEvenly(kSlots, {0, 1});
   owners[slot] = 1;
-  wire::Header update;
-  update.set_type(wire::ROUTING_UPDATE);
-  *update.mutable_routing() = cluster.Routing(/*epoch=*/2, owners);
-  cluster.SendToServer(update);
-  cluster.Run(milliseconds(5));
+  cluster.SendRouting(/*epoch=*/2, owners);
   std::optional<Got> ack = cluster.TakeAtCoordinator(wire::ROUTING_ACK);
   ASSERT_TRUE(ack.has_value());
   ASSERT_EQ(ack->header.epoch(), 2u);

@@ -136,12 +136,7 @@ TEST(ServerNode, ARoutingThatListsTheProcessItReplacedIsNotServed) {
 
   // The coordinator's next routing lists it: served.
   cluster.set_incarnations(7, 7);
-  wire::Header update;
-  update.set_type(wire::ROUTING_UPDATE);
-  *update.mutable_routing() =
-      cluster.Routing(/*epoch=*/2, std::vector<int32_t>(kSlots, 0));
-  cluster.SendToServer(update);
-  cluster.Run(std::chrono::milliseconds(5));
+  cluster.SendRouting(/*epoch=*/2, std::vector<int32_t>(kSlots, 0));
   Got applied = cluster.Request(wire::PUSH, 2, {3}, kOnes, 0, /*epoch=*/2);
   EXPECT_EQ(StatusFromWire(applied.header).code(), StatusCode::kOk)
       << StatusFromWire(applied.header);
@@ -163,12 +158,7 @@ TEST(ServerNode, ARoutingThatListsANewerProcessUnderItsIdStopsIt) {
   EXPECT_FALSE(cluster.server().shut_down());
 
   cluster.set_incarnations(7, 9);
-  wire::Header update;
-  update.set_type(wire::ROUTING_UPDATE);
-  *update.mutable_routing() =
-      cluster.Routing(/*epoch=*/2, std::vector<int32_t>(kSlots, 0));
-  cluster.SendToServer(update);
-  cluster.Run(std::chrono::milliseconds(5));
+  cluster.SendRouting(/*epoch=*/2, std::vector<int32_t>(kSlots, 0));
   EXPECT_TRUE(cluster.server().shut_down());
   EXPECT_EQ(cluster.server().failure().code(), StatusCode::kAborted);
   EXPECT_NE(cluster.server().failure().message().find("was replaced"),

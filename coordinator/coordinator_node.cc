@@ -16,9 +16,6 @@ constexpr milliseconds kShutdownFlush{300};
 // The longest the loop sleeps: liveness and deadlines are checked at
 // least this often.
 constexpr milliseconds kTimerPeriod{100};
-// A gap this long between two turns of the loop (which wakes every
-// kTimerPeriod) is a pause of the coordinator's own.
-constexpr milliseconds kPauseForgiven{1000};
 // How often a state that could not be saved is tried again.
 constexpr milliseconds kSaveRetry{200};
 
@@ -99,24 +96,27 @@ void CoordinatorNode::Step() {
 }
 
 void CoordinatorNode::ForgiveAPause(TimePoint now) {
-  if (last_ran_ != TimePoint{} && now - last_ran_ > kPauseForgiven) {
-    // This node did not run (stopped, or starved on a loaded host): the
-    // members' silence meanwhile is not theirs, and their heartbeats of
-    // that time may still be on the way in.
-    const auto pause = now - last_ran_;
-    membership_.ForgivePause(pause);
-    // Nor is the rounds' lateness: their deadlines move as much, and so
-    // does the shutdown's wait for servers not heard from.
-    checkpoints_.Postpone(pause);
-    tables_.Postpone(pause);
-    recovery_.Postpone(pause);
-    if (ctx_.shutting_down) shutdown_deadline_ += pause;
-    LOG(WARNING) << "coordinator: did not run for "
-                 << std::chrono::duration_cast<milliseconds>(pause).count()
-                 << " ms; the members' silence over that time is not held "
-                    "against them, nor are the rounds it waits for late";
-  }
+  // The loop wakes every kTimerPeriod: a gap of over a second is a pause.
+  const auto gap =
+      last_ran_ == TimePoint{} ? TimePoint::duration{} : now - last_ran_;
   last_ran_ = now;
+  const auto pause = pause_credit_.Forgive(gap);
+  if (gap <= PauseCredit::kPause) return;
+  // This node did not run (stopped, or starved on a loaded host): the
+  // members' silence meanwhile is not theirs, and their heartbeats of that
+  // time may still be on the way in. Nor is the rounds' lateness: their
+  // deadlines move as much, and so does the shutdown's wait for servers
+  // not heard from. As far as the credit goes.
+  membership_.ForgivePause(pause);
+  checkpoints_.Postpone(pause);
+  tables_.Postpone(pause);
+  recovery_.Postpone(pause);
+  if (ctx_.shutting_down) shutdown_deadline_ += pause;
+  LOG(WARNING) << "coordinator: did not run for "
+               << std::chrono::duration_cast<milliseconds>(gap).count()
+               << " ms; the members' silence and the rounds' lateness over "
+               << std::chrono::duration_cast<milliseconds>(pause).count()
+               << " ms of it are not held against them";
 }
 
 void CoordinatorNode::Run(const std::function<void()>& task) {

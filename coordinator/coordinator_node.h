@@ -35,6 +35,7 @@
 #include "coordinator/coordinator_context.h"
 #include "coordinator/membership_manager.h"
 #include "coordinator/migration_manager.h"
+#include "coordinator/pause_credit.h"
 #include "coordinator/recovery_manager.h"
 #include "coordinator/routing_manager.h"
 #include "coordinator/table_catalog.h"
@@ -158,7 +159,8 @@ class CoordinatorNode {
   // Batches held by workers no longer live go back to the data plan.
   void ReleaseGoneWorkersData();
   // A gap of over a second since this node last read its inbox (`now`) was
-  // a pause of its own: the members' silence over it is forgiven.
+  // a pause of its own: the members' silence over it is forgiven, as far
+  // as pause_credit_ allows.
   void ForgiveAPause(TimePoint now);
   void CheckTimeouts();
   // The live workers changed: tell the servers, release a barrier that no
@@ -191,6 +193,7 @@ class CoordinatorNode {
   // Past this, the coordinator ends without servers it could not tell.
   TimePoint shutdown_deadline_{};
   TimePoint last_ran_{};  // when Step() last read its inbox
+  PauseCredit pause_credit_;
   Status failure_;
   // Since when no worker has been live, none having finished (unset while
   // one is).

@@ -218,6 +218,40 @@ TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
   EXPECT_FALSE(cluster.server(0).dead);
 }
 
+// A coordinator whose every turn is slow (say its saves stall on a disk)
+// looks paused at each turn. Its pauses are forgiven out of a credit that
+// such a loop uses up (coordinator/pause_credit.h): a worker that falls
+// silent is still found dead, within the minute of credit and then the
+// timeout at half speed, and the members that heartbeat on are not.
+TEST(MemberSilence, ACoordinatorSlowAtEveryTurnStillFindsASilentMemberDead) {
+  ScriptedCoordinator cluster(OneServerTwoWorkers());
+  auto server = cluster.NewPeer("server-0");
+  auto worker0 = cluster.NewPeer("worker-0");
+  auto worker1 = cluster.NewPeer("worker-1");
+  server->Send(RegisterServer(0, 200));
+  worker0->Send(RegisterWorker(0, 300));
+  worker1->Send(RegisterWorker(1, 301));
+  cluster.Run(milliseconds(20));
+  ASSERT_FALSE(cluster.worker(1).dead);
+
+  // Worker 1 falls silent; every turn stalls 2 s. Were each stall forgiven
+  // whole, 150 turns would count only their 20 ms runs, 3 s of silence.
+  int turns = 0;
+  for (; turns < 150 && !cluster.worker(1).dead; ++turns) {
+    cluster.StallAfterTheInboxIsRead(
+        milliseconds(2000), milliseconds(1000), [&] {
+          server->Send(Heartbeat(wire::ROLE_SERVER, 0));
+          worker0->Send(Heartbeat(wire::ROLE_WORKER, 0));
+        });
+    cluster.Run(milliseconds(20));
+    ASSERT_FALSE(cluster.worker(0).dead) << "turn " << turns;
+    ASSERT_FALSE(cluster.server(0).dead) << "turn " << turns;
+  }
+  EXPECT_TRUE(cluster.worker(1).dead);
+  // About 60 turns use the credit up; then half of each 2 s counts.
+  EXPECT_LT(turns, 80);
+}
+
 // A server announced a silence (a checkpoint write) and ends it with a
 // heartbeat just after the coordinator read its inbox and stopped; the
 // coordinator runs again past the announced end. As of its last read, the

@@ -26,7 +26,7 @@ inline const auto* const kQuietLogs =
 
 // The seeds 1..`n` of one of the slowest tests, or the first n / D of them
 // (at least 1) with DUCTILE_SIM_SEED_DIVISOR=D: the sanitizer run of CI
-// takes a sixth, since its slowdown makes these tests minutes long, and
+// takes a twelfth, since its slowdown makes these tests minutes long, and
 // the uninstrumented run takes every seed.
 inline uint64_t SlowTestSeeds(uint64_t n) {
   const char* v = std::getenv("DUCTILE_SIM_SEED_DIVISOR");

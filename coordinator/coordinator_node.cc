@@ -102,21 +102,27 @@ void CoordinatorNode::ForgiveAPause(TimePoint now) {
   last_ran_ = now;
   const auto pause = pause_credit_.Forgive(gap);
   if (gap <= PauseCredit::kPause) return;
-  // This node did not run (stopped, or starved on a loaded host): the
-  // members' silence meanwhile is not theirs, and their heartbeats of that
-  // time may still be on the way in. Nor is the rounds' lateness: their
-  // deadlines move as much, and so does the shutdown's wait for servers
-  // not heard from. As far as the credit goes.
+  // This node did not run: the members' silence meanwhile (their
+  // heartbeats may still be on the way in) and the rounds' lateness are not
+  // theirs, as far as the credit goes; the shutdown's wait moves too.
   membership_.ForgivePause(pause);
   checkpoints_.Postpone(pause);
   tables_.Postpone(pause);
   recovery_.Postpone(pause);
   if (ctx_.shutting_down) shutdown_deadline_ += pause;
-  LOG(WARNING) << "coordinator: did not run for "
-               << std::chrono::duration_cast<milliseconds>(gap).count()
+  const int64_t gap_ms = std::chrono::duration_cast<milliseconds>(gap).count();
+  if (pause < gap) {
+    // The credit runs short (a loop slow at every turn): every 100th.
+    LOG_EVERY_N(WARNING, 100)
+        << "coordinator: did not run for " << gap_ms
+        << " ms; its credit for pauses forgives only "
+        << std::chrono::duration_cast<milliseconds>(pause).count()
+        << " ms of it: the members' silence over the rest counts";
+    return;
+  }
+  LOG(WARNING) << "coordinator: did not run for " << gap_ms
                << " ms; the members' silence and the rounds' lateness over "
-               << std::chrono::duration_cast<milliseconds>(pause).count()
-               << " ms of it are not held against them";
+                  "that time are not held against them";
 }
 
 void CoordinatorNode::Run(const std::function<void()>& task) {

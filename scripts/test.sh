@@ -8,7 +8,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 bash scripts/build.sh build
 # Three at a time, the training runs (label `training`, each a few busy
-# processes) one at a time among them: most other tests wait on timeouts
-# and peers, and fill the cores the training leaves.
+# processes) one at a time among them (the build's resource spec,
+# tests/ctest_resources.json): most other tests wait on timeouts and peers,
+# and fill the cores the training leaves.
 ctest --test-dir build --output-on-failure -j3 --timeout 300 --no-tests=error \
-  --resource-spec-file "$PWD/tests/ctest_resources.json" -LE nightly "$@"
+  -LE nightly "$@"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/pause_credit.h"
 #include "ductile/table.h"
 #include "proto/ductile.pb.h"
 #include "proto/table_config.h"
@@ -235,7 +236,7 @@ TEST(MemberSilence, ACoordinatorSlowAtEveryTurnStillFindsASilentMemberDead) {
   ASSERT_FALSE(cluster.worker(1).dead);
 
   // Worker 1 falls silent; every turn stalls 2 s. Were each stall forgiven
-  // whole, 150 turns would count only their 20 ms runs, 3 s of silence.
+  // whole, its silence would stay at the first turn's 20 ms.
   int turns = 0;
   for (; turns < 150 && !cluster.worker(1).dead; ++turns) {
     cluster.StallAfterTheInboxIsRead(
@@ -250,6 +251,30 @@ TEST(MemberSilence, ACoordinatorSlowAtEveryTurnStillFindsASilentMemberDead) {
   EXPECT_TRUE(cluster.worker(1).dead);
   // About 60 turns use the credit up; then half of each 2 s counts.
   EXPECT_LT(turns, 80);
+}
+
+TEST(PauseCredit, OneStopOfUpToAMinuteIsForgivenWholeAndAShortGapNotAtAll) {
+  using std::chrono::seconds;
+  EXPECT_EQ(PauseCredit().Forgive(milliseconds(1000)), milliseconds(0));
+  EXPECT_EQ(PauseCredit().Forgive(seconds(60)), seconds(60));
+  EXPECT_EQ(PauseCredit().Forgive(seconds(90)), seconds(60));
+  // Used up by one stop, the credit comes back at half the time that
+  // passes: after 30 s more, a 20 s stop is forgiven whole again.
+  PauseCredit credit;
+  EXPECT_EQ(credit.Forgive(seconds(60)), seconds(60));
+  for (int i = 0; i < 300; ++i) credit.Forgive(milliseconds(100));
+  EXPECT_EQ(credit.Forgive(seconds(20)), seconds(20));
+}
+
+TEST(PauseCredit, ALoopSlowAtEveryTurnHasHalfOfEachGapForgivenAtMost) {
+  PauseCredit credit;
+  auto forgiven = PauseCredit::Duration{};
+  const int turns = 1000;
+  for (int i = 0; i < turns; ++i)
+    forgiven += credit.Forgive(milliseconds(2000));
+  // The first minute, then half of each turn's 2 s.
+  EXPECT_LE(forgiven, std::chrono::seconds(60) + turns * milliseconds(1000));
+  EXPECT_EQ(credit.Forgive(milliseconds(2000)), milliseconds(1000));
 }
 
 // A server announced a silence (a checkpoint write) and ends it with a

@@ -656,7 +656,7 @@ TEST(SimulationRepro, TheSeedFromTheEnvironment) {
 
 // The CI sweep: 1000 seeds, each with its own model, size and faults.
 // DUCTILE_SIM_SWEEP_SEEDS runs the first N of them instead (the sanitizer
-// run of CI takes 120: the sanitizers' slowdown costs minutes per thousand,
+// run of CI takes 60: the sanitizers' slowdown costs minutes per thousand,
 // and the full sweep runs uninstrumented).
 TEST(Simulation, AThousandSeedsKeepEveryInvariant) {
   const char* v = std::getenv("DUCTILE_SIM_SWEEP_SEEDS");

@@ -160,7 +160,8 @@ class CoordinatorNode {
   void ReleaseGoneWorkersData();
   // A gap of over a second since this node last read its inbox (`now`) was
   // a pause of its own: the members' silence over it is forgiven, as far
-  // as pause_credit_ allows.
+  // as pause_credit_ allows. (It, CheckTimeouts and CheckWorkersGone:
+  // coordinator_node_timers.cc.)
   void ForgiveAPause(TimePoint now);
   void CheckTimeouts();
   // The live workers changed: tell the servers, release a barrier that no

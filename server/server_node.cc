@@ -329,7 +329,7 @@ void ServerNode::Step() {
     if (!coordinator_->Receive(&message_, &got).ok() || !got) break;
     HandleCoordinator(message_);
   }
-  if (shut_down_ && !failure_.ok()) return;  // replaced: nothing more
+  if (StoppedFailing()) return;  // replaced: nothing more
   StepMoves();
   HandleTimers();
   StepReplication();
@@ -357,7 +357,7 @@ void ServerNode::HandleCoordinator(InMessage& message) {
   }
   if (header.has_routing()) {
     InstallRouting(header.routing());
-    if (shut_down_ && !failure_.ok()) return;  // replaced: it stops here
+    if (StoppedFailing()) return;  // replaced: it stops here
     wire::Header ack;
     ack.set_type(wire::ROUTING_ACK);
     ack.set_member_id(id_);

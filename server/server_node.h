@@ -135,6 +135,8 @@ class ServerNode final : private CoordinatorLink {
   bool ListsThisProcess(const RoutingTable& routing);
   // Stops this process, replaced by registration `by` under its id.
   void StopReplaced(uint64_t by);
+  // Stopped with an error (replaced): it does nothing more.
+  bool StoppedFailing() const { return shut_down_ && !failure_.ok(); }
   void CreateTable(const wire::Header& header);
   void SetWorkers(const wire::Header& header);
   void PrepareChange(const wire::Header& header);

@@ -42,6 +42,22 @@ CoordinatorOptions OneServerTwoWorkers() {
   return options;
 }
 
+// Server 0 and workers 0 and 1, registered with `cluster`.
+struct Members {
+  explicit Members(ScriptedCoordinator& cluster)
+      : server(cluster.NewPeer("server-0")),
+        worker0(cluster.NewPeer("worker-0")),
+        worker1(cluster.NewPeer("worker-1")) {
+    server->Send(RegisterServer(0, 200));
+    worker0->Send(RegisterWorker(0, 300));
+    worker1->Send(RegisterWorker(1, 301));
+    cluster.Run(milliseconds(20));
+  }
+  std::unique_ptr<Peer> server;
+  std::unique_ptr<Peer> worker0;
+  std::unique_ptr<Peer> worker1;
+};
+
 // The live workers of the last WORKERS_UPDATE among `messages` (none: -1).
 std::vector<int32_t> LastLiveWorkers(const std::vector<wire::Header>& messages,
                                      bool* any) {
@@ -57,15 +73,10 @@ std::vector<int32_t> LastLiveWorkers(const std::vector<wire::Header>& messages,
 
 TEST(MemberExit, AReportedWorkerLeavesTheLiveSetLongBeforeItsHeartbeatTimeout) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
-  auto server = cluster.NewPeer("server-0");
-  auto worker0 = cluster.NewPeer("worker-0");
-  auto worker1 = cluster.NewPeer("worker-1");
+  Members members(cluster);
+  Peer& server = *members.server;
   auto launcher = cluster.NewPeer("launcher");
-  server->Send(RegisterServer(0, 200));
-  worker0->Send(RegisterWorker(0, 300));
-  worker1->Send(RegisterWorker(1, 301));
-  cluster.Run(milliseconds(20));
-  server->Take();
+  server.Take();
   ASSERT_EQ(cluster.worker(1).pid, 301);
   EXPECT_FALSE(cluster.worker(1).dead);
 
@@ -77,7 +88,7 @@ TEST(MemberExit, AReportedWorkerLeavesTheLiveSetLongBeforeItsHeartbeatTimeout) {
   // The server is told at once that only worker 0 is live: a BSP or SSP
   // clock no longer waits for worker 1.
   bool told = false;
-  EXPECT_EQ(LastLiveWorkers(server->Take(), &told), std::vector<int32_t>({0}));
+  EXPECT_EQ(LastLiveWorkers(server.Take(), &told), std::vector<int32_t>({0}));
   EXPECT_TRUE(told);
   EXPECT_LT(cluster.ElapsedMs(), kHeartbeatTimeoutMs / 10);
 }
@@ -183,13 +194,8 @@ TEST(MemberExit,
 // afterwards still is, after the timeout.
 TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
-  auto server = cluster.NewPeer("server-0");
-  auto worker0 = cluster.NewPeer("worker-0");
-  auto worker1 = cluster.NewPeer("worker-1");
-  server->Send(RegisterServer(0, 200));
-  worker0->Send(RegisterWorker(0, 300));
-  worker1->Send(RegisterWorker(1, 301));
-  cluster.Run(milliseconds(20));
+  Members members(cluster);
+  auto& [server, worker0, worker1] = members;
   ASSERT_FALSE(cluster.worker(0).dead);
   ASSERT_FALSE(cluster.worker(1).dead);
   ASSERT_FALSE(cluster.server(0).dead);
@@ -226,13 +232,8 @@ TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
 // timeout at half speed, and the members that heartbeat on are not.
 TEST(MemberSilence, ACoordinatorSlowAtEveryTurnStillFindsASilentMemberDead) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
-  auto server = cluster.NewPeer("server-0");
-  auto worker0 = cluster.NewPeer("worker-0");
-  auto worker1 = cluster.NewPeer("worker-1");
-  server->Send(RegisterServer(0, 200));
-  worker0->Send(RegisterWorker(0, 300));
-  worker1->Send(RegisterWorker(1, 301));
-  cluster.Run(milliseconds(20));
+  Members members(cluster);
+  auto& [server, worker0, worker1] = members;
   ASSERT_FALSE(cluster.worker(1).dead);
 
   // Worker 1 falls silent; every turn stalls 2 s. Were each stall forgiven
@@ -324,11 +325,7 @@ struct TableRound {
 // Server 0 and workers 0 and 1 registered; worker 0 asked for table "t",
 // and the coordinator asked the server.
 TableRound StartTableRound(ScriptedCoordinator& cluster, Peer& server,
-                           Peer& worker0, Peer& worker1) {
-  server.Send(RegisterServer(0, 200));
-  worker0.Send(RegisterWorker(0, 300));
-  worker1.Send(RegisterWorker(1, 301));
-  cluster.Run(milliseconds(20));
+                           Peer& worker0) {
   server.Take();
   TableOptions options;
   options.name = "t";
@@ -351,11 +348,9 @@ TableRound StartTableRound(ScriptedCoordinator& cluster, Peer& server,
 
 TEST(MemberSilence, AnAnswerAPauseLeftUnreadIsNotLate) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
-  auto server = cluster.NewPeer("server-0");
-  auto worker0 = cluster.NewPeer("worker-0");
-  auto worker1 = cluster.NewPeer("worker-1");
-  const TableRound round =
-      StartTableRound(cluster, *server, *worker0, *worker1);
+  Members members(cluster);
+  auto& [server, worker0, worker1] = members;
+  const TableRound round = StartTableRound(cluster, *server, *worker0);
   bool acknowledged = false;
   cluster.StallAfterTheInboxIsRead(
       milliseconds(12000), milliseconds(1000), [&] {
@@ -378,11 +373,9 @@ TEST(MemberSilence, AnAnswerAPauseLeftUnreadIsNotLate) {
 // round's deadline as much: the answer is not late.
 TEST(MemberSilence, AnAnswerThatComesInAfterAPauseIsNotLate) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
-  auto server = cluster.NewPeer("server-0");
-  auto worker0 = cluster.NewPeer("worker-0");
-  auto worker1 = cluster.NewPeer("worker-1");
-  const TableRound round =
-      StartTableRound(cluster, *server, *worker0, *worker1);
+  Members members(cluster);
+  auto& [server, worker0, worker1] = members;
+  const TableRound round = StartTableRound(cluster, *server, *worker0);
   bool stalled = false;
   cluster.StallAfterTheInboxIsRead(milliseconds(12000), milliseconds(1000),
                                    [&] { stalled = true; });

@@ -195,7 +195,9 @@ TEST(MemberExit,
 TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
   Members members(cluster);
-  auto& [server, worker0, worker1] = members;
+  auto& server = members.server;
+  auto& worker0 = members.worker0;
+  auto& worker1 = members.worker1;
   ASSERT_FALSE(cluster.worker(0).dead);
   ASSERT_FALSE(cluster.worker(1).dead);
   ASSERT_FALSE(cluster.server(0).dead);
@@ -233,7 +235,8 @@ TEST(MemberSilence, APauseOfTheCoordinatorAfterItReadsItsInboxIsNotTheMembers) {
 TEST(MemberSilence, ACoordinatorSlowAtEveryTurnStillFindsASilentMemberDead) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
   Members members(cluster);
-  auto& [server, worker0, worker1] = members;
+  auto& server = members.server;
+  auto& worker0 = members.worker0;
   ASSERT_FALSE(cluster.worker(1).dead);
 
   // Worker 1 falls silent; every turn stalls 2 s. Were each stall forgiven
@@ -349,7 +352,9 @@ TableRound StartTableRound(ScriptedCoordinator& cluster, Peer& server,
 TEST(MemberSilence, AnAnswerAPauseLeftUnreadIsNotLate) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
   Members members(cluster);
-  auto& [server, worker0, worker1] = members;
+  auto& server = members.server;
+  auto& worker0 = members.worker0;
+  auto& worker1 = members.worker1;
   const TableRound round = StartTableRound(cluster, *server, *worker0);
   bool acknowledged = false;
   cluster.StallAfterTheInboxIsRead(
@@ -374,7 +379,8 @@ TEST(MemberSilence, AnAnswerAPauseLeftUnreadIsNotLate) {
 TEST(MemberSilence, AnAnswerThatComesInAfterAPauseIsNotLate) {
   ScriptedCoordinator cluster(OneServerTwoWorkers());
   Members members(cluster);
-  auto& [server, worker0, worker1] = members;
+  auto& server = members.server;
+  auto& worker0 = members.worker0;
   const TableRound round = StartTableRound(cluster, *server, *worker0);
   bool stalled = false;
   cluster.StallAfterTheInboxIsRead(milliseconds(12000), milliseconds(1000),

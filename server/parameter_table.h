@@ -322,13 +322,19 @@ class ParameterTable {
   // RowRef's terms.
   void AppendEntryValue(RowRef row, std::string* out) const;
 
+  // Rows taken out by EraseIf: their memory goes back when this is
+  // destroyed, wherever the caller likes (a thread of its own: many rows
+  // of many MB take a while to free).
+  class Erased;
+
   // Removes the keys for which `pred(key)` holds (their slots moved away);
   // returns how many. Those the store may hold are listed for the next
   // checkpoint to delete (TakeEvicted): the slots' new owner writes them,
   // and a version of them left here would come back with a rollback once
-  // the slots return.
+  // the slots return. The rows go to `erased` when given, to be freed
+  // there.
   template <typename Pred>
-  size_t EraseIf(Pred&& pred) {
+  size_t EraseIf(Pred&& pred, Erased* erased = nullptr) {
     const size_t before = entries_.size();
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (!pred(it->first)) {
@@ -338,7 +344,13 @@ class ParameterTable {
       stored_floats_ -= it->second.value.size() + it->second.state.size();
       Unlink(it->second);
       if (keeps_evicted_ && it->second.in_store) evicted_.insert(it->first);
-      it = entries_.erase(it);
+      if (erased == nullptr) {
+        it = entries_.erase(it);
+        continue;
+      }
+      const auto next = std::next(it);
+      erased->rows_.push_back(entries_.extract(it));
+      it = next;
     }
     if (entries_.size() != before) {
       std::erase_if(changed_, [&](Key k) { return entries_.count(k) == 0; });
@@ -418,6 +430,18 @@ class ParameterTable {
     Entry* older = nullptr;
     Entry* newer = nullptr;
   };
+
+ public:
+  class Erased {
+   public:
+    size_t size() const { return rows_.size(); }
+
+   private:
+    friend class ParameterTable;
+    std::vector<std::unordered_map<Key, Entry>::node_type> rows_;
+  };
+
+ private:
   // The entry of `key` for a push standing for `pushes` pushes, created
   // if the push admits it; null if it does not (the push is dropped).
   Entry* Admit(Key key, uint32_t width, uint32_t pushes);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "ductile/security.h"
 #include "glog/logging.h"
@@ -10,6 +12,7 @@
 #include "proto/counters.h"
 #include "proto/table_config.h"
 #include "transport/endpoint.h"
+#include "util/malloc_policy.h"
 
 namespace ductile {
 namespace {
@@ -452,8 +455,19 @@ void ServerNode::InstallRouting(const wire::RoutingTable& wire) {
   tables_.set_num_slots(routing_.num_slots());
   VLOG(1) << "server " << id_ << " routing epoch " << routing_.epoch();
   if (mover_ && mover_->moving()) {
-    // Slots moved away are the new owner's now: their keys go.
-    if (mover_->OnRouting(routing_, id_, tables_) > 0) SetKeysStored();
+    // Slots moved away are the new owner's now: their keys go. Their rows
+    // are freed, and the memory given back to the system, beside this
+    // thread: hundreds of MB of them took it most of a second.
+    std::vector<ParameterTable::Erased> erased;
+    if (mover_->OnRouting(routing_, id_, tables_, &erased) > 0) {
+      SetKeysStored();
+      auto rows = std::make_shared<std::vector<ParameterTable::Erased>>(
+          std::move(erased));
+      FreeBeside([rows = std::move(rows)]() mutable {
+        rows.reset();
+        ReleaseFreedMemory();
+      });
+    }
     SetMoveCounters();
   }
   OnReplicaRouting(old);

@@ -154,6 +154,9 @@ class ServerNode final : private CoordinatorLink {
   // After a routing change from `old`: takes over the slots whose primary
   // died and whose copy is here, and drops the copies no longer backed.
   void OnReplicaRouting(const RoutingTable& old);
+  // Runs `free` (dropping rows: their memory goes back) on freer_, beside
+  // the request thread; in line where there is none (a simulation).
+  void FreeBeside(std::function<void()> free);
   // Reads the backups' answers, sends the replies they let go, and sends
   // what changed with no reply to wait for it.
   void StepReplication();
@@ -284,8 +287,8 @@ class ServerNode final : private CoordinatorLink {
   // primary's side for its own (made by Start()). Moves finished, to be
   // reported once the replicator is idle.
   ReplicaStore replicas_;
-  // Frees the copies a routing change drops (null in a simulation: they
-  // are freed in line).
+  // Frees the rows a routing change drops, copies and slots moved away
+  // (null in a simulation: they are freed in line).
   std::unique_ptr<BackgroundThread> freer_;
   std::unique_ptr<Replicator> replicator_;
   std::vector<std::pair<wire::Header, uint64_t>> moves_done_;  // ticket

@@ -274,13 +274,9 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
         },
         &dropped);
     // Freed beside this thread: a million rows take a while.
-    if (!freer_) {
-      freer_ = env_->NewBackgroundThread("ductile-free",
-                                         BackgroundThread::Priority::kLower);
-    }
-    if (freer_ && dropped.size() > 0) {
+    if (dropped.size() > 0) {
       auto rows = std::make_shared<ReplicaStore::Dropped>(std::move(dropped));
-      freer_->Schedule([rows = std::move(rows)]() mutable { rows.reset(); });
+      FreeBeside([rows = std::move(rows)]() mutable { rows.reset(); });
     }
   }
   replicas_.DropFilters([&](int32_t slot) {
@@ -295,6 +291,15 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
   for (const auto& [primary, stream] : replica_streams_) {
     if (primaries.count(primary) == 0) replicas_.DropWindows(primary);
   }
+}
+
+void ServerNode::FreeBeside(std::function<void()> free) {
+  if (!freer_) {
+    freer_ = env_->NewBackgroundThread("ductile-free",
+                                       BackgroundThread::Priority::kLower);
+  }
+  if (freer_) return freer_->Schedule(std::move(free));
+  free();
 }
 
 void ServerNode::TakeOver(const std::set<int32_t>& slots) {

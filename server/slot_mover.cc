@@ -9,7 +9,6 @@
 #include "server/move_stream.h"
 #include "server/record_codec.h"
 #include "storage/checkpoint_format.h"
-#include "util/malloc_policy.h"
 
 namespace ductile {
 
@@ -217,7 +216,8 @@ std::vector<wire::Header> SlotMover::Step() {
 }
 
 uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
-                              TableSet& tables) {
+                              TableSet& tables,
+                              std::vector<ParameterTable::Erased>* erased) {
   uint64_t dropped = 0;
   for (auto it = moves_.begin(); it != moves_.end();) {
     Move& m = it->second;
@@ -231,14 +231,14 @@ uint64_t SlotMover::OnRouting(const RoutingTable& routing, int32_t self,
     m.stream->Cancel();  // nothing reads the rows from here on
     tables.ForEach([&](TableId id, ParameterTable& table) {
       dropped += table.EraseIf(
-          [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; });
+          [&](Key key) { return m.slots.count(routing.SlotOf(id, key)) > 0; },
+          &erased->emplace_back());
       table.EraseCounts([&](int32_t slot) { return m.slots.count(slot) > 0; });
     });
     LOG(INFO) << "move " << m.id << " done: " << m.slots.size()
               << " slot(s) now on server " << m.target;
     it = moves_.erase(it);
   }
-  if (dropped > 0) ReleaseFreedMemory();
   return dropped;
 }
 

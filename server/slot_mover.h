@@ -108,9 +108,12 @@ class SlotMover {
   // coordinator.
   std::vector<wire::Header> Step();
   // The routing changed: keys of finished moves whose slots this server
-  // no longer serves are dropped. Returns the number of keys dropped.
+  // no longer serves are dropped. Returns the number of keys dropped; their
+  // rows go to `erased`, to be freed (and the memory given back to the
+  // system, ReleaseFreedMemory) where the caller likes.
   uint64_t OnRouting(const RoutingTable& routing, int32_t self,
-                     TableSet& tables);
+                     TableSet& tables,
+                     std::vector<ParameterTable::Erased>* erased);
   // MIGRATE_ABORT (id 0: all) or a rollback: the slots are served here
   // again. The BSP pushes that went with their copy come back: into
   // `consistency`'s buffer, or applied to `tables`, combined, if their

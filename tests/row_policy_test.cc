@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -709,6 +710,29 @@ TEST(RowSlotMove, TheMovedRowsAreExactlyTheLiveOnesAndTakePartInTheBudget) {
   EXPECT_EQ(target.size(), 0u);
   source.SetClock(30);
   EXPECT_EQ(source.size(), 0u);
+}
+
+// Rows a move hands out to be freed elsewhere (EraseIf into an Erased)
+// leave the table as erased ones do: gone from it, from its count of
+// floats and from its order of use, while the Erased holds them.
+TEST(RowSlotMove, RowsTakenOutToBeFreedElsewhereLeaveTheTableAsErasedOnesDo) {
+  RowPolicy rows;
+  rows.max_rows = 4;
+  ParameterTable table(kTable, RowTable(rows), nullptr);
+  Push(table, {1, 2, 3, 4}, 1.0f);
+  const uint64_t floats = table.stored_floats();
+  auto erased = std::make_unique<ParameterTable::Erased>();
+  EXPECT_EQ(table.EraseIf([](Key k) { return k % 2 == 1; }, erased.get()), 2u);
+  EXPECT_EQ(erased->size(), 2u);
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{2, 4}));
+  EXPECT_EQ(table.stored_floats(), floats / 2);
+  erased.reset();  // freed: the table does not notice
+  // Two more rows fit under the budget; a fifth evicts the least recently
+  // updated of the ones left.
+  Push(table, {5, 6}, 1.0f);
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{2, 4, 5, 6}));
+  Push(table, {7}, 1.0f);
+  EXPECT_EQ(StoredKeys(table), (std::vector<Key>{4, 5, 6, 7}));
 }
 
 // A whole server: admission and eviction through a worker's pushes and

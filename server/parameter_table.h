@@ -54,6 +54,7 @@
 #include "server/slot_admission_filter.h"
 #include "storage/checkpoint_store.h"
 #include "util/parallel_runner.h"
+#include "util/taken_nodes.h"
 #include "util/update_rule.h"
 
 namespace ductile {
@@ -325,7 +326,7 @@ class ParameterTable {
   // Rows taken out by EraseIf: their memory goes back when this is
   // destroyed, wherever the caller likes (a thread of its own: many rows
   // of many MB take a while to free).
-  class Erased;
+  using Erased = TakenNodes<std::unordered_map<Key, Entry>>;
 
   // Removes the keys for which `pred(key)` holds (their slots moved away);
   // returns how many. Those the store may hold are listed for the next
@@ -344,13 +345,7 @@ class ParameterTable {
       stored_floats_ -= it->second.value.size() + it->second.state.size();
       Unlink(it->second);
       if (keeps_evicted_ && it->second.in_store) evicted_.insert(it->first);
-      if (erased == nullptr) {
-        it = entries_.erase(it);
-        continue;
-      }
-      const auto next = std::next(it);
-      erased->rows_.push_back(entries_.extract(it));
-      it = next;
+      it = erased != nullptr ? erased->Take(entries_, it) : entries_.erase(it);
     }
     if (entries_.size() != before) {
       std::erase_if(changed_, [&](Key k) { return entries_.count(k) == 0; });
@@ -431,17 +426,6 @@ class ParameterTable {
     Entry* newer = nullptr;
   };
 
- public:
-  class Erased {
-   public:
-    size_t size() const { return rows_.size(); }
-
-   private:
-    friend class ParameterTable;
-    std::vector<std::unordered_map<Key, Entry>::node_type> rows_;
-  };
-
- private:
   // The entry of `key` for a push standing for `pushes` pushes, created
   // if the push admits it; null if it does not (the push is dropped).
   Entry* Admit(Key key, uint32_t width, uint32_t pushes);

@@ -195,13 +195,7 @@ size_t ReplicaStore::Drop(const std::function<bool(TableId, Key)>& in,
       floats_ -= Floats(it->second);
       --rows_;
       ++dropped;
-      const auto next = std::next(it);
-      if (out != nullptr) {
-        out->rows_.push_back(held.extract(it));
-      } else {
-        held.erase(it);
-      }
-      it = next;
+      it = out != nullptr ? out->Take(held, it) : held.erase(it);
     }
   }
   for (auto& [primary, pushes] : buffered_) {

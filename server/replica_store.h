@@ -35,6 +35,7 @@
 #include "server/record_codec.h"
 #include "server/request_dedup.h"
 #include "storage/checkpoint_store.h"
+#include "util/taken_nodes.h"
 
 namespace ductile {
 
@@ -51,14 +52,7 @@ class ReplicaStore {
   // Rows taken out by Drop: their memory goes back when this is destroyed,
   // wherever the caller likes (a thread of its own: a million rows take a
   // while to free).
-  class Dropped {
-   public:
-    size_t size() const { return rows_.size(); }
-
-   private:
-    friend class ReplicaStore;
-    std::vector<std::unordered_map<Key, Row>::node_type> rows_;
-  };
+  using Dropped = TakenNodes<std::unordered_map<Key, Row>>;
 
   // What a promotion takes over: rows, least recently changed first (a
   // table that evicts keeps that order of use), and pushes.

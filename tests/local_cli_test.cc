@@ -907,7 +907,7 @@ void RunWithASlowedWorker(bool kill_first_replacement, bool bsp = false) {
   // 20 epochs: time for the policy to pick worker 1
   // even after a first pick of another worker on a loaded machine.
   Process p({kBinary, "local", "--workers=3", "--servers=1", "--epochs=20",
-             "--log_every=200", "--policy=stragglers:ratio=0.6:window=6",
+             "--log_every=100", "--policy=stragglers:ratio=0.6:window=6",
              "--policy_interval_ms=500",
              bsp ? "--consistency=bsp" : "--consistency=async", marker});
   ASSERT_TRUE(p.WaitFor("samples/s", std::chrono::seconds(120))) << p.output();

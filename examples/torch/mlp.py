@@ -51,9 +51,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.001)
+    parser.add_argument("--train_samples", type=int, default=None, help="train on the first N samples only")
     args = parser.parse_args()
 
     x, y = load(args.data_dir, "train")
+    if args.train_samples is not None:
+        x, y = x[: args.train_samples], y[: args.train_samples]
     test_x, test_y = load(args.data_dir, "t10k")
     # The data first: from init() on this worker is in the job, and under BSP
     # the others wait for its pushes.

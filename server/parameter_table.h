@@ -54,6 +54,7 @@
 #include "server/slot_admission_filter.h"
 #include "storage/checkpoint_store.h"
 #include "util/parallel_runner.h"
+#include "util/sharded_map.h"
 #include "util/taken_nodes.h"
 #include "util/update_rule.h"
 
@@ -326,7 +327,7 @@ class ParameterTable {
   // Rows taken out by EraseIf: their memory goes back when this is
   // destroyed, wherever the caller likes (a thread of its own: many rows
   // of many MB take a while to free).
-  using Erased = TakenNodes<std::unordered_map<Key, Entry>>;
+  using Erased = TakenNodes<ShardedMap<Key, Entry>>;
 
   // Removes the keys for which `pred(key)` holds (their slots moved away);
   // returns how many. Those the store may hold are listed for the next
@@ -504,7 +505,7 @@ class ParameterTable {
   const TableId id_;
   const TableOptions options_;
   const UpdateRuleKernel kernel_;
-  std::unordered_map<Key, Entry> entries_;
+  ShardedMap<Key, Entry> entries_;
   uint64_t stored_floats_ = 0;
   // Keys with Entry::changed set, and keys evicted since they were listed
   // (changed_stale_ of them; compacted when they are half).

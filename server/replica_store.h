@@ -35,6 +35,7 @@
 #include "server/record_codec.h"
 #include "server/request_dedup.h"
 #include "storage/checkpoint_store.h"
+#include "util/sharded_map.h"
 #include "util/taken_nodes.h"
 
 namespace ductile {
@@ -52,7 +53,7 @@ class ReplicaStore {
   // Rows taken out by Drop: their memory goes back when this is destroyed,
   // wherever the caller likes (a thread of its own: a million rows take a
   // while to free).
-  using Dropped = TakenNodes<std::unordered_map<Key, Row>>;
+  using Dropped = TakenNodes<ShardedMap<Key, Row>>;
 
   // What a promotion takes over: rows, least recently changed first (a
   // table that evicts keeps that order of use), and pushes.
@@ -109,7 +110,7 @@ class ReplicaStore {
                     std::optional<int64_t> below,
                     std::vector<RecordCodec::Buffered>* out);
 
-  std::map<TableId, std::unordered_map<Key, Row>> tables_;
+  std::map<TableId, ShardedMap<Key, Row>> tables_;
   std::map<int32_t, Pushes> buffered_;
   std::map<int32_t, RequestDedup> windows_;
   // Admission counts by (table, slot).

@@ -25,6 +25,16 @@ the repeats. Every worker sets torch.set_num_threads(--threads).
 
 --vocabs are total rows (split evenly over the 26 features). The same file
 is the worker (--role=ductile|ddp), started by the driver.
+
+With --fill (ductile only, with --emb_consistency=async) the workers first
+store every row of the vocabulary (a zero gradient pushed for each id, in
+calls of --fill_chunk ids), so that the steps run against the table at its
+full size, as after long training; the CSV adds the fill's seconds and its
+slowest call. The largest table this machine holds:
+
+    /usr/bin/python3 bench/embedding_bench.py --systems=ductile \\
+        --vocabs=60000000 --steps=20 --warmup=5 --repeats=1 --fill \\
+        --emb_consistency=async
 """
 
 import argparse
@@ -38,12 +48,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 SOURCE_DIR = Path(__file__).resolve().parents[1]
 FIELDS = ["system", "vocab", "workers", "repeat", "steps", "batch_size", "step_ms",
           "samples_per_s", "worker_rss_mb", "server_rss_mb", "auc", "planted_auc", "wall_s",
-          "status"]
+          "fill_s", "fill_slowest_push_s", "status"]
 
 
 def rss_mb(pid: str = "self", field: str = "VmHWM") -> float:
@@ -78,7 +88,9 @@ def run_worker(args: argparse.Namespace) -> None:
         embedding = dt.Embedding(None, args.dim, table="bench.embeddings", rule="adagrad",
                                  learning_rate=args.emb_lr,
                                  init={"kind": "normal", "stddev": 0.01, "seed": args.seed},
-                                 consistency="bsp")
+                                 consistency=args.emb_consistency)
+        fill_s, fill_slowest_s = fill_rows(client, embedding.table, per_feature, rank,
+                                           workers, args)
         ids_of = dlrm.row_ids
         model = dlrm.DLRM(embedding, args.dim, bottom=[64], top=[64, 32])
         optimizer = dt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=args.lr),
@@ -86,6 +98,7 @@ def run_worker(args: argparse.Namespace) -> None:
         step_fn = optimizer.step
         zero = optimizer.zero_grad
     else:
+        fill_s, fill_slowest_s = 0.0, 0.0
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
@@ -135,12 +148,46 @@ def run_worker(args: argparse.Namespace) -> None:
     evaluated = model if args.role == "ductile" else model.module
     model_auc, planted_auc = dlrm.evaluate(evaluated, data, args.test_samples, ids_of=ids_of)
     result = {"rank": rank, "step_ms": 1000 * statistics.median(times), "rss_mb": worker_rss,
-              "auc": model_auc, "planted_auc": planted_auc}
+              "auc": model_auc, "planted_auc": planted_auc, "fill_s": fill_s,
+              "fill_slowest_push_s": fill_slowest_s}
     with open(os.path.join(args.result_dir, f"{args.role}.{rank}.json"), "w") as f:
         json.dump(result, f)
     if args.role != "ductile":
         dist.barrier()
         dist.destroy_process_group()
+
+
+def fill_rows(client, table, per_feature: int, rank: int, workers: int,
+              args: argparse.Namespace) -> Tuple[float, float]:
+    """With --fill, stores every row of the vocabulary before the steps (a
+    zero gradient pushed for each id creates its row from the initializer):
+    the table at its full size, as after long training. This worker pushes
+    every workers-th chunk of --fill_chunk ids of each feature, one call a
+    chunk, and prints its progress after each feature. Returns the seconds
+    it took and the slowest call's ((0, 0) without --fill)."""
+    if not args.fill:
+        return 0.0, 0.0
+    import numpy as np
+    from ductile.clicks import NUM_SPARSE
+    import dlrm
+
+    begin = time.perf_counter()
+    grads = np.zeros((args.fill_chunk, args.dim), dtype=np.float32)
+    done, slowest, slowest_here = 0, 0.0, 0.0
+    for feature in range(NUM_SPARSE):
+        first = feature << dlrm.FEATURE_SHIFT
+        for start in range(rank * args.fill_chunk, per_feature, workers * args.fill_chunk):
+            ids = np.arange(first + start, first + min(start + args.fill_chunk, per_feature),
+                            dtype=np.int64)
+            call = time.perf_counter()
+            client.push_rows(table, ids, grads[: len(ids)])
+            slowest_here = max(slowest_here, time.perf_counter() - call)
+            done += len(ids)
+        print(f"worker {rank}: filled feature {feature + 1} of {NUM_SPARSE} "
+              f"({done} rows, {time.perf_counter() - begin:.1f} s, slowest push "
+              f"{slowest_here:.2f} s)", flush=True)
+        slowest, slowest_here = max(slowest, slowest_here), 0.0
+    return time.perf_counter() - begin, slowest
 
 
 # ---- The driver.
@@ -156,7 +203,8 @@ def worker_args(args: argparse.Namespace, role: str, vocab: int, result_dir: str
             f"--steps={args.steps}", f"--warmup={args.warmup}", f"--batch_size={args.batch_size}",
             f"--dim={args.dim}", f"--threads={args.threads}", f"--seed={args.seed}",
             f"--test_samples={args.test_samples}", f"--lr={args.lr}", f"--emb_lr={args.emb_lr}",
-            f"--result_dir={result_dir}"]
+            f"--result_dir={result_dir}", f"--emb_consistency={args.emb_consistency}",
+            f"--fill_chunk={args.fill_chunk}"] + (["--fill"] if args.fill else [])
 
 
 def server_rss(pids: List[int]) -> float:
@@ -230,6 +278,8 @@ def run_once(args: argparse.Namespace, system: str, vocab: int, repeat: int) -> 
                samples_per_s=round(args.workers * args.batch_size / (step_ms / 1000), 0),
                worker_rss_mb=round(max(r["rss_mb"] for r in results), 0),
                auc=round(results[0]["auc"], 4), planted_auc=round(results[0]["planted_auc"], 4),
+               fill_s=round(max(r["fill_s"] for r in results), 1),
+               fill_slowest_push_s=round(max(r["fill_slowest_push_s"] for r in results), 2),
                status=status)
     if system == "ductile":
         row["server_rss_mb"] = round(peak_server, 0)
@@ -260,9 +310,18 @@ def main() -> None:
     parser.add_argument("--ductile", type=Path, default=SOURCE_DIR / "build" / "ductile")
     parser.add_argument("--python_path", type=Path, default=SOURCE_DIR / "build" / "python")
     parser.add_argument("--result_dir", help="(worker) where to write its result")
+    parser.add_argument("--fill", action="store_true",
+                        help="(ductile) store every row of the vocabulary before the steps")
+    parser.add_argument("--fill_chunk", type=int, default=1 << 18, help="rows per push of --fill")
+    parser.add_argument("--emb_consistency", default="bsp",
+                        help="(ductile) the rows' table's consistency: bsp, ssp:K or async "
+                        "(async for --fill: under BSP a clock's pushes are held until it ends)")
     args = parser.parse_args()
     if args.warmup >= args.steps:
         parser.error("--warmup must be below --steps")
+    if args.fill and args.emb_consistency == "bsp":
+        parser.error("--fill needs --emb_consistency=async or ssp:K (under BSP the filling "
+                     "pushes would be held until a clock ends)")
     unknown = set(args.systems.split(",")) - {"ductile", "ddp", "ddp-sparse"}
     if unknown:
         parser.error(f"unknown --systems {','.join(sorted(unknown))} (ductile, ddp, ddp-sparse)")

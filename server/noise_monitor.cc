@@ -65,6 +65,7 @@ void GradientNoiseMonitor::Skip(int64_t clock) {
   auto it = open_.find(clock);
   if (it != open_.end()) {
     open_bytes_ -= it->second.bytes;
+    Drop(std::move(it->second.sum));
     open_.erase(it);
   }
   skipped_.insert(clock);
@@ -75,6 +76,7 @@ bool GradientNoiseMonitor::OnServerClock(int64_t server_clock) {
   while (!open_.empty() && open_.begin()->first < server_clock) {
     folded = Fold(open_.begin()->second) || folded;
     open_bytes_ -= open_.begin()->second.bytes;
+    Drop(std::move(open_.begin()->second.sum));
     open_.erase(open_.begin());
   }
   if (server_clock > folded_below_) folded_below_ = server_clock;

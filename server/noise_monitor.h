@@ -43,6 +43,7 @@
 #include <set>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ductile/table.h"
@@ -50,7 +51,18 @@
 namespace ductile {
 
 class GradientNoiseMonitor {
+  struct TableKey {
+    TableId table;
+    Key key;
+    bool operator==(const TableKey&) const = default;
+  };
+  struct TableKeyHash {
+    size_t operator()(const TableKey& k) const;
+  };
+
  public:
+  // One clock's sums of the sampled keys' gradients.
+  using Sums = std::unordered_map<TableKey, std::vector<float>, TableKeyHash>;
   static constexpr size_t kMaxOpenClocks = 64;
   // Bytes of sampled gradients kept for open clocks at most.
   static constexpr uint64_t kMaxOpenBytes = uint64_t{256} << 20;
@@ -82,11 +94,20 @@ class GradientNoiseMonitor {
   // Forgets the clocks not folded yet (a rollback starts a new timeline);
   // the averages stay.
   void Reset() {
+    for (auto& [clock, c] : open_) Drop(std::move(c.sum));
     open_.clear();
     open_bytes_ = 0;
     skipped_.clear();
     folded_below_ = 0;
   }
+  // The sums of clocks of kFreeElsewhereKeys keys or more dropped since the
+  // last call (folded, left out or forgotten), for the caller to free
+  // where it likes: a clock left out at kMaxOpenBytes holds millions of
+  // small vectors, and freeing them held a server's request thread for
+  // seconds. Freed with the monitor if not taken.
+  static constexpr size_t kFreeElsewhereKeys = 4096;
+  bool has_dropped() const { return !dropped_.empty(); }
+  std::vector<Sums> TakeDropped() { return std::exchange(dropped_, {}); }
 
   // The moving averages of this server's share of |G|^2 and tr(Sigma)/b,
   // and the clocks folded into them.
@@ -114,22 +135,18 @@ class GradientNoiseMonitor {
   bool Sampled(TableId table, Key key) const;
 
  private:
-  struct TableKey {
-    TableId table;
-    Key key;
-    bool operator==(const TableKey&) const = default;
-  };
-  struct TableKeyHash {
-    size_t operator()(const TableKey& k) const;
-  };
   struct OpenClock {
     std::set<int32_t> workers;   // those that pushed in it
     double sum_sq = 0;           // sum over pushes of |g|^2 (sampled keys)
     int32_t weight = 0;          // the pushes' batch weight (0: none yet)
     bool mixed_weights = false;  // pushes of different weights
-    std::unordered_map<TableKey, std::vector<float>, TableKeyHash> sum;
+    Sums sum;
     uint64_t bytes = 0;
   };
+  // Frees `sum` here if small, else keeps it for TakeDropped.
+  void Drop(Sums&& sum) {
+    if (sum.size() >= kFreeElsewhereKeys) dropped_.push_back(std::move(sum));
+  }
   // Whether it had two workers or more, and so was counted.
   bool Fold(const OpenClock& c);
   // Leaves `clock` out whole (its sums so far, and its pushes to come).
@@ -140,6 +157,7 @@ class GradientNoiseMonitor {
   const uint64_t max_open_bytes_;
   std::map<int64_t, OpenClock> open_;
   uint64_t open_bytes_ = 0;
+  std::vector<Sums> dropped_;
   std::set<int64_t> skipped_;  // clocks left out, not yet passed
   int64_t folded_below_ = 0;   // clocks below were folded (or dropped)
   double gradient_sq_ = 0;

@@ -157,6 +157,8 @@ class ServerNode final : private CoordinatorLink {
   // Runs `free` (dropping rows: their memory goes back) on freer_, beside
   // the request thread; in line where there is none (a simulation).
   void FreeBeside(std::function<void()> free);
+  // The gradient noise monitor's large dropped sums, freed beside.
+  void FreeNoiseSums();
   // Reads the backups' answers, sends the replies they let go, and sends
   // what changed with no reply to wait for it.
   void StepReplication();

@@ -336,6 +336,7 @@ void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
                     request.data.values(),
                     // At most kMaxPushWeight: ApplyValues checked it.
                     static_cast<int32_t>(request.header.batch_weight()));
+      FreeNoiseSums();
       counters_.Add(&ServerCounters::gns_us, MicrosSince(start));
       return;
     }
@@ -422,6 +423,7 @@ void ServerNode::OnServerClock() {
   SetKeysStored();
   const TimePoint noise_start = env_->Now();
   const bool noise_moved = noise_.OnServerClock(server_clock);
+  FreeNoiseSums();
   counters_.Add(&ServerCounters::gns_us, MicrosSince(noise_start));
   if (noise_moved) {
     counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());

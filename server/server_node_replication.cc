@@ -302,6 +302,13 @@ void ServerNode::FreeBeside(std::function<void()> free) {
   free();
 }
 
+void ServerNode::FreeNoiseSums() {
+  if (!noise_.has_dropped()) return;
+  auto sums = std::make_shared<std::vector<GradientNoiseMonitor::Sums>>(
+      noise_.TakeDropped());
+  FreeBeside([sums = std::move(sums)]() mutable { sums.reset(); });
+}
+
 void ServerNode::TakeOver(const std::set<int32_t>& slots) {
   auto taken = [&](TableId table, Key key) {
     return slots.count(routing_.SlotOf(table, key)) > 0;

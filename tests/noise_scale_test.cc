@@ -117,6 +117,54 @@ TEST(NoiseMonitor, FoldsAClockOnceEveryWorkerFinishedIt) {
 
 // Workers far apart: clocks past the bounds are left out whole, so the
 // clocks open already (next to fold) are still estimated.
+// A clock of many sampled keys is not freed where it is dropped (folded,
+// left out past the bound on bytes, or forgotten by Reset): its sums are
+// handed over, once, for the caller to free elsewhere. Smaller ones are
+// freed in place. Folding is the same either way.
+TEST(NoiseMonitor, TheSumsOfALargeDroppedClockAreHandedOverToBeFreed) {
+  const size_t large = GradientNoiseMonitor::kFreeElsewhereKeys;
+  std::vector<Key> many(large);
+  for (size_t i = 0; i < large; ++i) many[i] = i;
+  const std::vector<Key> few = {1, 2};
+
+  GradientNoiseMonitor m(1, 0.9);
+  PushTo(m, 0, 0, few, 1);
+  PushTo(m, 1, 0, few, 3);
+  EXPECT_TRUE(m.OnServerClock(1));  // folded, small: freed in place
+  EXPECT_FALSE(m.has_dropped());
+  PushTo(m, 0, 1, many, 1);
+  PushTo(m, 1, 1, many, 3);
+  EXPECT_TRUE(m.OnServerClock(2));  // folded, large: handed over
+  EXPECT_EQ(m.clocks(), 2u);
+  ASSERT_TRUE(m.has_dropped());
+  std::vector<GradientNoiseMonitor::Sums> dropped = m.TakeDropped();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].size(), large);
+  EXPECT_FALSE(m.has_dropped());
+  EXPECT_TRUE(m.TakeDropped().empty());
+
+  // Left out past the bound on bytes: its sums so far are handed over.
+  GradientNoiseMonitor bounded(
+      1, 0.9,
+      large * (2 * sizeof(float) + GradientNoiseMonitor::kKeyOverheadBytes));
+  PushTo(bounded, 0, 0, many, 1);
+  EXPECT_FALSE(bounded.has_dropped());
+  PushTo(bounded, 0, 0, {Key{large}}, 1);  // one key more: past the bound
+  ASSERT_TRUE(bounded.has_dropped());
+  EXPECT_EQ(bounded.TakeDropped()[0].size(), large + 1);  // with that one
+  PushTo(bounded, 1, 0, many, 3);  // the clock stays left out
+  EXPECT_FALSE(bounded.has_dropped());
+  EXPECT_FALSE(bounded.OnServerClock(1));
+  EXPECT_EQ(bounded.clocks(), 0u);
+
+  // Forgotten by a rollback's Reset.
+  GradientNoiseMonitor reset(1, 0.9);
+  PushTo(reset, 0, 5, many, 1);
+  reset.Reset();
+  ASSERT_TRUE(reset.has_dropped());
+  EXPECT_EQ(reset.TakeDropped()[0].size(), large);
+}
+
 TEST(NoiseMonitor, ClocksPastItsBoundsAreLeftOutWhole) {
   GradientNoiseMonitor m(1, 0.9);
   const std::vector<Key> keys = {1};

@@ -137,6 +137,27 @@ TEST(ShardedMap, ErasingWhileIteratingVisitsEveryOtherKeyOnce) {
   EXPECT_EQ(map.begin(), map.end());
 }
 
+// A copy holds the same; a map moved from is empty and usable.
+TEST(ShardedMap, ACopyIsEqualAndAMapMovedFromIsEmpty) {
+  Map map;
+  std::map<uint64_t, std::string> oracle;
+  for (uint64_t k = 0; k < 500; ++k) {
+    map[k * 31] = std::to_string(k);
+    oracle[k * 31] = std::to_string(k);
+  }
+  const Map copy = map;
+  ExpectSame(copy, oracle);
+  Map moved = std::move(map);
+  ExpectSame(moved, oracle);
+  ExpectSame(map, {});  // NOLINT(bugprone-use-after-move): what is tested
+  map[7] = "seven";
+  ExpectSame(map, {{7, "seven"}});
+  Map assigned;
+  assigned = std::move(moved);
+  ExpectSame(assigned, oracle);
+  ExpectSame(moved, {});  // NOLINT(bugprone-use-after-move)
+}
+
 TEST(ShardedMap, ReferencesStayValidAsTheMapGrows) {
   Map map;
   std::string& first = map[1];

@@ -106,6 +106,17 @@ class ShardedMap {
   ShardedMap() {
     for (size_t i = 0; i < kShards; ++i) Stagger(i);
   }
+  ShardedMap(const ShardedMap&) = default;
+  ShardedMap& operator=(const ShardedMap&) = default;
+  // A map moved from is empty (its shards' nodes went with the move).
+  ShardedMap(ShardedMap&& other) noexcept
+      : shards_(std::move(other.shards_)),
+        size_(std::exchange(other.size_, 0)) {}
+  ShardedMap& operator=(ShardedMap&& other) noexcept {
+    shards_ = std::move(other.shards_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

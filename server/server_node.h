@@ -157,6 +157,12 @@ class ServerNode final : private CoordinatorLink {
   // Runs `free` (dropping rows: their memory goes back) on freer_, beside
   // the request thread; in line where there is none (a simulation).
   void FreeBeside(std::function<void()> free);
+  // Frees `held` (rows, sums: many allocations) beside, as above.
+  template <typename T>
+  void FreeHeldBeside(T held) {
+    auto p = std::make_shared<T>(std::move(held));
+    FreeBeside([p = std::move(p)]() mutable { p.reset(); });
+  }
   // The gradient noise monitor's large dropped sums, freed beside.
   void FreeNoiseSums();
   // Reads the backups' answers, sends the replies they let go, and sends

@@ -274,10 +274,7 @@ void ServerNode::OnReplicaRouting(const RoutingTable& old) {
         },
         &dropped);
     // Freed beside this thread: a million rows take a while.
-    if (dropped.size() > 0) {
-      auto rows = std::make_shared<ReplicaStore::Dropped>(std::move(dropped));
-      FreeBeside([rows = std::move(rows)]() mutable { rows.reset(); });
-    }
+    if (dropped.size() > 0) FreeHeldBeside(std::move(dropped));
   }
   replicas_.DropFilters([&](int32_t slot) {
     return slot >= routing_.num_slots() || goes[slot] != 0;
@@ -303,10 +300,7 @@ void ServerNode::FreeBeside(std::function<void()> free) {
 }
 
 void ServerNode::FreeNoiseSums() {
-  if (!noise_.has_dropped()) return;
-  auto sums = std::make_shared<std::vector<GradientNoiseMonitor::Sums>>(
-      noise_.TakeDropped());
-  FreeBeside([sums = std::move(sums)]() mutable { sums.reset(); });
+  if (noise_.has_dropped()) FreeHeldBeside(noise_.TakeDropped());
 }
 
 void ServerNode::TakeOver(const std::set<int32_t>& slots) {

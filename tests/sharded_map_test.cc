@@ -40,6 +40,16 @@ void ExpectSame(const Map& map, const std::map<uint64_t, std::string>& oracle) {
   }
 }
 
+// Keys 0, stride, 2 stride, ... (n of them), each the string of its index,
+// in both.
+void Fill(size_t n, uint64_t stride, Map* map,
+          std::map<uint64_t, std::string>* oracle) {
+  for (uint64_t k = 0; k < n; ++k) {
+    (*map)[k * stride] = std::to_string(k);
+    (*oracle)[k * stride] = std::to_string(k);
+  }
+}
+
 TEST(ShardedMap, AnEmptyMapHasNothingToVisitOrFind) {
   const Map map;
   EXPECT_EQ(map.begin(), map.end());
@@ -108,10 +118,7 @@ TEST(ShardedMap, RandomOperationsMatchAnOrderedMap) {
 TEST(ShardedMap, ErasingWhileIteratingVisitsEveryOtherKeyOnce) {
   Map map;
   std::map<uint64_t, std::string> oracle;
-  for (uint64_t k = 0; k < 1000; ++k) {
-    map[k * 7919] = std::to_string(k);
-    oracle[k * 7919] = std::to_string(k);
-  }
+  Fill(1000, 7919, &map, &oracle);
   // Erase the odd values, extract the multiples of 10, as EraseIf and
   // TakenNodes::Take do: each returns the iterator after the one removed.
   TakenNodes<Map> taken;
@@ -141,10 +148,7 @@ TEST(ShardedMap, ErasingWhileIteratingVisitsEveryOtherKeyOnce) {
 TEST(ShardedMap, ACopyIsEqualAndAMapMovedFromIsEmpty) {
   Map map;
   std::map<uint64_t, std::string> oracle;
-  for (uint64_t k = 0; k < 500; ++k) {
-    map[k * 31] = std::to_string(k);
-    oracle[k * 31] = std::to_string(k);
-  }
+  Fill(500, 31, &map, &oracle);
   const Map copy = map;
   ExpectSame(copy, oracle);
   Map moved = std::move(map);

@@ -119,8 +119,10 @@ class ServerNode final : private CoordinatorLink {
   bool TakeShmValues(InMessage& message);
   void HandleClock(const wire::Header& header);
   // A request's values, applied or buffered.
-  // Tells the coordinator first when serving `request` will take a while.
+  // Tells the coordinator first when serving `request`, or other work on
+  // `keys` keys and `bytes` bytes of values, will take a while.
   void AnnounceLongWork(const RequestAdmission::Request& request);
+  void AnnounceLongWork(uint64_t keys, uint64_t bytes);
   Status ApplyValues(const RequestAdmission::Request& request);
   // Gives a worker's push to the noise monitor if it is a gradient.
   void NoteGradient(const RequestAdmission::Request& request);

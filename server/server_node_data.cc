@@ -21,9 +21,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// A request of this many bytes of values or more is announced to the
-// coordinator as a busy spell before it is served.
+// A request of this many bytes of values, or of this many keys, or more is
+// announced to the coordinator as a busy spell before it is served (and so
+// is a BSP clock's combine of as many keys).
 constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
+constexpr uint64_t kLongRequestKeys = uint64_t{1} << 17;
 
 // Pushed values in shared memory of this many bytes or more are copied out
 // in pieces of kCopyPieceBytes on the apply threads.
@@ -263,13 +265,21 @@ bool ServerNode::TakeShmValues(InMessage& message) {
 }
 
 void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
-  // A large request keeps this thread, and so the heartbeats, busy for a
-  // while (a pull may create its keys, optimizer state included): say for
-  // how long at most first, at a pessimistic 10 MB/s as for a checkpoint
-  // write, or a working server would be taken for a dead one.
-  const uint64_t bytes = request.data.total_floats() * sizeof(float);
-  if (bytes >= kLongRequestBytes) {
-    Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000));
+  AnnounceLongWork(request.data.keys().size(),
+                   request.data.total_floats() * sizeof(float));
+}
+
+void ServerNode::AnnounceLongWork(uint64_t keys, uint64_t bytes) {
+  // Large work keeps this thread, and so the heartbeats, busy for a while
+  // (a push may create its keys, each with its allocations): say for how
+  // long at most first, or a working server would be taken for a dead
+  // one. Pessimistic: 10 MB/s, as for a checkpoint write, and 40 us a key
+  // (pushes of 1.15 million new keys a server, into tables growing to
+  // 3 x 10^7 rows each, took up to 10 s: 8.7 us a key, its lookup missing
+  // the caches and its row allocated).
+  if (bytes >= kLongRequestBytes || keys >= kLongRequestKeys) {
+    Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000) +
+              static_cast<int64_t>(keys / 25));
   }
 }
 
@@ -446,6 +456,9 @@ void ServerNode::OnServerClock() {
   for (auto& combined : clocks) {
     ParameterTable* table = tables_.Find(combined.table);
     if (table == nullptr) continue;
+    AnnounceLongWork(
+        combined.keys.size(),
+        combined.keys.size() * table->options().value_width * sizeof(float));
     std::vector<Status> errors;
     const TimePoint start = env_->Now();
     table->ApplyCombinedAll(combined.keys, combined.combine, combined.clock,

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -303,6 +304,70 @@ TEST(ServerNode, APushPullRefusedAtItsPullSaysItsPushWasApplied) {
   ASSERT_EQ(answered.size(), 1u);
   EXPECT_EQ(CodeOf(answered[0]), StatusCode::kUnavailable);
   EXPECT_FALSE(answered[0].header.duplicate());
+}
+
+// Work on many keys keeps the request thread, and so the heartbeats, busy
+// for a while (a key new to a table is allocated, its lookup missing the
+// caches): the server first tells the coordinator how long it may be
+// silent, so that a working server is not taken for a dead one. A push of
+// 2^17 keys is announced and one of fewer is not; so is a BSP clock whose
+// combine takes 2^17 keys, though each of its pushes took fewer.
+TEST(ServerNode, WorkOnManyKeysIsAnnouncedToTheCoordinatorAsABusySpell) {
+  ScriptedCluster cluster;
+  cluster.Register();
+  constexpr TableId kBsp = 1;
+  cluster.CreateBspTable(kBsp);
+  cluster.SetWorkers({0, 1}, /*change_id=*/1);
+  constexpr size_t kMany = size_t{1} << 17;
+  auto keys_from = [](Key first, size_t n) {
+    std::vector<Key> keys(n);
+    std::iota(keys.begin(), keys.end(), first);
+    return keys;
+  };
+  auto ones = [](size_t keys) { return std::vector<float>(keys * kWidth, 1); };
+  // The busy spells (ms) the coordinator was told of since the last call;
+  // the interval's ordinary heartbeats are not.
+  auto busy_spells = [&] {
+    std::vector<int64_t> spells;
+    while (std::optional<Got> hb = cluster.TakeAtCoordinator(wire::HEARTBEAT)) {
+      if (hb->header.busy()) spells.push_back(hb->header.timeout_ms());
+    }
+    return spells;
+  };
+  // 2 s, plus the values at 10 MB/s, plus 40 us a key.
+  const int64_t many_ms = 2000 +
+                          static_cast<int64_t>(kMany * kWidth * 4 / 10000) +
+                          static_cast<int64_t>(kMany / 25);
+  busy_spells();
+
+  Got fewer =
+      cluster.Request(wire::PUSH, 1, keys_from(0, kMany - 1), ones(kMany - 1));
+  EXPECT_EQ(CodeOf(fewer), StatusCode::kOk) << StatusFromWire(fewer.header);
+  EXPECT_TRUE(busy_spells().empty());
+  Got many =
+      cluster.Request(wire::PUSH, 2, keys_from(kMany, kMany), ones(kMany));
+  EXPECT_EQ(CodeOf(many), StatusCode::kOk) << StatusFromWire(many.header);
+  EXPECT_EQ(busy_spells(), std::vector<int64_t>{many_ms});
+
+  // Under BSP each worker pushes half of the keys at clock 0, and the
+  // combine applies them all once both reach clock 1.
+  const size_t half = kMany / 2;
+  for (int32_t w : {0, 1}) {
+    std::vector<Got> pushed = cluster.WorkerRequest(
+        wire::PUSH, kBsp, w, 0, 20 + w, keys_from(w * half, half), ones(half));
+    ASSERT_EQ(pushed.size(), 1u);
+    EXPECT_EQ(CodeOf(pushed[0]), StatusCode::kOk);
+  }
+  EXPECT_TRUE(cluster.WorkerRequest(wire::CLOCK, kBsp, 0, 1, 30).empty());
+  EXPECT_TRUE(busy_spells().empty());
+  EXPECT_TRUE(cluster.WorkerRequest(wire::CLOCK, kBsp, 1, 1, 31).empty());
+  EXPECT_EQ(busy_spells(), std::vector<int64_t>{many_ms});
+  // Applied: every key holds its one push.
+  std::vector<Got> pulled =
+      cluster.WorkerRequest(wire::PULL, kBsp, 0, 1, 40, keys_from(0, kMany));
+  ASSERT_EQ(pulled.size(), 1u);
+  ASSERT_EQ(CodeOf(pulled[0]), StatusCode::kOk);
+  EXPECT_EQ(testing::Floats(pulled[0].data), ones(kMany));
 }
 
 }  // namespace

@@ -162,9 +162,10 @@ def fill_rows(client, table, per_feature: int, rank: int, workers: int,
     """With --fill, stores every row of the vocabulary before the steps (a
     zero gradient pushed for each id creates its row from the initializer):
     the table at its full size, as after long training. This worker pushes
-    every workers-th chunk of --fill_chunk ids of each feature, one call a
-    chunk, and prints its progress after each feature. Returns the seconds
-    it took and the slowest call's ((0, 0) without --fill)."""
+    its share of each feature's ids (the workers split them evenly, so that
+    they finish together whatever --fill_chunk is), --fill_chunk ids a call,
+    and prints its progress after each feature. Returns the seconds it took
+    and the slowest call's ((0, 0) without --fill)."""
     if not args.fill:
         return 0.0, 0.0
     import numpy as np
@@ -176,8 +177,9 @@ def fill_rows(client, table, per_feature: int, rank: int, workers: int,
     done, slowest, slowest_here = 0, 0.0, 0.0
     for feature in range(NUM_SPARSE):
         first = feature << dlrm.FEATURE_SHIFT
-        for start in range(rank * args.fill_chunk, per_feature, workers * args.fill_chunk):
-            ids = np.arange(first + start, first + min(start + args.fill_chunk, per_feature),
+        share_end = (rank + 1) * per_feature // workers
+        for start in range(rank * per_feature // workers, share_end, args.fill_chunk):
+            ids = np.arange(first + start, first + min(start + args.fill_chunk, share_end),
                             dtype=np.int64)
             call = time.perf_counter()
             client.push_rows(table, ids, grads[: len(ids)])

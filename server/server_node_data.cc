@@ -2,6 +2,7 @@
 // or served (ApplyValues, ServePull), the gradient noise estimate fed, and
 // BSP clocks ended (OnServerClock).
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -270,6 +271,7 @@ void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
 }
 
 void ServerNode::AnnounceLongWork(uint64_t keys, uint64_t bytes) {
+  if (bytes < kLongRequestBytes && keys < kLongRequestKeys) return;
   // Large work keeps this thread, and so the heartbeats, busy for a while
   // (a push may create its keys, each with its allocations): say for how
   // long at most first, or a working server would be taken for a dead
@@ -277,10 +279,25 @@ void ServerNode::AnnounceLongWork(uint64_t keys, uint64_t bytes) {
   // (pushes of 1.15 million new keys a server, into tables growing to
   // 3 x 10^7 rows each, took up to 10 s: 8.7 us a key, its lookup missing
   // the caches and its row allocated).
-  if (bytes >= kLongRequestBytes || keys >= kLongRequestKeys) {
-    Heartbeat(/*busy_ms=*/2000 + static_cast<int64_t>(bytes / 10000) +
-              static_cast<int64_t>(keys / 25));
-  }
+  const int64_t need = 2000 + static_cast<int64_t>(bytes / 10000) +
+                       static_cast<int64_t>(keys / 25);
+  // Work that a spell announced already covers is not announced again;
+  // a spell is a power of two of milliseconds (under twice the need):
+  // large requests one after another (a step's pulls and pushes of a few
+  // hundred thousand ids) announce one spell between two heartbeats, not
+  // one each, and the coordinator hears the same spell again (its state
+  // unchanged). Past 65.5 s, the need itself, and not counted on for
+  // later work: the coordinator caps a spell at its checkpoint timeout
+  // (2 minutes by default).
+  constexpr int64_t kMaxRoundedMs = 65536;
+  const TimePoint now = env_->Now();
+  if (now + milliseconds(need) <= long_work_until_) return;
+  const int64_t spell =
+      need > kMaxRoundedMs
+          ? need
+          : static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(need)));
+  Heartbeat(/*busy_ms=*/spell);  // (which ends the spell before)
+  if (spell <= kMaxRoundedMs) long_work_until_ = now + milliseconds(spell);
 }
 
 Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {

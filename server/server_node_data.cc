@@ -266,7 +266,9 @@ bool ServerNode::TakeShmValues(InMessage& message) {
 }
 
 void ServerNode::AnnounceLongWork(const RequestAdmission::Request& request) {
-  AnnounceLongWork(request.data.keys().size(),
+  // A pull only looks its keys up (it stores none); a push may create
+  // each of them.
+  AnnounceLongWork(request.has_values() ? request.data.keys().size() : 0,
                    request.data.total_floats() * sizeof(float));
 }
 

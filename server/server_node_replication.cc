@@ -186,6 +186,9 @@ void ServerNode::InstallReplica(InMessage& message,
                               << primary << " refused: " << s;
     return refuse(s);
   }
+  // Rows new here are allocated one by one, as a push's: many take a while.
+  AnnounceLongWork(records.entry_views.size() + records.buffered.size(),
+                   payload.size());
   replicas_.Apply(primary, std::move(records));
   ack.set_seq(stream.next_seq++);
   replies_.ReplyNow(identity, ack);

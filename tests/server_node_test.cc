@@ -19,6 +19,7 @@
 #include "proto/ductile.pb.h"
 #include "proto/table_config.h"
 #include "routing/slot_map.h"
+#include "server/record_codec.h"
 #include "tests/scripted_server.h"
 
 namespace ductile {
@@ -310,9 +311,10 @@ TEST(ServerNode, APushPullRefusedAtItsPullSaysItsPushWasApplied) {
 // for a while (a key new to a table is allocated, its lookup missing the
 // caches): the server first tells the coordinator how long it may be
 // silent, so that a working server is not taken for a dead one. A push of
-// 2^17 keys is announced and one of fewer is not; a second push right
-// after is covered by the first one's spell; and a BSP clock whose combine
-// takes 2^17 keys is announced, though each of its pushes took fewer.
+// 2^17 keys is announced and one of fewer is not, nor a pull of 2^17; a
+// second push right after is covered by the first one's spell; and a BSP
+// clock whose combine takes 2^17 keys is announced, though each of its
+// pushes took fewer.
 TEST(ServerNode, WorkOnManyKeysIsAnnouncedToTheCoordinatorAsABusySpell) {
   ScriptedCluster cluster;
   cluster.Register();
@@ -355,9 +357,12 @@ TEST(ServerNode, WorkOnManyKeysIsAnnouncedToTheCoordinatorAsABusySpell) {
       cluster.Request(wire::PUSH, 3, keys_from(2 * kMany, kMany), ones(kMany));
   EXPECT_EQ(CodeOf(again), StatusCode::kOk) << StatusFromWire(again.header);
   EXPECT_TRUE(busy_spells().empty());
-  // An ordinary heartbeat (every 500 ms) ends the spell.
+  // An ordinary heartbeat (every 500 ms) ends the spell. A pull of as many
+  // keys only looks them up: it is not announced.
   cluster.Run(milliseconds(600));
   busy_spells();
+  EXPECT_EQ(cluster.Pull(4, keys_from(kMany, kMany)), ones(kMany));
+  EXPECT_TRUE(busy_spells().empty());
 
   // Under BSP each worker pushes half of the keys at clock 0, and the
   // combine applies them all once both reach clock 1.
@@ -378,6 +383,62 @@ TEST(ServerNode, WorkOnManyKeysIsAnnouncedToTheCoordinatorAsABusySpell) {
   ASSERT_EQ(pulled.size(), 1u);
   ASSERT_EQ(CodeOf(pulled[0]), StatusCode::kOk);
   EXPECT_EQ(testing::Floats(pulled[0].data), ones(kMany));
+}
+
+// A backup takes a primary's records of many rows as a push of them: it
+// allocates each, and first tells the coordinator it may be busy a while.
+TEST(ServerNode, ABackupAnnouncesTheRecordsOfManyRowsAsABusySpell) {
+  ScriptedCluster cluster;
+  cluster.Register();
+  // Every slot is server 1's, backed here.
+  wire::Header update;
+  update.set_type(wire::ROUTING_UPDATE);
+  *update.mutable_routing() =
+      cluster.Routing(/*epoch=*/2, std::vector<int32_t>(kSlots, 1));
+  for (int32_t slot = 0; slot < kSlots; ++slot) {
+    update.mutable_routing()->add_slot_backup(0);
+  }
+  cluster.SendToServer(update);
+  cluster.Run(milliseconds(600));  // past an ordinary heartbeat
+  while (cluster.TakeAtCoordinator(wire::HEARTBEAT)) {
+  }
+  auto primary_transport = cluster.network().NewTransport("server-1");
+  std::unique_ptr<Socket> primary =
+      *primary_transport->NewDealer("server-1-records", testing::kMaxBytes);
+  ASSERT_TRUE(primary->Connect(cluster.server_address()).ok());
+  // Records of `rows` rows, sent as server 1's `seq`-th; its answer.
+  auto replicate = [&](uint64_t seq, Key first, size_t rows) {
+    std::string payload;
+    for (size_t i = 0; i < rows; ++i) {
+      RecordCodec::AppendEntry({kTable, first + i, kOnes, {}, 1}, &payload);
+    }
+    wire::Header h;
+    h.set_type(wire::REPLICATE);
+    h.set_member_id(1);
+    h.set_epoch(2);
+    h.set_change_id(5);  // the primary's stream
+    h.set_seq(seq);
+    OutMessage out;
+    out.AddString(h.SerializeAsString());
+    out.AddString(std::move(payload));
+    EXPECT_TRUE(primary->Send(std::move(out)).ok());
+    cluster.Run(milliseconds(5));
+    std::optional<Got> ack = testing::Take(*primary, /*router=*/false);
+    EXPECT_TRUE(ack.has_value());
+    return ack ? StatusFromWire(ack->header) : InternalError("no answer");
+  };
+  auto busy = [&] {
+    bool any = false;
+    while (std::optional<Got> hb = cluster.TakeAtCoordinator(wire::HEARTBEAT)) {
+      any = any || hb->header.busy();
+    }
+    return any;
+  };
+  constexpr size_t kMany = size_t{1} << 17;
+  EXPECT_TRUE(replicate(1, 0, kMany - 1).ok());
+  EXPECT_FALSE(busy());
+  EXPECT_TRUE(replicate(2, kMany, kMany).ok());
+  EXPECT_TRUE(busy());
 }
 
 }  // namespace

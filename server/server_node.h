@@ -250,9 +250,6 @@ class ServerNode final : private CoordinatorLink {
   uint64_t generation_ = 0;
   int64_t heartbeat_interval_ms_ = 500;
   TimePoint next_heartbeat_{};
-  // The end of the busy spell AnnounceLongWork last announced, until the
-  // next heartbeat replaces it.
-  TimePoint long_work_until_{};
   // A rollback's generation once restored: a RECOVER sent again for it is
   // only acknowledged.
   std::optional<uint64_t> restored_generation_;

@@ -283,23 +283,11 @@ void ServerNode::AnnounceLongWork(uint64_t keys, uint64_t bytes) {
   // the caches and its row allocated).
   const int64_t need = 2000 + static_cast<int64_t>(bytes / 10000) +
                        static_cast<int64_t>(keys / 25);
-  // Work that a spell announced already covers is not announced again;
-  // a spell is a power of two of milliseconds (under twice the need):
-  // large requests one after another (a step's pulls and pushes of a few
-  // hundred thousand ids) announce one spell between two heartbeats, not
-  // one each, and the coordinator hears the same spell again (its state
-  // unchanged). Past 65.5 s, the need itself, and not counted on for
-  // later work: the coordinator caps a spell at its checkpoint timeout
-  // (2 minutes by default).
-  constexpr int64_t kMaxRoundedMs = 65536;
-  const TimePoint now = env_->Now();
-  if (now + milliseconds(need) <= long_work_until_) return;
-  const int64_t spell =
-      need > kMaxRoundedMs
-          ? need
-          : static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(need)));
-  Heartbeat(/*busy_ms=*/spell);  // (which ends the spell before)
-  if (spell <= kMaxRoundedMs) long_work_until_ = now + milliseconds(spell);
+  // Rounded up to a power of two of milliseconds: large pushes one after
+  // another (a step's, step after step) announce the same spell, and the
+  // coordinator, hearing it again, has no new state to write.
+  Heartbeat(/*busy_ms=*/static_cast<int64_t>(
+      std::bit_ceil(static_cast<uint64_t>(need))));
 }
 
 Status ServerNode::ApplyValues(const RequestAdmission::Request& request) {

@@ -115,9 +115,6 @@ void ServerNode::Heartbeat(int64_t busy_ms) {
     hb.set_busy(true);
     hb.set_timeout_ms(std::max<int64_t>(busy_ms, 0));
   }
-  // Any heartbeat replaces, at the coordinator, a spell AnnounceLongWork
-  // announced.
-  long_work_until_ = {};
   const RouterRefusals refused = router_->refusals();
   counters_.Set(&ServerCounters::refused_connections, refused.connections);
   counters_.Set(&ServerCounters::failed_accepts, refused.failed_accepts);

@@ -22,9 +22,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// A request of this many bytes of values, or of this many keys, or more is
-// announced to the coordinator as a busy spell before it is served (and so
-// is a BSP clock's combine of as many keys).
+// A request of this many bytes of values, or a push of this many keys, or
+// more is announced to the coordinator as a busy spell before it is served
+// (and so are a BSP clock's combine of as many keys and a backup's taking
+// of a primary's records of as many rows).
 constexpr uint64_t kLongRequestBytes = uint64_t{64} << 20;
 constexpr uint64_t kLongRequestKeys = uint64_t{1} << 17;
 

@@ -179,7 +179,7 @@ std::shared_ptr<ControlOperation> ClientImpl::StartCreateTable(
   if (!s.ok()) {
     auto op = std::make_shared<ControlOperation>();
     op->Hold();
-    op->Release(s);
+    op->Refuse(s);
     return op;
   }
   wire::Header request;
@@ -254,7 +254,7 @@ std::shared_ptr<ControlOperation> ClientImpl::StartBarrier(int64_t timeout_ms) {
   auto refused = [](const Status& s) {
     auto op = std::make_shared<ControlOperation>();
     op->Hold();
-    op->Release(s);
+    op->Refuse(s);
     return op;
   };
   if (worker_id_.load() < 0) {
@@ -318,7 +318,7 @@ std::shared_ptr<ControlOperation> ClientImpl::StartLeave() {
   if (!refused.ok()) {
     auto op = std::make_shared<ControlOperation>();
     op->Hold();
-    op->Release(refused);
+    op->Refuse(refused);
     return op;
   }
   wire::Header request;

@@ -37,7 +37,7 @@ std::shared_ptr<DataOperation> NewData(wire::MessageType type, TableId table,
 Handle Refused(const Status& status) {
   auto op = std::make_shared<DataOperation>();
   op->Hold();
-  op->Release(status);
+  op->Refuse(status);
   return Handle(op);
 }
 
@@ -125,7 +125,7 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   op->Hold();  // the dispatcher's hold, dropped once every part is out
   if (worker_id_.load() >= 0) {
     if (Status s = recovery_.RefuseIfPending(); !s.ok()) {
-      op->Release(s);
+      op->Refuse(s);
       return Handle(op);
     }
   }
@@ -135,7 +135,7 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
   if (type != wire::PULL) op->rate_factor = RateFactor(op->table);
   Result<TableRegistry::View> view = tables_.Lookup(op->table, op->clock);
   if (!view.ok()) {
-    op->Release(view.status());
+    op->Refuse(view.status());
     return Handle(op);
   }
   op->width = view->width;
@@ -156,7 +156,7 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
         std::to_string(options_.max_message_bytes) + ")");
   }
   if (!total.ok()) {
-    op->Release(total.status());
+    op->Refuse(total.status());
     return Handle(op);
   }
   if (op->width == 0) {
@@ -173,7 +173,7 @@ Handle ClientImpl::SubmitData(std::shared_ptr<DataOperation> op) {
                       view->mode == ConsistencyMode::kSsp;
   if (push) {
     if (Status s = CheckPushValues(*op, *view, cached); !s.ok()) {
-      op->Release(s);
+      op->Refuse(s);
       return Handle(op);
     }
   }

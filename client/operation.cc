@@ -56,6 +56,8 @@ Status Handle::Wait() const {
 
 bool Handle::done() const { return !op_ || op_->done(); }
 
+bool Handle::refused() const { return op_ && op_->done() && op_->refused(); }
+
 Status CheckFiniteValues(DataOperation& op, const std::string& table_name) {
   if (!AllFinite(op.values)) {
     const size_t bad = FirstNonFinite(op.values);

@@ -46,6 +46,12 @@ class Operation {
   void Release(const Status& status = Status::Ok()) EXCLUDES(mu_);
   // Records an error without dropping a holder.
   void Fail(const Status& status) EXCLUDES(mu_);
+  // Drops the submitter's holder with `status`, an error found before
+  // anything was sent (refused()).
+  void Refuse(const Status& status) EXCLUDES(mu_) {
+    refused_.store(true, std::memory_order_relaxed);  // before done_
+    Release(status);
+  }
 
   // Blocks until done; time spent blocked goes to `stats` if set
   // (SetWaitStats), which the operation keeps alive: a waiter may outlive
@@ -60,6 +66,8 @@ class Operation {
   bool done() const { return done_.load(std::memory_order_acquire); }
   // True once an error has been recorded (the op will fail).
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Refused before anything was sent (Refuse); meaningful once done().
+  bool refused() const { return refused_.load(std::memory_order_relaxed); }
 
  protected:
   // Called once as the operation becomes done, before done() is true or
@@ -75,6 +83,7 @@ class Operation {
   std::atomic<int> outstanding_{0};
   std::atomic<bool> done_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<bool> refused_{false};
   Mutex mu_;
   CondVar cv_;
   Status status_ GUARDED_BY(mu_);

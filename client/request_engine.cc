@@ -69,7 +69,7 @@ void RequestEngine::Submit(AnyOperation op) {
   }
   std::visit(
       [](const auto& o) {
-        if (o) o->Release(CancelledError("client is shutting down"));
+        if (o) o->Refuse(CancelledError("client is shutting down"));
       },
       op);
   // A non-empty queue has been signalled already and not yet taken.

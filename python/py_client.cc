@@ -198,7 +198,9 @@ Submitted PyClient::SubmitRows(DataCall call, py::handle target,
 }
 
 void RaiseIfFailedAtOnce(const Handle& handle) {
-  if (handle.done()) ThrowIfError(handle.Wait());
+  // Only a refusal before sending: a server's quick answer is the
+  // Handle's, for wait().
+  if (handle.refused()) ThrowIfError(handle.Wait());
 }
 
 // ------------------------------------------------------------------ Handle

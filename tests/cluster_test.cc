@@ -705,6 +705,37 @@ TEST(Cluster, ARefusedPushSpanningServersChangesNothing) {
   EXPECT_EQ(cluster.server(1).counters().pushes, 0u);
 }
 
+// A call refused before anything is sent says so (Handle::refused(), which
+// the Python package raises at the call); a server's refusal, however
+// quick, does not: it is the Handle's, for Wait().
+TEST(Cluster, AHandleTellsARefusalBeforeSendingFromAServersAnswer) {
+  TestCluster cluster;
+  auto client = cluster.Connect();
+  auto table = client->CreateTable(AddTable("refusals", 2));
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::vector<Key> keys = {3};
+  std::vector<float> short_values = {1.0f};
+  Handle bad_shape = client->PushAsync(*table, keys, short_values);
+  EXPECT_TRUE(bad_shape.done());
+  EXPECT_TRUE(bad_shape.refused());
+  EXPECT_EQ(bad_shape.Wait().code(), StatusCode::kInvalidArgument);
+  Handle unknown = client->PushAsync(TableId{999}, keys, short_values);
+  EXPECT_TRUE(unknown.refused());
+  EXPECT_FALSE(unknown.Wait().ok());
+  // A NaN pushed to one server is refused by that server.
+  const std::vector<float> nan = {1.0f,
+                                  std::numeric_limits<float>::quiet_NaN()};
+  Handle refused_by_server = client->PushAsync(*table, keys, nan);
+  EXPECT_EQ(refused_by_server.Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(refused_by_server.done());
+  EXPECT_FALSE(refused_by_server.refused());
+  const std::vector<float> ones = {1.0f, 1.0f};
+  Handle applied = client->PushAsync(*table, keys, ones);
+  EXPECT_TRUE(applied.Wait().ok());
+  EXPECT_FALSE(applied.refused());
+  EXPECT_FALSE(Handle().refused());
+}
+
 // Regression: the same with a width that differs from a key's stored one on
 // a variable-width table.
 TEST(Cluster, ARefusedVariableWidthPushSpanningServersChangesNothing) {

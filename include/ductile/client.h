@@ -58,6 +58,10 @@ class Handle {
   Status Wait() const;
   // True once the operation finished (Wait() would not block).
   bool done() const;
+  // True if the call was refused before anything was sent (bad arguments,
+  // an unknown table, a rollback under way): it is done, and Wait() gives
+  // the reason. A server's refusal, however quick, is not one.
+  bool refused() const;
 
  private:
   std::shared_ptr<internal::Operation> op_;

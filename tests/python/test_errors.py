@@ -92,6 +92,18 @@ def test_a_buffer_of_the_wrong_size_is_invalid_argument(client, table, size):
     assert_unchanged(client, table)
 
 
+def test_a_servers_refusal_of_an_async_call_is_raised_by_wait(client, table):
+    # Only what is refused before sending raises at the call; a server's
+    # answer, however quick, is the handle's (one key: one server, which
+    # refuses the NaN itself).
+    nan = np.array([1.0, np.nan], np.float32)
+    for _ in range(50):
+        handle = client.push_async(table, [1], nan)
+        with pytest.raises(ductile.InvalidArgument, match="non-finite"):
+            handle.wait()
+    assert_unchanged(client, table)
+
+
 def test_an_output_numpy_cannot_write_into_is_refused(client, table):
     read_only = np.zeros(4, np.float32)
     read_only.setflags(write=False)

@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <span>
@@ -100,14 +101,16 @@ class GradientNoiseMonitor {
     skipped_.clear();
     folded_below_ = 0;
   }
-  // The sums of clocks of kFreeElsewhereKeys keys or more dropped since the
-  // last call (folded, left out or forgotten), for the caller to free
+  // The sums of a clock of kFreeElsewhereKeys keys or more, once dropped
+  // (folded, left out or forgotten), go to `free_elsewhere` to be freed
   // where it likes: a clock left out at kMaxOpenBytes holds millions of
   // small vectors, and freeing them held a server's request thread for
-  // seconds. Freed with the monitor if not taken.
+  // seconds. Without one (the default), and for smaller clocks, they are
+  // freed in place.
   static constexpr size_t kFreeElsewhereKeys = 4096;
-  bool has_dropped() const { return !dropped_.empty(); }
-  std::vector<Sums> TakeDropped() { return std::exchange(dropped_, {}); }
+  void set_free_elsewhere(std::function<void(Sums)> free_elsewhere) {
+    free_elsewhere_ = std::move(free_elsewhere);
+  }
 
   // The moving averages of this server's share of |G|^2 and tr(Sigma)/b,
   // and the clocks folded into them.
@@ -143,9 +146,11 @@ class GradientNoiseMonitor {
     Sums sum;
     uint64_t bytes = 0;
   };
-  // Frees `sum` here if small, else keeps it for TakeDropped.
+  // Frees `sum` here if small, else hands it to free_elsewhere_.
   void Drop(Sums&& sum) {
-    if (sum.size() >= kFreeElsewhereKeys) dropped_.push_back(std::move(sum));
+    if (free_elsewhere_ && sum.size() >= kFreeElsewhereKeys) {
+      free_elsewhere_(std::move(sum));
+    }
   }
   // Whether it had two workers or more, and so was counted.
   bool Fold(const OpenClock& c);
@@ -157,7 +162,7 @@ class GradientNoiseMonitor {
   const uint64_t max_open_bytes_;
   std::map<int64_t, OpenClock> open_;
   uint64_t open_bytes_ = 0;
-  std::vector<Sums> dropped_;
+  std::function<void(Sums)> free_elsewhere_;
   std::set<int64_t> skipped_;  // clocks left out, not yet passed
   int64_t folded_below_ = 0;   // clocks below were folded (or dropped)
   double gradient_sq_ = 0;

@@ -57,6 +57,9 @@ ServerNode::ServerNode(const ServerOptions& options, Env* env)
       checkpointer_(env, this, &counters_),
       restorer_(env) {
   tables_.set_max_key_floats(options.max_key_floats);
+  noise_.set_free_elsewhere([this](GradientNoiseMonitor::Sums sums) {
+    FreeHeldBeside(std::move(sums));
+  });
   if (options.max_stored_mb > 0) {
     max_stored_floats_ = options.max_stored_mb * (uint64_t{1} << 20) / 4;
   } else {

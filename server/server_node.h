@@ -165,8 +165,6 @@ class ServerNode final : private CoordinatorLink {
     auto p = std::make_shared<T>(std::move(held));
     FreeBeside([p = std::move(p)]() mutable { p.reset(); });
   }
-  // The gradient noise monitor's large dropped sums, freed beside.
-  void FreeNoiseSums();
   // Reads the backups' answers, sends the replies they let go, and sends
   // what changed with no reply to wait for it.
   void StepReplication();

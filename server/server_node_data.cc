@@ -354,7 +354,6 @@ void ServerNode::NoteGradient(const RequestAdmission::Request& request) {
                     request.data.values(),
                     // At most kMaxPushWeight: ApplyValues checked it.
                     static_cast<int32_t>(request.header.batch_weight()));
-      FreeNoiseSums();
       counters_.Add(&ServerCounters::gns_us, MicrosSince(start));
       return;
     }
@@ -441,7 +440,6 @@ void ServerNode::OnServerClock() {
   SetKeysStored();
   const TimePoint noise_start = env_->Now();
   const bool noise_moved = noise_.OnServerClock(server_clock);
-  FreeNoiseSums();
   counters_.Add(&ServerCounters::gns_us, MicrosSince(noise_start));
   if (noise_moved) {
     counters_.Set(&ServerCounters::gns_gradient_sq, noise_.gradient_sq());

@@ -76,7 +76,6 @@ void ServerNode::Recover(const wire::Header& header) {
   generation_ = header.generation();
   admission_.Reset();
   noise_.Reset();
-  FreeNoiseSums();
   // Moves under way belong to the abandoned timeline too: the
   // checkpoint's routing says who owns what (what they put back is
   // cleared with the rest below).
@@ -158,7 +157,6 @@ void ServerNode::Rejoin(const wire::Header& header) {
   restored_generation_ = header.generation();
   admission_.Reset();
   noise_.Reset();
-  FreeNoiseSums();
   mover_->Abort(0, tables_, consistency_);
   SetMoveCounters();
   tables_.ClearKeys();

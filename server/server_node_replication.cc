@@ -302,10 +302,6 @@ void ServerNode::FreeBeside(std::function<void()> free) {
   free();
 }
 
-void ServerNode::FreeNoiseSums() {
-  if (noise_.has_dropped()) FreeHeldBeside(noise_.TakeDropped());
-}
-
 void ServerNode::TakeOver(const std::set<int32_t>& slots) {
   auto taken = [&](TableId table, Key key) {
     return slots.count(routing_.SlotOf(table, key)) > 0;

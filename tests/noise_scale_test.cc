@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ductile/admin.h"
@@ -119,50 +120,62 @@ TEST(NoiseMonitor, FoldsAClockOnceEveryWorkerFinishedIt) {
 // clocks open already (next to fold) are still estimated.
 // A clock of many sampled keys is not freed where it is dropped (folded,
 // left out past the bound on bytes, or forgotten by Reset): its sums are
-// handed over, once, for the caller to free elsewhere. Smaller ones are
+// handed over, once, for the owner to free elsewhere. Smaller ones are
 // freed in place. Folding is the same either way.
 TEST(NoiseMonitor, TheSumsOfALargeDroppedClockAreHandedOverToBeFreed) {
   const size_t large = GradientNoiseMonitor::kFreeElsewhereKeys;
   std::vector<Key> many(large);
   for (size_t i = 0; i < large; ++i) many[i] = i;
   const std::vector<Key> few = {1, 2};
+  // The sizes of the sums handed over, since the last call.
+  std::vector<size_t> handed;
+  auto take = [&] { return std::exchange(handed, {}); };
+  auto hand_over = [&](GradientNoiseMonitor& m) {
+    m.set_free_elsewhere([&](GradientNoiseMonitor::Sums sums) {
+      handed.push_back(sums.size());
+    });
+  };
 
   GradientNoiseMonitor m(1, 0.9);
+  hand_over(m);
   PushTo(m, 0, 0, few, 1);
   PushTo(m, 1, 0, few, 3);
   EXPECT_TRUE(m.OnServerClock(1));  // folded, small: freed in place
-  EXPECT_FALSE(m.has_dropped());
+  EXPECT_TRUE(take().empty());
   PushTo(m, 0, 1, many, 1);
   PushTo(m, 1, 1, many, 3);
   EXPECT_TRUE(m.OnServerClock(2));  // folded, large: handed over
   EXPECT_EQ(m.clocks(), 2u);
-  ASSERT_TRUE(m.has_dropped());
-  std::vector<GradientNoiseMonitor::Sums> dropped = m.TakeDropped();
-  ASSERT_EQ(dropped.size(), 1u);
-  EXPECT_EQ(dropped[0].size(), large);
-  EXPECT_FALSE(m.has_dropped());
-  EXPECT_TRUE(m.TakeDropped().empty());
+  EXPECT_EQ(take(), std::vector<size_t>{large});
+  EXPECT_FALSE(m.OnServerClock(3));  // no clock to fold: nothing more
+  EXPECT_TRUE(take().empty());
 
   // Left out past the bound on bytes: its sums so far are handed over.
   GradientNoiseMonitor bounded(
       1, 0.9,
       large * (2 * sizeof(float) + GradientNoiseMonitor::kKeyOverheadBytes));
+  hand_over(bounded);
   PushTo(bounded, 0, 0, many, 1);
-  EXPECT_FALSE(bounded.has_dropped());
+  EXPECT_TRUE(take().empty());
   PushTo(bounded, 0, 0, {Key{large}}, 1);  // one key more: past the bound
-  ASSERT_TRUE(bounded.has_dropped());
-  EXPECT_EQ(bounded.TakeDropped()[0].size(), large + 1);  // with that one
+  EXPECT_EQ(take(), std::vector<size_t>{large + 1});  // with that one
   PushTo(bounded, 1, 0, many, 3);  // the clock stays left out
-  EXPECT_FALSE(bounded.has_dropped());
+  EXPECT_TRUE(take().empty());
   EXPECT_FALSE(bounded.OnServerClock(1));
   EXPECT_EQ(bounded.clocks(), 0u);
 
   // Forgotten by a rollback's Reset.
   GradientNoiseMonitor reset(1, 0.9);
+  hand_over(reset);
   PushTo(reset, 0, 5, many, 1);
   reset.Reset();
-  ASSERT_TRUE(reset.has_dropped());
-  EXPECT_EQ(reset.TakeDropped()[0].size(), large);
+  EXPECT_EQ(take(), std::vector<size_t>{large});
+
+  // With no one to hand them to, they are freed in place.
+  GradientNoiseMonitor alone(1, 0.9);
+  PushTo(alone, 0, 0, many, 1);
+  alone.Reset();
+  EXPECT_TRUE(take().empty());
 }
 
 TEST(NoiseMonitor, ClocksPastItsBoundsAreLeftOutWhole) {
